@@ -1,0 +1,139 @@
+"""The admin HTTP API: health, Prometheus metrics, topic admin. The CLI calls the same routes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from gateway.admin.metrics import Metrics
+from gateway.errors import ErrorCode, GatewayError, InvalidRequest
+from gateway.log import effective_config
+from gateway.services import Services
+
+_STATUS = {
+    ErrorCode.TOPIC_NOT_FOUND: 404,
+    ErrorCode.PARTITION_NOT_FOUND: 404,
+    ErrorCode.SUBSCRIPTION_NOT_FOUND: 404,
+    ErrorCode.TRANSACTION_NOT_FOUND: 404,
+    ErrorCode.TOPIC_EXISTS: 409,
+    ErrorCode.STORAGE_UNAVAILABLE: 503,
+    ErrorCode.NOT_ALLOWED: 403,
+}
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except GatewayError as exc:
+        return web.json_response(
+            {"error": exc.code.name, "message": str(exc), "retriable": exc.retriable},
+            status=_STATUS.get(exc.code, 400),
+        )
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"the body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return body
+
+
+class AdminApi:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.metrics = Metrics(services)
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.get("/health", self.health),
+            web.get("/metrics", self.prometheus),
+            web.get("/admin/v2/topics", self.list_topics),
+            web.post("/admin/v2/topics", self.create_topic),
+            web.get("/admin/v2/topics/{name}", self.describe_topic),
+            web.delete("/admin/v2/topics/{name}", self.delete_topic),
+            web.patch("/admin/v2/topics/{name}/config", self.alter_config),
+        ]
+
+    async def health(self, request: web.Request) -> web.Response:
+        try:
+            redis_ok = await asyncio.wait_for(self.services.store.ping(), 2)
+        except Exception:
+            redis_ok = False
+        return web.json_response({"status": "ok" if redis_ok else "degraded", "redis": redis_ok},
+                                 status=200 if redis_ok else 503)
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        body, content_type = await self.metrics.render()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def list_topics(self, request: web.Request) -> web.Response:
+        topics = await self.services.log.list_topics()
+        return web.json_response([{"name": t.name, "partitions": t.partitions} for t in topics])
+
+    async def create_topic(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        name = body.get("name")
+        if not isinstance(name, str):
+            raise InvalidRequest("'name' is required")
+        config = {str(k): (None if v is None else str(v)) for k, v in (body.get("config") or {}).items()}
+        info = await self.services.log.create_topic(name, int(body.get("partitions", 0) or 0), config)
+        return web.json_response(await self._describe(info.name), status=201)
+
+    async def describe_topic(self, request: web.Request) -> web.Response:
+        return web.json_response(await self._describe(request.match_info["name"]))
+
+    async def _describe(self, name: str) -> dict[str, Any]:
+        info = await self.services.log.topic(name, create=False)
+        bounds = await self.services.store.log.bounds_many([(name, p) for p in range(info.partitions)])
+        return {
+            "name": info.name,
+            "partitions": [
+                {"partition": p, "log_start_offset": b[0] if b else None, "high_watermark": b[1] if b else None}
+                for p, b in enumerate(bounds)
+            ],
+            "config": effective_config(info),
+            "created_ms": info.created_ms,
+        }
+
+    async def delete_topic(self, request: web.Request) -> web.Response:
+        await self.services.log.delete_topic(request.match_info["name"])
+        return web.json_response({"deleted": request.match_info["name"]})
+
+    async def alter_config(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        changes = {str(k): (None if v is None else str(v)) for k, v in body.items()}
+        await self.services.log.alter_config(request.match_info["name"], changes)
+        return web.json_response(await self._describe(request.match_info["name"]))
+
+
+class AdminListener:
+    def __init__(self, runner: web.AppRunner, site: web.TCPSite) -> None:
+        self.runner = runner
+        self.site = site
+        server = site._server
+        assert server is not None and server.sockets  # type: ignore[union-attr]
+        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+    async def close(self, grace: float = 5.0) -> None:
+        await self.runner.cleanup()
+
+
+async def start_admin_server(services: Services, host: str, port: int) -> AdminListener:
+    api = AdminApi(services)
+    app = web.Application(middlewares=[_errors])
+    app["api"] = api
+    app.add_routes(api.routes())
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    return AdminListener(runner, site)

@@ -1,0 +1,57 @@
+"""Prometheus metrics: counters the faces bump as they work, and gauges read from Redis per scrape."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from gateway.services import Services
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+REQUESTS = Counter("gateway_requests", "Requests handled", ["face", "api"], registry=REGISTRY)
+REQUEST_ERRORS = Counter("gateway_request_errors", "Requests answered with an error", ["face", "api"],
+                         registry=REGISTRY)
+PRODUCED_BYTES = Counter("gateway_produced_bytes", "Record batch bytes appended", ["face"], registry=REGISTRY)
+FETCHED_BYTES = Counter("gateway_fetched_bytes", "Record batch bytes sent to consumers", ["face"],
+                        registry=REGISTRY)
+LATENCY = Histogram("gateway_request_seconds", "Request handling time", ["face", "api"], registry=REGISTRY,
+                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
+
+
+
+class _Snapshot:
+    """A one-shot collector over gauges gathered asynchronously just before rendering."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+class Metrics:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    async def gauges(self) -> list[Metric]:
+        topics = await self.services.log.list_topics()
+        parts = [(t.name, p) for t in topics for p in range(t.partitions)]
+        bounds = await self.services.store.log.bounds_many(parts) if parts else []
+        hw = GaugeMetricFamily("gateway_partition_high_watermark", "Next offset of a partition",
+                               labels=["topic", "partition"])
+        start = GaugeMetricFamily("gateway_partition_log_start_offset", "First offset still kept",
+                                  labels=["topic", "partition"])
+        for (t, p), b in zip(parts, bounds, strict=True):
+            if b is not None:
+                start.add_metric([t, str(p)], b[0])
+                hw.add_metric([t, str(p)], b[1])
+        count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
+        return [count, hw, start]
+
+    async def render(self) -> tuple[bytes, str]:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Snapshot(await self.gauges()))  # type: ignore[arg-type]
+        return generate_latest(REGISTRY) + generate_latest(registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,1 @@
+"""The native asyncio client."""

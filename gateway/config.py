@@ -1,0 +1,55 @@
+"""Gateway settings: one dataclass, each field settable by a CLI flag or a `GATEWAY_*` variable."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+def _env(name: str, default: Any) -> Any:
+    """The environment's value for `name`, converted to the default's type."""
+    raw = os.environ.get(f"GATEWAY_{name.upper()}")
+    if raw is None:
+        return default
+    if isinstance(default, bool):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    if isinstance(default, Path):
+        return Path(raw)
+    return raw
+
+
+@dataclass
+class Config:
+    host: str = "127.0.0.1"
+    kafka_port: int = 9092
+    native_port: int = 6650
+    admin_port: int = 8080
+    data_dir: Path = field(default_factory=lambda: Path("./data"))
+    redis_url: str = ""  # empty: start the embedded redis-server in data_dir
+    advertised_host: str = ""  # empty: the host (or 127.0.0.1 when bound to every address)
+    advertised_port: int = 0  # 0: the Kafka port
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    retention_check_interval: float = 30.0
+    max_frame_bytes: int = 100 * 1024 * 1024
+    node_id: int = 0
+    redis_fsync: str = "everysec"  # embedded Redis's appendfsync: always, everysec or no
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Config:
+        """Defaults, then `GATEWAY_*` variables, then explicit overrides (CLI flags that were given)."""
+        base = cls()
+        values = {f.name: _env(f.name, getattr(base, f.name)) for f in fields(cls)}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    @property
+    def kafka_advertised(self) -> tuple[str, int]:
+        host = self.advertised_host or ("127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host)
+        return host, self.advertised_port or self.kafka_port

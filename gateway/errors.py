@@ -1,0 +1,208 @@
+"""The one error vocabulary of the gateway.
+
+Lua scripts return small integer codes; `ErrorCode` names them once, and every face maps an
+`ErrorCode` to its own wire (Kafka error codes, native error enums). Retriability is data on the
+code, so callers decide to retry from the type, never from a message.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    """Codes shared by the Lua scripts, the domain services and both faces."""
+
+    OK = 0
+    UNKNOWN = 1
+    TOPIC_NOT_FOUND = 2
+    PARTITION_NOT_FOUND = 3
+    TOPIC_EXISTS = 4
+    INVALID_REQUEST = 5
+    CORRUPT_MESSAGE = 6
+    MESSAGE_TOO_LARGE = 7
+    OFFSET_OUT_OF_RANGE = 8
+    DUPLICATE_SEQUENCE = 9
+    OUT_OF_ORDER_SEQUENCE = 10
+    INVALID_PRODUCER_EPOCH = 11
+    UNKNOWN_PRODUCER_ID = 12
+    NOT_ALLOWED = 13
+    CONSUMER_BUSY = 14
+    SUBSCRIPTION_NOT_FOUND = 15
+    STORAGE_UNAVAILABLE = 16
+    TIMEOUT = 17
+    INVALID_CONFIG = 18
+    UNSUPPORTED_VERSION = 19
+    TRANSACTION_CONFLICT = 20
+    EXPIRED_TRANSACTION = 21
+    INVALID_TXN_STATE = 22
+    PRODUCER_FENCED = 23
+    CONCURRENT_TRANSACTIONS = 24
+    TRANSACTION_NOT_FOUND = 25
+    INVALID_PARTITIONS = 26
+    GROUP_ERROR = 27
+
+    @property
+    def retriable(self) -> bool:
+        return self in _RETRIABLE
+
+
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.STORAGE_UNAVAILABLE,
+        ErrorCode.TIMEOUT,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        ErrorCode.OUT_OF_ORDER_SEQUENCE,
+    }
+)
+
+
+class GatewayError(Exception):
+    """Root of every error the gateway raises on purpose; `code` says what went wrong."""
+
+    code: ErrorCode = ErrorCode.UNKNOWN
+
+    def __init__(self, message: str = "", code: ErrorCode | None = None) -> None:
+        if code is not None:
+            self.code = code
+        super().__init__(message or self.code.name.lower().replace("_", " "))
+
+    @property
+    def retriable(self) -> bool:
+        return self.code.retriable
+
+
+class TopicNotFound(GatewayError):
+    """The topic does not exist."""
+
+    code = ErrorCode.TOPIC_NOT_FOUND
+
+
+class PartitionNotFound(GatewayError):
+    """No such partition."""
+
+    code = ErrorCode.PARTITION_NOT_FOUND
+
+
+class TopicExists(GatewayError):
+    """A topic of that name exists already."""
+
+    code = ErrorCode.TOPIC_EXISTS
+
+
+class InvalidRequest(GatewayError):
+    """The request is malformed."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class CorruptMessage(GatewayError):
+    """A record batch failed its checks."""
+
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class MessageTooLarge(GatewayError):
+    """Over max.message.bytes."""
+
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class OffsetOutOfRange(GatewayError):
+    """Outside the log."""
+
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class OutOfOrderSequence(GatewayError):
+    """An idempotent producer skipped a sequence."""
+
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE
+
+
+class InvalidProducerEpoch(GatewayError):
+    """The producer epoch is older than the current one."""
+
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+class NotAllowed(GatewayError):
+    """The operation is not allowed."""
+
+    code = ErrorCode.NOT_ALLOWED
+
+
+class ConsumerBusy(GatewayError):
+    """The exclusive subscription has a consumer."""
+
+    code = ErrorCode.CONSUMER_BUSY
+
+
+class SubscriptionNotFound(GatewayError):
+    """No such subscription."""
+
+    code = ErrorCode.SUBSCRIPTION_NOT_FOUND
+
+
+class StorageUnavailable(GatewayError):
+    """Redis cannot be reached; retry later."""
+
+    code = ErrorCode.STORAGE_UNAVAILABLE
+
+
+class Timeout(GatewayError):
+    """The operation timed out."""
+
+    code = ErrorCode.TIMEOUT
+
+
+class InvalidConfig(GatewayError):
+    """A configuration value is invalid."""
+
+    code = ErrorCode.INVALID_CONFIG
+
+
+class UnsupportedVersion(GatewayError):
+    """Version not supported."""
+
+    code = ErrorCode.UNSUPPORTED_VERSION
+
+
+class TransactionConflict(GatewayError):
+    """Another transaction holds the message."""
+
+    code = ErrorCode.TRANSACTION_CONFLICT
+
+
+class ExpiredTransactionError(GatewayError):
+    """The transaction ended or was fenced."""
+
+    code = ErrorCode.EXPIRED_TRANSACTION
+
+
+class InvalidTxnState(GatewayError):
+    """Not allowed in the transaction's state."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class ProducerFenced(GatewayError):
+    """A newer producer epoch exists."""
+
+    code = ErrorCode.PRODUCER_FENCED
+
+
+_BY_CODE: dict[ErrorCode, type[GatewayError]] = {
+    cls.code: cls
+    for cls in list(globals().values())
+    if isinstance(cls, type) and issubclass(cls, GatewayError) and cls is not GatewayError
+}
+
+
+def error_for(code: int, message: str = "") -> GatewayError:
+    """The typed error for a code from a script or from the wire."""
+    try:
+        ec = ErrorCode(code)
+    except ValueError:
+        ec = ErrorCode.UNKNOWN
+    return _BY_CODE.get(ec, GatewayError)(message, ec)

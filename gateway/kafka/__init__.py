@@ -1,0 +1,1 @@
+"""The Kafka-protocol facade: existing Kafka clients work unchanged."""

@@ -1,0 +1,310 @@
+"""Topics and their partition logs: the semantics both faces share.
+
+Batches arrive as RecordBatch v2 bytes; only their 61-byte headers are read here (CRC, counts,
+producer fields), never the records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gateway.errors import (
+    CorruptMessage,
+    InvalidConfig,
+    InvalidRequest,
+    MessageTooLarge,
+    PartitionNotFound,
+    TopicExists,
+    TopicNotFound,
+)
+from gateway.records import BatchHeader, iter_records, split_batches
+from gateway.store import Store
+from gateway.store.log import Append, AppendRequest, Entry, Slice, TopicInfo
+
+log = logging.getLogger(__name__)
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    default: str
+    minimum: int | None = None  # for integer configs
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def check(self, name: str, value: str) -> str:
+        if self.choices:
+            if value not in self.choices:
+                raise InvalidConfig(f"{name} must be one of {', '.join(self.choices)}")
+            return value
+        try:
+            n = int(value)
+        except ValueError:
+            raise InvalidConfig(f"{name} must be an integer, not {value!r}") from None
+        if self.minimum is not None and n < self.minimum:
+            raise InvalidConfig(f"{name} must be at least {self.minimum}")
+        return str(n)
+
+
+TOPIC_CONFIGS: dict[str, ConfigSpec] = {
+    "retention.ms": ConfigSpec("604800000", -1, doc="delete batches older than this; -1 keeps all"),
+    "retention.bytes": ConfigSpec("-1", -1, doc="keep at most this many bytes per partition; -1 no limit"),
+    "max.message.bytes": ConfigSpec("1048588", 0, doc="the largest record batch accepted"),
+    "cleanup.policy": ConfigSpec("delete", choices=("delete",), doc="only deletion is supported"),
+    "message.timestamp.type": ConfigSpec("CreateTime", choices=("CreateTime",), doc="producer time"),
+    "min.insync.replicas": ConfigSpec("1", 1, doc="Redis replication decides durability"),
+    "delayed.delivery.enable": ConfigSpec("false", choices=("true", "false"), doc="honour delay headers"),
+}
+
+
+def validate_config(config: dict[str, str | None]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in config.items():
+        spec = TOPIC_CONFIGS.get(name)
+        if spec is None:
+            raise InvalidConfig(f"unknown topic config {name!r}")
+        if value is not None:
+            out[name] = spec.check(name, value)
+    return out
+
+
+def effective_config(info: TopicInfo) -> dict[str, str]:
+    return {name: info.config.get(name, spec.default) for name, spec in TOPIC_CONFIGS.items()}
+
+
+def validate_topic_name(name: str) -> None:
+    if not _LEGAL_TOPIC.match(name) or name in (".", ".."):
+        raise InvalidRequest(f"illegal topic name {name!r}: use 1-249 of [a-zA-Z0-9._-]")
+
+
+class Notifier:
+    """Wakes readers of a partition when it grows, so long polls need no polling."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
+
+    def notify(self, topic: str, partition: int) -> None:
+        for fut in self._waiters.pop((topic, partition), ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, parts: Iterable[tuple[str, int]], timeout: float) -> bool:
+        """True when any of `parts` grew before the timeout."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        watched = list(parts)
+        for p in watched:
+            self._waiters[p].add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            for p in watched:
+                waiters = self._waiters.get(p)
+                if waiters is not None:
+                    waiters.discard(fut)
+                    if not waiters:
+                        del self._waiters[p]
+
+
+@dataclass(frozen=True)
+class Produced:
+    """One batch's fate: its base offset, or the error that refused it."""
+
+    topic: str
+    partition: int
+    result: Append | Exception
+
+
+class LogService:
+    def __init__(self, store: Store, *, auto_create: bool = True, default_partitions: int = 1) -> None:
+        self.store = store
+        self.auto_create = auto_create
+        self.default_partitions = default_partitions
+        self.notifier = Notifier()
+        self._topics: dict[str, TopicInfo] = {}
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    async def create_topic(
+        self, name: str, partitions: int | None = None, config: dict[str, str | None] | None = None
+    ) -> TopicInfo:
+        validate_topic_name(name)
+        n = self.default_partitions if partitions is None or partitions < 1 else partitions
+        if n > 10000:
+            raise InvalidRequest("at most 10000 partitions")
+        info = TopicInfo(name, n, validate_config(config or {}), int(time.time() * 1000))
+        await self.store.log.create_topic(info)
+        self._topics[name] = info
+        return info
+
+    async def topic(self, name: str, *, create: bool | None = None) -> TopicInfo:
+        """The topic's description; created on first use when allowed."""
+        info = await self.store.log.get_topic(name)
+        if info is None:
+            if not (self.auto_create if create is None else create):
+                raise TopicNotFound(f"topic {name!r} does not exist")
+            try:
+                info = await self.create_topic(name)
+            except TopicExists as exc:
+                info = await self.store.log.get_topic(name)
+                if info is None:
+                    raise TopicNotFound(f"topic {name!r} does not exist") from exc
+        self._topics[name] = info
+        return info
+
+    async def list_topics(self) -> list[TopicInfo]:
+        return await self.store.log.list_topics()
+
+    async def delete_topic(self, name: str) -> None:
+        await self.store.log.delete_topic(name)
+        self._topics.pop(name, None)
+
+    async def alter_config(
+        self, name: str, changes: dict[str, str | None], *, incremental: bool = True
+    ) -> TopicInfo:
+        """Set (or with None, reset) configs; non-incremental replaces the whole set (AlterConfigs)."""
+        info = await self.topic(name, create=False)
+        checked = validate_config(changes)
+        base = dict(info.config) if incremental else {}
+        for k, v in changes.items():
+            if v is None:
+                base.pop(k, None)
+            else:
+                base[k] = checked[k]
+        new = TopicInfo(info.name, info.partitions, base, info.created_ms)
+        await self.store.log.update_topic(new)
+        self._topics[name] = new
+        return new
+
+    async def add_partitions(self, name: str, total: int) -> TopicInfo:
+        info = await self.topic(name, create=False)
+        if total <= info.partitions:
+            raise InvalidRequest(f"topic {name!r} has {info.partitions} partitions; the count only grows")
+        grown = await self.store.log.add_partitions(info, total)
+        self._topics[name] = grown
+        return grown
+
+    async def max_message_bytes(self, topic: str) -> int:
+        info = self._topics.get(topic) or await self.topic(topic, create=False)
+        return int(info.config.get("max.message.bytes", TOPIC_CONFIGS["max.message.bytes"].default))
+
+    # -- produce --------------------------------------------------------------------------------
+
+    async def append(
+        self, items: list[tuple[str, int, bytes | memoryview]]
+    ) -> list[Produced]:
+        """Append record blobs (one or more batches each) to partitions in one round trip.
+
+        Each blob is checked (magic, length, CRC, size limit) before anything is written, so a bad
+        batch is refused alone and never half-stored.
+        """
+        requests: list[AppendRequest] = []
+        owners: list[int] = []  # index into `items` of each request
+        refused: dict[int, Exception] = {}
+        for i, (topic, partition, blob) in enumerate(items):
+            try:
+                batches = split_batches(blob)
+                if not batches:
+                    raise CorruptMessage("no record batch in the request")
+                limit = await self.max_message_bytes(topic)
+                for h, _ in batches:
+                    if h.size > limit:
+                        raise MessageTooLarge(f"batch of {h.size} bytes over max.message.bytes {limit}")
+                    if h.record_count != h.last_offset_delta + 1:
+                        raise CorruptMessage("record count does not match the last offset delta")
+            except Exception as exc:
+                refused[i] = exc
+                continue
+            for h, view in batches:
+                requests.append(self._request(topic, partition, h, view))
+                owners.append(i)
+        outcome: dict[int, Append | Exception] = dict(refused)
+        if requests:
+            appended = await self.store.log.append(requests)
+            for i, req, res in zip(owners, requests, appended, strict=True):
+                # several batches in one blob: the first batch's offset stands, unless one failed
+                if i not in outcome or (isinstance(res, Exception) and not isinstance(outcome[i], Exception)):
+                    outcome[i] = res
+                if not isinstance(res, Exception):
+                    self.notifier.notify(req.topic, req.partition)
+        return [Produced(t, p, outcome[i]) for i, (t, p, _) in enumerate(items)]
+
+    @staticmethod
+    def _request(topic: str, partition: int, h: BatchHeader, view: memoryview) -> AppendRequest:
+        return AppendRequest(
+            topic,
+            partition,
+            view,
+            h.record_count,
+            h.max_timestamp,
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+        )
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    async def read(self, topic: str, partition: int, offset: int, max_entries: int = 64) -> Slice:
+        return await self.store.log.read(topic, partition, offset, max_entries)
+
+    async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(log start offset, high watermark)."""
+        return await self.store.log.bounds(topic, partition)
+
+    async def check_partition(self, topic: str, partition: int) -> TopicInfo:
+        info = await self.topic(topic, create=False)
+        if not 0 <= partition < info.partitions:
+            raise PartitionNotFound(f"{topic} has no partition {partition}")
+        return info
+
+    async def offset_for_time(self, topic: str, partition: int, ts: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `ts`, or None."""
+        entry: Entry | None = await self.store.log.entry_for_time(topic, partition, ts)
+        if entry is None:
+            return None
+        start, _ = await self.bounds(topic, partition)
+        for rec in iter_records(entry.batch, entry.base_offset):
+            if rec.timestamp >= ts and rec.offset >= start:
+                return rec.offset, rec.timestamp
+        return None
+
+    async def delete_records(self, topic: str, partition: int, before: int) -> int:
+        """Move the log start to `before` (-1: the high watermark); returns the new log start."""
+        start, _ = await self.store.log.trim(topic, partition, min_start=-2 if before == -1 else before)
+        return start
+
+    # -- retention ------------------------------------------------------------------------------
+
+    async def enforce_retention(self) -> int:
+        """One pass over every partition; returns the number of entries removed."""
+        removed = 0
+        for info in await self.list_topics():
+            cfg = effective_config(info)
+            for p in range(info.partitions):
+                _, n = await self.store.log.trim(
+                    info.name,
+                    p,
+                    retention_ms=int(cfg["retention.ms"]),
+                    retention_bytes=int(cfg["retention.bytes"]),
+                )
+                removed += n
+        return removed
+
+    async def retention_loop(self, interval: float) -> None:
+        while True:
+            try:
+                n = await self.enforce_retention()
+                if n:
+                    log.info("retention removed %d batches", n)
+            except Exception:
+                log.exception("retention pass failed; trying again next interval")
+            await asyncio.sleep(interval)

@@ -1,0 +1,1 @@
+"""The native protocol: protobuf frames over TCP."""

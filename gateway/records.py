@@ -1,0 +1,396 @@
+"""Kafka's RecordBatch v2, the one record format of both faces and of the log.
+
+The hot paths only ever look at the fixed 61-byte header (`parse_header`); records are decoded
+(`iter_records`) only where someone needs them: the native client, timestamp lookups, delay headers.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterable, Iterator
+from enum import IntEnum
+from typing import NamedTuple
+
+import cramjam
+import crc32c
+
+from gateway.errors import CorruptMessage
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+# Offsets inside the header, for the few fields patched or read in place.
+LENGTH_END = 12  # base offset (8) + batch length (4): what the batch length does not count
+CRC_START = 21  # the CRC covers everything from the attributes on
+
+ATTR_COMPRESSION = 0x07
+ATTR_TIMESTAMP_LOG_APPEND = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+class Compression(IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def parse(cls, name: str | int | None) -> Compression:
+        if name is None:
+            return cls.NONE
+        if isinstance(name, int):
+            return cls(name)
+        return cls[name.upper()]
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & ATTR_COMPRESSION)
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def size(self) -> int:
+        return self.length + LENGTH_END
+
+    @property
+    def last_sequence(self) -> int:
+        return -1 if self.base_sequence < 0 else self.base_sequence + self.last_offset_delta
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def parse_header(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = True) -> BatchHeader:
+    """Read and check one batch header at `pos`; raises CorruptMessage on anything malformed."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptMessage("record batch shorter than its header")
+    h = BatchHeader._make(HEADER.unpack_from(buf, pos))
+    if h.magic != 2:
+        raise CorruptMessage(f"unsupported record batch magic {h.magic}")
+    if h.length < HEADER_SIZE - LENGTH_END or pos + h.size > len(buf):
+        raise CorruptMessage("record batch length does not match its bytes")
+    if h.last_offset_delta < 0 or h.record_count < 0 or h.attributes & ATTR_COMPRESSION > 4:
+        raise CorruptMessage("record batch header fields out of range")
+    if verify_crc and crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + h.size]) != h.crc:
+        raise CorruptMessage("record batch CRC mismatch")
+    return h
+
+
+def split_batches(buf: bytes | memoryview, *, verify_crc: bool = True) -> list[tuple[BatchHeader, memoryview]]:
+    """Split a records blob (as in a produce request) into its batches, each checked."""
+    view = memoryview(buf)
+    out: list[tuple[BatchHeader, memoryview]] = []
+    pos = 0
+    while pos < len(view):
+        h = parse_header(view, pos, verify_crc=verify_crc)
+        out.append((h, view[pos : pos + h.size]))
+        pos += h.size
+    return out
+
+
+# -- compression ---------------------------------------------------------------------------------
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def compress(codec: Compression, data: bytes) -> bytes:
+    if codec == Compression.NONE:
+        return data
+    if codec == Compression.GZIP:
+        return bytes(cramjam.gzip.compress(data))
+    if codec == Compression.SNAPPY:
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == Compression.LZ4:
+        return bytes(cramjam.lz4.compress(data))
+    return bytes(cramjam.zstd.compress(data))
+
+
+def decompress(codec: Compression, data: bytes | memoryview) -> bytes:
+    """Undo a batch's compression; snappy comes raw or in the xerial framing Java clients use."""
+    if codec == Compression.NONE:
+        return bytes(data)
+    try:
+        if codec == Compression.GZIP:
+            return bytes(cramjam.gzip.decompress(bytes(data)))
+        if codec == Compression.SNAPPY:
+            if bytes(data[:8]) == _XERIAL_MAGIC:
+                return _xerial_decompress(bytes(data))
+            return bytes(cramjam.snappy.decompress_raw(bytes(data)))
+        if codec == Compression.LZ4:
+            return bytes(cramjam.lz4.decompress(bytes(data)))
+        return bytes(cramjam.zstd.decompress(bytes(data)))
+    except Exception as exc:  # cramjam raises its own DecompressionError
+        raise CorruptMessage(f"cannot decompress {codec.name.lower()} batch: {exc}") from exc
+
+
+def _xerial_decompress(data: bytes) -> bytes:
+    out = bytearray()
+    pos = 16  # magic (8) + version (4) + compatible version (4)
+    while pos < len(data):
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        out += cramjam.snappy.decompress_raw(data[pos : pos + n])
+        pos += n
+    return bytes(out)
+
+
+# -- varints --------------------------------------------------------------------------------------
+
+
+def write_varint(out: bytearray, value: int) -> None:
+    v = (value << 1) ^ (value >> 63)
+    while v & ~0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise CorruptMessage("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
+    n, pos = read_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > len(buf):
+        raise CorruptMessage("record field runs past the batch")
+    return bytes(buf[pos : pos + n]), pos + n
+
+
+# -- records --------------------------------------------------------------------------------------
+
+
+def iter_records(batch: bytes | memoryview, base_offset: int | None = None) -> Iterator[Record]:
+    """Decode the records of one batch; `base_offset` overrides the one stored in the batch."""
+    h = parse_header(batch, verify_crc=False)
+    base = h.base_offset if base_offset is None else base_offset
+    body = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
+    log_append = bool(h.attributes & ATTR_TIMESTAMP_LOG_APPEND)
+    pos = 0
+    for _ in range(h.record_count):
+        length, pos = read_varint(body, pos)
+        end = pos + length
+        if length < 0 or end > len(body):
+            raise CorruptMessage("record runs past the batch")
+        pos += 1  # record attributes, unused
+        ts_delta, pos = read_varint(body, pos)
+        off_delta, pos = read_varint(body, pos)
+        key, pos = _read_bytes(body, pos)
+        value, pos = _read_bytes(body, pos)
+        n_headers, pos = read_varint(body, pos)
+        headers: list[tuple[str, bytes | None]] = []
+        for _ in range(n_headers):
+            hk, pos = _read_bytes(body, pos)
+            hv, pos = _read_bytes(body, pos)
+            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
+        timestamp = h.max_timestamp if log_append else h.base_timestamp + ts_delta
+        yield Record(base + off_delta, timestamp, key, value, headers)
+        pos = end
+
+
+def encode_record(
+    out: bytearray,
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Iterable[tuple[str, bytes | None]] = (),
+) -> None:
+    body = bytearray(b"\x00")
+    write_varint(body, timestamp_delta)
+    write_varint(body, offset_delta)
+    for field in (key, value):
+        if field is None:
+            write_varint(body, -1)
+        else:
+            write_varint(body, len(field))
+            body += field
+    hs = list(headers)
+    write_varint(body, len(hs))
+    for hk, hv in hs:
+        kb = hk.encode()
+        write_varint(body, len(kb))
+        body += kb
+        if hv is None:
+            write_varint(body, -1)
+        else:
+            write_varint(body, len(hv))
+            body += hv
+    write_varint(out, len(body))
+    out += body
+
+
+class BatchBuilder:
+    """Accumulates records into one RecordBatch v2; the native producer's unit of send."""
+
+    def __init__(
+        self,
+        compression: Compression = Compression.NONE,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        transactional: bool = False,
+    ) -> None:
+        self.compression = compression
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.transactional = transactional
+        self._body = bytearray()
+        self._count = 0
+        self._base_ts = -1
+        self._max_ts = -1
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def size_estimate(self) -> int:
+        return HEADER_SIZE + len(self._body)
+
+    def append(
+        self,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Iterable[tuple[str, bytes | None]] = (),
+        timestamp: int | None = None,
+    ) -> int:
+        """Add a record; returns its offset delta within the batch."""
+        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        if self._count == 0:
+            self._base_ts = ts
+        self._max_ts = max(self._max_ts, ts)
+        delta = self._count
+        encode_record(self._body, delta, ts - self._base_ts, key, value, headers)
+        self._count += 1
+        return delta
+
+    def build(self, *, attributes_extra: int = 0) -> bytes:
+        if self._count == 0:
+            raise ValueError("an empty batch cannot be built")
+        body = compress(self.compression, bytes(self._body))
+        attributes = int(self.compression) | attributes_extra
+        if self.transactional:
+            attributes |= ATTR_TRANSACTIONAL
+        return assemble(
+            body,
+            attributes=attributes,
+            last_offset_delta=self._count - 1,
+            base_timestamp=self._base_ts,
+            max_timestamp=self._max_ts,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
+            record_count=self._count,
+        )
+
+
+def assemble(
+    body: bytes,
+    *,
+    attributes: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+    base_offset: int = 0,
+) -> bytes:
+    """Put the header (with its CRC) in front of an encoded, possibly compressed, record body."""
+    tail = struct.pack(
+        ">hiqqqhii",
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
+    )
+    crc = crc32c.crc32c(body, crc32c.crc32c(tail))
+    length = HEADER_SIZE - LENGTH_END + len(body)
+    return struct.pack(">qiibI", base_offset, length, 0, 2, crc) + tail + body
+
+
+def build_batch(
+    records: Iterable[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    compression: Compression = Compression.NONE,
+    *,
+    timestamp: int | None = None,
+) -> bytes:
+    """One batch from (key, value, headers) triples, all stamped with `timestamp` (now by default)."""
+    b = BatchBuilder(compression)
+    for key, value, headers in records:
+        b.append(value, key, headers, timestamp)
+    return b.build()
+
+
+def build_control_batch(commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int = 0) -> bytes:
+    """A transaction marker as Kafka writes it: a control batch of one record."""
+    out = bytearray()
+    key = struct.pack(">hh", 0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    encode_record(out, 0, 0, key, value)
+    now = int(time.time() * 1000)
+    return assemble(
+        bytes(out),
+        attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL,
+        last_offset_delta=0,
+        base_timestamp=now,
+        max_timestamp=now,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=-1,
+        record_count=1,
+    )
+
+
+def with_base_offset(batch: bytes | memoryview, base_offset: int) -> list[bytes | memoryview]:
+    """The batch as chunks with its base offset patched in, for `writelines` without a copy."""
+    return [struct.pack(">q", base_offset), memoryview(batch)[8:]]

@@ -1,0 +1,108 @@
+"""One gateway process: embedded Redis (unless given a URL), the three listeners, background roles.
+
+Shutdown is staged: stop accepting, let connections finish their current request for a bounded
+time, cancel what remains, then stop Redis last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Protocol
+
+from gateway.admin.http import start_admin_server
+from gateway.config import Config
+from gateway.errors import GatewayError
+from gateway.kafka.server import start_kafka_server
+from gateway.native.server import start_native_server
+from gateway.services import Services
+from gateway.store.embedded import EmbeddedRedis
+
+log = logging.getLogger(__name__)
+
+
+class Listener(Protocol):
+    port: int
+
+    async def close(self, grace: float) -> None: ...
+
+
+class Gateway:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.embedded: EmbeddedRedis | None = None
+        self.services: Services | None = None
+        self.listeners: dict[str, Listener] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+
+    @property
+    def redis_url(self) -> str:
+        return self.config.redis_url or (self.embedded.url if self.embedded else "")
+
+    async def start(self) -> None:
+        cfg = self.config
+        if not cfg.redis_url:
+            self.embedded = EmbeddedRedis(cfg.data_dir, fsync=cfg.redis_fsync)
+            await asyncio.to_thread(self.embedded.start)
+        self.services = Services.open(cfg, self.redis_url)
+        await self._wait_for_redis()
+        try:
+            self.listeners["kafka"] = await start_kafka_server(self.services, cfg.host, cfg.kafka_port)
+            self.listeners["native"] = await start_native_server(self.services, cfg.host, cfg.native_port)
+            self.listeners["admin"] = await start_admin_server(self.services, cfg.host, cfg.admin_port)
+        except BaseException:
+            await self.stop()
+            raise
+        self._tasks.append(asyncio.create_task(self.services.log.retention_loop(cfg.retention_check_interval)))
+
+    async def _wait_for_redis(self, timeout: float = 30.0) -> None:
+        assert self.services is not None
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            try:
+                await self.services.store.ping()
+                return
+            except Exception as exc:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise GatewayError(f"cannot reach Redis at {self.redis_url}: {exc}") from exc
+                await asyncio.sleep(0.2)
+
+    def describe(self) -> str:
+        ports = {name: lst.port for name, lst in self.listeners.items()}
+        redis = self.config.redis_url or f"embedded redis-server in {self.config.data_dir} ({self.redis_url})"
+        return (
+            f"gateway listening on {self.config.host}: kafka {ports.get('kafka')}, "
+            f"native {ports.get('native')}, admin {ports.get('admin')}; storage: {redis}"
+        )
+
+    async def stop(self, grace: float = 5.0) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await asyncio.gather(*(lst.close(grace) for lst in self.listeners.values()), return_exceptions=True)
+        self.listeners.clear()
+        if self.services is not None:
+            await self.services.close()
+            self.services = None
+        if self.embedded is not None:
+            await asyncio.to_thread(self.embedded.stop)
+            self.embedded = None
+        self._stopped.set()
+
+    async def run(self) -> None:
+        """Serve until SIGINT or SIGTERM, then shut down cleanly."""
+        await self.start()
+        print(self.describe(), flush=True)
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("shutting down")
+        await self.stop()

@@ -1,0 +1,32 @@
+"""The only code that knows Redis key names and calls scripts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from gateway.store.connection import connect
+from gateway.store.log import LogStore
+from gateway.store.scripts import Scripts
+
+
+@dataclass
+class Store:
+    """Everything persistent, behind one Redis client."""
+
+    redis: Redis
+    scripts: Scripts
+    log: LogStore
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        redis = connect(url)
+        scripts = Scripts(redis)
+        return cls(redis, scripts, LogStore(redis, scripts))
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())
+
+    async def close(self) -> None:
+        await self.redis.aclose()

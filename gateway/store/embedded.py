@@ -1,0 +1,119 @@
+"""The embedded `redis-server`: AOF on, files in the data dir, gone when the gateway goes.
+
+The child gets SIGTERM when the gateway dies (even by SIGKILL), and Redis answers SIGTERM by
+flushing its AOF, so nothing acknowledged is lost and the next start finds the data dir free.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from gateway.errors import GatewayError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def redis_server_binary() -> str:
+    found = shutil.which("redis-server")
+    if not found:
+        raise GatewayError(
+            "redis-server is not installed: install it (Debian: apt-get install redis-server) "
+            "or pass --redis-url to use an existing Redis"
+        )
+    return found
+
+
+class EmbeddedRedis:
+    """A redis-server child process bound to loopback on a free port."""
+
+    def __init__(self, data_dir: Path, *, port: int | None = None, fsync: str = "everysec") -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.port = port or free_port()
+        self.fsync = fsync
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 15.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._stop_leftover()
+        args = [
+            redis_server_binary(),
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--dir", str(self.data_dir),
+            "--appendonly", "yes",
+            "--appendfsync", self.fsync,
+            "--save", "",
+            "--pidfile", str(self.data_dir / "redis.pid"),
+            "--logfile", str(self.data_dir / "redis.log"),
+            "--protected-mode", "yes",
+        ]
+        self.proc = subprocess.Popen(args, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                log = (self.data_dir / "redis.log").read_text()[-2000:] if (self.data_dir / "redis.log").exists() else ""
+                raise GatewayError(f"embedded redis-server exited with {self.proc.returncode}: {log}")
+            if self._ping():
+                return
+            time.sleep(0.02)
+        self.stop()
+        raise GatewayError("embedded redis-server did not become ready")
+
+    def _ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def _stop_leftover(self) -> None:
+        """A server still running on this data dir (its gateway died oddly) is asked to stop first."""
+        pidfile = self.data_dir / "redis.pid"
+        if not pidfile.exists():
+            return
+        try:
+            pid = int(pidfile.read_text().strip())
+            os.kill(pid, signal.SIGTERM)
+        except (ValueError, ProcessLookupError, PermissionError):
+            return
+        for _ in range(500):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.01)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

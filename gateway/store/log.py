@@ -1,0 +1,243 @@
+"""Partition logs and the topic registry in Redis.
+
+A partition is a stream whose entry IDs are `<base offset>-1`, one entry per record batch with
+fields `b` (the batch as received), `n` (records), `t` (running maximum timestamp) and `c` (bytes
+in the log before it). Its meta hash holds `hw` (the next offset), `start` (the log start offset),
+`maxts` and `bytes`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+from redis.asyncio import Redis
+
+from gateway.errors import ErrorCode, TopicExists, TopicNotFound, error_for
+from gateway.store import keys
+from gateway.store.connection import storage_errors
+from gateway.store.scripts import Scripts
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    created_ms: int = 0
+
+    def pack(self) -> bytes:
+        return msgpack.packb(
+            {"p": self.partitions, "c": self.config, "t": self.created_ms}, use_bin_type=True
+        )
+
+    @classmethod
+    def unpack(cls, name: str, raw: bytes) -> TopicInfo:
+        d = msgpack.unpackb(raw, raw=False)
+        return cls(name, d["p"], dict(d["c"]), d["t"])
+
+
+@dataclass(frozen=True)
+class Append:
+    """Where one batch went. `duplicate` marks an idempotent retry of a batch stored before."""
+
+    base_offset: int
+    log_start: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Entry:
+    base_offset: int
+    count: int
+    batch: bytes
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.count
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Entries read from a partition together with its bounds at the time of the read."""
+
+    entries: list[Entry]
+    high_watermark: int
+    log_start: int
+
+
+def _entry(raw: tuple[bytes, dict[bytes, bytes]]) -> Entry:
+    eid, fields = raw
+    return Entry(int(eid.split(b"-", 1)[0]), int(fields[b"n"]), fields[b"b"])
+
+
+@dataclass(frozen=True)
+class AppendRequest:
+    topic: str
+    partition: int
+    batch: bytes | memoryview
+    count: int
+    max_timestamp: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+
+
+class LogStore:
+    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+        self.redis = redis
+        self.scripts = scripts
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    async def create_topic(self, info: TopicInfo) -> None:
+        """Partition metas first, the registry entry last: the entry is what makes the topic exist."""
+        async with storage_errors():
+            if await self.redis.hexists(keys.TOPICS, info.name):
+                raise TopicExists(f"topic {info.name!r} exists")
+            await self._create_partitions(info.name, range(info.partitions))
+            if not await self.redis.hsetnx(keys.TOPICS, info.name, info.pack()):
+                raise TopicExists(f"topic {info.name!r} exists")
+
+    async def _create_partitions(self, topic: str, partitions: range) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for p in partitions:
+            pipe.delete(keys.log(topic, p), keys.producers(topic, p))
+            pipe.hset(keys.meta(topic, p), mapping={"hw": 0, "start": 0, "maxts": -1, "bytes": 0})
+        await pipe.execute()
+
+    async def get_topic(self, name: str) -> TopicInfo | None:
+        async with storage_errors():
+            raw = await self.redis.hget(keys.TOPICS, name)
+        return TopicInfo.unpack(name, raw) if raw is not None else None
+
+    async def list_topics(self) -> list[TopicInfo]:
+        async with storage_errors():
+            raw = await self.redis.hgetall(keys.TOPICS)
+        return sorted((TopicInfo.unpack(k.decode(), v) for k, v in raw.items()), key=lambda t: t.name)
+
+    async def update_topic(self, info: TopicInfo) -> None:
+        async with storage_errors():
+            if not await self.redis.hexists(keys.TOPICS, info.name):
+                raise TopicNotFound(f"topic {info.name!r} does not exist")
+            await self.redis.hset(keys.TOPICS, info.name, info.pack())
+
+    async def add_partitions(self, info: TopicInfo, new_total: int) -> TopicInfo:
+        async with storage_errors():
+            await self._create_partitions(info.name, range(info.partitions, new_total))
+            grown = TopicInfo(info.name, new_total, info.config, info.created_ms)
+            await self.redis.hset(keys.TOPICS, info.name, grown.pack())
+        return grown
+
+    async def delete_topic(self, name: str) -> None:
+        """The registry entry goes first, so a half-finished delete leaves no visible topic."""
+        async with storage_errors():
+            raw = await self.redis.hget(keys.TOPICS, name)
+            if raw is None:
+                raise TopicNotFound(f"topic {name!r} does not exist")
+            info = TopicInfo.unpack(name, raw)
+            await self.redis.hdel(keys.TOPICS, name)
+            for p in range(info.partitions):
+                doomed = [k async for k in self.redis.scan_iter(match=keys.partition_keys_pattern(name, p))]
+                if doomed:
+                    await self.redis.delete(*doomed)
+
+    # -- appends --------------------------------------------------------------------------------
+
+    async def append(self, requests: list[AppendRequest]) -> list[Append | Exception]:
+        """Append batches, one script call each, all in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for r in requests:
+            await self.scripts.call(
+                "append-3",
+                [keys.log(r.topic, r.partition), keys.meta(r.topic, r.partition),
+                 keys.producers(r.topic, r.partition)],
+                # batch, count, max_ts, pid, epoch, seq
+                [r.batch, r.count,
+                 r.max_timestamp, r.producer_id, r.producer_epoch, r.base_sequence],
+                client=pipe,
+            )
+        async with storage_errors():
+            replies = await pipe.execute(raise_on_error=False)
+        out: list[Append | Exception] = []
+        for r, reply in zip(requests, replies, strict=True):
+            if isinstance(reply, Exception):
+                out.append(reply)
+            elif reply[0] == ErrorCode.OK:
+                out.append(Append(int(reply[1]), int(reply[2])))
+            elif reply[0] == ErrorCode.DUPLICATE_SEQUENCE:
+                out.append(Append(int(reply[1]), int(reply[2]), duplicate=True))
+            else:
+                out.append(error_for(reply[0], f"{r.topic}-{r.partition}"))
+        return out
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    async def read(self, topic: str, partition: int, offset: int, max_entries: int) -> Slice:
+        """The entry holding `offset` and those after it, with the bounds read after them."""
+        log = keys.log(topic, partition)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xrevrange(log, f"{offset}-1", "-", count=1)
+        pipe.xrange(log, f"({offset}-1", "+", count=max_entries)
+        pipe.hmget(keys.meta(topic, partition), "hw", "start")
+        async with storage_errors():
+            before, after, (hw, start) = await pipe.execute()
+        if hw is None:
+            raise TopicNotFound(f"{topic}-{partition} does not exist")
+        entries = [_entry(e) for e in after]
+        if before:
+            first = _entry(before[0])
+            if first.next_offset > offset:
+                entries.insert(0, first)
+        return Slice(entries, int(hw), int(start))
+
+    async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(log start offset, high watermark)."""
+        async with storage_errors():
+            hw, start = await self.redis.hmget(keys.meta(topic, partition), "hw", "start")
+        if hw is None:
+            raise TopicNotFound(f"{topic}-{partition} does not exist")
+        return int(start), int(hw)
+
+    async def bounds_many(self, parts: list[tuple[str, int]]) -> list[tuple[int, int] | None]:
+        pipe = self.redis.pipeline(transaction=False)
+        for t, p in parts:
+            pipe.hmget(keys.meta(t, p), "hw", "start")
+        async with storage_errors():
+            replies = await pipe.execute()
+        return [None if hw is None else (int(start), int(hw)) for hw, start in replies]
+
+    async def entry_for_time(self, topic: str, partition: int, ts: int) -> Entry | None:
+        """The first batch whose records reach `ts`, or None when none does."""
+        async with storage_errors():
+            reply: list[Any] = await self.scripts.call(
+                "offset-for-time-2", [keys.log(topic, partition), keys.meta(topic, partition)], [ts]
+            )
+        if reply[0] != ErrorCode.OK:
+            raise error_for(reply[0], f"{topic}-{partition}")
+        if int(reply[1]) < 0:
+            return None
+        return Entry(int(reply[1]), 0, reply[2])
+
+    async def trim(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        retention_ms: int = -1,
+        retention_bytes: int = -1,
+        min_start: int = -1,
+    ) -> tuple[int, int]:
+        """Apply retention or an explicit new start; returns (log start, entries removed)."""
+        async with storage_errors():
+            reply: list[Any] = await self.scripts.call(
+                "trim-2",
+                [keys.log(topic, partition), keys.meta(topic, partition)],
+                # now_ms, retention_ms, retention_bytes, min_start
+                [int(time.time() * 1000), retention_ms, retention_bytes, min_start],
+            )
+        if reply[0] != ErrorCode.OK:
+            raise error_for(reply[0], f"{topic}-{partition}")
+        return int(reply[1]), int(reply[2])

@@ -1,0 +1,81 @@
+"""Loads `lua/`: resolves `--- @include "name"` lines, rejects cycles, checks each header.
+
+Scripts are registered once and called by SHA; redis-py reloads them on NOSCRIPT (after a Redis
+restart or SCRIPT FLUSH), so callers never see that.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+LUA_DIR = Path(__file__).resolve().parents[2] / "lua"
+_INCLUDE = re.compile(r'^--- @include "([\w-]+)"\s*$', re.M)
+_NAME = re.compile(r"^([a-z0-9-]+)-(\d+)$")
+
+
+class ScriptError(Exception):
+    """A script in `lua/` is malformed; raised at load time, never at call time."""
+
+
+def resolve(name: str, directory: Path = LUA_DIR, _stack: tuple[str, ...] = ()) -> str:
+    """The text of `name`.lua with its includes pulled in, each once."""
+    path = directory / f"{name}.lua" if not _stack else directory / "includes" / f"{name}.lua"
+    if name in _stack:
+        raise ScriptError(f"include cycle: {' -> '.join((*_stack, name))}")
+    if not path.exists():
+        raise ScriptError(f"no script {path}")
+    text = path.read_text()
+    return _INCLUDE.sub(lambda m: resolve(m.group(1), directory, (*_stack, name)), text)
+
+
+@dataclass(frozen=True)
+class ScriptSpec:
+    name: str
+    numkeys: int
+    keys: list[str]
+    argv: list[str]
+    source: str = field(repr=False)
+
+
+_HEADER_KEY = re.compile(r"^\s*KEYS\[(\d+)\]\s+(\w+)", re.M)
+_HEADER_ARG = re.compile(r"^\s*ARGV\[(\d+)\]\s+(\w+)", re.M)
+
+
+def parse_spec(name: str, directory: Path = LUA_DIR) -> ScriptSpec:
+    """Read the header of a script: which KEYS and ARGV it documents, and how many keys its name says."""
+    m = _NAME.match(name)
+    if not m:
+        raise ScriptError(f"script name {name!r} must end in -<number of keys>")
+    source = resolve(name, directory)
+    header = source.split("]]", 1)[0]
+    keys = [k for _, k in sorted((int(i), k) for i, k in _HEADER_KEY.findall(header))]
+    argv = [a for _, a in sorted((int(i), a) for i, a in _HEADER_ARG.findall(header))]
+    return ScriptSpec(name, int(m.group(2)), keys, argv, source)
+
+
+def all_specs(directory: Path = LUA_DIR) -> dict[str, ScriptSpec]:
+    return {p.stem: parse_spec(p.stem, directory) for p in sorted(directory.glob("*.lua"))}
+
+
+class Scripts:
+    """Every script of `lua/`, registered on one Redis client and callable by name."""
+
+    def __init__(self, redis: Redis, directory: Path = LUA_DIR) -> None:
+        self.specs = all_specs(directory)
+        self._scripts: dict[str, AsyncScript] = {
+            name: redis.register_script(spec.source) for name, spec in self.specs.items()
+        }
+
+    async def call(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
+        spec = self.specs[name]
+        if len(keys) != spec.numkeys or len(args) != len(spec.argv):
+            raise ScriptError(
+                f"{name} takes {spec.numkeys} keys and ARGV {spec.argv}, got {len(keys)} keys, {len(args)} args"
+            )
+        return await self._scripts[name](keys=keys, args=args, client=client)

@@ -1,0 +1,58 @@
+--[[
+  Append one record batch to a partition log, assigning it contiguous offsets.
+  KEYS[1] log      the partition's stream
+  KEYS[2] meta     the partition's meta hash (hw, start, maxts, bytes)
+  KEYS[3] pids     idempotent producer state per producer id
+  ARGV[1] batch    RecordBatch v2 bytes, stored as received
+  ARGV[2] count    records in the batch
+  ARGV[3] max_ts   the batch's max timestamp
+  ARGV[4] pid      producer id, -1 when not idempotent
+  ARGV[5] epoch    producer epoch
+  ARGV[6] seq      base sequence
+  Returns {0, base offset, log start} on append, {9, base offset, log start} for a duplicate,
+  {code} on error: 2 no such partition, 10 out of order sequence, 11 stale producer epoch.
+]]
+local rcall = redis.call
+--- @include "entry"
+
+local meta = rcall('HMGET', KEYS[2], 'hw', 'start', 'maxts', 'bytes')
+if not meta[1] then return {2} end
+local hw, start = tonumber(meta[1]), tonumber(meta[2])
+local count = tonumber(ARGV[2])
+local pid = ARGV[4]
+
+local state
+if pid ~= '-1' then
+  local epoch, seq = tonumber(ARGV[5]), tonumber(ARGV[6])
+  local last_seq = (seq + count - 1) % 2147483648
+  local raw = rcall('HGET', KEYS[3], pid)
+  if raw then
+    state = cjson.decode(raw)
+    if epoch < state.e then return {11} end
+    if epoch == state.e then
+      for _, b in ipairs(state.b) do
+        if b[1] == seq and b[2] == last_seq then return {9, b[3], start} end
+      end
+      local prev = state.b[#state.b]
+      if prev and seq ~= (prev[2] + 1) % 2147483648 then return {10} end
+    elseif seq ~= 0 then
+      return {10}
+    else
+      state.b = {}
+    end
+    state.e = epoch
+  else
+    state = {e = epoch, b = {}}
+  end
+  table.insert(state.b, {seq, last_seq, hw})
+  if #state.b > 5 then table.remove(state.b, 1) end
+end
+
+local maxts = math.max(tonumber(meta[3] or '-1'), tonumber(ARGV[3]))
+local bytes = tonumber(meta[4] or '0')
+rcall('XADD', KEYS[1], entry_id(hw), 'b', ARGV[1], 'n', count, 't', string.format('%d', maxts),
+  'c', string.format('%d', bytes))
+rcall('HSET', KEYS[2], 'hw', string.format('%d', hw + count), 'maxts', string.format('%d', maxts),
+  'bytes', string.format('%d', bytes + #ARGV[1]))
+if state then rcall('HSET', KEYS[3], pid, cjson.encode(state)) end
+return {0, hw, start}

@@ -1,0 +1,171 @@
+"""Real servers for the tests: a redis-server the suite starts itself, and gateways on free ports."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis as redis_sync
+
+from gateway.config import Config
+from gateway.server import Gateway
+from gateway.store.embedded import EmbeddedRedis, free_port
+
+
+def _docker_engine() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=2).ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """One Redis for the run: a container when a Docker engine answers, else the local binary."""
+    if _docker_engine():
+        from testcontainers.redis import RedisContainer
+
+        with RedisContainer("redis:7") as container:
+            host = container.get_container_host_ip()
+            port = container.get_exposed_port(6379)
+            yield f"redis://{host}:{port}/0"
+        return
+    with tempfile.TemporaryDirectory(prefix="gw-test-redis-") as d:
+        server = EmbeddedRedis(Path(d))
+        server.start()
+        try:
+            yield server.url
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> str:
+    """The shared Redis, emptied (data and scripts) before each test."""
+    r = redis_sync.Redis.from_url(redis_server)
+    r.flushall()
+    r.script_flush()
+    r.close()
+    return redis_server
+
+
+def test_config(redis_url: str, **overrides: object) -> Config:
+    cfg = Config(
+        host="127.0.0.1",
+        kafka_port=0,
+        native_port=0,
+        admin_port=0,
+        redis_url=redis_url,
+        retention_check_interval=3600,
+    )
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+test_config.__test__ = False  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+async def gateway(redis_url: str) -> AsyncIterator[Gateway]:
+    """A whole gateway in this process, on free ports, over the test Redis."""
+    gw = Gateway(test_config(redis_url))
+    await gw.start()
+    try:
+        yield gw
+    finally:
+        await gw.stop()
+
+
+def native_url(gw: Gateway) -> str:
+    return f"gateway://127.0.0.1:{gw.listeners['native'].port}"
+
+
+def kafka_bootstrap(gw: Gateway) -> str:
+    return f"127.0.0.1:{gw.listeners['kafka'].port}"
+
+
+def admin_url(gw: Gateway) -> str:
+    return f"http://127.0.0.1:{gw.listeners['admin'].port}"
+
+
+@dataclass
+class GatewayProcess:
+    """`gateway serve` as a user runs it, in its own process, so it can be killed with SIGKILL."""
+
+    data_dir: Path
+    redis_url: str = ""
+    kafka_port: int = field(default_factory=free_port)
+    native_port: int = field(default_factory=free_port)
+    admin_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[str] | None = None
+    banner: str = ""
+
+    @property
+    def native_url(self) -> str:
+        return f"gateway://127.0.0.1:{self.native_port}"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        args = [
+            sys.executable, "-m", "gateway", "serve",
+            "--kafka-port", str(self.kafka_port),
+            "--native-port", str(self.native_port),
+            "--admin-port", str(self.admin_port),
+            "--data-dir", str(self.data_dir),
+        ]
+        if self.redis_url:
+            args += ["--redis-url", self.redis_url]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert self.proc.stdout is not None
+        lines = []
+        for line in self.proc.stdout:
+            lines.append(line)
+            if re.search(r"gateway listening on", line):
+                self.banner = line
+                return
+        raise RuntimeError("gateway did not start:\n" + "".join(lines))
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(30)
+
+
+@pytest.fixture
+def gateway_process(tmp_path: Path) -> Iterator[GatewayProcess]:
+    """A gateway process with an embedded Redis in a fresh data dir; killed at the end if still up."""
+    gp = GatewayProcess(tmp_path / "data")
+    try:
+        yield gp
+    finally:
+        if gp.proc is not None and gp.proc.poll() is None:
+            gp.proc.kill()
+            gp.proc.wait(10)
+        with contextlib.suppress(Exception):
+            EmbeddedRedis(gp.data_dir)._stop_leftover()
