@@ -1,0 +1,119 @@
+"""The registry of Kafka API handlers: one decorator per API, keyed by api key and version range.
+
+How to add an API (e.g. the consumer-group module)::
+
+    from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+
+    @handles(ApiKey.JOIN_GROUP, 0, 9)
+    async def join_group(ctx: RequestContext, req: Any) -> Any:
+        ...  # `req` is the kio request of version ctx.api_version
+        return response_class(...)  # a kio response of the same version
+
+A handler receives the decoded kio request (the class picked from api key + version) and returns:
+  - a kio response object of the same api key and version (encoded with kio), or
+  - an `Encoded` (body chunks from a hand-written encoder; the header is added for it), or
+  - None: send nothing (Produce with acks=0 is the only user).
+
+Every module of the `gateway.kafka` package is imported by `load_handlers()` when the listener
+starts, so a new module only needs its decorators. ApiVersions is computed from this registry, so
+what is advertised is exactly what is registered. Each version in a declared range must exist in
+kio (checked at registration). Requests of one connection are handled one at a time, in order
+(Kafka semantics), so a handler may rely on the order of a client's requests. An exception that
+escapes a handler closes that connection (clients reconnect and retry); errors a client should
+see belong in the response, mapped with `gateway.kafka.errors.kafka_error`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map
+
+from gateway.services import Services
+
+ApiKey = IntEnum("ApiKey", {name.upper(): key for key, name in api_key_map.items()})  # type: ignore[misc]
+"""Kafka's api keys by name, e.g. `ApiKey.PRODUCE` (0), from kio's index of the protocol."""
+
+
+@dataclass
+class ConnectionState:
+    """What lives as long as one client connection; `extra` is for handlers' own per-connection data."""
+
+    peer: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RequestContext:
+    """Everything a handler may need besides the request body."""
+
+    services: Services
+    connection: ConnectionState
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+class Encoded(NamedTuple):
+    """A response body already encoded as chunks (written with `writelines`, records uncopied)."""
+
+    chunks: list[bytes | memoryview]
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Registration:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+_REGISTRY: dict[int, Registration] = {}
+
+
+def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    """Register the decorated coroutine as the handler of `api_key` for versions min..max."""
+
+    def register(fn: Handler) -> Handler:
+        if api_key in _REGISTRY and _REGISTRY[api_key].handler is not fn:
+            existing = _REGISTRY[api_key].handler
+            raise ValueError(f"api key {api_key} already handled by {existing.__module__}.{existing.__name__}")
+        for v in range(min_version, max_version + 1):
+            load_request_schema(api_key, v)  # raises when kio lacks the version
+            load_response_schema(api_key, v)
+        _REGISTRY[api_key] = Registration(api_key, min_version, max_version, fn)
+        return fn
+
+    return register
+
+
+def lookup(api_key: int, version: int) -> Registration | None:
+    """The registration serving this key and version, or None (answered with UNSUPPORTED_VERSION)."""
+    reg = _REGISTRY.get(api_key)
+    return reg if reg is not None and reg.supports(version) else None
+
+
+def supported() -> list[Registration]:
+    """Every registered API, by api key: the content of ApiVersions."""
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def load_handlers() -> None:
+    """Import every module of `gateway.kafka` so their `@handles` decorators run."""
+    import gateway.kafka as package
+
+    for mod in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{mod.name}")

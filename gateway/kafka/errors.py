@@ -1,0 +1,57 @@
+"""The one place gateway errors become Kafka error codes.
+
+Handlers catch per-item exceptions and put `kafka_error(exc)` into the response; nothing else on
+the Kafka face decides an error code for a gateway error.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.errors import ErrorCode, GatewayError
+
+_BY_CODE: dict[ErrorCode, KafkaError] = {
+    ErrorCode.OK: KafkaError.none,
+    ErrorCode.UNKNOWN: KafkaError.unknown_server_error,
+    ErrorCode.TOPIC_NOT_FOUND: KafkaError.unknown_topic_or_partition,
+    ErrorCode.PARTITION_NOT_FOUND: KafkaError.unknown_topic_or_partition,
+    ErrorCode.TOPIC_EXISTS: KafkaError.topic_already_exists,
+    ErrorCode.INVALID_REQUEST: KafkaError.invalid_request,
+    ErrorCode.CORRUPT_MESSAGE: KafkaError.corrupt_message,
+    ErrorCode.MESSAGE_TOO_LARGE: KafkaError.message_too_large,
+    ErrorCode.OFFSET_OUT_OF_RANGE: KafkaError.offset_out_of_range,
+    ErrorCode.DUPLICATE_SEQUENCE: KafkaError.duplicate_sequence_number,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: KafkaError.out_of_order_sequence_number,
+    ErrorCode.INVALID_PRODUCER_EPOCH: KafkaError.invalid_producer_epoch,
+    ErrorCode.UNKNOWN_PRODUCER_ID: KafkaError.unknown_producer_id,
+    ErrorCode.NOT_ALLOWED: KafkaError.policy_violation,
+    ErrorCode.STORAGE_UNAVAILABLE: KafkaError.kafka_storage_error,
+    ErrorCode.TIMEOUT: KafkaError.request_timed_out,
+    ErrorCode.INVALID_CONFIG: KafkaError.invalid_config,
+    ErrorCode.UNSUPPORTED_VERSION: KafkaError.unsupported_version,
+    ErrorCode.TRANSACTION_CONFLICT: KafkaError.concurrent_transactions,
+    ErrorCode.EXPIRED_TRANSACTION: KafkaError.invalid_txn_state,
+    ErrorCode.INVALID_TXN_STATE: KafkaError.invalid_txn_state,
+    ErrorCode.PRODUCER_FENCED: KafkaError.producer_fenced,
+    ErrorCode.CONCURRENT_TRANSACTIONS: KafkaError.concurrent_transactions,
+    ErrorCode.TRANSACTION_NOT_FOUND: KafkaError.transactional_id_not_found,
+    ErrorCode.INVALID_PARTITIONS: KafkaError.invalid_partitions,
+}
+
+
+def kafka_error(exc: BaseException | ErrorCode | None) -> KafkaError:
+    """The Kafka error code for a gateway error (or code); anything unexpected is UNKNOWN_SERVER_ERROR."""
+    if exc is None:
+        return KafkaError.none
+    if isinstance(exc, ErrorCode):
+        return _BY_CODE.get(exc, KafkaError.unknown_server_error)
+    if isinstance(exc, GatewayError):
+        return _BY_CODE.get(exc.code, KafkaError.unknown_server_error)
+    return KafkaError.unknown_server_error
+
+
+def error_message(exc: BaseException | None) -> str | None:
+    """The text for a response's error_message field: ours, never a stack trace."""
+    if exc is None:
+        return None
+    return str(exc) if isinstance(exc, GatewayError) else "internal error"
