@@ -130,7 +130,6 @@ class AdminListener:
 async def start_admin_server(services: Services, host: str, port: int) -> AdminListener:
     api = AdminApi(services)
     app = web.Application(middlewares=[_errors])
-    app["api"] = api
     app.add_routes(api.routes())
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

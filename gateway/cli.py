@@ -1,0 +1,154 @@
+"""`gateway serve | admin | bench`: every flag also settable as a `GATEWAY_*` environment variable."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from gateway.config import Config
+
+
+def _serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run the gateway", description="Run the gateway. Without --redis-url it "
+                       "starts an embedded redis-server (AOF on) with its files in the data dir.")
+    env = "(env GATEWAY_%s)"
+    p.add_argument("--host", help="address to bind " + env % "HOST")
+    p.add_argument("--kafka-port", type=int, help="Kafka protocol port, default 9092 " + env % "KAFKA_PORT")
+    p.add_argument("--native-port", type=int, help="native protocol port, default 6650 " + env % "NATIVE_PORT")
+    p.add_argument("--admin-port", type=int, help="admin HTTP port, default 8080 " + env % "ADMIN_PORT")
+    p.add_argument("--data-dir", type=Path, help="embedded Redis's files, default ./data " + env % "DATA_DIR")
+    p.add_argument("--redis-url", help="use this Redis instead of an embedded one " + env % "REDIS_URL")
+    p.add_argument("--advertised-host", help="host Kafka clients are told to use " + env % "ADVERTISED_HOST")
+    p.add_argument("--advertised-port", type=int, help="port Kafka clients are told " + env % "ADVERTISED_PORT")
+    p.add_argument("--auto-create-topics", choices=("true", "false"),
+                   help="create topics on first use, default true " + env % "AUTO_CREATE_TOPICS")
+    p.add_argument("--default-partitions", type=int,
+                   help="partitions of an auto-created topic, default 1 " + env % "DEFAULT_PARTITIONS")
+    p.add_argument("--redis-fsync", choices=("always", "everysec", "no"),
+                   help="embedded Redis appendfsync, default everysec " + env % "REDIS_FSYNC")
+    p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
+
+
+def _admin_parser(sub: Any) -> None:
+    p = sub.add_parser("admin", help="administer a running gateway over its admin HTTP port")
+    p.add_argument("--admin-url", default=os.environ.get("GATEWAY_ADMIN_URL", "http://127.0.0.1:8080"),
+                   help="the gateway's admin address (env GATEWAY_ADMIN_URL)")
+    groups = p.add_subparsers(dest="group", required=True)
+    topics = groups.add_parser("topics", help="create, list, describe, alter and delete topics")
+    tsub = topics.add_subparsers(dest="action", required=True)
+    tsub.add_parser("list")
+    c = tsub.add_parser("create")
+    c.add_argument("name")
+    c.add_argument("--partitions", type=int, default=0, help="default: the gateway's default partitions")
+    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    d = tsub.add_parser("describe")
+    d.add_argument("name")
+    a = tsub.add_parser("alter-config")
+    a.add_argument("name")
+    a.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="KEY= (empty) resets a config to its default")
+    x = tsub.add_parser("delete")
+    x.add_argument("name")
+
+
+def _bench_parser(sub: Any) -> None:
+    p = sub.add_parser("bench", help="measure the gateway beside raw Redis, in the same run")
+    p.add_argument("--redis-url", help="benchmark against this Redis (default: an embedded one in a temp dir)")
+    p.add_argument("--seconds", type=float, default=5.0, help="time per measurement")
+    p.add_argument("--kafka", action="store_true", help="Kafka-protocol produce and consume with confluent-kafka")
+    p.add_argument("--sizes", default="100,1024", help="message sizes in bytes")
+
+
+def _pairs(items: list[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--config takes KEY=VALUE, not {item!r}")
+        out[key] = value if value != "" else None
+    return out
+
+
+def _http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        detail = json.loads(exc.read() or b"{}")
+        raise SystemExit(f"error: {detail.get('error', exc.code)}: {detail.get('message', exc.reason)}") from None
+    except urllib.error.URLError as exc:
+        raise SystemExit(f"error: cannot reach the gateway at {url}: {exc.reason}") from None
+
+
+def admin(args: argparse.Namespace) -> Any:
+    base = args.admin_url.rstrip("/") + "/admin/v2"
+    if args.group == "topics":
+        if args.action == "list":
+            return _http("GET", f"{base}/topics")
+        if args.action == "create":
+            cfg = _pairs(args.config)
+            return _http("POST", f"{base}/topics",
+                         {"name": args.name, "partitions": args.partitions, "config": cfg})
+        if args.action == "describe":
+            return _http("GET", f"{base}/topics/{args.name}")
+        if args.action == "alter-config":
+            return _http("PATCH", f"{base}/topics/{args.name}/config", _pairs(args.config))
+        if args.action == "delete":
+            return _http("DELETE", f"{base}/topics/{args.name}")
+    raise SystemExit(f"unknown admin command {args.group} {args.action}")
+
+
+def serve(args: argparse.Namespace) -> None:
+    from gateway.server import Gateway
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {
+        k: getattr(args, k)
+        for k in ("host", "kafka_port", "native_port", "admin_port", "data_dir", "redis_url",
+                  "advertised_host", "advertised_port", "default_partitions", "redis_fsync")
+    }
+    if args.auto_create_topics is not None:
+        overrides["auto_create_topics"] = args.auto_create_topics == "true"
+    config = Config.from_env(**overrides)
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        try:
+            runner.run(Gateway(config).run())
+        except KeyboardInterrupt:
+            pass
+
+
+def _loop_factory() -> Any:
+    """uvloop where it is installed: about three times asyncio's round trips per second."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="gateway", description="A Kafka-compatible gateway on Redis Streams")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    _admin_parser(sub)
+    _bench_parser(sub)
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        serve(args)
+    elif args.command == "admin":
+        json.dump(admin(args), sys.stdout, indent=2)
+        print()
+    elif args.command == "bench":
+        from gateway.bench import run_bench
+
+        run_bench(args)

@@ -1,0 +1,86 @@
+"""The admin HTTP API and the `gateway admin` CLI over it, against a whole gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import aiohttp
+
+from tests.conftest import admin_url
+
+
+async def cli(gw, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in its own process; run in a thread, as the gateway shares this event loop."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "gateway", "admin", "--admin-url", admin_url(gw), *args],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+async def test_health_and_metrics(gateway):
+    async with aiohttp.ClientSession() as http:
+        async with http.get(admin_url(gateway) + "/health") as r:
+            assert r.status == 200
+            assert await r.json() == {"status": "ok", "redis": True}
+        await gateway.services.log.create_topic("m", 2)
+        async with http.get(admin_url(gateway) + "/metrics") as r:
+            text = await r.text()
+    assert 'gateway_partition_high_watermark{partition="1",topic="m"} 0.0' in text
+    assert "gateway_topics 1.0" in text
+
+
+async def test_topic_admin_over_http(gateway):
+    base = admin_url(gateway) + "/admin/v2/topics"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(base, json={"name": "orders", "partitions": 3,
+                                         "config": {"retention.ms": "1000"}}) as r:
+            assert r.status == 201
+            made = await r.json()
+        assert [p["high_watermark"] for p in made["partitions"]] == [0, 0, 0]
+        assert made["config"]["retention.ms"] == "1000"
+        async with http.post(base, json={"name": "orders", "partitions": 1}) as r:
+            assert r.status == 409 and (await r.json())["error"] == "TOPIC_EXISTS"
+        async with http.post(base, json={"name": "bad", "config": {"nope": "1"}}) as r:
+            assert r.status == 400 and (await r.json())["error"] == "INVALID_CONFIG"
+        async with http.post(base, data=b"{not json") as r:
+            assert r.status == 400
+        async with http.patch(base + "/orders/config", json={"retention.ms": None,
+                                                               "max.message.bytes": "2048"}) as r:
+            cfg = (await r.json())["config"]
+        assert cfg["retention.ms"] == "604800000" and cfg["max.message.bytes"] == "2048"
+        async with http.get(base) as r:
+            assert await r.json() == [{"name": "orders", "partitions": 3}]
+        async with http.delete(base + "/orders") as r:
+            assert r.status == 200
+        async with http.get(base + "/orders") as r:
+            assert r.status == 404 and (await r.json())["error"] == "TOPIC_NOT_FOUND"
+
+
+async def test_admin_cli(gateway):
+    made = await cli(gateway, "topics", "create", "events", "--partitions", "2", "--config", "retention.bytes=4096")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["config"]["retention.bytes"] == "4096"
+    listed = await cli(gateway, "topics", "list")
+    assert json.loads(listed.stdout) == [{"name": "events", "partitions": 2}]
+    described = json.loads((await cli(gateway, "topics", "describe", "events")).stdout)
+    assert [p["partition"] for p in described["partitions"]] == [0, 1]
+    altered = json.loads(
+        (await cli(gateway, "topics", "alter-config", "events", "--config", "retention.bytes=")).stdout
+    )
+    assert altered["config"]["retention.bytes"] == "-1"
+    assert (await cli(gateway, "topics", "delete", "events")).returncode == 0
+    missing = await cli(gateway, "topics", "describe", "events")
+    assert missing.returncode != 0 and "TOPIC_NOT_FOUND" in missing.stderr
+
+
+def test_admin_cli_says_when_the_gateway_is_unreachable():
+    from gateway.store.embedded import free_port
+
+    r = subprocess.run([sys.executable, "-m", "gateway", "admin", "--admin-url",
+                        f"http://127.0.0.1:{free_port()}", "topics", "list"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "cannot reach the gateway" in r.stderr
