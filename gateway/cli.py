@@ -136,13 +136,17 @@ def _loop_factory() -> Any:
     return uvloop.new_event_loop
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gateway", description="A Kafka-compatible gateway on Redis Streams")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _admin_parser(sub)
     _bench_parser(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if args.command == "serve":
         serve(args)
     elif args.command == "admin":
