@@ -1,0 +1,284 @@
+"""`gateway bench`: the gateway measured beside raw Redis, in the same run, on the same Redis.
+
+The gateway runs as its own process (as users run it), over an embedded Redis in a temporary
+directory unless `--redis-url` names one. Every figure is printed beside its raw-Redis baseline
+and the ratio between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from gateway.store.embedded import EmbeddedRedis, free_port
+
+
+@dataclass
+class Row:
+    what: str
+    size: int
+    records_per_s: float
+    baseline: str = ""
+    baseline_records_per_s: float = 0.0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.records_per_s * self.size / 1e6
+
+    @property
+    def ratio(self) -> str:
+        return f"{self.records_per_s / self.baseline_records_per_s:.2f}x" if self.baseline_records_per_s else ""
+
+
+def print_table(rows: list[Row]) -> None:
+    head = f"{'measurement':34} {'size':>6} {'records/s':>11} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8}  vs baseline"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        lat = (f"{r.p50_ms:8.2f} {r.p99_ms:8.2f}" if r.p50_ms is not None and r.p99_ms is not None
+               else f"{'':8} {'':8}")
+        vs = f"{r.ratio} of {r.baseline}" if r.baseline else ""
+        print(f"{r.what:34} {r.size:6d} {r.records_per_s:11,.0f} {r.mb_per_s:8.1f} {lat}  {vs}")
+
+
+# -- raw Redis baselines -----------------------------------------------------------------------------
+
+
+def timed_loop(seconds: float, step: Callable[[], int]) -> float:
+    """Run `step` (returning how many records it did) for `seconds`; records per second."""
+    done = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        done += step()
+    return done / (time.perf_counter() - start)
+
+
+def raw_xadd_per_record(url: str, size: int, seconds: float, pipeline: int = 500) -> float:
+    r = redis.Redis.from_url(url)
+    key = f"bench:raw:{uuid.uuid4().hex}"
+    value = os.urandom(size)
+
+    def step() -> int:
+        pipe = r.pipeline(transaction=False)
+        for _ in range(pipeline):
+            pipe.xadd(key, {"v": value})
+        pipe.execute()
+        return pipeline
+
+    try:
+        return timed_loop(seconds, step)
+    finally:
+        r.delete(key)
+        r.close()
+
+
+def raw_xadd_blobs(url: str, size: int, seconds: float, per_blob: int = 500, pipeline: int = 8) -> float:
+    """One entry per `per_blob` records: the ceiling of a one-entry-per-batch layout."""
+    r = redis.Redis.from_url(url)
+    key = f"bench:blob:{uuid.uuid4().hex}"
+    blob = os.urandom(size * per_blob)
+
+    def step() -> int:
+        pipe = r.pipeline(transaction=False)
+        for _ in range(pipeline):
+            pipe.xadd(key, {"b": blob})
+        pipe.execute()
+        return pipeline * per_blob
+
+    try:
+        return timed_loop(seconds, step)
+    finally:
+        r.delete(key)
+        r.close()
+
+
+def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500) -> float:
+    """Reading back one-entry-per-batch blobs with XRANGE: the consume ceiling."""
+    r = redis.Redis.from_url(url)
+    key = f"bench:read:{uuid.uuid4().hex}"
+    blob = os.urandom(size * per_blob)
+    pipe = r.pipeline(transaction=False)
+    for _ in range(200):
+        pipe.xadd(key, {"b": blob})
+    pipe.execute()
+
+    def step() -> int:
+        entries = r.xrange(key, count=50)
+        return len(entries) * per_blob
+
+    try:
+        return timed_loop(seconds, step)
+    finally:
+        r.delete(key)
+        r.close()
+
+
+# -- the gateway ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def running_gateway(redis_url: str) -> Iterator[dict[str, int]]:
+    ports = {"kafka": free_port(), "native": free_port(), "admin": free_port()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--redis-url", redis_url, "--log-level", "WARNING",
+         "--kafka-port", str(ports["kafka"]), "--native-port", str(ports["native"]),
+         "--admin-port", str(ports["admin"])],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "listening" in line:
+            break
+    else:
+        raise RuntimeError("the gateway did not start")
+    try:
+        yield ports
+    finally:
+        proc.send_signal(2)
+        proc.wait(30)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def native_produce(port: int, size: int, seconds: float) -> tuple[float, float, float]:
+    """Produce throughput, and end-to-end latency (send to receive) of the same messages."""
+    from gateway.client import Client
+
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    latencies: list[float] = []
+    async with await Client.connect(f"gateway://127.0.0.1:{port}") as client:
+        producer = await client.create_producer(topic)
+        consumer = await client.subscribe(topic, "bench", initial_position="earliest")
+        payload = os.urandom(max(size - 8, 0))
+        stop = asyncio.Event()
+
+        async def consume() -> None:
+            while not stop.is_set():
+                try:
+                    msg = await consumer.receive(timeout=0.5)
+                except Exception:
+                    continue
+                sent = int.from_bytes(msg.value[:8], "big")
+                latencies.append((time.perf_counter_ns() - sent) / 1e6)
+                await consumer.acknowledge(msg)
+
+        reader = asyncio.create_task(consume())
+        sent = 0
+        start = time.perf_counter()
+        window: list[asyncio.Future[object]] = []
+        while time.perf_counter() - start < seconds:
+            value = time.perf_counter_ns().to_bytes(8, "big") + payload
+            window.append(asyncio.ensure_future(producer.send(value)))
+            if len(window) >= 2000:
+                await asyncio.gather(*window)
+                sent += len(window)
+                window.clear()
+        await asyncio.gather(*window)
+        sent += len(window)
+        rate = sent / (time.perf_counter() - start)
+        deadline = time.monotonic() + 30
+        while len(latencies) < sent and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        stop.set()
+        await reader
+        await producer.close()
+        await consumer.close()
+    return rate, percentile(latencies, 0.5), percentile(latencies, 0.99)
+
+
+def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float) -> tuple[float, int]:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    value = os.urandom(size)
+    sent = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(1000):
+            try:
+                p.produce(topic, value)
+            except BufferError:
+                p.poll(0.01)
+                p.produce(topic, value)
+        sent += 1000
+        p.poll(0)
+    p.flush(60)
+    return sent / (time.perf_counter() - start), sent
+
+
+def kafka_consume(bootstrap: str, topic: str, expected: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "fetch.max.bytes": 52428800})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + 120
+    while got < expected and time.monotonic() < deadline:
+        msgs = c.consume(10000, 1.0)
+        got += sum(1 for m in msgs if m.error() is None)
+    elapsed = time.perf_counter() - start
+    c.close()
+    return got / elapsed
+
+
+def run_bench(args: argparse.Namespace) -> None:
+    sizes = [int(s) for s in str(args.sizes).split(",")]
+    with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
+        embedded = None
+        url = args.redis_url
+        if not url:
+            embedded = EmbeddedRedis(Path(tmp) / "redis")
+            embedded.start()
+            url = embedded.url
+        try:
+            rows = _measure(args, url, sizes)
+        finally:
+            if embedded:
+                embedded.stop()
+    print_table(rows)
+
+
+def _measure(args: argparse.Namespace, url: str, sizes: list[int]) -> list[Row]:
+    rows: list[Row] = []
+    secs = float(args.seconds)
+    with running_gateway(url) as ports:
+        for size in sizes:
+            base = raw_xadd_per_record(url, size, secs)
+            rows.append(Row("raw redis: pipelined XADD/record", size, base))
+            if args.kafka:
+                blob = raw_xadd_blobs(url, size, secs)
+                rows.append(Row("raw redis: XADD per 500-record blob", size, blob))
+                topic = f"bench-{uuid.uuid4().hex[:8]}"
+                bootstrap = f"127.0.0.1:{ports['kafka']}"
+                rate, sent = kafka_produce(bootstrap, topic, size, secs)
+                rows.append(Row("kafka produce (confluent, acks=all)", size, rate, "XADD/record", base))
+                rows.append(Row("  same, against the blob ceiling", size, rate, "XADD/blob", blob))
+                read = raw_xrange_blobs(url, size, secs)
+                rows.append(Row("raw redis: XRANGE of blobs", size, read))
+                rows.append(Row("kafka consume (confluent)", size, kafka_consume(bootstrap, topic, sent),
+                                "XRANGE", read))
+            else:
+                rate, p50, p99 = asyncio.run(native_produce(ports["native"], size, secs))
+                rows.append(Row("native produce (+ e2e latency)", size, rate, "XADD/record", base, p50, p99))
+    return rows
