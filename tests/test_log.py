@@ -117,3 +117,31 @@ async def test_auto_create_on_first_use(redis_url):
     assert [t.name for t in await logs.list_topics()] == ["fresh"]
     await store.close()
     assert Config().kafka_port == 9092
+
+
+async def test_redis_going_away_is_retriable_and_nothing_acknowledged_is_lost(tmp_path):
+    from gateway.errors import StorageUnavailable
+    from gateway.store.embedded import EmbeddedRedis
+
+    server = EmbeddedRedis(tmp_path / "r")
+    server.start()
+    store = Store.open(server.url)
+    logs = LogService(store, auto_create=False)
+    try:
+        await logs.create_topic("t", 1)
+        acked = [p.result.base_offset for p in await logs.append([("t", 0, batch(b"%d" % i)) for i in range(50)])]
+        assert acked == list(range(50))
+        server.stop()
+        with pytest.raises(StorageUnavailable) as err:
+            await logs.append([("t", 0, batch(b"lost"))])
+        assert err.value.retriable
+        server.start()  # same port, same AOF
+        (p,) = await logs.append([("t", 0, batch(b"after"))])
+        assert p.result.base_offset == 50
+        sl = await logs.read("t", 0, 0, max_entries=100)
+        assert [r.value for e in sl.entries for r in iter_records(e.batch, e.base_offset)] == [
+            b"%d" % i for i in range(50)
+        ] + [b"after"]
+    finally:
+        await store.close()
+        server.stop()

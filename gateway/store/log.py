@@ -148,19 +148,18 @@ class LogStore:
 
     async def append(self, requests: list[AppendRequest]) -> list[Append | Exception]:
         """Append batches, one script call each, all in one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
-        for r in requests:
-            await self.scripts.call(
+        calls = [
+            (
                 "append-3",
                 [keys.log(r.topic, r.partition), keys.meta(r.topic, r.partition),
                  keys.producers(r.topic, r.partition)],
                 # batch, count, max_ts, pid, epoch, seq
-                [r.batch, r.count,
-                 r.max_timestamp, r.producer_id, r.producer_epoch, r.base_sequence],
-                client=pipe,
+                [r.batch, r.count, r.max_timestamp, r.producer_id, r.producer_epoch, r.base_sequence],
             )
+            for r in requests
+        ]
         async with storage_errors():
-            replies = await pipe.execute(raise_on_error=False)
+            replies = await self.scripts.call_many(calls)
         out: list[Append | Exception] = []
         for r, reply in zip(requests, replies, strict=True):
             if isinstance(reply, Exception):

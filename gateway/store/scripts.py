@@ -13,6 +13,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 LUA_DIR = Path(__file__).resolve().parents[2] / "lua"
 _INCLUDE = re.compile(r'^--- @include "([\w-]+)"\s*$', re.M)
@@ -68,14 +69,44 @@ class Scripts:
 
     def __init__(self, redis: Redis, directory: Path = LUA_DIR) -> None:
         self.specs = all_specs(directory)
+        self._redis = redis
         self._scripts: dict[str, AsyncScript] = {
             name: redis.register_script(spec.source) for name, spec in self.specs.items()
         }
 
-    async def call(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
+    def _check(self, name: str, keys: list[str], args: list[Any]) -> None:
         spec = self.specs[name]
         if len(keys) != spec.numkeys or len(args) != len(spec.argv):
             raise ScriptError(
                 f"{name} takes {spec.numkeys} keys and ARGV {spec.argv}, got {len(keys)} keys, {len(args)} args"
             )
+
+    async def call(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
+        """One call. With a pipeline as `client`, redis-py checks SCRIPT EXISTS on every execute:
+        prefer `call_many` on hot paths."""
+        self._check(name, keys, args)
         return await self._scripts[name](keys=keys, args=args, client=client)
+
+    async def call_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
+        """Several calls in one round trip by SHA; calls refused with NOSCRIPT (none ran) are
+        loaded and sent again. Errors come back in place, as exceptions."""
+        replies: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        for attempt in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            for i in todo:
+                name, keys, args = calls[i]
+                self._check(name, keys, args)
+                pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+            results = await pipe.execute(raise_on_error=False)
+            missing = []
+            for i, r in zip(todo, results, strict=True):
+                replies[i] = r
+                if isinstance(r, NoScriptError):
+                    missing.append(i)
+            if not missing or attempt:
+                break
+            for name in {calls[i][0] for i in missing}:
+                await self._redis.script_load(self.specs[name].source)
+            todo = missing
+        return replies
