@@ -249,6 +249,7 @@ class LogService:
             h.producer_id,
             h.producer_epoch,
             h.base_sequence,
+            h.transactional and not h.control,
         )
 
     # -- reads ----------------------------------------------------------------------------------

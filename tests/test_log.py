@@ -145,3 +145,12 @@ async def test_redis_going_away_is_retriable_and_nothing_acknowledged_is_lost(tm
     finally:
         await store.close()
         server.stop()
+
+
+async def test_a_transactional_batch_holds_the_last_stable_offset(logs):
+    await logs.create_topic("t", 1)
+    await logs.append([("t", 0, batch(b"plain"))])
+    txn = batch(b"t1", b"t2", producer_id=9, producer_epoch=0, base_sequence=0, transactional=True)
+    await logs.append([("t", 0, txn), ("t", 0, batch(b"later"))])
+    sl = await logs.read("t", 0, 0)
+    assert (sl.high_watermark, sl.last_stable_offset) == (4, 1)

@@ -21,6 +21,16 @@ def producers(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:pids"
 
 
+def open_txns(topic: str, partition: int) -> str:
+    """Hash of transactions with batches on this partition and no marker yet: pid -> "first:epoch"."""
+    return f"{partition_tag(topic, partition)}:txns"
+
+
+def aborted_txns(topic: str, partition: int) -> str:
+    """Sorted set of aborted transactions' ranges: member "pid:first offset", score = marker offset."""
+    return f"{partition_tag(topic, partition)}:aborted"
+
+
 def subscription(topic: str, partition: int, name: str) -> str:
     """Hash of a subscription's durable position: `cursor` (all below acked) and mode."""
     return f"{partition_tag(topic, partition)}:sub:{name}"
@@ -38,3 +48,35 @@ def subscriptions_of(topic: str, partition: int) -> str:
 
 def partition_keys_pattern(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:*"
+
+
+PRODUCER_IDS = "gw:producer-ids"
+"""Counter handing out producer ids; shared by both faces so their ids never collide in `pids`."""
+
+
+GROUPS = "gw:groups"
+"""Set of consumer group ids, for ListGroups; a hint kept beside each group's own keys."""
+
+
+def group_tag(group_id: str) -> str:
+    return f"{{g:{group_id}}}"
+
+
+def group_meta(group_id: str) -> str:
+    """Hash: v (version), state, gen (generation), doc (msgpack: protocol type/name, leader)."""
+    return f"{group_tag(group_id)}:meta"
+
+
+def group_members(group_id: str) -> str:
+    """Hash: member id -> msgpack of the member (protocols, timeouts, assignment)."""
+    return f"{group_tag(group_id)}:members"
+
+
+def group_instances(group_id: str) -> str:
+    """Hash: group.instance.id -> member id of the static member holding it."""
+    return f"{group_tag(group_id)}:instances"
+
+
+def group_offsets(group_id: str) -> str:
+    """Hash: "topic:partition" -> msgpack of (offset, leader epoch, metadata, commit time)."""
+    return f"{group_tag(group_id)}:offsets"

@@ -66,6 +66,17 @@ class Slice:
     entries: list[Entry]
     high_watermark: int
     log_start: int
+    last_stable_offset: int = -1  # below the first open transaction's first offset; -1: not read
+
+    @property
+    def stable(self) -> int:
+        return self.high_watermark if self.last_stable_offset < 0 else self.last_stable_offset
+
+
+def last_stable_offset(high_watermark: int, open_txns: list[bytes]) -> int:
+    """The first offset of the oldest open transaction, or the high watermark when none is open."""
+    firsts = [int(v.split(b":", 1)[0]) for v in open_txns]
+    return min(firsts, default=high_watermark)
 
 
 def _entry(raw: tuple[bytes, dict[bytes, bytes]]) -> Entry:
@@ -83,6 +94,7 @@ class AppendRequest:
     producer_id: int = -1
     producer_epoch: int = -1
     base_sequence: int = -1
+    transactional: bool = False
 
 
 class LogStore:
@@ -150,11 +162,12 @@ class LogStore:
         """Append batches, one script call each, all in one round trip."""
         calls = [
             (
-                "append-3",
+                "append-4",
                 [keys.log(r.topic, r.partition), keys.meta(r.topic, r.partition),
-                 keys.producers(r.topic, r.partition)],
-                # batch, count, max_ts, pid, epoch, seq
-                [r.batch, r.count, r.max_timestamp, r.producer_id, r.producer_epoch, r.base_sequence],
+                 keys.producers(r.topic, r.partition), keys.open_txns(r.topic, r.partition)],
+                # batch, count, max_ts, pid, epoch, seq, txn
+                [r.batch, r.count, r.max_timestamp, r.producer_id, r.producer_epoch, r.base_sequence,
+                 1 if r.transactional else 0],
             )
             for r in requests
         ]
@@ -181,8 +194,9 @@ class LogStore:
         pipe.xrevrange(log, f"{offset}-1", "-", count=1)
         pipe.xrange(log, f"({offset}-1", "+", count=max_entries)
         pipe.hmget(keys.meta(topic, partition), "hw", "start")
+        pipe.hvals(keys.open_txns(topic, partition))
         async with storage_errors():
-            before, after, (hw, start) = await pipe.execute()
+            before, after, (hw, start), open_txns = await pipe.execute()
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
         entries = [_entry(e) for e in after]
@@ -190,7 +204,7 @@ class LogStore:
             first = _entry(before[0])
             if first.next_offset > offset:
                 entries.insert(0, first)
-        return Slice(entries, int(hw), int(start))
+        return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns))
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""

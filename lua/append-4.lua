@@ -3,12 +3,14 @@
   KEYS[1] log      the partition's stream
   KEYS[2] meta     the partition's meta hash (hw, start, maxts, bytes)
   KEYS[3] pids     idempotent producer state per producer id
+  KEYS[4] txns     open transactions on this partition: producer id -> "first offset:epoch"
   ARGV[1] batch    RecordBatch v2 bytes, stored as received
   ARGV[2] count    records in the batch
   ARGV[3] max_ts   the batch's max timestamp
   ARGV[4] pid      producer id, -1 when not idempotent
   ARGV[5] epoch    producer epoch
   ARGV[6] seq      base sequence
+  ARGV[7] txn      1 for a transactional batch: it stays above the last stable offset until its marker
   Returns {0, base offset, log start} on append, {9, base offset, log start} for a duplicate,
   {code} on error: 2 no such partition, 10 out of order sequence, 11 stale producer epoch.
 ]]
@@ -55,4 +57,7 @@ rcall('XADD', KEYS[1], entry_id(hw), 'b', ARGV[1], 'n', count, 't', string.forma
 rcall('HSET', KEYS[2], 'hw', string.format('%d', hw + count), 'maxts', string.format('%d', maxts),
   'bytes', string.format('%d', bytes + #ARGV[1]))
 if state then rcall('HSET', KEYS[3], pid, cjson.encode(state)) end
+if ARGV[7] == '1' then
+  rcall('HSETNX', KEYS[4], pid, string.format('%d:%s', hw, ARGV[5]))
+end
 return {0, hw, start}
