@@ -46,6 +46,7 @@ class ConnectionState:
     """What lives as long as one client connection; `extra` is for handlers' own per-connection data."""
 
     peer: str
+    local_port: int = 0  # the port the client reached, advertised when no other port is configured
     extra: dict[str, Any] = field(default_factory=dict)
 
 

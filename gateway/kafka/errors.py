@@ -9,6 +9,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.errors import ErrorCode, GatewayError
+from gateway.log import validate_topic_name
 
 _BY_CODE: dict[ErrorCode, KafkaError] = {
     ErrorCode.OK: KafkaError.none,
@@ -55,3 +56,12 @@ def error_message(exc: BaseException | None) -> str | None:
     if exc is None:
         return None
     return str(exc) if isinstance(exc, GatewayError) else "internal error"
+
+
+def topic_name_error(name: str) -> KafkaError | None:
+    """INVALID_TOPIC_EXCEPTION for a name Kafka would refuse, before anything touches storage."""
+    try:
+        validate_topic_name(name)
+    except GatewayError:
+        return KafkaError.invalid_topic_exception
+    return None

@@ -60,6 +60,15 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class AbortedRange:
+    """An aborted transaction's batches on a partition: from `first_offset` up to its marker."""
+
+    producer_id: int
+    first_offset: int
+    marker_offset: int
+
+
+@dataclass(frozen=True)
 class Slice:
     """Entries read from a partition together with its bounds at the time of the read."""
 
@@ -67,6 +76,7 @@ class Slice:
     high_watermark: int
     log_start: int
     last_stable_offset: int = -1  # below the first open transaction's first offset; -1: not read
+    aborted: list[AbortedRange] = field(default_factory=list)  # read only for read-committed readers
 
     @property
     def stable(self) -> int:
@@ -77,6 +87,11 @@ def last_stable_offset(high_watermark: int, open_txns: list[bytes]) -> int:
     """The first offset of the oldest open transaction, or the high watermark when none is open."""
     firsts = [int(v.split(b":", 1)[0]) for v in open_txns]
     return min(firsts, default=high_watermark)
+
+
+def _aborted(member: bytes, score: float) -> AbortedRange:
+    pid, first = member.split(b":")
+    return AbortedRange(int(pid), int(first), int(score))
 
 
 def _entry(raw: tuple[bytes, dict[bytes, bytes]]) -> Entry:
@@ -187,16 +202,21 @@ class LogStore:
 
     # -- reads ----------------------------------------------------------------------------------
 
-    async def read(self, topic: str, partition: int, offset: int, max_entries: int) -> Slice:
-        """The entry holding `offset` and those after it, with the bounds read after them."""
+    async def read(
+        self, topic: str, partition: int, offset: int, max_entries: int, *, with_aborted: bool = False
+    ) -> Slice:
+        """The entry holding `offset` and those after it, with the bounds read after them, and for
+        read-committed readers the aborted transactions whose markers are at or after `offset`."""
         log = keys.log(topic, partition)
         pipe = self.redis.pipeline(transaction=False)
         pipe.xrevrange(log, f"{offset}-1", "-", count=1)
         pipe.xrange(log, f"({offset}-1", "+", count=max_entries)
         pipe.hmget(keys.meta(topic, partition), "hw", "start")
         pipe.hvals(keys.open_txns(topic, partition))
+        if with_aborted:
+            pipe.zrangebyscore(keys.aborted_txns(topic, partition), offset, "+inf", withscores=True)
         async with storage_errors():
-            before, after, (hw, start), open_txns = await pipe.execute()
+            before, after, (hw, start), open_txns, *aborted = await pipe.execute()
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
         entries = [_entry(e) for e in after]
@@ -204,7 +224,8 @@ class LogStore:
             first = _entry(before[0])
             if first.next_offset > offset:
                 entries.insert(0, first)
-        return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns))
+        ranges = [_aborted(m, score) for m, score in aborted[0]] if aborted else []
+        return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges)
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
@@ -246,11 +267,16 @@ class LogStore:
         """Apply retention or an explicit new start; returns (log start, entries removed)."""
         async with storage_errors():
             reply: list[Any] = await self.scripts.call(
-                "trim-2",
-                [keys.log(topic, partition), keys.meta(topic, partition)],
+                "trim-3",
+                [keys.log(topic, partition), keys.meta(topic, partition), keys.aborted_txns(topic, partition)],
                 # now_ms, retention_ms, retention_bytes, min_start
                 [int(time.time() * 1000), retention_ms, retention_bytes, min_start],
             )
         if reply[0] != ErrorCode.OK:
             raise error_for(reply[0], f"{topic}-{partition}")
         return int(reply[1]), int(reply[2])
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id never handed out before, from the counter both faces share."""
+        async with storage_errors():
+            return int(await self.redis.incr(keys.PRODUCER_IDS))

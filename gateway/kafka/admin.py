@@ -1,0 +1,123 @@
+"""Topic admin: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.kafka import codec
+from gateway.kafka.configs import topic_config_entries
+from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+from gateway.kafka.errors import error_message, kafka_error, topic_name_error
+from gateway.log import validate_config
+
+REPLICATION_FACTOR = 1  # Redis, not the gateway, replicates
+
+
+@handles(ApiKey.CREATE_TOPICS, 2, 7)
+async def create_topics(ctx: RequestContext, req: Any) -> Any:
+    log = ctx.services.log
+    results = []
+    for t in req.topics:
+        configs = {c.name: c.value for c in t.configs}
+        res: dict[str, Any] = {"name": t.name, "topic_id": None, "error_code": KafkaError.none,
+                               "error_message": None, "num_partitions": -1, "replication_factor": -1}
+        try:
+            bad_name = topic_name_error(t.name)
+            if bad_name is not None:
+                res.update(error_code=bad_name, error_message=f"illegal topic name {t.name!r}")
+            elif t.replication_factor not in (-1, REPLICATION_FACTOR) or t.assignments:
+                res.update(error_code=KafkaError.invalid_replication_factor,
+                           error_message="replication is Redis's: use replication factor 1 or -1, no assignments")
+            elif t.num_partitions == 0 or t.num_partitions < -1:
+                res.update(error_code=KafkaError.invalid_partitions, error_message="partitions must be at least 1")
+            else:
+                partitions = ctx.services.config.default_partitions if t.num_partitions == -1 else t.num_partitions
+                if req.validate_only:
+                    validate_config(configs)
+                    if await _exists(ctx, t.name):
+                        res.update(error_code=KafkaError.topic_already_exists,
+                                   error_message=f"topic {t.name!r} exists")
+                    info_config = {k: v for k, v in configs.items() if v is not None}
+                else:
+                    info = await log.create_topic(t.name, partitions, configs)
+                    info_config = info.config
+                if res["error_code"] == KafkaError.none:
+                    res.update(num_partitions=partitions, replication_factor=REPLICATION_FACTOR,
+                               configs=topic_config_entries(info_config))
+        except Exception as exc:
+            res.update(error_code=kafka_error(exc), error_message=error_message(exc))
+        results.append(res)
+    return codec.build(codec.response_class(ApiKey.CREATE_TOPICS, ctx.api_version),
+                       {"throttle_time": 0, "topics": results})
+
+
+async def _exists(ctx: RequestContext, name: str) -> bool:
+    try:
+        await ctx.services.log.topic(name, create=False)
+        return True
+    except Exception:
+        return False
+
+
+@handles(ApiKey.DELETE_TOPICS, 1, 6)
+async def delete_topics(ctx: RequestContext, req: Any) -> Any:
+    names = list(req.topic_names) if ctx.api_version < 6 else [t.name for t in req.topics]
+    results = []
+    for name in names:
+        if name is None:
+            results.append({"name": None, "error_code": KafkaError.unknown_topic_id})
+            continue
+        try:
+            await ctx.services.log.delete_topic(name)
+            results.append({"name": name, "error_code": KafkaError.none})
+        except Exception as exc:
+            results.append({"name": name, "error_code": kafka_error(exc), "error_message": error_message(exc)})
+    return codec.build(codec.response_class(ApiKey.DELETE_TOPICS, ctx.api_version),
+                       {"throttle_time": 0, "responses": results})
+
+
+@handles(ApiKey.CREATE_PARTITIONS, 0, 3)
+async def create_partitions(ctx: RequestContext, req: Any) -> Any:
+    log = ctx.services.log
+    results = []
+    for t in req.topics:
+        try:
+            info = await log.topic(t.name, create=False)
+            if t.count <= info.partitions:
+                results.append({"name": t.name, "error_code": KafkaError.invalid_partitions,
+                                "error_message": f"topic {t.name!r} has {info.partitions} partitions already"})
+                continue
+            if not req.validate_only:
+                await log.add_partitions(t.name, t.count)
+            results.append({"name": t.name, "error_code": KafkaError.none, "error_message": None})
+        except Exception as exc:
+            results.append({"name": t.name, "error_code": kafka_error(exc), "error_message": error_message(exc)})
+    return codec.build(codec.response_class(ApiKey.CREATE_PARTITIONS, ctx.api_version),
+                       {"throttle_time": 0, "results": results})
+
+
+@handles(ApiKey.DELETE_RECORDS, 0, 2)
+async def delete_records(ctx: RequestContext, req: Any) -> Any:
+    log = ctx.services.log
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                await log.check_partition(t.name, p.partition_index)
+                _, hw = await log.bounds(t.name, p.partition_index)
+                if p.offset > hw or p.offset < -1:
+                    parts.append({"partition_index": p.partition_index, "low_watermark": -1,
+                                  "error_code": KafkaError.offset_out_of_range})
+                    continue
+                start = await log.delete_records(t.name, p.partition_index, p.offset)
+                parts.append({"partition_index": p.partition_index, "low_watermark": start,
+                              "error_code": KafkaError.none})
+            except Exception as exc:
+                parts.append({"partition_index": p.partition_index, "low_watermark": -1,
+                              "error_code": kafka_error(exc)})
+        topics.append({"name": t.name, "partitions": parts})
+    return codec.build(codec.response_class(ApiKey.DELETE_RECORDS, ctx.api_version),
+                       {"throttle_time": 0, "topics": topics})

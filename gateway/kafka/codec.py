@@ -1,0 +1,202 @@
+"""The Kafka wire codec: request headers, kio decoding, response framing, and version-proof builders.
+
+A frame is a 4-byte size and a body; the body starts with api key, api version, correlation id
+(the first 8 bytes pick the kio class), then the client id and, for flexible versions, tagged
+fields. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+from collections.abc import Mapping
+from dataclasses import MISSING, fields, is_dataclass
+from functools import cache
+from typing import Any, NamedTuple
+
+from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KafkaError
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
+
+from gateway.errors import InvalidRequest
+
+_HEAD = struct.Struct(">hhi")
+_I32 = struct.Struct(">i")
+
+
+class MalformedRequest(InvalidRequest):
+    """The bytes are not a request we can read; the connection that sent them is closed."""
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int  # where the request body starts in the frame
+
+
+@cache
+def request_class(api_key: int, version: int) -> type[Any] | None:
+    """kio's request class for key and version, or None when kio (the protocol) has none."""
+    try:
+        return load_request_schema(api_key, version)
+    except (KioIndexError, ImportError, AttributeError):
+        return None
+
+
+@cache
+def response_class(api_key: int, version: int) -> type[Any] | None:
+    try:
+        return load_response_schema(api_key, version)
+    except (KioIndexError, ImportError, AttributeError):
+        return None
+
+
+def response_header_flexible(api_key: int, version: int) -> bool:
+    """Whether the response header carries tagged fields (ApiVersions never does: clients parse it blind)."""
+    cls = response_class(api_key, version)
+    return cls is not None and bool(cls.__header_schema__.__flexible__)
+
+
+def read_header(frame: bytes | memoryview) -> RequestHeader:
+    """The request header; tagged header fields of flexible versions are skipped."""
+    if len(frame) < 10:
+        raise MalformedRequest("request shorter than its header")
+    api_key, version, correlation_id = _HEAD.unpack_from(frame, 0)
+    (n,) = struct.unpack_from(">h", frame, 8)
+    pos = 10
+    client_id: str | None = None
+    if n >= 0:
+        if pos + n > len(frame):
+            raise MalformedRequest("client id runs past the frame")
+        client_id = bytes(frame[pos : pos + n]).decode("utf-8", "replace")
+        pos += n
+    cls = request_class(api_key, version)
+    if cls is not None and cls.__header_schema__.__flexible__:
+        count, pos = _read_uvarint(frame, pos)
+        for _ in range(count):
+            _, pos = _read_uvarint(frame, pos)  # tag
+            size, pos = _read_uvarint(frame, pos)
+            pos += size
+        if pos > len(frame):
+            raise MalformedRequest("tagged header fields run past the frame")
+    return RequestHeader(api_key, version, correlation_id, client_id, pos)
+
+
+def decode_request(frame: bytes | memoryview, header: RequestHeader) -> Any:
+    """The kio request object; trailing bytes after it are ignored (some clients send them)."""
+    cls = request_class(header.api_key, header.api_version)
+    if cls is None:
+        raise MalformedRequest(f"no schema for api {header.api_key} v{header.api_version}")
+    try:
+        request, _ = entity_reader(cls)(frame, header.body_offset)
+    except Exception as exc:  # kio's native reader raises several types on bad input
+        raise MalformedRequest(f"cannot decode api {header.api_key} v{header.api_version}: {exc}") from exc
+    return request
+
+
+def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        if pos >= len(buf) or shift > 35:
+            raise MalformedRequest("truncated varint in request header")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+# -- responses ------------------------------------------------------------------------------------
+
+
+def frame_response(correlation_id: int, flexible_header: bool, body: list[bytes | memoryview]) -> list[bytes | memoryview]:
+    """Size prefix and response header in front of body chunks, ready for `writelines`."""
+    head = _I32.pack(correlation_id) + (b"\x00" if flexible_header else b"")
+    size = len(head) + sum(len(c) for c in body)
+    return [_I32.pack(size) + head, *body]
+
+
+def encode_body(response: Any) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(type(response))(buf, response)
+    return buf.getvalue()
+
+
+# -- building kio entities from plain values ------------------------------------------------------
+
+
+def build(cls: type[Any], values: Mapping[str, Any] | None = None, *, error: KafkaError | None = None) -> Any:
+    """A kio entity of `cls` from a mapping, whatever the version.
+
+    Keys the version lacks are dropped; fields not given keep kio's default or get a zero value;
+    nested entities and arrays of them may be given as mappings. With `error`, every error_code
+    field not given is set to it (for whole-request error responses).
+    """
+    values = values or {}
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        kind = f.metadata.get("kafka_type")
+        if f.name in values:
+            kwargs[f.name] = _convert(f, values[f.name], error)
+        elif error is not None and kind == "error_code":
+            kwargs[f.name] = error
+        elif f.default is not MISSING or f.default_factory is not MISSING:
+            continue
+        else:
+            kwargs[f.name] = _zero(f, error)
+    return cls(**kwargs)
+
+
+def _convert(f: Any, value: Any, error: KafkaError | None) -> Any:
+    if value is None:
+        return None
+    shape = classify_field(f)
+    if isinstance(shape, EntityTupleField):
+        return tuple(v if is_dataclass(v) else build(shape.type_, v, error=error) for v in value)
+    if isinstance(shape, EntityField):
+        return value if is_dataclass(value) else build(shape.type_, value, error=error)
+    kind = f.metadata.get("kafka_type")
+    if kind in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
+        return datetime.timedelta(milliseconds=value)
+    if kind == "error_code" and not isinstance(value, KafkaError):
+        return KafkaError(int(value))
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def _zero(f: Any, error: KafkaError | None) -> Any:
+    shape = classify_field(f)
+    if shape.is_array:
+        return ()
+    if is_optional(f):
+        return None
+    if isinstance(shape, EntityField):
+        return build(shape.type_, error=error)
+    kind = f.metadata.get("kafka_type", "")
+    if kind == "error_code":
+        return error if error is not None else KafkaError.none
+    if kind == "string":
+        return ""
+    if kind in ("bytes", "records"):
+        return b""
+    if kind == "bool":
+        return False
+    if kind in ("timedelta_i32", "timedelta_i64"):
+        return datetime.timedelta(0)
+    if kind == "float64":
+        return 0.0
+    return 0
+
+
+def error_response(api_key: int, version: int, error: KafkaError) -> list[bytes | memoryview] | None:
+    """The body of a response carrying `error` everywhere, or None when kio has no such response."""
+    cls = response_class(api_key, version)
+    if cls is None:
+        return None
+    return [encode_body(build(cls, error=error))]

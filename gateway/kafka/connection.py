@@ -1,0 +1,84 @@
+"""One Kafka client connection: read frames, dispatch them in order, write the answers.
+
+Requests are handled one at a time in arrival order, as a Kafka broker does, so responses leave
+in request order and a producer's pipelined batches are appended in the order it sent them;
+pipelining still works because the kernel and the stream buffer hold the requests waiting behind.
+A frame over the size limit or one that cannot be parsed closes this connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.kafka import codec
+from gateway.kafka.api_versions import unsupported_version_body
+from gateway.kafka.dispatch import ApiKey, ConnectionState, Encoded, RequestContext, lookup
+from gateway.services import Services
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_MIN_FRAME = 10  # api key, version, correlation id, client id length
+
+
+async def serve(services: Services, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Serve one connection until the client leaves or misbehaves."""
+    peer = str(writer.get_extra_info("peername"))
+    sock = writer.get_extra_info("sockname")
+    state = ConnectionState(peer, int(sock[1]) if sock else 0)
+    limit = services.config.max_frame_bytes
+    while True:
+        try:
+            prefix = await reader.readexactly(4)
+        except asyncio.IncompleteReadError:
+            return
+        (size,) = _SIZE.unpack(prefix)
+        if size < _MIN_FRAME or size > limit:
+            log.warning("kafka client %s sent a frame of %d bytes (limit %d); closing", peer, size, limit)
+            return
+        frame = await reader.readexactly(size)
+        try:
+            chunks = await handle(services, state, frame)
+        except codec.MalformedRequest as exc:
+            log.warning("kafka client %s sent a malformed request (%s); closing", peer, exc)
+            return
+        if chunks:
+            writer.writelines(chunks)
+            await writer.drain()
+
+
+async def handle(services: Services, state: ConnectionState, frame: bytes) -> list[bytes | memoryview] | None:
+    """The framed response to one request frame, or None when the request wants no answer."""
+    header = codec.read_header(frame)
+    key, version = header.api_key, header.api_version
+    reg = lookup(key, version)
+    if reg is None:
+        return _unsupported(header)
+    request = codec.decode_request(frame, header)
+    ctx = RequestContext(services, state, key, version, header.correlation_id, header.client_id)
+    response = await reg.handler(ctx, request)
+    if response is None:
+        return None
+    body = response.chunks if isinstance(response, Encoded) else [codec.encode_body(response)]
+    return codec.frame_response(header.correlation_id, codec.response_header_flexible(key, version), body)
+
+
+def _unsupported(header: codec.RequestHeader) -> list[bytes | memoryview]:
+    """UNSUPPORTED_VERSION in the shape the client can read.
+
+    ApiVersions answers in v0 with the supported list, so a client newer than us retries lower;
+    other APIs get their own response with every error code set, or (for versions the protocol
+    does not know) just the error code after the header.
+    """
+    key, version = header.api_key, header.api_version
+    if key == ApiKey.API_VERSIONS:
+        return codec.frame_response(header.correlation_id, False, unsupported_version_body())
+    log.info("unsupported api %d v%d from %s", key, version, header.client_id)
+    body = codec.error_response(key, version, KafkaError.unsupported_version)
+    if body is None:
+        return codec.frame_response(header.correlation_id, False, [struct.pack(">h", KafkaError.unsupported_version)])
+    return codec.frame_response(header.correlation_id, codec.response_header_flexible(key, version), body)

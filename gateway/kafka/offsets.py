@@ -1,0 +1,99 @@
+"""ListOffsets (earliest, latest, by time) and OffsetForLeaderEpoch (one epoch, 0, ending at the hw)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.kafka import codec
+from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
+from gateway.kafka.errors import kafka_error
+from gateway.kafka.metadata import LEADER_EPOCH
+from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4  # no tiered storage: the same as earliest
+LATEST_TIERED = -5  # no tiered storage: nothing
+
+
+@dataclass(frozen=True)
+class OffsetResult:
+    index: int
+    error: KafkaError = KafkaError.none
+    timestamp: int = -1
+    offset: int = -1
+
+
+async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> OffsetResult:
+    log = ctx.services.log
+    try:
+        await log.check_partition(topic, partition)
+        start, hw = await log.bounds(topic, partition)
+        if ts in (EARLIEST, EARLIEST_LOCAL):
+            return OffsetResult(partition, offset=start)
+        if ts == LATEST:
+            return OffsetResult(partition, offset=hw)
+        if ts == LATEST_TIERED:
+            return OffsetResult(partition)
+        if ts < 0:
+            return OffsetResult(partition, KafkaError.invalid_request)
+        found = await log.offset_for_time(topic, partition, ts)
+        if found is None:
+            return OffsetResult(partition)
+        return OffsetResult(partition, timestamp=found[1], offset=found[0])
+    except Exception as exc:
+        return OffsetResult(partition, kafka_error(exc))
+
+
+@handles(ApiKey.LIST_OFFSETS, 1, 6)
+async def list_offsets(ctx: RequestContext, req: Any) -> Encoded:
+    topics = [
+        (t.name, [await _lookup(ctx, t.name, p.partition_index, p.timestamp) for p in t.partitions])
+        for t in req.topics
+    ]
+    return Encoded(encode_list_offsets_response(ctx.api_version, topics))
+
+
+def encode_list_offsets_response(version: int, topics: list[tuple[str, list[OffsetResult]]]) -> list[bytes | memoryview]:
+    """ListOffsetsResponse v1-v10 body, equal to kio's encoding of the same values."""
+    flex = version >= 6
+    out = bytearray(I32.pack(0) if version >= 2 else b"")  # throttle time
+    out += array_len(len(topics), flex)
+    for name, parts in topics:
+        out += string(name, flex)
+        out += array_len(len(parts), flex)
+        for p in parts:
+            out += I32.pack(p.index) + I16.pack(p.error) + I64.pack(p.timestamp) + I64.pack(p.offset)
+            if version >= 4:
+                out += I32.pack(LEADER_EPOCH if p.error == KafkaError.none else -1)
+            if flex:
+                out += NO_TAGS
+        if flex:
+            out += NO_TAGS
+    if flex:
+        out += NO_TAGS
+    return [bytes(out)]
+
+
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
+async def offset_for_leader_epoch(ctx: RequestContext, req: Any) -> Any:
+    log = ctx.services.log
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                await log.check_partition(t.topic, p.partition)
+                _, hw = await log.bounds(t.topic, p.partition)
+                parts.append({"error_code": KafkaError.none, "partition": p.partition,
+                              "leader_epoch": LEADER_EPOCH, "end_offset": hw})
+            except Exception as exc:
+                parts.append({"error_code": kafka_error(exc), "partition": p.partition,
+                              "leader_epoch": -1, "end_offset": -1})
+        topics.append({"topic": t.topic, "partitions": parts})
+    cls = codec.response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
+    return codec.build(cls, {"throttle_time": 0, "topics": topics})

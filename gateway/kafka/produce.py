@@ -1,0 +1,77 @@
+"""Produce: record batches go to the log as the client sent them, never decoded here.
+
+acks=0 gets no response at all; acks=1 and acks=-1 are the same here, since Redis's own
+persistence and replication decide durability. The response is hand-encoded (the hot path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
+from gateway.kafka.errors import error_message, kafka_error
+from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    index: int
+    error: KafkaError = KafkaError.none
+    base_offset: int = -1
+    log_start: int = -1
+    message: str | None = None
+
+
+@handles(ApiKey.PRODUCE, 3, 12)
+async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
+    items: list[tuple[str, int, bytes]] = []
+    results: dict[tuple[str, int], PartitionResult] = {}
+    order: list[tuple[str, list[int]]] = []
+    for topic in req.topic_data:
+        order.append((topic.name, [p.index for p in topic.partition_data]))
+        for p in topic.partition_data:
+            if req.acks not in (0, 1, -1):
+                results[(topic.name, p.index)] = PartitionResult(p.index, KafkaError.invalid_required_acks)
+            elif p.records is None:
+                results[(topic.name, p.index)] = PartitionResult(p.index, KafkaError.corrupt_message)
+            else:
+                items.append((topic.name, p.index, p.records))
+    if items:
+        for done in await ctx.services.log.append(items):
+            r = done.result
+            if isinstance(r, Exception):
+                res = PartitionResult(done.partition, kafka_error(r), message=error_message(r))
+            else:
+                res = PartitionResult(done.partition, base_offset=r.base_offset, log_start=r.log_start)
+            results[(done.topic, done.partition)] = res
+    if req.acks == 0:
+        return None
+    topics = [(name, [results[(name, i)] for i in parts]) for name, parts in order]
+    return Encoded(encode_produce_response(ctx.api_version, topics))
+
+
+def encode_produce_response(version: int, topics: list[tuple[str, list[PartitionResult]]]) -> list[bytes | memoryview]:
+    """ProduceResponse v3-v12 body, equal to kio's encoding of the same values."""
+    flex = version >= 9
+    out = bytearray(array_len(len(topics), flex))
+    for name, parts in topics:
+        out += string(name, flex)
+        out += array_len(len(parts), flex)
+        for p in parts:
+            out += I32.pack(p.index) + I16.pack(p.error) + I64.pack(p.base_offset) + I64.pack(-1)
+            if version >= 5:
+                out += I64.pack(p.log_start)
+            if version >= 8:
+                out += array_len(0, flex)  # record_errors
+                out += string(p.message, flex)
+            if flex:
+                out += NO_TAGS
+        if flex:
+            out += NO_TAGS
+    out += I32.pack(0)  # throttle time
+    if flex:
+        out += NO_TAGS
+    return [bytes(out)]

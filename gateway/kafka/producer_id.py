@@ -1,0 +1,35 @@
+"""InitProducerId for idempotent producers: a fresh id from Redis, or the next epoch of a known one.
+
+A transactional.id is refused for now (transactions come with their own coordinator). Ids come
+from one Redis counter shared with the native face, so no two producers anywhere share one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.kafka import codec
+from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+from gateway.kafka.errors import kafka_error
+
+MAX_EPOCH = 32767
+
+
+@handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
+async def init_producer_id(ctx: RequestContext, req: Any) -> Any:
+    cls = codec.response_class(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
+    if req.transactional_id is not None:
+        return codec.build(cls, {"error_code": KafkaError.transactional_id_authorization_failed,
+                                 "producer_id": -1, "producer_epoch": -1})
+    pid = getattr(req, "producer_id", -1)
+    epoch = getattr(req, "producer_epoch", -1)
+    if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
+        # KIP-360: an idempotent producer resets its sequences under the next epoch of its id
+        return codec.build(cls, {"error_code": KafkaError.none, "producer_id": pid, "producer_epoch": epoch + 1})
+    try:
+        new = await ctx.services.store.log.allocate_producer_id()
+    except Exception as exc:
+        return codec.build(cls, {"error_code": kafka_error(exc), "producer_id": -1, "producer_epoch": -1})
+    return codec.build(cls, {"error_code": KafkaError.none, "producer_id": new, "producer_epoch": 0})
