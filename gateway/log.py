@@ -23,7 +23,7 @@ from gateway.errors import (
     TopicExists,
     TopicNotFound,
 )
-from gateway.records import BatchHeader, iter_records, split_batches
+from gateway.records import BatchHeader, iter_records, parse_header, split_batches
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, Slice, TopicInfo
 
@@ -254,8 +254,10 @@ class LogService:
 
     # -- reads ----------------------------------------------------------------------------------
 
-    async def read(self, topic: str, partition: int, offset: int, max_entries: int = 64) -> Slice:
-        return await self.store.log.read(topic, partition, offset, max_entries)
+    async def read(
+        self, topic: str, partition: int, offset: int, max_entries: int = 64, *, read_committed: bool = False
+    ) -> Slice:
+        return await self.store.log.read(topic, partition, offset, max_entries, with_aborted=read_committed)
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
@@ -309,3 +311,22 @@ class LogService:
             except Exception:
                 log.exception("retention pass failed; trying again next interval")
             await asyncio.sleep(interval)
+
+
+def committed_entries(sl: Slice) -> list[Entry]:
+    """What a read-committed reader that filters on the gateway side may see of a slice: entries
+    below the last stable offset, without markers or the batches of aborted transactions.
+    Only the 61-byte headers are read."""
+    out = []
+    for e in sl.entries:
+        if e.base_offset >= sl.stable:
+            break
+        h = parse_header(e.batch, verify_crc=False)
+        if h.control:
+            continue
+        if h.transactional and any(
+            a.producer_id == h.producer_id and a.first_offset <= e.base_offset < a.marker_offset for a in sl.aborted
+        ):
+            continue
+        out.append(e)
+    return out

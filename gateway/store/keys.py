@@ -80,3 +80,22 @@ def group_instances(group_id: str) -> str:
 def group_offsets(group_id: str) -> str:
     """Hash: "topic:partition" -> msgpack of (offset, leader epoch, metadata, commit time)."""
     return f"{group_tag(group_id)}:offsets"
+
+
+# -- the transaction coordinator: one hash tag, so its scripts run in one slot -----------------------
+
+TXN_SEQ = "{gw:txn}:seq"
+TXN_OPEN = "{gw:txn}:open"
+TXN_LOG = "{gw:txn}:log"
+
+
+def txn(txn_id: str) -> str:
+    return f"{{gw:txn}}:t:{txn_id}"
+
+
+def txn_parts(txn_id: str) -> str:
+    return f"{{gw:txn}}:t:{txn_id}:parts"
+
+
+def txn_subs(txn_id: str) -> str:
+    return f"{{gw:txn}}:t:{txn_id}:subs"

@@ -1,0 +1,174 @@
+"""The transaction coordinator's durable state: a hash per transaction, the open set, the log."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+
+from gateway.errors import ErrorCode, InvalidTxnState, error_for
+from gateway.store import keys
+from gateway.store.connection import storage_errors
+from gateway.store.scripts import Scripts
+
+SEP = "\x00"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def part_member(topic: str, partition: int) -> str:
+    return f"{topic}{SEP}{partition}"
+
+
+def sub_member(topic: str, partition: int, subscription: str) -> str:
+    return f"{topic}{SEP}{partition}{SEP}{subscription}"
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What `end` decided: the state to roll forward and everything the transaction touched."""
+
+    state: str
+    producer_id: int
+    producer_epoch: int
+    partitions: list[tuple[str, int]] = field(default_factory=list)
+    subscriptions: list[tuple[str, int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TxnInfo:
+    txn_id: str
+    state: str
+    timeout_ms: int
+    start_ms: int
+    updated_ms: int
+    producer_id: int
+    producer_epoch: int
+    owner: str
+    partitions: list[tuple[str, int]]
+    subscriptions: list[tuple[str, int, str]]
+
+
+def _decode_parts(raw: list[bytes]) -> list[tuple[str, int]]:
+    out = []
+    for m in raw:
+        t, p = m.decode().split(SEP)
+        out.append((t, int(p)))
+    return sorted(out)
+
+
+def _decode_subs(raw: list[bytes]) -> list[tuple[str, int, str]]:
+    out = []
+    for m in raw:
+        t, p, s = m.decode().split(SEP)
+        out.append((t, int(p), s))
+    return sorted(out)
+
+
+def _check(reply: list[Any], what: str) -> list[Any]:
+    code = int(reply[0])
+    if code == ErrorCode.OK:
+        return reply
+    if code == ErrorCode.INVALID_TXN_STATE:
+        raise InvalidTxnState(f"{what}: transaction is {reply[1].decode()}")
+    raise error_for(code, what)
+
+
+class TxnStore:
+    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+        self.redis = redis
+        self.scripts = scripts
+
+    async def next_sequence(self) -> int:
+        async with storage_errors():
+            return int(await self.redis.incr(keys.TXN_SEQ))
+
+    async def create(self, txn_id: str, timeout_ms: int, producer_id: int, producer_epoch: int, owner: str) -> None:
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "txn-new-3", [keys.txn(txn_id), keys.TXN_OPEN, keys.TXN_LOG],
+                # id, timeout, now, pid, epoch, owner
+                [txn_id, timeout_ms, now_ms(), producer_id, producer_epoch, owner],
+            )
+        _check(reply, txn_id)
+
+    async def add(self, txn_id: str, kind: str, members: list[str], epoch: int = -1) -> int:
+        target = keys.txn_parts(txn_id) if kind == "partition" else keys.txn_subs(txn_id)
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "txn-add-3", [keys.txn(txn_id), target, keys.TXN_LOG],
+                # id, kind, items, epoch, now
+                [txn_id, kind, "\n".join(members), epoch, now_ms()],
+            )
+        return int(_check(reply, txn_id)[1])
+
+    async def end(self, txn_id: str, commit: bool, epoch: int = -1) -> Ending:
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "txn-end-5",
+                [keys.txn(txn_id), keys.TXN_OPEN, keys.TXN_LOG, keys.txn_parts(txn_id), keys.txn_subs(txn_id)],
+                # id, action, epoch, now
+                [txn_id, "commit" if commit else "abort", epoch, now_ms()],
+            )
+        r = _check(reply, txn_id)
+        return Ending(r[1].decode(), int(r[2]), int(r[3]), _decode_parts(r[4]), _decode_subs(r[5]))
+
+    async def finish(self, txn_id: str, keep_ms: int) -> str:
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "txn-finish-5",
+                [keys.txn(txn_id), keys.TXN_OPEN, keys.TXN_LOG, keys.txn_parts(txn_id), keys.txn_subs(txn_id)],
+                # id, now, keep_ms
+                [txn_id, now_ms(), keep_ms],
+            )
+        return str(_check(reply, txn_id)[1].decode())
+
+    async def write_markers(
+        self, partitions: list[tuple[str, int]], producer_id: int, producer_epoch: int, commit: bool, marker: bytes
+    ) -> list[int]:
+        """One marker script per partition, all in one round trip; each is safe to repeat."""
+        calls = [
+            ("txn-marker-4",
+             [keys.log(t, p), keys.meta(t, p), keys.open_txns(t, p), keys.aborted_txns(t, p)],
+             # pid, epoch, marker, commit
+             [producer_id, producer_epoch, marker, 1 if commit else 0])
+            for t, p in partitions
+        ]
+        async with storage_errors():
+            replies = await self.scripts.call_many(calls)
+        out = []
+        for (t, p), r in zip(partitions, replies, strict=True):
+            if isinstance(r, Exception):
+                raise r
+            out.append(int(_check(r, f"{t}-{p}")[1]))
+        return out
+
+    async def due(self, now: int, limit: int = 100) -> list[str]:
+        """Unfinished transactions whose deadline has passed, or that wait to be rolled forward."""
+        async with storage_errors():
+            raw = await self.redis.zrangebyscore(keys.TXN_OPEN, "-inf", now, start=0, num=limit)
+        return [r.decode() for r in raw]
+
+    async def describe(self, txn_id: str) -> TxnInfo | None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(keys.txn(txn_id))
+        pipe.smembers(keys.txn_parts(txn_id))
+        pipe.smembers(keys.txn_subs(txn_id))
+        async with storage_errors():
+            h, parts, subs = await pipe.execute()
+        if not h:
+            return None
+        return TxnInfo(
+            txn_id, h[b"state"].decode(), int(h[b"timeout"]), int(h[b"start"]), int(h[b"updated"]),
+            int(h[b"pid"]), int(h[b"epoch"]), h[b"owner"].decode(), _decode_parts(list(parts)),
+            _decode_subs(list(subs)),
+        )
+
+    async def unfinished(self) -> list[str]:
+        async with storage_errors():
+            raw = await self.redis.zrange(keys.TXN_OPEN, 0, -1)
+        return [r.decode() for r in raw]

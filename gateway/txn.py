@@ -1,0 +1,184 @@
+"""The transaction coordinator (PIP-31, marker approach).
+
+A transaction is OPEN while it touches partitions and subscriptions. Ending it first makes
+COMMITTING or ABORTING durable (the point of no return), then writes one marker per partition and
+settles each subscription's pending acks (each step safe to repeat), then records COMMITTED or
+ABORTED. Whoever finds a transaction stuck between those steps (this gateway after a crash, or
+another one) rolls it forward; the reaper aborts transactions past their timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from gateway.errors import ErrorCode, GatewayError, InvalidRequest
+from gateway.records import build_control_batch
+from gateway.store import Store
+from gateway.store.txn import Ending, TxnInfo, TxnStore, now_ms, part_member, sub_member
+
+log = logging.getLogger(__name__)
+
+OPEN, COMMITTING, COMMITTED, ABORTING, ABORTED = "OPEN", "COMMITTING", "COMMITTED", "ABORTING", "ABORTED"
+
+
+class InvalidTransactionTimeout(GatewayError):
+    """The requested timeout is over the configured maximum."""
+
+    code = ErrorCode.INVALID_CONFIG
+
+
+@dataclass(frozen=True)
+class TxnId:
+    """PIP-31's id: the coordinator in the high bits, a sequence in the low bits."""
+
+    coordinator: int
+    sequence: int
+
+    def __str__(self) -> str:
+        return f"{self.coordinator}:{self.sequence}"
+
+    @classmethod
+    def parse(cls, text: str) -> TxnId:
+        try:
+            c, s = text.split(":")
+            return cls(int(c), int(s))
+        except ValueError:
+            raise InvalidRequest(f"not a transaction id: {text!r}") from None
+
+
+# Settles a transaction's acks on one subscription partition: (topic, partition, subscription, txn, commit).
+SubscriptionSettler = Callable[[str, int, str, str, bool], Awaitable[None]]
+
+# Fault injection for crash tests: the gateway kills itself with SIGKILL at the named step.
+_CRASH_AT = os.environ.get("GATEWAY_CRASH_AT", "")
+
+
+def _crash_point(step: str) -> None:
+    if _CRASH_AT == step:
+        log.warning("crash point %s reached: killing this process", step)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class TransactionCoordinator:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        coordinator_id: int = 0,
+        default_timeout_ms: int = 60_000,
+        max_timeout_ms: int = 900_000,
+        keep_finished_ms: int = 3_600_000,
+    ) -> None:
+        self.txns = TxnStore(store.redis, store.scripts)
+        self.notify_partition: Callable[[str, int], None] = lambda t, p: None
+        self.coordinator_id = coordinator_id
+        self.default_timeout_ms = default_timeout_ms
+        self.max_timeout_ms = max_timeout_ms
+        self.keep_finished_ms = keep_finished_ms
+        self.settlers: list[SubscriptionSettler] = []
+        self._ending: dict[str, asyncio.Task[str]] = {}
+
+    async def begin(
+        self,
+        timeout_ms: int | None = None,
+        *,
+        producer_id: int | None = None,
+        producer_epoch: int = 0,
+        owner: str = "",
+    ) -> TxnId:
+        """Open a transaction. Native transactions get a producer id of their own (PIP-31: the
+        transaction is the producer), so the append script's dedupe and markers work unchanged."""
+        timeout = self.default_timeout_ms if timeout_ms is None or timeout_ms <= 0 else timeout_ms
+        if timeout > self.max_timeout_ms:
+            raise InvalidTransactionTimeout(
+                f"transaction timeout {timeout} ms is over the maximum of {self.max_timeout_ms} ms"
+            )
+        seq = await self.txns.next_sequence()
+        txn = TxnId(self.coordinator_id, seq)
+        pid = producer_id if producer_id is not None else (1 << 40) + seq
+        await self.txns.create(str(txn), timeout, pid, producer_epoch, owner)
+        return txn
+
+    async def add_partitions(self, txn: TxnId | str, partitions: list[tuple[str, int]], epoch: int = -1) -> None:
+        await self.txns.add(str(txn), "partition", [part_member(t, p) for t, p in partitions], epoch)
+
+    async def add_subscriptions(
+        self, txn: TxnId | str, subs: list[tuple[str, int, str]], epoch: int = -1
+    ) -> None:
+        await self.txns.add(str(txn), "subscription", [sub_member(t, p, s) for t, p, s in subs], epoch)
+
+    async def describe(self, txn: TxnId | str) -> TxnInfo | None:
+        return await self.txns.describe(str(txn))
+
+    async def end(self, txn: TxnId | str, commit: bool, epoch: int = -1) -> str:
+        """Commit or abort; returns the final state. Repeating the same request is harmless."""
+        ending = await self.txns.end(str(txn), commit, epoch)
+        _crash_point("after-point-of-no-return")
+        return await self._complete(str(txn), ending)
+
+    async def _complete(self, txn_id: str, ending: Ending) -> str:
+        """Markers, subscription settlement, final state; concurrent callers share one run."""
+        running = self._ending.get(txn_id)
+        if running is None:
+            running = asyncio.ensure_future(self._roll_forward(txn_id, ending))
+            self._ending[txn_id] = running
+            running.add_done_callback(lambda _: self._ending.pop(txn_id, None))
+        return await asyncio.shield(running)
+
+    async def _roll_forward(self, txn_id: str, ending: Ending) -> str:
+        if ending.state in (COMMITTED, ABORTED):
+            return ending.state
+        commit = ending.state == COMMITTING
+        marker = build_control_batch(commit, ending.producer_id, ending.producer_epoch)
+        for i, (topic, partition) in enumerate(ending.partitions):
+            # one partition at a time, so a crash between two partitions' markers can be tested
+            await self.txns.write_markers([(topic, partition)], ending.producer_id, ending.producer_epoch,
+                                          commit, marker)
+            self.notify_partition(topic, partition)
+            if i == 0:
+                _crash_point("after-first-marker")
+        for topic, partition, sub in ending.subscriptions:
+            for settle in self.settlers:
+                await settle(topic, partition, sub, txn_id, commit)
+        _crash_point("before-finish")
+        return await self.txns.finish(txn_id, self.keep_finished_ms)
+
+    async def recover(self) -> int:
+        """Roll forward what a dead coordinator left between steps, and abort what has expired."""
+        handled = 0
+        for txn_id in await self.txns.due(now_ms()):
+            try:
+                info = await self.txns.describe(txn_id)
+                if info is None:
+                    continue
+                if info.state == OPEN:
+                    log.info("transaction %s timed out after %d ms: aborting", txn_id, info.timeout_ms)
+                    await self.end(txn_id, commit=False)
+                else:
+                    log.info("rolling transaction %s forward from %s", txn_id, info.state)
+                    await self.end(txn_id, commit=info.state in (COMMITTING, COMMITTED))
+                handled += 1
+            except GatewayError as exc:
+                log.warning("could not end transaction %s: %s", txn_id, exc)
+        return handled
+
+    async def reaper_loop(self, interval: float = 1.0) -> None:
+        while True:
+            try:
+                await self.recover()
+            except Exception:
+                log.exception("transaction reaper pass failed; trying again")
+            await asyncio.sleep(interval)
+
+    async def open_transactions(self) -> list[TxnInfo]:
+        out = []
+        for txn_id in await self.txns.unfinished():
+            info = await self.txns.describe(txn_id)
+            if info is not None:
+                out.append(info)
+        return out

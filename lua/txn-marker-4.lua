@@ -1,0 +1,31 @@
+--[[
+  Write a transaction's commit or abort marker on one partition; safe to repeat.
+  KEYS[1] log      the partition's stream
+  KEYS[2] meta     the partition's meta hash
+  KEYS[3] txns     open transactions on the partition: pid -> "first offset:epoch"
+  KEYS[4] aborted  aborted ranges: member "pid:first offset", score = marker offset
+  ARGV[1] pid      the transaction's producer id
+  ARGV[2] epoch    the transaction's producer epoch
+  ARGV[3] marker   the control batch (RecordBatch v2) to append
+  ARGV[4] commit   1 to commit, 0 to abort
+  Returns {0, marker offset} when written, {0, -1} when the partition holds nothing of this
+  transaction (no batch reached it, or the marker is there already), {2} for no partition.
+]]
+local rcall = redis.call
+--- @include "entry"
+
+local open = rcall('HGET', KEYS[3], ARGV[1])
+if not open then return {0, -1} end
+local first, epoch = string.match(open, '^(%d+):(-?%d+)$')
+if tonumber(epoch) > tonumber(ARGV[2]) then return {0, -1} end
+local meta = rcall('HMGET', KEYS[2], 'hw', 'maxts', 'bytes')
+if not meta[1] then return {2} end
+local hw = tonumber(meta[1])
+local bytes = tonumber(meta[3] or '0')
+rcall('XADD', KEYS[1], entry_id(hw), 'b', ARGV[3], 'n', 1, 't', meta[2] or '-1', 'c', string.format('%d', bytes))
+rcall('HSET', KEYS[2], 'hw', string.format('%d', hw + 1), 'bytes', string.format('%d', bytes + #ARGV[3]))
+rcall('HDEL', KEYS[3], ARGV[1])
+if ARGV[4] == '0' then
+  rcall('ZADD', KEYS[4], string.format('%d', hw), ARGV[1] .. ':' .. first)
+end
+return {0, hw}
