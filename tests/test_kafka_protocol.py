@@ -1,0 +1,199 @@
+"""The Kafka wire as the listener sees it: raw frames over a socket, for what clients cannot provoke."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from kio.schema.errors import ErrorCode as KafkaError
+from kio.serial import entity_reader, entity_writer
+
+from gateway.kafka import codec
+from gateway.kafka.dispatch import ApiKey, load_handlers, supported
+from gateway.records import build_batch
+
+load_handlers()
+TIMEOUT = 10
+
+
+def frame(api_key: int, version: int, correlation_id: int, body: bytes, *, flexible_header: bool = False) -> bytes:
+    head = struct.pack(">hhih", api_key, version, correlation_id, 4) + b"test"
+    if flexible_header:
+        head += b"\x00"
+    return struct.pack(">i", len(head) + len(body)) + head + body
+
+
+def request(req, correlation_id: int) -> bytes:
+    buf = io.BytesIO()
+    entity_writer(type(req))(buf, req)
+    return frame(req.__api_key__, req.__version__, correlation_id, buf.getvalue(),
+                 flexible_header=req.__header_schema__.__flexible__)
+
+
+async def read_response(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), TIMEOUT))
+    return await asyncio.wait_for(reader.readexactly(size), TIMEOUT)
+
+
+def decode(api_key: int, version: int, payload: bytes):
+    """(correlation id, kio response) from a response payload."""
+    (cid,) = struct.unpack_from(">i", payload)
+    offset = 5 if codec.response_header_flexible(api_key, version) else 4
+    resp, _ = entity_reader(codec.response_class(api_key, version))(payload, offset)
+    return cid, resp
+
+
+@pytest.fixture
+async def conn(gateway):
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    yield reader, writer
+    writer.close()
+
+
+def advertised() -> dict[int, tuple[int, int]]:
+    return {r.api_key: (r.min_version, r.max_version) for r in supported()}
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
+async def test_api_versions_lists_the_registry(conn, version):
+    reader, writer = conn
+    req = codec.build(codec.request_class(ApiKey.API_VERSIONS, version),
+                      {"client_software_name": "raw", "client_software_version": "1"})
+    writer.write(request(req, 41))
+    cid, resp = decode(ApiKey.API_VERSIONS, version, await read_response(reader))
+    assert cid == 41 and resp.error_code == KafkaError.none
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == advertised()
+
+
+async def test_api_versions_too_new_gets_v0_with_unsupported_version_and_the_list(conn):
+    reader, writer = conn
+    writer.write(frame(ApiKey.API_VERSIONS, 99, 5, b"\x00\x00whatever", flexible_header=True))
+    cid, resp = decode(ApiKey.API_VERSIONS, 0, await read_response(reader))
+    assert cid == 5 and resp.error_code == KafkaError.unsupported_version
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == advertised()
+
+
+async def test_unsupported_versions_and_unknown_keys_answer_error_35_and_keep_the_connection(conn):
+    reader, writer = conn
+    # Fetch v13 exists in the protocol but is not advertised: its own response shape, error 35
+    writer.write(frame(ApiKey.FETCH, 13, 1, b"", flexible_header=True))
+    cid, resp = decode(ApiKey.FETCH, 13, await read_response(reader))
+    assert cid == 1 and resp.error_code == KafkaError.unsupported_version
+    # a version the protocol does not know, and an api key nobody knows: header plus error 35
+    for cid_sent, key, version in ((2, ApiKey.METADATA, 999), (3, 30000, 0)):
+        writer.write(frame(key, version, cid_sent, b""))
+        payload = await read_response(reader)
+        assert struct.unpack(">ih", payload) == (cid_sent, KafkaError.unsupported_version)
+    # still usable
+    writer.write(request(codec.build(codec.request_class(ApiKey.API_VERSIONS, 0)), 4))
+    assert decode(ApiKey.API_VERSIONS, 0, await read_response(reader))[0] == 4
+
+
+async def test_pipelined_requests_are_answered_in_order(conn):
+    reader, writer = conn
+    reqs = []
+    for i in range(50):
+        if i % 2:
+            reqs.append(request(codec.build(codec.request_class(ApiKey.METADATA, 9), {"topics": None}), i))
+        else:
+            reqs.append(request(codec.build(codec.request_class(ApiKey.API_VERSIONS, 3),
+                                            {"client_software_name": "x", "client_software_version": "1"}), i))
+    writer.write(b"".join(reqs))
+    got = [struct.unpack_from(">i", await read_response(reader))[0] for _ in reqs]
+    assert got == list(range(50))
+
+
+def produce_request(version: int, acks: int, topic: str, records: bytes):
+    return codec.build(codec.request_class(ApiKey.PRODUCE, version), {
+        "transactional_id": None, "acks": acks, "timeout": 1000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+    })
+
+
+async def test_acks_zero_gets_no_response_but_is_stored(gateway, conn):
+    reader, writer = conn
+    await gateway.services.log.create_topic("quiet", 1)
+    batch = build_batch([(None, b"x", [])])
+    writer.write(request(produce_request(9, 0, "quiet", batch), 1) + request(produce_request(9, 1, "quiet", batch), 2))
+    cid, resp = decode(ApiKey.PRODUCE, 9, await read_response(reader))
+    assert cid == 2  # the acks=0 request had no answer
+    assert resp.responses[0].partition_responses[0].base_offset == 1
+    assert await gateway.services.log.bounds("quiet", 0) == (0, 2)
+
+
+async def test_produce_to_a_missing_partition_and_a_corrupt_batch_are_per_partition_errors(gateway, conn):
+    reader, writer = conn
+    await gateway.services.log.create_topic("strict", 1)
+    good = build_batch([(None, b"x", [])])
+    bad = good[:-1] + bytes([good[-1] ^ 1])
+    req = codec.build(codec.request_class(ApiKey.PRODUCE, 8), {
+        "transactional_id": None, "acks": -1, "timeout": 1000,
+        "topic_data": [{"name": "strict", "partition_data": [
+            {"index": 0, "records": bad}, {"index": 5, "records": good}]},
+            {"name": "nope", "partition_data": [{"index": 0, "records": good}]}],
+    })
+    writer.write(request(req, 3))
+    _, resp = decode(ApiKey.PRODUCE, 8, await read_response(reader))
+    errs = [(t.name, p.index, p.error_code) for t in resp.responses for p in t.partition_responses]
+    assert errs == [("strict", 0, KafkaError.corrupt_message),
+                    ("strict", 5, KafkaError.unknown_topic_or_partition),
+                    ("nope", 0, KafkaError.unknown_topic_or_partition)]
+
+
+async def test_fetch_out_of_range_and_long_poll_woken_by_a_produce(gateway, conn):
+    reader, writer = conn
+    await gateway.services.log.create_topic("poll", 1)
+    fetch_cls = codec.request_class(ApiKey.FETCH, 12)
+
+    def fetch(offset: int, wait_ms: int):
+        return codec.build(fetch_cls, {
+            "replica_id": -1, "max_wait": wait_ms, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": "poll", "partitions": [{"partition": 0, "fetch_offset": offset,
+                                                         "partition_max_bytes": 1 << 20}]}],
+        })
+
+    writer.write(request(fetch(5, 10_000), 1))
+    _, resp = decode(ApiKey.FETCH, 12, await read_response(reader))
+    p = resp.responses[0].partitions[0]
+    assert (p.error_code, p.high_watermark, p.log_start_offset) == (KafkaError.offset_out_of_range, 0, 0)
+
+    # a long poll with a 30 s max wait returns as soon as a record arrives
+    notifier = gateway.services.log.notifier
+    waiting = asyncio.Event()
+    original = notifier.wait
+
+    async def wait(parts, timeout):
+        waiting.set()
+        return await original(parts, timeout)
+
+    notifier.wait = wait
+    writer.write(request(fetch(0, 30_000), 2))
+    await asyncio.wait_for(waiting.wait(), TIMEOUT)
+    await gateway.services.log.append([("poll", 0, build_batch([(None, b"wake", [])]))])
+    _, resp = decode(ApiKey.FETCH, 12, await read_response(reader))
+    p = resp.responses[0].partitions[0]
+    assert p.error_code == KafkaError.none and p.high_watermark == 1 and len(p.records) > 0
+
+
+async def test_oversized_or_malformed_frames_close_only_that_connection(gateway):
+    port = gateway.listeners["kafka"].port
+    producer = AIOKafkaProducer(bootstrap_servers=f"127.0.0.1:{port}")
+    await producer.start()
+    try:
+        for garbage in (
+            struct.pack(">i", gateway.config.max_frame_bytes + 1),  # too large
+            struct.pack(">i", 3) + b"abc",  # too small for a header
+            frame(ApiKey.METADATA, 9, 1, b"\xff\xff\xff"),  # body kio cannot read
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(garbage)
+            assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""  # closed by the gateway
+            writer.close()
+        md = await producer.send_and_wait("survivor", b"still here")
+        assert md.offset == 0
+    finally:
+        await producer.stop()
