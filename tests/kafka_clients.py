@@ -1,0 +1,158 @@
+"""Produce and consume with each real Kafka client, one small helper per client, for the tests.
+
+The synchronous clients run in a thread (`asyncio.to_thread`): the gateway under test shares the
+test's event loop. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import confluent_kafka as ck
+import kafka
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+TIMEOUT = 20.0
+Message = tuple[bytes | None, bytes]  # key, value
+Stored = tuple[int, int, bytes | None, bytes]  # partition, offset, key, value
+
+CLIENTS = ("aiokafka", "kafka-python", "confluent")
+
+
+async def produce(client: str, bs: str, topic: str, messages: list[Message], **options: object) -> list[tuple[int, int]]:
+    """(partition, offset) of each message, in order; options are the client's own settings."""
+    return await PRODUCERS[client](bs, topic, messages, options)
+
+
+async def consume(client: str, bs: str, topic: str, partition: int, start: int, count: int) -> list[Stored]:
+    """`count` records of one partition from offset `start`, by manual assignment (no group)."""
+    return await CONSUMERS[client](bs, topic, partition, start, count)
+
+
+async def _aio_produce(bs: str, topic: str, messages: list[Message], options: dict) -> list[tuple[int, int]]:
+    producer = AIOKafkaProducer(bootstrap_servers=bs, linger_ms=20, request_timeout_ms=int(TIMEOUT * 1000), **options)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value, key=key) for key, value in messages]
+        done = [await asyncio.wait_for(f, TIMEOUT) for f in futures]
+    finally:
+        await producer.stop()
+    return [(m.partition, m.offset) for m in done]
+
+
+async def _aio_consume(bs: str, topic: str, partition: int, start: int, count: int) -> list[Stored]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False)
+    await consumer.start()
+    out: list[Stored] = []
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        deadline = time.monotonic() + TIMEOUT
+        while len(out) < count and time.monotonic() < deadline:
+            got = await consumer.getmany(tp, timeout_ms=500)
+            out += [(r.partition, r.offset, r.key, r.value) for r in got.get(tp, [])]
+    finally:
+        await consumer.stop()
+    return out
+
+
+def _kp_produce(bs: str, topic: str, messages: list[Message], options: dict) -> list[tuple[int, int]]:
+    producer = kafka.KafkaProducer(bootstrap_servers=bs, linger_ms=20, **options)
+    try:
+        futures = [producer.send(topic, value=value, key=key) for key, value in messages]
+        done = [f.get(timeout=TIMEOUT) for f in futures]
+    finally:
+        producer.close(timeout=TIMEOUT)
+    return [(m.partition, m.offset) for m in done]
+
+
+def _kp_consume(bs: str, topic: str, partition: int, start: int, count: int) -> list[Stored]:
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False)
+    out: list[Stored] = []
+    try:
+        tp = kafka.TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        deadline = time.monotonic() + TIMEOUT
+        while len(out) < count and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                out += [(r.partition, r.offset, r.key, r.value) for r in records]
+    finally:
+        consumer.close()
+    return out
+
+
+def _ck_produce(bs: str, topic: str, messages: list[Message], options: dict) -> list[tuple[int, int]]:
+    # murmur2_random is Kafka's (and the other clients') partitioner; librdkafka's default is not
+    conf = {"bootstrap.servers": bs, "linger.ms": 20, "partitioner": "murmur2_random", **options}
+    producer = ck.Producer(conf)
+    results: list[tuple[int, int] | None] = [None] * len(messages)
+    errors: list[object] = []
+
+    def delivered(i: int) -> Callable[[object, ck.Message], None]:
+        def report(err: object, msg: ck.Message) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                results[i] = (msg.partition(), msg.offset())
+
+        return report
+
+    for i, (key, value) in enumerate(messages):
+        producer.produce(topic, value=value, key=key, on_delivery=delivered(i))
+    remaining = producer.flush(TIMEOUT)
+    assert remaining == 0 and not errors, (remaining, errors)
+    return [r for r in results if r is not None]
+
+
+def _ck_consume(bs: str, topic: str, partition: int, start: int, count: int) -> list[Stored]:
+    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "unused-manual-assignment",
+                            "enable.auto.commit": False})
+    out: list[Stored] = []
+    try:
+        consumer.assign([ck.TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + TIMEOUT
+        while len(out) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            out.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def _threaded(fn: Callable[..., object]) -> Callable[..., Awaitable[object]]:
+    async def run(*args: object) -> object:
+        return await asyncio.to_thread(fn, *args)
+
+    return run
+
+
+PRODUCERS: dict[str, Callable[..., Awaitable]] = {
+    "aiokafka": _aio_produce,
+    "kafka-python": _threaded(_kp_produce),
+    "confluent": _threaded(_ck_produce),
+}
+CONSUMERS: dict[str, Callable[..., Awaitable]] = {
+    "aiokafka": _aio_consume,
+    "kafka-python": _threaded(_kp_consume),
+    "confluent": _threaded(_ck_consume),
+}
+
+IDEMPOTENT = {
+    "aiokafka": {"enable_idempotence": True},
+    "kafka-python": {"enable_idempotence": True},
+    "confluent": {"enable.idempotence": True},
+}
+
+
+def compression(client: str, codec: str) -> dict[str, object]:
+    """The client's own setting for a codec ("none": the Python clients want None)."""
+    if client == "confluent":
+        return {"compression.type": codec}
+    return {"compression_type": None if codec == "none" else codec}
