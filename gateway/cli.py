@@ -57,6 +57,13 @@ def _admin_parser(sub: Any) -> None:
                    help="KEY= (empty) resets a config to its default")
     x = tsub.add_parser("delete")
     x.add_argument("name")
+    txns = groups.add_parser("transactions", help="list, describe and abort transactions")
+    xsub = txns.add_subparsers(dest="action", required=True)
+    xsub.add_parser("list", help="unfinished transactions with their age and partitions")
+    xd = xsub.add_parser("describe")
+    xd.add_argument("txn", help="transaction id, COORDINATOR:SEQUENCE")
+    xa = xsub.add_parser("abort", help="abort a hanging transaction nobody else can end")
+    xa.add_argument("txn")
 
 
 def _bench_parser(sub: Any) -> None:
@@ -105,6 +112,13 @@ def admin(args: argparse.Namespace) -> Any:
             return _http("PATCH", f"{base}/topics/{args.name}/config", _pairs(args.config))
         if args.action == "delete":
             return _http("DELETE", f"{base}/topics/{args.name}")
+    if args.group == "transactions":
+        if args.action == "list":
+            return _http("GET", f"{base}/transactions")
+        if args.action == "describe":
+            return _http("GET", f"{base}/transactions/{args.txn}")
+        if args.action == "abort":
+            return _http("POST", f"{base}/transactions/{args.txn}/abort", {})
     raise SystemExit(f"unknown admin command {args.group} {args.action}")
 
 

@@ -40,6 +40,9 @@ class Config:
     max_frame_bytes: int = 100 * 1024 * 1024
     node_id: int = 0
     redis_fsync: str = "everysec"  # embedded Redis's appendfsync: always, everysec or no
+    txn_default_timeout_ms: int = 60_000
+    txn_max_timeout_ms: int = 900_000
+    txn_reaper_interval: float = 1.0
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Config:

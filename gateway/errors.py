@@ -186,6 +186,12 @@ class InvalidTxnState(GatewayError):
     code = ErrorCode.INVALID_TXN_STATE
 
 
+class TransactionNotFound(GatewayError):
+    """No transaction with that id (or it finished long ago)."""
+
+    code = ErrorCode.TRANSACTION_NOT_FOUND
+
+
 class ProducerFenced(GatewayError):
     """A newer producer epoch exists."""
 

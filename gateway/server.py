@@ -57,6 +57,7 @@ class Gateway:
             await self.stop()
             raise
         self._tasks.append(asyncio.create_task(self.services.log.retention_loop(cfg.retention_check_interval)))
+        self._tasks.append(asyncio.create_task(self.services.txn.reaper_loop(cfg.txn_reaper_interval)))
 
     async def _wait_for_redis(self, timeout: float = 30.0) -> None:
         assert self.services is not None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from gateway.config import Config
 from gateway.log import LogService
 from gateway.store import Store
+from gateway.txn import TransactionCoordinator
 
 
 @dataclass
@@ -14,12 +15,20 @@ class Services:
     config: Config
     store: Store
     log: LogService
+    txn: TransactionCoordinator
 
     @classmethod
     def open(cls, config: Config, redis_url: str) -> Services:
         store = Store.open(redis_url)
         log = LogService(store, auto_create=config.auto_create_topics, default_partitions=config.default_partitions)
-        return cls(config, store, log)
+        txn = TransactionCoordinator(
+            store,
+            coordinator_id=config.node_id,
+            default_timeout_ms=config.txn_default_timeout_ms,
+            max_timeout_ms=config.txn_max_timeout_ms,
+        )
+        txn.notify_partition = log.notifier.notify
+        return cls(config, store, log, txn)
 
     async def close(self) -> None:
         await self.store.close()

@@ -21,6 +21,8 @@ from gateway.records import build_control_batch
 from gateway.store import Store
 from gateway.store.txn import Ending, TxnInfo, TxnStore, now_ms, part_member, sub_member
 
+__all__ = ["TransactionCoordinator", "TxnId", "TxnInfo", "now_ms"]
+
 log = logging.getLogger(__name__)
 
 OPEN, COMMITTING, COMMITTED, ABORTING, ABORTED = "OPEN", "COMMITTING", "COMMITTED", "ABORTING", "ABORTED"

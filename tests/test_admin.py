@@ -84,3 +84,21 @@ def test_admin_cli_says_when_the_gateway_is_unreachable():
                         f"http://127.0.0.1:{free_port()}", "topics", "list"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "cannot reach the gateway" in r.stderr
+
+
+async def test_list_and_abort_a_hanging_transaction(gateway):
+    tc = gateway.services.txn
+    await gateway.services.log.create_topic("t", 2)
+    txn = await tc.begin(timeout_ms=600_000)
+    await tc.add_partitions(txn, [("t", 0), ("t", 1)])
+    listed = json.loads((await cli(gateway, "transactions", "list")).stdout)
+    assert [(x["txn"], x["state"]) for x in listed] == [(str(txn), "OPEN")]
+    assert listed[0]["partitions"] == [{"topic": "t", "partition": 0}, {"topic": "t", "partition": 1}]
+    assert listed[0]["age_ms"] >= 0 and listed[0]["timeout_ms"] == 600_000
+    aborted = await cli(gateway, "transactions", "abort", str(txn))
+    assert json.loads(aborted.stdout) == {"txn": str(txn), "state": "ABORTED"}
+    assert json.loads((await cli(gateway, "transactions", "list")).stdout) == []
+    described = json.loads((await cli(gateway, "transactions", "describe", str(txn))).stdout)
+    assert described["state"] == "ABORTED"
+    missing = await cli(gateway, "transactions", "abort", "0:999999")
+    assert missing.returncode != 0 and "TRANSACTION_NOT_FOUND" in missing.stderr

@@ -9,9 +9,10 @@ from typing import Any
 from aiohttp import web
 
 from gateway.admin.metrics import Metrics
-from gateway.errors import ErrorCode, GatewayError, InvalidRequest
+from gateway.errors import ErrorCode, GatewayError, InvalidRequest, TransactionNotFound
 from gateway.log import effective_config
 from gateway.services import Services
+from gateway.txn import TxnId, TxnInfo, now_ms
 
 _STATUS = {
     ErrorCode.TOPIC_NOT_FOUND: 404,
@@ -61,6 +62,9 @@ class AdminApi:
             web.get("/admin/v2/topics/{name}", self.describe_topic),
             web.delete("/admin/v2/topics/{name}", self.delete_topic),
             web.patch("/admin/v2/topics/{name}/config", self.alter_config),
+            web.get("/admin/v2/transactions", self.list_transactions),
+            web.get("/admin/v2/transactions/{txn}", self.describe_transaction),
+            web.post("/admin/v2/transactions/{txn}/abort", self.abort_transaction),
         ]
 
     async def health(self, request: web.Request) -> web.Response:
@@ -113,6 +117,39 @@ class AdminApi:
         changes = {str(k): (None if v is None else str(v)) for k, v in body.items()}
         await self.services.log.alter_config(request.match_info["name"], changes)
         return web.json_response(await self._describe(request.match_info["name"]))
+
+
+    async def list_transactions(self, request: web.Request) -> web.Response:
+        """Unfinished transactions with their age and partitions: where a hanging one shows."""
+        infos = await self.services.txn.open_transactions()
+        return web.json_response([_txn_json(i) for i in infos])
+
+    async def describe_transaction(self, request: web.Request) -> web.Response:
+        info = await self.services.txn.describe(TxnId.parse(request.match_info["txn"]))
+        if info is None:
+            raise TransactionNotFound(f"no transaction {request.match_info['txn']}")
+        return web.json_response(_txn_json(info))
+
+    async def abort_transaction(self, request: web.Request) -> web.Response:
+        txn = TxnId.parse(request.match_info["txn"])
+        if await self.services.txn.describe(txn) is None:
+            raise TransactionNotFound(f"no transaction {txn}")
+        state = await self.services.txn.end(txn, commit=False)
+        return web.json_response({"txn": str(txn), "state": state})
+
+
+def _txn_json(info: TxnInfo) -> dict[str, Any]:
+    return {
+        "txn": info.txn_id,
+        "state": info.state,
+        "age_ms": max(0, now_ms() - info.start_ms),
+        "timeout_ms": info.timeout_ms,
+        "producer_id": info.producer_id,
+        "producer_epoch": info.producer_epoch,
+        "owner": info.owner,
+        "partitions": [{"topic": t, "partition": p} for t, p in info.partitions],
+        "subscriptions": [{"topic": t, "partition": p, "subscription": s} for t, p, s in info.subscriptions],
+    }
 
 
 class AdminListener:
