@@ -186,6 +186,12 @@ class InvalidTxnState(GatewayError):
     code = ErrorCode.INVALID_TXN_STATE
 
 
+class ConcurrentTransactions(GatewayError):
+    """The previous transaction of this producer or key is still open or ending; retry shortly."""
+
+    code = ErrorCode.CONCURRENT_TRANSACTIONS
+
+
 class TransactionNotFound(GatewayError):
     """No transaction with that id (or it finished long ago)."""
 

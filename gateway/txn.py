@@ -85,6 +85,22 @@ class TransactionCoordinator:
         self.settlers: list[SubscriptionSettler] = []
         self._ending: dict[str, asyncio.Task[str]] = {}
 
+    def check_timeout(self, timeout_ms: int | None) -> int:
+        timeout = self.default_timeout_ms if timeout_ms is None or timeout_ms <= 0 else timeout_ms
+        if timeout > self.max_timeout_ms:
+            raise InvalidTransactionTimeout(
+                f"transaction timeout {timeout} ms is over the maximum of {self.max_timeout_ms} ms"
+            )
+        return timeout
+
+    async def next_id(self) -> TxnId:
+        return TxnId(self.coordinator_id, await self.txns.next_sequence())
+
+    @staticmethod
+    def own_producer_id(txn: TxnId) -> int:
+        """PIP-31: a native transaction is its own producer. Far above the shared producer-id counter."""
+        return (1 << 40) + txn.sequence
+
     async def begin(
         self,
         timeout_ms: int | None = None,
@@ -93,16 +109,10 @@ class TransactionCoordinator:
         producer_epoch: int = 0,
         owner: str = "",
     ) -> TxnId:
-        """Open a transaction. Native transactions get a producer id of their own (PIP-31: the
-        transaction is the producer), so the append script's dedupe and markers work unchanged."""
-        timeout = self.default_timeout_ms if timeout_ms is None or timeout_ms <= 0 else timeout_ms
-        if timeout > self.max_timeout_ms:
-            raise InvalidTransactionTimeout(
-                f"transaction timeout {timeout} ms is over the maximum of {self.max_timeout_ms} ms"
-            )
-        seq = await self.txns.next_sequence()
-        txn = TxnId(self.coordinator_id, seq)
-        pid = producer_id if producer_id is not None else (1 << 40) + seq
+        """Open a transaction not bound to a transaction key."""
+        timeout = self.check_timeout(timeout_ms)
+        txn = await self.next_id()
+        pid = producer_id if producer_id is not None else self.own_producer_id(txn)
         await self.txns.create(str(txn), timeout, pid, producer_epoch, owner)
         return txn
 

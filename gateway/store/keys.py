@@ -99,3 +99,10 @@ def txn_parts(txn_id: str) -> str:
 
 def txn_subs(txn_id: str) -> str:
     return f"{{gw:txn}}:t:{txn_id}:subs"
+
+TXN_KEYS = "{gw:txn}:keys"
+
+
+def txn_key(full_key: str) -> str:
+    """A transaction key's hash (`owner&key`; Kafka's transactional.id too): epoch, pid, open txn."""
+    return f"{{gw:txn}}:key:{full_key}"

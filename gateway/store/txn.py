@@ -132,8 +132,9 @@ class TxnStore:
     ) -> list[int]:
         """One marker script per partition, all in one round trip; each is safe to repeat."""
         calls = [
-            ("txn-marker-4",
-             [keys.log(t, p), keys.meta(t, p), keys.open_txns(t, p), keys.aborted_txns(t, p)],
+            ("txn-marker-5",
+             [keys.log(t, p), keys.meta(t, p), keys.open_txns(t, p), keys.aborted_txns(t, p),
+              keys.producers(t, p)],
              # pid, epoch, marker, commit
              [producer_id, producer_epoch, marker, 1 if commit else 0])
             for t, p in partitions

@@ -4,6 +4,7 @@
   KEYS[2] meta     the partition's meta hash
   KEYS[3] txns     open transactions on the partition: pid -> "first offset:epoch"
   KEYS[4] aborted  aborted ranges: member "pid:first offset", score = marker offset
+  KEYS[5] pids     idempotent producer state: a marker of a newer epoch fences the older one's writes
   ARGV[1] pid      the transaction's producer id
   ARGV[2] epoch    the transaction's producer epoch
   ARGV[3] marker   the control batch (RecordBatch v2) to append
@@ -14,12 +15,18 @@
 local rcall = redis.call
 --- @include "entry"
 
+local meta = rcall('HMGET', KEYS[2], 'hw', 'maxts', 'bytes')
+if not meta[1] then return {2} end
+local epoch_now = tonumber(ARGV[2])
+local raw = rcall('HGET', KEYS[5], ARGV[1])
+local state = raw and cjson.decode(raw) or nil
+if state == nil or state.e < epoch_now then
+  rcall('HSET', KEYS[5], ARGV[1], cjson.encode({e = epoch_now, b = {}}))
+end
 local open = rcall('HGET', KEYS[3], ARGV[1])
 if not open then return {0, -1} end
 local first, epoch = string.match(open, '^(%d+):(-?%d+)$')
-if tonumber(epoch) > tonumber(ARGV[2]) then return {0, -1} end
-local meta = rcall('HMGET', KEYS[2], 'hw', 'maxts', 'bytes')
-if not meta[1] then return {2} end
+if tonumber(epoch) > epoch_now then return {0, -1} end
 local hw = tonumber(meta[1])
 local bytes = tonumber(meta[3] or '0')
 rcall('XADD', KEYS[1], entry_id(hw), 'b', ARGV[3], 'n', 1, 't', meta[2] or '-1', 'c', string.format('%d', bytes))

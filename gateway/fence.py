@@ -1,0 +1,134 @@
+"""Epoch fencing of transaction keys: one live connection and one transaction per `owner&key`.
+
+Connecting with a key bumps its epoch and aborts the transaction of the older epoch at once; the
+older connection is closed, a reconnect with its stale epoch is refused, and every step of its
+transaction fails (the abort markers carry the new epoch, so even its late writes are refused).
+Kafka's transactional.id is the same thing: InitProducerId is a connect.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.errors import ConcurrentTransactions, InvalidRequest, NotAllowed
+from gateway.store import Store
+from gateway.store.fence import FenceStore, KeyState, Retry
+from gateway.txn import TransactionCoordinator, TxnId
+
+log = logging.getLogger(__name__)
+
+ANONYMOUS = "anonymous"
+KAFKA_MAX_EPOCH = 32766  # producer epochs are int16 on the Kafka wire; the last one is kept in reserve
+NATIVE_MAX_EPOCH = 2**62
+
+
+def full_key(owner: str, key: str) -> str:
+    if "&" in key:
+        raise InvalidRequest(f"a transaction key may not contain '&': {key!r}")
+    if not key:
+        raise InvalidRequest("a transaction key may not be empty")
+    return f"{owner or ANONYMOUS}&{key}"
+
+
+@dataclass(frozen=True)
+class Connected:
+    epoch: int
+    producer_id: int
+    aborted_txn: str  # the older epoch's transaction this connect aborted, "" for none
+
+
+class FenceService:
+    def __init__(self, store: Store, coordinator: TransactionCoordinator) -> None:
+        self.keys = FenceStore(store.redis, store.scripts)
+        self.log_store = store.log
+        self.coordinator = coordinator
+        # live connections of this gateway per key and epoch, closed when a newer epoch connects
+        self._live: dict[str, dict[int, Callable[[], None]]] = defaultdict(dict)
+
+    async def connect(
+        self, owner: str, key: str, epoch: int = -1, *, max_epoch: int = NATIVE_MAX_EPOCH,
+        on_fenced: Callable[[], None] | None = None,
+    ) -> Connected:
+        """Take the key for a new epoch. `epoch` is the last one this caller was given (-1: a new task);
+        any other stale epoch is refused with NotAllowed."""
+        name = full_key(owner, key)
+        for _ in range(20):
+            state = await self.keys.get(name)
+            if state is not None and epoch != -1 and epoch != state.epoch:
+                raise NotAllowed(f"transaction key {key!r}: epoch {epoch} is stale (current {state.epoch})")
+            new_pid = await self.log_store.allocate_producer_id()
+            try:
+                new_epoch, pid, aborted = await self.keys.connect(
+                    name, epoch, state.txn if state else "", new_pid, max_epoch
+                )
+            except Retry:
+                continue
+            break
+        else:
+            raise NotAllowed(f"transaction key {key!r} is changing too fast to connect")
+        for old_epoch, close in list(self._live[name].items()):
+            if old_epoch < new_epoch:
+                del self._live[name][old_epoch]
+                close()
+        if on_fenced is not None:
+            self._live[name][new_epoch] = on_fenced
+        if aborted:
+            log.info("transaction key %s epoch %d fenced transaction %s", name, new_epoch, aborted)
+            await self.coordinator.end(aborted, commit=False)
+        return Connected(new_epoch, pid, aborted)
+
+    def disconnected(self, owner: str, key: str, epoch: int) -> None:
+        self._live[full_key(owner, key)].pop(epoch, None)
+
+    async def begin(
+        self, owner: str, key: str, epoch: int, timeout_ms: int | None = None, *, own_producer: bool = False
+    ) -> tuple[TxnId, int]:
+        """Open the key's one transaction for `epoch`; (txn, producer id its batches carry).
+        `own_producer` gives the transaction a producer id of its own (native transactions)."""
+        name = full_key(owner, key)
+        timeout = self.coordinator.check_timeout(timeout_ms)
+        for _ in range(20):
+            state = await self.keys.get(name)
+            if state is None or state.epoch != epoch:
+                raise NotAllowed(f"transaction key {key!r}: epoch {epoch} is not the current one")
+            txn = await self.coordinator.next_id()
+            pid = self.coordinator.own_producer_id(txn) if own_producer else None
+            try:
+                return txn, await self.keys.begin(name, epoch, str(txn), timeout, pid, state.txn)
+            except Retry as r:
+                if r.txn and r.txn == state.txn:
+                    # the previous transaction is still ending (a crash mid-way): finish it first
+                    info = await self.coordinator.describe(r.txn)
+                    if info is not None and info.state in ("COMMITTING", "ABORTING"):
+                        await self.coordinator.end(r.txn, commit=info.state == "COMMITTING")
+                        continue
+                    raise ConcurrentTransactions(f"transaction key {key!r} has transaction {r.txn} open") from r
+        raise NotAllowed(f"transaction key {key!r} is changing too fast to begin a transaction")
+
+    async def get(self, owner: str, key: str) -> KeyState | None:
+        return await self.keys.get(full_key(owner, key))
+
+    async def list(self) -> list[KeyState]:
+        out = []
+        for name in await self.keys.names():
+            state = await self.keys.get(name)
+            if state is not None:
+                out.append(state)
+        return out
+
+    async def delete(self, name: str) -> KeyState | None:
+        """Abort the key's open transaction and forget the key (admin)."""
+        state = await self.keys.get(name)
+        if state is None:
+            return None
+        if state.txn:
+            info = await self.coordinator.describe(state.txn)
+            if info is not None and info.state not in ("COMMITTED", "ABORTED"):
+                await self.coordinator.end(state.txn, commit=False)
+        await self.keys.delete(name)
+        for close in self._live.pop(name, {}).values():
+            close()
+        return state

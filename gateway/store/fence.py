@@ -1,0 +1,91 @@
+"""Transaction keys in Redis: per `owner&key`, the current epoch, producer id and open transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from gateway.errors import ErrorCode, error_for
+from gateway.store import keys
+from gateway.store.connection import storage_errors
+from gateway.store.scripts import Scripts
+from gateway.store.txn import now_ms
+
+
+@dataclass(frozen=True)
+class KeyState:
+    name: str
+    epoch: int
+    producer_id: int
+    txn: str
+    created_ms: int
+    updated_ms: int
+
+
+class Retry(Exception):
+    """The key moved under the caller (its open transaction changed); read it again and retry."""
+
+    def __init__(self, txn: str = "") -> None:
+        super().__init__(txn)
+        self.txn = txn
+
+
+def _code(reply: list[Any], what: str) -> list[Any]:
+    code = int(reply[0])
+    if code == ErrorCode.OK:
+        return reply
+    if code == ErrorCode.CONCURRENT_TRANSACTIONS:
+        raise Retry(reply[1].decode() if len(reply) > 1 else "")
+    raise error_for(code, what)
+
+
+class FenceStore:
+    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+        self.redis = redis
+        self.scripts = scripts
+
+    async def get(self, name: str) -> KeyState | None:
+        async with storage_errors():
+            h = await self.redis.hgetall(keys.txn_key(name))
+        if not h:
+            return None
+        return KeyState(name, int(h[b"epoch"]), int(h[b"pid"]), h.get(b"txn", b"").decode(),
+                        int(h.get(b"created", 0)), int(h.get(b"updated", 0)))
+
+    async def names(self) -> list[str]:
+        async with storage_errors():
+            return sorted(m.decode() for m in await self.redis.smembers(keys.TXN_KEYS))
+
+    async def connect(self, name: str, epoch: int, seen_txn: str, new_pid: int, max_epoch: int) -> tuple[int, int, str]:
+        """(new epoch, producer id, id of the transaction aborted by this connect or "")."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "fence-connect-5",
+                [keys.txn_key(name), keys.TXN_KEYS, keys.txn(seen_txn or "-"), keys.TXN_OPEN, keys.TXN_LOG],
+                # name, epoch, seen, now, new_pid, max_epoch
+                [name, epoch, seen_txn, now_ms(), new_pid, max_epoch],
+            )
+        r = _code(reply, name)
+        return int(r[1]), int(r[2]), r[3].decode()
+
+    async def begin(
+        self, name: str, epoch: int, txn_id: str, timeout_ms: int, producer_id: int | None, seen_txn: str
+    ) -> int:
+        """Open `txn_id` for the key's current epoch; returns the producer id its batches carry."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "fence-begin-5",
+                [keys.txn_key(name), keys.txn(txn_id), keys.TXN_OPEN, keys.TXN_LOG, keys.txn(seen_txn or "-")],
+                # id, epoch, timeout, now, pid, name, seen
+                [txn_id, epoch, timeout_ms, now_ms(), "" if producer_id is None else producer_id, name, seen_txn],
+            )
+        return int(_code(reply, name)[1])
+
+    async def delete(self, name: str) -> None:
+        async with storage_errors():
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.delete(keys.txn_key(name))
+            pipe.srem(keys.TXN_KEYS, name)
+            await pipe.execute()

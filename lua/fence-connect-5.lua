@@ -1,0 +1,45 @@
+--[[
+  Connect with a transaction key: bump its epoch, fence the older epoch, abort its open transaction.
+  KEYS[1] key      the transaction key's hash: epoch, pid, txn, created, updated
+  KEYS[2] index    set of every transaction key
+  KEYS[3] oldtxn   the hash of the transaction the caller saw open on the key (any name if none)
+  KEYS[4] open     the coordinator's sorted set of unfinished transactions
+  KEYS[5] txnlog   the coordinator's transaction log
+  ARGV[1] name     the full key, "owner&key"
+  ARGV[2] epoch    the epoch the caller was given last, -1 for a new task
+  ARGV[3] seen     the transaction id the caller saw open on the key, "" for none
+  ARGV[4] now      epoch milliseconds
+  ARGV[5] new_pid  a fresh producer id, used for a new key or when the epoch runs out
+  ARGV[6] max_epoch the largest epoch before the producer id is rotated
+  Returns {0, epoch, pid, aborted txn id or ""}, or {code}: 13 a stale epoch (the caller is a zombie),
+  24 the key's open transaction changed since the caller looked (look again and retry).
+]]
+local rcall = redis.call
+local cur = rcall('HMGET', KEYS[1], 'epoch', 'pid', 'txn')
+local presented = tonumber(ARGV[2])
+if cur[1] and presented ~= -1 and presented ~= tonumber(cur[1]) then return {13} end
+if (cur[3] or '') ~= ARGV[3] then return {24} end
+
+local epoch, pid = 0, ARGV[5]
+if cur[1] then
+  epoch = tonumber(cur[1]) + 1
+  pid = cur[2]
+  if epoch > tonumber(ARGV[6]) then epoch, pid = 0, ARGV[5] end
+end
+
+local aborted = ''
+if ARGV[3] ~= '' then
+  local state = rcall('HGET', KEYS[3], 'state')
+  if state == 'OPEN' then
+    -- the old epoch's transaction ends here; its markers carry the new epoch, fencing its writes
+    rcall('HSET', KEYS[3], 'state', 'ABORTING', 'updated', ARGV[4], 'epoch', string.format('%d', epoch))
+    rcall('ZADD', KEYS[4], 0, ARGV[3])
+    rcall('XADD', KEYS[5], 'MAXLEN', '~', 100000, '*', 'op', 'UPDATE', 'txn', ARGV[3], 'state', 'ABORTING',
+      'reason', 'fenced')
+    aborted = ARGV[3]
+  end
+end
+if not cur[1] then rcall('HSET', KEYS[1], 'created', ARGV[4]) end
+rcall('HSET', KEYS[1], 'epoch', string.format('%d', epoch), 'pid', pid, 'txn', '', 'updated', ARGV[4])
+rcall('SADD', KEYS[2], ARGV[1])
+return {0, epoch, pid, aborted}
