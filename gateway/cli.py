@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,11 @@ def _admin_parser(sub: Any) -> None:
     xd.add_argument("txn", help="transaction id, COORDINATOR:SEQUENCE")
     xa = xsub.add_parser("abort", help="abort a hanging transaction nobody else can end")
     xa.add_argument("txn")
+    xsub.add_parser("list-transaction-keys", help="transaction keys with their epochs")
+    xg = xsub.add_parser("get-transaction-key", help="a key's epoch, open transaction and age")
+    xg.add_argument("key", help="KEY, or OWNER&KEY")
+    xk = xsub.add_parser("delete-transaction-key", help="abort the key's transaction and remove the key")
+    xk.add_argument("key")
 
 
 def _bench_parser(sub: Any) -> None:
@@ -119,6 +125,13 @@ def admin(args: argparse.Namespace) -> Any:
             return _http("GET", f"{base}/transactions/{args.txn}")
         if args.action == "abort":
             return _http("POST", f"{base}/transactions/{args.txn}/abort", {})
+        keys_url = f"{base}/transactions/transaction-keys"
+        if args.action == "list-transaction-keys":
+            return _http("GET", keys_url)
+        if args.action == "get-transaction-key":
+            return _http("GET", f"{keys_url}/{urllib.parse.quote(args.key, safe='')}")
+        if args.action == "delete-transaction-key":
+            return _http("DELETE", f"{keys_url}/{urllib.parse.quote(args.key, safe='')}")
     raise SystemExit(f"unknown admin command {args.group} {args.action}")
 
 

@@ -18,6 +18,8 @@ from gateway.store import Store
 from gateway.store.fence import FenceStore, KeyState, Retry
 from gateway.txn import TransactionCoordinator, TxnId
 
+__all__ = ["FenceService", "KeyState", "full_key"]
+
 log = logging.getLogger(__name__)
 
 ANONYMOUS = "anonymous"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.config import Config
+from gateway.fence import FenceService
 from gateway.log import LogService
 from gateway.store import Store
 from gateway.txn import TransactionCoordinator
@@ -16,6 +17,7 @@ class Services:
     store: Store
     log: LogService
     txn: TransactionCoordinator
+    fence: FenceService
 
     @classmethod
     def open(cls, config: Config, redis_url: str) -> Services:
@@ -28,7 +30,7 @@ class Services:
             max_timeout_ms=config.txn_max_timeout_ms,
         )
         txn.notify_partition = log.notifier.notify
-        return cls(config, store, log, txn)
+        return cls(config, store, log, txn, FenceService(store, txn))
 
     async def close(self) -> None:
         await self.store.close()

@@ -102,3 +102,25 @@ async def test_list_and_abort_a_hanging_transaction(gateway):
     assert described["state"] == "ABORTED"
     missing = await cli(gateway, "transactions", "abort", "0:999999")
     assert missing.returncode != 0 and "TRANSACTION_NOT_FOUND" in missing.stderr
+
+
+async def test_transaction_keys_over_http_cli_and_metrics(gateway):
+    fence = gateway.services.fence
+    conn = await fence.connect("", "job-42")
+    conn = await fence.connect("", "job-42")
+    txn, _ = await fence.begin("", "job-42", conn.epoch, own_producer=True)
+    listed = json.loads((await cli(gateway, "transactions", "list-transaction-keys")).stdout)
+    assert [(k["key"], k["owner"], k["epoch"]) for k in listed] == [("job-42", "anonymous", 1)]
+    got = json.loads((await cli(gateway, "transactions", "get-transaction-key", "job-42")).stdout)
+    assert got["open_transaction"]["txn"] == str(txn) and got["age_ms"] >= 0
+    async with aiohttp.ClientSession() as http:
+        async with http.get(admin_url(gateway) + "/metrics") as r:
+            text = await r.text()
+    assert "gateway_transaction_keys 1.0" in text
+    assert 'gateway_transaction_key_epoch{key="anonymous&job-42"} 1.0' in text
+    assert 'gateway_transaction_key_age_seconds{key="anonymous&job-42"}' in text
+    deleted = json.loads((await cli(gateway, "transactions", "delete-transaction-key", "job-42")).stdout)
+    assert deleted == {"deleted": "anonymous&job-42", "aborted_txn": str(txn)}
+    assert (await gateway.services.txn.describe(txn)).state == "ABORTED"
+    missing = await cli(gateway, "transactions", "get-transaction-key", "job-42")
+    assert missing.returncode != 0 and "TRANSACTION_NOT_FOUND" in missing.stderr

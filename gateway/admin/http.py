@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gateway.admin.metrics import Metrics
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest, TransactionNotFound
+from gateway.fence import KeyState, full_key
 from gateway.log import effective_config
 from gateway.services import Services
 from gateway.txn import TxnId, TxnInfo, now_ms
@@ -63,6 +64,9 @@ class AdminApi:
             web.delete("/admin/v2/topics/{name}", self.delete_topic),
             web.patch("/admin/v2/topics/{name}/config", self.alter_config),
             web.get("/admin/v2/transactions", self.list_transactions),
+            web.get("/admin/v2/transactions/transaction-keys", self.list_keys),
+            web.get("/admin/v2/transactions/transaction-keys/{key}", self.get_key),
+            web.delete("/admin/v2/transactions/transaction-keys/{key}", self.delete_key),
             web.get("/admin/v2/transactions/{txn}", self.describe_transaction),
             web.post("/admin/v2/transactions/{txn}/abort", self.abort_transaction),
         ]
@@ -136,6 +140,48 @@ class AdminApi:
             raise TransactionNotFound(f"no transaction {txn}")
         state = await self.services.txn.end(txn, commit=False)
         return web.json_response({"txn": str(txn), "state": state})
+
+
+    async def list_keys(self, request: web.Request) -> web.Response:
+        return web.json_response([await self._key_json(k) for k in await self.services.fence.list()])
+
+    def _owner_key(self, request: web.Request) -> tuple[str, str]:
+        """`{key}` is the user's key (owner: the caller, anonymous until authentication exists),
+        or a full `owner&key`."""
+        raw = request.match_info["key"]
+        owner, sep, key = raw.partition("&")
+        return (owner, key) if sep else ("", raw)
+
+    async def get_key(self, request: web.Request) -> web.Response:
+        owner, key = self._owner_key(request)
+        state = await self.services.fence.get(owner, key)
+        if state is None:
+            raise TransactionNotFound(f"no transaction key {key!r}")
+        return web.json_response(await self._key_json(state))
+
+    async def delete_key(self, request: web.Request) -> web.Response:
+        owner, key = self._owner_key(request)
+        state = await self.services.fence.delete(full_key(owner, key))
+        if state is None:
+            raise TransactionNotFound(f"no transaction key {key!r}")
+        return web.json_response({"deleted": state.name, "aborted_txn": state.txn or None})
+
+    async def _key_json(self, state: KeyState) -> dict[str, Any]:
+        txn = None
+        if state.txn:
+            info = await self.services.txn.describe(state.txn)
+            if info is not None and info.state not in ("COMMITTED", "ABORTED"):
+                txn = _txn_json(info)
+        owner, _, key = state.name.partition("&")
+        return {
+            "key": key,
+            "owner": owner,
+            "epoch": state.epoch,
+            "producer_id": state.producer_id,
+            "open_transaction": txn,
+            "age_ms": max(0, now_ms() - state.created_ms),
+            "idle_ms": max(0, now_ms() - state.updated_ms),
+        }
 
 
 def _txn_json(info: TxnInfo) -> dict[str, Any]:

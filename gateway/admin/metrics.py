@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gateway.services import Services
+from gateway.txn import now_ms
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -49,7 +50,24 @@ class Metrics:
                 start.add_metric([t, str(p)], b[0])
                 hw.add_metric([t, str(p)], b[1])
         count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
-        return [count, hw, start]
+        return [count, hw, start, *await self.transaction_gauges()]
+
+    async def transaction_gauges(self) -> list[Metric]:
+        now = now_ms()
+        keys = await self.services.fence.list()
+        n_keys = GaugeMetricFamily("gateway_transaction_keys", "Transaction keys", value=len(keys))
+        epoch = GaugeMetricFamily("gateway_transaction_key_epoch", "Current epoch of a transaction key",
+                                  labels=["key"])
+        age = GaugeMetricFamily("gateway_transaction_key_age_seconds", "Time since a transaction key was created",
+                                labels=["key"])
+        for k in keys:
+            epoch.add_metric([k.name], k.epoch)
+            age.add_metric([k.name], max(0, now - k.created_ms) / 1000)
+        open_txns = await self.services.txn.open_transactions()
+        n_open = GaugeMetricFamily("gateway_open_transactions", "Unfinished transactions", value=len(open_txns))
+        oldest = GaugeMetricFamily("gateway_oldest_open_transaction_seconds", "Age of the oldest unfinished one",
+                                   value=max((now - t.start_ms for t in open_txns), default=0) / 1000)
+        return [n_keys, epoch, age, n_open, oldest]
 
     async def render(self) -> tuple[bytes, str]:
         registry = CollectorRegistry(auto_describe=False)
