@@ -129,6 +129,7 @@ class TransactionCoordinator:
 
     async def end(self, txn: TxnId | str, commit: bool, epoch: int = -1) -> str:
         """Commit or abort; returns the final state. Repeating the same request is harmless."""
+        _crash_point("before-point-of-no-return")
         ending = await self.txns.end(str(txn), commit, epoch)
         _crash_point("after-point-of-no-return")
         return await self._complete(str(txn), ending)
