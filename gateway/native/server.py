@@ -1,15 +1,318 @@
-"""The native listener (being built: see the open issue)."""
+"""The native listener: one `Connection` per client, turning frames into domain-service calls.
+
+Requests are answered in the order they are handled. `Send`s go through one queue per connection
+and are appended in arrival order, as many per Redis round trip as have arrived, so a producer can
+pipeline batches without its sequences ever overtaking each other. A request id of 0 asks for no
+answer (flow permits). A malformed frame gets an error and the connection carries on; a frame over
+`max_frame_bytes` gets an error and the connection is closed, as the stream cannot be trusted past it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
 
+from gateway.errors import ErrorCode, GatewayError, InvalidRequest, NotAllowed, SubscriptionNotFound
+from gateway.native.wire import (
+    PROTOCOL_VERSION,
+    FrameTooLarge,
+    OutgoingEntry,
+    frame,
+    messages_frame,
+    parse,
+    read_frame,
+)
 from gateway.net import TcpListener
+from gateway.pb import gateway_pb2 as pb
+from gateway.producers import ProducerService
+from gateway.records import parse_header
 from gateway.services import Services
+from gateway.subscriptions import Consumer, Delivery, Mode, SubscriptionService
+
+log = logging.getLogger(__name__)
+
+_MODES = {pb.EXCLUSIVE: Mode.EXCLUSIVE, pb.FAILOVER: Mode.FAILOVER, pb.SHARED: Mode.SHARED}
+_SEND_BATCH = 256  # sends appended per round trip at most
 
 
-async def start_native_server(services: Services, host: str, port: int) -> TcpListener:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.close()
+class NativeServer(TcpListener):
+    """The listener plus the services its connections share."""
 
-    return await TcpListener("native", handle).start(host, port)
+    def __init__(self, services: Services) -> None:
+        super().__init__("native", self._connection)
+        self.services = services
+        self.subscriptions = SubscriptionService.open(services.log, services.store)
+        self.producers = ProducerService(services.log, services.store)
+        self._live: set[Connection] = set()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(self, reader, writer)
+        self._live.add(conn)
+        try:
+            await conn.serve()
+        finally:
+            self._live.discard(conn)
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Connections stop reading, answer what they have, then close; `grace` bounds the wait."""
+        for conn in list(self._live):
+            conn.reader.feed_eof()
+        await super().close(grace)
+        await self.subscriptions.close()
+
+
+async def start_native_server(services: Services, host: str, port: int) -> NativeServer:
+    server = NativeServer(services)
+    await server.start(host, port)
+    return server
+
+
+class _Producer:
+    def __init__(self, topic: str, producer_id: int, partitions: int) -> None:
+        self.topic = topic
+        self.producer_id = producer_id
+        self.partitions = partitions
+
+
+Handler = Callable[["Connection", pb.Request], Awaitable[pb.Response | None]]
+
+
+class Connection:
+    """One client's session: its producers and consumers, which die with it."""
+
+    def __init__(self, server: NativeServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.services = server.services
+        self.subs = server.subscriptions
+        self.reader = reader
+        self.writer = writer
+        self.producers: dict[int, _Producer] = {}
+        self.consumers: dict[int, Consumer] = {}
+        self._next_handle = 1
+        self._sends: asyncio.Queue[pb.Request] = asyncio.Queue()
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        sender = asyncio.create_task(self._send_loop())
+        limit = self.services.config.max_frame_bytes
+        try:
+            while True:
+                try:
+                    payload = await read_frame(self.reader, limit)
+                except FrameTooLarge as exc:
+                    await self._write([self._error(0, exc)])
+                    return
+                try:
+                    req = parse(pb.Request(), payload)
+                except InvalidRequest as exc:
+                    await self._write([self._error(0, exc)])
+                    continue
+                assert isinstance(req, pb.Request)
+                await self._handle(req)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._sends.join(), 1.0)
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+            for consumer in list(self.consumers.values()):
+                with contextlib.suppress(Exception):
+                    await self.subs.unsubscribe_consumer(consumer)
+            self.consumers.clear()
+
+    async def _handle(self, req: pb.Request) -> None:
+        kind = req.WhichOneof("body")
+        if kind == "send":
+            self._sends.put_nowait(req)
+            return
+        handler = _HANDLERS.get(kind or "")
+        try:
+            if handler is None:
+                raise InvalidRequest("unknown request type")
+            resp = await handler(self, req)
+        except Exception as exc:
+            if not isinstance(exc, GatewayError):
+                log.exception("native %s request failed", kind)
+            resp = self._error_response(exc)
+        if resp is not None and req.request_id:
+            resp.request_id = req.request_id
+            await self._write([frame(resp)])
+
+    async def _write(self, chunks: list[bytes | memoryview]) -> None:
+        self.writer.writelines(chunks)
+        await self.writer.drain()
+
+    @staticmethod
+    def _error_response(exc: BaseException) -> pb.Response:
+        code = exc.code if isinstance(exc, GatewayError) else ErrorCode.UNKNOWN
+        return pb.Response(error=pb.Error(code=int(code), message=str(exc)))
+
+    @classmethod
+    def _error(cls, request_id: int, exc: BaseException) -> bytes:
+        resp = cls._error_response(exc)
+        resp.request_id = request_id
+        return frame(resp)
+
+    # -- produce --------------------------------------------------------------------------------
+
+    async def _send_loop(self) -> None:
+        while True:
+            reqs = [await self._sends.get()]
+            while not self._sends.empty() and len(reqs) < _SEND_BATCH:
+                reqs.append(self._sends.get_nowait())
+            out: list[bytes | memoryview] = []
+            items: list[tuple[str, int, bytes]] = []
+            owners: list[pb.Request] = []
+            for req in reqs:
+                try:
+                    items.append(self._checked_send(req.send))
+                    owners.append(req)
+                except GatewayError as exc:
+                    out.append(self._error(req.request_id, exc))
+            if items:
+                try:
+                    results = [p.result for p in await self.services.log.append(items)]
+                except Exception as exc:
+                    results = [exc] * len(items)
+                for req, res in zip(owners, results, strict=True):
+                    if isinstance(res, Exception):
+                        out.append(self._error(req.request_id, res))
+                    else:
+                        receipt = pb.SendReceipt(base_offset=res.base_offset, duplicate=res.duplicate)
+                        out.append(frame(pb.Response(request_id=req.request_id, send_receipt=receipt)))
+            try:
+                await self._write(out)
+            except ConnectionError:
+                return
+            finally:
+                for _ in reqs:
+                    self._sends.task_done()
+
+    def _checked_send(self, send: pb.Send) -> tuple[str, int, bytes]:
+        producer = self.producers.get(send.handle)
+        if producer is None:
+            raise NotAllowed(f"no producer {send.handle} on this connection")
+        if send.partition >= producer.partitions:
+            raise InvalidRequest(f"{producer.topic} has no partition {send.partition}")
+        h = parse_header(send.batch, verify_crc=False)
+        if h.producer_id != producer.producer_id or h.transactional or h.control:
+            raise InvalidRequest("the batch must carry this producer's id and be neither transactional nor control")
+        return producer.topic, send.partition, send.batch
+
+    async def _create_producer(self, req: pb.Request) -> pb.Response:
+        r = req.create_producer
+        pid, info = await self.server.producers.register(r.topic, r.resume_producer_id)
+        handle = self._next_handle
+        self._next_handle += 1
+        self.producers[handle] = _Producer(info.name, pid, info.partitions)
+        name = r.producer_name or f"producer-{pid}"
+        created = pb.ProducerCreated(handle=handle, producer_id=pid, partitions=info.partitions, producer_name=name)
+        return pb.Response(producer_created=created)
+
+    async def _close_producer(self, req: pb.Request) -> pb.Response:
+        self.producers.pop(req.close_producer.handle, None)
+        return pb.Response(success=pb.Success())
+
+    # -- consume --------------------------------------------------------------------------------
+
+    async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
+        entries = [
+            OutgoingEntry(d.partition, d.entry.base_offset, d.entry.batch, d.skip(), d.redelivery_count)
+            for d in deliveries
+        ]
+        await self._write(messages_frame(consumer_id, entries))
+
+    async def reset(self, consumer_id: int) -> None:
+        await self._write([frame(pb.Response(consumer_reset=pb.ConsumerReset(consumer_id=consumer_id)))])
+
+    def _consumer(self, consumer_id: int) -> Consumer:
+        consumer = self.consumers.get(consumer_id)
+        if consumer is None:
+            raise SubscriptionNotFound(f"no consumer {consumer_id} on this connection")
+        return consumer
+
+    async def _subscribe(self, req: pb.Request) -> pb.Response:
+        r = req.subscribe
+        consumer = await self.subs.subscribe(
+            r.topic,
+            r.subscription,
+            self,
+            mode=_MODES.get(r.mode, Mode.EXCLUSIVE),
+            initial_position="earliest" if r.initial_position == pb.EARLIEST else "latest",
+            consumer_name=r.consumer_name,
+            ack_timeout=r.ack_timeout_ms / 1000,
+        )
+        self.consumers[consumer.id] = consumer
+        assert consumer.subscription is not None
+        subscribed = pb.Subscribed(consumer_id=consumer.id, partitions=consumer.subscription.partitions)
+        return pb.Response(subscribed=subscribed)
+
+    async def _flow(self, req: pb.Request) -> pb.Response:
+        self.subs.flow(self._consumer(req.flow.consumer_id), req.flow.permits)
+        return pb.Response(success=pb.Success())
+
+    async def _ack(self, req: pb.Request) -> pb.Response:
+        r = req.ack
+        individual: dict[int, list[int]] = {}
+        for po in r.individual:
+            individual.setdefault(po.partition, []).extend(po.offsets)
+        cumulative = {po.partition: max(po.offsets) for po in r.cumulative if po.offsets}
+        await self.subs.acknowledge(self._consumer(r.consumer_id), individual, cumulative)
+        return pb.Response(success=pb.Success())
+
+    async def _nack(self, req: pb.Request) -> pb.Response:
+        offsets: dict[int, list[int]] = {}
+        for po in req.nack.offsets:
+            offsets.setdefault(po.partition, []).extend(po.offsets)
+        self.subs.negative_acknowledge(self._consumer(req.nack.consumer_id), offsets)
+        return pb.Response(success=pb.Success())
+
+    async def _seek(self, req: pb.Request) -> pb.Response:
+        r = req.seek
+        consumer = self._consumer(r.consumer_id)
+        target = r.WhichOneof("target")
+        if target == "timestamp_ms":
+            await self.subs.seek_time(consumer, r.timestamp_ms)
+        elif target in ("offset", "earliest", "latest"):
+            offset = r.offset if target == "offset" else (-1 if target == "earliest" else -2)
+            partition = None if r.all_partitions or target != "offset" else r.partition
+            await self.subs.seek_offset(consumer, offset, partition)
+        else:
+            raise InvalidRequest("seek needs an offset, a timestamp, earliest or latest")
+        return pb.Response(success=pb.Success())
+
+    async def _close_consumer(self, req: pb.Request) -> pb.Response:
+        consumer = self.consumers.pop(req.close_consumer.consumer_id, None)
+        if consumer is not None:
+            await self.subs.unsubscribe_consumer(consumer)
+        return pb.Response(success=pb.Success())
+
+    # -- session --------------------------------------------------------------------------------
+
+    async def _connect(self, req: pb.Request) -> pb.Response:
+        connected = pb.Connected(
+            protocol_version=PROTOCOL_VERSION, max_frame_bytes=self.services.config.max_frame_bytes
+        )
+        return pb.Response(connected=connected)
+
+    async def _ping(self, req: pb.Request) -> pb.Response:
+        return pb.Response(pong=pb.Pong())
+
+
+_HANDLERS: dict[str, Handler] = {
+    "connect": Connection._connect,
+    "ping": Connection._ping,
+    "create_producer": Connection._create_producer,
+    "close_producer": Connection._close_producer,
+    "subscribe": Connection._subscribe,
+    "flow": Connection._flow,
+    "ack": Connection._ack,
+    "nack": Connection._nack,
+    "seek": Connection._seek,
+    "close_consumer": Connection._close_consumer,
+}

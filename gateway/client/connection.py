@@ -1,0 +1,142 @@
+"""One TCP connection to a gateway: requests matched to responses, pushed frames routed to consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from typing import Protocol
+
+from gateway.client.errors import ConnectionLost
+from gateway.errors import GatewayError, Timeout, error_for
+from gateway.native.wire import PROTOCOL_VERSION, frame, parse, read_frame
+from gateway.pb import gateway_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+_MAX_INCOMING = 1 << 31  # the server bounds what it sends by what consumers asked for
+
+
+class PushReceiver(Protocol):
+    """A consumer as the connection sees it."""
+
+    def on_messages(self, messages: pb.Messages) -> None: ...
+
+    def on_reset(self) -> None: ...
+
+    def on_closed(self, exc: GatewayError) -> None: ...
+
+
+class Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, timeout: float) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.timeout = timeout
+        self.max_frame_bytes = 0
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[pb.Response]] = {}
+        self._receivers: dict[int, PushReceiver] = {}
+        self._closed: GatewayError | None = None
+        self._task = asyncio.create_task(self._read_loop(), name="gateway client reader")
+
+    @classmethod
+    async def open(cls, host: str, port: int, *, timeout: float, client_name: str = "") -> Connection:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionLost(f"cannot connect to {host}:{port}: {exc}") from exc
+        conn = cls(reader, writer, timeout)
+        resp = await conn.request(
+            pb.Request(connect=pb.Connect(client_name=client_name, protocol_version=PROTOCOL_VERSION))
+        )
+        conn.max_frame_bytes = resp.connected.max_frame_bytes
+        return conn
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    async def request(self, req: pb.Request, timeout: float | None = None) -> pb.Response:
+        """Send and wait for the answer; an error answer is raised as its typed GatewayError."""
+        if self._closed is not None:
+            raise self._closed
+        rid = next(self._ids)
+        req.request_id = rid
+        fut: asyncio.Future[pb.Response] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            self.writer.write(frame(req))
+            await self.writer.drain()
+            resp = await asyncio.wait_for(fut, timeout or self.timeout)
+        except TimeoutError:
+            raise Timeout(f"no answer to {req.WhichOneof('body')} in time") from None
+        except ConnectionError as exc:
+            raise ConnectionLost(str(exc)) from exc
+        finally:
+            self._pending.pop(rid, None)
+        if resp.WhichOneof("body") == "error":
+            raise error_for(resp.error.code, resp.error.message)
+        return resp
+
+    def send_nowait(self, req: pb.Request) -> None:
+        """A request that expects no answer (flow permits)."""
+        if self._closed is None:
+            req.request_id = 0
+            self.writer.write(frame(req))
+
+    def add_receiver(self, consumer_id: int, receiver: PushReceiver) -> None:
+        self._receivers[consumer_id] = receiver
+
+    def remove_receiver(self, consumer_id: int) -> None:
+        self._receivers.pop(consumer_id, None)
+
+    async def _read_loop(self) -> None:
+        reason: GatewayError = ConnectionLost("the gateway closed the connection")
+        try:
+            while True:
+                resp = parse(pb.Response(), await read_frame(self.reader, _MAX_INCOMING))
+                assert isinstance(resp, pb.Response)
+                if resp.request_id:
+                    fut = self._pending.get(resp.request_id)
+                    if fut is not None and not fut.done():
+                        fut.set_result(resp)
+                    continue
+                kind = resp.WhichOneof("body")
+                if kind == "messages":
+                    receiver = self._receivers.get(resp.messages.consumer_id)
+                    if receiver is not None:
+                        receiver.on_messages(resp.messages)
+                elif kind == "consumer_reset":
+                    receiver = self._receivers.get(resp.consumer_reset.consumer_id)
+                    if receiver is not None:
+                        receiver.on_reset()
+                elif kind == "error":
+                    log.warning("gateway reported: %s", resp.error.message)
+        except (asyncio.IncompleteReadError, ConnectionError, GatewayError) as exc:
+            if isinstance(exc, GatewayError) and not isinstance(exc, ConnectionLost):
+                reason = ConnectionLost(f"unreadable frame from the gateway: {exc}")
+        except asyncio.CancelledError:
+            reason = ConnectionLost("the connection was closed")
+            raise
+        finally:
+            self._fail(reason)
+
+    def _fail(self, reason: GatewayError) -> None:
+        if self._closed is not None:
+            return
+        self._closed = reason
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(reason)
+        for receiver in list(self._receivers.values()):
+            receiver.on_closed(reason)
+        self._receivers.clear()
+        self.writer.close()
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()

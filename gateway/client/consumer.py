@@ -1,0 +1,252 @@
+"""The consumer: prefetches under flow-control permits and splits pushed batches into messages.
+
+The gateway sends whole stored batches with the offsets to skip (acked already, or not part of this
+delivery); splitting them is the client's work. Permits are granted again once half the receiver
+queue has been taken, as Pulsar does. Acknowledgements made at the same moment share one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from gateway.client.errors import ClientClosed
+from gateway.client.message import EVENT_TIME_HEADER, Message, MessageId
+from gateway.errors import GatewayError, NotAllowed, Timeout
+from gateway.pb import gateway_pb2 as pb
+from gateway.records import iter_records
+
+if TYPE_CHECKING:
+    from gateway.client.client import Client
+
+Position = Message | MessageId
+
+
+def _id(m: Position) -> MessageId:
+    return m.message_id if isinstance(m, Message) else m
+
+
+class _AckGroup:
+    """Acks gathered until the next turn of the event loop, sent as one request."""
+
+    def __init__(self) -> None:
+        self.individual: dict[int, list[int]] = {}
+        self.cumulative: dict[int, int] = {}
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen even if nobody waits
+
+
+class Consumer:
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        subscription: str,
+        *,
+        consumer_id: int,
+        partitions: int,
+        mode: str,
+        receiver_queue_size: int,
+        negative_ack_delay: float,
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.subscription = subscription
+        self.mode = mode
+        self.partitions = partitions
+        self._id = consumer_id
+        self._queue_size = receiver_queue_size
+        self._nack_delay = negative_ack_delay
+        self._queue: deque[Message] = deque()
+        self._arrived = asyncio.Event()
+        self._taken = 0
+        self._closed: GatewayError | None = None
+        self._acks: _AckGroup | None = None
+        self._nack_timers: set[asyncio.TimerHandle] = set()
+
+    # -- pushed by the connection ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self.client._conn.add_receiver(self._id, self)
+        self._grant(self._queue_size)
+
+    def on_messages(self, messages: pb.Messages) -> None:
+        for e in messages.entries:
+            skip = {e.base_offset + s for s in e.skip}
+            for rec in iter_records(e.batch, e.base_offset):
+                if rec.offset in skip:
+                    continue
+                headers = dict(rec.headers)
+                raw_event = headers.pop(EVENT_TIME_HEADER, None)
+                self._queue.append(
+                    Message(
+                        rec.value,
+                        rec.key,
+                        headers,
+                        self.topic,
+                        e.partition,
+                        rec.offset,
+                        rec.timestamp,
+                        int(raw_event) if raw_event else None,
+                        e.redelivery_count,
+                    )
+                )
+        self._arrived.set()
+
+    def on_reset(self) -> None:
+        """The subscription moved: what is prefetched is stale, and the gateway forgot our permits."""
+        self._queue.clear()
+        self._taken = 0
+        self._grant(self._queue_size)
+
+    def on_closed(self, exc: GatewayError) -> None:
+        self._closed = exc
+        self._arrived.set()
+
+    def _grant(self, permits: int) -> None:
+        self.client._conn.send_nowait(pb.Request(flow=pb.Flow(consumer_id=self._id, permits=permits)))
+
+    # -- the application's side -----------------------------------------------------------------
+
+    async def receive(self, timeout: float | None = None) -> Message:
+        """The next message; raises Timeout when none arrives within `timeout` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not self._queue:
+            if self._closed is not None:
+                raise self._closed
+            self._arrived.clear()
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                raise Timeout(f"no message within {timeout}s")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+        msg = self._queue.popleft()
+        self._taken += 1
+        if self._taken >= max(1, self._queue_size // 2):
+            self._grant(self._taken)
+            self._taken = 0
+        return msg
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            raise self._closed
+
+    async def acknowledge(self, message: Position) -> None:
+        """Acknowledge one message; returns once the gateway has recorded it durably."""
+        mid = _id(message)
+        group = self._ack_group()
+        group.individual.setdefault(mid.partition, []).append(mid.offset)
+        await asyncio.shield(group.done)
+
+    async def acknowledge_cumulative(self, message: Position) -> None:
+        """Acknowledge this message and every earlier one of its partition (not on shared subscriptions)."""
+        if self.mode == "shared":
+            raise NotAllowed("cumulative acknowledgement is not allowed on a shared subscription")
+        mid = _id(message)
+        group = self._ack_group()
+        group.cumulative[mid.partition] = max(group.cumulative.get(mid.partition, -1), mid.offset)
+        await asyncio.shield(group.done)
+
+    def _ack_group(self) -> _AckGroup:
+        self._check_open()
+        if self._acks is None:
+            self._acks = _AckGroup()
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush_acks()))
+        return self._acks
+
+    async def _flush_acks(self) -> None:
+        group, self._acks = self._acks, None
+        if group is None:
+            return
+        req = pb.Request(
+            ack=pb.Ack(
+                consumer_id=self._id,
+                individual=[pb.PartitionOffsets(partition=p, offsets=o) for p, o in group.individual.items()],
+                cumulative=[pb.PartitionOffsets(partition=p, offsets=[o]) for p, o in group.cumulative.items()],
+            )
+        )
+        try:
+            await self.client._conn.request(req)
+        except GatewayError as exc:
+            group.done.set_exception(exc)
+        else:
+            group.done.set_result(None)
+
+    async def negative_acknowledge(self, message: Position) -> None:
+        """Ask for the message again after the consumer's negative-ack delay."""
+        self._check_open()
+        mid = _id(message)
+        req = pb.Request(nack=pb.Nack(consumer_id=self._id, offsets=[pb.PartitionOffsets(
+            partition=mid.partition, offsets=[mid.offset])]))
+        if self._nack_delay <= 0:
+            await self.client._conn.request(req)
+            return
+        loop = asyncio.get_running_loop()
+
+        def fire() -> None:
+            self._nack_timers.discard(handle)
+            if self._closed is None:
+                asyncio.ensure_future(self._send_quietly(req))
+
+        handle = loop.call_later(self._nack_delay, fire)
+        self._nack_timers.add(handle)
+
+    async def _send_quietly(self, req: pb.Request) -> None:
+        with contextlib.suppress(GatewayError):
+            await self.client._conn.request(req)
+
+    async def seek(
+        self,
+        position: Position | int | str | None = None,
+        *,
+        timestamp: int | datetime | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Move the subscription: to a message id (its partition), an offset (every partition unless
+        `partition` is given), "earliest"/"latest", or a `timestamp` (epoch ms or datetime).
+        Prefetched messages are dropped; delivery restarts from the new position."""
+        self._check_open()
+        seek = pb.Seek(consumer_id=self._id)
+        if timestamp is not None:
+            seek.timestamp_ms = int(timestamp.timestamp() * 1000) if isinstance(timestamp, datetime) else timestamp
+        elif isinstance(position, Message | MessageId):
+            mid = _id(position)
+            seek.offset, seek.partition = mid.offset, mid.partition
+        elif isinstance(position, int):
+            seek.offset = position
+            if partition is None:
+                seek.all_partitions = True
+            else:
+                seek.partition = partition
+        elif position == "earliest":
+            seek.earliest = True
+        elif position == "latest":
+            seek.latest = True
+        else:
+            raise ValueError("seek to a MessageId, an offset, 'earliest', 'latest' or a timestamp")
+        await self.client._conn.request(pb.Request(seek=seek))
+
+    async def close(self) -> None:
+        """Leave the subscription; messages not acknowledged go to its other consumers."""
+        if self._closed is not None:
+            return
+        if self._acks is not None:
+            await self._flush_acks()
+        for h in self._nack_timers:
+            h.cancel()
+        self._closed = ClientClosed("the consumer is closed")
+        self.client._forget(self)
+        self.client._conn.remove_receiver(self._id)
+        if not self.client._conn.closed:
+            with contextlib.suppress(GatewayError):
+                await self.client._conn.request(pb.Request(close_consumer=pb.CloseConsumer(consumer_id=self._id)))
+
+    async def __aenter__(self) -> Consumer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,230 @@
+"""The producer: records batched per partition into RecordBatch v2, sent idempotently.
+
+Each partition has at most one batch in flight, so sequences never overtake each other; while it
+is out, the next batch fills. A retriable failure resends the same bytes (the gateway's dedupe
+makes that safe) until `send_timeout`; a batch that finally fails takes a fresh producer id with it,
+so the sequences of later batches start clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from gateway.client.errors import ClientClosed, ConnectionLost
+from gateway.client.message import EVENT_TIME_HEADER, MessageId
+from gateway.errors import GatewayError, OutOfOrderSequence
+from gateway.partitioner import partition_for_key
+from gateway.pb import gateway_pb2 as pb
+from gateway.records import BatchBuilder, Compression
+
+if TYPE_CHECKING:
+    from gateway.client.client import Client
+
+Headers = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | None]]
+
+
+def _to_bytes(v: bytes | str | None) -> bytes | None:
+    return v.encode() if isinstance(v, str) else v
+
+
+class _Batch:
+    """Records on their way to one partition, and the futures waiting for their ids."""
+
+    def __init__(self, compression: Compression) -> None:
+        self.builder = BatchBuilder(compression)
+        self.futures: list[asyncio.Future[MessageId]] = []
+        self.sequence = -1
+        self.producer_id = -1
+        self.wire: bytes = b""
+
+
+class Producer:
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        *,
+        handle: int,
+        producer_id: int,
+        partitions: int,
+        name: str,
+        batching: bool,
+        linger_ms: float,
+        batch_max_messages: int,
+        batch_max_bytes: int,
+        compression: Compression,
+        send_timeout: float,
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.producer_name = name
+        self.partitions = partitions
+        self._handle = handle
+        self._producer_id = producer_id
+        self._batching = batching
+        self._linger = linger_ms / 1000
+        self._max_messages = batch_max_messages if batching else 1
+        self._max_bytes = batch_max_bytes
+        self._compression = compression
+        self._send_timeout = send_timeout
+        self._open: dict[int, _Batch] = {}
+        self._timers: dict[int, asyncio.TimerHandle] = {}
+        self._ready: dict[int, deque[_Batch]] = {}
+        self._senders: dict[int, asyncio.Task[None]] = {}
+        self._sequences: dict[int, int] = {}
+        self._round_robin = itertools.count()
+        self._sticky = next(self._round_robin) % partitions
+        self._closed = False
+
+    @property
+    def producer_id(self) -> int:
+        return self._producer_id
+
+    async def send(
+        self,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        event_time: int | None = None,
+        *,
+        partition: int | None = None,
+    ) -> MessageId:
+        """Send one message and return its id once the gateway has stored it."""
+        return await self.send_async(value, key, headers, event_time, partition=partition)
+
+    def send_async(
+        self,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        event_time: int | None = None,
+        *,
+        partition: int | None = None,
+    ) -> asyncio.Future[MessageId]:
+        """Queue a message; the future resolves to its id. Many of these fill one batch."""
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        k = _to_bytes(key)
+        if partition is None:
+            partition = partition_for_key(k, self.partitions) if k is not None else self._sticky
+        elif not 0 <= partition < self.partitions:
+            raise ValueError(f"{self.topic} has partitions 0..{self.partitions - 1}")
+        items = headers.items() if isinstance(headers, Mapping) else (headers or ())
+        hs = [(hk, _to_bytes(hv)) for hk, hv in items]
+        if event_time is not None:
+            hs.append((EVENT_TIME_HEADER, str(int(event_time)).encode()))
+        batch = self._open.get(partition)
+        if batch is None:
+            batch = self._open[partition] = _Batch(self._compression)
+        batch.builder.append(_to_bytes(value), k, hs)
+        fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        batch.futures.append(fut)
+        if len(batch.builder) >= self._max_messages or batch.builder.size_estimate >= self._max_bytes:
+            self._seal(partition)
+        elif partition not in self._timers:
+            self._timers[partition] = asyncio.get_running_loop().call_later(self._linger, self._seal, partition)
+        return fut
+
+    def _seal(self, partition: int) -> None:
+        """Close the partition's open batch and queue it for its sender."""
+        timer = self._timers.pop(partition, None)
+        if timer is not None:
+            timer.cancel()
+        batch = self._open.pop(partition, None)
+        if batch is None:
+            return
+        if partition == self._sticky and self.partitions > 1:
+            self._sticky = next(self._round_robin) % self.partitions
+        self._ready.setdefault(partition, deque()).append(batch)
+        task = self._senders.get(partition)
+        if task is None or task.done():
+            self._senders[partition] = asyncio.create_task(self._send_loop(partition))
+
+    async def _send_loop(self, partition: int) -> None:
+        queue = self._ready[partition]
+        while queue:
+            batch = queue[0]
+            try:
+                base = await self._deliver(partition, batch)
+            except Exception as exc:
+                for fut in batch.futures:
+                    if not fut.done():
+                        fut.set_exception(exc)
+            else:
+                for i, fut in enumerate(batch.futures):
+                    if not fut.done():
+                        fut.set_result(MessageId(self.topic, partition, base + i))
+            queue.popleft()
+
+    async def _deliver(self, partition: int, batch: _Batch) -> int:
+        deadline = time.monotonic() + self._send_timeout
+        delay = 0.05
+        while True:
+            if batch.producer_id != self._producer_id:  # first attempt, or the id was renewed
+                self._number(partition, batch)
+            req = pb.Request(send=pb.Send(handle=self._handle, partition=partition, batch=batch.wire))
+            remaining = deadline - time.monotonic()
+            try:
+                resp = await self.client._conn.request(req, timeout=max(0.01, remaining))
+                return int(resp.send_receipt.base_offset)
+            except OutOfOrderSequence:
+                await self._renew()  # the gateway lost track of our sequence: start a clean one
+            except ConnectionLost:
+                raise
+            except GatewayError as exc:
+                if not exc.retriable or time.monotonic() + delay >= deadline:
+                    await self._renew()
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _number(self, partition: int, batch: _Batch) -> None:
+        seq = self._sequences.get(partition, 0)
+        b = batch.builder
+        b.producer_id, b.producer_epoch, b.base_sequence = self._producer_id, 0, seq
+        batch.wire = b.build()
+        batch.producer_id, batch.sequence = self._producer_id, seq
+        self._sequences[partition] = (seq + len(b)) % 2147483648
+
+    async def _renew(self) -> None:
+        """A new producer id, so no later batch depends on the sequence of one that failed."""
+        with contextlib.suppress(GatewayError):
+            resp = await self.client._conn.request(
+                pb.Request(create_producer=pb.CreateProducer(topic=self.topic, producer_name=self.producer_name))
+            )
+            old = self._handle
+            self._handle = resp.producer_created.handle
+            self._producer_id = resp.producer_created.producer_id
+            self._sequences.clear()
+            with contextlib.suppress(GatewayError):
+                await self.client._conn.request(pb.Request(close_producer=pb.CloseProducer(handle=old)))
+
+    async def flush(self) -> None:
+        """Send everything queued and wait until it is stored (or failed)."""
+        for p in list(self._open):
+            self._seal(p)
+        tasks = [t for t in self._senders.values() if not t.done()]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self.flush()
+        self._closed = True
+        self.client._forget(self)
+        if not self.client._conn.closed:
+            with contextlib.suppress(GatewayError):
+                await self.client._conn.request(pb.Request(close_producer=pb.CloseProducer(handle=self._handle)))
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

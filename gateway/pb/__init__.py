@@ -1,0 +1,1 @@
+"""Generated protobuf modules (see proto/generate.sh); never edit by hand."""

@@ -1,0 +1,269 @@
+# Generated from proto/gateway.proto; do not edit. Regenerate: proto/generate.sh
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SubscriptionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXCLUSIVE: _ClassVar[SubscriptionMode]
+    FAILOVER: _ClassVar[SubscriptionMode]
+    SHARED: _ClassVar[SubscriptionMode]
+
+class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LATEST: _ClassVar[InitialPosition]
+    EARLIEST: _ClassVar[InitialPosition]
+EXCLUSIVE: SubscriptionMode
+FAILOVER: SubscriptionMode
+SHARED: SubscriptionMode
+LATEST: InitialPosition
+EARLIEST: InitialPosition
+
+class Request(_message.Message):
+    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CONNECT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    SEND_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    FLOW_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    NACK_FIELD_NUMBER: _ClassVar[int]
+    SEEK_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    PING_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    connect: Connect
+    create_producer: CreateProducer
+    send: Send
+    close_producer: CloseProducer
+    subscribe: Subscribe
+    flow: Flow
+    ack: Ack
+    nack: Nack
+    seek: Seek
+    close_consumer: CloseConsumer
+    ping: Ping
+    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ...) -> None: ...
+
+class Response(_message.Message):
+    __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "messages", "consumer_reset")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_CREATED_FIELD_NUMBER: _ClassVar[int]
+    SEND_RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    PONG_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_RESET_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    error: Error
+    connected: Connected
+    producer_created: ProducerCreated
+    send_receipt: SendReceipt
+    subscribed: Subscribed
+    success: Success
+    pong: Pong
+    messages: Messages
+    consumer_reset: ConsumerReset
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., producer_created: _Optional[_Union[ProducerCreated, _Mapping]] = ..., send_receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., success: _Optional[_Union[Success, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., consumer_reset: _Optional[_Union[ConsumerReset, _Mapping]] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Connect(_message.Message):
+    __slots__ = ("client_name", "protocol_version")
+    CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    client_name: str
+    protocol_version: int
+    def __init__(self, client_name: _Optional[str] = ..., protocol_version: _Optional[int] = ...) -> None: ...
+
+class Connected(_message.Message):
+    __slots__ = ("protocol_version", "max_frame_bytes")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_FRAME_BYTES_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    max_frame_bytes: int
+    def __init__(self, protocol_version: _Optional[int] = ..., max_frame_bytes: _Optional[int] = ...) -> None: ...
+
+class Ping(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Pong(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Success(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CreateProducer(_message.Message):
+    __slots__ = ("topic", "producer_name", "resume_producer_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    RESUME_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    producer_name: str
+    resume_producer_id: int
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., resume_producer_id: _Optional[int] = ...) -> None: ...
+
+class ProducerCreated(_message.Message):
+    __slots__ = ("handle", "producer_id", "partitions", "producer_name")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    handle: int
+    producer_id: int
+    partitions: int
+    producer_name: str
+    def __init__(self, handle: _Optional[int] = ..., producer_id: _Optional[int] = ..., partitions: _Optional[int] = ..., producer_name: _Optional[str] = ...) -> None: ...
+
+class Send(_message.Message):
+    __slots__ = ("handle", "partition", "batch")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    handle: int
+    partition: int
+    batch: bytes
+    def __init__(self, handle: _Optional[int] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ...) -> None: ...
+
+class SendReceipt(_message.Message):
+    __slots__ = ("base_offset", "duplicate")
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    base_offset: int
+    duplicate: bool
+    def __init__(self, base_offset: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class CloseProducer(_message.Message):
+    __slots__ = ("handle",)
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    handle: int
+    def __init__(self, handle: _Optional[int] = ...) -> None: ...
+
+class Subscribe(_message.Message):
+    __slots__ = ("topic", "subscription", "mode", "initial_position", "consumer_name", "ack_timeout_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACK_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    mode: SubscriptionMode
+    initial_position: InitialPosition
+    consumer_name: str
+    ack_timeout_ms: int
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., mode: _Optional[_Union[SubscriptionMode, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., ack_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class Subscribed(_message.Message):
+    __slots__ = ("consumer_id", "partitions")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    partitions: int
+    def __init__(self, consumer_id: _Optional[int] = ..., partitions: _Optional[int] = ...) -> None: ...
+
+class Flow(_message.Message):
+    __slots__ = ("consumer_id", "permits")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    PERMITS_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    permits: int
+    def __init__(self, consumer_id: _Optional[int] = ..., permits: _Optional[int] = ...) -> None: ...
+
+class PartitionOffsets(_message.Message):
+    __slots__ = ("partition", "offsets")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("consumer_id", "individual", "cumulative")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    INDIVIDUAL_FIELD_NUMBER: _ClassVar[int]
+    CUMULATIVE_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    individual: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
+    cumulative: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
+    def __init__(self, consumer_id: _Optional[int] = ..., individual: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ..., cumulative: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
+
+class Nack(_message.Message):
+    __slots__ = ("consumer_id", "offsets")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    offsets: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
+    def __init__(self, consumer_id: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
+
+class Seek(_message.Message):
+    __slots__ = ("consumer_id", "offset", "timestamp_ms", "earliest", "latest", "all_partitions", "partition")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    ALL_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    offset: int
+    timestamp_ms: int
+    earliest: bool
+    latest: bool
+    all_partitions: bool
+    partition: int
+    def __init__(self, consumer_id: _Optional[int] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., all_partitions: _Optional[bool] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class CloseConsumer(_message.Message):
+    __slots__ = ("consumer_id",)
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    def __init__(self, consumer_id: _Optional[int] = ...) -> None: ...
+
+class EntryBatch(_message.Message):
+    __slots__ = ("partition", "base_offset", "batch", "skip", "redelivery_count")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    base_offset: int
+    batch: bytes
+    skip: _containers.RepeatedScalarFieldContainer[int]
+    redelivery_count: int
+    def __init__(self, partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., batch: _Optional[bytes] = ..., skip: _Optional[_Iterable[int]] = ..., redelivery_count: _Optional[int] = ...) -> None: ...
+
+class Messages(_message.Message):
+    __slots__ = ("consumer_id", "entries")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    entries: _containers.RepeatedCompositeFieldContainer[EntryBatch]
+    def __init__(self, consumer_id: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[EntryBatch, _Mapping]]] = ...) -> None: ...
+
+class ConsumerReset(_message.Message):
+    __slots__ = ("consumer_id",)
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    def __init__(self, consumer_id: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,98 @@
+"""Durable subscription positions: per partition a cursor and the offsets acked above it.
+
+The cursor (Pulsar's mark-delete position) says every offset below it is acknowledged; offsets
+acknowledged out of order wait in a sorted set until the acks before them arrive, when a script
+moves the cursor over the contiguous run. One script call per partition, all pipelined.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from gateway.errors import ErrorCode, error_for
+from gateway.store import keys
+from gateway.store.connection import storage_errors
+from gateway.store.scripts import Scripts
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a subscription stands on one partition when it is opened."""
+
+    cursor: int
+    max_acked: int  # the highest offset acked individually above the cursor, -1 if none
+    created: bool
+
+
+class SubscriptionStore:
+    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+        self.redis = redis
+        self.scripts = scripts
+
+    def _keys(self, topic: str, partition: int, name: str) -> list[str]:
+        return [
+            keys.subscription(topic, partition, name),
+            keys.sub_acks(topic, partition, name),
+            keys.meta(topic, partition),
+        ]
+
+    async def _run(self, calls: list[tuple[str, str, int, list[str], list[Any]]]) -> list[list[Any]]:
+        """(script, topic, partition, keys, argv) calls in one round trip; error codes raised typed."""
+        pipe = self.redis.pipeline(transaction=False)
+        for script, _, _, ks, argv in calls:
+            await self.scripts.call(script, ks, argv, client=pipe)
+        async with storage_errors():
+            replies: list[list[Any]] = await pipe.execute()
+        for (_, topic, partition, _, _), reply in zip(calls, replies, strict=True):
+            if reply[0] != ErrorCode.OK:
+                raise error_for(reply[0], f"{topic}-{partition}")
+        return replies
+
+    async def open(
+        self, topic: str, partitions: range, name: str, *, initial: str, mode: str
+    ) -> list[Position]:
+        """Create (at `initial`: 'earliest' or 'latest') or load the subscription on each partition."""
+        now = int(time.time() * 1000)
+        calls = [
+            # name, initial, mode, now_ms
+            ("sub-open-4", topic, p, [*self._keys(topic, p, name), keys.subscriptions_of(topic, p)],
+             [name, initial, mode, now])
+            for p in partitions
+        ]
+        return [Position(int(r[1]), int(r[2]), bool(r[3])) for r in await self._run(calls)]
+
+    async def ack(
+        self, topic: str, name: str, acks: dict[int, tuple[int, list[int]]]
+    ) -> dict[int, int]:
+        """Per partition (cumulative upto or -1, individual offsets); returns the new cursors."""
+        calls = [
+            # upto, offsets
+            ("sub-ack-3", topic, p, self._keys(topic, p, name), [upto, " ".join(map(str, offsets))])
+            for p, (upto, offsets) in acks.items()
+        ]
+        replies = await self._run(calls)
+        return {p: int(r[1]) for p, r in zip(acks, replies, strict=True)}
+
+    async def seek(self, topic: str, name: str, targets: dict[int, int]) -> dict[int, int]:
+        """Move cursors (offset, -1 log start, -2 high watermark); returns where each landed."""
+        calls = [
+            # offset
+            ("sub-seek-3", topic, p, self._keys(topic, p, name), [offset])
+            for p, offset in targets.items()
+        ]
+        replies = await self._run(calls)
+        return {p: int(r[1]) for p, r in zip(targets, replies, strict=True)}
+
+    async def acked_in(self, topic: str, name: str, ranges: dict[int, tuple[int, int]]) -> dict[int, set[int]]:
+        """Offsets acked individually within [lo, hi) of each partition, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p, (lo, hi) in ranges.items():
+            pipe.zrangebyscore(keys.sub_acks(topic, p, name), lo, f"({hi}")
+        async with storage_errors():
+            replies = await pipe.execute()
+        return {p: {int(m) for m in r} for p, r in zip(ranges, replies, strict=True)}
+

@@ -1,0 +1,476 @@
+"""Subscriptions: named, durable positions on a topic, shared by the consumers attached to them.
+
+What survives a restart lives in Redis (`store.subscriptions`): per partition a cursor and the
+offsets acked above it. What a gateway keeps in memory is only in-flight state that a restart may
+lose without harm: which consumer holds which unacked offsets, permits, the read position. Losing
+it means unacked messages are delivered again from the cursor, never that acked ones are.
+
+Dispatch hands out whole stored batches (`Delivery`: the entry plus the offsets the consumer must
+process); records are never decoded here. Modes:
+- exclusive: one consumer; a second is refused with ConsumerBusy.
+- failover: the earliest attached consumer is active; when it leaves, the next one takes over from
+  the cursor.
+- shared: batches go round-robin to consumers with permits; acks are individual; a negative ack,
+  an ack timeout or a departing consumer puts the unacked offsets up for redelivery to anyone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from gateway.errors import ConsumerBusy, NotAllowed, SubscriptionNotFound
+from gateway.log import LogService
+from gateway.records import parse_header
+from gateway.store import Store
+from gateway.store.log import Entry
+from gateway.store.subscriptions import SubscriptionStore
+
+log = logging.getLogger(__name__)
+
+
+class Mode(StrEnum):
+    EXCLUSIVE = "exclusive"
+    FAILOVER = "failover"
+    SHARED = "shared"
+
+
+class ConsumerSink(Protocol):
+    """How the service reaches a consumer: the face writes what it is given to the wire."""
+
+    async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None: ...
+
+    async def reset(self, consumer_id: int) -> None: ...
+
+
+@dataclass(eq=False)
+class Delivery:
+    """Part of one stored batch handed to one consumer: the offsets it still owes an ack for."""
+
+    partition: int
+    entry: Entry
+    offsets: set[int]
+    redelivery_count: int = 0
+    consumer: Consumer | None = None
+    deadline: float = 0.0
+
+    def skip(self) -> list[int]:
+        """Offsets of the batch, relative to its base, that the consumer must not process."""
+        base = self.entry.base_offset
+        return [i for i in range(self.entry.count) if base + i not in self.offsets]
+
+
+@dataclass(eq=False)
+class Consumer:
+    id: int
+    name: str
+    sink: ConsumerSink
+    ack_timeout: float = 0.0  # seconds; 0: none
+    permits: int = 0
+    subscription: Subscription | None = None
+    deliveries: set[Delivery] = field(default_factory=set)
+
+
+_WAIT_POLL = 1.0  # seconds: catches appends made by other gateways, whose notifier we do not hear
+
+
+class Subscription:
+    """One subscription's dispatcher on this gateway; exists while it has consumers here."""
+
+    def __init__(
+        self, service: SubscriptionService, topic: str, name: str, mode: Mode, partitions: int
+    ) -> None:
+        self.service = service
+        self.topic = topic
+        self.name = name
+        self.mode = mode
+        self.partitions = partitions
+        self.consumers: list[Consumer] = []
+        self.cursor: dict[int, int] = {}
+        self.read_pos: dict[int, int] = {}
+        self.max_acked: dict[int, int] = {}  # above it nothing was acked individually: no lookup needed
+        self.outstanding: dict[int, dict[int, Delivery]] = {p: {} for p in range(partitions)}
+        self.redeliver: deque[Delivery] = deque()
+        self._deadlines: list[tuple[float, int, Delivery]] = []
+        self._tie = itertools.count()
+        self._rr = 0
+        self._generation = 0
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> Consumer | None:
+        return self.consumers[0] if self.consumers else None
+
+    def _targets(self) -> list[Consumer]:
+        if self.mode == Mode.SHARED:
+            return [c for c in self.consumers if c.permits > 0]
+        active = self.active
+        return [active] if active is not None and active.permits > 0 else []
+
+    def _release(self, deliveries: list[Delivery], *, bump: bool = True) -> None:
+        """Put what a consumer held up for redelivery to whoever comes next."""
+        for d in deliveries:
+            if d.consumer is not None:
+                d.consumer.deliveries.discard(d)
+            d.consumer = None
+            if d.offsets:
+                if bump:
+                    d.redelivery_count += 1
+                self.redeliver.append(d)
+
+    def _rewind(self) -> None:
+        """Forget what is in flight and read again from the durable cursors (seek, failover)."""
+        self._generation += 1
+        for c in self.consumers:
+            c.deliveries.clear()
+        for held in self.outstanding.values():
+            held.clear()
+        self.redeliver.clear()
+        self._deadlines.clear()
+        self.read_pos = dict(self.cursor)
+
+    def attach(self, consumer: Consumer) -> None:
+        if self.mode == Mode.EXCLUSIVE and self.consumers:
+            raise ConsumerBusy(f"subscription {self.name!r} has an exclusive consumer")
+        consumer.subscription = self
+        self.consumers.append(consumer)
+        self.wake.set()
+
+    def detach(self, consumer: Consumer) -> None:
+        if consumer not in self.consumers:
+            return
+        was_active = consumer is self.active
+        self.consumers.remove(consumer)
+        if self.mode == Mode.SHARED:
+            held = list(consumer.deliveries)
+            for d in held:
+                for o in d.offsets:
+                    self.outstanding[d.partition].pop(o, None)
+            self._release(held)
+        elif was_active:
+            self._rewind()
+        consumer.deliveries.clear()
+        self.wake.set()
+
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        consumer.permits += permits
+        self.wake.set()
+
+    # -- acks -----------------------------------------------------------------------------------
+
+    async def acknowledge(self, individual: dict[int, list[int]], cumulative: dict[int, int]) -> None:
+        if cumulative and self.mode == Mode.SHARED:
+            raise NotAllowed("cumulative acknowledgement is not allowed on a shared subscription")
+        calls: dict[int, tuple[int, list[int]]] = {}
+        for p in set(individual) | set(cumulative):
+            self._check_partition(p)
+            upto = cumulative[p] + 1 if p in cumulative else -1
+            calls[p] = (upto, individual.get(p, []))
+        cursors = await self.service.store.ack(self.topic, self.name, calls)
+        for p, cursor in cursors.items():
+            self.cursor[p] = cursor
+            held = self.outstanding[p]
+            offsets = individual.get(p, [])
+            if offsets:
+                self.max_acked[p] = max(self.max_acked.get(p, -1), *offsets)
+            if p in cumulative:
+                offsets = [o for o in held if o <= cumulative[p]]
+            for o in offsets:
+                d = held.pop(o, None)
+                if d is not None:
+                    d.offsets.discard(o)
+                    if not d.offsets and d.consumer is not None:
+                        d.consumer.deliveries.discard(d)
+            if self.read_pos.get(p, 0) < cursor:
+                self.read_pos[p] = cursor
+        for d in self.redeliver:  # released before the ack arrived: do not send them again
+            d.offsets = {o for o in d.offsets if o >= self.cursor[d.partition]}
+            d.offsets.difference_update(individual.get(d.partition, ()))
+
+    def negative_acknowledge(self, offsets: dict[int, list[int]]) -> None:
+        """Redeliver these offsets now (the client waited out its nack delay before sending)."""
+        split: dict[Delivery, set[int]] = {}
+        for p, offs in offsets.items():
+            self._check_partition(p)
+            held = self.outstanding[p]
+            for o in offs:
+                d = held.pop(o, None)
+                if d is not None:
+                    d.offsets.discard(o)
+                    split.setdefault(d, set()).add(o)
+        for d, offs in split.items():
+            if not d.offsets and d.consumer is not None:
+                d.consumer.deliveries.discard(d)
+            self.redeliver.append(Delivery(d.partition, d.entry, offs, d.redelivery_count + 1))
+        if split:
+            self.wake.set()
+
+    def _check_partition(self, p: int) -> None:
+        if not 0 <= p < self.partitions:
+            raise NotAllowed(f"{self.topic} has no partition {p}")
+
+    # -- seek -----------------------------------------------------------------------------------
+
+    async def seek(self, targets: dict[int, int]) -> None:
+        """Move cursors (-1 earliest, -2 latest) and restart every consumer from them."""
+        landed = await self.service.store.seek(self.topic, self.name, targets)
+        self.cursor.update(landed)
+        for p in landed:
+            self.max_acked[p] = -1
+        self._rewind()
+        for c in list(self.consumers):
+            c.permits = 0
+            with contextlib.suppress(Exception):
+                await c.sink.reset(c.id)
+        self.wake.set()
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while self.consumers:
+            self.wake.clear()
+            try:
+                progressed = await self._dispatch_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("dispatch of %s/%s failed, retrying: %s", self.topic, self.name, exc)
+                progressed = False
+                await self._wait(False, 0.5)
+                continue
+            if not progressed:
+                await self._wait(bool(self._targets()), self._next_deadline())
+
+    def _next_deadline(self) -> float:
+        while self._deadlines and not self._deadlines[0][2].offsets:
+            heapq.heappop(self._deadlines)
+        if not self._deadlines:
+            return _WAIT_POLL
+        return max(0.0, min(_WAIT_POLL, self._deadlines[0][0] - time.monotonic()))
+
+    async def _wait(self, for_log: bool, timeout: float) -> None:
+        waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self.wake.wait())]
+        if for_log:
+            parts = [(self.topic, p) for p in range(self.partitions)]
+            waits.append(asyncio.ensure_future(self.service.log.notifier.wait(parts, timeout)))
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        expired: list[Delivery] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, d = heapq.heappop(self._deadlines)
+            if d.offsets and d.consumer is not None and 0 < d.deadline <= now:
+                expired.append(d)
+        for d in expired:
+            for o in d.offsets:
+                self.outstanding[d.partition].pop(o, None)
+        self._release(expired)
+
+    async def _dispatch_once(self) -> bool:
+        self._expire()
+        targets = self._targets()
+        if not targets:
+            return False
+        batch: list[Delivery] = []
+        while self.redeliver and len(batch) < 64:
+            d = self.redeliver.popleft()
+            # offsets acked meanwhile (or claimed by a newer delivery) drop out
+            d.offsets = {o for o in d.offsets if o >= self.cursor.get(d.partition, 0)
+                         and o not in self.outstanding[d.partition]}
+            if d.offsets:
+                batch.append(d)
+        if not batch:
+            batch = await self._read(sum(c.permits for c in targets))
+        if not batch:
+            return False
+        await self._hand_out(batch, targets)
+        return True
+
+    async def _read(self, budget: int) -> list[Delivery]:
+        """New batches from the partitions' read positions, as many as the permits allow."""
+        generation = self._generation
+        parts = list(range(self.partitions))
+        slices = await asyncio.gather(
+            *(self.service.log.read(self.topic, p, self.read_pos[p], min(64, max(1, budget))) for p in parts)
+        )
+        if generation != self._generation:
+            return []
+        lookups: dict[int, tuple[int, int]] = {}
+        for p, sl in zip(parts, slices, strict=True):
+            if sl.log_start > self.read_pos[p]:
+                self.read_pos[p] = sl.log_start
+            if sl.entries and sl.entries[0].base_offset <= self.max_acked.get(p, -1):
+                lookups[p] = (self.read_pos[p], sl.entries[-1].next_offset)
+        acked = await self.service.store.acked_in(self.topic, self.name, lookups) if lookups else {}
+        if generation != self._generation:
+            return []
+        out: list[Delivery] = []
+        control: dict[int, list[int]] = {}
+        per_part = max(1, budget // max(1, len(parts)))
+        for p, sl in zip(parts, slices, strict=True):
+            taken = 0
+            skip = acked.get(p, set())
+            for e in sl.entries:
+                if taken >= per_part and out:
+                    break
+                lo = max(e.base_offset, self.read_pos[p])
+                offsets = set(range(lo, e.next_offset)) - skip
+                self.read_pos[p] = e.next_offset
+                if not offsets:
+                    continue
+                if parse_header(e.batch, verify_crc=False).control:
+                    control.setdefault(p, []).extend(sorted(offsets))  # markers: nothing to deliver
+                    continue
+                out.append(Delivery(p, e, offsets))
+                taken += len(offsets)
+        if control:
+            await self.acknowledge(control, {})
+        return out
+
+    async def _hand_out(self, batch: list[Delivery], targets: list[Consumer]) -> None:
+        generation = self._generation
+        per_consumer: dict[Consumer, list[Delivery]] = {}
+        now = time.monotonic()
+        for d in batch:
+            live = [c for c in targets if c.permits > 0] or targets
+            consumer = live[self._rr % len(live)]
+            self._rr += 1
+            consumer.permits -= len(d.offsets)
+            d.consumer = consumer
+            consumer.deliveries.add(d)
+            held = self.outstanding[d.partition]
+            for o in d.offsets:
+                held[o] = d
+            d.deadline = now + consumer.ack_timeout if consumer.ack_timeout > 0 else 0.0
+            if d.deadline:
+                heapq.heappush(self._deadlines, (d.deadline, next(self._tie), d))
+            per_consumer.setdefault(consumer, []).append(d)
+        for consumer, deliveries in per_consumer.items():
+            if generation != self._generation:
+                return
+            if consumer not in self.consumers:
+                continue  # left meanwhile: detach released its deliveries already
+            try:
+                await consumer.sink.deliver(consumer.id, deliveries)
+            except Exception as exc:
+                log.info("consumer %d of %s/%s unreachable: %s", consumer.id, self.topic, self.name, exc)
+
+
+class SubscriptionService:
+    """The subscriptions with consumers on this gateway, and the consumers' entry points."""
+
+    def __init__(self, log_service: LogService, store: SubscriptionStore) -> None:
+        self.log = log_service
+        self.store = store
+        self._subs: dict[tuple[str, str], Subscription] = {}
+        self._lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+
+    @classmethod
+    def open(cls, log_service: LogService, store: Store) -> SubscriptionService:
+        """Built by a face from the shared services; the face never touches the store itself."""
+        return cls(log_service, SubscriptionStore(store.redis, store.scripts))
+
+    async def subscribe(
+        self,
+        topic: str,
+        name: str,
+        sink: ConsumerSink,
+        *,
+        mode: Mode = Mode.EXCLUSIVE,
+        initial_position: str = "latest",
+        consumer_name: str = "",
+        ack_timeout: float = 0.0,
+    ) -> Consumer:
+        if not name:
+            raise NotAllowed("a subscription needs a name")
+        info = await self.log.topic(topic)
+        async with self._lock:
+            sub = self._subs.get((topic, name))
+            if sub is not None and sub.mode != mode:
+                raise ConsumerBusy(f"subscription {name!r} is in use in {sub.mode} mode")
+            consumer = Consumer(next(self._ids), consumer_name, sink, ack_timeout)
+            if sub is None:
+                positions = await self.store.open(
+                    topic, range(info.partitions), name, initial=initial_position, mode=mode.value
+                )
+                sub = Subscription(self, topic, name, mode, info.partitions)
+                for p, pos in enumerate(positions):
+                    sub.cursor[p] = sub.read_pos[p] = pos.cursor
+                    sub.max_acked[p] = pos.max_acked
+                sub.attach(consumer)
+                self._subs[(topic, name)] = sub
+                sub.task = asyncio.create_task(sub.run(), name=f"dispatch {topic}/{name}")
+            else:
+                sub.attach(consumer)
+            return consumer
+
+    async def unsubscribe_consumer(self, consumer: Consumer) -> None:
+        """The consumer leaves; its unacked messages go to the others (or wait for the next one)."""
+        sub = consumer.subscription
+        if sub is None:
+            return
+        consumer.subscription = None
+        async with self._lock:
+            sub.detach(consumer)
+            if not sub.consumers:
+                self._subs.pop((sub.topic, sub.name), None)
+                task = sub.task
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+
+    def _sub(self, consumer: Consumer) -> Subscription:
+        if consumer.subscription is None:
+            raise SubscriptionNotFound("the consumer is closed")
+        return consumer.subscription
+
+    def flow(self, consumer: Consumer, permits: int) -> None:
+        self._sub(consumer).flow(consumer, permits)
+
+    async def acknowledge(
+        self, consumer: Consumer, individual: dict[int, list[int]], cumulative: dict[int, int]
+    ) -> None:
+        await self._sub(consumer).acknowledge(individual, cumulative)
+
+    def negative_acknowledge(self, consumer: Consumer, offsets: dict[int, list[int]]) -> None:
+        self._sub(consumer).negative_acknowledge(offsets)
+
+    async def seek_offset(self, consumer: Consumer, offset: int, partition: int | None = None) -> None:
+        """To `offset` (-1 earliest, -2 latest) on one partition, or on all when `partition` is None."""
+        sub = self._sub(consumer)
+        parts = range(sub.partitions) if partition is None else [partition]
+        for p in parts:
+            sub._check_partition(p)
+        await sub.seek({p: offset for p in parts})
+
+    async def seek_time(self, consumer: Consumer, timestamp_ms: int) -> None:
+        """Every partition to its first record at or after the time (its end when there is none)."""
+        sub = self._sub(consumer)
+        found = await asyncio.gather(
+            *(self.log.offset_for_time(sub.topic, p, timestamp_ms) for p in range(sub.partitions))
+        )
+        await sub.seek({p: -2 if f is None else f[0] for p, f in enumerate(found)})
+
+    async def close(self) -> None:
+        for sub in list(self._subs.values()):
+            if sub.task is not None:
+                sub.task.cancel()
+        self._subs.clear()

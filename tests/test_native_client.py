@@ -1,0 +1,120 @@
+"""The native client against an in-process gateway: produce, consume, keys, headers, event time."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.client import Client, MessageId, Timeout, TopicNotFound
+from gateway.partitioner import partition_for_key
+from gateway.pb import gateway_pb2 as pb
+from gateway.records import BatchBuilder
+from tests.conftest import native_url
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+async def client(gateway):
+    c = await Client.connect(native_url(gateway))
+    yield c
+    await c.close()
+
+
+async def drain(consumer, n: int) -> list:
+    return [await consumer.receive(5) for _ in range(n)]
+
+
+async def test_round_trip_with_keys_headers_and_event_time(client):
+    producer = await client.create_producer("rt")
+    consumer = await client.subscribe("rt", "s", initial_position="earliest")
+    ids = await asyncio.gather(
+        producer.send(b"v1", key=b"k1", headers={"h": b"x"}, event_time=1234),
+        producer.send("v2"),
+    )
+    assert ids == [MessageId("rt", 0, 0), MessageId("rt", 0, 1)]
+    m1, m2 = await drain(consumer, 2)
+    assert (m1.value, m1.key, m1.headers, m1.event_time) == (b"v1", b"k1", {"h": b"x"}, 1234)
+    assert (m2.value, m2.key, m2.event_time) == (b"v2", None, None)
+    assert m1.message_id == ids[0] and m1.topic == "rt" and m1.publish_time > 0
+    await consumer.acknowledge(m1)
+    await consumer.acknowledge(m2)
+    with pytest.raises(Timeout):
+        await consumer.receive(0.05)
+
+
+async def test_event_time_is_a_record_header_both_faces_see(gateway, client):
+    producer = await client.create_producer("evt")
+    mid = await producer.send(b"v", event_time=1_700_000_000_000)
+    sl = await gateway.services.log.read("evt", 0, mid.offset)
+    from gateway.records import iter_records
+
+    (rec,) = list(iter_records(sl.entries[0].batch, sl.entries[0].base_offset))
+    assert rec.headers == [("x-event-time", b"1700000000000")]
+
+
+async def test_keys_land_on_their_murmur2_partition_and_one_consumer_reads_all(gateway, client):
+    await gateway.services.log.create_topic("keyed", 4)
+    consumer = await client.subscribe("keyed", "s", initial_position="earliest")
+    async with await client.create_producer("keyed", compression="zstd") as producer:
+        keys = [f"key-{i}".encode() for i in range(40)]
+        ids = await asyncio.gather(*(producer.send(k, key=k) for k in keys))
+    assert {mid.partition for mid in ids} == {0, 1, 2, 3}
+    for k, mid in zip(keys, ids, strict=True):
+        assert mid.partition == partition_for_key(k, 4)
+    got = await drain(consumer, 40)
+    assert sorted(m.value for m in got) == sorted(keys)
+    assert all(m.partition == partition_for_key(m.key, 4) for m in got)
+    assert {m.message_id for m in got} == set(ids)
+
+
+async def test_null_keys_spread_over_partitions(gateway, client):
+    await gateway.services.log.create_topic("spread", 3)
+    producer = await client.create_producer("spread", batching=False)
+    ids = [await producer.send(b"x") for _ in range(6)]
+    assert {mid.partition for mid in ids} == {0, 1, 2}
+
+
+async def test_unknown_topic_without_auto_create(gateway, client):
+    gateway.services.log.auto_create = False
+    with pytest.raises(TopicNotFound):
+        await client.create_producer("missing")
+    with pytest.raises(TopicNotFound):
+        await client.subscribe("missing", "s")
+
+
+async def test_resent_batch_is_stored_once(client):
+    producer = await client.create_producer("idem")
+    b = BatchBuilder(producer_id=producer.producer_id, producer_epoch=0, base_sequence=0)
+    b.append(b"once")
+    send = pb.Send(handle=producer._handle, partition=0, batch=b.build())
+    first = await client._conn.request(pb.Request(send=send))
+    again = await client._conn.request(pb.Request(send=send))
+    assert (first.send_receipt.base_offset, first.send_receipt.duplicate) == (0, False)
+    assert (again.send_receipt.base_offset, again.send_receipt.duplicate) == (0, True)
+    # the producer's own sequence carries on after the batch it sent by hand
+    producer._sequences[0] = 1
+    assert (await producer.send(b"next")).offset == 1
+
+
+async def test_linger_fills_one_batch(gateway, client):
+    producer = await client.create_producer("linger", linger_ms=50)
+    await asyncio.gather(*(producer.send(b"%d" % i) for i in range(20)))
+    sl = await gateway.services.log.read("linger", 0, 0)
+    assert [e.count for e in sl.entries] == [20]
+
+
+async def test_example_runs_against_the_gateway(gateway):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(ROOT / "examples" / "native_produce_consume.py"),
+        "--url", native_url(gateway), "--count", "5",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, out.decode()
+    assert b"consumed 5 messages" in out
