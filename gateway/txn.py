@@ -55,6 +55,8 @@ class TxnId:
 
 # Settles a transaction's acks on one subscription partition: (topic, partition, subscription, txn, commit).
 SubscriptionSettler = Callable[[str, int, str, str, bool], Awaitable[None]]
+# Settles what a transaction held on one partition besides its batches: (topic, partition, txn, commit).
+PartitionSettler = Callable[[str, int, str, bool], Awaitable[None]]
 
 # Fault injection for crash tests: the gateway kills itself with SIGKILL at the named step.
 _CRASH_AT = os.environ.get("GATEWAY_CRASH_AT", "")
@@ -83,6 +85,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self.keep_finished_ms = keep_finished_ms
         self.settlers: list[SubscriptionSettler] = []
+        self.partition_settlers: list[PartitionSettler] = []
         self._ending: dict[str, asyncio.Task[str]] = {}
 
     def check_timeout(self, timeout_ms: int | None) -> int:
@@ -152,6 +155,8 @@ class TransactionCoordinator:
             # one partition at a time, so a crash between two partitions' markers can be tested
             await self.txns.write_markers([(topic, partition)], ending.producer_id, ending.producer_epoch,
                                           commit, marker)
+            for settle_partition in self.partition_settlers:
+                await settle_partition(topic, partition, txn_id, commit)
             self.notify_partition(topic, partition)
             if i == 0:
                 _crash_point("after-first-marker")

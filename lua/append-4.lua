@@ -50,12 +50,8 @@ if pid ~= '-1' then
   if #state.b > 5 then table.remove(state.b, 1) end
 end
 
-local maxts = math.max(tonumber(meta[3] or '-1'), tonumber(ARGV[3]))
-local bytes = tonumber(meta[4] or '0')
-rcall('XADD', KEYS[1], entry_id(hw), 'b', ARGV[1], 'n', count, 't', string.format('%d', maxts),
-  'c', string.format('%d', bytes))
-rcall('HSET', KEYS[2], 'hw', string.format('%d', hw + count), 'maxts', string.format('%d', maxts),
-  'bytes', string.format('%d', bytes + #ARGV[1]))
+append_entry(KEYS[1], KEYS[2], hw, tonumber(meta[3] or '-1'), tonumber(meta[4] or '0'), ARGV[1], count,
+  ARGV[3])
 if state then rcall('HSET', KEYS[3], pid, cjson.encode(state)) end
 if ARGV[7] == '1' then
   rcall('HSETNX', KEYS[4], pid, string.format('%d:%s', hw, ARGV[5]))

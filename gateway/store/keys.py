@@ -106,3 +106,45 @@ TXN_KEYS = "{gw:txn}:keys"
 def txn_key(full_key: str) -> str:
     """A transaction key's hash (`owner&key`; Kafka's transactional.id too): epoch, pid, open txn."""
     return f"{{gw:txn}}:key:{full_key}"
+
+
+# -- delayed delivery: one index per partition (its keys share the partition's tag) ----------------
+
+
+def delay_meta(topic: str, partition: int) -> str:
+    """Hash: seq (last message number), n (messages waiting), since (open bucket's first arrival), bid."""
+    return f"{partition_tag(topic, partition)}:dl:meta"
+
+
+def delay_held(topic: str, partition: int) -> str:
+    """Stream of the waiting messages' batches, entry "<seq>-1" with fields b, n, t as in the log."""
+    return f"{partition_tag(topic, partition)}:dl:held"
+
+
+def delay_open(topic: str, partition: int) -> str:
+    """Sorted set, the open bucket: member = seq as 8 big-endian bytes, score = delivery time."""
+    return f"{partition_tag(topic, partition)}:dl:open"
+
+
+def delay_buckets(topic: str, partition: int) -> str:
+    """Sorted set of sealed bucket ids by their next delivery time. Bucket `id` is the hash
+    `<this key>:<id>` and its segments the strings `<this key>:<id>:<k>` (named in Lua)."""
+    return f"{partition_tag(topic, partition)}:dl:buckets"
+
+
+def delay_pending(topic: str, partition: int, txn_id: str) -> str:
+    """List of a transaction's delayed messages on this partition, held until it ends."""
+    return f"{partition_tag(topic, partition)}:dl:txn:{txn_id}"
+
+
+def delay_txns(topic: str, partition: int) -> str:
+    """Set of transaction ids with delayed messages pending on this partition."""
+    return f"{partition_tag(topic, partition)}:dl:txns"
+
+
+DELAY_DUE = "{gw:delay}:due"
+"""Sorted set: "topic:partition" -> earliest delivery time waiting there; what the scheduler sleeps on."""
+DELAY_VERSIONS = "{gw:delay}:ver"
+"""Hash: "topic:partition" -> schedules seen, so a move step never raises a time a schedule lowered."""
+DELAY_PARTS = "{gw:delay}:parts"
+"""Set of every partition that ever held a delayed message, walked when a scheduler starts."""

@@ -4,6 +4,18 @@ local function entry_id(offset)
   return string.format('%d-1', offset)
 end
 
+-- Write a batch at the high watermark `hw` and advance the meta hash; the one way a batch enters
+-- a log. `maxts` and `bytes` are the meta's before it. Returns hw, maxts and bytes after it.
+local function append_entry(log, meta, hw, maxts, bytes, batch, count, batch_max_ts)
+  maxts = math.max(maxts, tonumber(batch_max_ts))
+  redis.call('XADD', log, entry_id(hw), 'b', batch, 'n', count, 't', string.format('%d', maxts),
+    'c', string.format('%d', bytes))
+  hw, bytes = hw + tonumber(count), bytes + #batch
+  redis.call('HSET', meta, 'hw', string.format('%d', hw), 'maxts', string.format('%d', maxts),
+    'bytes', string.format('%d', bytes))
+  return hw, maxts, bytes
+end
+
 local function entry_fields(entry)
   local f = {}
   local kv = entry[2]
