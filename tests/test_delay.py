@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import sys
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -291,3 +293,46 @@ async def test_two_concurrent_schedulers_deliver_exactly_once(redis_url):
     finally:
         for s in stores:
             await s.close()
+
+
+_KILLABLE = """
+import asyncio, sys
+from gateway.delay import DelayConfig, DelayService
+from gateway.store import Store
+
+async def main():
+    svc = DelayService(Store.open(sys.argv[1]), DelayConfig(move_limit=3))
+    print("ready", flush=True)
+    while True:
+        await svc.scheduler().step()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_scheduler_killed_mid_move_loses_and_repeats_nothing(env, redis_url):
+    store, log = env
+    clock = Clock(now_ms())
+    svc = service(store, log, clock, bucket_max=50, segment_entries=8)
+    n = 3000
+    await svc.schedule([DelayRequest("t", i % 4, msg(f"m{i}"), clock.ms + 20 + i % 97) for i in range(n)])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _KILLABLE, redis_url, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        assert (await proc.stdout.readline()).strip() == b"ready"
+
+        async def some_moved() -> bool:
+            return sum([(await log.bounds("t", p))[1] for p in range(4)]) > 0
+
+        await wait_for(some_moved, timeout=10)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    assert sum([(await svc.stats("t", p)).messages for p in range(4)]) > 0  # killed part way
+    clock.ms += 1000
+    await svc.scheduler().step()
+    values = [v for p in range(4) for v in await log_values(log, "t", p)]
+    assert sorted(values) == sorted(f"m{i}" for i in range(n))
+    assert (await svc.stats("t", 0)).messages == 0
