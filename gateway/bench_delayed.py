@@ -90,7 +90,8 @@ async def _bench(redis_url: str, count: int) -> list[Row]:
         lateness: list[float] = []
         late_all: list[float] = []
         scheduler = svc.scheduler()
-        await asyncio.sleep(max(0.0, (t_first + 500 - now_ms()) / 1000))  # the first half second is due
+        # start once the same number (100) are due whatever `count` is, so only the backlog varies
+        await asyncio.sleep(max(0.0, (t_first + 100 * window // wave - now_ms()) / 1000))
         started = now_ms()
         task = asyncio.create_task(scheduler.run())
         offsets = dict.fromkeys(range(PARTITIONS), 0)
