@@ -25,30 +25,50 @@ _SIZE = struct.Struct(">i")
 _MIN_FRAME = 10  # api key, version, correlation id, client id length
 
 
-async def serve(services: Services, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Serve one connection until the client leaves or misbehaves."""
-    peer = str(writer.get_extra_info("peername"))
-    sock = writer.get_extra_info("sockname")
-    state = ConnectionState(peer, int(sock[1]) if sock else 0)
-    limit = services.config.max_frame_bytes
-    while True:
-        try:
-            prefix = await reader.readexactly(4)
-        except asyncio.IncompleteReadError:
-            return
-        (size,) = _SIZE.unpack(prefix)
-        if size < _MIN_FRAME or size > limit:
-            log.warning("kafka client %s sent a frame of %d bytes (limit %d); closing", peer, size, limit)
-            return
-        frame = await reader.readexactly(size)
-        try:
-            chunks = await handle(services, state, frame)
-        except codec.MalformedRequest as exc:
-            log.warning("kafka client %s sent a malformed request (%s); closing", peer, exc)
-            return
-        if chunks:
-            writer.writelines(chunks)
-            await writer.drain()
+class KafkaConnection:
+    """Serves one client until it leaves, misbehaves, or the listener shuts down.
+
+    On shutdown an idle connection (waiting for its next request) closes at once; a busy one
+    finishes and answers its current request first.
+    """
+
+    def __init__(self, services: Services, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.services = services
+        self.reader = reader
+        self.writer = writer
+        sock = writer.get_extra_info("sockname")
+        self.state = ConnectionState(str(writer.get_extra_info("peername")), int(sock[1]) if sock else 0)
+        self.idle = True
+        self.closing = False
+
+    def shutdown(self) -> None:
+        self.closing = True
+        if self.idle:
+            self.writer.close()
+
+    async def run(self) -> None:
+        peer = self.state.peer
+        limit = self.services.config.max_frame_bytes
+        while not self.closing:
+            self.idle = True
+            try:
+                prefix = await self.reader.readexactly(4)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            self.idle = False
+            (size,) = _SIZE.unpack(prefix)
+            if size < _MIN_FRAME or size > limit:
+                log.warning("kafka client %s sent a frame of %d bytes (limit %d); closing", peer, size, limit)
+                return
+            frame = await self.reader.readexactly(size)
+            try:
+                chunks = await handle(self.services, self.state, frame)
+            except codec.MalformedRequest as exc:
+                log.warning("kafka client %s sent a malformed request (%s); closing", peer, exc)
+                return
+            if chunks:
+                self.writer.writelines(chunks)
+                await self.writer.drain()
 
 
 async def handle(services: Services, state: ConnectionState, frame: bytes) -> list[bytes | memoryview] | None:

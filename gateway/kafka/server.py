@@ -4,17 +4,46 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.kafka import connection
+from gateway.kafka.connection import KafkaConnection
 from gateway.kafka.dispatch import load_handlers
 from gateway.net import TcpListener
 from gateway.services import Services
 
 
-async def start_kafka_server(services: Services, host: str, port: int) -> TcpListener:
+class KafkaServer:
+    """The listener plus its live connections, so shutdown can close idle ones without waiting."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.listener = TcpListener("kafka", self._serve)
+        self.connections: set[KafkaConnection] = set()
+        self.closing = False
+
+    @property
+    def port(self) -> int:
+        return self.listener.port
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.closing:
+            return
+        conn = KafkaConnection(self.services, reader, writer)
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop accepting, close idle connections now, give busy ones `grace` to answer."""
+        self.closing = True
+        for conn in list(self.connections):
+            conn.shutdown()
+        await self.listener.close(grace)
+
+
+async def start_kafka_server(services: Services, host: str, port: int) -> KafkaServer:
     """Listen for Kafka clients; every API module registers itself before the first connection."""
     load_handlers()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await connection.serve(services, reader, writer)
-
-    return await TcpListener("kafka", handle).start(host, port)
+    server = KafkaServer(services)
+    await server.listener.start(host, port)
+    return server
