@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from gateway.client.errors import ClientClosed, ConnectionLost
 from gateway.client.message import EVENT_TIME_HEADER, MessageId
-from gateway.errors import GatewayError, OutOfOrderSequence
+from gateway.errors import GatewayError, OutOfOrderSequence, Timeout
 from gateway.partitioner import partition_for_key
 from gateway.pb import gateway_pb2 as pb
 from gateway.records import BatchBuilder, Compression
@@ -165,6 +165,7 @@ class Producer:
     async def _deliver(self, partition: int, batch: _Batch) -> int:
         deadline = time.monotonic() + self._send_timeout
         delay = 0.05
+        last: GatewayError | None = None  # what to report if time runs out on a retry
         while True:
             if batch.producer_id != self._producer_id:  # first attempt, or the id was renewed
                 self._number(partition, batch)
@@ -180,7 +181,10 @@ class Producer:
             except GatewayError as exc:
                 if not exc.retriable or time.monotonic() + delay >= deadline:
                     await self._renew()
+                    if isinstance(exc, Timeout) and last is not None:
+                        raise last from exc
                     raise
+                last = exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 

@@ -88,7 +88,8 @@ def messages_frame(consumer_id: int, entries: Iterable[OutgoingEntry]) -> list[b
             pre += _ENTRY_PARTITION + _varint(e.partition)
         if e.base_offset:
             pre += _ENTRY_BASE + _varint(e.base_offset)
-        pre += _ENTRY_BATCH + _varint(len(e.batch))
+        if len(e.batch):
+            pre += _ENTRY_BATCH + _varint(len(e.batch))
         post = bytearray()
         packed = b"".join(_varint(s) for s in e.skip)
         if packed:
