@@ -1,0 +1,221 @@
+"""Consumer groups in Redis: membership and generation (one meta hash, one hash of members) and
+committed offsets, all under the group's hash tag so each script touches one Cluster slot.
+
+The meta hash holds `v` (a version every save bumps, for compare-and-set), `state`, `gen` and
+`doc` (msgpack of the fields no script reads). Members are msgpack blobs by member id; the Lua
+scripts only test membership, so the blobs stay opaque to them. Arrays handed to a script are
+packed without msgpack's bin type, which Redis's `cmsgpack` cannot read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+from redis.asyncio import Redis
+
+from gateway.store import keys
+from gateway.store.connection import storage_errors
+from gateway.store.scripts import Scripts
+
+
+@dataclass
+class MemberDoc:
+    """One member as stored; `seq` keeps join order, which leader election relies on."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    seq: int = 0
+
+    def pack(self) -> bytes:
+        return msgpack.packb(
+            {
+                "i": self.instance_id,
+                "c": self.client_id,
+                "h": self.client_host,
+                "s": self.session_timeout_ms,
+                "r": self.rebalance_timeout_ms,
+                "t": self.protocol_type,
+                "p": [[n, m] for n, m in self.protocols],
+                "a": self.assignment,
+                "n": self.seq,
+            },
+            use_bin_type=True,
+        )
+
+    @classmethod
+    def unpack(cls, member_id: str, raw: bytes) -> MemberDoc:
+        d = msgpack.unpackb(raw, raw=False)
+        return cls(
+            member_id, d["i"], d["c"], d["h"], d["s"], d["r"], d["t"],
+            [(n, bytes(m)) for n, m in d["p"]], bytes(d["a"]), d["n"],
+        )
+
+    def metadata(self, protocol: str | None) -> bytes:
+        return next((m for n, m in self.protocols if n == protocol), b"")
+
+
+@dataclass
+class GroupDoc:
+    """A group as stored; `version` is what the next save compares against (0: not stored yet)."""
+
+    group_id: str
+    state: str = "Empty"
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, MemberDoc] = field(default_factory=dict)
+    next_seq: int = 0
+    version: int = 0
+
+    def instance_owner(self, instance_id: str) -> str | None:
+        return next((m.member_id for m in self.members.values() if m.instance_id == instance_id), None)
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_ms: int = 0
+
+    def pack(self) -> bytes:
+        return msgpack.packb([self.offset, self.leader_epoch, self.metadata, self.commit_ms], use_bin_type=True)
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> CommittedOffset:
+        o, e, m, t = msgpack.unpackb(raw, raw=False)
+        return cls(o, e, m, t)
+
+
+def _field(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"  # topic names never hold ':'
+
+
+def _array(items: list[Any]) -> bytes:
+    return msgpack.packb(items, use_bin_type=False)
+
+
+class GroupStore:
+    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+        self.redis = redis
+        self.scripts = scripts
+
+    @staticmethod
+    def _keys(group_id: str) -> list[str]:
+        return [keys.group_meta(group_id), keys.group_members(group_id), keys.group_instances(group_id)]
+
+    async def load(self, group_id: str) -> GroupDoc | None:
+        """The stored group, or None when it has never been saved (committed offsets alone count)."""
+        async with storage_errors():
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.hgetall(keys.group_meta(group_id))
+            pipe.hgetall(keys.group_members(group_id))
+            meta, members = await pipe.execute()
+        if not meta:
+            return None
+        doc = msgpack.unpackb(meta[b"doc"], raw=False) if b"doc" in meta else {}
+        loaded = sorted(
+            (MemberDoc.unpack(mid.decode(), raw) for mid, raw in members.items()), key=lambda m: m.seq
+        )
+        return GroupDoc(
+            group_id,
+            meta[b"state"].decode(),
+            int(meta[b"gen"]),
+            doc.get("t"),
+            doc.get("p"),
+            doc.get("l"),
+            {m.member_id: m for m in loaded},
+            doc.get("n", 0),
+            int(meta[b"v"]),
+        )
+
+    async def save(self, group: GroupDoc) -> bool:
+        """Write the group if its stored version is still `group.version`; bumps it on success."""
+        doc = msgpack.packb(
+            {"t": group.protocol_type, "p": group.protocol, "l": group.leader, "n": group.next_seq},
+            use_bin_type=True,
+        )
+        members: list[Any] = []
+        instances: list[Any] = []
+        for m in group.members.values():
+            members += [m.member_id, m.pack()]
+            if m.instance_id:
+                instances += [m.instance_id, m.member_id]
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "group-save-3",
+                self._keys(group.group_id),
+                # version, state, generation, doc, members, instances
+                [group.version, group.state, group.generation, doc, _array(members), _array(instances)],
+            )
+            if group.version == 0 and reply[0] == 0:
+                await self.redis.sadd(keys.GROUPS, group.group_id)
+        if reply[0] != 0:
+            return False
+        group.version = int(reply[1])
+        return True
+
+    async def commit(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: dict[tuple[str, int], CommittedOffset],
+    ) -> int:
+        """Store offsets if the committer may; returns 0 or the refusing code of group-commit-4."""
+        pairs: list[Any] = []
+        for (topic, partition), c in offsets.items():
+            pairs += [_field(topic, partition), c.pack()]
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "group-commit-4",
+                [*self._keys(group_id), keys.group_offsets(group_id)],
+                # generation, member_id, instance_id, offsets
+                [generation, member_id, instance_id or "", _array(pairs)],
+            )
+            if reply[0] == 0 and int(reply[1]) == 1:
+                await self.redis.sadd(keys.GROUPS, group_id)
+        return int(reply[0])
+
+    async def offsets(
+        self, group_id: str, parts: list[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], CommittedOffset]:
+        """Committed offsets of `parts` (all of the group's when None); absent ones are left out."""
+        key = keys.group_offsets(group_id)
+        async with storage_errors():
+            if parts is None:
+                raw = await self.redis.hgetall(key)
+                found = {k.decode(): v for k, v in raw.items()}
+            else:
+                if not parts:
+                    return {}
+                values = await self.redis.hmget(key, [_field(t, p) for t, p in parts])
+                found = {_field(t, p): v for (t, p), v in zip(parts, values, strict=True) if v is not None}
+        out: dict[tuple[str, int], CommittedOffset] = {}
+        for f, v in found.items():
+            topic, _, p = f.rpartition(":")
+            out[(topic, int(p))] = CommittedOffset.unpack(v)
+        return out
+
+    async def delete(self, group_id: str) -> int:
+        """Remove an empty group and its offsets; returns 0, 68 (has members) or 69 (no such group)."""
+        async with storage_errors():
+            reply = await self.scripts.call("group-delete-4", [*self._keys(group_id), keys.group_offsets(group_id)], [])
+            if reply[0] in (0, 69):
+                await self.redis.srem(keys.GROUPS, group_id)
+        return int(reply[0])
+
+    async def group_ids(self) -> list[str]:
+        async with storage_errors():
+            return sorted(g.decode() for g in await self.redis.smembers(keys.GROUPS))
