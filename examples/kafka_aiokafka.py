@@ -17,6 +17,7 @@ async def main(bootstrap: str, topic: str, count: int) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, compression_type="zstd")
     await producer.start()
     try:
+        partition_ids = sorted(await producer.partitions_for(topic))  # also creates the topic if allowed
         sent = []
         for i in range(count):
             md = await producer.send_and_wait(topic, f"hello {i}".encode(), key=f"user-{i % 3}".encode())
@@ -25,13 +26,13 @@ async def main(bootstrap: str, topic: str, count: int) -> None:
     finally:
         await producer.stop()
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    # no group: positions start at each partition's earliest offset
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or {0})]
+        partitions = [TopicPartition(topic, p) for p in partition_ids]
         consumer.assign(partitions)
         ends = await consumer.end_offsets(partitions)
-        await consumer.seek_to_beginning(*partitions)
         received = 0
         while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
             for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
