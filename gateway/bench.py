@@ -276,6 +276,11 @@ def run_bench(args: argparse.Namespace) -> None:
             embedded.start()
             url = embedded.url
         try:
+            if getattr(args, "delayed", False):
+                from gateway.bench_delayed import format_table, run_delayed_bench
+
+                print(format_table(run_delayed_bench(url, args.count)))
+                return
             rows = _measure(args, url, sizes)
         finally:
             if embedded:

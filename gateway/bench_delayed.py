@@ -139,8 +139,3 @@ def run_delayed_bench(redis_url: str, count: int = 1_000_000) -> list[Row]:
     """Run the benchmark against `redis_url`; print with `format_table`."""
     return asyncio.run(_bench(redis_url, count))
 
-
-if __name__ == "__main__":
-    import sys
-
-    print(format_table(run_delayed_bench(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1_000_000)))

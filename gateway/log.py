@@ -302,15 +302,10 @@ class LogService:
                 removed += n
         return removed
 
-    async def retention_loop(self, interval: float) -> None:
-        while True:
-            try:
-                n = await self.enforce_retention()
-                if n:
-                    log.info("retention removed %d batches", n)
-            except Exception:
-                log.exception("retention pass failed; trying again next interval")
-            await asyncio.sleep(interval)
+    async def retention_pass(self) -> None:
+        n = await self.enforce_retention()
+        if n:
+            log.info("retention removed %d batches", n)
 
 
 def committed_entries(sl: Slice) -> list[Entry]:

@@ -17,6 +17,7 @@ from gateway.config import Config
 from gateway.errors import GatewayError
 from gateway.kafka.server import start_kafka_server
 from gateway.native.server import start_native_server
+from gateway.periodic import Periodic
 from gateway.services import Services
 from gateway.store.embedded import EmbeddedRedis
 
@@ -29,6 +30,14 @@ class Listener(Protocol):
     async def close(self, grace: float) -> None: ...
 
 
+class Role(Protocol):
+    """A background role: runs until `stop`."""
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class Gateway:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -36,6 +45,7 @@ class Gateway:
         self.services: Services | None = None
         self.listeners: dict[str, Listener] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._roles: list[Role] = []
         self._stopped = asyncio.Event()
 
     @property
@@ -56,8 +66,12 @@ class Gateway:
         except BaseException:
             await self.stop()
             raise
-        self._tasks.append(asyncio.create_task(self.services.log.retention_loop(cfg.retention_check_interval)))
-        self._tasks.append(asyncio.create_task(self.services.txn.reaper_loop(cfg.txn_reaper_interval)))
+        self._roles = [
+            Periodic("retention", cfg.retention_check_interval, self.services.log.retention_pass),
+            Periodic("transaction reaper", cfg.txn_reaper_interval, self.services.txn.recover),
+            self.services.delay.scheduler(),
+        ]
+        self._tasks += [asyncio.create_task(role.run()) for role in self._roles]
 
     async def _wait_for_redis(self, timeout: float = 30.0) -> None:
         assert self.services is not None
@@ -80,11 +94,14 @@ class Gateway:
         )
 
     async def stop(self, grace: float = 5.0) -> None:
+        for role in self._roles:
+            role.stop()  # a cancel alone can be absorbed inside a Redis call
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self._roles.clear()
         self._tasks.clear()
         await asyncio.gather(*(lst.close(grace) for lst in self.listeners.values()), return_exceptions=True)
         self.listeners.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.config import Config
+from gateway.delay import DelayService
 from gateway.fence import FenceService
 from gateway.log import LogService
 from gateway.store import Store
@@ -18,6 +19,7 @@ class Services:
     log: LogService
     txn: TransactionCoordinator
     fence: FenceService
+    delay: DelayService
 
     @classmethod
     def open(cls, config: Config, redis_url: str) -> Services:
@@ -30,7 +32,9 @@ class Services:
             max_timeout_ms=config.txn_max_timeout_ms,
         )
         txn.notify_partition = log.notifier.notify
-        return cls(config, store, log, txn, FenceService(store, txn))
+        delay = DelayService(store, notify_partition=log.notifier.notify)
+        txn.partition_settlers.append(delay.settle_txn)
+        return cls(config, store, log, txn, FenceService(store, txn), delay)
 
     async def close(self) -> None:
         await self.store.close()

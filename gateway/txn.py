@@ -185,14 +185,6 @@ class TransactionCoordinator:
                 log.warning("could not end transaction %s: %s", txn_id, exc)
         return handled
 
-    async def reaper_loop(self, interval: float = 1.0) -> None:
-        while True:
-            try:
-                await self.recover()
-            except Exception:
-                log.exception("transaction reaper pass failed; trying again")
-            await asyncio.sleep(interval)
-
     async def open_transactions(self) -> list[TxnInfo]:
         out = []
         for txn_id in await self.txns.unfinished():

@@ -124,3 +124,22 @@ async def test_transaction_keys_over_http_cli_and_metrics(gateway):
     assert (await gateway.services.txn.describe(txn)).state == "ABORTED"
     missing = await cli(gateway, "transactions", "get-transaction-key", "job-42")
     assert missing.returncode != 0 and "TRANSACTION_NOT_FOUND" in missing.stderr
+
+
+async def test_delayed_stats_over_http_and_metrics(gateway):
+    from gateway.records import BatchBuilder
+
+    await gateway.services.log.create_topic("later", 2)
+    b = BatchBuilder()
+    b.append(b"wait for it")
+    await gateway.services.delay.send("later", 1, b.build(), deliver_after_ms=600_000)
+    async with aiohttp.ClientSession() as http:
+        async with http.get(admin_url(gateway) + "/admin/v2/topics/later/delayed") as r:
+            stats = await r.json()
+        async with http.get(admin_url(gateway) + "/metrics") as r:
+            text = await r.text()
+    p0, p1 = stats["partitions"]
+    assert p0["messages"] == 0 and p0["next_due_ms"] is None
+    assert p1["messages"] == 1 and p1["buckets"] >= 1 and p1["next_due_ms"] > 0
+    assert p1["index_bytes_per_message"] > 0 and p1["payload_bytes_per_message"] > 0
+    assert 'gateway_delayed_messages{partition="1",topic="later"} 1.0' in text

@@ -63,6 +63,7 @@ class AdminApi:
             web.get("/admin/v2/topics/{name}", self.describe_topic),
             web.delete("/admin/v2/topics/{name}", self.delete_topic),
             web.patch("/admin/v2/topics/{name}/config", self.alter_config),
+            web.get("/admin/v2/topics/{name}/delayed", self.delayed_stats),
             web.get("/admin/v2/transactions", self.list_transactions),
             web.get("/admin/v2/transactions/transaction-keys", self.list_keys),
             web.get("/admin/v2/transactions/transaction-keys/{key}", self.get_key),
@@ -111,6 +112,24 @@ class AdminApi:
             "config": effective_config(info),
             "created_ms": info.created_ms,
         }
+
+    async def delayed_stats(self, request: web.Request) -> web.Response:
+        """Per partition: delayed messages waiting, buckets, next due time, memory per message."""
+        info = await self.services.log.topic(request.match_info["name"], create=False)
+        out = []
+        for p in range(info.partitions):
+            st = await self.services.delay.stats(info.name, p)
+            out.append({
+                "partition": p,
+                "messages": st.messages,
+                "open_bucket_messages": st.open_messages,
+                "buckets": st.buckets,
+                "pending_in_transactions": st.pending_transactions,
+                "next_due_ms": st.next_due_ms if st.messages else None,
+                "index_bytes_per_message": round(st.index_bytes_per_message, 2),
+                "payload_bytes_per_message": round(st.payload_bytes_per_message, 2),
+            })
+        return web.json_response({"topic": info.name, "partitions": out})
 
     async def delete_topic(self, request: web.Request) -> web.Response:
         await self.services.log.delete_topic(request.match_info["name"])

@@ -50,7 +50,28 @@ class Metrics:
                 start.add_metric([t, str(p)], b[0])
                 hw.add_metric([t, str(p)], b[1])
         count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
-        return [count, hw, start, *await self.transaction_gauges()]
+        return [count, hw, start, *await self.delayed_gauges(parts), *await self.transaction_gauges()]
+
+    async def delayed_gauges(self, parts: list[tuple[str, int]]) -> list[Metric]:
+        labels = ["topic", "partition"]
+        waiting = GaugeMetricFamily("gateway_delayed_messages", "Delayed messages waiting", labels=labels)
+        buckets = GaugeMetricFamily("gateway_delayed_buckets", "Buckets of the delayed index", labels=labels)
+        due = GaugeMetricFamily("gateway_delayed_next_due_ms", "Next delivery time (epoch ms)", labels=labels)
+        index = GaugeMetricFamily("gateway_delayed_index_bytes_per_message", "Index memory per delayed message",
+                                  labels=labels)
+        payload = GaugeMetricFamily("gateway_delayed_payload_bytes_per_message",
+                                    "Held payload memory per delayed message", labels=labels)
+        for t, p in parts:
+            st = await self.services.delay.stats(t, p)
+            if not st.messages and not st.pending_transactions:
+                continue
+            lv = [t, str(p)]
+            waiting.add_metric(lv, st.messages)
+            buckets.add_metric(lv, st.buckets)
+            due.add_metric(lv, st.next_due_ms)
+            index.add_metric(lv, st.index_bytes_per_message)
+            payload.add_metric(lv, st.payload_bytes_per_message)
+        return [waiting, buckets, due, index, payload]
 
     async def transaction_gauges(self) -> list[Metric]:
         now = now_ms()

@@ -1,0 +1,35 @@
+"""Background roles that run a step every interval until told to stop.
+
+Stopping is an event, not only a cancel: a cancel that lands inside a Redis call can be absorbed
+by the client library, and the loop would then sleep out a whole interval before noticing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+
+class Periodic:
+    def __init__(self, name: str, interval: float, step: Callable[[], Awaitable[object]]) -> None:
+        self.name = name
+        self.interval = interval
+        self.step = step
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.step()
+            except Exception:
+                log.exception("%s failed; trying again in %.1f s", self.name, self.interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval):
+                    await self._stop.wait()
