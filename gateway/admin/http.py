@@ -123,7 +123,7 @@ class AdminApi:
                 "partition": p,
                 "messages": st.messages,
                 "open_bucket_messages": st.open_messages,
-                "buckets": st.buckets,
+                "buckets": st.total_buckets,
                 "pending_in_transactions": st.pending_transactions,
                 "next_due_ms": st.next_due_ms if st.messages else None,
                 "index_bytes_per_message": round(st.index_bytes_per_message, 2),

@@ -67,7 +67,7 @@ class Metrics:
                 continue
             lv = [t, str(p)]
             waiting.add_metric(lv, st.messages)
-            buckets.add_metric(lv, st.buckets)
+            buckets.add_metric(lv, st.total_buckets)
             due.add_metric(lv, st.next_due_ms)
             index.add_metric(lv, st.index_bytes_per_message)
             payload.add_metric(lv, st.payload_bytes_per_message)

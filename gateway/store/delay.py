@@ -80,6 +80,11 @@ class DelayStats:
     payload_bytes: int
 
     @property
+    def total_buckets(self) -> int:
+        """Sealed buckets plus the open one when it holds anything."""
+        return self.buckets + (1 if self.open_messages else 0)
+
+    @property
     def index_bytes_per_message(self) -> float:
         return self.index_bytes / self.messages if self.messages else 0.0
 
