@@ -3,47 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import io
 import struct
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from kio.schema.errors import ErrorCode as KafkaError
-from kio.serial import entity_reader, entity_writer
 
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
 from gateway.records import build_batch
+from tests.kafka_wire import TIMEOUT, decode, frame, read_response, request
 
 load_handlers()
-TIMEOUT = 10
-
-
-def frame(api_key: int, version: int, correlation_id: int, body: bytes, *, flexible_header: bool = False) -> bytes:
-    head = struct.pack(">hhih", api_key, version, correlation_id, 4) + b"test"
-    if flexible_header:
-        head += b"\x00"
-    return struct.pack(">i", len(head) + len(body)) + head + body
-
-
-def request(req, correlation_id: int) -> bytes:
-    buf = io.BytesIO()
-    entity_writer(type(req))(buf, req)
-    return frame(req.__api_key__, req.__version__, correlation_id, buf.getvalue(),
-                 flexible_header=req.__header_schema__.__flexible__)
-
-
-async def read_response(reader: asyncio.StreamReader) -> bytes:
-    (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), TIMEOUT))
-    return await asyncio.wait_for(reader.readexactly(size), TIMEOUT)
-
-
-def decode(api_key: int, version: int, payload: bytes):
-    """(correlation id, kio response) from a response payload."""
-    (cid,) = struct.unpack_from(">i", payload)
-    offset = 5 if codec.response_header_flexible(api_key, version) else 4
-    resp, _ = entity_reader(codec.response_class(api_key, version))(payload, offset)
-    return cid, resp
 
 
 @pytest.fixture

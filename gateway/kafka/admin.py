@@ -33,7 +33,7 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
             elif t.num_partitions == 0 or t.num_partitions < -1:
                 res.update(error_code=KafkaError.invalid_partitions, error_message="partitions must be at least 1")
             else:
-                partitions = ctx.services.config.default_partitions if t.num_partitions == -1 else t.num_partitions
+                partitions = log.default_partitions if t.num_partitions == -1 else t.num_partitions
                 if req.validate_only:
                     validate_config(configs)
                     if await _exists(ctx, t.name):
@@ -42,7 +42,7 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
                     info_config = {k: v for k, v in configs.items() if v is not None}
                 else:
                     info = await log.create_topic(t.name, partitions, configs)
-                    info_config = info.config
+                    partitions, info_config = info.partitions, info.config
                 if res["error_code"] == KafkaError.none:
                     res.update(num_partitions=partitions, replication_factor=REPLICATION_FACTOR,
                                configs=topic_config_entries(info_config))
