@@ -6,7 +6,8 @@ lose without harm: which consumer holds which unacked offsets, permits, the read
 it means unacked messages are delivered again from the cursor, never that acked ones are.
 
 Dispatch hands out whole stored batches (`Delivery`: the entry plus the offsets the consumer must
-process); records are never decoded here. Modes:
+process); records are never decoded here. It is read-committed: nothing at or past the last stable
+offset goes out, and markers and aborted batches are acknowledged on the subscription's behalf. Modes:
 - exclusive: one consumer; a second is refused with ConsumerBusy.
 - failover: the earliest attached consumer is active; when it leaves, the next one takes over from
   the cursor.
@@ -28,8 +29,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from gateway.errors import ConsumerBusy, NotAllowed, SubscriptionNotFound
-from gateway.log import LogService
-from gateway.records import parse_header
+from gateway.log import LogService, committed_entries
 from gateway.store import Store
 from gateway.store.log import Entry
 from gateway.store.subscriptions import SubscriptionStore
@@ -307,7 +307,8 @@ class Subscription:
         generation = self._generation
         parts = list(range(self.partitions))
         slices = await asyncio.gather(
-            *(self.service.log.read(self.topic, p, self.read_pos[p], min(64, max(1, budget))) for p in parts)
+            *(self.service.log.read(self.topic, p, self.read_pos[p], min(64, max(1, budget)), read_committed=True)
+              for p in parts)
         )
         if generation != self._generation:
             return []
@@ -321,26 +322,27 @@ class Subscription:
         if generation != self._generation:
             return []
         out: list[Delivery] = []
-        control: dict[int, list[int]] = {}
+        hidden: dict[int, list[int]] = {}
         per_part = max(1, budget // max(1, len(parts)))
         for p, sl in zip(parts, slices, strict=True):
             taken = 0
             skip = acked.get(p, set())
+            visible = {id(e) for e in committed_entries(sl)}
             for e in sl.entries:
-                if taken >= per_part and out:
-                    break
+                if (taken >= per_part and out) or e.base_offset >= sl.stable:
+                    break  # the rest waits for permits, or for its transaction to end
                 lo = max(e.base_offset, self.read_pos[p])
                 offsets = set(range(lo, e.next_offset)) - skip
                 self.read_pos[p] = e.next_offset
                 if not offsets:
                     continue
-                if parse_header(e.batch, verify_crc=False).control:
-                    control.setdefault(p, []).extend(sorted(offsets))  # markers: nothing to deliver
+                if id(e) not in visible:  # markers, aborted batches: no one will ever ack them
+                    hidden.setdefault(p, []).extend(sorted(offsets))
                     continue
                 out.append(Delivery(p, e, offsets))
                 taken += len(offsets)
-        if control:
-            await self.acknowledge(control, {})
+        if hidden:
+            await self.acknowledge(hidden, {})
         return out
 
     async def _hand_out(self, batch: list[Delivery], targets: list[Consumer]) -> None:

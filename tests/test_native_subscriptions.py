@@ -199,3 +199,29 @@ async def test_acks_survive_a_killed_gateway_process(gateway_process):
         assert [m.offset for m in await take(c, 3)] == [1, 3, 5]
         await assert_silent(c)
     await asyncio.to_thread(gateway_process.stop)
+
+
+async def test_transactional_batches_wait_for_commit_and_aborted_ones_never_come(gateway, client):
+    from gateway.records import BatchBuilder
+
+    log, tc = gateway.services.log, gateway.services.txn
+    await log.create_topic("tx", 1)
+    c = await client.subscribe("tx", "s", "exclusive", "earliest")
+
+    async def in_txn(value: bytes, commit: bool) -> None:
+        txn = await tc.begin()
+        info = await tc.describe(txn)
+        await tc.add_partitions(txn, [("tx", 0)])
+        b = BatchBuilder(producer_id=info.producer_id, producer_epoch=info.producer_epoch, base_sequence=0,
+                         transactional=True)
+        b.append(value)
+        await log.append([("tx", 0, b.build())])
+        await assert_silent(c)  # held back while the transaction is open
+        await tc.end(txn, commit=commit)
+
+    await in_txn(b"aborted", commit=False)
+    await in_txn(b"committed", commit=True)
+    m = await c.receive(5)
+    assert (m.value, m.offset) == (b"committed", 2)  # 0 aborted batch, 1 its marker
+    await c.acknowledge(m)
+    await assert_silent(c)

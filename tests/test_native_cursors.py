@@ -1,0 +1,63 @@
+"""The subscription cursor scripts on a real Redis: contiguous acks move the cursor, gaps wait."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import SubscriptionNotFound
+from gateway.log import LogService
+from gateway.records import build_batch
+from gateway.store import Store, keys
+from gateway.store.subscriptions import SubscriptionStore
+
+
+@pytest.fixture
+async def env(redis_url):
+    store = Store.open(redis_url)
+    logs = LogService(store, auto_create=False)
+    await logs.create_topic("t", 1)
+    await logs.append([("t", 0, build_batch([(None, b"%d" % i, []) for i in range(10)]))])
+    yield logs, SubscriptionStore(store.redis, store.scripts), store.redis
+    await store.close()
+
+
+async def test_initial_position_only_when_created(env):
+    _, subs, _ = env
+    (pos,) = await subs.open("t", range(1), "late", initial="latest", mode="shared")
+    assert (pos.cursor, pos.created) == (10, True)
+    (pos,) = await subs.open("t", range(1), "early", initial="earliest", mode="shared")
+    assert pos.cursor == 0
+    (pos,) = await subs.open("t", range(1), "late", initial="earliest", mode="shared")
+    assert (pos.cursor, pos.created) == (10, False)
+
+
+async def test_out_of_order_acks_wait_until_contiguous(env):
+    _, subs, redis = env
+    await subs.open("t", range(1), "s", initial="earliest", mode="shared")
+    assert await subs.ack("t", "s", {0: (-1, [1, 2, 5])}) == {0: 0}
+    assert await redis.zcard(keys.sub_acks("t", 0, "s")) == 3
+    assert await subs.acked_in("t", "s", {0: (0, 10)}) == {0: {1, 2, 5}}
+    assert await subs.ack("t", "s", {0: (-1, [0])}) == {0: 3}
+    assert await subs.acked_in("t", "s", {0: (0, 10)}) == {0: {5}}
+    (pos,) = await subs.open("t", range(1), "s", initial="earliest", mode="shared")
+    assert (pos.cursor, pos.max_acked) == (3, 5)
+    assert await subs.ack("t", "s", {0: (5, [])}) == {0: 6}  # cumulative over the gap absorbs 5
+    assert await redis.zcard(keys.sub_acks("t", 0, "s")) == 0
+
+
+async def test_seek_clamps_and_forgets_acks(env):
+    logs, subs, _ = env
+    await subs.open("t", range(1), "s", initial="earliest", mode="exclusive")
+    await subs.ack("t", "s", {0: (-1, [4, 7])})
+    assert await subs.seek("t", "s", {0: 99}) == {0: 10}
+    assert await subs.seek("t", "s", {0: -1}) == {0: 0}
+    assert await subs.acked_in("t", "s", {0: (0, 10)}) == {0: set()}
+    await logs.delete_records("t", 0, 4)
+    assert await subs.seek("t", "s", {0: 2}) == {0: 4}
+    assert await subs.ack("t", "s", {0: (-1, [])}) == {0: 4}
+
+
+async def test_acks_on_a_missing_subscription_are_refused(env):
+    _, subs, _ = env
+    with pytest.raises(SubscriptionNotFound):
+        await subs.ack("t", "nope", {0: (-1, [1])})
