@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
 
 from gateway.kafka.dispatch import ApiKey, lookup
 from gateway.partitioner import partition_for_key
@@ -96,3 +98,21 @@ async def test_idempotent_retry_is_not_duplicated(gateway, client):
     sl = await log.read("once", 0, 0, 1000)
     values = [r.value for e in sl.entries for r in iter_records(e.batch, e.base_offset)]
     assert values == [v for _, v in messages]
+
+
+async def test_large_batches_and_max_message_bytes(gateway):
+    """A batch near max.message.bytes goes through whole; one over it is refused, not stored."""
+    bs = kafka_bootstrap(gateway)
+    await gateway.services.log.create_topic("big", 1, {"max.message.bytes": "2000000"})
+    producer = AIOKafkaProducer(bootstrap_servers=bs, max_request_size=8 * 1024 * 1024)
+    await producer.start()
+    try:
+        big = bytes(range(256)) * (1_900_000 // 256)
+        assert (await producer.send_and_wait("big", big)).offset == 0
+        with pytest.raises(MessageSizeTooLargeError):
+            await producer.send_and_wait("big", big * 2)
+    finally:
+        await producer.stop()
+    [(_, offset, _, value)] = await consume("aiokafka", bs, "big", 0, 0, 1)
+    assert (offset, value) == (0, big)
+    assert await gateway.services.log.bounds("big", 0) == (0, 1)
