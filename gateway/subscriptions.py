@@ -80,6 +80,8 @@ class Consumer:
 
 
 _WAIT_POLL = 1.0  # seconds: catches appends made by other gateways, whose notifier we do not hear
+LEASE_MS = 10_000  # how long a dead gateway keeps others from taking over its subscriptions
+_RENEW_EVERY = LEASE_MS / 3000  # seconds
 
 
 class Subscription:
@@ -105,6 +107,7 @@ class Subscription:
         self._generation = 0
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self._renew_at = time.monotonic() + _RENEW_EVERY
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -241,6 +244,9 @@ class Subscription:
         while self.consumers:
             self.wake.clear()
             try:
+                if time.monotonic() >= self._renew_at:
+                    await self.service.renew(self)
+                    self._renew_at = time.monotonic() + _RENEW_EVERY
                 progressed = await self._dispatch_once()
             except asyncio.CancelledError:
                 raise
@@ -377,17 +383,28 @@ class Subscription:
 class SubscriptionService:
     """The subscriptions with consumers on this gateway, and the consumers' entry points."""
 
-    def __init__(self, log_service: LogService, store: SubscriptionStore) -> None:
+    def __init__(self, log_service: LogService, store: SubscriptionStore, node_id: int = 0) -> None:
         self.log = log_service
         self.store = store
+        self.node_id = node_id
         self._subs: dict[tuple[str, str], Subscription] = {}
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
 
     @classmethod
-    def open(cls, log_service: LogService, store: Store) -> SubscriptionService:
-        """Built by a face from the shared services; the face never touches the store itself."""
-        return cls(log_service, SubscriptionStore(store.redis, store.scripts))
+    def open(cls, log_service: LogService, store: Store, node_id: int = 0) -> SubscriptionService:
+        """Built by a face from the shared services; the face never touches the store itself.
+
+        Gateways sharing a Redis need distinct node ids: a subscription is dispatched by one
+        gateway at a time, under a lease, so modes and acks mean the same across gateways."""
+        return cls(log_service, SubscriptionStore(store.redis, store.scripts), node_id)
+
+    async def renew(self, sub: Subscription) -> None:
+        await self.store.lease(sub.topic, sub.name, self.node_id, LEASE_MS)
+
+    async def _release_lease(self, topic: str, name: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.store.lease(topic, name, self.node_id, 0)
 
     async def subscribe(
         self,
@@ -409,9 +426,14 @@ class SubscriptionService:
                 raise ConsumerBusy(f"subscription {name!r} is in use in {sub.mode} mode")
             consumer = Consumer(next(self._ids), consumer_name, sink, ack_timeout)
             if sub is None:
-                positions = await self.store.open(
-                    topic, range(info.partitions), name, initial=initial_position, mode=mode.value
-                )
+                await self.store.lease(topic, name, self.node_id, LEASE_MS)
+                try:
+                    positions = await self.store.open(
+                        topic, range(info.partitions), name, initial=initial_position, mode=mode.value
+                    )
+                except BaseException:
+                    await self._release_lease(topic, name)
+                    raise
                 sub = Subscription(self, topic, name, mode, info.partitions)
                 for p, pos in enumerate(positions):
                     sub.cursor[p] = sub.read_pos[p] = pos.cursor
@@ -438,6 +460,7 @@ class SubscriptionService:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
+                await self._release_lease(sub.topic, sub.name)
 
     def _sub(self, consumer: Consumer) -> Subscription:
         if consumer.subscription is None:
@@ -472,7 +495,10 @@ class SubscriptionService:
         await sub.seek({p: -2 if f is None else f[0] for p, f in enumerate(found)})
 
     async def close(self) -> None:
-        for sub in list(self._subs.values()):
+        """Stop dispatching and hand the subscriptions' leases back for another gateway to take."""
+        subs = list(self._subs.values())
+        self._subs.clear()
+        for sub in subs:
             if sub.task is not None:
                 sub.task.cancel()
-        self._subs.clear()
+            await self._release_lease(sub.topic, sub.name)

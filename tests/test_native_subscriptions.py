@@ -225,3 +225,20 @@ async def test_transactional_batches_wait_for_commit_and_aborted_ones_never_come
     assert (m.value, m.offset) == (b"committed", 2)  # 0 aborted batch, 1 its marker
     await c.acknowledge(m)
     await assert_silent(c)
+
+
+async def test_one_gateway_at_a_time_dispatches_a_subscription(gateway, client, redis_url):
+    other = Gateway(test_config(redis_url, node_id=1))
+    await other.start()
+    try:
+        async with await Client.connect(native_url(other)) as elsewhere:
+            mine = await client.subscribe("lease", "s", "shared", "earliest")
+            with pytest.raises(ConsumerBusy):
+                await elsewhere.subscribe("lease", "s", "shared", "earliest")
+            await elsewhere.subscribe("lease", "another", "shared")  # other subscriptions are free
+            await mine.close()  # the lease goes with the last consumer
+            theirs = await elsewhere.subscribe("lease", "s", "shared", "earliest")
+            await produce(client, "lease", 1)
+            assert (await theirs.receive(5)).offset == 0
+    finally:
+        await other.stop()

@@ -43,7 +43,7 @@ class NativeServer(TcpListener):
     def __init__(self, services: Services) -> None:
         super().__init__("native", self._connection)
         self.services = services
-        self.subscriptions = SubscriptionService.open(services.log, services.store)
+        self.subscriptions = SubscriptionService.open(services.log, services.store, services.config.node_id)
         self.producers = ProducerService(services.log, services.store)
         self._live: set[Connection] = set()
 

@@ -148,3 +148,8 @@ DELAY_VERSIONS = "{gw:delay}:ver"
 """Hash: "topic:partition" -> schedules seen, so a move step never raises a time a schedule lowered."""
 DELAY_PARTS = "{gw:delay}:parts"
 """Set of every partition that ever held a delayed message, walked when a scheduler starts."""
+
+
+def subscription_owner(topic: str, name: str) -> str:
+    """String naming the gateway (node id) that dispatches a subscription, under a lease (PX)."""
+    return f"{partition_tag(topic, 0)}:owner:{name}"

@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway.errors import ErrorCode, error_for
+from gateway.errors import ConsumerBusy, ErrorCode, error_for
 from gateway.store import keys
 from gateway.store.connection import storage_errors
 from gateway.store.scripts import Scripts
@@ -96,3 +96,11 @@ class SubscriptionStore:
             replies = await pipe.execute()
         return {p: {int(m) for m in r} for p, r in zip(ranges, replies, strict=True)}
 
+    async def lease(self, topic: str, name: str, node: int, ttl_ms: int) -> None:
+        """Take or renew this node's lease on dispatching the subscription (ttl 0 releases it);
+        ConsumerBusy when another gateway holds it."""
+        async with storage_errors():
+            # node, ttl_ms
+            reply = await self.scripts.call("sub-lease-1", [keys.subscription_owner(topic, name)], [node, ttl_ms])
+        if reply[0] != ErrorCode.OK:
+            raise ConsumerBusy(f"subscription {name!r} on {topic!r} is served by gateway {reply[1].decode()}")
