@@ -1,0 +1,321 @@
+"""Kafka's consumer-group APIs over the group coordinator: thin translations, one per API.
+
+This gateway coordinates every group (and every transaction), so FindCoordinator names itself.
+OffsetCommit stops at v9 and OffsetFetch at v9: v10 addresses topics by id, which this gateway
+does not assign. Errors of the group protocol (`GroupError.kind`) carry Kafka's own codes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.groups import GroupCoordinator, GroupError, coordinator_for
+from gateway.kafka import codec
+from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+from gateway.kafka.errors import error_message, kafka_error
+from gateway.kafka.metadata import broker
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def group_error(exc: BaseException | None) -> KafkaError:
+    """The Kafka code for a group operation's failure (the group protocol's kinds are Kafka's codes)."""
+    if isinstance(exc, GroupError):
+        return KafkaError(int(exc.kind))
+    return kafka_error(exc)
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    return coordinator_for(ctx.services)
+
+
+def _ms(value: Any) -> int:
+    """A kio timedelta field in whole milliseconds (-1 stays -1)."""
+    return round(value.total_seconds() * 1000)
+
+
+def _client_host(ctx: RequestContext) -> str:
+    """Kafka shows a member's host as "/address"; our connection knows its peer as a tuple's repr."""
+    peer = ctx.connection.peer.strip("()[]")
+    host = peer.split(",")[0].strip().strip("'\"")
+    return f"/{host}"
+
+
+def _response(ctx: RequestContext, values: dict[str, Any]) -> Any:
+    return codec.build(codec.response_class(ctx.api_key, ctx.api_version), values)
+
+
+# -- FindCoordinator ----------------------------------------------------------------------------
+
+
+@handles(ApiKey.FIND_COORDINATOR, 0, 6)
+async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
+    node, host, port = broker(ctx)
+    key_type = getattr(req, "key_type", KEY_TYPE_GROUP)
+    if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        error, message = KafkaError.none, None
+    else:
+        error, message = KafkaError.invalid_request, f"key type {key_type} is not coordinated here"
+        node, host, port = -1, "", -1
+    if ctx.api_version >= 4:
+        return _response(ctx, {
+            "coordinators": [
+                {"key": key, "node_id": node, "host": host, "port": port, "error_code": error,
+                 "error_message": message}
+                for key in req.coordinator_keys
+            ],
+        })
+    return _response(ctx, {"error_code": error, "error_message": message, "node_id": node, "host": host,
+                           "port": port})
+
+
+# -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ------------------------------------------------
+
+
+@handles(ApiKey.JOIN_GROUP, 0, 9)
+async def join_group(ctx: RequestContext, req: Any) -> Any:
+    v = ctx.api_version
+    instance_id = getattr(req, "group_instance_id", None)
+    try:
+        r = await _coordinator(ctx).join(
+            req.group_id,
+            req.member_id,
+            protocol_type=req.protocol_type,
+            protocols=[(p.name, p.metadata) for p in req.protocols],
+            session_timeout_ms=_ms(req.session_timeout),
+            rebalance_timeout_ms=_ms(req.rebalance_timeout) if v >= 1 else -1,
+            instance_id=instance_id,
+            client_id=ctx.client_id or "",
+            client_host=_client_host(ctx),
+            require_known_member_id=v >= 4 and not instance_id,
+        )
+    except Exception as exc:
+        member_id = exc.member_id if isinstance(exc, GroupError) and exc.member_id else req.member_id
+        return _response(ctx, {
+            "error_code": group_error(exc),
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None if v >= 7 else "",
+            "leader": "",
+            "member_id": member_id,
+            "members": [],
+        })
+    return _response(ctx, {
+        "error_code": KafkaError.none,
+        "generation_id": r.generation,
+        "protocol_type": r.protocol_type,
+        "protocol_name": r.protocol or "",
+        "leader": r.leader,
+        "skip_assignment": False,
+        "member_id": r.member_id,
+        "members": [
+            {"member_id": m.member_id, "group_instance_id": m.instance_id, "metadata": m.metadata}
+            for m in r.members
+        ],
+    })
+
+
+@handles(ApiKey.SYNC_GROUP, 0, 5)
+async def sync_group(ctx: RequestContext, req: Any) -> Any:
+    try:
+        r = await _coordinator(ctx).sync(
+            req.group_id,
+            req.generation_id,
+            req.member_id,
+            instance_id=getattr(req, "group_instance_id", None),
+            protocol_type=getattr(req, "protocol_type", None),
+            protocol=getattr(req, "protocol_name", None),
+            assignments={a.member_id: a.assignment for a in req.assignments},
+        )
+    except Exception as exc:
+        return _response(ctx, {"error_code": group_error(exc), "assignment": b""})
+    return _response(ctx, {
+        "error_code": KafkaError.none,
+        "protocol_type": r.protocol_type,
+        "protocol_name": r.protocol,
+        "assignment": r.assignment,
+    })
+
+
+@handles(ApiKey.HEARTBEAT, 0, 4)
+async def heartbeat(ctx: RequestContext, req: Any) -> Any:
+    try:
+        await _coordinator(ctx).heartbeat(
+            req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None)
+        )
+    except Exception as exc:
+        return _response(ctx, {"error_code": group_error(exc)})
+    return _response(ctx, {"error_code": KafkaError.none})
+
+
+@handles(ApiKey.LEAVE_GROUP, 0, 5)
+async def leave_group(ctx: RequestContext, req: Any) -> Any:
+    if ctx.api_version < 3:
+        leaving: list[tuple[str, str | None]] = [(req.member_id, None)]
+    else:
+        leaving = [(m.member_id, m.group_instance_id) for m in req.members]
+    try:
+        outcomes = await _coordinator(ctx).leave(req.group_id, leaving)
+    except Exception as exc:
+        return _response(ctx, {"error_code": group_error(exc), "members": []})
+    codes = [KafkaError.none if k is None else KafkaError(int(k)) for k in outcomes]
+    if ctx.api_version < 3:
+        return _response(ctx, {"error_code": codes[0]})
+    return _response(ctx, {
+        "error_code": KafkaError.none,
+        "members": [
+            {"member_id": mid, "group_instance_id": iid, "error_code": code}
+            for (mid, iid), code in zip(leaving, codes, strict=True)
+        ],
+    })
+
+
+# -- OffsetCommit, OffsetFetch ------------------------------------------------------------------
+
+
+@handles(ApiKey.OFFSET_COMMIT, 2, 9)
+async def offset_commit(ctx: RequestContext, req: Any) -> Any:
+    offsets = {
+        (t.name, p.partition_index): (
+            p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
+        )
+        for t in req.topics
+        for p in t.partitions
+    }
+    try:
+        outcome = await _coordinator(ctx).commit_offsets(
+            req.group_id,
+            req.generation_id_or_member_epoch,
+            req.member_id,
+            offsets,
+            instance_id=getattr(req, "group_instance_id", None),
+        )
+        codes = {k: KafkaError.none if e is None else KafkaError(int(e)) for k, e in outcome.items()}
+    except Exception as exc:
+        code = group_error(exc)
+        codes = dict.fromkeys(offsets, code)
+    return _response(ctx, {
+        "topics": [
+            {"name": t.name, "partitions": [
+                {"partition_index": p.partition_index, "error_code": codes[(t.name, p.partition_index)]}
+                for p in t.partitions
+            ]}
+            for t in req.topics
+        ],
+    })
+
+
+async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[list[dict[str, Any]], KafkaError]:
+    """One group's committed offsets as response topics (partition field names are the same in
+    every version), and the group-level error."""
+    parts = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    try:
+        found = await _coordinator(ctx).fetch_offsets(group_id, parts)
+    except Exception as exc:
+        return [], group_error(exc)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), c in found.items():
+        by_topic.setdefault(topic, []).append({
+            "partition_index": partition,
+            "committed_offset": -1 if c is None else c.offset,
+            "committed_leader_epoch": -1 if c is None else c.leader_epoch,
+            "metadata": "" if c is None else c.metadata,
+            "error_code": KafkaError.none,
+        })
+    return [{"name": name, "partitions": ps} for name, ps in by_topic.items()], KafkaError.none
+
+
+@handles(ApiKey.OFFSET_FETCH, 1, 9)
+async def offset_fetch(ctx: RequestContext, req: Any) -> Any:
+    if ctx.api_version >= 8:
+        groups = []
+        for g in req.groups:
+            topics, error = await _fetch_group(ctx, g.group_id, g.topics)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
+        return _response(ctx, {"groups": groups})
+    topics, error = await _fetch_group(ctx, req.group_id, req.topics)
+    if ctx.api_version < 2 and error != KafkaError.none:
+        # v1 has no group-level error: it goes on every partition asked for
+        topics = [
+            {"name": t.name, "partitions": [
+                {"partition_index": p, "committed_offset": -1, "metadata": "", "error_code": error}
+                for p in t.partition_indexes
+            ]}
+            for t in req.topics or ()
+        ]
+    return _response(ctx, {"topics": topics, "error_code": error})
+
+
+# -- DescribeGroups, ListGroups, DeleteGroups ---------------------------------------------------
+
+
+@handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
+async def describe_groups(ctx: RequestContext, req: Any) -> Any:
+    out = []
+    for group_id in req.groups:
+        try:
+            d = await _coordinator(ctx).describe(group_id)
+        except Exception as exc:
+            out.append({"group_id": group_id, "error_code": group_error(exc), "error_message": error_message(exc),
+                        "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
+            continue
+        if d is None:
+            missing = ctx.api_version >= 6
+            out.append({
+                "group_id": group_id,
+                "error_code": KafkaError.group_id_not_found if missing else KafkaError.none,
+                "error_message": f"group {group_id} not found" if missing else None,
+                "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
+                "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            })
+            continue
+        out.append({
+            "group_id": group_id,
+            "error_code": KafkaError.none,
+            "group_state": d.state,
+            "protocol_type": d.protocol_type,
+            "protocol_data": d.protocol,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                 "client_host": m.client_host, "member_metadata": m.metadata, "member_assignment": m.assignment}
+                for m in d.members
+            ],
+            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        })
+    return _response(ctx, {"groups": out})
+
+
+@handles(ApiKey.LIST_GROUPS, 0, 5)
+async def list_groups(ctx: RequestContext, req: Any) -> Any:
+    states = set(getattr(req, "states_filter", ()) or ())
+    types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
+    if types and "classic" not in types:
+        return _response(ctx, {"error_code": KafkaError.none, "groups": []})
+    try:
+        listed = await _coordinator(ctx).list_groups(states or None)
+    except Exception as exc:
+        return _response(ctx, {"error_code": group_error(exc), "groups": []})
+    return _response(ctx, {
+        "error_code": KafkaError.none,
+        "groups": [
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": "classic"}
+            for g in listed
+        ],
+    })
+
+
+@handles(ApiKey.DELETE_GROUPS, 0, 2)
+async def delete_groups(ctx: RequestContext, req: Any) -> Any:
+    results = []
+    for group_id in req.groups_names:
+        try:
+            await _coordinator(ctx).delete(group_id)
+            code = KafkaError.none
+        except Exception as exc:
+            code = group_error(exc)
+        results.append({"group_id": group_id, "error_code": code})
+    return _response(ctx, {"results": results})
