@@ -8,7 +8,7 @@ import pytest
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.kafka.dispatch import ApiKey, load_handlers
-from gateway.records import build_batch
+from gateway.records import BatchBuilder, build_batch
 from tests.kafka_wire import call
 
 load_handlers()
@@ -111,3 +111,22 @@ async def test_fetch_respects_partition_and_response_byte_limits(gateway, conn):
     resp = await call(conn, ApiKey.FETCH, 12, fetch_request([("lim", 1, 7, 10**6)], 10**6))
     p = resp.responses[0].partitions[0]
     assert int.from_bytes(p.records[:8], "big") == 6 and (p.high_watermark, p.log_start_offset) == (12, 0)
+
+
+async def test_list_offsets_latest_is_the_last_stable_offset_for_read_committed(gateway, conn):
+    log = gateway.services.log
+    await log.create_topic("lso", 1)
+    await log.append([("lso", 0, build_batch([(None, b"done", [])] * 2))])
+    txn = BatchBuilder(producer_id=77, producer_epoch=0, base_sequence=0, transactional=True)
+    txn.append(b"pending")
+    await log.append([("lso", 0, txn.build())])
+
+    async def latest(isolation: int) -> int:
+        resp = await call(conn, ApiKey.LIST_OFFSETS, 4, {"replica_id": -1, "isolation_level": isolation, "topics": [
+            {"name": "lso", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})
+        [p] = resp.topics[0].partitions
+        assert p.error_code == KafkaError.none
+        return p.offset
+
+    assert await latest(0) == 3  # the high watermark
+    assert await latest(1) == 2  # below the open transaction

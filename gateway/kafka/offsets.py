@@ -13,6 +13,7 @@ from gateway.kafka.errors import kafka_error
 from gateway.kafka.metadata import LEADER_EPOCH
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string
 
+READ_COMMITTED = 1
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
@@ -28,7 +29,8 @@ class OffsetResult:
     offset: int = -1
 
 
-async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> OffsetResult:
+async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, committed: bool) -> OffsetResult:
+    """One partition's answer; read_committed readers see "latest" as the last stable offset."""
     log = ctx.services.log
     try:
         await log.check_partition(topic, partition)
@@ -36,6 +38,8 @@ async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> O
         if ts in (EARLIEST, EARLIEST_LOCAL):
             return OffsetResult(partition, offset=start)
         if ts == LATEST:
+            if committed:
+                hw = (await log.read(topic, partition, hw, 1)).stable
             return OffsetResult(partition, offset=hw)
         if ts == LATEST_TIERED:
             return OffsetResult(partition)
@@ -51,8 +55,9 @@ async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> O
 
 @handles(ApiKey.LIST_OFFSETS, 1, 6)
 async def list_offsets(ctx: RequestContext, req: Any) -> Encoded:
+    committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     topics = [
-        (t.name, [await _lookup(ctx, t.name, p.partition_index, p.timestamp) for p in t.partitions])
+        (t.name, [await _lookup(ctx, t.name, p.partition_index, p.timestamp, committed) for p in t.partitions])
         for t in req.topics
     ]
     return Encoded(encode_list_offsets_response(ctx.api_version, topics))
