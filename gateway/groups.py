@@ -733,9 +733,13 @@ class GroupCoordinator:
 
     @staticmethod
     def _kept_alive(rt: _Runtime, member_id: str) -> bool:
-        """A member parked at the join barrier is alive until the barrier's own deadline (Kafka's rule)."""
-        fut = rt.join_waiters.get(member_id)
-        return fut is not None and not fut.done()
+        """A member parked at a barrier is alive (Kafka's rule): the join barrier has its own
+        deadline, and the sync barrier falls when the leader syncs or its own session ends."""
+        for waiters in (rt.join_waiters, rt.sync_waiters):
+            fut = waiters.get(member_id)
+            if fut is not None and not fut.done():
+                return True
+        return False
 
     # -- offsets --------------------------------------------------------------------------------
 

@@ -267,3 +267,16 @@ async def test_list_describe_and_delete(coord):
     await coord.leave("g", [(a.member_id, None)])
     await coord.delete("g")
     assert await coord.list_groups() == [] and await coord.fetch_offsets("g") == {}
+
+
+async def test_a_follower_parked_at_sync_learns_that_the_leader_died(coord):
+    a = await join(coord, session=300)
+    b_join = asyncio.ensure_future(join(coord))
+    await eventually(lambda: _is(coord, PREPARING_REBALANCE))
+    await join(coord, a.member_id, session=300)
+    b = await b_join
+    assert b.leader == a.member_id and b.generation == 2
+    # the leader never syncs nor heartbeats: its session ends and the parked follower is told to rejoin
+    assert await kind_of(coord.sync("g", 2, b.member_id)) is GroupErrorKind.REBALANCE_IN_PROGRESS
+    b2 = await join(coord, b.member_id)
+    assert b2.generation == 3 and b2.leader == b.member_id

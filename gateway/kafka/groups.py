@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.errors import ErrorCode, GatewayError
 from gateway.groups import GroupCoordinator, GroupError, coordinator_for
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
@@ -26,6 +27,8 @@ def group_error(exc: BaseException | None) -> KafkaError:
     """The Kafka code for a group operation's failure (the group protocol's kinds are Kafka's codes)."""
     if isinstance(exc, GroupError):
         return KafkaError(int(exc.kind))
+    if isinstance(exc, GatewayError) and exc.code == ErrorCode.STORAGE_UNAVAILABLE:
+        return KafkaError.coordinator_not_available  # clients look for the coordinator again and retry
     return kafka_error(exc)
 
 
