@@ -9,6 +9,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.errors import StorageUnavailable
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
 from gateway.records import build_batch
@@ -168,3 +169,17 @@ async def test_oversized_or_malformed_frames_close_only_that_connection(gateway)
         assert md.offset == 0
     finally:
         await producer.stop()
+
+
+async def test_storage_outage_during_produce_is_a_retriable_partition_error(gateway, conn):
+    reader, writer = conn
+    await gateway.services.log.create_topic("outage", 1)
+
+    async def unavailable(items):
+        raise StorageUnavailable("redis unavailable: injected")
+
+    gateway.services.log.append = unavailable
+    writer.write(request(produce_request(9, -1, "outage", build_batch([(None, b"x", [])])), 1))
+    _, resp = decode(ApiKey.PRODUCE, 9, await read_response(reader))
+    [p] = resp.responses[0].partition_responses
+    assert p.error_code == KafkaError.kafka_storage_error and p.error_code.retriable

@@ -11,9 +11,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.errors import GatewayError
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string
+from gateway.log import Produced
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,11 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
             else:
                 items.append((topic.name, p.index, p.records))
     if items:
-        for done in await ctx.services.log.append(items):
+        try:
+            appended = await ctx.services.log.append(items)
+        except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
+            appended = [Produced(t, p, exc) for t, p, _ in items]
+        for done in appended:
             r = done.result
             if isinstance(r, Exception):
                 res = PartitionResult(done.partition, kafka_error(r), message=error_message(r))
