@@ -183,3 +183,11 @@ async def test_storage_outage_during_produce_is_a_retriable_partition_error(gate
     _, resp = decode(ApiKey.PRODUCE, 9, await read_response(reader))
     [p] = resp.responses[0].partition_responses
     assert p.error_code == KafkaError.kafka_storage_error and p.error_code.retriable
+
+
+async def test_shutdown_closes_idle_connections_without_waiting_for_the_grace(gateway, conn):
+    reader, writer = conn
+    writer.write(request(codec.build(codec.request_class(ApiKey.API_VERSIONS, 0)), 1))
+    await read_response(reader)
+    await asyncio.wait_for(gateway.listeners["kafka"].close(grace=60), TIMEOUT)
+    assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""
