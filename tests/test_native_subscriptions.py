@@ -242,3 +242,30 @@ async def test_one_gateway_at_a_time_dispatches_a_subscription(gateway, client, 
             assert (await theirs.receive(5)).offset == 0
     finally:
         await other.stop()
+
+
+async def test_shared_over_partitions_and_seek_replays_them_all(gateway, client):
+    await gateway.services.log.create_topic("parts", 3)
+    a = await client.subscribe("parts", "s", "shared", "earliest", receiver_queue_size=5)
+    b = await client.subscribe("parts", "s", "shared", "earliest", receiver_queue_size=5)
+    async with await client.create_producer("parts", batching=False) as p:
+        ids = {await p.send(b"v", key=b"k%d" % i) for i in range(30)}
+    assert {mid.partition for mid in ids} == {0, 1, 2}
+    got: list = []
+
+    async def run(consumer):
+        while len(got) < 30:
+            try:
+                m = await consumer.receive(0.1)
+            except Timeout:
+                continue
+            got.append(m.message_id)
+            await consumer.acknowledge(m)
+
+    await asyncio.wait_for(asyncio.gather(run(a), run(b)), 20)
+    assert sorted(got) == sorted(ids)
+    await b.close()
+    await a.seek(0)
+    replay = [(await a.receive(5)).message_id for _ in range(30)]
+    assert sorted(replay) == sorted(ids)
+    await assert_silent(a)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -21,6 +22,8 @@ from gateway.records import iter_records
 
 if TYPE_CHECKING:
     from gateway.client.client import Client
+
+log = logging.getLogger(__name__)
 
 Position = Message | MessageId
 
@@ -75,26 +78,34 @@ class Consumer:
 
     def on_messages(self, messages: pb.Messages) -> None:
         for e in messages.entries:
-            skip = {e.base_offset + s for s in e.skip}
-            for rec in iter_records(e.batch, e.base_offset):
-                if rec.offset in skip:
-                    continue
-                headers = dict(rec.headers)
-                raw_event = headers.pop(EVENT_TIME_HEADER, None)
-                self._queue.append(
-                    Message(
-                        rec.value,
-                        rec.key,
-                        headers,
-                        self.topic,
-                        e.partition,
-                        rec.offset,
-                        rec.timestamp,
-                        int(raw_event) if raw_event else None,
-                        e.redelivery_count,
-                    )
-                )
+            try:
+                self._queue.extend(self._split(e))
+            except (GatewayError, ValueError) as exc:  # one bad batch must not take the connection down
+                log.error("undecodable batch at %s-%d@%d: %s", self.topic, e.partition, e.base_offset, exc)
         self._arrived.set()
+
+    def _split(self, e: pb.EntryBatch) -> list[Message]:
+        skip = {e.base_offset + s for s in e.skip}
+        out = []
+        for rec in iter_records(e.batch, e.base_offset):
+            if rec.offset in skip:
+                continue
+            headers = dict(rec.headers)
+            raw_event = headers.pop(EVENT_TIME_HEADER, None)
+            out.append(
+                Message(
+                    rec.value,
+                    rec.key,
+                    headers,
+                    self.topic,
+                    e.partition,
+                    rec.offset,
+                    rec.timestamp,
+                    int(raw_event) if raw_event else None,
+                    e.redelivery_count,
+                )
+            )
+        return out
 
     def on_reset(self) -> None:
         """The subscription moved: what is prefetched is stale, and the gateway forgot our permits."""
