@@ -190,8 +190,10 @@ class GroupCoordinator:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the timer role: session expiry, rebalance deadlines. Idempotent."""
-        self._closing = False
+        """Start the timer role: session expiry, rebalance deadlines. Idempotent; a closed
+        coordinator stays closed (a request straggling in during shutdown must not revive it)."""
+        if self._closing:
+            return
         if self._timer is None or self._timer.done():
             self._timer = asyncio.create_task(self._timer_loop(), name="group-coordinator")
 

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import confluent_kafka as ck
 import kafka
@@ -363,6 +364,13 @@ async def test_admin_client_lists_describes_and_deletes_groups(gateway):
             await asyncio.to_thread(call, busy)
         assert exc.value.args[0].code() == ck.KafkaError.NON_EMPTY_GROUP
         await member.close()
+        # an empty group's offsets may be set from outside it (a simple commit)
+        rewind = [ck.ConsumerGroupTopicPartitions("audit", [ck.TopicPartition(TOPIC, 0, 0)])]
+        await asyncio.to_thread(call, admin.alter_consumer_group_offsets(rewind)["audit"])
+        offsets = await asyncio.to_thread(
+            call, admin.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions("audit")])["audit"]
+        )
+        assert {tp.partition: tp.offset for tp in offsets.topic_partitions} == {**ends, 0: 0}
         await asyncio.to_thread(call, admin.delete_consumer_groups(["audit"])["audit"])
         listed = await asyncio.to_thread(call, admin.list_consumer_groups())
         assert listed.valid == []
@@ -373,3 +381,23 @@ async def test_admin_client_lists_describes_and_deletes_groups(gateway):
     finally:
         if member.thread.is_alive():
             await member.close()
+
+
+async def test_the_consumer_group_example_resumes_after_its_commits(gateway):
+    await gateway.services.log.create_topic("example", 3)
+    script = Path(__file__).resolve().parents[1] / "examples" / "kafka_consumer_group.py"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), "--bootstrap", kafka_bootstrap(gateway), "--topic", "example",
+        "--group", "readers", "--count", "12", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert "done: consumed 12, then 0 on rejoining" in text, text
+    committed = await coordinator_for(gateway.services).fetch_offsets("readers")
+    assert sum(c.offset for c in committed.values()) == 12
