@@ -87,7 +87,7 @@ async def test_unknown_topic_without_auto_create(gateway, client):
         await client.subscribe("missing", "s")
 
 
-async def test_resent_batch_is_stored_once(client):
+async def test_resent_batch_is_stored_once(gateway, client):
     producer = await client.create_producer("idem")
     b = BatchBuilder(producer_id=producer.producer_id, producer_epoch=0, base_sequence=0)
     b.append(b"once")
@@ -99,6 +99,13 @@ async def test_resent_batch_is_stored_once(client):
     # the producer's own sequence carries on after the batch it sent by hand
     producer._sequences[0] = 1
     assert (await producer.send(b"next")).offset == 1
+    # on another connection, a producer resuming the id still recognises the batch (a reconnect)
+    async with await Client.connect(native_url(gateway)) as other:
+        resumed = await other.request(pb.Request(create_producer=pb.CreateProducer(
+            topic="idem", resume_producer_id=producer.producer_id)))
+        send.handle = resumed.producer_created.handle
+        replay = await other.request(pb.Request(send=send))
+        assert (replay.send_receipt.base_offset, replay.send_receipt.duplicate) == (0, True)
 
 
 async def test_linger_fills_one_batch(gateway, client):
@@ -118,3 +125,32 @@ async def test_example_runs_against_the_gateway(gateway):
     out, _ = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, out.decode()
     assert b"consumed 5 messages" in out
+
+
+async def test_client_reconnects_after_a_gateway_restart(redis_url):
+    from gateway.server import Gateway
+    from gateway.store.embedded import free_port
+    from tests.conftest import test_config
+
+    port = free_port()
+    gw = Gateway(test_config(redis_url, native_port=port))
+    await gw.start()
+    async with await Client.connect(f"gateway://127.0.0.1:{port}") as client:
+        producer = await client.create_producer("re", batching=False)
+        consumer = await client.subscribe("re", "s", "shared", "earliest")
+        await producer.send(b"before")
+        first = await consumer.receive(5)
+        await gw.stop()  # first is never acked: it comes again
+        gw = Gateway(test_config(redis_url, native_port=port))
+        await gw.start()
+        try:
+            after = await producer.send(b"after")  # waits for the reconnection
+            assert after.offset == 1
+            again = [await consumer.receive(5) for _ in range(2)]
+            assert [(m.offset, m.value) for m in again] == [(0, b"before"), (1, b"after")]
+            assert again[0].message_id == first.message_id
+            for m in again:
+                await consumer.acknowledge(m)
+        finally:
+            await client.close()
+            await gw.stop()

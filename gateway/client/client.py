@@ -1,16 +1,28 @@
-"""The client: one connection to a gateway, from which producers and consumers are made."""
+"""The client: one connection to a gateway, from which producers and consumers are made.
+
+When the connection drops, the client connects again in the background (unless `reconnect=False`)
+and re-creates its producers (keeping their producer ids, so resent batches are still recognised
+as duplicates) and consumers (whose unacknowledged messages the gateway delivers again). Requests
+made meanwhile wait for the new connection, up to the operation timeout.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from gateway.client.connection import Connection
 from gateway.client.consumer import Consumer
+from gateway.client.errors import ConnectionLost
 from gateway.client.producer import Producer
 from gateway.errors import GatewayError
 from gateway.pb import gateway_pb2 as pb
 from gateway.records import Compression
+
+log = logging.getLogger(__name__)
 
 _MODES = {"exclusive": pb.EXCLUSIVE, "failover": pb.FAILOVER, "shared": pb.SHARED}
 _POSITIONS = {"earliest": pb.EARLIEST, "latest": pb.LATEST}
@@ -26,15 +38,80 @@ def parse_url(url: str) -> tuple[str, int]:
 
 
 class Client:
-    def __init__(self, conn: Connection) -> None:
+    def __init__(
+        self, conn: Connection, host: str, port: int, *, timeout: float, client_name: str, reconnect: bool
+    ) -> None:
         self._conn = conn
+        self._host, self._port = host, port
+        self._timeout = timeout
+        self._client_name = client_name
+        self._reconnect = reconnect
         self._children: set[Producer | Consumer] = set()
+        self._ready = asyncio.Event()
+        self._ready.set()
+        self._closing = False
+        self._reconnector: asyncio.Task[None] | None = None
+        conn.on_lost = self._lost
 
     @classmethod
-    async def connect(cls, url: str, *, operation_timeout: float = 30.0, client_name: str = "") -> Client:
+    async def connect(
+        cls, url: str, *, operation_timeout: float = 30.0, client_name: str = "", reconnect: bool = True
+    ) -> Client:
         """Open a connection; `operation_timeout` bounds every request's wait for its answer."""
         host, port = parse_url(url)
-        return cls(await Connection.open(host, port, timeout=operation_timeout, client_name=client_name))
+        conn = await Connection.open(host, port, timeout=operation_timeout, client_name=client_name)
+        return cls(conn, host, port, timeout=operation_timeout, client_name=client_name, reconnect=reconnect)
+
+    # -- the connection -------------------------------------------------------------------------
+
+    @property
+    def reconnecting(self) -> bool:
+        return self._reconnector is not None and not self._reconnector.done()
+
+    async def request(self, build: pb.Request | Callable[[], pb.Request], timeout: float | None = None) -> pb.Response:
+        """Send once connected; `build` is called after any reconnection, so it sees fresh ids."""
+        if not self._ready.is_set():
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout or self._timeout)
+            except TimeoutError:
+                raise ConnectionLost(f"not connected to {self._host}:{self._port} again in time") from None
+        req = build() if callable(build) else build
+        return await self._conn.request(req, timeout)
+
+    def _lost(self, reason: GatewayError) -> None:
+        if self._closing or not self._reconnect:
+            return
+        log.warning("connection to %s:%d lost (%s); reconnecting", self._host, self._port, reason)
+        self._ready.clear()
+        self._reconnector = asyncio.create_task(self._reconnect_loop())
+
+    async def _reconnect_loop(self) -> None:
+        delay = 0.05
+        while not self._closing:
+            try:
+                conn = await Connection.open(self._host, self._port, timeout=self._timeout,
+                                             client_name=self._client_name)
+            except GatewayError:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            self._conn = conn
+            try:
+                for child in list(self._children):
+                    await child._reattach()
+            except GatewayError as exc:  # e.g. the gateway has not noticed our old consumer leave yet
+                log.info("re-attaching after reconnect failed (%s); trying again", exc)
+                await conn.close()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            conn.on_lost = self._lost
+            self._ready.set()
+            if conn.closed:  # lost again before we were listening
+                self._lost(ConnectionLost("the gateway closed the connection"))
+            return
+
+    # -- producers and consumers ----------------------------------------------------------------
 
     async def create_producer(
         self,
@@ -52,7 +129,7 @@ class Client:
 
         Messages wait up to `linger_ms` to share a batch; `batching=False` sends each alone.
         """
-        resp = await self._conn.request(
+        resp = await self.request(
             pb.Request(create_producer=pb.CreateProducer(topic=topic, producer_name=producer_name or ""))
         )
         created = resp.producer_created
@@ -96,22 +173,18 @@ class Client:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
         if initial_position not in _POSITIONS:
             raise ValueError("initial_position must be 'earliest' or 'latest'")
-        resp = await self._conn.request(
-            pb.Request(
-                subscribe=pb.Subscribe(
-                    topic=topic,
-                    subscription=subscription,
-                    mode=_MODES[mode],
-                    initial_position=_POSITIONS[initial_position],
-                    consumer_name=consumer_name or "",
-                    ack_timeout_ms=int((ack_timeout or 0) * 1000),
-                )
-            )
+        subscribe = pb.Subscribe(
+            topic=topic,
+            subscription=subscription,
+            mode=_MODES[mode],
+            initial_position=_POSITIONS[initial_position],
+            consumer_name=consumer_name or "",
+            ack_timeout_ms=int((ack_timeout or 0) * 1000),
         )
+        resp = await self.request(pb.Request(subscribe=subscribe))
         consumer = Consumer(
             self,
-            topic,
-            subscription,
+            subscribe,
             consumer_id=resp.subscribed.consumer_id,
             partitions=resp.subscribed.partitions,
             mode=mode,
@@ -127,10 +200,21 @@ class Client:
 
     async def close(self) -> None:
         """Flush producers, close consumers, then the connection."""
+        if self.reconnecting:  # give up on it: waiting requests go on to fail at once
+            await self._stop_reconnecting()
         for child in list(self._children):
             with contextlib.suppress(GatewayError):
                 await child.close()
+        await self._stop_reconnecting()
         await self._conn.close()
+
+    async def _stop_reconnecting(self) -> None:
+        self._closing = True
+        if self._reconnector is not None:
+            self._reconnector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconnector
+        self._ready.set()
 
     async def __aenter__(self) -> Client:
         return self

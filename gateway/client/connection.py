@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from gateway.client.errors import ConnectionLost
@@ -38,6 +39,7 @@ class Connection:
         self._pending: dict[int, asyncio.Future[pb.Response]] = {}
         self._receivers: dict[int, PushReceiver] = {}
         self._closed: GatewayError | None = None
+        self.on_lost: Callable[[GatewayError], None] | None = None  # told first, before the consumers
         self._task = asyncio.create_task(self._read_loop(), name="gateway client reader")
 
     @classmethod
@@ -126,6 +128,8 @@ class Connection:
         if self._closed is not None:
             return
         self._closed = reason
+        if self.on_lost is not None:
+            self.on_lost(reason)
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(reason)

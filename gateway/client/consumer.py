@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -46,8 +47,7 @@ class Consumer:
     def __init__(
         self,
         client: Client,
-        topic: str,
-        subscription: str,
+        subscribe: pb.Subscribe,
         *,
         consumer_id: int,
         partitions: int,
@@ -56,8 +56,9 @@ class Consumer:
         negative_ack_delay: float,
     ) -> None:
         self.client = client
-        self.topic = topic
-        self.subscription = subscription
+        self.topic = subscribe.topic
+        self.subscription = subscribe.subscription
+        self._subscribe = subscribe
         self.mode = mode
         self.partitions = partitions
         self._id = consumer_id
@@ -114,8 +115,18 @@ class Consumer:
         self._grant(self._queue_size)
 
     def on_closed(self, exc: GatewayError) -> None:
+        if self.client.reconnecting:
+            return  # `_reattach` follows on the new connection
         self._closed = exc
         self._arrived.set()
+
+    async def _reattach(self) -> None:
+        """On a new connection: subscribe again; what was prefetched comes again from the gateway."""
+        resp = await self.client._conn.request(pb.Request(subscribe=self._subscribe))
+        self._id = resp.subscribed.consumer_id
+        self._queue.clear()
+        self._taken = 0
+        self.start()
 
     def _grant(self, permits: int) -> None:
         self.client._conn.send_nowait(pb.Request(flow=pb.Flow(consumer_id=self._id, permits=permits)))
@@ -173,28 +184,33 @@ class Consumer:
         group, self._acks = self._acks, None
         if group is None:
             return
-        req = pb.Request(
+        try:
+            await self.client.request(lambda: self._ack_request(group))
+        except GatewayError as exc:
+            group.done.set_exception(exc)
+        else:
+            group.done.set_result(None)
+
+    def _ack_request(self, group: _AckGroup) -> pb.Request:
+        return pb.Request(
             ack=pb.Ack(
                 consumer_id=self._id,
                 individual=[pb.PartitionOffsets(partition=p, offsets=o) for p, o in group.individual.items()],
                 cumulative=[pb.PartitionOffsets(partition=p, offsets=[o]) for p, o in group.cumulative.items()],
             )
         )
-        try:
-            await self.client._conn.request(req)
-        except GatewayError as exc:
-            group.done.set_exception(exc)
-        else:
-            group.done.set_result(None)
 
     async def negative_acknowledge(self, message: Position) -> None:
         """Ask for the message again after the consumer's negative-ack delay."""
         self._check_open()
         mid = _id(message)
-        req = pb.Request(nack=pb.Nack(consumer_id=self._id, offsets=[pb.PartitionOffsets(
-            partition=mid.partition, offsets=[mid.offset])]))
+
+        def req() -> pb.Request:
+            offsets = [pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset])]
+            return pb.Request(nack=pb.Nack(consumer_id=self._id, offsets=offsets))
+
         if self._nack_delay <= 0:
-            await self.client._conn.request(req)
+            await self.client.request(req)
             return
         loop = asyncio.get_running_loop()
 
@@ -206,9 +222,9 @@ class Consumer:
         handle = loop.call_later(self._nack_delay, fire)
         self._nack_timers.add(handle)
 
-    async def _send_quietly(self, req: pb.Request) -> None:
+    async def _send_quietly(self, req: Callable[[], pb.Request]) -> None:
         with contextlib.suppress(GatewayError):
-            await self.client._conn.request(req)
+            await self.client.request(req)
 
     async def seek(
         self,
@@ -221,7 +237,7 @@ class Consumer:
         `partition` is given), "earliest"/"latest", or a `timestamp` (epoch ms or datetime).
         Prefetched messages are dropped; delivery restarts from the new position."""
         self._check_open()
-        seek = pb.Seek(consumer_id=self._id)
+        seek = pb.Seek()
         if timestamp is not None:
             seek.timestamp_ms = int(timestamp.timestamp() * 1000) if isinstance(timestamp, datetime) else timestamp
         elif isinstance(position, Message | MessageId):
@@ -239,7 +255,11 @@ class Consumer:
             seek.latest = True
         else:
             raise ValueError("seek to a MessageId, an offset, 'earliest', 'latest' or a timestamp")
-        await self.client._conn.request(pb.Request(seek=seek))
+        def req() -> pb.Request:
+            seek.consumer_id = self._id
+            return pb.Request(seek=seek)
+
+        await self.client.request(req)
 
     async def close(self) -> None:
         """Leave the subscription; messages not acknowledged go to its other consumers."""
@@ -254,7 +274,7 @@ class Consumer:
         self.client._conn.remove_receiver(self._id)
         if not self.client._conn.closed:
             with contextlib.suppress(GatewayError):
-                await self.client._conn.request(pb.Request(close_consumer=pb.CloseConsumer(consumer_id=self._id)))
+                await self.client.request(lambda: pb.Request(close_consumer=pb.CloseConsumer(consumer_id=self._id)))
 
     async def __aenter__(self) -> Consumer:
         return self

@@ -169,15 +169,17 @@ class Producer:
         while True:
             if batch.producer_id != self._producer_id:  # first attempt, or the id was renewed
                 self._number(partition, batch)
-            req = pb.Request(send=pb.Send(handle=self._handle, partition=partition, batch=batch.wire))
             remaining = deadline - time.monotonic()
             try:
-                resp = await self.client._conn.request(req, timeout=max(0.01, remaining))
+                resp = await self.client.request(lambda: self._send_request(partition, batch),
+                                                 timeout=max(0.01, remaining))
                 return int(resp.send_receipt.base_offset)
             except OutOfOrderSequence:
                 await self._renew()  # the gateway lost track of our sequence: start a clean one
             except ConnectionLost:
-                raise
+                if self.client._closing or not self.client._reconnect or time.monotonic() >= deadline:
+                    raise
+                # the same bytes go again once reconnected: the gateway recognises a stored batch
             except GatewayError as exc:
                 if not exc.retriable or time.monotonic() + delay >= deadline:
                     await self._renew()
@@ -187,6 +189,9 @@ class Producer:
                 last = exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    def _send_request(self, partition: int, batch: _Batch) -> pb.Request:
+        return pb.Request(send=pb.Send(handle=self._handle, partition=partition, batch=batch.wire))
 
     def _number(self, partition: int, batch: _Batch) -> None:
         seq = self._sequences.get(partition, 0)
@@ -199,7 +204,7 @@ class Producer:
     async def _renew(self) -> None:
         """A new producer id, so no later batch depends on the sequence of one that failed."""
         with contextlib.suppress(GatewayError):
-            resp = await self.client._conn.request(
+            resp = await self.client.request(
                 pb.Request(create_producer=pb.CreateProducer(topic=self.topic, producer_name=self.producer_name))
             )
             old = self._handle
@@ -207,7 +212,15 @@ class Producer:
             self._producer_id = resp.producer_created.producer_id
             self._sequences.clear()
             with contextlib.suppress(GatewayError):
-                await self.client._conn.request(pb.Request(close_producer=pb.CloseProducer(handle=old)))
+                await self.client.request(pb.Request(close_producer=pb.CloseProducer(handle=old)))
+
+    async def _reattach(self) -> None:
+        """On a new connection: the same producer id, so batches resent from before are deduplicated."""
+        resp = await self.client._conn.request(
+            pb.Request(create_producer=pb.CreateProducer(
+                topic=self.topic, producer_name=self.producer_name, resume_producer_id=self._producer_id))
+        )
+        self._handle = resp.producer_created.handle
 
     async def flush(self) -> None:
         """Send everything queued and wait until it is stored (or failed)."""
@@ -225,7 +238,7 @@ class Producer:
         self.client._forget(self)
         if not self.client._conn.closed:
             with contextlib.suppress(GatewayError):
-                await self.client._conn.request(pb.Request(close_producer=pb.CloseProducer(handle=self._handle)))
+                await self.client.request(lambda: pb.Request(close_producer=pb.CloseProducer(handle=self._handle)))
 
     async def __aenter__(self) -> Producer:
         return self
