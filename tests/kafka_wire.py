@@ -13,6 +13,10 @@ from gateway.kafka import codec
 
 TIMEOUT = 10
 
+# A DescribeConfigs v4 body whose first array claims four billion resources: kio's reader would try
+# to allocate 32 GB for it and abort the whole process.
+LYING_ARRAY = bytes.fromhex("dca3b4fd0ef7a9e10e9afd3e09be5adbda172bab2e3130e6cfd2a59c0b819cda")
+
 
 def frame(api_key: int, version: int, correlation_id: int, body: bytes, *, flexible_header: bool = False) -> bytes:
     head = struct.pack(">hhih", api_key, version, correlation_id, 4) + b"test"

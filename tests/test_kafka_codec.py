@@ -6,10 +6,11 @@ import io
 import struct
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as KafkaError
 from kio.serial import entity_writer
+from kio.static.primitive import Records
 
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
@@ -17,6 +18,7 @@ from gateway.kafka.fetch import FetchPartition, encode_fetch_response
 from gateway.kafka.offsets import OffsetResult, encode_list_offsets_response
 from gateway.kafka.produce import PartitionResult, encode_produce_response
 from gateway.records import build_batch, with_base_offset
+from tests.kafka_wire import LYING_ARRAY
 
 load_handlers()
 
@@ -154,3 +156,50 @@ def test_malformed_request_is_reported():
     frame = _request_frame(codec.build(cls, {"topics": [{"name": "abc", "topic_id": None}]}))
     with pytest.raises(codec.MalformedRequest):
         codec.decode_request(frame[:-6], codec.read_header(frame))
+
+
+@settings(max_examples=300, deadline=None)
+@given(reg=st.sampled_from(supported()), data=st.data())
+def test_hostile_request_bodies_decode_or_raise_malformed(reg, data):
+    """Any bytes after a valid header either decode or raise MalformedRequest: never another error."""
+    version = data.draw(st.integers(reg.min_version, reg.max_version))
+    body = data.draw(st.binary(max_size=64) | st.sampled_from([b"\x7f\xff\xff\xff", b"\xff" * 9, b"\x80" * 12]))
+    head = struct.pack(">hhih", reg.api_key, version, 1, -1)
+    if codec.request_class(reg.api_key, version).__header_schema__.__flexible__:
+        head += b"\x00"
+    frame = head + body
+    header = codec.read_header(frame)
+    try:
+        codec.decode_request(frame, header)
+    except codec.MalformedRequest:
+        pass
+
+
+def test_an_array_longer_than_the_request_is_refused_before_kio_sees_it():
+    frame = struct.pack(">hhih", ApiKey.DESCRIBE_CONFIGS, 4, 1, -1) + b"\x00" + LYING_ARRAY
+    with pytest.raises(codec.MalformedRequest, match="claims 4021096923 items"):
+        codec.decode_request(frame, codec.read_header(frame))
+
+
+st.register_type_strategy(Records, st.binary(max_size=40).map(Records))
+ADVERTISED = [(r.api_key, v) for r in supported() for v in range(r.min_version, r.max_version + 1)]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_corrupted_real_requests_decode_or_raise_malformed(data):
+    """Valid requests of every advertised version with a few bytes overwritten: never a crash."""
+    key, version = data.draw(st.sampled_from(ADVERTISED))
+    cls = codec.request_class(key, version)
+    buf = io.BytesIO()
+    entity_writer(cls)(buf, data.draw(st.from_type(cls)))
+    body = bytearray(buf.getvalue())
+    for _ in range(data.draw(st.integers(1, 4))):
+        if body:
+            body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.sampled_from([0xFF, 0x7F, 0x80, 0x00, 0x41]))
+    head = struct.pack(">hhih", key, version, 1, -1) + (b"\x00" if cls.__header_schema__.__flexible__ else b"")
+    frame = head + bytes(body)
+    try:
+        codec.decode_request(frame, codec.read_header(frame))
+    except codec.MalformedRequest:
+        pass

@@ -13,7 +13,7 @@ from gateway.errors import StorageUnavailable
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
 from gateway.records import build_batch
-from tests.kafka_wire import TIMEOUT, decode, frame, read_response, request
+from tests.kafka_wire import LYING_ARRAY, TIMEOUT, decode, frame, read_response, request
 
 load_handlers()
 
@@ -160,6 +160,7 @@ async def test_oversized_or_malformed_frames_close_only_that_connection(gateway)
             struct.pack(">i", gateway.config.max_frame_bytes + 1),  # too large
             struct.pack(">i", 3) + b"abc",  # too small for a header
             frame(ApiKey.METADATA, 9, 1, b"\xff\xff\xff"),  # body kio cannot read
+            frame(ApiKey.DESCRIBE_CONFIGS, 4, 1, LYING_ARRAY, flexible_header=True),  # would abort kio
         ):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(garbage)

@@ -20,14 +20,11 @@ from kio.schema.errors import ErrorCode as KafkaError
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
-from gateway.errors import InvalidRequest
+from gateway.kafka import guard
+from gateway.kafka.errors import MalformedRequest
 
 _HEAD = struct.Struct(">hhi")
 _I32 = struct.Struct(">i")
-
-
-class MalformedRequest(InvalidRequest):
-    """The bytes are not a request we can read; the connection that sent them is closed."""
 
 
 class RequestHeader(NamedTuple):
@@ -91,6 +88,7 @@ def decode_request(frame: bytes | memoryview, header: RequestHeader) -> Any:
     cls = request_class(header.api_key, header.api_version)
     if cls is None:
         raise MalformedRequest(f"no schema for api {header.api_key} v{header.api_version}")
+    guard.check_request(cls, frame, header.body_offset)  # kio would abort the process on a lying length
     try:
         request, _ = entity_reader(cls)(frame, header.body_offset)
     except Exception as exc:  # kio's native reader raises several types on bad input

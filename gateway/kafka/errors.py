@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import ErrorCode, GatewayError, InvalidRequest
 from gateway.log import validate_topic_name
+
+
+class MalformedRequest(InvalidRequest):
+    """The bytes are not a request we can read; the connection that sent them is closed."""
+
 
 _BY_CODE: dict[ErrorCode, KafkaError] = {
     ErrorCode.OK: KafkaError.none,
