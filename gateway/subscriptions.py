@@ -121,15 +121,14 @@ class Subscription:
         active = self.active
         return [active] if active is not None and active.permits > 0 else []
 
-    def _release(self, deliveries: list[Delivery], *, bump: bool = True) -> None:
+    def _release(self, deliveries: list[Delivery]) -> None:
         """Put what a consumer held up for redelivery to whoever comes next."""
         for d in deliveries:
             if d.consumer is not None:
                 d.consumer.deliveries.discard(d)
             d.consumer = None
             if d.offsets:
-                if bump:
-                    d.redelivery_count += 1
+                d.redelivery_count += 1
                 self.redeliver.append(d)
 
     def _rewind(self) -> None:
@@ -188,7 +187,7 @@ class Subscription:
             if offsets:
                 self.max_acked[p] = max(self.max_acked.get(p, -1), *offsets)
             if p in cumulative:
-                offsets = [o for o in held if o <= cumulative[p]]
+                offsets = offsets + [o for o in held if o <= cumulative[p]]
             for o in offsets:
                 d = held.pop(o, None)
                 if d is not None:
@@ -212,10 +211,10 @@ class Subscription:
                 if d is not None:
                     d.offsets.discard(o)
                     split.setdefault(d, set()).add(o)
-        for d, offs in split.items():
+        for d, again in split.items():
             if not d.offsets and d.consumer is not None:
                 d.consumer.deliveries.discard(d)
-            self.redeliver.append(Delivery(d.partition, d.entry, offs, d.redelivery_count + 1))
+            self.redeliver.append(Delivery(d.partition, d.entry, again, d.redelivery_count + 1))
         if split:
             self.wake.set()
 
@@ -302,9 +301,10 @@ class Subscription:
             if d.offsets:
                 batch.append(d)
         if not batch:
+            before = dict(self.read_pos)
             batch = await self._read(sum(c.permits for c in targets))
-        if not batch:
-            return False
+            if not batch:
+                return self.read_pos != before  # skipped acked or hidden entries: read on at once
         await self._hand_out(batch, targets)
         return True
 

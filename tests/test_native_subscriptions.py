@@ -269,3 +269,17 @@ async def test_shared_over_partitions_and_seek_replays_them_all(gateway, client)
     replay = [(await a.receive(5)).message_id for _ in range(30)]
     assert sorted(replay) == sorted(ids)
     await assert_silent(a)
+
+
+async def test_runs_of_acked_batches_are_skipped_without_waiting(client):
+    c = await client.subscribe("skip", "s", "shared", "earliest")
+    await produce(client, "skip", 150)
+    for m in await take(c, 150):
+        if m.offset not in (0, 149):
+            await c.acknowledge(m)
+    await c.close()  # the gateway forgets the subscription; its acks stay in Redis
+    c = await client.subscribe("skip", "s", "shared", "earliest")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert [m.offset for m in await take(c, 2)] == [0, 149]
+    assert loop.time() - started < 0.8  # three reads of acked batches, none waiting for a poll

@@ -166,7 +166,7 @@ class Connection:
             while not self._sends.empty() and len(reqs) < _SEND_BATCH:
                 reqs.append(self._sends.get_nowait())
             out: list[bytes | memoryview] = []
-            items: list[tuple[str, int, bytes]] = []
+            items: list[tuple[str, int, bytes | memoryview]] = []
             owners: list[pb.Request] = []
             for req in reqs:
                 try:
@@ -193,7 +193,7 @@ class Connection:
                 for _ in reqs:
                     self._sends.task_done()
 
-    def _checked_send(self, send: pb.Send) -> tuple[str, int, bytes]:
+    def _checked_send(self, send: pb.Send) -> tuple[str, int, bytes | memoryview]:
         producer = self.producers.get(send.handle)
         if producer is None:
             raise NotAllowed(f"no producer {send.handle} on this connection")
