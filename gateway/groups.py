@@ -45,6 +45,7 @@ class GroupErrorKind(IntEnum):
     protocol exists only on the Kafka face, and the Lua scripts return these same numbers."""
 
     COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
     ILLEGAL_GENERATION = 22
     INCONSISTENT_GROUP_PROTOCOL = 23
     INVALID_GROUP_ID = 24
@@ -141,6 +142,7 @@ class _Runtime:
     rebalance_deadline: float | None = None
     join_not_before: float = 0.0
     armed: bool = False
+    lease_until: float = 0.0  # while this process holds the group's coordinator lease
 
 
 class _Op:
@@ -164,7 +166,13 @@ class _Op:
 
 
 class GroupCoordinator:
-    """The coordinator of every group (this gateway answers FindCoordinator with itself)."""
+    """Coordinates the groups whose lease this gateway holds (every group, with one gateway).
+
+    With several gateways on one Redis, a group is coordinated by one gateway at a time under a
+    lease (`lease_ms`, renewed while the group has members, given up on close): the others answer
+    NOT_COORDINATOR and name the holder in FindCoordinator, and take over groups whose lease
+    lapsed, giving their members a fresh session to come over.
+    """
 
     def __init__(
         self,
@@ -175,8 +183,13 @@ class GroupCoordinator:
         max_session_timeout_ms: int = 1_800_000,
         initial_rebalance_delay_ms: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        node_id: int = 0,
+        lease_ms: int = 10_000,
     ) -> None:
         self.store = store
+        self.node_id = node_id
+        self.lease_ms = lease_ms
+        self.address = "127.0.0.1 0"  # "<host> <port>" of the Kafka listener, set by the face
         self.partitions = partitions
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
@@ -186,6 +199,7 @@ class GroupCoordinator:
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
         self._closing = False
+        self._next_adoption = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -197,6 +211,19 @@ class GroupCoordinator:
         if self._timer is None or self._timer.done():
             self._timer = asyncio.create_task(self._timer_loop(), name="group-coordinator")
 
+    def advertise(self, host: str, port: int) -> None:
+        """Where clients reach this gateway, written into the leases it takes."""
+        self.address = f"{host} {port}"
+
+    async def locate(self, group_id: str) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the gateway coordinating the group, or None when it is (or may
+        become) this one."""
+        holder = await self.store.owner(group_id)
+        if holder is None:
+            return None
+        node, host, port = holder.split(" ")
+        return None if int(node) == self.node_id else (int(node), host, int(port))
+
     async def close(self) -> None:
         # a flag as well as cancel(): a cancel racing a Redis reply can be lost inside the client
         self._closing = True
@@ -206,6 +233,11 @@ class GroupCoordinator:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
             self._timer = None
+        now = self.clock()
+        for gid, rt in self._groups.items():
+            if rt.lease_until > now:  # hand the group over at once rather than when the lease lapses
+                with contextlib.suppress(Exception):
+                    await self.store.lease(gid, self.node_id, self.address, 0)
         for rt in self._groups.values():
             for fut in [*rt.join_waiters.values(), *rt.sync_waiters.values()]:
                 if not fut.done():
@@ -213,12 +245,14 @@ class GroupCoordinator:
         self._groups.clear()
 
     async def _timer_loop(self) -> None:
-        await self._adopt_stored_groups()
         while not self._closing:
             self._wake.clear()
             now = self.clock()
+            if now >= self._next_adoption:
+                self._next_adoption = now + self.lease_ms / 1000
+                await self._adopt_stored_groups()
             due: list[str] = []
-            nxt = now + 1.0
+            nxt = min(now + 1.0, self._next_adoption)
             for gid, rt in list(self._groups.items()):
                 d = self._next_deadline(rt)
                 if d is not None:
@@ -232,6 +266,10 @@ class GroupCoordinator:
                     return
                 try:
                     await self._expire(gid)
+                except GroupError as exc:
+                    if exc.kind is not GroupErrorKind.NOT_COORDINATOR:
+                        log.warning("group %s: expiry failed (%s); retrying shortly", gid, exc)
+                        failed = True
                 except Exception:
                     log.exception("group %s: expiry failed; retrying shortly", gid)
                     failed = True
@@ -245,19 +283,30 @@ class GroupCoordinator:
                     await self._wake.wait()
 
     async def _adopt_stored_groups(self) -> None:
-        """Arm sessions and rebalance deadlines of the groups a previous coordinator left."""
+        """Take over groups with members whose coordinator is gone (a previous run of this gateway,
+        or another gateway whose lease lapsed): arm their sessions and rebalance deadlines."""
         try:
             for gid in await self.store.group_ids():
                 rt = self._rt(gid)
+                if rt.armed or self._closing:
+                    continue
                 async with rt.lock:
                     g = await self.store.load(gid)
-                    if g is not None:
-                        self._arm(g, rt)
+                    if g is None or not g.members:
+                        continue
+                    try:
+                        await self._own(gid, rt)
+                    except GroupError:
+                        continue
+                    log.info("group %s: adopted with %d members", gid, len(g.members))
+                    self._arm(g, rt)
         except Exception:
-            log.exception("could not adopt stored groups; they are adopted on first use instead")
+            log.exception("could not adopt stored groups; trying again later")
 
     def _next_deadline(self, rt: _Runtime) -> float | None:
         candidates = list(rt.pending.values())
+        if rt.lease_until and rt.heartbeats:
+            candidates.append(rt.lease_until - self.lease_ms / 1000 / 3)  # renew with a third left
         if rt.rebalance_deadline is not None:
             candidates.append(rt.rebalance_deadline)
         candidates += [t + s for mid, (t, s) in rt.heartbeats.items() if not self._kept_alive(rt, mid)]
@@ -295,6 +344,7 @@ class GroupCoordinator:
         """Load, transition, save, answer: the shape of every state change."""
         rt = self._rt(group_id)
         async with rt.lock:
+            await self._own(group_id, rt)
             g = await self.store.load(group_id)
             if g is not None:
                 self._arm(g, rt)
@@ -305,6 +355,20 @@ class GroupCoordinator:
                 raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "group changed concurrently; retry")
             op.deliver()
             return op
+
+    async def _own(self, group_id: str, rt: _Runtime) -> None:
+        """Hold (take or renew) the group's lease, or raise NOT_COORDINATOR naming the holder."""
+        now = self.clock()
+        ttl = self.lease_ms / 1000
+        if rt.lease_until - now > ttl * 2 / 3:
+            return
+        holder = await self.store.lease(group_id, self.node_id, self.address, self.lease_ms)
+        if holder is not None:
+            node = holder.split(" ")[0]
+            if rt.lease_until or rt.heartbeats or rt.join_waiters or rt.sync_waiters:
+                self._reset(group_id, f"gateway {node} coordinates it now")
+            raise GroupError(GroupErrorKind.NOT_COORDINATOR, f"group {group_id} is coordinated by gateway {node}")
+        rt.lease_until = now + ttl
 
     def _reset(self, group_id: str, why: str) -> None:
         """Forget this process's view of a group (keeping its lock); parked clients retry and rejoin."""
@@ -321,6 +385,7 @@ class GroupCoordinator:
         rt.pending.clear()
         rt.rebalance_deadline = None
         rt.armed = False
+        rt.lease_until = 0.0
 
     @staticmethod
     def _check_member(g: GroupDoc, member_id: str, instance_id: str | None) -> MemberDoc:
@@ -773,6 +838,7 @@ class GroupCoordinator:
                 outcome[(topic, partition)] = None
                 good[(topic, partition)] = CommittedOffset(offset, epoch, metadata or "", now_ms)
         if good:
+            await self._own(group_id, self._rt(group_id))
             code = await self.store.commit(group_id, generation, member_id, instance_id, good)
             if code:
                 raise GroupError(GroupErrorKind(code))
@@ -831,6 +897,7 @@ class GroupCoordinator:
         """Delete an empty group and its offsets (Kafka's DeleteGroups)."""
         rt = self._rt(group_id)
         async with rt.lock:
+            await self._own(group_id, rt)
             code = await self.store.delete(group_id)
             if code:
                 raise GroupError(GroupErrorKind(code))
@@ -877,7 +944,7 @@ def coordinator_for(services: Any) -> GroupCoordinator:
     if not isinstance(coord, GroupCoordinator):
         coord = getattr(services, "_group_coordinator", None)
     if not isinstance(coord, GroupCoordinator):
-        coord = open_coordinator(services.store, services.log)
+        coord = open_coordinator(services.store, services.log, node_id=services.config.node_id)
         services._group_coordinator = coord
         _close_with(services, coord)
     coord.start()
@@ -896,7 +963,7 @@ def _close_with(services: Any, coord: GroupCoordinator) -> None:
     services.close = close
 
 
-def open_coordinator(store: Store, log_service: LogService | None = None) -> GroupCoordinator:
+def open_coordinator(store: Store, log_service: LogService | None = None, *, node_id: int = 0) -> GroupCoordinator:
     """A coordinator over the gateway's store; given the log service, commits to partitions that do
     not exist are refused, as Kafka does."""
     partitions = None
@@ -908,4 +975,4 @@ def open_coordinator(store: Store, log_service: LogService | None = None) -> Gro
             except (TopicNotFound, PartitionNotFound):
                 return 0
 
-    return GroupCoordinator(GroupStore(store.redis, store.scripts), partitions=partitions)
+    return GroupCoordinator(GroupStore(store.redis, store.scripts), partitions=partitions, node_id=node_id)

@@ -280,3 +280,35 @@ async def test_a_follower_parked_at_sync_learns_that_the_leader_died(coord):
     assert await kind_of(coord.sync("g", 2, b.member_id)) is GroupErrorKind.REBALANCE_IN_PROGRESS
     b2 = await join(coord, b.member_id)
     assert b2.generation == 3 and b2.leader == b.member_id
+
+
+async def test_one_gateway_coordinates_a_group_and_hands_it_over_on_close(store):
+    a, b = make(store, node_id=0), make(store, node_id=1)
+    a.advertise("gw-a", 9092)
+    b.advertise("gw-b", 9093)
+    try:
+        r = await stable_one(a)
+        assert await a.locate("g") is None and await b.locate("g") == (0, "gw-a", 9092)
+        assert await kind_of(b.heartbeat("g", 1, r.member_id)) is GroupErrorKind.NOT_COORDINATOR
+        assert await kind_of(b.commit_offsets("g", 1, r.member_id, {("t", 0): (1, -1, "")})) is (
+            GroupErrorKind.NOT_COORDINATOR
+        )
+        await a.close()
+        assert await b.locate("g") is None
+        await b.heartbeat("g", 1, r.member_id)  # the member carries on with the other gateway
+        assert await a.locate("g") == (1, "gw-b", 9093)
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_lapsed_lease_is_taken_over_and_members_that_never_come_expire(store):
+    crashed = GroupCoordinator(GroupStore(store.redis, store.scripts), min_session_timeout_ms=100, lease_ms=300)
+    r = await stable_one(crashed, session=400)  # then it stops: no renewals, no timers, no release
+    survivor = make(store, node_id=1, lease_ms=300)
+    try:
+        await eventually(lambda: _is(survivor, EMPTY))
+        assert await survivor.locate("g") is None
+        assert (await survivor.describe("g")).members == [] and r.member_id
+    finally:
+        await survivor.close()

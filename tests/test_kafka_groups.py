@@ -5,6 +5,7 @@ across a gateway restart, and the admin calls of confluent-kafka's AdminClient."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import threading
@@ -401,3 +402,50 @@ async def test_the_consumer_group_example_resumes_after_its_commits(gateway):
     assert "done: consumed 12, then 0 on rejoining" in text, text
     committed = await coordinator_for(gateway.services).fetch_offsets("readers")
     assert sum(c.offset for c in committed.values()) == 12
+
+
+async def test_two_gateways_share_a_group_through_its_coordinator_and_hand_it_over(redis_url):
+    a = Gateway(test_config(redis_url, node_id=0))
+    b = Gateway(test_config(redis_url, node_id=1))
+    await a.start()
+    await b.start()
+    both = f"{kafka_bootstrap(a)},{kafka_bootstrap(b)}"
+    sink: list[Seen] = []
+    members: list[Member] = []
+    try:
+        await a.services.log.create_topic(TOPIC, 6)
+        await produce("confluent", kafka_bootstrap(b), TOPIC, values(0, 100))
+        first = AiokafkaMember(kafka_bootstrap(a), "multi", sink)
+        members.append(first)
+        first.start()
+        await eventually(lambda: first.assigned == set(range(6)), what="the first member owning everything")
+        # bootstrapped on the other gateway, which names the first one as the group's coordinator
+        second = ConfluentMember(kafka_bootstrap(b), "multi", sink)
+        members.append(second)
+        second.start()
+        await eventually(lambda: len(first.assigned) == 3 and len(second.assigned) == 3, what="a 3/3 split")
+        await eventually(lambda: exactly_once_each(sink, 100), what="the first 100 consumed")
+        assert coordinator_for(a.services).node_id == 0
+        assert await coordinator_for(b.services).locate("multi") == (0, "127.0.0.1", a.listeners["kafka"].port)
+        # a third member that can reach both; then the coordinating gateway goes away. (librdkafka
+        # keeps its bootstrap servers; the Python clients only know the brokers Metadata listed)
+        third = ConfluentMember(both, "multi", sink)
+        members.append(third)
+        third.start()
+        await eventually(lambda: [len(m.assigned) for m in members] == [2, 2, 2], what="a 2/2/2 split")
+        await first.close()  # its only gateway is going away
+        await a.stop()
+        await eventually(lambda: len(second.assigned) == 3 and len(third.assigned) == 3, what="a 3/3 split on b")
+        assert await coordinator_for(b.services).locate("multi") is None
+        await produce("kafka-python", kafka_bootstrap(b), TOPIC, values(100, 200))
+        await eventually(lambda: exactly_once_each(sink, 200), what="all 200 consumed")
+        await asyncio.gather(second.close(), third.close())
+        seen = [(p, o) for p, o, _, _ in sink]
+        assert len(seen) == len(set(seen)) == 200
+    finally:
+        for m in members:
+            if not m.stop.is_set():
+                with contextlib.suppress(Exception):
+                    await m.close()
+        await a.stop()
+        await b.stop()

@@ -1,6 +1,7 @@
 """Kafka's consumer-group APIs over the group coordinator: thin translations, one per API.
 
-This gateway coordinates every group (and every transaction), so FindCoordinator names itself.
+FindCoordinator names the gateway holding a group's lease (this one when nobody holds it; see
+`gateway.groups`), and this gateway for transactions.
 OffsetCommit stops at v9 and OffsetFetch at v9: v10 addresses topics by id, which this gateway
 does not assign. Errors of the group protocol (`GroupError.kind`) carry Kafka's own codes.
 """
@@ -33,7 +34,10 @@ def group_error(exc: BaseException | None) -> KafkaError:
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
-    return coordinator_for(ctx.services)
+    coord = coordinator_for(ctx.services)
+    _, host, port = broker(ctx)
+    coord.advertise(host, port)
+    return coord
 
 
 def _ms(value: Any) -> int:
@@ -57,23 +61,30 @@ def _response(ctx: RequestContext, values: dict[str, Any]) -> Any:
 
 @handles(ApiKey.FIND_COORDINATOR, 0, 6)
 async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
-    node, host, port = broker(ctx)
     key_type = getattr(req, "key_type", KEY_TYPE_GROUP)
-    if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
-        error, message = KafkaError.none, None
-    else:
-        error, message = KafkaError.invalid_request, f"key type {key_type} is not coordinated here"
-        node, host, port = -1, "", -1
+    keys = list(req.coordinator_keys) if ctx.api_version >= 4 else [req.key]
+    found = [await _locate(ctx, key_type, key) for key in keys]
     if ctx.api_version >= 4:
-        return _response(ctx, {
-            "coordinators": [
-                {"key": key, "node_id": node, "host": host, "port": port, "error_code": error,
-                 "error_message": message}
-                for key in req.coordinator_keys
-            ],
-        })
-    return _response(ctx, {"error_code": error, "error_message": message, "node_id": node, "host": host,
-                           "port": port})
+        return _response(ctx, {"coordinators": [{"key": key, **entry} for key, entry in zip(keys, found, strict=True)]})
+    return _response(ctx, found[0])
+
+
+async def _locate(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
+    """A group's coordinator is the gateway holding its lease (this one when nobody does);
+    transactions are coordinated by whichever gateway is asked."""
+    node, host, port = broker(ctx)
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        return {"error_code": KafkaError.invalid_request, "error_message": f"key type {key_type} is not coordinated here",
+                "node_id": -1, "host": "", "port": -1}
+    if key_type == KEY_TYPE_GROUP:
+        try:
+            elsewhere = await _coordinator(ctx).locate(key)
+        except Exception as exc:
+            return {"error_code": group_error(exc), "error_message": error_message(exc), "node_id": -1, "host": "",
+                    "port": -1}
+        if elsewhere is not None:
+            node, host, port = elsewhere
+    return {"error_code": KafkaError.none, "error_message": None, "node_id": node, "host": host, "port": port}
 
 
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup ------------------------------------------------

@@ -216,6 +216,20 @@ class GroupStore:
                 await self.redis.srem(keys.GROUPS, group_id)
         return int(reply[0])
 
+    async def lease(self, group_id: str, node: int, address: str, ttl_ms: int) -> str | None:
+        """Take or renew this node's lease on coordinating the group (ttl 0 gives it up); None when
+        this node holds it, else the holder's "<node id> <host> <port>"."""
+        async with storage_errors():
+            # node, address, ttl_ms
+            reply = await self.scripts.call("group-lease-1", [keys.group_owner(group_id)], [node, address, ttl_ms])
+        return None if reply[0] == 0 else reply[1].decode()
+
+    async def owner(self, group_id: str) -> str | None:
+        """The lease holder's "<node id> <host> <port>", or None when nobody coordinates the group."""
+        async with storage_errors():
+            raw = await self.redis.get(keys.group_owner(group_id))
+        return raw.decode() if raw is not None else None
+
     async def group_ids(self) -> list[str]:
         async with storage_errors():
             return sorted(g.decode() for g in await self.redis.smembers(keys.GROUPS))

@@ -153,3 +153,8 @@ DELAY_PARTS = "{gw:delay}:parts"
 def subscription_owner(topic: str, name: str) -> str:
     """String naming the gateway (node id) that dispatches a subscription, under a lease (PX)."""
     return f"{partition_tag(topic, 0)}:owner:{name}"
+
+
+def group_owner(group_id: str) -> str:
+    """String "<node id> <host> <port>" of the gateway coordinating a group, under a lease (PX)."""
+    return f"{group_tag(group_id)}:owner"
