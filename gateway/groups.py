@@ -350,9 +350,14 @@ class GroupCoordinator:
                 self._arm(g, rt)
             op = _Op()
             g = fn(g, rt, op)
-            if op.dirty and g is not None and not await self.store.save(g):
-                self._reset(group_id, "the group changed in Redis behind this coordinator")
-                raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "group changed concurrently; retry")
+            if op.dirty and g is not None:
+                refused = await self.store.save(g, self.node_id)
+                if refused == GroupErrorKind.NOT_COORDINATOR:
+                    self._reset(group_id, "another gateway took the group's lease")
+                    raise GroupError(GroupErrorKind.NOT_COORDINATOR, f"group {group_id} moved to another gateway")
+                if refused:
+                    self._reset(group_id, "the group changed in Redis behind this coordinator")
+                    raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "group changed concurrently; retry")
             op.deliver()
             return op
 

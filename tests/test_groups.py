@@ -18,7 +18,7 @@ from gateway.groups import (
     GroupErrorKind,
     JoinResult,
 )
-from gateway.store import Store
+from gateway.store import Store, keys
 from gateway.store.groups import GroupStore
 
 PROTO = [("range", b"meta-r"), ("roundrobin", b"meta-rr")]
@@ -312,3 +312,12 @@ async def test_a_lapsed_lease_is_taken_over_and_members_that_never_come_expire(s
         assert (await survivor.describe("g")).members == [] and r.member_id
     finally:
         await survivor.close()
+
+
+async def test_a_coordinator_whose_lease_was_taken_cannot_save(coord, store):
+    a = await stable_one(coord)
+    # another gateway took the lease (this one's lapsed unnoticed, say in a long pause)
+    await store.redis.set(keys.group_owner("g"), "7 elsewhere 9092")
+    assert await kind_of(coord.leave("g", [(a.member_id, None)])) is GroupErrorKind.NOT_COORDINATOR
+    assert [m.member_id for m in (await coord.describe("g")).members] == [a.member_id]
+    assert await coord.locate("g") == (7, "elsewhere", 9092)

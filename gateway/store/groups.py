@@ -139,8 +139,10 @@ class GroupStore:
             int(meta[b"v"]),
         )
 
-    async def save(self, group: GroupDoc) -> bool:
-        """Write the group if its stored version is still `group.version`; bumps it on success."""
+    async def save(self, group: GroupDoc, node: int = 0) -> int:
+        """Write the group if its stored version is still `group.version` and no other gateway
+        holds its lease; bumps the version. Returns 0 when saved, 1 when the version moved on,
+        16 when another node coordinates the group."""
         doc = msgpack.packb(
             {"t": group.protocol_type, "p": group.protocol, "l": group.leader, "n": group.next_seq},
             use_bin_type=True,
@@ -153,17 +155,16 @@ class GroupStore:
                 instances += [m.instance_id, m.member_id]
         async with storage_errors():
             reply = await self.scripts.call(
-                "group-save-3",
-                self._keys(group.group_id),
-                # version, state, generation, doc, members, instances
-                [group.version, group.state, group.generation, doc, _array(members), _array(instances)],
+                "group-save-4",
+                [*self._keys(group.group_id), keys.group_owner(group.group_id)],
+                # version, state, generation, doc, members, instances, node
+                [group.version, group.state, group.generation, doc, _array(members), _array(instances), node],
             )
             if group.version == 0 and reply[0] == 0:
                 await self.redis.sadd(keys.GROUPS, group.group_id)
-        if reply[0] != 0:
-            return False
-        group.version = int(reply[1])
-        return True
+        if reply[0] == 0:
+            group.version = int(reply[1])
+        return int(reply[0])
 
     async def commit(
         self,
