@@ -30,6 +30,7 @@ async def main(url: str, topic: str, count: int) -> None:
                 msg = await consumer.receive(timeout=10)
                 print(f"{msg.message_id} key={msg.key!r} value={msg.value!r} event_time={msg.event_time}")
                 await consumer.acknowledge(msg)
+            await consumer.unsubscribe()  # this run's subscription is not needed again
     print(f"consumed {count} messages")
 
 

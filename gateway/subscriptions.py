@@ -462,6 +462,14 @@ class SubscriptionService:
                         await task
                 await self._release_lease(sub.topic, sub.name)
 
+    async def delete_subscription(self, consumer: Consumer) -> None:
+        """The consumer leaves and takes the subscription with it; refused while others are attached."""
+        sub = self._sub(consumer)
+        if len(sub.consumers) > 1:
+            raise NotAllowed(f"subscription {sub.name!r} has other consumers")
+        await self.unsubscribe_consumer(consumer)
+        await self.store.delete(sub.topic, range(sub.partitions), sub.name)
+
     def _sub(self, consumer: Consumer) -> Subscription:
         if consumer.subscription is None:
             raise SubscriptionNotFound("the consumer is closed")

@@ -283,3 +283,19 @@ async def test_runs_of_acked_batches_are_skipped_without_waiting(client):
     started = loop.time()
     assert [m.offset for m in await take(c, 2)] == [0, 149]
     assert loop.time() - started < 0.8  # three reads of acked batches, none waiting for a poll
+
+
+async def test_unsubscribe_deletes_the_position(gateway, client):
+    c = await client.subscribe("unsub", "s", "shared", "earliest")
+    other = await client.subscribe("unsub", "s", "shared", "earliest")
+    await produce(client, "unsub", 2)
+    with pytest.raises(NotAllowed):
+        await c.unsubscribe()  # someone else still uses it
+    await other.close()
+    m = await c.receive(5)
+    await c.acknowledge(m)
+    await c.unsubscribe()
+    redis = gateway.services.store.redis
+    assert await redis.keys("*sub:s*") == [] and await redis.keys("*acks:s*") == []
+    c = await client.subscribe("unsub", "s", "shared", "latest")  # created afresh, at the end
+    await assert_silent(c)

@@ -261,20 +261,31 @@ class Consumer:
 
         await self.client.request(req)
 
+    async def unsubscribe(self) -> None:
+        """Close this consumer and delete the subscription (NotAllowed while others are attached)."""
+        self._check_open()
+        if self._acks is not None:
+            await self._flush_acks()
+        await self.client.request(lambda: pb.Request(unsubscribe=pb.Unsubscribe(consumer_id=self._id)))
+        self._closed_locally()
+
     async def close(self) -> None:
         """Leave the subscription; messages not acknowledged go to its other consumers."""
         if self._closed is not None:
             return
         if self._acks is not None:
             await self._flush_acks()
+        self._closed_locally()
+        if not self.client._conn.closed:
+            with contextlib.suppress(GatewayError):
+                await self.client.request(lambda: pb.Request(close_consumer=pb.CloseConsumer(consumer_id=self._id)))
+
+    def _closed_locally(self) -> None:
         for h in self._nack_timers:
             h.cancel()
         self._closed = ClientClosed("the consumer is closed")
         self.client._forget(self)
         self.client._conn.remove_receiver(self._id)
-        if not self.client._conn.closed:
-            with contextlib.suppress(GatewayError):
-                await self.client.request(lambda: pb.Request(close_consumer=pb.CloseConsumer(consumer_id=self._id)))
 
     async def __aenter__(self) -> Consumer:
         return self

@@ -292,6 +292,12 @@ class Connection:
             await self.subs.unsubscribe_consumer(consumer)
         return pb.Response(success=pb.Success())
 
+    async def _unsubscribe(self, req: pb.Request) -> pb.Response:
+        consumer = self._consumer(req.unsubscribe.consumer_id)
+        await self.subs.delete_subscription(consumer)
+        self.consumers.pop(consumer.id, None)
+        return pb.Response(success=pb.Success())
+
     # -- session --------------------------------------------------------------------------------
 
     async def _connect(self, req: pb.Request) -> pb.Response:
@@ -315,4 +321,5 @@ _HANDLERS: dict[str, Handler] = {
     "nack": Connection._nack,
     "seek": Connection._seek,
     "close_consumer": Connection._close_consumer,
+    "unsubscribe": Connection._unsubscribe,
 }

@@ -25,7 +25,7 @@ LATEST: InitialPosition
 EARLIEST: InitialPosition
 
 class Request(_message.Message):
-    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping")
+    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONNECT_FIELD_NUMBER: _ClassVar[int]
     CREATE_PRODUCER_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class Request(_message.Message):
     SEEK_FIELD_NUMBER: _ClassVar[int]
     CLOSE_CONSUMER_FIELD_NUMBER: _ClassVar[int]
     PING_FIELD_NUMBER: _ClassVar[int]
+    UNSUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     connect: Connect
     create_producer: CreateProducer
@@ -50,7 +51,8 @@ class Request(_message.Message):
     seek: Seek
     close_consumer: CloseConsumer
     ping: Ping
-    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ...) -> None: ...
+    unsubscribe: Unsubscribe
+    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ...) -> None: ...
 
 class Response(_message.Message):
     __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "messages", "consumer_reset")
@@ -235,6 +237,12 @@ class Seek(_message.Message):
     def __init__(self, consumer_id: _Optional[int] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., all_partitions: _Optional[bool] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class CloseConsumer(_message.Message):
+    __slots__ = ("consumer_id",)
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    def __init__(self, consumer_id: _Optional[int] = ...) -> None: ...
+
+class Unsubscribe(_message.Message):
     __slots__ = ("consumer_id",)
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int

@@ -96,6 +96,19 @@ class SubscriptionStore:
             replies = await pipe.execute()
         return {p: {int(m) for m in r} for p, r in zip(ranges, replies, strict=True)}
 
+    async def delete(self, topic: str, partitions: range, name: str) -> None:
+        """Forget the subscription everywhere: positions, acks, and the dispatch lease."""
+        calls = [
+            # name
+            ("sub-delete-3", topic, p,
+             [keys.subscription(topic, p, name), keys.sub_acks(topic, p, name), keys.subscriptions_of(topic, p)],
+             [name])
+            for p in partitions
+        ]
+        await self._run(calls)
+        async with storage_errors():
+            await self.redis.delete(keys.subscription_owner(topic, name))
+
     async def lease(self, topic: str, name: str, node: int, ttl_ms: int) -> None:
         """Take or renew this node's lease on dispatching the subscription (ttl 0 releases it);
         ConsumerBusy when another gateway holds it."""
