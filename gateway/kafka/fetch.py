@@ -3,8 +3,9 @@
 A fetch may start in the middle of a batch: the whole batch is returned and the client skips the
 records before its offset, as with Kafka. Long polls wait on the log's notifier (woken by appends
 in this process) until `min_bytes` are there or `max_wait` passes. No fetch sessions: the
-response's session id 0 tells clients to send full fetches. Until transactions exist the last
-stable offset comes from the log; aborted transactions are not reported yet.
+response's session id 0 tells clients to send full fetches. The last stable offset comes from
+the log; read_committed fetches stop below it and list the aborted
+transactions whose batches they may hold.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ async def _read_all(
     """One read per partition, all concurrently; then cut to the byte limits in request order."""
     log = ctx.services.log
     slices = await asyncio.gather(
-        *(log.read(t, p, offset, MAX_ENTRIES) for t, p, offset, _ in wanted), return_exceptions=True
+        *(log.read(t, p, offset, MAX_ENTRIES, read_committed=committed) for t, p, offset, _ in wanted),
+        return_exceptions=True,
     )
     out: list[FetchPartition] = []
     budget = max_bytes
@@ -87,7 +89,10 @@ async def _read_all(
             fp.error = KafkaError.offset_out_of_range
             out.append(fp)
             continue
+        last = offset
         for entry in sl.entries:
+            if committed and entry.base_offset >= sl.stable:
+                break  # read_committed readers get nothing past the last stable offset
             n = len(entry.batch)
             # the first batch of the response always goes, however large, so a consumer progresses
             first = not fp.records and budget == max_bytes
@@ -96,6 +101,10 @@ async def _read_all(
             fp.records += with_base_offset(entry.batch, entry.base_offset)
             fp.size += n
             budget -= n
+            last = entry.next_offset
+        if committed and fp.records:
+            # the aborted transactions whose batches this response may hold, for the client to drop
+            fp.aborted = [(a.producer_id, a.first_offset) for a in sl.aborted if a.first_offset < last]
         out.append(fp)
     return out
 

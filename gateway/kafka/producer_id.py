@@ -1,6 +1,7 @@
 """InitProducerId for idempotent producers: a fresh id from Redis, or the next epoch of a known one.
 
-A transactional.id is refused for now (transactions come with their own coordinator). Ids come
+A transactional.id goes to the transaction keys (gateway.kafka.txn): a new epoch fences the older
+producer and aborts its transaction. Ids come
 from one Redis counter shared with the native face, so no two producers anywhere share one.
 """
 
@@ -13,6 +14,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import kafka_error
+from gateway.kafka.txn import init_transactional
 
 MAX_EPOCH = 32767
 
@@ -21,8 +23,7 @@ MAX_EPOCH = 32767
 async def init_producer_id(ctx: RequestContext, req: Any) -> Any:
     cls = codec.response_class(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
     if req.transactional_id is not None:
-        return codec.build(cls, {"error_code": KafkaError.transactional_id_authorization_failed,
-                                 "producer_id": -1, "producer_epoch": -1})
+        return await init_transactional(ctx, req)
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:

@@ -22,6 +22,7 @@ class KeyState:
     txn: str
     created_ms: int
     updated_ms: int
+    timeout_ms: int = 0  # the transaction timeout its producer asked for (Kafka), 0: the default
 
 
 class Retry(Exception):
@@ -52,7 +53,11 @@ class FenceStore:
         if not h:
             return None
         return KeyState(name, int(h[b"epoch"]), int(h[b"pid"]), h.get(b"txn", b"").decode(),
-                        int(h.get(b"created", 0)), int(h.get(b"updated", 0)))
+                        int(h.get(b"created", 0)), int(h.get(b"updated", 0)), int(h.get(b"timeout", 0)))
+
+    async def set_timeout(self, name: str, timeout_ms: int) -> None:
+        async with storage_errors():
+            await self.redis.hset(keys.txn_key(name), "timeout", timeout_ms)
 
     async def names(self) -> list[str]:
         async with storage_errors():

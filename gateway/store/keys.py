@@ -108,6 +108,11 @@ def txn_key(full_key: str) -> str:
     return f"{{gw:txn}}:key:{full_key}"
 
 
+def group_txn_offsets(group_id: str, txn_id: str) -> str:
+    """Hash of a transaction's pending offset commits for a group, applied when it commits."""
+    return f"{{g:{group_id}}}:txnoff:{txn_id}"
+
+
 # -- delayed delivery: one index per partition (its keys share the partition's tag) ----------------
 
 

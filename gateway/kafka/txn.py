@@ -1,0 +1,227 @@
+"""Kafka's transaction APIs over the coordinator: thin translations, errors mapped as clients act on them.
+
+EndTxn returns once every marker is written and the outcome recorded, so the producer's next
+transaction never meets CONCURRENT_TRANSACTIONS from this one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.errors import ErrorCode, GatewayError
+from gateway.kafka import codec
+from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+from gateway.kafka.errors import kafka_error
+from gateway.producer_txn import (
+    CommittedOffset,
+    InvalidProducerIdMapping,
+    ProducerState,
+    TransactionalProducers,
+    UnknownMember,
+)
+from gateway.services import Services
+from gateway.txn import InvalidTransactionTimeout, now_ms
+
+# KIP-588: from these versions on, a fenced producer is told PRODUCER_FENCED, before that INVALID_PRODUCER_EPOCH
+_FENCED_SINCE = {
+    ApiKey.INIT_PRODUCER_ID: 4,
+    ApiKey.ADD_PARTITIONS_TO_TXN: 2,
+    ApiKey.ADD_OFFSETS_TO_TXN: 2,
+    ApiKey.END_TXN: 2,
+    ApiKey.TXN_OFFSET_COMMIT: 3,
+}
+
+
+def producers(services: Services) -> TransactionalProducers:
+    """One per Services, created on first use (it registers the offset settler with the coordinator)."""
+    tp = getattr(services, "_txn_producers", None)
+    if tp is None:
+        tp = TransactionalProducers(services.store, services.txn, services.fence)
+        services._txn_producers = tp  # type: ignore[attr-defined]
+    return tp
+
+
+def txn_error(ctx: RequestContext, exc: BaseException) -> KafkaError:
+    if isinstance(exc, InvalidProducerIdMapping):
+        return KafkaError.invalid_producer_id_mapping
+    if isinstance(exc, InvalidTransactionTimeout):
+        return KafkaError.invalid_transaction_timeout
+    if isinstance(exc, UnknownMember):
+        return KafkaError[exc.kind]
+    if isinstance(exc, GatewayError) and exc.code == ErrorCode.PRODUCER_FENCED:
+        if ctx.api_version < _FENCED_SINCE.get(ctx.api_key, 0):
+            return KafkaError.invalid_producer_epoch
+        return KafkaError.producer_fenced
+    return kafka_error(exc)
+
+
+async def init_transactional(ctx: RequestContext, req: Any) -> Any:
+    """InitProducerId with a transactional.id (called by the InitProducerId handler)."""
+    cls = codec.response_class(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
+    timeout_ms = int(req.transaction_timeout.total_seconds() * 1000)
+    try:
+        pid, epoch = await producers(ctx.services).init(
+            req.transactional_id, timeout_ms, getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
+        )
+    except Exception as exc:
+        return codec.build(cls, {"error_code": txn_error(ctx, exc), "producer_id": -1, "producer_epoch": -1})
+    return codec.build(cls, {"error_code": KafkaError.none, "producer_id": pid, "producer_epoch": epoch})
+
+
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
+async def add_partitions_to_txn(ctx: RequestContext, req: Any) -> Any:
+    cls = codec.response_class(ApiKey.ADD_PARTITIONS_TO_TXN, ctx.api_version)
+    if ctx.api_version <= 3:
+        results = await _add_one(ctx, req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                                 req.v3_and_below_producer_epoch, False, req.v3_and_below_topics)
+        return codec.build(cls, {"results_by_topic_v3_and_below": results})
+    by_txn = []
+    for t in req.transactions:
+        results = await _add_one(ctx, t.transactional_id, t.producer_id, t.producer_epoch, t.verify_only, t.topics)
+        by_txn.append({"transactional_id": t.transactional_id, "topic_results": results})
+    return codec.build(cls, {"error_code": KafkaError.none, "results_by_transaction": by_txn})
+
+
+async def _add_one(
+    ctx: RequestContext, tid: str, pid: int, epoch: int, verify_only: bool, topics: Any
+) -> list[dict[str, Any]]:
+    wanted: list[tuple[str, int]] = [(t.name, p) for t in topics for p in t.partitions]
+    errors: dict[tuple[str, int], KafkaError] = {}
+    for topic, partition in wanted:
+        try:
+            await ctx.services.log.check_partition(topic, partition)
+        except Exception as exc:
+            errors[(topic, partition)] = kafka_error(exc)
+    good = [p for p in wanted if p not in errors]
+    tp = producers(ctx.services)
+    try:
+        if verify_only:
+            inside = await tp.verify_partitions(tid, pid, epoch, good)
+            errors.update({p: KafkaError.invalid_txn_state for p, ok in inside.items() if not ok})
+        elif errors:
+            # Kafka adds nothing when any partition is bad; the good ones are told why
+            errors.update({p: KafkaError.operation_not_attempted for p in good})
+        else:
+            await tp.add_partitions(tid, pid, epoch, good)
+    except Exception as exc:
+        code = txn_error(ctx, exc)
+        errors.update({p: code for p in good})
+    out: list[dict[str, Any]] = []
+    for t in topics:
+        out.append({
+            "name": t.name,
+            "results_by_partition": [
+                {"partition_index": p, "partition_error_code": errors.get((t.name, p), KafkaError.none)}
+                for p in t.partitions
+            ],
+        })
+    return out
+
+
+@handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
+async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> Any:
+    cls = codec.response_class(ApiKey.ADD_OFFSETS_TO_TXN, ctx.api_version)
+    try:
+        await producers(ctx.services).add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
+                                                  req.group_id)
+    except Exception as exc:
+        return codec.build(cls, {"error_code": txn_error(ctx, exc)})
+    return codec.build(cls, {"error_code": KafkaError.none})
+
+
+@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
+async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
+    cls = codec.response_class(ApiKey.TXN_OFFSET_COMMIT, ctx.api_version)
+    now = now_ms()
+    offsets = {
+        (t.name, p.partition_index): CommittedOffset(
+            p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata or "", now
+        )
+        for t in req.topics
+        for p in t.partitions
+    }
+    code = KafkaError.none
+    try:
+        await producers(ctx.services).commit_offsets(
+            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, offsets,
+            generation=getattr(req, "generation_id", -1), member_id=getattr(req, "member_id", "") or "",
+            instance_id=getattr(req, "group_instance_id", None),
+        )
+    except Exception as exc:
+        code = txn_error(ctx, exc)
+    return codec.build(cls, {"topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
+                                        for p in t.partitions]}
+        for t in req.topics
+    ]})
+
+
+@handles(ApiKey.END_TXN, 0, 4)
+async def end_txn(ctx: RequestContext, req: Any) -> Any:
+    cls = codec.response_class(ApiKey.END_TXN, ctx.api_version)
+    try:
+        await producers(ctx.services).end(req.transactional_id, req.producer_id, req.producer_epoch,
+                                          bool(req.committed))
+    except Exception as exc:
+        return codec.build(cls, {"error_code": txn_error(ctx, exc)})
+    return codec.build(cls, {"error_code": KafkaError.none})
+
+
+def _describe(state: ProducerState) -> dict[str, Any]:
+    txn = state.txn
+    ongoing = txn is not None and txn.state not in ("COMMITTED", "ABORTED")
+    topics: dict[str, list[int]] = {}
+    if ongoing and txn is not None:
+        for t, p in txn.partitions:
+            topics.setdefault(t, []).append(p)
+    return {
+        "error_code": KafkaError.none,
+        "transactional_id": state.transactional_id,
+        "transaction_state": state.kafka_state,
+        "transaction_timeout": timedelta(milliseconds=state.timeout_ms),
+        "transaction_start_time": datetime.fromtimestamp(txn.start_ms / 1000, UTC) if ongoing and txn
+        else datetime.fromtimestamp(0, UTC),
+        "producer_id": state.producer_id,
+        "producer_epoch": state.producer_epoch,
+        "topics": [{"topic": t, "partitions": ps} for t, ps in sorted(topics.items())],
+    }
+
+
+@handles(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
+async def describe_transactions(ctx: RequestContext, req: Any) -> Any:
+    cls = codec.response_class(ApiKey.DESCRIBE_TRANSACTIONS, ctx.api_version)
+    states = []
+    for tid in req.transactional_ids:
+        try:
+            states.append(_describe(await producers(ctx.services).describe(tid)))
+        except Exception as exc:
+            states.append({"error_code": txn_error(ctx, exc), "transactional_id": tid,
+                           "transaction_state": "", "transaction_timeout": timedelta(0),
+                           "transaction_start_time": datetime.fromtimestamp(0, UTC),
+                           "producer_id": -1, "producer_epoch": -1, "topics": []})
+    return codec.build(cls, {"transaction_states": states})
+
+
+@handles(ApiKey.LIST_TRANSACTIONS, 0, 1)
+async def list_transactions(ctx: RequestContext, req: Any) -> Any:
+    cls = codec.response_class(ApiKey.LIST_TRANSACTIONS, ctx.api_version)
+    known = {"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort"}
+    wanted = set(req.state_filters)
+    pids = set(req.producer_id_filters)
+    min_age = int(getattr(req, "duration_filter", -1))
+    out = []
+    now = now_ms()
+    for state in await producers(ctx.services).list():
+        if wanted and state.kafka_state not in wanted:
+            continue
+        if pids and state.producer_id not in pids:
+            continue
+        if min_age >= 0 and (state.txn is None or now - state.txn.start_ms < min_age):
+            continue
+        out.append({"transactional_id": state.transactional_id, "producer_id": state.producer_id,
+                    "transaction_state": state.kafka_state})
+    return codec.build(cls, {"error_code": KafkaError.none,
+                             "unknown_state_filters": sorted(wanted - known), "transaction_states": out})

@@ -1,0 +1,207 @@
+"""Kafka transactions with the real clients: atomic produce, read_committed, fencing, timeouts,
+and consume-transform-produce exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import confluent_kafka as ck
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from tests.conftest import kafka_bootstrap
+
+pytestmark = pytest.mark.kafka
+TIMEOUT = 30.0
+
+
+def ck_txn_producer(bs: str, tid: str, **extra: object) -> ck.Producer:
+    p = ck.Producer({"bootstrap.servers": bs, "transactional.id": tid, "partitioner": "murmur2_random",
+                     "transaction.timeout.ms": 10_000, "linger.ms": 5, **extra})
+    p.init_transactions(TIMEOUT)
+    return p
+
+
+def ck_read(bs: str, topic: str, partitions: int, isolation: str, expect: int, *, settle: float = 0.0) -> list[bytes]:
+    """Values of every partition from the start; stops at `expect` records (then waits `settle` for extras)."""
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": f"reader-{time.monotonic_ns()}",
+                     "enable.auto.commit": False, "isolation.level": isolation})
+    c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while len(out) < expect and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                out.append(m.value())
+        end = time.monotonic() + settle
+        while time.monotonic() < end:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None:
+                out.append(m.value())
+    finally:
+        c.close()
+    return out
+
+
+async def test_commit_and_abort_across_topics_with_confluent(gateway):
+    bs = kafka_bootstrap(gateway)
+    await gateway.services.log.create_topic("ta", 2)
+    await gateway.services.log.create_topic("tb", 1)
+
+    def run() -> None:
+        p = ck_txn_producer(bs, "tx-basic")
+        p.begin_transaction()
+        for i in range(10):
+            p.produce("ta", key=b"k%d" % i, value=b"committed-a-%d" % i)
+            p.produce("tb", value=b"committed-b-%d" % i)
+        p.commit_transaction(TIMEOUT)
+        p.begin_transaction()
+        for i in range(5):
+            p.produce("ta", key=b"k%d" % i, value=b"aborted-%d" % i)
+        p.flush(TIMEOUT)
+        p.abort_transaction(TIMEOUT)
+        p.begin_transaction()
+        p.produce("ta", key=b"k0", value=b"last")
+        p.commit_transaction(TIMEOUT)
+
+    await asyncio.to_thread(run)
+    committed = await asyncio.to_thread(ck_read, bs, "ta", 2, "read_committed", 11, settle=0.5)
+    assert sorted(committed) == sorted([b"committed-a-%d" % i for i in range(10)] + [b"last"])
+    uncommitted = await asyncio.to_thread(ck_read, bs, "ta", 2, "read_uncommitted", 16, settle=0.5)
+    assert sum(v.startswith(b"aborted") for v in uncommitted) == 5
+    assert len(await asyncio.to_thread(ck_read, bs, "tb", 1, "read_committed", 10)) == 10
+    for p in range(2):
+        sl = await gateway.services.log.read("ta", p, 0, 1000)
+        assert sl.stable == sl.high_watermark  # nothing left open
+
+
+async def test_a_new_producer_fences_the_old_one_and_aborts_its_transaction(gateway):
+    bs = kafka_bootstrap(gateway)
+    await gateway.services.log.create_topic("fenced", 1)
+
+    def run() -> str:
+        old = ck_txn_producer(bs, "tx-zombie")
+        old.begin_transaction()
+        old.produce("fenced", value=b"zombie")
+        old.flush(TIMEOUT)
+        new = ck_txn_producer(bs, "tx-zombie")  # aborts the open transaction of the old epoch
+        new.begin_transaction()
+        new.produce("fenced", value=b"fresh")
+        new.commit_transaction(TIMEOUT)
+        try:
+            old.produce("fenced", value=b"zombie-2")
+            old.commit_transaction(TIMEOUT)
+        except ck.KafkaException as exc:
+            return exc.args[0].name()
+        return "no error"
+
+    error = await asyncio.to_thread(run)
+    assert error in ("_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"), error
+    assert await asyncio.to_thread(ck_read, bs, "fenced", 1, "read_committed", 1, settle=0.5) == [b"fresh"]
+
+
+async def test_an_abandoned_transaction_times_out_and_the_stable_offset_moves_on(gateway):
+    bs = kafka_bootstrap(gateway)
+    await gateway.services.log.create_topic("stall", 1)
+
+    def abandon() -> None:
+        p = ck_txn_producer(bs, "tx-abandoned", **{"transaction.timeout.ms": 1000})
+        p.begin_transaction()
+        p.produce("stall", value=b"never committed")
+        p.flush(TIMEOUT)
+        # the producer process "dies" here: no commit, no abort
+
+    await asyncio.to_thread(abandon)
+    await gateway.services.log.append([("stall", 0, _plain(b"after"))])
+    got = await asyncio.to_thread(ck_read, bs, "stall", 1, "read_committed", 1, settle=0.3)
+    assert got == [b"after"]  # the reaper aborted it, so the LSO passed it
+
+
+def _plain(value: bytes) -> bytes:
+    from gateway.records import BatchBuilder
+
+    b = BatchBuilder()
+    b.append(value)
+    return b.build()
+
+
+async def test_aiokafka_transactions_and_read_committed(gateway):
+    bs = kafka_bootstrap(gateway)
+    await gateway.services.log.create_topic("aio-tx", 1)
+    producer = AIOKafkaProducer(bootstrap_servers=bs, transactional_id="aio-tx-1")
+    await producer.start()
+    try:
+        async with producer.transaction():
+            for i in range(5):
+                await producer.send("aio-tx", b"ok-%d" % i)
+        await producer.begin_transaction()
+        await producer.send("aio-tx", b"dropped")
+        await producer.abort_transaction()
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition("aio-tx", 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        got: list[bytes] = []
+        deadline = time.monotonic() + TIMEOUT
+        while len(got) < 5 and time.monotonic() < deadline:
+            batch = await consumer.getmany(tp, timeout_ms=300)
+            got += [r.value for r in batch.get(tp, [])]
+        extra = await consumer.getmany(tp, timeout_ms=300)
+        assert got == [b"ok-%d" % i for i in range(5)] and not extra.get(tp)
+    finally:
+        await consumer.stop()
+
+
+async def test_consume_transform_produce_exactly_once_with_confluent(gateway):
+    """Each input is transformed into exactly one committed output, though a run aborts half-way."""
+    bs = kafka_bootstrap(gateway)
+    await gateway.services.log.create_topic("ctp-in", 2)
+    await gateway.services.log.create_topic("ctp-out", 2)
+
+    def run() -> None:
+        src = ck.Producer({"bootstrap.servers": bs, "partitioner": "murmur2_random"})
+        for i in range(40):
+            src.produce("ctp-in", key=b"%d" % i, value=b"in-%d" % i)
+        assert src.flush(TIMEOUT) == 0
+
+        def worker(abort_after: int | None) -> int:
+            consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "ctp", "enable.auto.commit": False,
+                                    "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                                    "session.timeout.ms": 6000})
+            consumer.subscribe(["ctp-in"])
+            producer = ck_txn_producer(bs, "ctp-worker")
+            done = 0
+            deadline = time.monotonic() + TIMEOUT
+            try:
+                while time.monotonic() < deadline:
+                    msgs = [m for m in consumer.consume(10, 0.5) if m.error() is None]
+                    if not msgs:
+                        if done and abort_after is None:
+                            break
+                        continue
+                    producer.begin_transaction()
+                    for m in msgs:
+                        producer.produce("ctp-out", key=m.key(), value=m.value().replace(b"in", b"out"))
+                    producer.send_offsets_to_transaction(
+                        consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), TIMEOUT)
+                    if abort_after is not None and done >= abort_after:
+                        producer.abort_transaction(TIMEOUT)
+                        return done
+                    producer.commit_transaction(TIMEOUT)
+                    done += len(msgs)
+            finally:
+                consumer.close()
+            return done
+
+        worker(abort_after=10)  # processes some, then a batch is aborted and the worker "crashes"
+        worker(abort_after=None)  # a new incarnation resumes from the committed offsets
+
+    await asyncio.to_thread(run)
+    out = await asyncio.to_thread(ck_read, bs, "ctp-out", 2, "read_committed", 40, settle=0.5)
+    assert sorted(out) == sorted(b"out-%d" % i for i in range(40))
