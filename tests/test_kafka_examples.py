@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.log import committed_entries
+from gateway.records import iter_records
 from tests.conftest import kafka_bootstrap
 
 pytestmark = pytest.mark.kafka
@@ -32,3 +34,26 @@ async def test_example_produces_and_consumes(gateway, script):
     assert proc.returncode == 0, text
     assert "done: produced 12, consumed 12" in text, text
     assert sum([(await gateway.services.log.bounds("example", p))[1] for p in range(3)]) == 12
+
+
+async def test_transactions_example_transforms_each_input_once(gateway):
+    await gateway.services.log.create_topic("words", 2)
+    await gateway.services.log.create_topic("shouts", 2)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLES / "kafka_transactions.py"), "--bootstrap", kafka_bootstrap(gateway),
+        "--seed", "30", "--idle-seconds", "2", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 90)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert "done: transformed 30" in text, text
+    values = []
+    for p in range(2):
+        sl = await gateway.services.log.read("shouts", p, 0, 1000, read_committed=True)
+        values += [r.value for e in committed_entries(sl) for r in iter_records(e.batch, e.base_offset)]
+    assert sorted(values) == sorted(f"WORD {i}".encode() for i in range(30))
