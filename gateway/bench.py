@@ -266,6 +266,71 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         return runner.run(coro)
 
 
+def raw_multi_exec(url: str, partitions: int, per_txn: int, size: int, seconds: float) -> tuple[float, list[float]]:
+    """The raw-Redis counterpart of a transaction: MULTI/EXEC of the same records to N streams."""
+    r = redis.Redis.from_url(url)
+    keys = [f"bench:txn:{uuid.uuid4().hex}:{p}" for p in range(partitions)]
+    value = os.urandom(size)
+    latencies: list[float] = []
+
+    def step() -> int:
+        t0 = time.perf_counter()
+        pipe = r.pipeline(transaction=True)
+        for i in range(per_txn):
+            pipe.xadd(keys[i % partitions], {"v": value})
+        pipe.execute()
+        latencies.append((time.perf_counter() - t0) * 1000)
+        return 1
+
+    try:
+        return timed_loop(seconds, step), latencies
+    finally:
+        r.delete(*keys)
+        r.close()
+
+
+def kafka_transactions(bootstrap: str, topic: str, partitions: int, per_txn: int, size: int,
+                       seconds: float) -> tuple[float, list[float]]:
+    """Committed transactions per second with confluent-kafka, each touching every partition."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "linger.ms": 0})
+    p.init_transactions(30)
+    value = os.urandom(size)
+    latencies: list[float] = []
+
+    def step() -> int:
+        t0 = time.perf_counter()
+        p.begin_transaction()
+        for i in range(per_txn):
+            p.produce(topic, value=value, partition=i % partitions)
+        p.commit_transaction(30)
+        latencies.append((time.perf_counter() - t0) * 1000)
+        return 1
+
+    return timed_loop(seconds, step), latencies
+
+
+def _measure_txn(url: str, bootstrap: str, secs: float) -> list[Row]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    rows: list[Row] = []
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for partitions in (1, 10):
+        topic = f"bench-txn-{partitions}-{uuid.uuid4().hex[:6]}"
+        for f in admin.create_topics([NewTopic(topic, partitions)]).values():
+            f.result(30)
+        per_txn = 10
+        base, base_lat = raw_multi_exec(url, partitions, per_txn, 100, secs)
+        rows.append(Row(f"raw redis: MULTI/EXEC to {partitions} stream(s)", 100, base,
+                        p50_ms=percentile(base_lat, 0.5), p99_ms=percentile(base_lat, 0.99)))
+        rate, lat = kafka_transactions(bootstrap, topic, partitions, per_txn, 100, secs)
+        rows.append(Row(f"kafka txns/s, {partitions} partition(s)", 100, rate, "MULTI/EXEC", base,
+                        percentile(lat, 0.5), percentile(lat, 0.99)))
+    return rows
+
+
 def run_bench(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in str(args.sizes).split(",")]
     with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
@@ -281,7 +346,12 @@ def run_bench(args: argparse.Namespace) -> None:
 
                 print(format_table(run_delayed_bench(url, args.count)))
                 return
-            rows = _measure(args, url, sizes)
+            if getattr(args, "txn", False):
+                with running_gateway(url) as ports:
+                    rows = _measure_txn(url, f"127.0.0.1:{ports['kafka']}", float(args.seconds))
+                print("(records/s column: transactions per second, 10 records of 100 B each)")
+            else:
+                rows = _measure(args, url, sizes)
         finally:
             if embedded:
                 embedded.stop()
