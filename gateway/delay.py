@@ -18,13 +18,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.errors import CorruptMessage
-from gateway.records import parse_header
+from gateway.records import BatchBuilder, iter_records, parse_header, split_batches
 from gateway.store import Store
 from gateway.store.delay import DelayConfig, DelayItem, DelayStats, DelayStore, Moved, Part, Scheduled
 
-__all__ = ["DelayConfig", "DelayRequest", "DelayScheduler", "DelayService", "DelayStats", "Scheduled", "now_ms"]
+__all__ = ["DELIVER_AFTER_HEADER", "DELIVER_AT_HEADER", "DelayConfig", "DelayRequest", "DelayScheduler", "DelayService", "DelayStats", "Scheduled", "now_ms"]
 
 log = logging.getLogger(__name__)
+
+
+DELIVER_AT_HEADER = "x-deliver-at"  # epoch milliseconds
+DELIVER_AFTER_HEADER = "x-deliver-after"  # milliseconds after the gateway receives it
+
+
+def deliver_at(headers: list[tuple[str, bytes | None]], now: int) -> int | None:
+    """A record's delivery time from its delay headers, None when it has none (or they do not parse)."""
+    for name, value in headers:
+        if value is None or name not in (DELIVER_AT_HEADER, DELIVER_AFTER_HEADER):
+            continue
+        try:
+            n = int(value.decode())
+        except (UnicodeDecodeError, ValueError):
+            continue
+        return n if name == DELIVER_AT_HEADER else now + n
+    return None
 
 
 def now_ms() -> int:
@@ -55,6 +72,41 @@ class DelayService:
         self.notify_partition = notify_partition  # LogService.notifier.notify: wakes log readers
         self.clock = clock
         self._schedulers: list[DelayScheduler] = []
+
+    async def accept(
+        self, topic: str, partition: int, blob: bytes | memoryview, txn_id: str | None = None
+    ) -> tuple[bytes | memoryview | None, int]:
+        """Take a produced records blob of a delay-enabled topic apart by its records' delay headers.
+
+        Records due later are held (each as a batch of one, compression kept); the rest come back
+        to be appended now: the blob itself when no record asks for a delay, else a new batch of
+        those records. Returns (what to append now or None, number of records held)."""
+        now = self.clock()
+        keep: list[bytes | memoryview] = []
+        held: list[DelayRequest] = []
+        for h, view in split_batches(blob):
+            records = list(iter_records(view))
+            due = [deliver_at(r.headers, now) for r in records]
+            if h.control or all(d is None or d <= now for d in due):
+                keep.append(view)
+                continue
+            now_part = BatchBuilder(h.compression)
+            for rec, at in zip(records, due, strict=True):
+                if at is None or at <= now:
+                    now_part.append(rec.value, rec.key, rec.headers, rec.timestamp)
+                else:
+                    one = BatchBuilder(h.compression)
+                    one.append(rec.value, rec.key, rec.headers, rec.timestamp)
+                    held.append(DelayRequest(topic, partition, one.build(), at, txn_id))
+            if len(now_part):
+                keep.append(now_part.build())
+        if held:
+            await self.schedule(held)
+        if not keep:
+            return None, len(held)
+        if len(keep) == 1:
+            return keep[0], len(held)
+        return b"".join(bytes(k) for k in keep), len(held)
 
     @property
     def config(self) -> DelayConfig:

@@ -193,6 +193,17 @@ class LogService:
         self._topics[name] = grown
         return grown
 
+    async def delayed_topic(self, topic: str) -> bool:
+        """Whether the topic honours delay headers; from the cached description, so the produce path
+        of every other topic pays nothing."""
+        info = self._topics.get(topic)
+        if info is None:
+            try:
+                info = await self.topic(topic, create=False)
+            except TopicNotFound:
+                return False
+        return info.config.get("delayed.delivery.enable") == "true"
+
     async def max_message_bytes(self, topic: str) -> int:
         info = self._topics.get(topic) or await self.topic(topic, create=False)
         return int(info.config.get("max.message.bytes", TOPIC_CONFIGS["max.message.bytes"].default))

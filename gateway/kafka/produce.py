@@ -41,6 +41,8 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
                 results[(topic.name, p.index)] = PartitionResult(p.index, KafkaError.corrupt_message)
             else:
                 items.append((topic.name, p.index, p.records))
+    if items and any([await ctx.services.log.delayed_topic(t) for t, _, _ in items]):
+        items = await _hold_delayed(ctx, req, items, results)
     if items:
         try:
             appended = await ctx.services.log.append(items)
@@ -57,6 +59,38 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
         return None
     topics = [(name, [results[(name, i)] for i in parts]) for name, parts in order]
     return Encoded(encode_produce_response(ctx.api_version, topics))
+
+
+async def _hold_delayed(
+    ctx: RequestContext, req: Any, items: list[tuple[str, int, bytes]], results: dict[tuple[str, int], PartitionResult]
+) -> list[tuple[str, int, bytes]]:
+    """On delay-enabled topics, records with a delay header wait in the delayed index; the rest of
+    each batch is appended now. A partition whose records were all held answers offset -1: they get
+    their offsets when they are delivered."""
+    txn_id = await _current_txn(ctx, getattr(req, "transactional_id", None))
+    now: list[tuple[str, int, bytes]] = []
+    for topic, partition, blob in items:
+        if not await ctx.services.log.delayed_topic(topic):
+            now.append((topic, partition, blob))
+            continue
+        try:
+            rest, _ = await ctx.services.delay.accept(topic, partition, blob, txn_id)
+        except GatewayError as exc:
+            results[(topic, partition)] = PartitionResult(partition, kafka_error(exc), message=error_message(exc))
+            continue
+        if rest is None:
+            results[(topic, partition)] = PartitionResult(partition, base_offset=-1)
+        else:
+            now.append((topic, partition, rest))
+    return now
+
+
+async def _current_txn(ctx: RequestContext, transactional_id: str | None) -> str | None:
+    """The open transaction of a transactional producer, whose delayed records wait for its commit."""
+    if transactional_id is None:
+        return None
+    state = await ctx.services.fence.get("", transactional_id)
+    return state.txn if state is not None and state.txn else None
 
 
 def encode_produce_response(version: int, topics: list[tuple[str, list[PartitionResult]]]) -> list[bytes | memoryview]:
