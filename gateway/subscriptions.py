@@ -107,7 +107,7 @@ class Subscription:
         self._generation = 0
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
-        self._renew_at = time.monotonic() + _RENEW_EVERY
+        self._renew_at = time.monotonic() + _RENEW_EVERY  # also when added partitions are looked for
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -245,6 +245,7 @@ class Subscription:
             try:
                 if time.monotonic() >= self._renew_at:
                     await self.service.renew(self)
+                    await self.service.grow(self)
                     self._renew_at = time.monotonic() + _RENEW_EVERY
                 progressed = await self._dispatch_once()
             except asyncio.CancelledError:
@@ -401,6 +402,19 @@ class SubscriptionService:
 
     async def renew(self, sub: Subscription) -> None:
         await self.store.lease(sub.topic, sub.name, self.node_id, LEASE_MS)
+
+    async def grow(self, sub: Subscription) -> None:
+        """Take in partitions added to the topic since; everything on them is new to the subscription."""
+        info = await self.log.topic(sub.topic, create=False)
+        if info.partitions <= sub.partitions:
+            return
+        added = range(sub.partitions, info.partitions)
+        positions = await self.store.open(sub.topic, added, sub.name, initial="earliest", mode=sub.mode.value)
+        for p, pos in zip(added, positions, strict=True):
+            sub.cursor[p] = sub.read_pos[p] = pos.cursor
+            sub.max_acked[p] = pos.max_acked
+            sub.outstanding[p] = {}
+        sub.partitions = info.partitions
 
     async def _release_lease(self, topic: str, name: str) -> None:
         with contextlib.suppress(Exception):

@@ -299,3 +299,16 @@ async def test_unsubscribe_deletes_the_position(gateway, client):
     assert await redis.keys("*sub:s*") == [] and await redis.keys("*acks:s*") == []
     c = await client.subscribe("unsub", "s", "shared", "latest")  # created afresh, at the end
     await assert_silent(c)
+
+
+async def test_partitions_added_later_are_consumed(gateway, client, monkeypatch):
+    import gateway.subscriptions as subscriptions
+
+    monkeypatch.setattr(subscriptions, "_RENEW_EVERY", 0.05)  # look for new partitions at once
+    log = gateway.services.log
+    await log.create_topic("grow", 1)
+    c = await client.subscribe("grow", "s", "exclusive", "latest")
+    await log.add_partitions("grow", 2)
+    await log.append([("grow", 1, build_batch([(None, b"new", [])]))])
+    m = await c.receive(5)
+    assert (m.partition, m.offset, m.value) == (1, 0, b"new")
