@@ -144,6 +144,9 @@ class _Runtime:
     armed: bool = False
     lease_until: float = 0.0  # while this process holds the group's coordinator lease
 
+    def parked(self) -> list[asyncio.Future[Any]]:
+        return [*self.join_waiters.values(), *self.sync_waiters.values()]
+
 
 class _Op:
     """One transition's effects: whether to save, and the parked requests to answer afterwards."""
@@ -239,7 +242,7 @@ class GroupCoordinator:
                 with contextlib.suppress(Exception):
                     await self.store.lease(gid, self.node_id, self.address, 0)
         for rt in self._groups.values():
-            for fut in [*rt.join_waiters.values(), *rt.sync_waiters.values()]:
+            for fut in rt.parked():
                 if not fut.done():
                     fut.set_exception(GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "coordinator closing"))
         self._groups.clear()
@@ -381,7 +384,7 @@ class GroupCoordinator:
         rt = self._groups.get(group_id)
         if rt is None:
             return
-        for fut in [*rt.join_waiters.values(), *rt.sync_waiters.values()]:
+        for fut in rt.parked():
             if not fut.done():
                 fut.set_exception(GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, why))
         rt.join_waiters.clear()
@@ -480,7 +483,7 @@ class GroupCoordinator:
         g.members.pop(member_id, None)
         rt.heartbeats.pop(member_id, None)
         for waiters in (rt.join_waiters, rt.sync_waiters):
-            fut = waiters.pop(member_id, None)  # type: ignore[attr-defined]
+            fut = waiters.pop(member_id, None)
             if fut is not None:
                 op.answer(fut, GroupError(GroupErrorKind.UNKNOWN_MEMBER_ID))
         if g.leader == member_id:
@@ -652,7 +655,7 @@ class GroupCoordinator:
             g.leader = new_id
         rt.heartbeats.pop(old_id, None)
         for waiters in (rt.join_waiters, rt.sync_waiters):
-            fut = waiters.pop(old_id, None)  # type: ignore[attr-defined]
+            fut = waiters.pop(old_id, None)
             if fut is not None:
                 op.answer(fut, GroupError(GroupErrorKind.FENCED_INSTANCE_ID))
         self._touch(rt, m)
@@ -807,11 +810,7 @@ class GroupCoordinator:
     def _kept_alive(rt: _Runtime, member_id: str) -> bool:
         """A member parked at a barrier is alive (Kafka's rule): the join barrier has its own
         deadline, and the sync barrier falls when the leader syncs or its own session ends."""
-        for waiters in (rt.join_waiters, rt.sync_waiters):
-            fut = waiters.get(member_id)
-            if fut is not None and not fut.done():
-                return True
-        return False
+        return any(f is not None and not f.done() for f in (rt.join_waiters.get(member_id), rt.sync_waiters.get(member_id)))
 
     # -- offsets --------------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
 
 def _ms(value: Any) -> int:
     """A kio timedelta field in whole milliseconds (-1 stays -1)."""
-    return round(value.total_seconds() * 1000)
+    return int(round(value.total_seconds() * 1000))
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -53,7 +53,9 @@ def _client_host(ctx: RequestContext) -> str:
 
 
 def _response(ctx: RequestContext, values: dict[str, Any]) -> Any:
-    return codec.build(codec.response_class(ctx.api_key, ctx.api_version), values)
+    cls = codec.response_class(ctx.api_key, ctx.api_version)
+    assert cls is not None  # registration checked that kio has every advertised version
+    return codec.build(cls, values)
 
 
 # -- FindCoordinator ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 from redis.asyncio import Redis
 
 from gateway.store import keys
@@ -36,7 +36,7 @@ class MemberDoc:
     seq: int = 0
 
     def pack(self) -> bytes:
-        return msgpack.packb(
+        return _packb(
             {
                 "i": self.instance_id,
                 "c": self.client_id,
@@ -47,8 +47,7 @@ class MemberDoc:
                 "p": [[n, m] for n, m in self.protocols],
                 "a": self.assignment,
                 "n": self.seq,
-            },
-            use_bin_type=True,
+            }
         )
 
     @classmethod
@@ -89,10 +88,10 @@ class CommittedOffset:
     commit_ms: int = 0
 
     def pack(self) -> bytes:
-        return msgpack.packb([self.offset, self.leader_epoch, self.metadata, self.commit_ms], use_bin_type=True)
+        return _packb([self.offset, self.leader_epoch, self.metadata, self.commit_ms])
 
     @classmethod
-    def unpack(cls, raw: bytes) -> CommittedOffset:
+    def unpack(cls, raw: bytes | str) -> CommittedOffset:
         o, e, m, t = msgpack.unpackb(raw, raw=False)
         return cls(o, e, m, t)
 
@@ -101,8 +100,16 @@ def _field(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"  # topic names never hold ':'
 
 
+def _packb(value: Any) -> bytes:
+    return bytes(msgpack.packb(value, use_bin_type=True))
+
+
 def _array(items: list[Any]) -> bytes:
-    return msgpack.packb(items, use_bin_type=False)
+    return bytes(msgpack.packb(items, use_bin_type=False))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class GroupStore:
@@ -143,10 +150,7 @@ class GroupStore:
         """Write the group if its stored version is still `group.version` and no other gateway
         holds its lease; bumps the version. Returns 0 when saved, 1 when the version moved on,
         16 when another node coordinates the group."""
-        doc = msgpack.packb(
-            {"t": group.protocol_type, "p": group.protocol, "l": group.leader, "n": group.next_seq},
-            use_bin_type=True,
-        )
+        doc = _packb({"t": group.protocol_type, "p": group.protocol, "l": group.leader, "n": group.next_seq})
         members: list[Any] = []
         instances: list[Any] = []
         for m in group.members.values():
@@ -197,7 +201,7 @@ class GroupStore:
         async with storage_errors():
             if parts is None:
                 raw = await self.redis.hgetall(key)
-                found = {k.decode(): v for k, v in raw.items()}
+                found = {_text(k): v for k, v in raw.items()}
             else:
                 if not parts:
                     return {}
@@ -223,14 +227,14 @@ class GroupStore:
         async with storage_errors():
             # node, address, ttl_ms
             reply = await self.scripts.call("group-lease-1", [keys.group_owner(group_id)], [node, address, ttl_ms])
-        return None if reply[0] == 0 else reply[1].decode()
+        return None if reply[0] == 0 else _text(reply[1])
 
     async def owner(self, group_id: str) -> str | None:
         """The lease holder's "<node id> <host> <port>", or None when nobody coordinates the group."""
         async with storage_errors():
             raw = await self.redis.get(keys.group_owner(group_id))
-        return raw.decode() if raw is not None else None
+        return _text(raw) if raw is not None else None
 
     async def group_ids(self) -> list[str]:
         async with storage_errors():
-            return sorted(g.decode() for g in await self.redis.smembers(keys.GROUPS))
+            return sorted(_text(g) for g in await self.redis.smembers(keys.GROUPS))
