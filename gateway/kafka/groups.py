@@ -86,6 +86,9 @@ async def _locate(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any
                     "port": -1}
         if elsewhere is not None:
             node, host, port = elsewhere
+            if port == 0:  # the holder took the lease before it learnt its address: ask again soon
+                return {"error_code": KafkaError.coordinator_not_available, "error_message": None,
+                        "node_id": -1, "host": "", "port": -1}
     return {"error_code": KafkaError.none, "error_message": None, "node_id": node, "host": host, "port": port}
 
 
