@@ -199,10 +199,13 @@ async def native_latency(port: int, size: int, seconds: float, rate: float = 200
         total = int(seconds * rate)
 
         async def consume() -> None:
+            acks = []
             while len(latencies) < total:
                 msg = await consumer.receive(timeout=30)
                 latencies.append((time.perf_counter_ns() - int.from_bytes(msg.value[:8], "big")) / 1e6)
-                await consumer.acknowledge(msg)
+                # not awaited one by one: acks in flight together share a round trip
+                acks.append(asyncio.ensure_future(consumer.acknowledge(msg)))
+            await asyncio.gather(*acks)
 
         reader = asyncio.create_task(consume())
         start = time.perf_counter()

@@ -7,7 +7,6 @@ time, cancel what remains, then stop Redis last.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from typing import Protocol
@@ -66,6 +65,9 @@ class Gateway:
         except BaseException:
             await self.stop()
             raise
+        host, _ = cfg.kafka_advertised
+        self.services.groups.advertise(host, cfg.advertised_port or self.listeners["kafka"].port)
+        self.services.groups.start()  # session expiry, rebalance deadlines, groups left by a previous run
         self._roles = [
             Periodic("retention", cfg.retention_check_interval, self.services.log.retention_pass),
             Periodic("transaction reaper", cfg.txn_reaper_interval, self.services.txn.recover),
@@ -98,9 +100,8 @@ class Gateway:
             role.stop()  # a cancel alone can be absorbed inside a Redis call
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=grace)
         self._roles.clear()
         self._tasks.clear()
         await asyncio.gather(*(lst.close(grace) for lst in self.listeners.values()), return_exceptions=True)

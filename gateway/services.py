@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from gateway.config import Config
 from gateway.delay import DelayService
 from gateway.fence import FenceService
+from gateway.groups import GroupCoordinator, open_coordinator
 from gateway.log import LogService
+from gateway.producer_txn import TransactionalProducers
 from gateway.store import Store
 from gateway.txn import TransactionCoordinator
 
@@ -20,6 +22,8 @@ class Services:
     txn: TransactionCoordinator
     fence: FenceService
     delay: DelayService
+    groups: GroupCoordinator
+    txn_producers: TransactionalProducers  # Kafka's transactional.id semantics
 
     @classmethod
     def open(cls, config: Config, redis_url: str) -> Services:
@@ -34,7 +38,12 @@ class Services:
         txn.notify_partition = log.notifier.notify
         delay = DelayService(store, notify_partition=log.notifier.notify)
         txn.partition_settlers.append(delay.settle_txn)
-        return cls(config, store, log, txn, FenceService(store, txn), delay)
+        groups = open_coordinator(store, log, node_id=config.node_id)
+        fence = FenceService(store, txn)
+        # registers the group-offset settler now, so a roll-forward after a restart applies offsets too
+        producers = TransactionalProducers(store, txn, fence)
+        return cls(config, store, log, txn, fence, delay, groups, producers)
 
     async def close(self) -> None:
+        await self.groups.close()  # hands group leases over and answers waiting clients first
         await self.store.close()

@@ -36,12 +36,7 @@ _FENCED_SINCE = {
 
 
 def producers(services: Services) -> TransactionalProducers:
-    """One per Services, created on first use (it registers the offset settler with the coordinator)."""
-    tp = getattr(services, "_txn_producers", None)
-    if tp is None:
-        tp = TransactionalProducers(services.store, services.txn, services.fence)
-        services._txn_producers = tp  # type: ignore[attr-defined]
-    return tp
+    return services.txn_producers
 
 
 def txn_error(ctx: RequestContext, exc: BaseException) -> KafkaError:
