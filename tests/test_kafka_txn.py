@@ -205,3 +205,52 @@ async def test_consume_transform_produce_exactly_once_with_confluent(gateway):
     await asyncio.to_thread(run)
     out = await asyncio.to_thread(ck_read, bs, "ctp-out", 2, "read_committed", 40, settle=0.5)
     assert sorted(out) == sorted(b"out-%d" % i for i in range(40))
+
+
+async def test_consume_transform_produce_exactly_once_with_aiokafka(gateway):
+    bs = kafka_bootstrap(gateway)
+    await gateway.services.log.create_topic("aio-in", 2)
+    await gateway.services.log.create_topic("aio-out", 1)
+    seed = AIOKafkaProducer(bootstrap_servers=bs)
+    await seed.start()
+    try:
+        for i in range(30):
+            await seed.send("aio-in", b"in-%d" % i, key=b"%d" % i)
+        await seed.flush()
+    finally:
+        await seed.stop()
+
+    async def worker(abort_after: int | None) -> None:
+        consumer = AIOKafkaConsumer("aio-in", bootstrap_servers=bs, group_id="aio-ctp", enable_auto_commit=False,
+                                    auto_offset_reset="earliest", isolation_level="read_committed")
+        producer = AIOKafkaProducer(bootstrap_servers=bs, transactional_id="aio-ctp-worker")
+        await consumer.start()
+        await producer.start()
+        done = 0
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500, max_records=7)
+                records = [r for rs in batches.values() for r in rs]
+                if not records:
+                    if done:
+                        return
+                    continue
+                await producer.begin_transaction()
+                for r in records:
+                    await producer.send("aio-out", r.value.replace(b"in", b"out"))
+                offsets = {tp: rs[-1].offset + 1 for tp, rs in batches.items()}
+                await producer.send_offsets_to_transaction(offsets, "aio-ctp")
+                if abort_after is not None and done >= abort_after:
+                    await producer.abort_transaction()
+                    return
+                await producer.commit_transaction()
+                done += len(records)
+        finally:
+            await producer.stop()
+            await consumer.stop()
+
+    await worker(abort_after=7)
+    await worker(abort_after=None)
+    out = await asyncio.to_thread(ck_read, bs, "aio-out", 1, "read_committed", 30, settle=0.5)
+    assert sorted(out) == sorted(b"out-%d" % i for i in range(30))
