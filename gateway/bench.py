@@ -231,11 +231,12 @@ def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float) -> tupl
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(1000):
-            try:
-                p.produce(topic, value)
-            except BufferError:
-                p.poll(0.01)
-                p.produce(topic, value)
+            while True:
+                try:
+                    p.produce(topic, value)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    p.poll(0.01)
         sent += 1000
         p.poll(0)
     p.flush(60)

@@ -169,3 +169,25 @@ def gateway_process(tmp_path: Path) -> Iterator[GatewayProcess]:
             gp.proc.wait(10)
         with contextlib.suppress(Exception):
             EmbeddedRedis(gp.data_dir)._stop_leftover()
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+async def run_example(script: str, *args: str, timeout: float = 90.0) -> tuple[int, str]:
+    """Run an example as a user would, in its own process; awaited, never waited on, since the
+    gateway under test shares this event loop. Returns (exit code, everything it printed)."""
+    import asyncio
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLES / script), *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()

@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from pathlib import Path
-
 import pytest
 
 from gateway.log import committed_entries
 from gateway.records import iter_records
-from tests.conftest import kafka_bootstrap
+from tests.conftest import kafka_bootstrap, run_example
 
 pytestmark = pytest.mark.kafka
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 @pytest.mark.parametrize("script", ["kafka_aiokafka.py", "kafka_confluent.py"])
 async def test_example_produces_and_consumes(gateway, script):
     await gateway.services.log.create_topic("example", 3)
-    # the gateway lives in this event loop, so the child is awaited, never waited on
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(EXAMPLES / script), "--bootstrap", kafka_bootstrap(gateway), "--topic", "example",
-        "--count", "12", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    text = out.decode()
-    assert proc.returncode == 0, text
+    code, text = await run_example(script, "--bootstrap", kafka_bootstrap(gateway), "--topic", "example",
+                                   "--count", "12")
+    assert code == 0, text
     assert "done: produced 12, consumed 12" in text, text
     assert sum([(await gateway.services.log.bounds("example", p))[1] for p in range(3)]) == 12
 
@@ -39,18 +24,9 @@ async def test_example_produces_and_consumes(gateway, script):
 async def test_transactions_example_transforms_each_input_once(gateway):
     await gateway.services.log.create_topic("words", 2)
     await gateway.services.log.create_topic("shouts", 2)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(EXAMPLES / "kafka_transactions.py"), "--bootstrap", kafka_bootstrap(gateway),
-        "--seed", "30", "--idle-seconds", "2", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), 90)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    text = out.decode()
-    assert proc.returncode == 0, text
+    code, text = await run_example("kafka_transactions.py", "--bootstrap", kafka_bootstrap(gateway),
+                                   "--seed", "30", "--idle-seconds", "2")
+    assert code == 0, text
     assert "done: transformed 30" in text, text
     values = []
     for p in range(2):

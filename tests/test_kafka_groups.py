@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import confluent_kafka as ck
 import kafka
@@ -26,7 +25,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from gateway.groups import coordinator_for
 from gateway.server import Gateway
-from tests.conftest import kafka_bootstrap, test_config
+from tests.conftest import kafka_bootstrap, run_example, test_config
 from tests.kafka_clients import produce
 
 pytestmark = pytest.mark.kafka
@@ -386,19 +385,9 @@ async def test_admin_client_lists_describes_and_deletes_groups(gateway):
 
 async def test_the_consumer_group_example_resumes_after_its_commits(gateway):
     await gateway.services.log.create_topic("example", 3)
-    script = Path(__file__).resolve().parents[1] / "examples" / "kafka_consumer_group.py"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), "--bootstrap", kafka_bootstrap(gateway), "--topic", "example",
-        "--group", "readers", "--count", "12", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    text = out.decode()
-    assert proc.returncode == 0, text
+    code, text = await run_example("kafka_consumer_group.py", "--bootstrap", kafka_bootstrap(gateway),
+                                   "--topic", "example", "--group", "readers", "--count", "12")
+    assert code == 0, text
     assert "done: consumed 12, then 0 on rejoining" in text, text
     committed = await coordinator_for(gateway.services).fetch_offsets("readers")
     assert sum(c.offset for c in committed.values()) == 12

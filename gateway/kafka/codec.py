@@ -22,6 +22,7 @@ from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 
 from gateway.kafka import guard
 from gateway.kafka.errors import MalformedRequest
+from gateway.kafka.wire import read_uvarint
 
 _HEAD = struct.Struct(">hhi")
 _I32 = struct.Struct(">i")
@@ -73,10 +74,10 @@ def read_header(frame: bytes | memoryview) -> RequestHeader:
         pos += n
     cls = request_class(api_key, version)
     if cls is not None and cls.__header_schema__.__flexible__:
-        count, pos = _read_uvarint(frame, pos)
+        count, pos = read_uvarint(frame, pos)
         for _ in range(count):
-            _, pos = _read_uvarint(frame, pos)  # tag
-            size, pos = _read_uvarint(frame, pos)
+            _, pos = read_uvarint(frame, pos)  # tag
+            size, pos = read_uvarint(frame, pos)
             pos += size
         if pos > len(frame):
             raise MalformedRequest("tagged header fields run past the frame")
@@ -94,19 +95,6 @@ def decode_request(frame: bytes | memoryview, header: RequestHeader) -> Any:
     except Exception as exc:  # kio's native reader raises several types on bad input
         raise MalformedRequest(f"cannot decode api {header.api_key} v{header.api_version}: {exc}") from exc
     return request
-
-
-def _read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if pos >= len(buf) or shift > 35:
-            raise MalformedRequest("truncated varint in request header")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
 
 
 # -- responses ------------------------------------------------------------------------------------

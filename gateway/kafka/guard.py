@@ -18,6 +18,7 @@ from typing import Any
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from gateway.kafka.errors import MalformedRequest
+from gateway.kafka.wire import read_uvarint
 
 Skim = Callable[[bytes | memoryview, int], int]  # (buffer, offset) -> offset after the value
 
@@ -38,23 +39,10 @@ def check_request(cls: type[Any], buf: bytes | memoryview, offset: int) -> None:
         raise MalformedRequest(f"request body ends early: {exc}") from exc
 
 
-def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        if shift > 63:
-            raise MalformedRequest("varint too long")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-
-
 def _length(buf: bytes | memoryview, pos: int, flexible: bool, wide: bool) -> tuple[int, int]:
     """A length prefix (-1 for null): compact uvarint, or int16 (strings) / int32 (bytes, arrays)."""
     if flexible:
-        n, pos = _uvarint(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         return n - 1, pos
     if wide:
         return _I32.unpack_from(buf, pos)[0], pos + 4
@@ -164,12 +152,12 @@ def _entity(cls: type[Any]) -> tuple[Skim, int | None]:
             pos = step(buf, pos)
         if not flexible:
             return pos
-        count, pos = _uvarint(buf, pos)
+        count, pos = read_uvarint(buf, pos)
         if count > len(buf) - pos:
             raise MalformedRequest("more tagged fields than bytes")
         for _ in range(count):
-            tag, pos = _uvarint(buf, pos)
-            size, pos = _uvarint(buf, pos)
+            tag, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
             end = pos + size
             if end > len(buf):
                 raise MalformedRequest("a tagged field runs past the request")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import struct
 
+from gateway.kafka.errors import MalformedRequest
+
 I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
 I64 = struct.Struct(">q")
@@ -41,3 +43,17 @@ def bytes_len(n: int | None, flexible: bool) -> bytes:
     if n is None:
         return uvarint(0) if flexible else I32.pack(-1)
     return uvarint(n + 1) if flexible else I32.pack(n)
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """An unsigned varint (compact lengths, tag counts) at `pos`: (value, position after it)."""
+    shift = result = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise MalformedRequest("truncated or overlong varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
