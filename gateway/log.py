@@ -131,6 +131,7 @@ class LogService:
         self.default_partitions = default_partitions
         self.notifier = Notifier()
         self._topics: dict[str, TopicInfo] = {}
+        self._avg_batch: dict[tuple[str, int], int] = {}  # recent stored batch size per partition
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -266,9 +267,28 @@ class LogService:
     # -- reads ----------------------------------------------------------------------------------
 
     async def read(
-        self, topic: str, partition: int, offset: int, max_entries: int = 64, *, read_committed: bool = False
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_entries: int = 64,
+        *,
+        read_committed: bool = False,
+        max_bytes: int | None = None,
     ) -> Slice:
-        return await self.store.log.read(topic, partition, offset, max_entries, with_aborted=read_committed)
+        """Batches from `offset` on. With `max_bytes`, asks Redis for about as many batches as fit,
+        judged by the partition's recent batch sizes: reading 64 one-megabyte batches to send one
+        would cost more than the fetch itself."""
+        key = (topic, partition)
+        if max_bytes is not None:
+            avg = self._avg_batch.get(key, 0)
+            if avg:
+                max_entries = max(2, min(max_entries, max_bytes // avg + 2))
+        sl = await self.store.log.read(topic, partition, offset, max_entries, with_aborted=read_committed)
+        if sl.entries:
+            size = sum(len(e.batch) for e in sl.entries) // len(sl.entries)
+            self._avg_batch[key] = max(1, (self._avg_batch.get(key, size) + size) // 2)
+        return sl
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,12 @@ class TcpListener:
         task = asyncio.current_task()
         assert task is not None
         self._conns.add(task)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            # responses go out as several writes (header, then record bytes): without this, Nagle
+            # holds the last one back until the client's delayed ACK, ~40 ms per response
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             await self.handler(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):

@@ -74,7 +74,8 @@ async def _read_all(
     """One read per partition, all concurrently; then cut to the byte limits in request order."""
     log = ctx.services.log
     slices = await asyncio.gather(
-        *(log.read(t, p, offset, MAX_ENTRIES, read_committed=committed) for t, p, offset, _ in wanted),
+        *(log.read(t, p, offset, MAX_ENTRIES, read_committed=committed, max_bytes=min(part_max, max_bytes))
+          for t, p, offset, part_max in wanted),
         return_exceptions=True,
     )
     out: list[FetchPartition] = []
