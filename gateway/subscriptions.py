@@ -24,6 +24,7 @@ import itertools
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -32,7 +33,7 @@ from gateway.errors import ConsumerBusy, NotAllowed, SubscriptionNotFound
 from gateway.log import LogService, committed_entries
 from gateway.store import Store
 from gateway.store.log import Entry
-from gateway.store.subscriptions import SubscriptionStore
+from gateway.store.subscriptions import PendingAckConflict, SubscriptionStore
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +172,11 @@ class Subscription:
 
     # -- acks -----------------------------------------------------------------------------------
 
-    async def acknowledge(self, individual: dict[int, list[int]], cumulative: dict[int, int]) -> None:
+    async def acknowledge(
+        self, individual: dict[int, list[int]], cumulative: dict[int, int], txn_id: str | None = None
+    ) -> None:
+        """Ack now, or (with `txn_id`) lock the offsets for the transaction until it settles: they stay
+        outstanding meanwhile, and its abort puts them up for redelivery."""
         if cumulative and self.mode == Mode.SHARED:
             raise NotAllowed("cumulative acknowledgement is not allowed on a shared subscription")
         calls: dict[int, tuple[int, list[int]]] = {}
@@ -179,7 +184,20 @@ class Subscription:
             self._check_partition(p)
             upto = cumulative[p] + 1 if p in cumulative else -1
             calls[p] = (upto, individual.get(p, []))
-        cursors = await self.service.store.ack(self.topic, self.name, calls)
+        for attempt in range(2):
+            try:
+                if txn_id is not None:
+                    await self.service.store.lock(self.topic, self.name, txn_id, calls)
+                    return
+                cursors = await self.service.store.ack(self.topic, self.name, calls)
+                break
+            except PendingAckConflict as exc:
+                if attempt or not await self.service.heal(self.topic, self.name, exc):
+                    raise
+        self.applied(cursors, individual, cumulative)
+
+    def applied(self, cursors: dict[int, int], individual: dict[int, list[int]], cumulative: dict[int, int]) -> None:
+        """Bring the in-memory view in line with acks the store has recorded."""
         for p, cursor in cursors.items():
             self.cursor[p] = cursor
             held = self.outstanding[p]
@@ -391,6 +409,9 @@ class SubscriptionService:
         self._subs: dict[tuple[str, str], Subscription] = {}
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
+        # the state of a transaction ("COMMITTED", ...; None when unknown): lets a conflict with a
+        # transaction that has ended (its lock left behind by a race with its end) heal itself
+        self.txn_state: Callable[[str], Awaitable[str | None]] | None = None
 
     @classmethod
     def open(cls, log_service: LogService, store: Store, node_id: int = 0) -> SubscriptionService:
@@ -493,9 +514,39 @@ class SubscriptionService:
         self._sub(consumer).flow(consumer, permits)
 
     async def acknowledge(
-        self, consumer: Consumer, individual: dict[int, list[int]], cumulative: dict[int, int]
+        self, consumer: Consumer, individual: dict[int, list[int]], cumulative: dict[int, int],
+        txn_id: str | None = None,
     ) -> None:
-        await self._sub(consumer).acknowledge(individual, cumulative)
+        """Plain acks, or with `txn_id` PIP-31's PENDING_ACK (the caller has added the subscription's
+        partitions to the transaction first, so its end settles them); TransactionConflict when
+        another transaction holds a message."""
+        await self._sub(consumer).acknowledge(individual, cumulative, txn_id)
+
+    async def settle_txn(self, topic: str, partition: int, name: str, txn_id: str, commit: bool) -> None:
+        """The transaction coordinator's subscription hook: commit acks what the transaction locked,
+        abort releases it for redelivery. Safe to repeat."""
+        r = await self.store.settle(topic, partition, name, txn_id, commit)
+        sub = self._subs.get((topic, name))
+        if sub is None or partition >= sub.partitions:
+            return
+        if commit:
+            if r.cursor >= 0:
+                sub.applied({partition: r.cursor}, {partition: r.offsets},
+                            {partition: r.upto - 1} if r.upto >= 0 else {})
+            return
+        again = set(r.offsets) | {o for o in sub.outstanding[partition] if o < r.upto}
+        if again:
+            sub.negative_acknowledge({partition: sorted(again)})
+
+    async def heal(self, topic: str, name: str, conflict: PendingAckConflict) -> bool:
+        """Settle the lock of a transaction that has ended; True when the conflict is gone."""
+        if not conflict.holder or self.txn_state is None:
+            return False
+        state = await self.txn_state(conflict.holder)
+        if state not in (None, "COMMITTED", "ABORTED"):
+            return False
+        await self.settle_txn(topic, conflict.partition, name, conflict.holder, state == "COMMITTED")
+        return True
 
     def negative_acknowledge(self, consumer: Consumer, offsets: dict[int, list[int]]) -> None:
         self._sub(consumer).negative_acknowledge(offsets)

@@ -6,6 +6,11 @@
         consumer = await client.subscribe("orders", "billing", mode="shared", initial_position="earliest")
         msg = await consumer.receive()
         await consumer.acknowledge(msg)
+
+        txn = await client.new_transaction(timeout=30)   # consume-transform-produce, exactly once
+        await producer.send(b"result", txn=txn)
+        await consumer.acknowledge(msg, txn=txn)
+        await txn.commit()
 """
 
 from gateway.client.client import Client
@@ -13,14 +18,19 @@ from gateway.client.consumer import Consumer
 from gateway.client.errors import ClientClosed, ConnectionLost
 from gateway.client.message import EVENT_TIME_HEADER, Message, MessageId
 from gateway.client.producer import Producer
+from gateway.client.transaction import Transaction
 from gateway.errors import (
+    ConcurrentTransactions,
     ConsumerBusy,
+    ExpiredTransactionError,
     GatewayError,
+    InvalidConfig,
     NotAllowed,
     StorageUnavailable,
     SubscriptionNotFound,
     Timeout,
     TopicNotFound,
+    TransactionConflict,
 )
 from gateway.records import Compression
 
@@ -29,10 +39,13 @@ __all__ = [
     "Client",
     "ClientClosed",
     "Compression",
+    "ConcurrentTransactions",
     "ConnectionLost",
     "Consumer",
     "ConsumerBusy",
+    "ExpiredTransactionError",
     "GatewayError",
+    "InvalidConfig",
     "Message",
     "MessageId",
     "NotAllowed",
@@ -41,4 +54,6 @@ __all__ = [
     "SubscriptionNotFound",
     "Timeout",
     "TopicNotFound",
+    "Transaction",
+    "TransactionConflict",
 ]

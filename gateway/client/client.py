@@ -12,13 +12,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from gateway.client.connection import Connection
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ConnectionLost
 from gateway.client.producer import Producer
-from gateway.errors import GatewayError
+from gateway.client.transaction import Transaction
+from gateway.errors import ExpiredTransactionError, GatewayError, NotAllowed
 from gateway.pb import gateway_pb2 as pb
 from gateway.records import Compression
 
@@ -39,9 +41,13 @@ def parse_url(url: str) -> tuple[str, int]:
 
 class Client:
     def __init__(
-        self, conn: Connection, host: str, port: int, *, timeout: float, client_name: str, reconnect: bool
+        self, conn: Connection, host: str, port: int, *, timeout: float, client_name: str, reconnect: bool,
+        transaction_key: str = "",
     ) -> None:
         self._conn = conn
+        self.transaction_key = transaction_key
+        self.epoch = conn.epoch  # of the transaction key; -1 without one
+        self.fenced: NotAllowed | None = None  # set when a newer epoch took the transaction key
         self._host, self._port = host, port
         self._timeout = timeout
         self._client_name = client_name
@@ -55,14 +61,34 @@ class Client:
 
     @classmethod
     async def connect(
-        cls, url: str, *, operation_timeout: float = 30.0, client_name: str = "", reconnect: bool = True
+        cls, url: str, *, operation_timeout: float = 30.0, client_name: str = "", reconnect: bool = True,
+        transaction_key: str | None = None, epoch: int = -1,
     ) -> Client:
-        """Open a connection; `operation_timeout` bounds every request's wait for its answer."""
+        """Open a connection; `operation_timeout` bounds every request's wait for its answer.
+
+        `transaction_key` (no '&'): this client becomes the key's one live holder, under a new epoch
+        (`client.epoch`); the older holder's connection is closed and its transaction aborted. A
+        reconnect presents the epoch given, and is refused (NotAllowed) once a newer one holds the key.
+        `epoch`: the last epoch given to this task before, to resume it; -1 for a fresh start."""
         host, port = parse_url(url)
-        conn = await Connection.open(host, port, timeout=operation_timeout, client_name=client_name)
-        return cls(conn, host, port, timeout=operation_timeout, client_name=client_name, reconnect=reconnect)
+        key = transaction_key or ""
+        if "&" in key:
+            raise ValueError(f"a transaction key may not contain '&': {key!r}")
+        conn = await Connection.open(host, port, timeout=operation_timeout, client_name=client_name,
+                                     transaction_key=key, epoch=epoch)
+        return cls(conn, host, port, timeout=operation_timeout, client_name=client_name, reconnect=reconnect,
+                   transaction_key=key)
 
     # -- the connection -------------------------------------------------------------------------
+
+    @property
+    def operation_timeout(self) -> float:
+        return self._timeout
+
+    @property
+    def will_reconnect(self) -> bool:
+        """A lost connection is being (or will be) replaced: a request may be tried again."""
+        return self._reconnect and not self._closing
 
     @property
     def reconnecting(self) -> bool:
@@ -75,6 +101,8 @@ class Client:
                 await asyncio.wait_for(self._ready.wait(), timeout or self._timeout)
             except TimeoutError:
                 raise ConnectionLost(f"not connected to {self._host}:{self._port} again in time") from None
+        if self.fenced is not None:
+            raise self.fenced
         req = build() if callable(build) else build
         return await self._conn.request(req, timeout)
 
@@ -90,12 +118,25 @@ class Client:
         while not self._closing:
             try:
                 conn = await Connection.open(self._host, self._port, timeout=self._timeout,
-                                             client_name=self._client_name)
+                                             client_name=self._client_name, transaction_key=self.transaction_key,
+                                             epoch=self.epoch)
+            except NotAllowed as exc:
+                if not self.transaction_key:
+                    raise
+                log.warning("transaction key %r: %s; not reconnecting", self.transaction_key, exc)
+                self.fenced = exc
+                self._closing = True
+                self._ready.set()
+                for child in list(self._children):
+                    if isinstance(child, Consumer):
+                        child.fail(exc)
+                return
             except GatewayError:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
                 continue
             self._conn = conn
+            self.epoch = conn.epoch
             try:
                 for child in list(self._children):
                     await child._reattach()
@@ -194,6 +235,23 @@ class Client:
         consumer.start()
         self._children.add(consumer)
         return consumer
+
+    async def new_transaction(self, timeout: float | timedelta | None = None) -> Transaction:
+        """Open a transaction; `timeout` (seconds or timedelta; None: the gateway's default) after
+        which the gateway aborts it. Over the gateway's maximum: InvalidConfig. With a transaction
+        key, it is the key's one open transaction (ConcurrentTransactions while another is open)."""
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        if seconds is not None and seconds <= 0:
+            raise ValueError("a transaction timeout must be positive")
+        req = pb.NewTransaction(timeout_ms=round(seconds * 1000) if seconds is not None else 0)
+        epoch = self.epoch if self.transaction_key else -1
+        try:
+            resp = await self.request(pb.Request(new_transaction=req))
+        except NotAllowed as exc:
+            if self.fenced is not None:
+                raise ExpiredTransactionError(f"transaction key {self.transaction_key!r}: {exc}") from exc
+            raise
+        return Transaction(self, resp.transaction_created, epoch)
 
     def _forget(self, child: Producer | Consumer) -> None:
         self._children.discard(child)

@@ -35,6 +35,7 @@ class Connection:
         self.writer = writer
         self.timeout = timeout
         self.max_frame_bytes = 0
+        self.epoch = -1  # the transaction key's epoch this connection holds
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[pb.Response]] = {}
         self._receivers: dict[int, PushReceiver] = {}
@@ -43,16 +44,27 @@ class Connection:
         self._task = asyncio.create_task(self._read_loop(), name="gateway client reader")
 
     @classmethod
-    async def open(cls, host: str, port: int, *, timeout: float, client_name: str = "") -> Connection:
+    async def open(
+        cls, host: str, port: int, *, timeout: float, client_name: str = "", transaction_key: str = "",
+        epoch: int = -1,
+    ) -> Connection:
+        """Connect and say hello; with a transaction key, present `epoch` (the last one given, -1 at
+        first) and learn the new one. NotAllowed when a newer epoch holds the key."""
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
         except (OSError, TimeoutError) as exc:
             raise ConnectionLost(f"cannot connect to {host}:{port}: {exc}") from exc
         conn = cls(reader, writer, timeout)
-        resp = await conn.request(
-            pb.Request(connect=pb.Connect(client_name=client_name, protocol_version=PROTOCOL_VERSION))
+        hello = pb.Connect(
+            client_name=client_name, protocol_version=PROTOCOL_VERSION, transaction_key=transaction_key, epoch=epoch
         )
+        try:
+            resp = await conn.request(pb.Request(connect=hello))
+        except BaseException:
+            await conn.close()
+            raise
         conn.max_frame_bytes = resp.connected.max_frame_bytes
+        conn.epoch = resp.connected.epoch if transaction_key else -1
         return conn
 
     @property

@@ -23,6 +23,7 @@ from gateway.records import iter_records
 
 if TYPE_CHECKING:
     from gateway.client.client import Client
+    from gateway.client.transaction import Transaction
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,10 @@ class Consumer:
     def on_closed(self, exc: GatewayError) -> None:
         if self.client.reconnecting:
             return  # `_reattach` follows on the new connection
+        self.fail(exc)
+
+    def fail(self, exc: GatewayError) -> None:
+        """No more messages: `receive` raises `exc` once the queue is empty."""
         self._closed = exc
         self._arrived.set()
 
@@ -157,21 +162,42 @@ class Consumer:
         if self._closed is not None:
             raise self._closed
 
-    async def acknowledge(self, message: Position) -> None:
-        """Acknowledge one message; returns once the gateway has recorded it durably."""
+    async def acknowledge(self, message: Position, txn: Transaction | None = None) -> None:
+        """Acknowledge one message; returns once the gateway has recorded it durably.
+
+        With `txn`, the message is locked for the transaction (PENDING_ACK): acked when it commits,
+        delivered again when it aborts. TransactionConflict when another transaction holds it (or it
+        was acked already): abort then."""
         mid = _id(message)
+        if txn is not None:
+            await self._txn_ack(txn, pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset]), False)
+            return
         group = self._ack_group()
         group.individual.setdefault(mid.partition, []).append(mid.offset)
         await asyncio.shield(group.done)
 
-    async def acknowledge_cumulative(self, message: Position) -> None:
-        """Acknowledge this message and every earlier one of its partition (not on shared subscriptions)."""
+    async def acknowledge_cumulative(self, message: Position, txn: Transaction | None = None) -> None:
+        """Acknowledge this message and every earlier one of its partition (not on shared subscriptions);
+        with `txn`, pending until the transaction ends, as `acknowledge`."""
         if self.mode == "shared":
             raise NotAllowed("cumulative acknowledgement is not allowed on a shared subscription")
         mid = _id(message)
+        if txn is not None:
+            await self._txn_ack(txn, pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset]), True)
+            return
         group = self._ack_group()
         group.cumulative[mid.partition] = max(group.cumulative.get(mid.partition, -1), mid.offset)
         await asyncio.shield(group.done)
+
+    async def _txn_ack(self, txn: Transaction, offsets: pb.PartitionOffsets, cumulative: bool) -> None:
+        self._check_open()
+
+        def req() -> pb.Request:
+            ack = pb.Ack(consumer_id=self._id, txn_id=txn.txn_id)
+            (ack.cumulative if cumulative else ack.individual).append(offsets)
+            return pb.Request(ack=ack)
+
+        await txn.run(lambda: self.client.request(req))
 
     def _ack_group(self) -> _AckGroup:
         self._check_open()

@@ -14,6 +14,7 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gateway.client.errors import ClientClosed, ConnectionLost
@@ -25,12 +26,27 @@ from gateway.records import BatchBuilder, Compression
 
 if TYPE_CHECKING:
     from gateway.client.client import Client
+    from gateway.client.transaction import Transaction
 
 Headers = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | None]]
 
 
 def _to_bytes(v: bytes | str | None) -> bytes | None:
     return v.encode() if isinstance(v, str) else v
+
+
+def _epoch_ms(at: datetime | int | None) -> int:
+    if at is None:
+        return 0
+    ms = round(at.timestamp() * 1000) if isinstance(at, datetime) else int(at)
+    return max(ms, 1)  # 0 means "now" on the wire; a time long past is delivered at once either way
+
+
+def _millis(after: timedelta | float | None) -> int:
+    if after is None:
+        return 0
+    seconds = after.total_seconds() if isinstance(after, timedelta) else float(after)
+    return max(1, round(seconds * 1000))
 
 
 class _Batch:
@@ -94,9 +110,19 @@ class Producer:
         event_time: int | None = None,
         *,
         partition: int | None = None,
+        txn: Transaction | None = None,
+        deliver_at: datetime | int | None = None,
+        deliver_after: timedelta | float | None = None,
     ) -> MessageId:
-        """Send one message and return its id once the gateway has stored it."""
-        return await self.send_async(value, key, headers, event_time, partition=partition)
+        """Send one message and return its id once the gateway has stored it.
+
+        `txn`: the message counts only if the transaction commits (ExpiredTransactionError once it
+        has ended or was fenced). `deliver_at` (datetime or epoch ms) or `deliver_after` (timedelta or
+        seconds): subscriptions get the message at that time, not before; a time already past
+        delivers it at once. A message sent with a delivery time has no offset until it is delivered:
+        its id says offset -1 (as the Kafka face answers -1)."""
+        return await self.send_async(value, key, headers, event_time, partition=partition, txn=txn,
+                                     deliver_at=deliver_at, deliver_after=deliver_after)
 
     def send_async(
         self,
@@ -106,10 +132,16 @@ class Producer:
         event_time: int | None = None,
         *,
         partition: int | None = None,
+        txn: Transaction | None = None,
+        deliver_at: datetime | int | None = None,
+        deliver_after: timedelta | float | None = None,
     ) -> asyncio.Future[MessageId]:
-        """Queue a message; the future resolves to its id. Many of these fill one batch."""
+        """Queue a message; the future resolves to its id. Many of these fill one batch (messages in
+        a transaction or with a delivery time go alone, apart from the others)."""
         if self._closed:
             raise ClientClosed("the producer is closed")
+        if deliver_at is not None and deliver_after is not None:
+            raise ValueError("give deliver_at or deliver_after, not both")
         k = _to_bytes(key)
         if partition is None:
             partition = partition_for_key(k, self.partitions) if k is not None else self._sticky
@@ -119,6 +151,11 @@ class Producer:
         hs = [(hk, _to_bytes(hv)) for hk, hv in items]
         if event_time is not None:
             hs.append((EVENT_TIME_HEADER, str(int(event_time)).encode()))
+        if txn is not None or deliver_at is not None or deliver_after is not None:
+            if txn is not None:
+                txn.check()
+            delay = pb.Send(deliver_at_ms=_epoch_ms(deliver_at), deliver_after_ms=_millis(deliver_after))
+            return asyncio.ensure_future(self._send_alone(partition, _to_bytes(value), k, hs, txn, delay))
         batch = self._open.get(partition)
         if batch is None:
             batch = self._open[partition] = _Batch(self._compression)
@@ -130,6 +167,47 @@ class Producer:
         elif partition not in self._timers:
             self._timers[partition] = asyncio.get_running_loop().call_later(self._linger, self._seal, partition)
         return fut
+
+    async def _send_alone(
+        self, partition: int, value: bytes | None, key: bytes | None, headers: list[tuple[str, bytes | None]],
+        txn: Transaction | None, delay: pb.Send,
+    ) -> MessageId:
+        """A message in its own batch: a transactional one numbered by its transaction, one at a time
+        per partition; a delayed one without producer id (the gateway holds it outside the log)."""
+        delayed = delay.deliver_at_ms > 0 or delay.deliver_after_ms > 0
+        builder = BatchBuilder(self._compression)
+        builder.append(value, key, headers)
+
+        async def attempt(wire: bytes) -> MessageId:
+            def req() -> pb.Request:
+                send = pb.Send(handle=self._handle, partition=partition, batch=wire, txn_id=txn.txn_id if txn else "")
+                send.MergeFrom(delay)
+                return pb.Request(send=send)
+
+            deadline = time.monotonic() + self._send_timeout
+            while True:
+                try:
+                    resp = await self.client.request(req, timeout=max(0.01, deadline - time.monotonic()))
+                    return MessageId(self.topic, partition, int(resp.send_receipt.base_offset))
+                except ConnectionLost:
+                    # resending is safe for a transactional batch (deduplicated), not for a delayed one
+                    if delayed or self.client._closing or not self.client._reconnect or time.monotonic() >= deadline:
+                        raise
+
+        if txn is None:
+            return await attempt(builder.build())
+
+        async def in_txn() -> MessageId:
+            if delayed:
+                return await attempt(builder.build())
+            async with txn.lock(self.topic, partition):
+                txn.check()
+                builder.producer_id, builder.producer_epoch = txn.producer_id, txn.producer_epoch
+                builder.transactional = True
+                builder.base_sequence = txn.next_sequence(self.topic, partition, 1)
+                return await attempt(builder.build())
+
+        return await txn.run(in_txn)
 
     def _seal(self, partition: int) -> None:
         """Close the partition's open batch and queue it for its sender."""

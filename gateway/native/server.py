@@ -15,6 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest, NotAllowed, SubscriptionNotFound
+from gateway.native.transactions import TxnSession, as_expired
 from gateway.native.wire import (
     PROTOCOL_VERSION,
     FrameTooLarge,
@@ -45,7 +46,13 @@ class NativeServer(TcpListener):
         self.services = services
         self.subscriptions = SubscriptionService.open(services.log, services.store, services.config.node_id)
         self.producers = ProducerService(services.log, services.store)
+        self.subscriptions.txn_state = self._txn_state
+        services.txn.settlers.append(self.subscriptions.settle_txn)
         self._live: set[Connection] = set()
+
+    async def _txn_state(self, txn_id: str) -> str | None:
+        info = await self.services.txn.describe(txn_id)
+        return info.state if info is not None else None
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(self, reader, writer)
@@ -61,6 +68,8 @@ class NativeServer(TcpListener):
             conn.reader.feed_eof()
         await super().close(grace)
         await self.subscriptions.close()
+        with contextlib.suppress(ValueError):
+            self.services.txn.settlers.remove(self.subscriptions.settle_txn)
 
 
 async def start_native_server(services: Services, host: str, port: int) -> NativeServer:
@@ -92,6 +101,7 @@ class Connection:
         self.consumers: dict[int, Consumer] = {}
         self._next_handle = 1
         self._sends: asyncio.Queue[pb.Request] = asyncio.Queue()
+        self.txns = TxnSession(self.services)
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -124,6 +134,7 @@ class Connection:
                 with contextlib.suppress(Exception):
                     await self.subs.unsubscribe_consumer(consumer)
             self.consumers.clear()
+            self.txns.disconnected()
 
     async def _handle(self, req: pb.Request) -> None:
         kind = req.WhichOneof("body")
@@ -165,27 +176,8 @@ class Connection:
             reqs = [await self._sends.get()]
             while not self._sends.empty() and len(reqs) < _SEND_BATCH:
                 reqs.append(self._sends.get_nowait())
-            out: list[bytes | memoryview] = []
-            items: list[tuple[str, int, bytes | memoryview]] = []
-            owners: list[pb.Request] = []
-            for req in reqs:
-                try:
-                    items.append(self._checked_send(req.send))
-                    owners.append(req)
-                except GatewayError as exc:
-                    out.append(self._error(req.request_id, exc))
-            if items:
-                try:
-                    results = [p.result for p in await self.services.log.append(items)]
-                except Exception as exc:
-                    results = [exc] * len(items)
-                for req, res in zip(owners, results, strict=True):
-                    if isinstance(res, Exception):
-                        out.append(self._error(req.request_id, res))
-                    else:
-                        receipt = pb.SendReceipt(base_offset=res.base_offset, duplicate=res.duplicate)
-                        out.append(frame(pb.Response(request_id=req.request_id, send_receipt=receipt)))
             try:
+                out = await self._send_all(reqs)
                 await self._write(out)
             except ConnectionError:
                 return
@@ -193,15 +185,86 @@ class Connection:
                 for _ in reqs:
                     self._sends.task_done()
 
-    def _checked_send(self, send: pb.Send) -> tuple[str, int, bytes | memoryview]:
+    async def _send_all(self, reqs: list[pb.Request]) -> list[bytes | memoryview]:
+        """Answers to `reqs`, in order: one append round trip for the batches that go to the log now,
+        after each transaction has taken in its partitions; delayed messages to the delay index."""
+        answers: dict[int, pb.Response | Exception] = {}
+        checked: dict[int, tuple[str, int, bytes | memoryview]] = {}
+        by_txn: dict[str, list[int]] = {}
+        for i, req in enumerate(reqs):
+            try:
+                checked[i] = await self._checked_send(req.send)
+            except GatewayError as exc:
+                answers[i] = exc
+                continue
+            if req.send.txn_id:
+                by_txn.setdefault(req.send.txn_id, []).append(i)
+        for txn_id, idx in by_txn.items():
+            try:
+                await self.txns.add_partitions(txn_id, sorted({checked[i][:2] for i in idx}))
+            except GatewayError as exc:
+                for i in idx:
+                    answers[i] = exc
+                    del checked[i]
+        now = [i for i in checked if not _delayed(reqs[i].send)]
+        for i in checked:
+            if _delayed(reqs[i].send):
+                answers[i] = await self._send_delayed(reqs[i].send, checked[i])
+        if now:
+            try:
+                results = [p.result for p in await self.services.log.append([checked[i] for i in now])]
+            except Exception as exc:
+                results = [exc] * len(now)
+            for i, res in zip(now, results, strict=True):
+                if isinstance(res, Exception):
+                    txn_id = reqs[i].send.txn_id
+                    answers[i] = as_expired(txn_id, res) if txn_id and isinstance(res, GatewayError) else res
+                else:
+                    receipt = pb.SendReceipt(base_offset=res.base_offset, duplicate=res.duplicate)
+                    answers[i] = pb.Response(send_receipt=receipt)
+        out: list[bytes | memoryview] = []
+        for i, req in enumerate(reqs):
+            ans = answers[i]
+            if isinstance(ans, Exception):
+                out.append(self._error(req.request_id, ans))
+            else:
+                ans.request_id = req.request_id
+                out.append(frame(ans))
+        return out
+
+    async def _send_delayed(self, send: pb.Send, item: tuple[str, int, bytes | memoryview]) -> pb.Response | Exception:
+        """A held message has no offset yet: its receipt says -1 and `delayed`, as the Kafka face answers -1."""
+        topic, partition, batch = item
+        try:
+            res = await self.services.delay.send(
+                topic, partition, bytes(batch),
+                deliver_at_ms=send.deliver_at_ms if send.deliver_at_ms > 0 else None,
+                deliver_after_ms=send.deliver_after_ms if send.deliver_at_ms <= 0 else None,
+                txn_id=send.txn_id or None,
+            )
+        except Exception as exc:
+            return exc
+        held = res.held > 0 or bool(send.txn_id)
+        return pb.Response(send_receipt=pb.SendReceipt(base_offset=-1, delayed=held))
+
+    async def _checked_send(self, send: pb.Send) -> tuple[str, int, bytes | memoryview]:
         producer = self.producers.get(send.handle)
         if producer is None:
             raise NotAllowed(f"no producer {send.handle} on this connection")
         if send.partition >= producer.partitions:
             raise InvalidRequest(f"{producer.topic} has no partition {send.partition}")
         h = parse_header(send.batch, verify_crc=False)
-        if h.producer_id != producer.producer_id or h.transactional or h.control:
-            raise InvalidRequest("the batch must carry this producer's id and be neither transactional nor control")
+        if h.control:
+            raise InvalidRequest("a control batch cannot be sent")
+        if _delayed(send):
+            if h.record_count != 1 or h.producer_id != -1 or h.transactional:
+                raise InvalidRequest("a delayed message is one record in a batch without producer id")
+        elif send.txn_id:
+            txn = await self.txns.get(send.txn_id)
+            if h.producer_id != txn.producer_id or not h.transactional:
+                raise InvalidRequest("a transactional batch carries its transaction's producer id and flag")
+        elif h.producer_id != producer.producer_id or h.transactional:
+            raise InvalidRequest("the batch must carry this producer's id and not be transactional")
         return producer.topic, send.partition, send.batch
 
     async def _create_producer(self, req: pb.Request) -> pb.Response:
@@ -262,7 +325,13 @@ class Connection:
         for po in r.individual:
             individual.setdefault(po.partition, []).extend(po.offsets)
         cumulative = {po.partition: max(po.offsets) for po in r.cumulative if po.offsets}
-        await self.subs.acknowledge(self._consumer(r.consumer_id), individual, cumulative)
+        consumer = self._consumer(r.consumer_id)
+        if r.txn_id:
+            sub = consumer.subscription
+            assert sub is not None
+            members = [(sub.topic, p, sub.name) for p in sorted(set(individual) | set(cumulative))]
+            await self.txns.add_subscriptions(r.txn_id, members)
+        await self.subs.acknowledge(consumer, individual, cumulative, r.txn_id or None)
         return pb.Response(success=pb.Success())
 
     async def _nack(self, req: pb.Request) -> pb.Response:
@@ -301,10 +370,38 @@ class Connection:
     # -- session --------------------------------------------------------------------------------
 
     async def _connect(self, req: pb.Request) -> pb.Response:
+        r = req.connect
+        epoch = 0
+        if r.transaction_key:
+            if self.txns.key:
+                raise NotAllowed("this connection holds a transaction key already")
+            epoch = await self.txns.connect(r.transaction_key, r.epoch, self._fenced)
         connected = pb.Connected(
-            protocol_version=PROTOCOL_VERSION, max_frame_bytes=self.services.config.max_frame_bytes
+            protocol_version=PROTOCOL_VERSION, max_frame_bytes=self.services.config.max_frame_bytes, epoch=epoch
         )
         return pb.Response(connected=connected)
+
+    def _fenced(self) -> None:
+        """A newer epoch took our transaction key: say so, and close at once."""
+        self.txns.fenced = True
+        exc = NotAllowed(f"transaction key {self.txns.key!r}: epoch {self.txns.epoch} was fenced by a newer one")
+        with contextlib.suppress(Exception):
+            self.writer.write(self._error(0, exc))
+        self.reader.feed_eof()
+        self.writer.close()
+
+    async def _new_transaction(self, req: pb.Request) -> pb.Response:
+        txn = await self.txns.begin(req.new_transaction.timeout_ms)
+        created = pb.TransactionCreated(
+            txn_id=txn.txn_id, producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+            timeout_ms=txn.timeout_ms,
+        )
+        return pb.Response(transaction_created=created)
+
+    async def _end_transaction(self, req: pb.Request) -> pb.Response:
+        r = req.end_transaction
+        await self.txns.end(r.txn_id, r.commit)
+        return pb.Response(success=pb.Success())
 
     async def _ping(self, req: pb.Request) -> pb.Response:
         return pb.Response(pong=pb.Pong())
@@ -322,4 +419,10 @@ _HANDLERS: dict[str, Handler] = {
     "seek": Connection._seek,
     "close_consumer": Connection._close_consumer,
     "unsubscribe": Connection._unsubscribe,
+    "new_transaction": Connection._new_transaction,
+    "end_transaction": Connection._end_transaction,
 }
+
+
+def _delayed(send: pb.Send) -> bool:
+    return send.deliver_at_ms > 0 or send.deliver_after_ms > 0

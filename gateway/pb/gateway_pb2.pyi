@@ -25,7 +25,7 @@ LATEST: InitialPosition
 EARLIEST: InitialPosition
 
 class Request(_message.Message):
-    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe")
+    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe", "new_transaction", "end_transaction")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONNECT_FIELD_NUMBER: _ClassVar[int]
     CREATE_PRODUCER_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,8 @@ class Request(_message.Message):
     CLOSE_CONSUMER_FIELD_NUMBER: _ClassVar[int]
     PING_FIELD_NUMBER: _ClassVar[int]
     UNSUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    NEW_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
+    END_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     connect: Connect
     create_producer: CreateProducer
@@ -52,10 +54,12 @@ class Request(_message.Message):
     close_consumer: CloseConsumer
     ping: Ping
     unsubscribe: Unsubscribe
-    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ...) -> None: ...
+    new_transaction: NewTransaction
+    end_transaction: EndTransaction
+    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., new_transaction: _Optional[_Union[NewTransaction, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransaction, _Mapping]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "messages", "consumer_reset")
+    __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "transaction_created", "messages", "consumer_reset")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +68,7 @@ class Response(_message.Message):
     SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     PONG_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_CREATED_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_RESET_FIELD_NUMBER: _ClassVar[int]
     request_id: int
@@ -74,9 +79,10 @@ class Response(_message.Message):
     subscribed: Subscribed
     success: Success
     pong: Pong
+    transaction_created: TransactionCreated
     messages: Messages
     consumer_reset: ConsumerReset
-    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., producer_created: _Optional[_Union[ProducerCreated, _Mapping]] = ..., send_receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., success: _Optional[_Union[Success, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., consumer_reset: _Optional[_Union[ConsumerReset, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., producer_created: _Optional[_Union[ProducerCreated, _Mapping]] = ..., send_receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., success: _Optional[_Union[Success, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., transaction_created: _Optional[_Union[TransactionCreated, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., consumer_reset: _Optional[_Union[ConsumerReset, _Mapping]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("code", "message")
@@ -87,20 +93,26 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Connect(_message.Message):
-    __slots__ = ("client_name", "protocol_version")
+    __slots__ = ("client_name", "protocol_version", "transaction_key", "epoch")
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_KEY_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     client_name: str
     protocol_version: int
-    def __init__(self, client_name: _Optional[str] = ..., protocol_version: _Optional[int] = ...) -> None: ...
+    transaction_key: str
+    epoch: int
+    def __init__(self, client_name: _Optional[str] = ..., protocol_version: _Optional[int] = ..., transaction_key: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Connected(_message.Message):
-    __slots__ = ("protocol_version", "max_frame_bytes")
+    __slots__ = ("protocol_version", "max_frame_bytes", "epoch")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_FRAME_BYTES_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     max_frame_bytes: int
-    def __init__(self, protocol_version: _Optional[int] = ..., max_frame_bytes: _Optional[int] = ...) -> None: ...
+    epoch: int
+    def __init__(self, protocol_version: _Optional[int] = ..., max_frame_bytes: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Ping(_message.Message):
     __slots__ = ()
@@ -137,22 +149,56 @@ class ProducerCreated(_message.Message):
     def __init__(self, handle: _Optional[int] = ..., producer_id: _Optional[int] = ..., partitions: _Optional[int] = ..., producer_name: _Optional[str] = ...) -> None: ...
 
 class Send(_message.Message):
-    __slots__ = ("handle", "partition", "batch")
+    __slots__ = ("handle", "partition", "batch", "txn_id", "deliver_at_ms", "deliver_after_ms")
     HANDLE_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     handle: int
     partition: int
     batch: bytes
-    def __init__(self, handle: _Optional[int] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ...) -> None: ...
+    txn_id: str
+    deliver_at_ms: int
+    deliver_after_ms: int
+    def __init__(self, handle: _Optional[int] = ..., partition: _Optional[int] = ..., batch: _Optional[bytes] = ..., txn_id: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., deliver_after_ms: _Optional[int] = ...) -> None: ...
 
 class SendReceipt(_message.Message):
-    __slots__ = ("base_offset", "duplicate")
+    __slots__ = ("base_offset", "duplicate", "delayed")
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
     base_offset: int
     duplicate: bool
-    def __init__(self, base_offset: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+    delayed: bool
+    def __init__(self, base_offset: _Optional[int] = ..., duplicate: _Optional[bool] = ..., delayed: _Optional[bool] = ...) -> None: ...
+
+class NewTransaction(_message.Message):
+    __slots__ = ("timeout_ms",)
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    timeout_ms: int
+    def __init__(self, timeout_ms: _Optional[int] = ...) -> None: ...
+
+class TransactionCreated(_message.Message):
+    __slots__ = ("txn_id", "producer_id", "producer_epoch", "timeout_ms")
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    txn_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    def __init__(self, txn_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class EndTransaction(_message.Message):
+    __slots__ = ("txn_id", "commit")
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    txn_id: str
+    commit: bool
+    def __init__(self, txn_id: _Optional[str] = ..., commit: _Optional[bool] = ...) -> None: ...
 
 class CloseProducer(_message.Message):
     __slots__ = ("handle",)
@@ -201,14 +247,16 @@ class PartitionOffsets(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("consumer_id", "individual", "cumulative")
+    __slots__ = ("consumer_id", "individual", "cumulative", "txn_id")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     INDIVIDUAL_FIELD_NUMBER: _ClassVar[int]
     CUMULATIVE_FIELD_NUMBER: _ClassVar[int]
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     individual: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
     cumulative: _containers.RepeatedCompositeFieldContainer[PartitionOffsets]
-    def __init__(self, consumer_id: _Optional[int] = ..., individual: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ..., cumulative: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ...) -> None: ...
+    txn_id: str
+    def __init__(self, consumer_id: _Optional[int] = ..., individual: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ..., cumulative: _Optional[_Iterable[_Union[PartitionOffsets, _Mapping]]] = ..., txn_id: _Optional[str] = ...) -> None: ...
 
 class Nack(_message.Message):
     __slots__ = ("consumer_id", "offsets")

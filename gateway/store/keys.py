@@ -41,6 +41,12 @@ def sub_acks(topic: str, partition: int, name: str) -> str:
     return f"{partition_tag(topic, partition)}:acks:{name}"
 
 
+def sub_pending(topic: str, partition: int, name: str) -> str:
+    """Hash of offsets a transaction has acked but not yet committed: offset -> txn id, and 'c' ->
+    "txn upto" for a pending cumulative ack (PIP-31's PENDING_ACK)."""
+    return f"{partition_tag(topic, partition)}:pending:{name}"
+
+
 def subscriptions_of(topic: str, partition: int) -> str:
     """Set of subscription names on a partition, so deleting a topic finds them."""
     return f"{partition_tag(topic, partition)}:subs"

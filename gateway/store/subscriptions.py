@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway.errors import ConsumerBusy, ErrorCode, error_for
+from gateway.errors import ConsumerBusy, ErrorCode, TransactionConflict, error_for
 from gateway.store import keys
 from gateway.store.connection import storage_errors
 from gateway.store.scripts import Scripts
@@ -28,6 +28,25 @@ class Position:
     created: bool
 
 
+@dataclass(frozen=True)
+class Settled:
+    """What settling a transaction on one partition of a subscription touched."""
+
+    cursor: int  # -1 when the subscription is gone
+    upto: int  # the transaction's cumulative ack (every offset below), -1 if none
+    offsets: list[int]  # its individual acks
+
+
+class PendingAckConflict(TransactionConflict):
+    """An offset is locked by another transaction (`holder`), or acked already (holder "")."""
+
+    def __init__(self, topic: str, partition: int, holder: str) -> None:
+        what = f"transaction {holder}" if holder else "an earlier acknowledgement"
+        super().__init__(f"{topic}-{partition}: a message is held by {what}")
+        self.partition = partition
+        self.holder = holder
+
+
 class SubscriptionStore:
     def __init__(self, redis: Redis, scripts: Scripts) -> None:
         self.redis = redis
@@ -38,6 +57,7 @@ class SubscriptionStore:
             keys.subscription(topic, partition, name),
             keys.sub_acks(topic, partition, name),
             keys.meta(topic, partition),
+            keys.sub_pending(topic, partition, name),
         ]
 
     async def _run(self, calls: list[tuple[str, str, int, list[str], list[Any]]]) -> list[list[Any]]:
@@ -48,6 +68,8 @@ class SubscriptionStore:
         async with storage_errors():
             replies: list[list[Any]] = await pipe.execute()
         for (_, topic, partition, _, _), reply in zip(calls, replies, strict=True):
+            if reply[0] == ErrorCode.TRANSACTION_CONFLICT:
+                raise PendingAckConflict(topic, partition, reply[1].decode())
             if reply[0] != ErrorCode.OK:
                 raise error_for(reply[0], f"{topic}-{partition}")
         return replies
@@ -59,7 +81,7 @@ class SubscriptionStore:
         now = int(time.time() * 1000)
         calls = [
             # name, initial, mode, now_ms
-            ("sub-open-4", topic, p, [*self._keys(topic, p, name), keys.subscriptions_of(topic, p)],
+            ("sub-open-4", topic, p, [*self._keys(topic, p, name)[:3], keys.subscriptions_of(topic, p)],
              [name, initial, mode, now])
             for p in partitions
         ]
@@ -71,17 +93,35 @@ class SubscriptionStore:
         """Per partition (cumulative upto or -1, individual offsets); returns the new cursors."""
         calls = [
             # upto, offsets
-            ("sub-ack-3", topic, p, self._keys(topic, p, name), [upto, " ".join(map(str, offsets))])
+            ("sub-ack-4", topic, p, self._keys(topic, p, name), [upto, " ".join(map(str, offsets))])
             for p, (upto, offsets) in acks.items()
         ]
         replies = await self._run(calls)
         return {p: int(r[1]) for p, r in zip(acks, replies, strict=True)}
 
+    async def lock(self, topic: str, name: str, txn_id: str, acks: dict[int, tuple[int, list[int]]]) -> None:
+        """Lock offsets for a transaction, per partition (cumulative upto or -1, individual offsets).
+        PendingAckConflict when another transaction holds one or it is acked already; partitions
+        locked before the conflicting one stay locked (the transaction must abort anyway)."""
+        calls = [
+            # txn, upto, offsets
+            ("sub-txn-ack-4", topic, p, self._keys(topic, p, name), [txn_id, upto, " ".join(map(str, offsets))])
+            for p, (upto, offsets) in acks.items()
+        ]
+        await self._run(calls)
+
+    async def settle(self, topic: str, partition: int, name: str, txn_id: str, commit: bool) -> Settled:
+        """Ack (commit) or release (abort) what the transaction locked; safe to repeat."""
+        # txn, commit
+        (r,) = await self._run([("sub-txn-settle-4", topic, partition, self._keys(topic, partition, name),
+                                 [txn_id, 1 if commit else 0])])
+        return Settled(int(r[1]), int(r[2]), [int(o) for o in r[3:]])
+
     async def seek(self, topic: str, name: str, targets: dict[int, int]) -> dict[int, int]:
         """Move cursors (offset, -1 log start, -2 high watermark); returns where each landed."""
         calls = [
             # offset
-            ("sub-seek-3", topic, p, self._keys(topic, p, name), [offset])
+            ("sub-seek-3", topic, p, self._keys(topic, p, name)[:3], [offset])
             for p, offset in targets.items()
         ]
         replies = await self._run(calls)
@@ -100,8 +140,9 @@ class SubscriptionStore:
         """Forget the subscription everywhere: positions, acks, and the dispatch lease."""
         calls = [
             # name
-            ("sub-delete-3", topic, p,
-             [keys.subscription(topic, p, name), keys.sub_acks(topic, p, name), keys.subscriptions_of(topic, p)],
+            ("sub-delete-4", topic, p,
+             [keys.subscription(topic, p, name), keys.sub_acks(topic, p, name), keys.subscriptions_of(topic, p),
+              keys.sub_pending(topic, p, name)],
              [name])
             for p in partitions
         ]

@@ -1,0 +1,125 @@
+"""One native connection's transactions (PIP-31) and its transaction key's epoch.
+
+A connection with a transaction key holds the key for one epoch: its transactions are the key's
+(one at a time, FenceService), and every step carries that epoch, so once a newer connection takes
+the key each step of the old transaction fails. Without a key, transactions are plain coordinator
+transactions. Whatever the coordinator or the log answer for a transaction that has ended, timed
+out or been fenced becomes ExpiredTransactionError, the one error a native client acts on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from gateway.errors import (
+    ExpiredTransactionError,
+    GatewayError,
+    InvalidProducerEpoch,
+    InvalidTxnState,
+    ProducerFenced,
+    TransactionNotFound,
+)
+from gateway.services import Services
+from gateway.txn import TxnId
+
+OWNER = ""  # anonymous until the native face authenticates
+
+
+@dataclass(frozen=True)
+class Txn:
+    """What a connection knows of a transaction: the producer its batches must carry."""
+
+    txn_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+
+
+def as_expired(txn_id: str, exc: GatewayError) -> GatewayError:
+    """The coordinator's and the log's ways of saying 'this transaction is over', as one error."""
+    if isinstance(exc, ProducerFenced | InvalidProducerEpoch):
+        return ExpiredTransactionError(f"transaction {txn_id} was fenced by a newer epoch of its key")
+    if isinstance(exc, InvalidTxnState):
+        return ExpiredTransactionError(f"transaction {txn_id} has ended: {exc}")
+    if isinstance(exc, TransactionNotFound):
+        return ExpiredTransactionError(f"transaction {txn_id} is unknown or long finished")
+    return exc
+
+
+@contextlib.contextmanager
+def expired_errors(txn_id: str) -> Iterator[None]:
+    try:
+        yield
+    except GatewayError as exc:
+        mapped = as_expired(txn_id, exc)
+        if mapped is exc:
+            raise
+        raise mapped from exc
+
+
+class TxnSession:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.key = ""
+        self.epoch = -1  # the key's epoch this connection holds; -1 without a key (no epoch checks)
+        self.fenced = False
+        self._txns: dict[str, Txn] = {}
+
+    async def connect(self, key: str, last_epoch: int, on_fenced: Callable[[], None]) -> int:
+        """Take the key for a new epoch; the older epoch's connection and transaction end at once."""
+        connected = await self.services.fence.connect(OWNER, key, last_epoch, on_fenced=on_fenced)
+        self.key, self.epoch = key, connected.epoch
+        return connected.epoch
+
+    def disconnected(self) -> None:
+        if self.key and not self.fenced:
+            self.services.fence.disconnected(OWNER, self.key, self.epoch)
+
+    def _check_live(self, txn_id: str) -> None:
+        if self.fenced:
+            raise ExpiredTransactionError(f"transaction {txn_id}: the connection's epoch was fenced")
+
+    async def begin(self, timeout_ms: int) -> Txn:
+        coordinator = self.services.txn
+        timeout = coordinator.check_timeout(timeout_ms or None)
+        if self.key:
+            self._check_live("new")
+            txn_id, pid = await self.services.fence.begin(OWNER, self.key, self.epoch, timeout, own_producer=True)
+            txn = Txn(str(txn_id), pid, self.epoch, timeout)
+        else:
+            tid: TxnId = await coordinator.begin(timeout)
+            txn = Txn(str(tid), coordinator.own_producer_id(tid), 0, timeout)
+        self._txns[txn.txn_id] = txn
+        return txn
+
+    async def get(self, txn_id: str) -> Txn:
+        """A transaction of this connection, or one opened before a reconnect (looked up once)."""
+        self._check_live(txn_id)
+        txn = self._txns.get(txn_id)
+        if txn is None:
+            info = await self.services.txn.describe(txn_id)
+            if info is None or info.state != "OPEN":
+                raise ExpiredTransactionError(f"transaction {txn_id} is not open")
+            txn = self._txns[txn_id] = Txn(txn_id, info.producer_id, info.producer_epoch, info.timeout_ms)
+        return txn
+
+    async def add_partitions(self, txn_id: str, partitions: list[tuple[str, int]]) -> None:
+        """Before a transactional batch (or a delayed message held for the transaction) goes out:
+        a new partition joins, and every call checks that the transaction is open for our epoch."""
+        await self.get(txn_id)
+        with expired_errors(txn_id):
+            await self.services.txn.add_partitions(txn_id, partitions, self.epoch)
+
+    async def add_subscriptions(self, txn_id: str, subs: list[tuple[str, int, str]]) -> None:
+        await self.get(txn_id)
+        with expired_errors(txn_id):
+            await self.services.txn.add_subscriptions(txn_id, subs, self.epoch)
+
+    async def end(self, txn_id: str, commit: bool) -> str:
+        self._check_live(txn_id)
+        with expired_errors(txn_id):
+            state = await self.services.txn.end(txn_id, commit, self.epoch)
+        self._txns.pop(txn_id, None)
+        return state

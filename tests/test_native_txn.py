@@ -1,0 +1,166 @@
+"""Native transactions (PIP-31): consume-transform-produce exactly once, PENDING_ACK conflicts,
+timeouts, and what readers of the output see."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from gateway.client import (
+    Client,
+    ConcurrentTransactions,
+    ExpiredTransactionError,
+    InvalidConfig,
+    Timeout,
+    TransactionConflict,
+)
+from gateway.server import Gateway
+from tests.conftest import native_url, test_config
+
+N = 10
+
+
+async def produce_inputs(client: Client, topic: str, n: int = N) -> None:
+    producer = await client.create_producer(topic)
+    await asyncio.gather(*(producer.send(f"in-{i}".encode()) for i in range(n)))
+    await producer.close()
+
+
+async def read_all(client: Client, topic: str) -> list[bytes]:
+    """Every message of `topic` a fresh subscription sees, up to a sentinel sent after everything else."""
+    producer = await client.create_producer(topic)
+    await producer.send(b"END")
+    reader = await client.subscribe(topic, f"check-{id(producer)}", initial_position="earliest")
+    out = []
+    while (m := await reader.receive(10)).value != b"END":
+        out.append(m.value)
+    await reader.close()
+    await producer.close()
+    return out
+
+
+@pytest.fixture
+async def client(gateway):
+    c = await Client.connect(native_url(gateway))
+    yield c
+    await c.close()
+
+
+@pytest.mark.parametrize("cumulative", [False, True], ids=["individual", "cumulative"])
+async def test_consume_transform_produce_exactly_once(client, cumulative):
+    await produce_inputs(client, "in")
+    mode = "failover" if cumulative else "shared"
+    consumer = await client.subscribe("in", "proc", mode=mode, initial_position="earliest")
+    producer = await client.create_producer("out")
+    watcher = await client.subscribe("out", "watch", initial_position="earliest")
+
+    async def run(count: int, commit: bool) -> list[bytes]:
+        txn = await client.new_transaction(timeout=30)
+        got = [await consumer.receive(10) for _ in range(count)]
+        for m in got:
+            ids = await producer.send(m.value.replace(b"in", b"out"), txn=txn)
+            assert ids.offset >= 0
+            if not cumulative:
+                await consumer.acknowledge(m, txn=txn)
+        if cumulative:
+            await consumer.acknowledge_cumulative(max(got, key=lambda m: m.offset), txn=txn)
+        with pytest.raises(Timeout):  # nothing of an open transaction is visible
+            await watcher.receive(0.2)
+        await (txn.commit() if commit else txn.abort())
+        return [m.value for m in got]
+
+    first = await run(4, commit=False)
+    # the aborted run's inputs come again, with everything else
+    second = await run(N, commit=True)
+    assert sorted(second) == sorted(f"in-{i}".encode() for i in range(N))
+    assert set(first) <= set(second)
+    out = await read_all(client, "out")
+    assert sorted(out) == sorted(f"out-{i}".encode() for i in range(N))
+    # the acks were committed: the subscription has nothing left
+    await consumer.close()
+    again = await client.subscribe("in", "proc", mode=mode)
+    await produce_inputs(client, "in", 1)
+    assert (await again.receive(10)).offset == N  # the new one, nothing from before
+
+
+async def test_two_transactions_racing_for_one_message(client):
+    await produce_inputs(client, "in", 2)
+    consumer = await client.subscribe("in", "proc", mode="shared", initial_position="earliest")
+    m0, m1 = await consumer.receive(10), await consumer.receive(10)
+    t1, t2 = await client.new_transaction(), await client.new_transaction()
+    results = await asyncio.gather(consumer.acknowledge(m0, txn=t1), consumer.acknowledge(m0, txn=t2),
+                                   return_exceptions=True)
+    assert sum(r is None for r in results) == 1
+    (conflict,) = [r for r in results if r is not None]
+    assert isinstance(conflict, TransactionConflict)
+    winner, loser = (t1, t2) if results[0] is None else (t2, t1)
+    with pytest.raises(TransactionConflict):  # a plain ack of a locked message conflicts too
+        await consumer.acknowledge(m0)
+    with pytest.raises(TransactionConflict):  # the failed step fails the commit, which aborts
+        await loser.commit()
+    assert loser.state == "ABORTED"
+    await consumer.acknowledge(m1)
+    await winner.commit()
+    late = await client.new_transaction()
+    with pytest.raises(TransactionConflict):  # acked already: a duplicate of work done
+        await consumer.acknowledge(m0, txn=late)
+    await late.abort()
+    with pytest.raises(ExpiredTransactionError):
+        await winner.commit()
+
+
+@pytest.fixture
+async def quick_reaper(redis_url):
+    gw = Gateway(test_config(redis_url, txn_reaper_interval=0.05, txn_max_timeout_ms=60_000))
+    await gw.start()
+    try:
+        yield gw
+    finally:
+        await gw.stop()
+
+
+async def test_timeout_aborts_and_releases_acks(quick_reaper):
+    async with await Client.connect(native_url(quick_reaper)) as client:
+        with pytest.raises(InvalidConfig, match="maximum"):
+            await client.new_transaction(timeout=timedelta(minutes=5))
+        await produce_inputs(client, "in", 1)
+        consumer = await client.subscribe("in", "proc", mode="shared", initial_position="earliest")
+        producer = await client.create_producer("out")
+        m = await consumer.receive(10)
+        txn = await client.new_transaction(timeout=timedelta(milliseconds=300))
+        await producer.send(b"never", txn=txn)
+        await consumer.acknowledge(m, txn=txn)
+        again = await consumer.receive(10)  # the reaper's abort released it
+        assert again.offset == m.offset and again.redelivery_count == 1
+        for step in (producer.send(b"late", txn=txn), consumer.acknowledge(again, txn=txn), txn.commit()):
+            with pytest.raises(ExpiredTransactionError):
+                await step
+        await consumer.acknowledge(again)
+        assert await read_all(client, "out") == []
+
+
+async def test_messages_of_a_transaction_are_atomic_across_partitions(client, gateway):
+    await gateway.services.log.create_topic("multi", 3)
+    producer = await client.create_producer("multi")
+    reader = await client.subscribe("multi", "r", initial_position="earliest")
+    plain = await producer.send(b"plain", partition=0)
+    txn = await client.new_transaction()
+    ids = await asyncio.gather(*(producer.send(f"t{p}", partition=p, txn=txn) for p in range(3)))
+    assert [i.partition for i in ids] == [0, 1, 2]
+    assert (await reader.receive(10)).message_id == plain
+    with pytest.raises(Timeout):
+        await reader.receive(0.2)
+    await txn.commit()
+    got = sorted([(await reader.receive(10)).value for _ in range(3)])
+    assert got == [b"t0", b"t1", b"t2"]
+
+
+async def test_one_transaction_at_a_time_per_key(gateway):
+    async with await Client.connect(native_url(gateway), transaction_key="solo") as client:
+        txn = await client.new_transaction()
+        with pytest.raises(ConcurrentTransactions):
+            await client.new_transaction()
+        await txn.commit()
+        await (await client.new_transaction()).abort()
