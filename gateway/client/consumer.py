@@ -190,6 +190,7 @@ class Consumer:
         await asyncio.shield(group.done)
 
     async def _txn_ack(self, txn: Transaction, offsets: pb.PartitionOffsets, cumulative: bool) -> None:
+        txn.check()
         self._check_open()
 
         def req() -> pb.Request:
