@@ -90,6 +90,8 @@ class ConfluentMember(Member):
                 m = c.poll(0.1)
                 if m is None or m.error() is not None:
                     continue
+                if m.partition() not in {tp.partition for tp in c.assignment()}:
+                    continue  # revoked since it was fetched: its new owner processes it
                 try:
                     c.commit(offsets=[ck.TopicPartition(TOPIC, m.partition(), m.offset() + 1)], asynchronous=False)
                 except ck.KafkaException:
@@ -129,6 +131,8 @@ class KafkaPythonMember(ConfluentMember):
             while not self.stop.is_set():
                 for tp, records in c.poll(timeout_ms=100).items():
                     for r in records:
+                        if tp not in c.assignment():
+                            break  # a commit inside this loop rebalanced the group and took tp away
                         try:
                             c.commit({tp: kafka.OffsetAndMetadata(r.offset + 1, "", -1)})
                         except kafka.errors.KafkaError:
@@ -169,6 +173,8 @@ class AiokafkaMember(Member):
                 batches = await c.getmany(timeout_ms=100)
                 for tp, records in batches.items():
                     for r in records:
+                        if tp not in c.assignment():
+                            break  # revoked since it was fetched: its new owner processes it
                         try:
                             await c.commit({tp: AioOffset(r.offset + 1, "")})
                         except AioKafkaError:
