@@ -17,7 +17,7 @@ from gateway.client import (
     TransactionConflict,
 )
 from gateway.server import Gateway
-from tests.conftest import native_url, test_config
+from tests.conftest import native_url, run_example, test_config
 
 N = 10
 
@@ -29,13 +29,20 @@ async def produce_inputs(client: Client, topic: str, n: int = N) -> None:
 
 
 async def read_all(client: Client, topic: str) -> list[bytes]:
-    """Every message of `topic` a fresh subscription sees, up to a sentinel sent after everything else."""
+    """Every message of `topic` a fresh subscription sees, up to a sentinel sent to each partition
+    after everything else."""
     producer = await client.create_producer(topic)
-    await producer.send(b"END")
+    for p in range(producer.partitions):
+        await producer.send(b"END", partition=p)
     reader = await client.subscribe(topic, f"check-{id(producer)}", initial_position="earliest")
     out = []
-    while (m := await reader.receive(10)).value != b"END":
-        out.append(m.value)
+    ends = 0
+    while ends < producer.partitions:
+        m = await reader.receive(10)
+        if m.value == b"END":
+            ends += 1
+        else:
+            out.append(m.value)
     await reader.close()
     await producer.close()
     return out
@@ -164,3 +171,15 @@ async def test_one_transaction_at_a_time_per_key(gateway):
             await client.new_transaction()
         await txn.commit()
         await (await client.new_transaction()).abort()
+
+
+async def test_transactions_example_transforms_each_input_once(gateway):
+    await gateway.services.log.create_topic("words", 2)
+    await gateway.services.log.create_topic("shouts", 2)
+    code, text = await run_example("native_transactions.py", "--url", native_url(gateway), "--seed", "30",
+                                   "--batch", "7", "--idle-seconds", "1")
+    assert code == 0, text
+    assert "done: transformed 30" in text, text
+    async with await Client.connect(native_url(gateway)) as client:
+        out = await read_all(client, "shouts")
+    assert sorted(out) == sorted(f"WORD {i}".encode() for i in range(30))
