@@ -192,7 +192,9 @@ class Subscription:
                 cursors = await self.service.store.ack(self.topic, self.name, calls)
                 break
             except PendingAckConflict as exc:
-                if attempt or not await self.service.heal(self.topic, self.name, exc):
+                upto, offsets = calls[exc.partition]
+                acking = set(offsets) | {o for o in self.outstanding[exc.partition] if o < upto}
+                if attempt or not await self.service.heal(self.topic, self.name, exc, acking):
                     raise
         self.applied(cursors, individual, cumulative)
 
@@ -522,9 +524,11 @@ class SubscriptionService:
         another transaction holds a message."""
         await self._sub(consumer).acknowledge(individual, cumulative, txn_id)
 
-    async def settle_txn(self, topic: str, partition: int, name: str, txn_id: str, commit: bool) -> None:
+    async def settle_txn(
+        self, topic: str, partition: int, name: str, txn_id: str, commit: bool, *, spare: set[int] | None = None
+    ) -> None:
         """The transaction coordinator's subscription hook: commit acks what the transaction locked,
-        abort releases it for redelivery. Safe to repeat."""
+        abort releases it for redelivery (but `spare`, being acked right now). Safe to repeat."""
         r = await self.store.settle(topic, partition, name, txn_id, commit)
         sub = self._subs.get((topic, name))
         if sub is None or partition >= sub.partitions:
@@ -535,17 +539,19 @@ class SubscriptionService:
                             {partition: r.upto - 1} if r.upto >= 0 else {})
             return
         again = set(r.offsets) | {o for o in sub.outstanding[partition] if o < r.upto}
+        again -= spare or set()
         if again:
             sub.negative_acknowledge({partition: sorted(again)})
 
-    async def heal(self, topic: str, name: str, conflict: PendingAckConflict) -> bool:
-        """Settle the lock of a transaction that has ended; True when the conflict is gone."""
+    async def heal(self, topic: str, name: str, conflict: PendingAckConflict, acking: set[int]) -> bool:
+        """Settle the lock of a transaction that has ended; True when the conflict is gone. What the
+        caller is acking is not redelivered meanwhile."""
         if not conflict.holder or self.txn_state is None:
             return False
         state = await self.txn_state(conflict.holder)
         if state not in (None, "COMMITTED", "ABORTED"):
             return False
-        await self.settle_txn(topic, conflict.partition, name, conflict.holder, state == "COMMITTED")
+        await self.settle_txn(topic, conflict.partition, name, conflict.holder, state == "COMMITTED", spare=acking)
         return True
 
     def negative_acknowledge(self, consumer: Consumer, offsets: dict[int, list[int]]) -> None:

@@ -122,3 +122,29 @@ async def test_epochs_survive_a_gateway_restart(redis_url):
     finally:
         await client.close()
         await gw.stop()
+
+
+async def test_the_gateway_refuses_every_step_of_a_fenced_epoch(gateway):
+    """What the older connection meets if its requests arrive before it is closed: the coordinator's
+    and the log's epoch checks, answered as ExpiredTransactionError."""
+    from gateway.native.transactions import TxnSession
+    from gateway.records import BatchBuilder
+
+    services = gateway.services
+    await services.log.create_topic("out", 1)
+    old, new = TxnSession(services), TxnSession(services)
+    await old.connect(KEY, -1, on_fenced=lambda: None)
+    txn = await old.begin(0)
+    await old.add_partitions(txn.txn_id, [("out", 0)])
+    await new.connect(KEY, -1, on_fenced=lambda: None)  # a fresh task takes the key
+    for step in (old.add_partitions(txn.txn_id, [("out", 0)]),
+                 old.add_subscriptions(txn.txn_id, [("in", 0, "proc")]),
+                 old.end(txn.txn_id, True)):
+        with pytest.raises(ExpiredTransactionError):
+            await step
+    b = BatchBuilder(producer_id=txn.producer_id, producer_epoch=txn.producer_epoch, base_sequence=0,
+                     transactional=True)
+    b.append(b"zombie")
+    (res,) = await services.log.append([("out", 0, b.build())])
+    from gateway.native.transactions import as_expired
+    assert isinstance(as_expired(txn.txn_id, res.result), ExpiredTransactionError)

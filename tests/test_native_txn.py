@@ -183,3 +183,31 @@ async def test_transactions_example_transforms_each_input_once(gateway):
     async with await Client.connect(native_url(gateway)) as client:
         out = await read_all(client, "shouts")
     assert sorted(out) == sorted(f"WORD {i}".encode() for i in range(30))
+
+
+@pytest.mark.parametrize("commit", [False, True], ids=["aborted", "committed"])
+async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit):
+    """A lock taken in a race with its transaction's end (so never settled) gives way once the
+    transaction is seen to have ended."""
+    await produce_inputs(client, "in", 1)
+    consumer = await client.subscribe("in", "proc", mode="shared", initial_position="earliest")
+    m = await consumer.receive(10)
+    stale = await client.new_transaction()
+    await consumer.acknowledge(m, txn=stale)
+    settlers = gateway.services.txn.settlers
+    saved = list(settlers)
+    settlers.clear()
+    try:
+        await (stale.commit() if commit else stale.abort())
+    finally:
+        settlers[:] = saved
+    txn = await client.new_transaction()
+    if commit:
+        with pytest.raises(TransactionConflict):  # healed into an ack: acked already
+            await consumer.acknowledge(m, txn=txn)
+        await txn.abort()
+    else:
+        await consumer.acknowledge(m, txn=txn)
+        await txn.commit()
+    await produce_inputs(client, "in", 1)
+    assert (await consumer.receive(10)).offset == 1  # acked once, never delivered again
