@@ -75,3 +75,12 @@ async def test_in_a_transaction_scheduled_at_commit_and_dropped_on_abort(client)
     assert (await consumer.receive(5)).value == b"committed"
     await producer.send(b"after")
     assert (await consumer.receive(5)).value == b"after"  # the aborted one never comes
+
+
+async def test_flush_waits_for_sends_outside_the_batching(client):
+    producer = await client.create_producer("d5")
+    consumer = await client.subscribe("d5", "s", initial_position="earliest")
+    pending = producer.send_async(b"soon", deliver_after=0.05)
+    await producer.flush()
+    assert pending.done() and pending.result().offset == -1
+    assert (await consumer.receive(5)).value == b"soon"

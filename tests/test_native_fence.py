@@ -148,3 +148,20 @@ async def test_the_gateway_refuses_every_step_of_a_fenced_epoch(gateway):
     (res,) = await services.log.append([("out", 0, b.build())])
     from gateway.native.transactions import as_expired
     assert isinstance(as_expired(txn.txn_id, res.result), ExpiredTransactionError)
+
+
+async def test_epochs_survive_a_killed_gateway_process(gateway_process):
+    """SIGKILL, then `gateway serve` again on the same data: the key's epoch is where it was."""
+    await asyncio.to_thread(gateway_process.start)
+    first = await Client.connect(gateway_process.native_url, transaction_key=KEY, reconnect=False)
+    second = await Client.connect(gateway_process.native_url, transaction_key=KEY, reconnect=False)
+    assert second.epoch == first.epoch + 1
+    epoch = second.epoch
+    await first.close()
+    await second.close()
+    await asyncio.to_thread(gateway_process.kill)
+    await asyncio.to_thread(gateway_process.start)
+    with pytest.raises(NotAllowed):
+        await Client.connect(gateway_process.native_url, transaction_key=KEY, epoch=epoch - 1, reconnect=False)
+    async with await Client.connect(gateway_process.native_url, transaction_key=KEY, epoch=epoch) as again:
+        assert again.epoch == epoch + 1

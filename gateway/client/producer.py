@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.client.errors import ClientClosed, ConnectionLost
 from gateway.client.message import EVENT_TIME_HEADER, MessageId
@@ -94,6 +94,7 @@ class Producer:
         self._ready: dict[int, deque[_Batch]] = {}
         self._senders: dict[int, asyncio.Task[None]] = {}
         self._sequences: dict[int, int] = {}
+        self._alone: set[asyncio.Future[MessageId]] = set()  # sends outside the batching: delayed, transactional
         self._round_robin = itertools.count()
         self._sticky = next(self._round_robin) % partitions
         self._closed = False
@@ -155,7 +156,10 @@ class Producer:
             if txn is not None:
                 txn.check()
             delay = pb.Send(deliver_at_ms=_epoch_ms(deliver_at), deliver_after_ms=_millis(deliver_after))
-            return asyncio.ensure_future(self._send_alone(partition, _to_bytes(value), k, hs, txn, delay))
+            task = asyncio.ensure_future(self._send_alone(partition, _to_bytes(value), k, hs, txn, delay))
+            self._alone.add(task)
+            task.add_done_callback(self._alone.discard)
+            return task
         batch = self._open.get(partition)
         if batch is None:
             batch = self._open[partition] = _Batch(self._compression)
@@ -304,7 +308,8 @@ class Producer:
         """Send everything queued and wait until it is stored (or failed)."""
         for p in list(self._open):
             self._seal(p)
-        tasks = [t for t in self._senders.values() if not t.done()]
+        tasks: list[asyncio.Future[Any]] = [t for t in self._senders.values() if not t.done()]
+        tasks += [t for t in self._alone if not t.done()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
