@@ -211,3 +211,17 @@ async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit
         await txn.commit()
     await produce_inputs(client, "in", 1)
     assert (await consumer.receive(10)).offset == 1  # acked once, never delivered again
+
+
+async def test_transactional_records_are_batched_apart_from_the_others(gateway, client):
+    producer = await client.create_producer("batched", linger_ms=20)
+    txn = await client.new_transaction()
+    held = [producer.send_async(f"t{i}", txn=txn, partition=0) for i in range(100)]
+    plain = await producer.send(b"plain", partition=0)  # not held back by the transaction
+    await txn.commit()
+    ids = [f.result() for f in held]
+    assert [i.offset for i in ids] == list(range(ids[0].offset, ids[0].offset + 100))
+    assert plain.offset not in range(ids[0].offset, ids[0].offset + 100)
+    sl = await gateway.services.log.read("batched", 0, 0, 1000)
+    assert len(sl.entries) <= 5  # a handful of batches (plain, transactional, marker), not 100
+    assert sorted(await read_all(client, "batched")) == sorted([b"plain", *(f"t{i}".encode() for i in range(100))])

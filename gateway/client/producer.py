@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import time
 from collections import deque
@@ -33,6 +34,17 @@ Headers = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | N
 
 def _to_bytes(v: bytes | str | None) -> bytes | None:
     return v.encode() if isinstance(v, str) else v
+
+
+class _Lane:
+    """A transaction's records for one partition, batched apart from the producer's own; one batch
+    in flight at a time, so the transaction's sequences never overtake each other."""
+
+    def __init__(self) -> None:
+        self.open: _Batch | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.ready: deque[_Batch] = deque()
+        self.sender: asyncio.Task[None] | None = None
 
 
 def _epoch_ms(at: datetime | int | None) -> int:
@@ -94,7 +106,8 @@ class Producer:
         self._ready: dict[int, deque[_Batch]] = {}
         self._senders: dict[int, asyncio.Task[None]] = {}
         self._sequences: dict[int, int] = {}
-        self._alone: set[asyncio.Future[MessageId]] = set()  # sends outside the batching: delayed, transactional
+        self._alone: set[asyncio.Future[MessageId]] = set()  # delayed sends, each alone
+        self._lanes: dict[tuple[Transaction, int], _Lane] = {}
         self._round_robin = itertools.count()
         self._sticky = next(self._round_robin) % partitions
         self._closed = False
@@ -152,9 +165,11 @@ class Producer:
         hs = [(hk, _to_bytes(hv)) for hk, hv in items]
         if event_time is not None:
             hs.append((EVENT_TIME_HEADER, str(int(event_time)).encode()))
-        if txn is not None or deliver_at is not None or deliver_after is not None:
-            if txn is not None:
-                txn.check()
+        if txn is not None:
+            txn.check()
+        if txn is not None and deliver_at is None and deliver_after is None:
+            return self._send_in_txn(txn, partition, _to_bytes(value), k, hs)
+        if deliver_at is not None or deliver_after is not None:
             delay = pb.Send(deliver_at_ms=_epoch_ms(deliver_at), deliver_after_ms=_millis(deliver_after))
             task = asyncio.ensure_future(self._send_alone(partition, _to_bytes(value), k, hs, txn, delay))
             self._alone.add(task)
@@ -176,42 +191,102 @@ class Producer:
         self, partition: int, value: bytes | None, key: bytes | None, headers: list[tuple[str, bytes | None]],
         txn: Transaction | None, delay: pb.Send,
     ) -> MessageId:
-        """A message in its own batch: a transactional one numbered by its transaction, one at a time
-        per partition; a delayed one without producer id (the gateway holds it outside the log)."""
-        delayed = delay.deliver_at_ms > 0 or delay.deliver_after_ms > 0
+        """A delayed message: a batch of its own without producer id (the gateway holds it outside the
+        log), so it is never resent after a lost connection."""
         builder = BatchBuilder(self._compression)
         builder.append(value, key, headers)
+        send = pb.Send(partition=partition, batch=builder.build(), txn_id=txn.txn_id if txn else "")
+        send.MergeFrom(delay)
 
-        async def attempt(wire: bytes) -> MessageId:
+        def req() -> pb.Request:
+            send.handle = self._handle
+            return pb.Request(send=send)
+
+        async def attempt() -> MessageId:
+            resp = await self.client.request(req, timeout=self._send_timeout)
+            return MessageId(self.topic, partition, int(resp.send_receipt.base_offset))
+
+        return await (txn.run(attempt) if txn is not None else attempt())
+
+    # -- transactional records: batched per transaction and partition -------------------------------
+
+    def _send_in_txn(
+        self, txn: Transaction, partition: int, value: bytes | None, key: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+    ) -> asyncio.Future[MessageId]:
+        lane = self._lanes.get((txn, partition))
+        if lane is None:
+            lane = self._lanes[(txn, partition)] = _Lane()
+            txn.enlist(self)
+        if lane.open is None:
+            lane.open = _Batch(self._compression)
+        batch = lane.open
+        batch.builder.append(value, key, headers)
+        fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        batch.futures.append(fut)
+        txn.track(fut)
+        if len(batch.builder) >= self._max_messages or batch.builder.size_estimate >= self._max_bytes:
+            self._seal_lane(txn, partition)
+        elif lane.timer is None:
+            lane.timer = asyncio.get_running_loop().call_later(self._linger, self._seal_lane, txn, partition)
+        return fut
+
+    def _seal_lane(self, txn: Transaction, partition: int) -> None:
+        lane = self._lanes.get((txn, partition))
+        if lane is None or lane.open is None:
+            return
+        if lane.timer is not None:
+            lane.timer.cancel()
+            lane.timer = None
+        lane.ready.append(lane.open)
+        lane.open = None
+        if lane.sender is None or lane.sender.done():
+            lane.sender = asyncio.create_task(self._lane_loop(txn, partition, lane))
+
+    async def _lane_loop(self, txn: Transaction, partition: int, lane: _Lane) -> None:
+        while lane.ready:
+            batch = lane.ready[0]
+            try:
+                base = await txn.call(functools.partial(self._send_txn_batch, txn, partition, batch))
+            except Exception as exc:
+                for fut in batch.futures:
+                    if not fut.done():
+                        fut.set_exception(exc)
+            else:
+                for i, fut in enumerate(batch.futures):
+                    if not fut.done():
+                        fut.set_result(MessageId(self.topic, partition, base + i))
+            lane.ready.popleft()
+
+    async def _send_txn_batch(self, txn: Transaction, partition: int, batch: _Batch) -> int:
+        """Numbered once by the transaction (shared by its producers of the topic), then sent, and
+        resent as the same bytes after a lost connection."""
+        async with txn.lock(self.topic, partition):
+            if not batch.wire:
+                txn.check()
+                b = batch.builder
+                b.producer_id, b.producer_epoch, b.transactional = txn.producer_id, txn.producer_epoch, True
+                b.base_sequence = txn.next_sequence(self.topic, partition, len(b))
+                batch.wire = b.build()
+
             def req() -> pb.Request:
-                send = pb.Send(handle=self._handle, partition=partition, batch=wire, txn_id=txn.txn_id if txn else "")
-                send.MergeFrom(delay)
+                send = pb.Send(handle=self._handle, partition=partition, batch=batch.wire, txn_id=txn.txn_id)
                 return pb.Request(send=send)
 
-            deadline = time.monotonic() + self._send_timeout
-            while True:
-                try:
-                    resp = await self.client.request(req, timeout=max(0.01, deadline - time.monotonic()))
-                    return MessageId(self.topic, partition, int(resp.send_receipt.base_offset))
-                except ConnectionLost:
-                    # resending is safe for a transactional batch (deduplicated), not for a delayed one
-                    if delayed or self.client._closing or not self.client._reconnect or time.monotonic() >= deadline:
-                        raise
+            resp = await self.client.request(req, timeout=self._send_timeout)
+            return int(resp.send_receipt.base_offset)
 
-        if txn is None:
-            return await attempt(builder.build())
-
-        async def in_txn() -> MessageId:
-            if delayed:
-                return await attempt(builder.build())
-            async with txn.lock(self.topic, partition):
-                txn.check()
-                builder.producer_id, builder.producer_epoch = txn.producer_id, txn.producer_epoch
-                builder.transactional = True
-                builder.base_sequence = txn.next_sequence(self.topic, partition, 1)
-                return await attempt(builder.build())
-
-        return await txn.run(in_txn)
+    async def flush_txn(self, txn: Transaction) -> None:
+        """Send what this producer holds of the transaction and wait for it (its commit calls this)."""
+        lanes = [(p, lane) for (t, p), lane in list(self._lanes.items()) if t is txn]
+        for p, _ in lanes:
+            self._seal_lane(txn, p)
+        senders = [lane.sender for _, lane in lanes if lane.sender is not None]
+        if senders:
+            await asyncio.gather(*senders, return_exceptions=True)
+        for p, lane in lanes:
+            if lane.open is None and not lane.ready:
+                self._lanes.pop((txn, p), None)
 
     def _seal(self, partition: int) -> None:
         """Close the partition's open batch and queue it for its sender."""
@@ -308,6 +383,8 @@ class Producer:
         """Send everything queued and wait until it is stored (or failed)."""
         for p in list(self._open):
             self._seal(p)
+        for txn in {t for t, _ in self._lanes}:
+            await self.flush_txn(txn)
         tasks: list[asyncio.Future[Any]] = [t for t in self._senders.values() if not t.done()]
         tasks += [t for t in self._alone if not t.done()]
         if tasks:

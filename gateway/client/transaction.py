@@ -2,16 +2,16 @@
 commits. An abort drops its messages and releases its acknowledgements for redelivery.
 
 The transaction is its own producer: its batches carry its producer id and epoch, the transactional
-flag and a sequence per partition from 0, so resending one after a reconnect is deduplicated. Each
-transactional send goes out as its own batch, one at a time per partition, apart from the
-producer's ordinary batching; `commit` first waits for every send and ack made in the transaction.
+flag and a sequence per partition from 0, so resending one after a reconnect is deduplicated.
+Producers batch a transaction's records apart from their ordinary batches, one batch in flight per
+partition; `commit` first sends what they hold and waits for every send and ack of the transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gateway.client.errors import ConnectionLost
 from gateway.errors import ExpiredTransactionError, GatewayError, NotAllowed
@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from gateway.client.client import Client
 
 T = TypeVar("T")
+
+
+class Holder(Protocol):
+    async def flush_txn(self, txn: Transaction) -> None: ...
 
 
 class Transaction:
@@ -34,6 +38,7 @@ class Transaction:
         self._sequences: dict[tuple[str, int], int] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
         self._ops: set[asyncio.Future[Any]] = set()
+        self._holders: set[Holder] = set()
         self._failed: GatewayError | None = None
         self.state = "OPEN"
 
@@ -48,25 +53,29 @@ class Transaction:
             raise ExpiredTransactionError(f"transaction {self.txn_id}: its transaction key was taken by a newer epoch")
 
     async def run(self, step: Callable[[], Awaitable[T]]) -> T:
-        """One step of the transaction, tracked so `commit` waits for it. Every step is safe to repeat,
-        so a lost connection means trying again once reconnected; a refused reconnect of the fenced
-        key is reported as the transaction's expiry."""
+        """One step of the transaction, tracked so `commit` waits for it."""
         self.check()
-        fut = asyncio.ensure_future(self._again_after_reconnect(step))
-        self._ops.add(fut)
-        fut.add_done_callback(self._ops.discard)
-        try:
-            return await fut
-        except NotAllowed as exc:
-            if self.client.fenced is not None:
-                raise ExpiredTransactionError(f"transaction {self.txn_id}: {exc}") from exc
-            self._failed = self._failed or exc
-            raise
-        except GatewayError as exc:
-            self._failed = self._failed or exc
-            raise
+        return await self.track(asyncio.ensure_future(self.call(step)))
 
-    async def _again_after_reconnect(self, step: Callable[[], Awaitable[T]]) -> T:
+    def track(self, fut: asyncio.Future[T]) -> asyncio.Future[T]:
+        """`commit` waits for `fut`, and fails (aborting) if it failed."""
+        self._ops.add(fut)
+
+        def done(f: asyncio.Future[T]) -> None:
+            self._ops.discard(f)
+            if not f.cancelled() and isinstance(f.exception(), GatewayError):
+                self._failed = self._failed or f.exception()  # type: ignore[assignment]
+
+        fut.add_done_callback(done)
+        return fut
+
+    def enlist(self, holder: Holder) -> None:
+        """A producer holding records of this transaction in batches: `commit` and `abort` flush it first."""
+        self._holders.add(holder)
+
+    async def call(self, step: Callable[[], Awaitable[T]]) -> T:
+        """Every step is safe to repeat, so a lost connection means trying again once reconnected;
+        a refused reconnect of the fenced key is reported as the transaction's expiry."""
         deadline = asyncio.get_running_loop().time() + self.client.operation_timeout
         while True:
             try:
@@ -74,6 +83,10 @@ class Transaction:
             except ConnectionLost:
                 if not self.client.will_reconnect or asyncio.get_running_loop().time() >= deadline:
                     raise
+            except NotAllowed as exc:
+                if self.client.fenced is not None:
+                    raise ExpiredTransactionError(f"transaction {self.txn_id}: {exc}") from exc
+                raise
 
     def lock(self, topic: str, partition: int) -> asyncio.Lock:
         return self._locks.setdefault((topic, partition), asyncio.Lock())
@@ -100,6 +113,9 @@ class Transaction:
         await self._end(False)
 
     async def _settle_ops(self) -> None:
+        holders, self._holders = self._holders, set()
+        for holder in holders:
+            await holder.flush_txn(self)
         if self._ops:
             await asyncio.gather(*list(self._ops), return_exceptions=True)
 
@@ -107,14 +123,9 @@ class Transaction:
         self.check()
         req = pb.Request(end_transaction=pb.EndTransaction(txn_id=self.txn_id, commit=commit))
         try:
-            await self._again_after_reconnect(lambda: self.client.request(req))
+            await self.call(lambda: self.client.request(req))
         except ExpiredTransactionError:
             self.state = "EXPIRED"
-            raise
-        except NotAllowed as exc:
-            if self.client.fenced is not None:
-                self.state = "EXPIRED"
-                raise ExpiredTransactionError(f"transaction {self.txn_id}: {exc}") from exc
             raise
         self.state = "COMMITTED" if commit else "ABORTED"
 
