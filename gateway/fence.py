@@ -110,6 +110,10 @@ class FenceService:
                     raise ConcurrentTransactions(f"transaction key {key!r} has transaction {r.txn} open") from r
         raise NotAllowed(f"transaction key {key!r} is changing too fast to begin a transaction")
 
+    async def set_timeout(self, owner: str, key: str, timeout_ms: int) -> None:
+        """The transaction timeout the key's producer asked for (Kafka's InitProducerId carries it)."""
+        await self.keys.set_timeout(full_key(owner, key), timeout_ms)
+
     async def get(self, owner: str, key: str) -> KeyState | None:
         return await self.keys.get(full_key(owner, key))
 

@@ -19,11 +19,11 @@ from gateway.errors import (
     ProducerFenced,
     TransactionNotFound,
 )
-from gateway.fence import KAFKA_MAX_EPOCH, FenceService, KeyState, full_key
+from gateway.fence import KAFKA_MAX_EPOCH, FenceService, KeyState
 from gateway.store import Store
 from gateway.store.groups import CommittedOffset, GroupStore
 from gateway.store.txn_offsets import TxnOffsetStore
-from gateway.txn import ABORTED, COMMITTED, TransactionCoordinator, TxnId, TxnInfo
+from gateway.txn import TransactionCoordinator, TxnId, TxnInfo
 
 __all__ = ["CommittedOffset", "InvalidProducerIdMapping", "ProducerState", "TransactionalProducers",
            "UnknownMember"]
@@ -72,7 +72,6 @@ class TransactionalProducers:
         self.fence = fence
         self.offsets = TxnOffsetStore(store.redis, store.scripts)
         self.groups = GroupStore(store.redis, store.scripts)
-        self._timeouts: dict[str, int] = {}
         coordinator.settlers.append(self._settle_offsets)
 
     async def init(self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
@@ -88,7 +87,7 @@ class TransactionalProducers:
             conn = await self.fence.connect("", transactional_id, presented, max_epoch=KAFKA_MAX_EPOCH)
         except NotAllowed as exc:
             raise ProducerFenced(str(exc)) from exc
-        await self.fence.keys.set_timeout(transactional_id_key(transactional_id), timeout_ms)
+        await self.fence.set_timeout("", transactional_id, timeout_ms)
         return conn.producer_id, conn.epoch
 
     async def _key(self, transactional_id: str, producer_id: int, epoch: int) -> KeyState:
@@ -173,12 +172,11 @@ class TransactionalProducers:
         state = await self._key(transactional_id, producer_id, epoch)
         if not state.txn:
             raise InvalidTxnState(f"{transactional_id!r} has no transaction to end")
-        info = await self.coordinator.describe(state.txn)
-        if info is None:
-            raise InvalidTxnState(f"{transactional_id!r} has no transaction to end")
-        if info.state in (COMMITTED, ABORTED) and (info.state == COMMITTED) != commit:
-            raise InvalidTxnState(f"{transactional_id!r}'s last transaction is {info.state}")
-        return await self.coordinator.end(state.txn, commit, epoch)
+        try:
+            # the end script itself refuses the other outcome of a transaction already decided
+            return await self.coordinator.end(state.txn, commit, epoch)
+        except TransactionNotFound as exc:
+            raise InvalidTxnState(f"{transactional_id!r} has no transaction to end") from exc
 
     async def describe(self, transactional_id: str) -> ProducerState:
         state = await self.fence.get("", transactional_id)
@@ -194,7 +192,3 @@ class TransactionalProducers:
             info = await self.coordinator.describe(key.txn) if key.txn else None
             out.append(ProducerState(tid, key.producer_id, key.epoch, key.timeout_ms, info))
         return out
-
-
-def transactional_id_key(transactional_id: str) -> str:
-    return full_key("", transactional_id)

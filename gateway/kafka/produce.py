@@ -41,8 +41,9 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
                 results[(topic.name, p.index)] = PartitionResult(p.index, KafkaError.corrupt_message)
             else:
                 items.append((topic.name, p.index, p.records))
-    if items and any([await ctx.services.log.delayed_topic(t) for t, _, _ in items]):
-        items = await _hold_delayed(ctx, req, items, results)
+    delayed = {t for t in {t for t, _, _ in items} if await ctx.services.log.delayed_topic(t)}
+    if delayed:
+        items = await _hold_delayed(ctx, req, items, delayed, results)
     if items:
         try:
             appended = await ctx.services.log.append(items)
@@ -62,7 +63,11 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
 
 
 async def _hold_delayed(
-    ctx: RequestContext, req: Any, items: list[tuple[str, int, bytes]], results: dict[tuple[str, int], PartitionResult]
+    ctx: RequestContext,
+    req: Any,
+    items: list[tuple[str, int, bytes]],
+    delayed: set[str],
+    results: dict[tuple[str, int], PartitionResult],
 ) -> list[tuple[str, int, bytes]]:
     """On delay-enabled topics, records with a delay header wait in the delayed index; the rest of
     each batch is appended now. A partition whose records were all held answers offset -1: they get
@@ -70,7 +75,7 @@ async def _hold_delayed(
     txn_id = await _current_txn(ctx, getattr(req, "transactional_id", None))
     now: list[tuple[str, int, bytes]] = []
     for topic, partition, blob in items:
-        if not await ctx.services.log.delayed_topic(topic):
+        if topic not in delayed:
             now.append((topic, partition, blob))
             continue
         try:

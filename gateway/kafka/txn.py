@@ -19,10 +19,8 @@ from gateway.producer_txn import (
     CommittedOffset,
     InvalidProducerIdMapping,
     ProducerState,
-    TransactionalProducers,
     UnknownMember,
 )
-from gateway.services import Services
 from gateway.txn import InvalidTransactionTimeout, now_ms
 
 # KIP-588: from these versions on, a fenced producer is told PRODUCER_FENCED, before that INVALID_PRODUCER_EPOCH
@@ -33,10 +31,6 @@ _FENCED_SINCE = {
     ApiKey.END_TXN: 2,
     ApiKey.TXN_OFFSET_COMMIT: 3,
 }
-
-
-def producers(services: Services) -> TransactionalProducers:
-    return services.txn_producers
 
 
 def txn_error(ctx: RequestContext, exc: BaseException) -> KafkaError:
@@ -58,7 +52,7 @@ async def init_transactional(ctx: RequestContext, req: Any) -> Any:
     cls = codec.response_class(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
     timeout_ms = int(req.transaction_timeout.total_seconds() * 1000)
     try:
-        pid, epoch = await producers(ctx.services).init(
+        pid, epoch = await ctx.services.txn_producers.init(
             req.transactional_id, timeout_ms, getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
         )
     except Exception as exc:
@@ -91,7 +85,7 @@ async def _add_one(
         except Exception as exc:
             errors[(topic, partition)] = kafka_error(exc)
     good = [p for p in wanted if p not in errors]
-    tp = producers(ctx.services)
+    tp = ctx.services.txn_producers
     try:
         if verify_only:
             inside = await tp.verify_partitions(tid, pid, epoch, good)
@@ -120,7 +114,7 @@ async def _add_one(
 async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> Any:
     cls = codec.response_class(ApiKey.ADD_OFFSETS_TO_TXN, ctx.api_version)
     try:
-        await producers(ctx.services).add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
+        await ctx.services.txn_producers.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
                                                   req.group_id)
     except Exception as exc:
         return codec.build(cls, {"error_code": txn_error(ctx, exc)})
@@ -140,7 +134,7 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
     }
     code = KafkaError.none
     try:
-        await producers(ctx.services).commit_offsets(
+        await ctx.services.txn_producers.commit_offsets(
             req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, offsets,
             generation=getattr(req, "generation_id", -1), member_id=getattr(req, "member_id", "") or "",
             instance_id=getattr(req, "group_instance_id", None),
@@ -158,7 +152,7 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
 async def end_txn(ctx: RequestContext, req: Any) -> Any:
     cls = codec.response_class(ApiKey.END_TXN, ctx.api_version)
     try:
-        await producers(ctx.services).end(req.transactional_id, req.producer_id, req.producer_epoch,
+        await ctx.services.txn_producers.end(req.transactional_id, req.producer_id, req.producer_epoch,
                                           bool(req.committed))
     except Exception as exc:
         return codec.build(cls, {"error_code": txn_error(ctx, exc)})
@@ -191,7 +185,7 @@ async def describe_transactions(ctx: RequestContext, req: Any) -> Any:
     states = []
     for tid in req.transactional_ids:
         try:
-            states.append(_describe(await producers(ctx.services).describe(tid)))
+            states.append(_describe(await ctx.services.txn_producers.describe(tid)))
         except Exception as exc:
             states.append({"error_code": txn_error(ctx, exc), "transactional_id": tid,
                            "transaction_state": "", "transaction_timeout": timedelta(0),
@@ -209,7 +203,7 @@ async def list_transactions(ctx: RequestContext, req: Any) -> Any:
     min_age = int(getattr(req, "duration_filter", -1))
     out = []
     now = now_ms()
-    for state in await producers(ctx.services).list():
+    for state in await ctx.services.txn_producers.list():
         if wanted and state.kafka_state not in wanted:
             continue
         if pids and state.producer_id not in pids:
