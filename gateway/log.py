@@ -23,6 +23,7 @@ from gateway.errors import (
     TopicExists,
     TopicNotFound,
 )
+from gateway.readahead import ReadAhead
 from gateway.records import BatchHeader, iter_records, parse_header, split_batches
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, Slice, TopicInfo
@@ -132,6 +133,7 @@ class LogService:
         self.notifier = Notifier()
         self._topics: dict[str, TopicInfo] = {}
         self._avg_batch: dict[tuple[str, int], int] = {}  # recent stored batch size per partition
+        self._ahead = ReadAhead(self._read)
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -168,6 +170,7 @@ class LogService:
     async def delete_topic(self, name: str) -> None:
         await self.store.log.delete_topic(name)
         self._topics.pop(name, None)
+        self._ahead.forget(name)
 
     async def alter_config(
         self, name: str, changes: dict[str, str | None], *, incremental: bool = True
@@ -276,19 +279,35 @@ class LogService:
         read_committed: bool = False,
         max_bytes: int | None = None,
     ) -> Slice:
-        """Batches from `offset` on. With `max_bytes`, asks Redis for about as many batches as fit,
-        judged by the partition's recent batch sizes: reading 64 one-megabyte batches to send one
-        would cost more than the fetch itself."""
+        """Batches from `offset` on. With `max_bytes` (sequential readers: Kafka fetches), asks
+        Redis for about as many batches as fit, judged by the partition's recent batch sizes
+        (reading 64 one-megabyte batches to send one would cost more than the fetch itself), and
+        starts reading the next slice before this one is sent."""
         key = (topic, partition)
-        if max_bytes is not None:
-            avg = self._avg_batch.get(key, 0)
-            if avg:
-                max_entries = max(2, min(max_entries, max_bytes // avg + 2))
-        sl = await self.store.log.read(topic, partition, offset, max_entries, with_aborted=read_committed)
+        if max_bytes is None:
+            return await self._read(topic, partition, offset, max_entries, read_committed)
+        avg = self._avg_batch.get(key, 0)
+        if avg:
+            max_entries = max(1, min(max_entries, max_bytes // avg))
+        early = self._ahead.take((topic, partition, offset, read_committed), max_entries)
+        sl = None
+        if early is not None:
+            try:
+                sl = await early
+            except Exception:  # read again below, where the error reaches the reader
+                sl = None
+        if sl is None:
+            sl = await self._read(topic, partition, offset, max_entries, read_committed)
         if sl.entries:
             size = sum(len(e.batch) for e in sl.entries) // len(sl.entries)
             self._avg_batch[key] = max(1, (self._avg_batch.get(key, size) + size) // 2)
+            following = sl.entries[-1].next_offset
+            if following < (sl.stable if read_committed else sl.high_watermark):
+                self._ahead.start((topic, partition, following, read_committed), max_entries)
         return sl
+
+    async def _read(self, topic: str, partition: int, offset: int, max_entries: int, committed: bool) -> Slice:
+        return await self.store.log.read(topic, partition, offset, max_entries, with_aborted=committed)
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
@@ -314,6 +333,7 @@ class LogService:
     async def delete_records(self, topic: str, partition: int, before: int) -> int:
         """Move the log start to `before` (-1: the high watermark); returns the new log start."""
         start, _ = await self.store.log.trim(topic, partition, min_start=-2 if before == -1 else before)
+        self._ahead.forget(topic)
         return start
 
     # -- retention ------------------------------------------------------------------------------

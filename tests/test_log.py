@@ -154,3 +154,23 @@ async def test_a_transactional_batch_holds_the_last_stable_offset(logs):
     await logs.append([("t", 0, txn), ("t", 0, batch(b"later"))])
     sl = await logs.read("t", 0, 0)
     assert (sl.high_watermark, sl.last_stable_offset) == (4, 1)
+
+
+async def test_sequential_reads_ahead_return_what_a_fresh_read_would(logs):
+    """A byte-limited reader gets its next slice read early: the same batches, in order, and
+    nothing from below a log start moved meanwhile."""
+    await logs.create_topic("t", 1)
+    for i in range(6):
+        await logs.append([("t", 0, batch(b"%d" % i * 100))])
+    seen, offset = [], 0
+    while offset < 6:
+        sl = await logs.read("t", 0, offset, max_bytes=200)
+        fresh = await logs.read("t", 0, offset)
+        assert sl.entries[0] == fresh.entries[0]
+        seen += [rec.value for e in sl.entries[:1] for rec in iter_records(e.batch, e.base_offset)]
+        offset = sl.entries[0].next_offset
+    assert seen == [b"%d" % i * 100 for i in range(6)]
+    sl = await logs.read("t", 0, 2, max_bytes=200)  # and offset 3 is being read ahead
+    await logs.delete_records("t", 0, 4)
+    sl = await logs.read("t", 0, 3, max_bytes=200)
+    assert sl.log_start == 4

@@ -205,26 +205,39 @@ class LogStore:
     async def read(
         self, topic: str, partition: int, offset: int, max_entries: int, *, with_aborted: bool = False
     ) -> Slice:
-        """The entry holding `offset` and those after it, with the bounds read after them, and for
-        read-committed readers the aborted transactions whose markers are at or after `offset`."""
+        """Up to `max_entries` entries from the one holding `offset` on, with the bounds read after
+        them, and for read-committed readers the aborted transactions whose markers are at or after
+        `offset`. With `max_entries` 1 only the entry holding `offset` is read: a megabyte batch
+        that fills a fetch alone is not read twice; a second round trip covers the rare case where
+        no entry holds it (before the log start)."""
         log = keys.log(topic, partition)
         pipe = self.redis.pipeline(transaction=False)
         pipe.xrevrange(log, f"{offset}-1", "-", count=1)
-        pipe.xrange(log, f"({offset}-1", "+", count=max_entries)
         pipe.hmget(keys.meta(topic, partition), "hw", "start")
         pipe.hvals(keys.open_txns(topic, partition))
         if with_aborted:
             pipe.zrangebyscore(keys.aborted_txns(topic, partition), offset, "+inf", withscores=True)
+        if max_entries > 1:
+            pipe.xrange(log, f"({offset}-1", "+", count=max_entries - 1)
         async with storage_errors():
-            before, after, (hw, start), open_txns, *aborted = await pipe.execute()
+            before, (hw, start), open_txns, *rest = await pipe.execute()
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
+        aborted = rest.pop(0) if with_aborted else []
+        first = _entry(before[0]) if before else None
+        holds = first is not None and first.next_offset > offset
+        if max_entries > 1:
+            after = rest[0]
+        elif not holds and offset < int(hw):
+            async with storage_errors():
+                after = await self.redis.xrange(log, f"({offset}-1", "+", count=1)
+        else:
+            after = []
         entries = [_entry(e) for e in after]
-        if before:
-            first = _entry(before[0])
-            if first.next_offset > offset:
-                entries.insert(0, first)
-        ranges = [_aborted(m, score) for m, score in aborted[0]] if aborted else []
+        if holds:
+            assert first is not None
+            entries.insert(0, first)
+        ranges = [_aborted(m, score) for m, score in aborted]
         return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges)
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:

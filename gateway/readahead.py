@@ -1,0 +1,59 @@
+"""Read-ahead for sequential readers of a partition.
+
+A Kafka consumer has one fetch in flight per broker: without read-ahead, each round trip waits for
+Redis, then for the network and the client, in turn. Reading the next slice while the last one
+crosses the network overlaps the two. Stored batches never change, so an early read is the same
+read; only the bounds it carries may be a little behind, which readers already tolerate (they are
+never ahead of the truth). Bounded in count and age, so a reader that stops costs one slice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+from gateway.store.log import Slice
+
+Key = tuple[str, int, int, bool]  # topic, partition, offset, read_committed
+
+
+class ReadAhead:
+    def __init__(self, read: Callable[[str, int, int, int, bool], Awaitable[Slice]], *,
+                 limit: int = 32, max_age: float = 1.0) -> None:
+        self._read = read
+        self._limit = limit
+        self._max_age = max_age
+        self._pending: OrderedDict[Key, tuple[float, int, asyncio.Task[Slice]]] = OrderedDict()
+
+    def take(self, key: Key, max_entries: int) -> asyncio.Task[Slice] | None:
+        """The early read of `key`, when one is fresh and asked for at least as many entries."""
+        item = self._pending.pop(key, None)
+        if item is None:
+            return None
+        born, entries, task = item
+        if entries < max_entries or asyncio.get_running_loop().time() - born > self._max_age:
+            task.cancel()
+            return None
+        return task
+
+    def start(self, key: Key, max_entries: int) -> None:
+        if key in self._pending:
+            return
+        while len(self._pending) >= self._limit:
+            _, (_, _, old) = self._pending.popitem(last=False)
+            old.cancel()
+        task = asyncio.ensure_future(self._read(*key[:3], max_entries, key[3]))
+        task.add_done_callback(_quiet)
+        self._pending[key] = (asyncio.get_running_loop().time(), max_entries, task)
+
+    def forget(self, topic: str) -> None:
+        """Drop early reads of a topic whose log just lost its head or its whole self."""
+        for key in [k for k in self._pending if k[0] == topic]:
+            self._pending.pop(key)[2].cancel()
+
+
+def _quiet(task: asyncio.Task[Slice]) -> None:
+    """A failed early read is retried by the reader itself; nothing to report here."""
+    if not task.cancelled():
+        task.exception()
