@@ -19,6 +19,7 @@ from gateway.errors import (
     InvalidConfig,
     InvalidRequest,
     MessageTooLarge,
+    OffsetOutOfRange,
     PartitionNotFound,
     TopicExists,
     TopicNotFound,
@@ -26,10 +27,11 @@ from gateway.errors import (
 from gateway.readahead import ReadAhead
 from gateway.records import BatchHeader, iter_records, parse_header, split_batches
 from gateway.store import Store
-from gateway.store.log import Append, AppendRequest, Entry, Slice, TopicInfo
+from gateway.store.log import Append, AppendRequest, Entry, PartitionBounds, Slice, TopicInfo
 
 log = logging.getLogger(__name__)
 
+RANGE_ENTRIES = 128  # batches looked at per range read at most; markers and aborted ones count
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -114,6 +116,15 @@ class Notifier:
                     waiters.discard(fut)
                     if not waiters:
                         del self._waiters[p]
+
+
+@dataclass(frozen=True)
+class CommittedRange:
+    """Batches of an offset range a read-committed reader may see, and where to read on."""
+
+    entries: list[Entry]
+    next_offset: int
+    last_stable_offset: int
 
 
 @dataclass(frozen=True)
@@ -313,6 +324,31 @@ class LogService:
         """(log start offset, high watermark)."""
         return await self.store.log.bounds(topic, partition)
 
+    async def partition_bounds(self, topic: str) -> list[PartitionBounds]:
+        """Offsets of every partition of an existing topic, last stable ones included."""
+        info = await self.topic(topic, create=False)
+        return await self.store.log.stable_bounds(topic, info.partitions)
+
+    async def read_range(self, topic: str, partition: int, start: int, end: int, max_bytes: int) -> CommittedRange:
+        """A read-committed read of [start, end) (end -1: the last stable offset) that keeps no position:
+        whole batches up to about `max_bytes` (the first always), markers and aborted batches left out."""
+        sl = await self.read(topic, partition, start, RANGE_ENTRIES, read_committed=True, max_bytes=max_bytes)
+        if not sl.log_start <= start <= sl.high_watermark:
+            raise OffsetOutOfRange(
+                f"{topic}-{partition}: offset {start} is outside [{sl.log_start}, {sl.high_watermark}]"
+            )
+        limit = sl.stable if end < 0 else min(end, sl.stable)
+        entries: list[Entry] = []
+        size, next_offset = 0, start
+        for e in sl.entries:
+            if e.base_offset >= limit or (entries and size + len(e.batch) > max_bytes):
+                break
+            next_offset = e.next_offset
+            if not _hidden(e, sl):
+                entries.append(e)
+                size += len(e.batch)
+        return CommittedRange(entries, next_offset, sl.stable)
+
     async def check_partition(self, topic: str, partition: int) -> TopicInfo:
         info = await self.topic(topic, create=False)
         if not 0 <= partition < info.partitions:
@@ -359,20 +395,24 @@ class LogService:
             log.info("retention removed %d batches", n)
 
 
+def _hidden(e: Entry, sl: Slice) -> bool:
+    """A transaction marker, or a batch of a transaction that aborted: what read-committed readers
+    never see. Only the 61-byte header is read."""
+    h = parse_header(e.batch, verify_crc=False)
+    if h.control:
+        return True
+    return h.transactional and any(
+        a.producer_id == h.producer_id and a.first_offset <= e.base_offset < a.marker_offset for a in sl.aborted
+    )
+
+
 def committed_entries(sl: Slice) -> list[Entry]:
     """What a read-committed reader that filters on the gateway side may see of a slice: entries
-    below the last stable offset, without markers or the batches of aborted transactions.
-    Only the 61-byte headers are read."""
+    below the last stable offset, without markers or the batches of aborted transactions."""
     out = []
     for e in sl.entries:
         if e.base_offset >= sl.stable:
             break
-        h = parse_header(e.batch, verify_crc=False)
-        if h.control:
-            continue
-        if h.transactional and any(
-            a.producer_id == h.producer_id and a.first_offset <= e.base_offset < a.marker_offset for a in sl.aborted
-        ):
-            continue
-        out.append(e)
+        if not _hidden(e, sl):
+            out.append(e)
     return out

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gateway.client import Client, StorageUnavailable
 from gateway.errors import ErrorCode
-from gateway.native.wire import OutgoingEntry, frame, messages_frame
+from gateway.native.wire import OutgoingEntry, frame, messages_frame, range_frame
 from gateway.pb import gateway_pb2 as pb
 from gateway.server import Gateway
 from gateway.store.embedded import EmbeddedRedis
@@ -128,3 +128,20 @@ async def test_redis_outage_is_a_retriable_storage_error(tmp_path: Path):
     finally:
         await gw.stop()
         await asyncio.to_thread(redis.stop)
+
+
+@given(st.integers(0, 2**63), entries, st.integers(0, 2**62), st.integers(0, 2**62))
+def test_range_encoder_matches_protobuf(request_id, outgoing, next_offset, stable):
+    expected = pb.Response(
+        request_id=request_id,
+        range_read=pb.RangeRead(
+            entries=[
+                pb.EntryBatch(partition=e.partition, base_offset=e.base_offset, batch=e.batch,
+                              skip=e.skip, redelivery_count=e.redelivery_count)
+                for e in outgoing
+            ],
+            next_offset=next_offset,
+            last_stable_offset=stable,
+        ),
+    )
+    assert b"".join(range_frame(request_id, outgoing, next_offset, stable)) == frame(expected)

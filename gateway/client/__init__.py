@@ -11,6 +11,9 @@
         await producer.send(b"result", txn=txn)
         await consumer.acknowledge(msg, txn=txn)
         await txn.commit()
+
+        async for msg in client.read_range("orders", partition=0, start=100, end=200):
+            ...                                          # READ_COMMITTED, no position on the gateway
 """
 
 from gateway.client.client import Client
@@ -18,6 +21,7 @@ from gateway.client.consumer import Consumer
 from gateway.client.errors import ClientClosed, ConnectionLost
 from gateway.client.message import EVENT_TIME_HEADER, Message, MessageId
 from gateway.client.producer import Producer
+from gateway.client.reader import PartitionInfo, StoredBatch
 from gateway.client.transaction import Transaction
 from gateway.errors import (
     ConcurrentTransactions,
@@ -26,6 +30,7 @@ from gateway.errors import (
     GatewayError,
     InvalidConfig,
     NotAllowed,
+    OffsetOutOfRange,
     StorageUnavailable,
     SubscriptionNotFound,
     Timeout,
@@ -49,8 +54,11 @@ __all__ = [
     "Message",
     "MessageId",
     "NotAllowed",
+    "OffsetOutOfRange",
+    "PartitionInfo",
     "Producer",
     "StorageUnavailable",
+    "StoredBatch",
     "SubscriptionNotFound",
     "Timeout",
     "TopicNotFound",

@@ -11,14 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from urllib.parse import urlsplit
 
+from gateway.client import reader
 from gateway.client.connection import Connection
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ConnectionLost
+from gateway.client.message import Message
 from gateway.client.producer import Producer
+from gateway.client.reader import PartitionInfo, StoredBatch
 from gateway.client.transaction import Transaction
 from gateway.errors import ExpiredTransactionError, GatewayError, NotAllowed
 from gateway.pb import gateway_pb2 as pb
@@ -252,6 +255,27 @@ class Client:
                 raise ExpiredTransactionError(f"transaction key {self.transaction_key!r}: {exc}") from exc
             raise
         return Transaction(self, resp.transaction_created, epoch)
+
+    # -- range reads: the reader keeps its positions -------------------------------------------------
+
+    async def list_partitions(self, topic: str) -> list[PartitionInfo]:
+        """The topic's partitions with their log start, high watermark and last stable offset."""
+        return await reader.list_partitions(self, topic)
+
+    def read_range(
+        self, topic: str, partition: int, start: int, end: int = -1, *, max_bytes: int = reader.DEFAULT_MAX_BYTES
+    ) -> AsyncIterator[Message]:
+        """The committed messages of offsets [start, end) of one partition, READ_COMMITTED, with no
+        position kept by the gateway (end -1: up to the last stable offset). Reading the same range
+        again gives the same messages, as long as retention has not removed them (OffsetOutOfRange)."""
+        return reader.read_range(self, topic, partition, start, end, max_bytes=max_bytes)
+
+    def read_batches(
+        self, topic: str, partition: int, start: int, end: int = -1, *, max_bytes: int = reader.DEFAULT_MAX_BYTES
+    ) -> AsyncIterator[StoredBatch]:
+        """As `read_range`, but the stored batches undecoded, for readers that decode in bulk; the first
+        and last may hold records outside the range."""
+        return reader.read_batches(self, topic, partition, start, end, max_bytes=max_bytes)
 
     def _forget(self, child: Producer | Consumer) -> None:
         self._children.discard(child)

@@ -16,10 +16,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from gateway.client.errors import ClientClosed
-from gateway.client.message import EVENT_TIME_HEADER, Message, MessageId
+from gateway.client.message import Message, MessageId, decode_batch
 from gateway.errors import GatewayError, NotAllowed, Timeout
 from gateway.pb import gateway_pb2 as pb
-from gateway.records import iter_records
 
 if TYPE_CHECKING:
     from gateway.client.client import Client
@@ -88,26 +87,7 @@ class Consumer:
 
     def _split(self, e: pb.EntryBatch) -> list[Message]:
         skip = {e.base_offset + s for s in e.skip}
-        out = []
-        for rec in iter_records(e.batch, e.base_offset):
-            if rec.offset in skip:
-                continue
-            headers = dict(rec.headers)
-            raw_event = headers.pop(EVENT_TIME_HEADER, None)
-            out.append(
-                Message(
-                    rec.value,
-                    rec.key,
-                    headers,
-                    self.topic,
-                    e.partition,
-                    rec.offset,
-                    rec.timestamp,
-                    int(raw_event) if raw_event else None,
-                    e.redelivery_count,
-                )
-            )
-        return out
+        return decode_batch(self.topic, e.partition, e.base_offset, e.batch, skip, e.redelivery_count)
 
     def on_reset(self) -> None:
         """The subscription moved: what is prefetched is stale, and the gateway forgot our permits."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
+
+from gateway.records import iter_records
 
 EVENT_TIME_HEADER = "x-event-time"
 """Record header carrying a message's event time (decimal epoch ms), the same bytes on both faces."""
@@ -35,3 +38,21 @@ class Message:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "message_id", MessageId(self.topic, self.partition, self.offset))
+
+
+def decode_batch(
+    topic: str, partition: int, base_offset: int, batch: bytes, skip: Collection[int] = (), redelivery_count: int = 0
+) -> list[Message]:
+    """The messages of one stored batch, but those at the offsets in `skip`; the event-time header
+    becomes `event_time`."""
+    out = []
+    for rec in iter_records(batch, base_offset):
+        if rec.offset in skip:
+            continue
+        headers = dict(rec.headers)
+        raw_event = headers.pop(EVENT_TIME_HEADER, None)
+        out.append(
+            Message(rec.value, rec.key, headers, topic, partition, rec.offset, rec.timestamp,
+                    int(raw_event) if raw_event else None, redelivery_count)
+        )
+    return out

@@ -96,6 +96,13 @@ class Transaction:
         self._sequences[(topic, partition)] = (seq + count) % 2147483648
         return seq
 
+    async def flush(self) -> None:
+        """Send what producers hold of the transaction and wait until the gateway has it all, without
+        ending it (a two-phase commit's prepare); raises the first failure of a step."""
+        await self._settle_ops()
+        if self._failed is not None:
+            raise self._failed
+
     async def commit(self) -> None:
         """Wait for the transaction's sends and acks, then commit. A step that failed (a conflict,
         say) makes the commit fail too: the transaction is aborted then, and the error raised."""

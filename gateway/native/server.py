@@ -23,6 +23,7 @@ from gateway.native.wire import (
     frame,
     messages_frame,
     parse,
+    range_frame,
     read_frame,
 )
 from gateway.net import TcpListener
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 _MODES = {pb.EXCLUSIVE: Mode.EXCLUSIVE, pb.FAILOVER: Mode.FAILOVER, pb.SHARED: Mode.SHARED}
 _SEND_BATCH = 256  # sends appended per round trip at most
+_RANGE_BYTES = 1 << 20  # a range read's answer when the reader names no size
 
 
 class NativeServer(TcpListener):
@@ -367,6 +369,28 @@ class Connection:
         self.consumers.pop(consumer.id, None)
         return pb.Response(success=pb.Success())
 
+    # -- range reads: positions kept by the reader --------------------------------------------------
+
+    async def _list_partitions(self, req: pb.Request) -> pb.Response:
+        bounds = await self.services.log.partition_bounds(req.list_partitions.topic)
+        infos = [
+            pb.PartitionInfo(partition=b.partition, log_start=b.log_start, high_watermark=b.high_watermark,
+                             last_stable_offset=b.last_stable_offset)
+            for b in bounds
+        ]
+        return pb.Response(partitions=pb.Partitions(partitions=infos))
+
+    async def _read_range(self, req: pb.Request) -> None:
+        """Answered here, as chunks: the batches go to the socket uncopied."""
+        r = req.read_range
+        if r.start < 0 or (r.end >= 0 and r.end < r.start):
+            raise InvalidRequest(f"no offset range [{r.start}, {r.end})")
+        max_bytes = min(r.max_bytes or _RANGE_BYTES, self.services.config.max_frame_bytes // 2)
+        got = await self.services.log.read_range(r.topic, r.partition, r.start, r.end, max_bytes)
+        entries = [OutgoingEntry(r.partition, e.base_offset, e.batch) for e in got.entries]
+        if req.request_id:
+            await self._write(range_frame(req.request_id, entries, got.next_offset, got.last_stable_offset))
+
     # -- session --------------------------------------------------------------------------------
 
     async def _connect(self, req: pb.Request) -> pb.Response:
@@ -421,6 +445,8 @@ _HANDLERS: dict[str, Handler] = {
     "unsubscribe": Connection._unsubscribe,
     "new_transaction": Connection._new_transaction,
     "end_transaction": Connection._end_transaction,
+    "list_partitions": Connection._list_partitions,
+    "read_range": Connection._read_range,
 }
 
 

@@ -1,8 +1,9 @@
 """Framing of the native protocol, shared by the server and the client.
 
-A frame is a 4-byte big-endian length and one protobuf message. The one frame on the hot path,
-`Messages`, is encoded here by hand as a list of chunks so stored batch bytes go to the socket
-through `writelines` without being copied into a serialized message; its bytes equal protobuf's.
+A frame is a 4-byte big-endian length and one protobuf message. The frames on the hot paths,
+`Messages` and `RangeRead`, are encoded here by hand as lists of chunks so stored batch bytes go to
+the socket through `writelines` without being copied into a serialized message; their bytes equal
+protobuf's.
 """
 
 from __future__ import annotations
@@ -56,9 +57,14 @@ def _tag(field: int, wire_type: int) -> bytes:
 
 
 _VARINT, _LEN = 0, 2
+_RESPONSE_ID = _tag(1, _VARINT)
 _RESPONSE_MESSAGES = _tag(20, _LEN)
+_RESPONSE_RANGE = _tag(41, _LEN)
 _MESSAGES_CONSUMER = _tag(1, _VARINT)
 _MESSAGES_ENTRY = _tag(2, _LEN)
+_RANGE_ENTRY = _tag(1, _LEN)
+_RANGE_NEXT = _tag(2, _VARINT)
+_RANGE_STABLE = _tag(3, _VARINT)
 _ENTRY_PARTITION = _tag(1, _VARINT)
 _ENTRY_BASE = _tag(2, _VARINT)
 _ENTRY_BATCH = _tag(3, _LEN)
@@ -70,18 +76,14 @@ class OutgoingEntry(NamedTuple):
     partition: int
     base_offset: int
     batch: bytes | memoryview
-    skip: Iterable[int]
-    redelivery_count: int
+    skip: Iterable[int] = ()
+    redelivery_count: int = 0
 
 
-def messages_frame(consumer_id: int, entries: Iterable[OutgoingEntry]) -> list[bytes | memoryview]:
-    """Chunks of one length-prefixed `Response{messages}`, byte for byte what protobuf would write."""
-    chunks: list[bytes | memoryview] = []
-    body_len = 0
-    if consumer_id:
-        head = _MESSAGES_CONSUMER + _varint(consumer_id)
-        chunks.append(head)
-        body_len += len(head)
+def _entries(field_tag: bytes, entries: Iterable[OutgoingEntry], chunks: list[bytes | memoryview]) -> int:
+    """Append each entry as an `EntryBatch` field to `chunks`, its batch bytes uncopied; returns
+    the bytes added."""
+    added = 0
     for e in entries:
         pre = bytearray()
         if e.partition:
@@ -97,11 +99,42 @@ def messages_frame(consumer_id: int, entries: Iterable[OutgoingEntry]) -> list[b
         if e.redelivery_count:
             post += _ENTRY_REDELIVERY + _varint(e.redelivery_count)
         size = len(pre) + len(e.batch) + len(post)
-        head = _MESSAGES_ENTRY + _varint(size) + pre
+        head = field_tag + _varint(size) + pre
         chunks += [head, e.batch, bytes(post)]
-        body_len += len(head) + len(e.batch) + len(post)
-    outer = _RESPONSE_MESSAGES + _varint(body_len)
-    return [_LENGTH.pack(len(outer) + body_len), outer, *chunks]
+        added += len(head) + len(e.batch) + len(post)
+    return added
+
+
+def _response(request_id: int, body_tag: bytes, chunks: list[bytes | memoryview], body_len: int) -> list[bytes | memoryview]:
+    head = (_RESPONSE_ID + _varint(request_id) if request_id else b"") + body_tag + _varint(body_len)
+    return [_LENGTH.pack(len(head) + body_len), head, *chunks]
+
+
+def messages_frame(consumer_id: int, entries: Iterable[OutgoingEntry]) -> list[bytes | memoryview]:
+    """Chunks of one length-prefixed `Response{messages}`, byte for byte what protobuf would write."""
+    chunks: list[bytes | memoryview] = []
+    body_len = 0
+    if consumer_id:
+        head = _MESSAGES_CONSUMER + _varint(consumer_id)
+        chunks.append(head)
+        body_len += len(head)
+    body_len += _entries(_MESSAGES_ENTRY, entries, chunks)
+    return _response(0, _RESPONSE_MESSAGES, chunks, body_len)
+
+
+def range_frame(
+    request_id: int, entries: Iterable[OutgoingEntry], next_offset: int, last_stable_offset: int
+) -> list[bytes | memoryview]:
+    """Chunks of one length-prefixed `Response{range_read}`, byte for byte what protobuf would write."""
+    chunks: list[bytes | memoryview] = []
+    body_len = _entries(_RANGE_ENTRY, entries, chunks)
+    tail = bytearray()
+    if next_offset:
+        tail += _RANGE_NEXT + _varint(next_offset)
+    if last_stable_offset:
+        tail += _RANGE_STABLE + _varint(last_stable_offset)
+    chunks.append(bytes(tail))
+    return _response(request_id, _RESPONSE_RANGE, chunks, body_len + len(tail))
 
 
 def parse(message: ProtoMessage, payload: bytes) -> ProtoMessage:

@@ -83,6 +83,14 @@ class Slice:
         return self.high_watermark if self.last_stable_offset < 0 else self.last_stable_offset
 
 
+@dataclass(frozen=True)
+class PartitionBounds:
+    partition: int
+    log_start: int
+    high_watermark: int
+    last_stable_offset: int
+
+
 def last_stable_offset(high_watermark: int, open_txns: list[bytes]) -> int:
     """The first offset of the oldest open transaction, or the high watermark when none is open."""
     firsts = [int(v.split(b":", 1)[0]) for v in open_txns]
@@ -247,6 +255,22 @@ class LogStore:
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
         return int(start), int(hw)
+
+    async def stable_bounds(self, topic: str, partitions: int) -> list[PartitionBounds]:
+        """Every partition's offsets, the last stable one included, in one round trip."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p in range(partitions):
+            pipe.hmget(keys.meta(topic, p), "hw", "start")
+            pipe.hvals(keys.open_txns(topic, p))
+        async with storage_errors():
+            replies = await pipe.execute()
+        out = []
+        for p in range(partitions):
+            (hw, start), open_txns = replies[2 * p], replies[2 * p + 1]
+            if hw is None:
+                raise TopicNotFound(f"{topic}-{p} does not exist")
+            out.append(PartitionBounds(p, int(start), int(hw), last_stable_offset(int(hw), open_txns)))
+        return out
 
     async def bounds_many(self, parts: list[tuple[str, int]]) -> list[tuple[int, int] | None]:
         pipe = self.redis.pipeline(transaction=False)
