@@ -43,6 +43,8 @@ class Config:
     txn_default_timeout_ms: int = 60_000
     txn_max_timeout_ms: int = 900_000
     txn_reaper_interval: float = 1.0
+    watermark_snapshot_interval: float = 10.0
+    watermark_snapshot_marks: int = 128  # a partition's watermark lookup reads at most about this many markers
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Config:

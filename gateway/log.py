@@ -399,11 +399,7 @@ def _hidden(e: Entry, sl: Slice) -> bool:
     """A transaction marker, or a batch of a transaction that aborted: what read-committed readers
     never see. Only the 61-byte header is read."""
     h = parse_header(e.batch, verify_crc=False)
-    if h.control:
-        return True
-    return h.transactional and any(
-        a.producer_id == h.producer_id and a.first_offset <= e.base_offset < a.marker_offset for a in sl.aborted
-    )
+    return h.control or aborted(sl, h, e.base_offset)
 
 
 def committed_entries(sl: Slice) -> list[Entry]:
@@ -416,3 +412,10 @@ def committed_entries(sl: Slice) -> list[Entry]:
         if not _hidden(e, sl):
             out.append(e)
     return out
+
+
+def aborted(sl: Slice, h: BatchHeader, base_offset: int) -> bool:
+    """Whether a batch of a read-committed slice belongs to an aborted transaction."""
+    return h.transactional and any(
+        a.producer_id == h.producer_id and a.first_offset <= base_offset < a.marker_offset for a in sl.aborted
+    )

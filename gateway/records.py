@@ -30,6 +30,10 @@ ATTR_CONTROL = 0x20
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
+# Control record types of watermark markers ("WS", "WI"): far from the types Kafka defines, which
+# clients other than Kafka's own servers know only as abort (0) and commit (1).
+CONTROL_WATERMARK_SET = 0x5753
+CONTROL_WATERMARK_IDLE = 0x5749
 
 
 class Compression(IntEnum):
@@ -373,14 +377,28 @@ def build_batch(
 
 def build_control_batch(commit: bool, producer_id: int, producer_epoch: int, coordinator_epoch: int = 0) -> bytes:
     """A transaction marker as Kafka writes it: a control batch of one record."""
-    out = bytearray()
-    key = struct.pack(">hh", 0, CONTROL_COMMIT if commit else CONTROL_ABORT)
     value = struct.pack(">hi", 0, coordinator_epoch)
-    encode_record(out, 0, 0, key, value)
+    return _control_batch(CONTROL_COMMIT if commit else CONTROL_ABORT, value, producer_id, producer_epoch, True)
+
+
+def build_watermark_batch(
+    idle: bool, value: bytes, *, producer_id: int = -1, producer_epoch: int = -1, transactional: bool = False
+) -> bytes:
+    """A watermark marker (W_SET, or W_IDLE when `idle`): a control batch of one record whose type no
+    Kafka client acts on, so they skip it like a commit marker. Inside a transaction it carries the
+    transaction's producer and flag, so its fate is the transaction's."""
+    return _control_batch(
+        CONTROL_WATERMARK_IDLE if idle else CONTROL_WATERMARK_SET, value, producer_id, producer_epoch, transactional
+    )
+
+
+def _control_batch(kind: int, value: bytes, producer_id: int, producer_epoch: int, transactional: bool) -> bytes:
+    out = bytearray()
+    encode_record(out, 0, 0, struct.pack(">hh", 0, kind), value)
     now = int(time.time() * 1000)
     return assemble(
         bytes(out),
-        attributes=ATTR_TRANSACTIONAL | ATTR_CONTROL,
+        attributes=ATTR_CONTROL | (ATTR_TRANSACTIONAL if transactional else 0),
         last_offset_delta=0,
         base_timestamp=now,
         max_timestamp=now,
@@ -389,6 +407,16 @@ def build_control_batch(commit: bool, producer_id: int, producer_epoch: int, coo
         base_sequence=-1,
         record_count=1,
     )
+
+
+def control_record(batch: bytes | memoryview) -> tuple[int, bytes | None]:
+    """(type, value) of a control batch's record: a commit or abort marker, or a watermark."""
+    for rec in iter_records(batch):
+        if rec.key is None or len(rec.key) < 4:
+            break
+        _, kind = struct.unpack_from(">hh", rec.key)
+        return kind, rec.value
+    raise CorruptMessage("a control batch without a control record")
 
 
 def with_base_offset(batch: bytes | memoryview, base_offset: int) -> list[bytes | memoryview]:

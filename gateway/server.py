@@ -71,6 +71,7 @@ class Gateway:
         self._roles = [
             Periodic("retention", cfg.retention_check_interval, self.services.log.retention_pass),
             Periodic("transaction reaper", cfg.txn_reaper_interval, self.services.txn.recover),
+            Periodic("watermark snapshots", cfg.watermark_snapshot_interval, self.services.watermark.snapshot_pass),
             self.services.delay.scheduler(),
         ]
         self._tasks += [asyncio.create_task(role.run()) for role in self._roles]

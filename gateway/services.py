@@ -12,6 +12,7 @@ from gateway.log import LogService
 from gateway.producer_txn import TransactionalProducers
 from gateway.store import Store
 from gateway.txn import TransactionCoordinator
+from gateway.watermark import WatermarkService
 
 
 @dataclass
@@ -24,6 +25,7 @@ class Services:
     delay: DelayService
     groups: GroupCoordinator
     txn_producers: TransactionalProducers  # Kafka's transactional.id semantics
+    watermark: WatermarkService
 
     @classmethod
     def open(cls, config: Config, redis_url: str) -> Services:
@@ -42,8 +44,11 @@ class Services:
         fence = FenceService(store, txn)
         # registers the group-offset settler now, so a roll-forward after a restart applies offsets too
         producers = TransactionalProducers(store, txn, fence)
-        return cls(config, store, log, txn, fence, delay, groups, producers)
+        watermark = WatermarkService(store, log, snapshot_marks=config.watermark_snapshot_marks)
+        txn.partition_settlers.append(watermark.settle_txn)
+        return cls(config, store, log, txn, fence, delay, groups, producers, watermark)
 
     async def close(self) -> None:
         await self.groups.close()  # hands group leases over and answers waiting clients first
+        await self.watermark.close()
         await self.store.close()

@@ -277,6 +277,16 @@ class Client:
         and last may hold records outside the range."""
         return reader.read_batches(self, topic, partition, start, end, max_bytes=max_bytes)
 
+    async def watermark(self, topic: str, offsets: dict[int, int]) -> int | None:
+        """The broker watermark (epoch ms) of a stretch of `topic` read up to `offsets` (partition ->
+        next offset): the minimum over those partitions of the watermark at each offset, read-committed
+        (an offset past the last stable offset counts as it). None when no producer is in the set."""
+        req = pb.GetWatermark(
+            topic=topic, positions=[pb.PartitionOffset(partition=p, offset=o) for p, o in sorted(offsets.items())]
+        )
+        resp = await self.request(pb.Request(get_watermark=req))
+        return resp.watermark.watermark_ms if resp.watermark.HasField("watermark_ms") else None
+
     def _forget(self, child: Producer | Consumer) -> None:
         self._children.discard(child)
 

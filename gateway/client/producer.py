@@ -111,6 +111,7 @@ class Producer:
         self._round_robin = itertools.count()
         self._sticky = next(self._round_robin) % partitions
         self._closed = False
+        self._in_watermark_set = False
 
     @property
     def producer_id(self) -> int:
@@ -371,6 +372,53 @@ class Producer:
             with contextlib.suppress(GatewayError):
                 await self.client.request(pb.Request(close_producer=pb.CloseProducer(handle=old)))
 
+    # -- watermarks ------------------------------------------------------------------------------
+
+    async def send_watermark(self, event_time: datetime | int, txn: Transaction | None = None) -> list[int]:
+        """Assert that no message this producer sends from now on has an event time before
+        `event_time` (a datetime, or epoch ms): W_SET into every partition of the topic, after what
+        the producer sent before. The first one puts the producer (named by its producer name) into
+        the topic's watermark set. With `txn` it counts only if the transaction commits. Returns the
+        markers' offsets by partition."""
+        ms = round(event_time.timestamp() * 1000) if isinstance(event_time, datetime) else int(event_time)
+        offsets = await self._watermark(pb.SendWatermark(event_time_ms=ms), txn)
+        self._in_watermark_set = True
+        return offsets
+
+    async def mark_idle(self, txn: Transaction | None = None) -> list[int]:
+        """Take this producer out of the topic's watermark set (W_IDLE) until its next watermark, so
+        it holds nobody back while it has nothing to send. Closing the producer does it too."""
+        offsets = await self._watermark(pb.SendWatermark(idle=True), txn)
+        self._in_watermark_set = False
+        return offsets
+
+    async def _watermark(self, marker: pb.SendWatermark, txn: Transaction | None) -> list[int]:
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        if txn is not None:
+            txn.check()
+        await self.flush()  # a marker never goes before a message sent earlier
+        if txn is not None:
+            marker.txn_id = txn.txn_id
+
+        def req() -> pb.Request:
+            marker.handle = self._handle
+            return pb.Request(send_watermark=marker)
+
+        async def attempt() -> list[int]:
+            resp = await self.client.request(req, timeout=self._send_timeout)
+            return list(resp.watermark_receipt.offsets)
+
+        if txn is not None:
+            return await txn.run(attempt)
+        deadline = time.monotonic() + self._send_timeout
+        while True:
+            try:
+                return await attempt()
+            except ConnectionLost:  # a marker sent twice says the same thing twice: harmless
+                if not self.client.will_reconnect or time.monotonic() >= deadline:
+                    raise
+
     async def _reattach(self) -> None:
         """On a new connection: the same producer id, so batches resent from before are deduplicated."""
         resp = await self.client._conn.request(
@@ -391,9 +439,13 @@ class Producer:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def close(self) -> None:
+        """Flush, and leave the watermark set if this producer is in it."""
         if self._closed:
             return
         await self.flush()
+        if self._in_watermark_set:
+            with contextlib.suppress(GatewayError):
+                await self.mark_idle()
         self._closed = True
         self.client._forget(self)
         if not self.client._conn.closed:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest, NotAllowed, SubscriptionNotFound
-from gateway.native.transactions import TxnSession, as_expired
+from gateway.native.transactions import TxnSession, as_expired, expired_errors
 from gateway.native.wire import (
     PROTOCOL_VERSION,
     FrameTooLarge,
@@ -81,10 +81,11 @@ async def start_native_server(services: Services, host: str, port: int) -> Nativ
 
 
 class _Producer:
-    def __init__(self, topic: str, producer_id: int, partitions: int) -> None:
+    def __init__(self, topic: str, producer_id: int, partitions: int, name: str) -> None:
         self.topic = topic
         self.producer_id = producer_id
         self.partitions = partitions
+        self.name = name  # its identity in the topic's watermark set
 
 
 Handler = Callable[["Connection", pb.Request], Awaitable[pb.Response | None]]
@@ -140,7 +141,7 @@ class Connection:
 
     async def _handle(self, req: pb.Request) -> None:
         kind = req.WhichOneof("body")
-        if kind == "send":
+        if kind in ("send", "send_watermark"):
             self._sends.put_nowait(req)
             return
         handler = _HANDLERS.get(kind or "")
@@ -179,13 +180,56 @@ class Connection:
             while not self._sends.empty() and len(reqs) < _SEND_BATCH:
                 reqs.append(self._sends.get_nowait())
             try:
-                out = await self._send_all(reqs)
+                out = await self._sends_in_order(reqs)
                 await self._write(out)
             except ConnectionError:
                 return
             finally:
                 for _ in reqs:
                     self._sends.task_done()
+
+    async def _sends_in_order(self, reqs: list[pb.Request]) -> list[bytes | memoryview]:
+        """Answers to sends and watermarks in arrival order: a watermark goes into the log after
+        every send before it, so it never overtakes a message its producer sent earlier."""
+        out: list[bytes | memoryview] = []
+        run: list[pb.Request] = []
+        for req in reqs:
+            if req.WhichOneof("body") == "send":
+                run.append(req)
+                continue
+            if run:
+                out += await self._send_all(run)
+                run = []
+            try:
+                resp = await self._send_watermark(req.send_watermark)
+            except Exception as exc:
+                if not isinstance(exc, GatewayError):
+                    log.exception("native watermark failed")
+                out.append(self._error(req.request_id, exc))
+            else:
+                resp.request_id = req.request_id
+                out.append(frame(resp))
+        if run:
+            out += await self._send_all(run)
+        return out
+
+    async def _send_watermark(self, r: pb.SendWatermark) -> pb.Response:
+        """W_SET, or W_IDLE, of the producer into every partition of its topic."""
+        producer = self.producers.get(r.handle)
+        if producer is None:
+            raise NotAllowed(f"no producer {r.handle} on this connection")
+        event_time = None if r.idle else r.event_time_ms
+        watermarks = self.services.watermark
+        if not r.txn_id:
+            offsets = await watermarks.send(producer.topic, producer.name, event_time)
+        else:
+            txn = await self.txns.get(r.txn_id)
+            info = await self.services.log.topic(producer.topic, create=False)
+            await self.txns.add_partitions(r.txn_id, [(info.name, p) for p in range(info.partitions)])
+            with expired_errors(r.txn_id):
+                offsets = await watermarks.send(producer.topic, producer.name, event_time, txn_id=txn.txn_id,
+                                                producer_id=txn.producer_id, producer_epoch=txn.producer_epoch)
+        return pb.Response(watermark_receipt=pb.WatermarkReceipt(offsets=offsets))
 
     async def _send_all(self, reqs: list[pb.Request]) -> list[bytes | memoryview]:
         """Answers to `reqs`, in order: one append round trip for the batches that go to the log now,
@@ -274,8 +318,8 @@ class Connection:
         pid, info = await self.server.producers.register(r.topic, r.resume_producer_id)
         handle = self._next_handle
         self._next_handle += 1
-        self.producers[handle] = _Producer(info.name, pid, info.partitions)
         name = r.producer_name or f"producer-{pid}"
+        self.producers[handle] = _Producer(info.name, pid, info.partitions, name)
         created = pb.ProducerCreated(handle=handle, producer_id=pid, partitions=info.partitions, producer_name=name)
         return pb.Response(producer_created=created)
 
@@ -427,6 +471,15 @@ class Connection:
         await self.txns.end(r.txn_id, r.commit)
         return pb.Response(success=pb.Success())
 
+    async def _get_watermark(self, req: pb.Request) -> pb.Response:
+        r = req.get_watermark
+        value = pb.WatermarkValue()
+        if r.positions:
+            wm = await self.services.watermark.watermark(r.topic, {p.partition: p.offset for p in r.positions})
+            if wm is not None:
+                value.watermark_ms = wm
+        return pb.Response(watermark=value)
+
     async def _ping(self, req: pb.Request) -> pb.Response:
         return pb.Response(pong=pb.Pong())
 
@@ -447,6 +500,7 @@ _HANDLERS: dict[str, Handler] = {
     "end_transaction": Connection._end_transaction,
     "list_partitions": Connection._list_partitions,
     "read_range": Connection._read_range,
+    "get_watermark": Connection._get_watermark,
 }
 
 

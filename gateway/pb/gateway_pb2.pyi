@@ -25,7 +25,7 @@ LATEST: InitialPosition
 EARLIEST: InitialPosition
 
 class Request(_message.Message):
-    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe", "new_transaction", "end_transaction", "list_partitions", "read_range")
+    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe", "new_transaction", "end_transaction", "list_partitions", "read_range", "send_watermark", "get_watermark")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONNECT_FIELD_NUMBER: _ClassVar[int]
     CREATE_PRODUCER_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,8 @@ class Request(_message.Message):
     END_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     LIST_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     READ_RANGE_FIELD_NUMBER: _ClassVar[int]
+    SEND_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    GET_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     connect: Connect
     create_producer: CreateProducer
@@ -60,10 +62,12 @@ class Request(_message.Message):
     end_transaction: EndTransaction
     list_partitions: ListPartitions
     read_range: ReadRange
-    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., new_transaction: _Optional[_Union[NewTransaction, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransaction, _Mapping]] = ..., list_partitions: _Optional[_Union[ListPartitions, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ...) -> None: ...
+    send_watermark: SendWatermark
+    get_watermark: GetWatermark
+    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., new_transaction: _Optional[_Union[NewTransaction, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransaction, _Mapping]] = ..., list_partitions: _Optional[_Union[ListPartitions, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., send_watermark: _Optional[_Union[SendWatermark, _Mapping]] = ..., get_watermark: _Optional[_Union[GetWatermark, _Mapping]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "transaction_created", "partitions", "range_read", "messages", "consumer_reset")
+    __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "transaction_created", "partitions", "range_read", "watermark_receipt", "watermark", "messages", "consumer_reset", "watermark_update")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
@@ -75,8 +79,11 @@ class Response(_message.Message):
     TRANSACTION_CREATED_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     RANGE_READ_FIELD_NUMBER: _ClassVar[int]
+    WATERMARK_RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    WATERMARK_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_RESET_FIELD_NUMBER: _ClassVar[int]
+    WATERMARK_UPDATE_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     error: Error
     connected: Connected
@@ -88,9 +95,12 @@ class Response(_message.Message):
     transaction_created: TransactionCreated
     partitions: Partitions
     range_read: RangeRead
+    watermark_receipt: WatermarkReceipt
+    watermark: WatermarkValue
     messages: Messages
     consumer_reset: ConsumerReset
-    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., producer_created: _Optional[_Union[ProducerCreated, _Mapping]] = ..., send_receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., success: _Optional[_Union[Success, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., transaction_created: _Optional[_Union[TransactionCreated, _Mapping]] = ..., partitions: _Optional[_Union[Partitions, _Mapping]] = ..., range_read: _Optional[_Union[RangeRead, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., consumer_reset: _Optional[_Union[ConsumerReset, _Mapping]] = ...) -> None: ...
+    watermark_update: WatermarkUpdate
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., producer_created: _Optional[_Union[ProducerCreated, _Mapping]] = ..., send_receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., success: _Optional[_Union[Success, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., transaction_created: _Optional[_Union[TransactionCreated, _Mapping]] = ..., partitions: _Optional[_Union[Partitions, _Mapping]] = ..., range_read: _Optional[_Union[RangeRead, _Mapping]] = ..., watermark_receipt: _Optional[_Union[WatermarkReceipt, _Mapping]] = ..., watermark: _Optional[_Union[WatermarkValue, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., consumer_reset: _Optional[_Union[ConsumerReset, _Mapping]] = ..., watermark_update: _Optional[_Union[WatermarkUpdate, _Mapping]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("code", "message")
@@ -231,12 +241,14 @@ class Subscribe(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., mode: _Optional[_Union[SubscriptionMode, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., ack_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class Subscribed(_message.Message):
-    __slots__ = ("consumer_id", "partitions")
+    __slots__ = ("consumer_id", "partitions", "watermark_ms")
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    WATERMARK_MS_FIELD_NUMBER: _ClassVar[int]
     consumer_id: int
     partitions: int
-    def __init__(self, consumer_id: _Optional[int] = ..., partitions: _Optional[int] = ...) -> None: ...
+    watermark_ms: int
+    def __init__(self, consumer_id: _Optional[int] = ..., partitions: _Optional[int] = ..., watermark_ms: _Optional[int] = ...) -> None: ...
 
 class Flow(_message.Message):
     __slots__ = ("consumer_id", "permits")
@@ -379,3 +391,51 @@ class RangeRead(_message.Message):
     next_offset: int
     last_stable_offset: int
     def __init__(self, entries: _Optional[_Iterable[_Union[EntryBatch, _Mapping]]] = ..., next_offset: _Optional[int] = ..., last_stable_offset: _Optional[int] = ...) -> None: ...
+
+class SendWatermark(_message.Message):
+    __slots__ = ("handle", "event_time_ms", "idle", "txn_id")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_FIELD_NUMBER: _ClassVar[int]
+    TXN_ID_FIELD_NUMBER: _ClassVar[int]
+    handle: int
+    event_time_ms: int
+    idle: bool
+    txn_id: str
+    def __init__(self, handle: _Optional[int] = ..., event_time_ms: _Optional[int] = ..., idle: _Optional[bool] = ..., txn_id: _Optional[str] = ...) -> None: ...
+
+class WatermarkReceipt(_message.Message):
+    __slots__ = ("offsets",)
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PartitionOffset(_message.Message):
+    __slots__ = ("partition", "offset")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    offset: int
+    def __init__(self, partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class GetWatermark(_message.Message):
+    __slots__ = ("topic", "positions")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    positions: _containers.RepeatedCompositeFieldContainer[PartitionOffset]
+    def __init__(self, topic: _Optional[str] = ..., positions: _Optional[_Iterable[_Union[PartitionOffset, _Mapping]]] = ...) -> None: ...
+
+class WatermarkValue(_message.Message):
+    __slots__ = ("watermark_ms",)
+    WATERMARK_MS_FIELD_NUMBER: _ClassVar[int]
+    watermark_ms: int
+    def __init__(self, watermark_ms: _Optional[int] = ...) -> None: ...
+
+class WatermarkUpdate(_message.Message):
+    __slots__ = ("consumer_id", "watermark_ms")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    WATERMARK_MS_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    watermark_ms: int
+    def __init__(self, consumer_id: _Optional[int] = ..., watermark_ms: _Optional[int] = ...) -> None: ...

@@ -153,6 +153,35 @@ def delay_txns(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:dl:txns"
 
 
+# -- watermarks: an index per partition beside its log (its keys share the partition's tag) --------
+
+
+def wm_marks(topic: str, partition: int) -> str:
+    """Sorted set of the partition's watermark markers, score = offset, member
+    "<offset> <transaction: 'pid:first offset' or -> <WatermarkMark bytes>"."""
+    return f"{partition_tag(topic, partition)}:wm:marks"
+
+
+def wm_snapshots(topic: str, partition: int) -> str:
+    """Sorted set of W_SNAPSHOTs, score = offset, member "<offset>[ <offset of a pending mark>...]"."""
+    return f"{partition_tag(topic, partition)}:wm:snaps"
+
+
+def wm_snapshot_data(topic: str, partition: int) -> str:
+    """Hash: snapshot offset -> WatermarkSnapshot bytes."""
+    return f"{partition_tag(topic, partition)}:wm:snapdata"
+
+
+def wm_meta(topic: str, partition: int) -> str:
+    """Hash: n (markers since the latest snapshot)."""
+    return f"{partition_tag(topic, partition)}:wm:meta"
+
+
+def wm_txns(topic: str, partition: int) -> str:
+    """Hash: transaction id -> offsets of its markers on this partition, until it is settled."""
+    return f"{partition_tag(topic, partition)}:wm:txns"
+
+
 DELAY_DUE = "{gw:delay}:due"
 """Sorted set: "topic:partition" -> earliest delivery time waiting there; what the scheduler sleeps on."""
 DELAY_VERSIONS = "{gw:delay}:ver"
