@@ -191,3 +191,46 @@ async def run_example(script: str, *args: str, timeout: float = 90.0) -> tuple[i
             await proc.wait()
     assert proc.returncode is not None
     return proc.returncode, out.decode()
+
+
+def java17_home() -> str:
+    """Spark 4 runs on Java 17; a newer JDK on the machine must not be picked up by accident."""
+    homes = sorted(Path("/usr/lib/jvm").glob("java-17-openjdk-*"))
+    if not homes:
+        raise RuntimeError("Java 17 is missing: ./dev installs Debian's openjdk-17-jre-headless")
+    return str(homes[0])
+
+
+def spark_env() -> dict[str, str]:
+    """What a Spark driver and its Python workers need: Java 17, this interpreter, this checkout."""
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.environ.get("PYTHONPATH", "")
+    return {
+        "JAVA_HOME": java17_home(),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": root + (os.pathsep + path if path else ""),
+    }
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark (two cores) for every Spark test of the run: starting its JVM is the big cost."""
+    os.environ.update(spark_env())
+    from pyspark.sql import SparkSession
+
+    from gateway.spark import register
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("gateway-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
