@@ -11,6 +11,7 @@ partition; each task gets that range as a picklable `RangePartition`, opens its 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -59,18 +60,17 @@ class DataLoss(RuntimeError):
     """Records the query was to read are gone (retention or DeleteRecords moved the log start)."""
 
 
+@dataclass
 class RangePartition(InputPartition):
     """One task's work, all it needs to do it: offsets [start, end) of one topic partition."""
 
-    def __init__(self, url: str, topic: str, partition: int, start: int, end: int, *,
-                 fail_on_data_loss: bool, max_bytes: int) -> None:
-        self.url = url
-        self.topic = topic
-        self.partition = partition
-        self.start = start
-        self.end = end
-        self.fail_on_data_loss = fail_on_data_loss
-        self.max_bytes = max_bytes
+    url: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    fail_on_data_loss: bool
+    max_bytes: int
 
 
 def check_schema(schema: StructType) -> None:
@@ -94,8 +94,7 @@ def plan(url: str, start: Offsets, end: Offsets, opts: SourceOptions) -> list[Ra
         for p, hi in sorted(parts.items(), key=lambda kv: int(kv[0])):
             lo = start.get(topic, {}).get(p, 0)
             if hi > lo:
-                out.append(RangePartition(url, topic, int(p), lo, hi, fail_on_data_loss=opts.fail_on_data_loss,
-                                          max_bytes=opts.max_bytes_per_read))
+                out.append(RangePartition(url, topic, int(p), lo, hi, opts.fail_on_data_loss, opts.max_bytes_per_read))
     return out
 
 
