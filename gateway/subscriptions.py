@@ -34,6 +34,7 @@ from gateway.log import LogService, committed_entries
 from gateway.store import Store
 from gateway.store.log import Entry
 from gateway.store.subscriptions import PendingAckConflict, SubscriptionStore
+from gateway.watermark import SubscriptionWatermark, WatermarkService
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class ConsumerSink(Protocol):
     async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None: ...
 
     async def reset(self, consumer_id: int) -> None: ...
+
+    async def watermark(self, consumer_id: int, watermark: int | None) -> None: ...
 
 
 @dataclass(eq=False)
@@ -108,6 +111,9 @@ class Subscription:
         self._generation = 0
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.watermark = SubscriptionWatermark(service.watermarks, topic) if service.watermarks else None
+        self.watermark_sent: int | None = None  # what the consumers were told last
+        self._watermark_lock = asyncio.Lock()
         self._renew_at = time.monotonic() + _RENEW_EVERY  # also when added partitions are looked for
 
     # -- consumers ------------------------------------------------------------------------------
@@ -197,6 +203,7 @@ class Subscription:
                 if attempt or not await self.service.heal(self.topic, self.name, exc, acking):
                     raise
         self.applied(cursors, individual, cumulative)
+        await self.watermark_moved()
 
     def applied(self, cursors: dict[int, int], individual: dict[int, list[int]], cumulative: dict[int, int]) -> None:
         """Bring the in-memory view in line with acks the store has recorded."""
@@ -219,6 +226,31 @@ class Subscription:
         for d in self.redeliver:  # released before the ack arrived: do not send them again
             d.offsets = {o for o in d.offsets if o >= self.cursor[d.partition]}
             d.offsets.difference_update(individual.get(d.partition, ()))
+
+    async def watermark_moved(self, reload: dict[int, int] | None = None) -> None:
+        """Bring the watermark to the acknowledged positions (reading `reload`'s afresh) and tell the
+        consumers when it changed, in order with the messages sent them. An ack recorded stays
+        recorded if this fails: the next one tries again."""
+        wm = self.watermark
+        if wm is None:
+            return
+        async with self._watermark_lock:
+            try:
+                if reload:
+                    await wm.load(reload)
+                await wm.advance(dict(self.cursor))
+            except Exception as exc:
+                log.warning("watermark of %s/%s not moved: %s", self.topic, self.name, exc)
+                return
+            value = wm.value
+            if value == self.watermark_sent:
+                return
+            self.watermark_sent = value
+            for c in list(self.consumers):
+                try:
+                    await c.sink.watermark(c.id, value)
+                except Exception as exc:
+                    log.info("consumer %d of %s/%s unreachable: %s", c.id, self.topic, self.name, exc)
 
     def negative_acknowledge(self, offsets: dict[int, list[int]]) -> None:
         """Redeliver these offsets now (the client waited out its nack delay before sending)."""
@@ -255,6 +287,7 @@ class Subscription:
             c.permits = 0
             with contextlib.suppress(Exception):
                 await c.sink.reset(c.id)
+        await self.watermark_moved(reload=landed)
         self.wake.set()
 
     # -- dispatch -------------------------------------------------------------------------------
@@ -343,6 +376,8 @@ class Subscription:
         for p, sl in zip(parts, slices, strict=True):
             if sl.log_start > self.read_pos[p]:
                 self.read_pos[p] = sl.log_start
+            if self.watermark is not None:
+                self.watermark.learn(p, sl)
             if sl.entries and sl.entries[0].base_offset <= self.max_acked.get(p, -1):
                 lookups[p] = (self.read_pos[p], sl.entries[-1].next_offset)
         acked = await self.service.store.acked_in(self.topic, self.name, lookups) if lookups else {}
@@ -404,10 +439,14 @@ class Subscription:
 class SubscriptionService:
     """The subscriptions with consumers on this gateway, and the consumers' entry points."""
 
-    def __init__(self, log_service: LogService, store: SubscriptionStore, node_id: int = 0) -> None:
+    def __init__(
+        self, log_service: LogService, store: SubscriptionStore, node_id: int = 0,
+        watermarks: WatermarkService | None = None,
+    ) -> None:
         self.log = log_service
         self.store = store
         self.node_id = node_id
+        self.watermarks = watermarks
         self._subs: dict[tuple[str, str], Subscription] = {}
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
@@ -416,12 +455,15 @@ class SubscriptionService:
         self.txn_state: Callable[[str], Awaitable[str | None]] | None = None
 
     @classmethod
-    def open(cls, log_service: LogService, store: Store, node_id: int = 0) -> SubscriptionService:
+    def open(
+        cls, log_service: LogService, store: Store, node_id: int = 0, watermarks: WatermarkService | None = None
+    ) -> SubscriptionService:
         """Built by a face from the shared services; the face never touches the store itself.
 
         Gateways sharing a Redis need distinct node ids: a subscription is dispatched by one
-        gateway at a time, under a lease, so modes and acks mean the same across gateways."""
-        return cls(log_service, SubscriptionStore(store.redis, store.scripts), node_id)
+        gateway at a time, under a lease, so modes and acks mean the same across gateways. With
+        `watermarks`, each subscription keeps its watermark and tells its consumers."""
+        return cls(log_service, SubscriptionStore(store.redis, store.scripts), node_id, watermarks)
 
     async def renew(self, sub: Subscription) -> None:
         await self.store.lease(sub.topic, sub.name, self.node_id, LEASE_MS)
@@ -438,6 +480,7 @@ class SubscriptionService:
             sub.max_acked[p] = pos.max_acked
             sub.outstanding[p] = {}
         sub.partitions = info.partitions
+        await sub.watermark_moved(reload={p: sub.cursor[p] for p in added})
 
     async def _release_lease(self, topic: str, name: str) -> None:
         with contextlib.suppress(Exception):
@@ -468,13 +511,16 @@ class SubscriptionService:
                     positions = await self.store.open(
                         topic, range(info.partitions), name, initial=initial_position, mode=mode.value
                     )
+                    sub = Subscription(self, topic, name, mode, info.partitions)
+                    for p, pos in enumerate(positions):
+                        sub.cursor[p] = sub.read_pos[p] = pos.cursor
+                        sub.max_acked[p] = pos.max_acked
+                    if sub.watermark is not None:  # where the acknowledged positions are: after a failover too
+                        await sub.watermark.load(dict(sub.cursor))
+                        sub.watermark_sent = sub.watermark.value
                 except BaseException:
                     await self._release_lease(topic, name)
                     raise
-                sub = Subscription(self, topic, name, mode, info.partitions)
-                for p, pos in enumerate(positions):
-                    sub.cursor[p] = sub.read_pos[p] = pos.cursor
-                    sub.max_acked[p] = pos.max_acked
                 sub.attach(consumer)
                 self._subs[(topic, name)] = sub
                 sub.task = asyncio.create_task(sub.run(), name=f"dispatch {topic}/{name}")
@@ -537,6 +583,7 @@ class SubscriptionService:
             if r.cursor >= 0:
                 sub.applied({partition: r.cursor}, {partition: r.offsets},
                             {partition: r.upto - 1} if r.upto >= 0 else {})
+                await sub.watermark_moved()
             return
         again = set(r.offsets) | {o for o in sub.outstanding[partition] if o < r.upto}
         again -= spare or set()

@@ -205,6 +205,7 @@ class Client:
         receiver_queue_size: int = 1000,
         ack_timeout: float | None = None,
         negative_ack_delay: float = 1.0,
+        on_watermark: Callable[[int | None], object] | None = None,
     ) -> Consumer:
         """A consumer of every partition of `topic` on `subscription`.
 
@@ -212,6 +213,8 @@ class Client:
         `initial_position` (earliest or latest) counts only when the subscription is created.
         `ack_timeout` (seconds): unacknowledged messages are delivered again after it.
         `negative_ack_delay` (seconds): how long a negatively acknowledged message waits.
+        `on_watermark`: called with each change of the subscription's watermark, in order with the
+        messages (see `Consumer.last_watermark` and `Consumer.watermarks()`).
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
@@ -234,6 +237,8 @@ class Client:
             mode=mode,
             receiver_queue_size=max(1, receiver_queue_size),
             negative_ack_delay=negative_ack_delay,
+            watermark=resp.subscribed.watermark_ms if resp.subscribed.HasField("watermark_ms") else None,
+            on_watermark=on_watermark,
         )
         consumer.start()
         self._children.add(consumer)

@@ -26,6 +26,8 @@ class PushReceiver(Protocol):
 
     def on_reset(self) -> None: ...
 
+    def on_watermark(self, update: pb.WatermarkUpdate) -> None: ...
+
     def on_closed(self, exc: GatewayError) -> None: ...
 
 
@@ -125,6 +127,10 @@ class Connection:
                     receiver = self._receivers.get(resp.consumer_reset.consumer_id)
                     if receiver is not None:
                         receiver.on_reset()
+                elif kind == "watermark_update":
+                    receiver = self._receivers.get(resp.watermark_update.consumer_id)
+                    if receiver is not None:
+                        receiver.on_watermark(resp.watermark_update)
                 elif kind == "error":
                     log.warning("gateway reported: %s", resp.error.message)
         except (asyncio.IncompleteReadError, ConnectionError, GatewayError) as exc:

@@ -3,6 +3,10 @@
 The gateway sends whole stored batches with the offsets to skip (acked already, or not part of this
 delivery); splitting them is the client's work. Permits are granted again once half the receiver
 queue has been taken, as Pulsar does. Acknowledgements made at the same moment share one request.
+
+The subscription's watermark comes in order with the messages: a change waits in the receive queue
+behind the messages sent before it, and becomes `last_watermark` once they have been received. A
+message with an event time before the watermark sent ahead of it is `late`.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -43,6 +48,16 @@ class _AckGroup:
         self.done.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen even if nobody waits
 
 
+@dataclass(frozen=True)
+class _Watermark:
+    """A watermark change waiting in the receive queue behind the messages sent before it."""
+
+    value: int | None
+
+
+_CLOSED = object()
+
+
 class Consumer:
     def __init__(
         self,
@@ -54,6 +69,8 @@ class Consumer:
         mode: str,
         receiver_queue_size: int,
         negative_ack_delay: float,
+        watermark: int | None = None,
+        on_watermark: Callable[[int | None], object] | None = None,
     ) -> None:
         self.client = client
         self.topic = subscribe.topic
@@ -64,7 +81,13 @@ class Consumer:
         self._id = consumer_id
         self._queue_size = receiver_queue_size
         self._nack_delay = negative_ack_delay
-        self._queue: deque[Message] = deque()
+        self._queue: deque[Message | _Watermark] = deque()  # a message first, whenever not empty
+        self.last_watermark: int | None = watermark
+        """The subscription's watermark (epoch ms) as of the messages received so far; None while no
+        producer is in its set."""
+        self._sent_watermark = watermark  # the latest the gateway sent, ahead of what is queued
+        self._on_watermark = on_watermark
+        self._watermark_queues: set[asyncio.Queue[object]] = set()
         self._arrived = asyncio.Event()
         self._taken = 0
         self._closed: GatewayError | None = None
@@ -87,12 +110,47 @@ class Consumer:
 
     def _split(self, e: pb.EntryBatch) -> list[Message]:
         skip = {e.base_offset + s for s in e.skip}
-        return decode_batch(self.topic, e.partition, e.base_offset, e.batch, skip, e.redelivery_count)
+        return decode_batch(self.topic, e.partition, e.base_offset, e.batch, skip, e.redelivery_count,
+                            watermark=self._sent_watermark)
+
+    def on_watermark(self, update: pb.WatermarkUpdate) -> None:
+        value = update.watermark_ms if update.HasField("watermark_ms") else None
+        self._sent_watermark = value
+        if self._queue:
+            self._queue.append(_Watermark(value))
+        else:
+            self._apply_watermark(value)
+
+    def _apply_watermark(self, value: int | None) -> None:
+        self.last_watermark = value
+        for q in self._watermark_queues:
+            q.put_nowait(value)
+        if self._on_watermark is not None:
+            try:
+                self._on_watermark(value)
+            except Exception:
+                log.exception("the on_watermark callback of %s/%s failed", self.topic, self.subscription)
+
+    def _reached_watermarks(self) -> None:
+        """Apply the watermark changes no message is queued ahead of any more."""
+        while self._queue:
+            head = self._queue[0]
+            if not isinstance(head, _Watermark):
+                return
+            self._queue.popleft()
+            self._apply_watermark(head.value)
+
+    def _restart_queue(self, watermark: int | None) -> None:
+        """Prefetched messages are dropped: the watermark is what the gateway sent last."""
+        self._queue.clear()
+        self._taken = 0
+        self._sent_watermark = watermark
+        if watermark != self.last_watermark:
+            self._apply_watermark(watermark)
 
     def on_reset(self) -> None:
         """The subscription moved: what is prefetched is stale, and the gateway forgot our permits."""
-        self._queue.clear()
-        self._taken = 0
+        self._restart_queue(self._sent_watermark)
         self._grant(self._queue_size)
 
     def on_closed(self, exc: GatewayError) -> None:
@@ -104,13 +162,15 @@ class Consumer:
         """No more messages: `receive` raises `exc` once the queue is empty."""
         self._closed = exc
         self._arrived.set()
+        for q in self._watermark_queues:
+            q.put_nowait(_CLOSED)
 
     async def _reattach(self) -> None:
         """On a new connection: subscribe again; what was prefetched comes again from the gateway."""
         resp = await self.client._conn.request(pb.Request(subscribe=self._subscribe))
         self._id = resp.subscribed.consumer_id
-        self._queue.clear()
-        self._taken = 0
+        s = resp.subscribed
+        self._restart_queue(s.watermark_ms if s.HasField("watermark_ms") else None)
         self.start()
 
     def _grant(self, permits: int) -> None:
@@ -132,11 +192,28 @@ class Consumer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), remaining)
         msg = self._queue.popleft()
+        assert isinstance(msg, Message)  # never a watermark at the head
+        self._reached_watermarks()
         self._taken += 1
         if self._taken >= max(1, self._queue_size // 2):
             self._grant(self._taken)
             self._taken = 0
         return msg
+
+    async def watermarks(self) -> AsyncIterator[int | None]:
+        """The watermark now, then each change, in order with the messages: a change comes once every
+        message sent before it has been received. Ends when the consumer closes."""
+        q: asyncio.Queue[object] = asyncio.Queue()
+        self._watermark_queues.add(q)
+        try:
+            if self._closed is not None:
+                return
+            yield self.last_watermark
+            while (value := await q.get()) is not _CLOSED:
+                assert value is None or isinstance(value, int)
+                yield value
+        finally:
+            self._watermark_queues.discard(q)
 
     def _check_open(self) -> None:
         if self._closed is not None:
@@ -291,6 +368,8 @@ class Consumer:
         for h in self._nack_timers:
             h.cancel()
         self._closed = ClientClosed("the consumer is closed")
+        for q in self._watermark_queues:
+            q.put_nowait(_CLOSED)
         self.client._forget(self)
         self.client._conn.remove_receiver(self._id)
 

@@ -34,6 +34,7 @@ class Message:
     publish_time: int  # the record timestamp, epoch ms
     event_time: int | None = None  # epoch ms, when the producer gave one
     redelivery_count: int = 0
+    late: bool = False  # its event time is before the watermark the gateway sent ahead of it
     message_id: MessageId = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -41,18 +42,21 @@ class Message:
 
 
 def decode_batch(
-    topic: str, partition: int, base_offset: int, batch: bytes, skip: Collection[int] = (), redelivery_count: int = 0
+    topic: str, partition: int, base_offset: int, batch: bytes, skip: Collection[int] = (), redelivery_count: int = 0,
+    *, watermark: int | None = None,
 ) -> list[Message]:
     """The messages of one stored batch, but those at the offsets in `skip`; the event-time header
-    becomes `event_time`."""
+    becomes `event_time`, and one before `watermark` marks the message late."""
     out = []
     for rec in iter_records(batch, base_offset):
         if rec.offset in skip:
             continue
         headers = dict(rec.headers)
         raw_event = headers.pop(EVENT_TIME_HEADER, None)
+        event_time = int(raw_event) if raw_event else None
+        late = event_time is not None and watermark is not None and event_time < watermark
         out.append(
             Message(rec.value, rec.key, headers, topic, partition, rec.offset, rec.timestamp,
-                    int(raw_event) if raw_event else None, redelivery_count)
+                    event_time, redelivery_count, late)
         )
     return out

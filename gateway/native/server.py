@@ -46,7 +46,9 @@ class NativeServer(TcpListener):
     def __init__(self, services: Services) -> None:
         super().__init__("native", self._connection)
         self.services = services
-        self.subscriptions = SubscriptionService.open(services.log, services.store, services.config.node_id)
+        self.subscriptions = SubscriptionService.open(
+            services.log, services.store, services.config.node_id, watermarks=services.watermark
+        )
         self.producers = ProducerService(services.log, services.store)
         self.subscriptions.txn_state = self._txn_state
         services.txn.settlers.append(self.subscriptions.settle_txn)
@@ -339,6 +341,12 @@ class Connection:
     async def reset(self, consumer_id: int) -> None:
         await self._write([frame(pb.Response(consumer_reset=pb.ConsumerReset(consumer_id=consumer_id)))])
 
+    async def watermark(self, consumer_id: int, watermark: int | None) -> None:
+        update = pb.WatermarkUpdate(consumer_id=consumer_id)
+        if watermark is not None:
+            update.watermark_ms = watermark
+        await self._write([frame(pb.Response(watermark_update=update))])
+
     def _consumer(self, consumer_id: int) -> Consumer:
         consumer = self.consumers.get(consumer_id)
         if consumer is None:
@@ -357,8 +365,11 @@ class Connection:
             ack_timeout=r.ack_timeout_ms / 1000,
         )
         self.consumers[consumer.id] = consumer
-        assert consumer.subscription is not None
-        subscribed = pb.Subscribed(consumer_id=consumer.id, partitions=consumer.subscription.partitions)
+        sub = consumer.subscription
+        assert sub is not None
+        subscribed = pb.Subscribed(consumer_id=consumer.id, partitions=sub.partitions)
+        if sub.watermark_sent is not None:  # read last, with no wait before the answer goes out
+            subscribed.watermark_ms = sub.watermark_sent
         return pb.Response(subscribed=subscribed)
 
     async def _flow(self, req: pb.Request) -> pb.Response:
