@@ -35,6 +35,16 @@ def _serve_parser(sub: Any) -> None:
                    help="partitions of an auto-created topic, default 1 " + env % "DEFAULT_PARTITIONS")
     p.add_argument("--redis-fsync", choices=("always", "everysec", "no"),
                    help="embedded Redis appendfsync, default everysec " + env % "REDIS_FSYNC")
+    p.add_argument("--max-frame-bytes", type=int, help="largest request frame, default 100 MiB " + env % "MAX_FRAME_BYTES")
+    p.add_argument("--max-connections", type=int,
+                   help="open connections per listener, default 10000 " + env % "MAX_CONNECTIONS")
+    p.add_argument("--idle-timeout", type=float,
+                   help="seconds without a request before a connection closes, default 600 " + env % "IDLE_TIMEOUT")
+    p.add_argument("--tcp-keepalive", type=float,
+                   help="seconds of silence before TCP keepalive probes, default 60 " + env % "TCP_KEEPALIVE")
+    p.add_argument("--fetch-max-bytes", type=int, help="largest Fetch response, default 55 MiB " + env % "FETCH_MAX_BYTES")
+    p.add_argument("--connection-buffer-bytes", type=int,
+                   help="native sends read ahead per connection, default 16 MiB " + env % "CONNECTION_BUFFER_BYTES")
     p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
 
 
@@ -145,7 +155,8 @@ def serve(args: argparse.Namespace) -> None:
     overrides = {
         k: getattr(args, k)
         for k in ("host", "kafka_port", "native_port", "admin_port", "data_dir", "redis_url",
-                  "advertised_host", "advertised_port", "default_partitions", "redis_fsync")
+                  "advertised_host", "advertised_port", "default_partitions", "redis_fsync", "max_frame_bytes",
+                  "max_connections", "idle_timeout", "tcp_keepalive", "fetch_max_bytes", "connection_buffer_bytes")
     }
     if args.auto_create_topics is not None:
         overrides["auto_create_topics"] = args.auto_create_topics == "true"

@@ -37,7 +37,12 @@ class Config:
     auto_create_topics: bool = True
     default_partitions: int = 1
     retention_check_interval: float = 30.0
-    max_frame_bytes: int = 100 * 1024 * 1024
+    max_frame_bytes: int = 100 * 1024 * 1024  # a larger request closes its connection
+    max_connections: int = 10_000  # per listener; connections beyond it are closed at once
+    idle_timeout: float = 600.0  # seconds without a request (or amid one frame) before closing; 0: never
+    tcp_keepalive: float = 60.0  # seconds of silence before keepalive probes find a vanished peer; 0: off
+    fetch_max_bytes: int = 55 * 1024 * 1024  # the largest Fetch response, whatever a client asks for
+    connection_buffer_bytes: int = 16 * 1024 * 1024  # native sends read ahead of their answers, per connection
     node_id: int = 0
     redis_fsync: str = "everysec"  # embedded Redis's appendfsync: always, everysec or no
     txn_default_timeout_ms: int = 60_000

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 RANGE_ENTRIES = 128  # batches looked at per range read at most; markers and aborted ones count
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+MAX_PARTITIONS = 10_000  # per topic: every Metadata answer lists them all
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,8 @@ class LogService:
     ) -> TopicInfo:
         validate_topic_name(name)
         n = self.default_partitions if partitions is None or partitions < 1 else partitions
-        if n > 10000:
-            raise InvalidRequest("at most 10000 partitions")
+        if n > MAX_PARTITIONS:
+            raise InvalidRequest(f"at most {MAX_PARTITIONS} partitions")
         info = TopicInfo(name, n, validate_config(config or {}), int(time.time() * 1000))
         await self.store.log.create_topic(info)
         self._topics[name] = info
@@ -204,6 +205,8 @@ class LogService:
         info = await self.topic(name, create=False)
         if total <= info.partitions:
             raise InvalidRequest(f"topic {name!r} has {info.partitions} partitions; the count only grows")
+        if total > MAX_PARTITIONS:
+            raise InvalidRequest(f"at most {MAX_PARTITIONS} partitions")
         grown = await self.store.log.add_partitions(info, total)
         self._topics[name] = grown
         return grown

@@ -1,4 +1,4 @@
-"""A TCP listener with staged shutdown, shared by the Kafka and native faces."""
+"""A TCP listener with staged shutdown and connection limits, shared by the Kafka and native faces."""
 
 from __future__ import annotations
 
@@ -13,13 +13,33 @@ log = logging.getLogger(__name__)
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-class TcpListener:
-    """Runs `handler` per connection; `close` stops accepting, waits `grace`, then cancels."""
+def keepalive(sock: socket.socket, idle: float) -> None:
+    """TCP keepalive: after `idle` seconds of silence the kernel probes the peer three times, a third
+    of `idle` apart, and resets a connection whose peer vanished (a half-open connection)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, max(1, int(idle)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, int(idle / 3)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
 
-    def __init__(self, name: str, handler: Handler, *, limit: int = 1 << 20) -> None:
+
+class TcpListener:
+    """Runs `handler` per connection; `close` stops accepting, waits `grace`, then cancels.
+
+    Beyond `max_connections` (0: no limit) a new connection is closed at once, so a flood of
+    connections cannot take the memory the others need; `keepalive` (seconds, 0: off) lets the
+    kernel find peers that vanished without closing.
+    """
+
+    def __init__(
+        self, name: str, handler: Handler, *, limit: int = 1 << 20, max_connections: int = 0, keepalive: float = 0.0
+    ) -> None:
         self.name = name
         self.handler = handler
         self.limit = limit
+        self.max_connections = max_connections
+        self.keepalive = keepalive
+        self.refused = 0  # connections closed at once for being over the limit
         self.port = 0
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
@@ -36,6 +56,13 @@ class TcpListener:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if self.max_connections and len(self._conns) >= self.max_connections:
+            self.refused += 1
+            if self.refused == 1 or self.refused % 1000 == 0:
+                log.warning("%s: %d connections open, the limit; refused %d so far",
+                            self.name, len(self._conns), self.refused)
+            writer.transport.abort()
+            return
         self._conns.add(task)
         sock = writer.get_extra_info("socket")
         if sock is not None:
@@ -43,6 +70,8 @@ class TcpListener:
             # holds the last one back until the client's delayed ACK, ~40 ms per response
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.keepalive > 0:
+                    keepalive(sock, self.keepalive)
         try:
             await self.handler(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):

@@ -44,6 +44,8 @@ class Connection:
         self._closed: GatewayError | None = None
         self.on_lost: Callable[[GatewayError], None] | None = None  # told first, before the consumers
         self._task = asyncio.create_task(self._read_loop(), name="gateway client reader")
+        self._keepalive: asyncio.Task[None] | None = None
+        self._last_sent = asyncio.get_running_loop().time()
 
     @classmethod
     async def open(
@@ -67,7 +69,19 @@ class Connection:
             raise
         conn.max_frame_bytes = resp.connected.max_frame_bytes
         conn.epoch = resp.connected.epoch if transaction_key else -1
+        if resp.connected.idle_timeout_ms:
+            conn._keepalive = asyncio.create_task(conn._keep_alive(resp.connected.idle_timeout_ms / 3000))
         return conn
+
+    async def _keep_alive(self, interval: float) -> None:
+        """The gateway closes connections that stay silent: ping (unanswered) after `interval` of quiet."""
+        loop = asyncio.get_running_loop()
+        while self._closed is None:
+            quiet = loop.time() - self._last_sent
+            if quiet >= interval:
+                self.send_nowait(pb.Request(ping=pb.Ping()))
+                quiet = 0.0
+            await asyncio.sleep(interval - quiet)
 
     @property
     def closed(self) -> bool:
@@ -83,6 +97,7 @@ class Connection:
         self._pending[rid] = fut
         try:
             self.writer.write(frame(req))
+            self._last_sent = asyncio.get_running_loop().time()
             await self.writer.drain()
             resp = await asyncio.wait_for(fut, timeout or self.timeout)
         except TimeoutError:
@@ -100,6 +115,7 @@ class Connection:
         if self._closed is None:
             req.request_id = 0
             self.writer.write(frame(req))
+            self._last_sent = asyncio.get_running_loop().time()
 
     def add_receiver(self, consumer_id: int, receiver: PushReceiver) -> None:
         self._receivers[consumer_id] = receiver
@@ -146,6 +162,8 @@ class Connection:
         if self._closed is not None:
             return
         self._closed = reason
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         if self.on_lost is not None:
             self.on_lost(reason)
         for fut in self._pending.values():
@@ -157,6 +175,8 @@ class Connection:
         self.writer.close()
 
     async def close(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task

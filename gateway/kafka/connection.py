@@ -3,7 +3,10 @@
 Requests are handled one at a time in arrival order, as a Kafka broker does, so responses leave
 in request order and a producer's pipelined batches are appended in the order it sent them;
 pipelining still works because the kernel and the stream buffer hold the requests waiting behind.
-A frame over the size limit or one that cannot be parsed closes this connection only.
+A frame over the size limit or one that cannot be parsed closes this connection only, and so does
+silence: no request (or a frame left half-sent) for `idle_timeout`. A response is written out
+(`drain`) before the next request is read, so a client that stops reading stops being read: what
+the gateway buffers for it is one response at most.
 """
 
 from __future__ import annotations
@@ -49,18 +52,23 @@ class KafkaConnection:
     async def run(self) -> None:
         peer = self.state.peer
         limit = self.services.config.max_frame_bytes
+        idle = self.services.config.idle_timeout or None
         while not self.closing:
             self.idle = True
             try:
-                prefix = await self.reader.readexactly(4)
+                async with asyncio.timeout(idle):
+                    prefix = await self.reader.readexactly(4)
+                    (size,) = _SIZE.unpack(prefix)
+                    if size < _MIN_FRAME or size > limit:
+                        log.warning("kafka client %s sent a frame of %d bytes (limit %d); closing", peer, size, limit)
+                        return
+                    frame = await self.reader.readexactly(size)
             except (asyncio.IncompleteReadError, ConnectionError):
                 return
-            self.idle = False
-            (size,) = _SIZE.unpack(prefix)
-            if size < _MIN_FRAME or size > limit:
-                log.warning("kafka client %s sent a frame of %d bytes (limit %d); closing", peer, size, limit)
+            except TimeoutError:
+                log.info("kafka client %s sent no request for %.0f s; closing", peer, idle)
                 return
-            frame = await self.reader.readexactly(size)
+            self.idle = False
             try:
                 chunks = await handle(self.services, self.state, frame)
             except codec.MalformedRequest as exc:

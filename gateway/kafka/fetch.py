@@ -23,6 +23,8 @@ from gateway.records import with_base_offset
 
 READ_COMMITTED = 1
 MAX_ENTRIES = 64  # batches read per partition per round trip; the client asks again for more
+MAX_WAIT = 30.0  # seconds a long poll may wait at most: an empty answer sooner is harmless, and a
+# connection whose client left is not held for the days a hostile max_wait could ask
 
 
 @dataclass
@@ -41,7 +43,8 @@ class FetchPartition:
 async def fetch(ctx: RequestContext, req: Any) -> Encoded:
     log = ctx.services.log
     wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes) for t in req.topics for p in t.partitions]
-    max_wait = req.max_wait.total_seconds()
+    max_wait = min(req.max_wait.total_seconds(), MAX_WAIT)
+    max_bytes = min(req.max_bytes, ctx.services.config.fetch_max_bytes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     committed = req.isolation_level == READ_COMMITTED
@@ -51,7 +54,7 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
         if remaining > 0 and req.min_bytes > 0 and wanted:
             # registered before the read, so an append landing after it still wakes us
             waiter = asyncio.ensure_future(log.notifier.wait([(t, p) for t, p, _, _ in wanted], remaining))
-        parts = await _read_all(ctx, wanted, req.max_bytes, committed)
+        parts = await _read_all(ctx, wanted, max_bytes, committed)
         total = sum(p.size for p in parts)
         errors = any(p.error != KafkaError.none for p in parts)
         if waiter is None or total >= req.min_bytes or errors:
@@ -59,7 +62,7 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
                 waiter.cancel()
             break
         if not await waiter:
-            parts = await _read_all(ctx, wanted, req.max_bytes, committed)
+            parts = await _read_all(ctx, wanted, max_bytes, committed)
             break
     topics: list[tuple[str, list[FetchPartition]]] = []
     it = iter(parts)

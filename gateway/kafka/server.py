@@ -15,7 +15,9 @@ class KafkaServer:
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.listener = TcpListener("kafka", self._serve)
+        cfg = services.config
+        self.listener = TcpListener("kafka", self._serve, max_connections=cfg.max_connections,
+                                    keepalive=cfg.tcp_keepalive)
         self.connections: set[KafkaConnection] = set()
         self.closing = False
 

@@ -5,6 +5,11 @@ and are appended in arrival order, as many per Redis round trip as have arrived,
 pipeline batches without its sequences ever overtaking each other. A request id of 0 asks for no
 answer (flow permits). A malformed frame gets an error and the connection carries on; a frame over
 `max_frame_bytes` gets an error and the connection is closed, as the stream cannot be trusted past it.
+
+What one connection can make the gateway hold is bounded: sends waiting for their append take at
+most `connection_buffer_bytes` (past it the connection is not read until they are answered), every
+answer and delivery is written out (`drain`) before the next, deliveries follow the consumer's
+permits, and a connection silent for `idle_timeout` is closed.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ log = logging.getLogger(__name__)
 
 _MODES = {pb.EXCLUSIVE: Mode.EXCLUSIVE, pb.FAILOVER: Mode.FAILOVER, pb.SHARED: Mode.SHARED}
 _SEND_BATCH = 256  # sends appended per round trip at most
+_ORDERED = ("send", "send_watermark")  # requests that go through the send queue, in arrival order
 _RANGE_BYTES = 1 << 20  # a range read's answer when the reader names no size
 
 
@@ -44,7 +50,8 @@ class NativeServer(TcpListener):
     """The listener plus the services its connections share."""
 
     def __init__(self, services: Services) -> None:
-        super().__init__("native", self._connection)
+        cfg = services.config
+        super().__init__("native", self._connection, max_connections=cfg.max_connections, keepalive=cfg.tcp_keepalive)
         self.services = services
         self.subscriptions = SubscriptionService.open(
             services.log, services.store, services.config.node_id, watermarks=services.watermark
@@ -105,20 +112,28 @@ class Connection:
         self.producers: dict[int, _Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self._next_handle = 1
-        self._sends: asyncio.Queue[pb.Request] = asyncio.Queue()
+        self._sends: asyncio.Queue[tuple[pb.Request, int]] = asyncio.Queue()
+        self.queued_bytes = 0  # of the frames in `_sends`
+        self._room = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
         self.txns = TxnSession(self.services)
 
     # -- the loop -------------------------------------------------------------------------------
 
     async def serve(self) -> None:
-        sender = asyncio.create_task(self._send_loop())
-        limit = self.services.config.max_frame_bytes
+        sender = self._sender = asyncio.create_task(self._send_loop())
+        cfg = self.services.config
         try:
             while True:
                 try:
-                    payload = await read_frame(self.reader, limit)
+                    async with asyncio.timeout(cfg.idle_timeout or None):
+                        payload = await read_frame(self.reader, cfg.max_frame_bytes)
                 except FrameTooLarge as exc:
                     await self._write([self._error(0, exc)])
+                    return
+                except TimeoutError:
+                    log.info("native client %s sent nothing for %.0f s; closing",
+                             self.writer.get_extra_info("peername"), cfg.idle_timeout)
                     return
                 try:
                     req = parse(pb.Request(), payload)
@@ -126,7 +141,10 @@ class Connection:
                     await self._write([self._error(0, exc)])
                     continue
                 assert isinstance(req, pb.Request)
-                await self._handle(req)
+                if req.WhichOneof("body") in _ORDERED:
+                    await self._queue_send(req, len(payload))
+                else:
+                    await self._handle(req)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -141,11 +159,19 @@ class Connection:
             self.consumers.clear()
             self.txns.disconnected()
 
+    async def _queue_send(self, req: pb.Request, size: int) -> None:
+        """Queue a send for the send loop; while the queue holds its byte budget, stop reading."""
+        budget = self.services.config.connection_buffer_bytes
+        while self.queued_bytes and self.queued_bytes + size > budget:
+            if self._sender is None or self._sender.done():
+                raise ConnectionError("the connection can no longer be written to")
+            self._room.clear()
+            await self._room.wait()
+        self.queued_bytes += size
+        self._sends.put_nowait((req, size))
+
     async def _handle(self, req: pb.Request) -> None:
         kind = req.WhichOneof("body")
-        if kind in ("send", "send_watermark"):
-            self._sends.put_nowait(req)
-            return
         handler = _HANDLERS.get(kind or "")
         try:
             if handler is None:
@@ -178,16 +204,18 @@ class Connection:
 
     async def _send_loop(self) -> None:
         while True:
-            reqs = [await self._sends.get()]
-            while not self._sends.empty() and len(reqs) < _SEND_BATCH:
-                reqs.append(self._sends.get_nowait())
+            queued = [await self._sends.get()]
+            while not self._sends.empty() and len(queued) < _SEND_BATCH:
+                queued.append(self._sends.get_nowait())
             try:
-                out = await self._sends_in_order(reqs)
+                out = await self._sends_in_order([req for req, _ in queued])
                 await self._write(out)
             except ConnectionError:
                 return
             finally:
-                for _ in reqs:
+                self.queued_bytes -= sum(size for _, size in queued)
+                self._room.set()
+                for _ in queued:
                     self._sends.task_done()
 
     async def _sends_in_order(self, reqs: list[pb.Request]) -> list[bytes | memoryview]:
@@ -455,8 +483,10 @@ class Connection:
             if self.txns.key:
                 raise NotAllowed("this connection holds a transaction key already")
             epoch = await self.txns.connect(r.transaction_key, r.epoch, self._fenced)
+        cfg = self.services.config
         connected = pb.Connected(
-            protocol_version=PROTOCOL_VERSION, max_frame_bytes=self.services.config.max_frame_bytes, epoch=epoch
+            protocol_version=PROTOCOL_VERSION, max_frame_bytes=cfg.max_frame_bytes, epoch=epoch,
+            idle_timeout_ms=int(cfg.idle_timeout * 1000),
         )
         return pb.Response(connected=connected)
 

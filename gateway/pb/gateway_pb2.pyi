@@ -123,14 +123,16 @@ class Connect(_message.Message):
     def __init__(self, client_name: _Optional[str] = ..., protocol_version: _Optional[int] = ..., transaction_key: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class Connected(_message.Message):
-    __slots__ = ("protocol_version", "max_frame_bytes", "epoch")
+    __slots__ = ("protocol_version", "max_frame_bytes", "epoch", "idle_timeout_ms")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_FRAME_BYTES_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     max_frame_bytes: int
     epoch: int
-    def __init__(self, protocol_version: _Optional[int] = ..., max_frame_bytes: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+    idle_timeout_ms: int
+    def __init__(self, protocol_version: _Optional[int] = ..., max_frame_bytes: _Optional[int] = ..., epoch: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class Ping(_message.Message):
     __slots__ = ()
