@@ -13,7 +13,7 @@ from gateway.errors import StorageUnavailable
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
 from gateway.records import build_batch
-from tests.kafka_wire import LYING_ARRAY, TIMEOUT, decode, frame, read_response, request
+from tests.kafka_wire import LYING_ARRAY, TIMEOUT, call, decode, frame, read_response, request
 
 load_handlers()
 
@@ -192,3 +192,15 @@ async def test_shutdown_closes_idle_connections_without_waiting_for_the_grace(ga
     await read_response(reader)
     await asyncio.wait_for(gateway.listeners["kafka"].close(grace=60), TIMEOUT)
     assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""
+
+
+@pytest.mark.parametrize("version", [10, 11, 12])
+async def test_metadata_for_an_unknown_topic_id_answers_in_the_versions_shape(conn, version):
+    """Before v12 a topic's name in the response may not be null: an unknown id gets an empty one."""
+    import uuid
+
+    wanted = uuid.UUID("e3e70682-c209-4cac-629f-6fbed82c07cd")
+    resp = await call(conn, ApiKey.METADATA, version, {"topics": [{"name": None, "topic_id": wanted}]})
+    [topic] = resp.topics
+    assert topic.error_code == KafkaError.unknown_topic_id and topic.topic_id == wanted
+    assert topic.name == (None if version >= 12 else "")

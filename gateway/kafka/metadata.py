@@ -50,7 +50,9 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
         create = ctx.services.config.auto_create_topics and getattr(req, "allow_auto_topic_creation", True)
         for t in wanted:
             if t.name is None:
-                topics.append({"error_code": KafkaError.unknown_topic_id, "name": None, "topic_id": t.topic_id})
+                # a name is nullable in the response only from v12
+                name = None if ctx.api_version >= 12 else ""
+                topics.append({"error_code": KafkaError.unknown_topic_id, "name": name, "topic_id": t.topic_id})
                 continue
             bad_name = topic_name_error(t.name)
             if bad_name is not None:
