@@ -50,5 +50,4 @@ class Services:
 
     async def close(self) -> None:
         await self.groups.close()  # hands group leases over and answers waiting clients first
-        await self.watermark.close()
         await self.store.close()

@@ -19,8 +19,6 @@ its latest snapshot, and a periodic pass snapshots those with a quarter of that.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,7 +39,7 @@ from gateway.store.watermark import COUNTS, OPEN, IndexedMark, IndexRead, MarkAp
 
 log = logging.getLogger(__name__)
 
-AHEAD = 256  # marks read past a subscription's position when it (re)loads, so acks rarely ask again
+AHEAD = 256  # marks read past a position an ack jumped to, so the acks after it need not ask again
 
 
 @dataclass(frozen=True)
@@ -169,7 +167,7 @@ class WatermarkService:
         self.index = WatermarkStore(store.redis, store.scripts)
         self.log = log_service
         self.snapshot_marks = max(4, snapshot_marks)
-        self._snapshotting: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._snapshotting: set[tuple[str, int]] = set()
 
     # -- producers ------------------------------------------------------------------------------
 
@@ -196,6 +194,7 @@ class WatermarkService:
                    for p in range(info.partitions)]
         results = await self.index.append(appends)
         offsets = []
+        full = []
         for p, res in enumerate(results):
             if isinstance(res, Exception):
                 raise res
@@ -203,7 +202,9 @@ class WatermarkService:
             offsets.append(offset)
             self.log.notifier.notify(topic, p)
             if since_snapshot >= self.snapshot_marks:
-                self._snapshot_soon(topic, p)
+                full.append(p)
+        for p in full:
+            await self._snapshot_full(topic, p)
         return offsets
 
     async def settle_txn(self, topic: str, partition: int, txn_id: str, commit: bool) -> None:
@@ -266,28 +267,24 @@ class WatermarkService:
                 taken += await self.snapshot(t, p)
         return taken
 
-    def _snapshot_soon(self, topic: str, partition: int) -> None:
+    async def _snapshot_full(self, topic: str, partition: int) -> None:
+        """A partition with `snapshot_marks` markers since its latest snapshot gets one now, by the
+        send that filled it (two round trips every that many markers), unless one is being taken."""
         key = (topic, partition)
         if key in self._snapshotting:
             return
+        self._snapshotting.add(key)
+        try:
+            await self.snapshot(topic, partition)
+        except Exception as exc:  # the markers are written: the periodic pass tries again
+            log.warning("watermark snapshot of %s-%d failed: %s", topic, partition, exc)
+        finally:
+            self._snapshotting.discard(key)
 
-        async def run() -> None:
-            try:
-                await self.snapshot(topic, partition)
-            except Exception as exc:
-                log.warning("watermark snapshot of %s-%d failed (the periodic pass retries): %s", topic, partition, exc)
-            finally:
-                self._snapshotting.pop(key, None)
-
-        self._snapshotting[key] = asyncio.ensure_future(run())
-
-    async def close(self) -> None:
-        tasks = list(self._snapshotting.values())
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+    @property
+    def entries_read(self) -> int:
+        """Index entries read by every lookup so far: the work watermarks cost."""
+        return self.index.entries_read
 
 
 # -- a subscription's watermark, kept at its acknowledged positions ------------------------------
@@ -353,12 +350,14 @@ class SubscriptionWatermark:
     def value(self) -> int | None:
         return min((v for t in self.tracks.values() if (v := t.wset.value) is not None), default=None)
 
-    async def load(self, positions: dict[int, int]) -> None:
-        """Read the set at each partition's position afresh (opening, seeking, a jump)."""
+    async def load(self, positions: dict[int, int], *, ahead: int = 0) -> None:
+        """Read the set at each partition's position afresh: when the subscription opens or seeks,
+        its dispatcher reads on from there and teaches it the marks after; an ack that jumps past
+        what was read also asks for `ahead` marks after its position."""
         if not positions:
             return
         parts = sorted(positions)
-        reads = await self.service.index.read([(self.topic, p, positions[p]) for p in parts], ahead=AHEAD)
+        reads = await self.service.index.read([(self.topic, p, positions[p]) for p in parts], ahead=ahead)
         for p, r in zip(parts, reads, strict=True):
             self.tracks[p] = _Track.load(r, positions[p])
 
@@ -373,7 +372,7 @@ class SubscriptionWatermark:
     async def advance(self, positions: dict[int, int]) -> None:
         """Move to new acknowledged positions."""
         again = {p: c for p, c in positions.items() if p in self.tracks and not self.tracks[p].advance(c)}
-        await self.load(again)
+        await self.load(again, ahead=AHEAD)
 
 
 __all__ = [

@@ -74,6 +74,7 @@ class WatermarkStore:
     def __init__(self, redis: Redis, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
+        self.entries_read = 0  # by every read so far
 
     async def append(self, requests: list[MarkAppend]) -> list[tuple[int, int] | Exception]:
         """Each marker into its log and index, all in one round trip: (offset, markers since the
@@ -133,6 +134,7 @@ class WatermarkStore:
                 {int(flat[i]): flat[i + 1].decode() for i in range(0, len(flat), 2)},
                 _marks(found), later, len(later) < ahead,
             ))
+        self.entries_read += sum(r.entries_read for r in out)
         return out
 
     async def snapshot(self, topic: str, partition: int, offset: int, pending: list[int], data: bytes) -> bool:
