@@ -68,6 +68,8 @@ def _admin_parser(sub: Any) -> None:
                    help="KEY= (empty) resets a config to its default")
     x = tsub.add_parser("delete")
     x.add_argument("name")
+    w = tsub.add_parser("watermarks", help="watermarks per partition, subscription and consumer group")
+    w.add_argument("name")
     txns = groups.add_parser("transactions", help="list, describe and abort transactions")
     xsub = txns.add_subparsers(dest="action", required=True)
     xsub.add_parser("list", help="unfinished transactions with their age and partitions")
@@ -131,6 +133,8 @@ def admin(args: argparse.Namespace) -> Any:
             return _http("PATCH", f"{base}/topics/{args.name}/config", _pairs(args.config))
         if args.action == "delete":
             return _http("DELETE", f"{base}/topics/{args.name}")
+        if args.action == "watermarks":
+            return _http("GET", f"{base}/topics/{args.name}/watermarks")
     if args.group == "transactions":
         if args.action == "list":
             return _http("GET", f"{base}/transactions")

@@ -35,6 +35,7 @@ from gateway.records import (
 )
 from gateway.store import Store
 from gateway.store.log import Slice
+from gateway.store.subscriptions import SubscriptionStore
 from gateway.store.watermark import COUNTS, OPEN, IndexedMark, IndexRead, MarkAppend, WatermarkStore
 
 log = logging.getLogger(__name__)
@@ -162,9 +163,19 @@ class PartitionWatermark:
     entries_read: int  # index entries the lookup read: bounded by the snapshots
 
 
+@dataclass(frozen=True)
+class PositionsWatermark:
+    """The watermark of a reader (a subscription, a consumer group) at its positions."""
+
+    name: str
+    watermark: int | None
+    positions: dict[int, int]
+
+
 class WatermarkService:
     def __init__(self, store: Store, log_service: LogService, *, snapshot_marks: int = 128) -> None:
         self.index = WatermarkStore(store.redis, store.scripts)
+        self.subscriptions = SubscriptionStore(store.redis, store.scripts)
         self.log = log_service
         self.snapshot_marks = max(4, snapshot_marks)
         self._snapshotting: set[tuple[str, int]] = set()
@@ -245,6 +256,25 @@ class WatermarkService:
             PartitionWatermark(p, w.offset, w.watermark, w.producers, len(fold(r)[1]), w.entries_read)
             for (p, w), r in zip(sorted(committed.items()), everything, strict=True)
         ]
+
+    async def of_readers(self, topic: str, readers: dict[str, dict[int, int]]) -> list[PositionsWatermark]:
+        """Each reader's watermark at its positions (partition -> next offset), in one round trip."""
+        info = await self.log.topic(topic, create=False)
+        wanted = [(name, p, o) for name, pos in sorted(readers.items()) for p, o in sorted(pos.items())
+                  if 0 <= p < info.partitions and o >= 0]
+        reads = await self.index.read([(topic, p, o) for _, p, o in wanted]) if wanted else []
+        values: dict[str, list[int]] = {name: [] for name in readers}
+        for (name, _, _), r in zip(wanted, reads, strict=True):
+            v = fold(r)[0].value
+            if v is not None:
+                values[name].append(v)
+        return [PositionsWatermark(name, min(values[name], default=None), dict(sorted(readers[name].items())))
+                for name in sorted(readers)]
+
+    async def of_subscriptions(self, topic: str) -> list[PositionsWatermark]:
+        """Every subscription's watermark at its acknowledged positions, as stored."""
+        info = await self.log.topic(topic, create=False)
+        return await self.of_readers(topic, await self.subscriptions.positions(topic, range(info.partitions)))
 
     # -- snapshots ------------------------------------------------------------------------------
 
@@ -380,6 +410,7 @@ __all__ = [
     "IndexedMark",
     "Mark",
     "PartitionWatermark",
+    "PositionsWatermark",
     "SubscriptionWatermark",
     "WatermarkService",
     "WatermarkSet",

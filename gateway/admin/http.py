@@ -14,6 +14,7 @@ from gateway.fence import KeyState, full_key
 from gateway.log import effective_config
 from gateway.services import Services
 from gateway.txn import TxnId, TxnInfo, now_ms
+from gateway.watermark import PositionsWatermark
 
 _STATUS = {
     ErrorCode.TOPIC_NOT_FOUND: 404,
@@ -64,6 +65,7 @@ class AdminApi:
             web.delete("/admin/v2/topics/{name}", self.delete_topic),
             web.patch("/admin/v2/topics/{name}/config", self.alter_config),
             web.get("/admin/v2/topics/{name}/delayed", self.delayed_stats),
+            web.get("/admin/v2/topics/{name}/watermarks", self.watermarks),
             web.get("/admin/v2/transactions", self.list_transactions),
             web.get("/admin/v2/transactions/transaction-keys", self.list_keys),
             web.get("/admin/v2/transactions/transaction-keys/{key}", self.get_key),
@@ -130,6 +132,39 @@ class AdminApi:
                 "payload_bytes_per_message": round(st.payload_bytes_per_message, 2),
             })
         return web.json_response({"topic": info.name, "partitions": out})
+
+    async def watermarks(self, request: web.Request) -> web.Response:
+        """Per partition the watermark at its last stable offset with the producers in the set; per
+        subscription and per consumer group, the watermark at its acknowledged or committed offsets."""
+        info = await self.services.log.topic(request.match_info["name"], create=False)
+        wm = self.services.watermark
+        parts = await wm.partitions(info.name)
+        return web.json_response({
+            "topic": info.name,
+            "watermark_ms": min((p.watermark for p in parts if p.watermark is not None), default=None),
+            "partitions": [{
+                "partition": p.partition,
+                "last_stable_offset": p.offset,
+                "watermark_ms": p.watermark,
+                "producers": p.producers,
+                "pending_transactional_marks": p.pending,
+                "index_entries_read": p.entries_read,
+            } for p in parts],
+            "subscriptions": [_readers_json(r) for r in await wm.of_subscriptions(info.name)],
+            "groups": [_readers_json(r)
+                       for r in await wm.of_readers(info.name, await self._committed(info.name, info.partitions))],
+        })
+
+    async def _committed(self, topic: str, partitions: int) -> dict[str, dict[int, int]]:
+        """Each consumer group's committed offsets on the topic's partitions, for groups with any."""
+        parts = [(topic, p) for p in range(partitions)]
+        out: dict[str, dict[int, int]] = {}
+        for g in await self.services.groups.list_groups():
+            committed = await self.services.groups.fetch_offsets(g.group_id, parts)
+            positions = {p: c.offset for (_, p), c in committed.items() if c is not None}
+            if positions:
+                out[g.group_id] = positions
+        return out
 
     async def delete_topic(self, request: web.Request) -> web.Response:
         await self.services.log.delete_topic(request.match_info["name"])
@@ -201,6 +236,10 @@ class AdminApi:
             "age_ms": max(0, now_ms() - state.created_ms),
             "idle_ms": max(0, now_ms() - state.updated_ms),
         }
+
+
+def _readers_json(r: PositionsWatermark) -> dict[str, Any]:
+    return {"name": r.name, "watermark_ms": r.watermark, "offsets": {str(p): o for p, o in r.positions.items()}}
 
 
 def _txn_json(info: TxnInfo) -> dict[str, Any]:

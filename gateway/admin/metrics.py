@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gateway.services import Services
 from gateway.txn import now_ms
@@ -50,7 +50,8 @@ class Metrics:
                 start.add_metric([t, str(p)], b[0])
                 hw.add_metric([t, str(p)], b[1])
         count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
-        return [count, hw, start, *await self.delayed_gauges(parts), *await self.transaction_gauges()]
+        return [count, hw, start, *await self.delayed_gauges(parts), *await self.transaction_gauges(),
+                *await self.watermark_gauges([(t.name, t.partitions) for t in topics])]
 
     async def delayed_gauges(self, parts: list[tuple[str, int]]) -> list[Metric]:
         labels = ["topic", "partition"]
@@ -89,6 +90,30 @@ class Metrics:
         oldest = GaugeMetricFamily("gateway_oldest_open_transaction_seconds", "Age of the oldest unfinished one",
                                    value=max((now - t.start_ms for t in open_txns), default=0) / 1000)
         return [n_keys, epoch, age, n_open, oldest]
+
+    async def watermark_gauges(self, topics: list[tuple[str, int]]) -> list[Metric]:
+        """Watermarks of partitions (at their last stable offset) and subscriptions (at their
+        acknowledged positions) where a producer is in the set; what lookups have cost."""
+        wm = self.services.watermark
+        labels = ["topic", "partition"]
+        parts = GaugeMetricFamily("gateway_watermark_ms", "Watermark of a partition at its last stable offset",
+                                  labels=labels)
+        producers = GaugeMetricFamily("gateway_watermark_producers", "Producers in a partition's watermark set",
+                                      labels=labels)
+        subs = GaugeMetricFamily("gateway_subscription_watermark_ms",
+                                 "Watermark of a subscription at its acknowledged positions",
+                                 labels=["topic", "subscription"])
+        for name, n in topics:
+            for p, w in (await wm.at(name, dict.fromkeys(range(n), -1))).items():
+                if w.watermark is not None:
+                    parts.add_metric([name, str(p)], w.watermark)
+                    producers.add_metric([name, str(p)], len(w.producers))
+            for r in await wm.of_subscriptions(name):
+                if r.watermark is not None:
+                    subs.add_metric([name, r.name], r.watermark)
+        read = CounterMetricFamily("gateway_watermark_index_entries_read",
+                                   "Watermark index entries read by lookups on this gateway", value=wm.entries_read)
+        return [parts, producers, subs, read]
 
     async def render(self) -> tuple[bytes, str]:
         registry = CollectorRegistry(auto_describe=False)

@@ -136,6 +136,25 @@ class SubscriptionStore:
             replies = await pipe.execute()
         return {p: {int(m) for m in r} for p, r in zip(ranges, replies, strict=True)}
 
+    async def positions(self, topic: str, partitions: range) -> dict[str, dict[int, int]]:
+        """Every subscription of the topic with its cursor on each partition, in two round trips."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p in partitions:
+            pipe.smembers(keys.subscriptions_of(topic, p))
+        async with storage_errors():
+            names = await pipe.execute()
+        wanted = [(p, n.decode()) for p, members in zip(partitions, names, strict=True) for n in sorted(members)]
+        pipe = self.redis.pipeline(transaction=False)
+        for p, name in wanted:
+            pipe.hget(keys.subscription(topic, p, name), "cursor")
+        async with storage_errors():
+            cursors = await pipe.execute()
+        out: dict[str, dict[int, int]] = {}
+        for (p, name), cursor in zip(wanted, cursors, strict=True):
+            if cursor is not None:
+                out.setdefault(name, {})[p] = int(cursor)
+        return out
+
     async def delete(self, topic: str, partitions: range, name: str) -> None:
         """Forget the subscription everywhere: positions, acks, and the dispatch lease."""
         calls = [
