@@ -26,7 +26,8 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--native-port", type=int, help="native protocol port, default 6650 " + env % "NATIVE_PORT")
     p.add_argument("--admin-port", type=int, help="admin HTTP port, default 8080 " + env % "ADMIN_PORT")
     p.add_argument("--data-dir", type=Path, help="embedded Redis's files, default ./data " + env % "DATA_DIR")
-    p.add_argument("--redis-url", help="use this Redis instead of an embedded one " + env % "REDIS_URL")
+    p.add_argument("--redis-url", help="use this Redis instead of an embedded one: redis://host:port/db, or "
+                   "redis+cluster://host:port for any node of a Redis Cluster " + env % "REDIS_URL")
     p.add_argument("--advertised-host", help="host Kafka clients are told to use " + env % "ADVERTISED_HOST")
     p.add_argument("--advertised-port", type=int, help="port Kafka clients are told " + env % "ADVERTISED_PORT")
     p.add_argument("--auto-create-topics", choices=("true", "false"),

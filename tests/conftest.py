@@ -1,4 +1,5 @@
-"""Real servers for the tests: a redis-server the suite starts itself, and gateways on free ports."""
+"""Real servers for the tests: a redis-server the suite starts itself, a local Redis Cluster for the
+modules that run on both (`REDIS_BACKENDS = ("single", "cluster")`), and gateways on free ports."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import redis as redis_sync
 
 from gateway.config import Config
 from gateway.server import Gateway
-from gateway.store.embedded import EmbeddedRedis, free_port
+from gateway.store.connection import CLUSTER_SCHEMES, is_cluster_url
+from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port
 
 
 def _docker_engine() -> bool:
@@ -42,8 +44,22 @@ def redis_server() -> Iterator[str]:
             port = container.get_exposed_port(6379)
             yield f"redis://{host}:{port}/0"
         return
-    with tempfile.TemporaryDirectory(prefix="gw-test-redis-") as d:
-        server = EmbeddedRedis(Path(d))
+    with _started(EmbeddedRedis, "gw-test-redis-") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[str]:
+    """A local Redis Cluster of three primaries for the run, started the first time a test needs it."""
+    with _started(EmbeddedCluster, "gw-test-cluster-") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _started(kind: type[EmbeddedRedis] | type[EmbeddedCluster], prefix: str) -> Iterator[str]:
+    """A local server of `kind` in a temporary directory, for as long as the block runs."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
+        server = kind(Path(d))
         server.start()
         try:
             yield server.url
@@ -51,14 +67,40 @@ def redis_server() -> Iterator[str]:
             server.stop()
 
 
-@pytest.fixture
-def redis_url(redis_server: str) -> str:
-    """The shared Redis, emptied (data and scripts) before each test."""
-    r = redis_sync.Redis.from_url(redis_server)
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--redis-backends", default="",
+                     help="run every test on these backends (comma-separated: single, cluster) instead of "
+                          "each module's REDIS_BACKENDS")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module with `REDIS_BACKENDS = ("single", "cluster")` runs each of its tests on both."""
+    forced = metafunc.config.getoption("--redis-backends")
+    backends = forced.split(",") if forced else getattr(metafunc.module, "REDIS_BACKENDS", None)
+    if backends and "redis_url" in metafunc.fixturenames:
+        metafunc.parametrize("redis_url", backends, indirect=True)
+
+
+def flush(url: str) -> None:
+    """Empty a Redis or every primary of a cluster: data and scripts."""
+    if is_cluster_url(url):
+        scheme, _, rest = url.partition("://")
+        r: redis_sync.Redis | redis_sync.RedisCluster = redis_sync.RedisCluster.from_url(
+            f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+    else:
+        r = redis_sync.Redis.from_url(url)
     r.flushall()
     r.script_flush()
     r.close()
-    return redis_server
+
+
+@pytest.fixture
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """The shared Redis (or with the "cluster" parameter the shared cluster), emptied before each test."""
+    backend = getattr(request, "param", "single")
+    url = request.getfixturevalue("redis_cluster" if backend == "cluster" else "redis_server")
+    flush(url)
+    return str(url)
 
 
 def test_config(redis_url: str, **overrides: object) -> Config:

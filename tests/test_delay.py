@@ -16,6 +16,8 @@ from gateway.records import build_batch, iter_records
 from gateway.store import Store, keys
 from gateway.txn import TransactionCoordinator
 
+REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
+
 T0 = 1_700_000_000_000
 
 

@@ -21,6 +21,8 @@ from gateway.groups import (
 from gateway.store import Store, keys
 from gateway.store.groups import GroupStore
 
+REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
+
 PROTO = [("range", b"meta-r"), ("roundrobin", b"meta-rr")]
 
 

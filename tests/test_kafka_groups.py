@@ -28,6 +28,8 @@ from gateway.server import Gateway
 from tests.conftest import kafka_bootstrap, run_example, test_config
 from tests.kafka_clients import produce
 
+REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
+
 pytestmark = pytest.mark.kafka
 
 TOPIC = "orders"

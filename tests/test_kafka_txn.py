@@ -12,6 +12,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from tests.conftest import kafka_bootstrap
 
+REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
+
 pytestmark = pytest.mark.kafka
 TIMEOUT = 30.0
 

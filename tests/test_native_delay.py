@@ -10,6 +10,8 @@ import pytest
 from gateway.client import Client, Timeout
 from tests.conftest import native_url
 
+REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
+
 
 @pytest.fixture
 async def client(gateway):

@@ -19,6 +19,8 @@ from gateway.client import (
 from gateway.server import Gateway
 from tests.conftest import native_url, run_example, test_config
 
+REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
+
 N = 10
 
 

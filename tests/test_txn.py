@@ -14,6 +14,8 @@ from gateway.store import Store
 from gateway.store.txn import now_ms
 from gateway.txn import ABORTED, COMMITTED, InvalidTransactionTimeout, TransactionCoordinator
 
+REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
+
 
 @pytest.fixture
 async def env(redis_url):

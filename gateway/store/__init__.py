@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
-from gateway.store.connection import connect
+from gateway.store.connection import RedisClient, connect
 from gateway.store.log import LogStore
 from gateway.store.scripts import Scripts
 
@@ -15,7 +13,7 @@ from gateway.store.scripts import Scripts
 class Store:
     """Everything persistent, behind one Redis client."""
 
-    redis: Redis
+    redis: RedisClient
     scripts: Scripts
     log: LogStore
 

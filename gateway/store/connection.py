@@ -1,4 +1,10 @@
-"""The Redis connection, chosen by URL, and the one place Redis's exceptions become ours."""
+"""The Redis connection, chosen by URL, and the one place Redis's exceptions become ours.
+
+`redis://` and `rediss://` name one Redis; `redis+cluster://host:port` (or `rediss+cluster://`)
+names any node of a Redis Cluster, whose other nodes are discovered from it. Every key of a
+partition (and of a group, of the transaction coordinator) shares one hash tag, so each script
+runs in one slot and the rest of the store does not care which of the two it talks to.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +12,38 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from redis import exceptions as rexc
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from gateway.errors import StorageUnavailable
 
-UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, OSError)
+UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, rexc.ClusterDownError, OSError)
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+RedisClient = Redis | RedisCluster
+"""Either client: both take the same commands; pipelines differ (see `Scripts.call_many`)."""
 
 
-def connect(url: str, *, max_connections: int = 64) -> Redis:
+def is_cluster_url(url: str) -> bool:
+    return url.partition("://")[0] in CLUSTER_SCHEMES
+
+
+def connect(url: str, *, max_connections: int = 64) -> RedisClient:
     """A client that retries a dropped connection briefly, then lets the caller see the outage."""
-    return Redis.from_url(
-        url,
-        decode_responses=False,
-        max_connections=max_connections,
-        socket_connect_timeout=2,
-        health_check_interval=10,
-        socket_read_size=1 << 20,  # a fetch reads megabyte batches: 16 reads of 64 KB cost more
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.02), 3),
-        retry_on_error=[rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError],
-    )
+    options = {
+        "decode_responses": False,
+        "max_connections": max_connections,  # per node on a cluster
+        "socket_connect_timeout": 2,
+        "health_check_interval": 10,
+        "socket_read_size": 1 << 20,  # a fetch reads megabyte batches: 16 reads of 64 KB cost more
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.02), 3),
+        "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError],
+    }
+    scheme, _, rest = url.partition("://")
+    if scheme in CLUSTER_SCHEMES:
+        return RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **options)
+    return Redis.from_url(url, **options)
 
 
 @asynccontextmanager

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack
-from redis.asyncio import Redis
 
 from gateway.errors import ErrorCode, error_for
 from gateway.store import keys
-from gateway.store.connection import storage_errors
+from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
 
 Part = tuple[str, int]
@@ -114,6 +113,10 @@ def _index_keys(topic: str, partition: int) -> list[str]:
     ]
 
 
+def _txn_keys(topic: str, partition: int, txn_id: str) -> list[str]:
+    return [keys.delay_pending(topic, partition, txn_id), keys.delay_txns(topic, partition)]
+
+
 _HINT_KEYS = [keys.DELAY_DUE, keys.DELAY_VERSIONS, keys.DELAY_PARTS]
 
 
@@ -131,7 +134,7 @@ def _checked(reply: Any, part: Part) -> list[Any]:
 
 
 class DelayStore:
-    def __init__(self, redis: Redis, scripts: Scripts, config: DelayConfig | None = None) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts, config: DelayConfig | None = None) -> None:
         self.redis = redis
         self.scripts = scripts
         self.config = config or DelayConfig()
@@ -157,16 +160,13 @@ class DelayStore:
     async def hold_in_txn(self, topic: str, partition: int, txn_id: str, items: list[DelayItem]) -> None:
         """Keep messages under a transaction until `commit_txn` or `abort_txn` for it."""
         packed = msgpack.packb([i.pack() for i in items], use_bin_type=False)  # Redis's cmsgpack reads no bin type
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.rpush(keys.delay_pending(topic, partition, txn_id), packed)
-        pipe.sadd(keys.delay_txns(topic, partition), txn_id)
         async with storage_errors():
-            await pipe.execute()
+            # txn, items
+            await self.scripts.call("delay-hold-2", _txn_keys(topic, partition, txn_id), [txn_id, packed])
 
     async def commit_txn(self, now_ms: int, topic: str, partition: int, txn_id: str) -> Scheduled:
         """Schedule what the transaction held here; the hint wakes a scheduler to look at once."""
-        ks = [*_index_keys(topic, partition), keys.delay_pending(topic, partition, txn_id),
-              keys.delay_txns(topic, partition)]
+        ks = [*_index_keys(topic, partition), *_txn_keys(topic, partition, txn_id)]
         # now, bucket_max, span, seg, max_buckets, txn
         calls = [("delay-commit-8", ks, [now_ms, *self.config.argv(), txn_id]), _hint((topic, partition), now_ms)]
         async with storage_errors():
@@ -175,11 +175,9 @@ class DelayStore:
         return Scheduled(int(r[1]), int(r[2]))
 
     async def abort_txn(self, topic: str, partition: int, txn_id: str) -> None:
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(keys.delay_pending(topic, partition, txn_id))
-        pipe.srem(keys.delay_txns(topic, partition), txn_id)
         async with storage_errors():
-            await pipe.execute()
+            # txn
+            await self.scripts.call("delay-drop-2", _txn_keys(topic, partition, txn_id), [txn_id])
 
     # -- the scheduler's side --------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 The child gets SIGTERM when the gateway dies (even by SIGKILL), and Redis answers SIGTERM by
 flushing its AOF, so nothing acknowledged is lost and the next start finds the data dir free.
+`EmbeddedCluster` starts a local Redis Cluster the same way, for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ def redis_server_binary() -> str:
 class EmbeddedRedis:
     """A redis-server child process bound to loopback on a free port."""
 
-    def __init__(self, data_dir: Path, *, port: int | None = None, fsync: str = "everysec") -> None:
+    def __init__(
+        self, data_dir: Path, *, port: int | None = None, fsync: str = "everysec", cluster: bool = False
+    ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
         self.fsync = fsync
+        self.cluster = cluster  # a node in cluster mode, to be joined by `EmbeddedCluster`
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -71,6 +75,9 @@ class EmbeddedRedis:
             "--logfile", str(self.data_dir / "redis.log"),
             "--protected-mode", "yes",
         ]
+        if self.cluster:
+            args += ["--cluster-enabled", "yes", "--cluster-config-file", str(self.data_dir / "nodes.conf"),
+                     "--cluster-node-timeout", "5000", "--cluster-port", str(free_port())]
         self.proc = subprocess.Popen(args, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -117,3 +124,57 @@ class EmbeddedRedis:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+class EmbeddedCluster:
+    """A Redis Cluster of `primaries` redis-server children on free loopback ports, no replicas,
+    created with `redis-cli --cluster create` as an operator would."""
+
+    def __init__(self, data_dir: Path, *, primaries: int = 3, fsync: str = "everysec") -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.nodes = [EmbeddedRedis(self.data_dir / f"node-{i}", fsync=fsync, cluster=True) for i in range(primaries)]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    @property
+    def node_urls(self) -> list[str]:
+        return [n.url for n in self.nodes]
+
+    def start(self, timeout: float = 30.0) -> None:
+        try:
+            for node in self.nodes:
+                node.start()
+            cli = shutil.which("redis-cli")
+            if not cli:
+                raise GatewayError("redis-cli is not installed (Debian: apt-get install redis-tools)")
+            addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+            created = subprocess.run(
+                [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+            )
+            if created.returncode != 0:
+                raise GatewayError(f"redis-cli --cluster create failed: {created.stdout[-2000:]}{created.stderr}")
+            self._wait_ok(cli, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ok(self, cli: str, timeout: float) -> None:
+        """Every node reports `cluster_state:ok`: each knows the others and every slot is served."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = [
+                subprocess.run([cli, "-p", str(n.port), "cluster", "info"], capture_output=True, text=True,
+                               timeout=5).stdout
+                for n in self.nodes
+            ]
+            if all("cluster_state:ok" in s for s in states):
+                return
+            time.sleep(0.05)
+        raise GatewayError("the local Redis Cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

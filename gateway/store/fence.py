@@ -5,11 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
 from gateway.errors import ErrorCode, error_for
 from gateway.store import keys
-from gateway.store.connection import storage_errors
+from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
 from gateway.store.txn import now_ms
 
@@ -43,7 +41,7 @@ def _code(reply: list[Any], what: str) -> list[Any]:
 
 
 class FenceStore:
-    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
 
@@ -90,7 +88,5 @@ class FenceStore:
 
     async def delete(self, name: str) -> None:
         async with storage_errors():
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.delete(keys.txn_key(name))
-            pipe.srem(keys.TXN_KEYS, name)
-            await pipe.execute()
+            # name
+            await self.scripts.call("fence-forget-2", [keys.txn_key(name), keys.TXN_KEYS], [name])

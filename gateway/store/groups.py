@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
-from redis.asyncio import Redis
 
 from gateway.store import keys
-from gateway.store.connection import storage_errors
+from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
 
 
@@ -108,12 +107,16 @@ def _array(items: list[Any]) -> bytes:
     return bytes(msgpack.packb(items, use_bin_type=False))
 
 
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
 class GroupStore:
-    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
 
@@ -124,10 +127,8 @@ class GroupStore:
     async def load(self, group_id: str) -> GroupDoc | None:
         """The stored group, or None when it has never been saved (committed offsets alone count)."""
         async with storage_errors():
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.hgetall(keys.group_meta(group_id))
-            pipe.hgetall(keys.group_members(group_id))
-            meta, members = await pipe.execute()
+            flat_meta, flat_members = await self.scripts.call("group-load-2", self._keys(group_id)[:2], [])
+        meta, members = _pairs(flat_meta), _pairs(flat_members)
         if not meta:
             return None
         doc = msgpack.unpackb(meta[b"doc"], raw=False) if b"doc" in meta else {}

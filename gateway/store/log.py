@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
-from redis.asyncio import Redis
 
 from gateway.errors import ErrorCode, TopicExists, TopicNotFound, error_for
 from gateway.store import keys
-from gateway.store.connection import storage_errors
+from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
 
 
@@ -121,7 +120,7 @@ class AppendRequest:
 
 
 class LogStore:
-    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
 

@@ -1,7 +1,8 @@
 """Loads `lua/`: resolves `--- @include "name"` lines, rejects cycles, checks each header.
 
 Scripts are registered once and called by SHA; redis-py reloads them on NOSCRIPT (after a Redis
-restart or SCRIPT FLUSH), so callers never see that.
+restart or SCRIPT FLUSH), so callers never see that. On a Redis Cluster, EVALSHA goes to the node
+of its first key, and a load goes to every primary.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
+
+from gateway.store.connection import RedisClient
 
 LUA_DIR = Path(__file__).resolve().parents[2] / "lua"
 _INCLUDE = re.compile(r'^--- @include "([\w-]+)"\s*$', re.M)
@@ -67,7 +69,7 @@ def all_specs(directory: Path = LUA_DIR) -> dict[str, ScriptSpec]:
 class Scripts:
     """Every script of `lua/`, registered on one Redis client and callable by name."""
 
-    def __init__(self, redis: Redis, directory: Path = LUA_DIR) -> None:
+    def __init__(self, redis: RedisClient, directory: Path = LUA_DIR) -> None:
         self.specs = all_specs(directory)
         self._redis = redis
         self._scripts: dict[str, AsyncScript] = {
@@ -81,15 +83,15 @@ class Scripts:
                 f"{name} takes {spec.numkeys} keys and ARGV {spec.argv}, got {len(keys)} keys, {len(args)} args"
             )
 
-    async def call(self, name: str, keys: list[str], args: list[Any], client: Any = None) -> Any:
-        """One call. With a pipeline as `client`, redis-py checks SCRIPT EXISTS on every execute:
-        prefer `call_many` on hot paths."""
+    async def call(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """One call; several go through `call_many` (one round trip, and the one way a cluster takes
+        scripts in a pipeline)."""
         self._check(name, keys, args)
-        return await self._scripts[name](keys=keys, args=args, client=client)
+        return await self._scripts[name](keys=keys, args=args)
 
     async def call_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
-        """Several calls in one round trip by SHA; calls refused with NOSCRIPT (none ran) are
-        loaded and sent again. Errors come back in place, as exceptions."""
+        """Several calls in one round trip by SHA (one per node on a cluster); calls refused with
+        NOSCRIPT (none ran) are loaded and sent again. Errors come back in place, as exceptions."""
         replies: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for attempt in range(2):
@@ -97,7 +99,8 @@ class Scripts:
             for i in todo:
                 name, keys, args = calls[i]
                 self._check(name, keys, args)
-                pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+                # execute_command: a cluster pipeline refuses its evalsha() helper, not the command
+                pipe.execute_command("EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
             results = await pipe.execute(raise_on_error=False)
             missing = []
             for i, r in zip(todo, results, strict=True):

@@ -11,11 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
 from gateway.errors import ConsumerBusy, ErrorCode, TransactionConflict, error_for
 from gateway.store import keys
-from gateway.store.connection import storage_errors
+from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
 
 
@@ -48,7 +46,7 @@ class PendingAckConflict(TransactionConflict):
 
 
 class SubscriptionStore:
-    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
 
@@ -62,12 +60,11 @@ class SubscriptionStore:
 
     async def _run(self, calls: list[tuple[str, str, int, list[str], list[Any]]]) -> list[list[Any]]:
         """(script, topic, partition, keys, argv) calls in one round trip; error codes raised typed."""
-        pipe = self.redis.pipeline(transaction=False)
-        for script, _, _, ks, argv in calls:
-            await self.scripts.call(script, ks, argv, client=pipe)
         async with storage_errors():
-            replies: list[list[Any]] = await pipe.execute()
+            replies: list[Any] = await self.scripts.call_many([(script, ks, argv) for script, _, _, ks, argv in calls])
         for (_, topic, partition, _, _), reply in zip(calls, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
             if reply[0] == ErrorCode.TRANSACTION_CONFLICT:
                 raise PendingAckConflict(topic, partition, reply[1].decode())
             if reply[0] != ErrorCode.OK:

@@ -6,11 +6,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
-
 from gateway.errors import ErrorCode, InvalidTxnState, error_for
 from gateway.store import keys
-from gateway.store.connection import storage_errors
+from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
 
 SEP = "\x00"
@@ -79,7 +77,7 @@ def _check(reply: list[Any], what: str) -> list[Any]:
 
 
 class TxnStore:
-    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
 

@@ -3,16 +3,14 @@ transaction ends, then applied or dropped by one script in the group's slot."""
 
 from __future__ import annotations
 
-from redis.asyncio import Redis
-
 from gateway.store import keys
-from gateway.store.connection import storage_errors
+from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.groups import CommittedOffset, _field
 from gateway.store.scripts import Scripts
 
 
 class TxnOffsetStore:
-    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
 
