@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
 from gateway.errors import ErrorCode, error_for
 from gateway.store import keys
-from gateway.store.connection import storage_errors
+from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
 
 COUNTS, ABORTED, OPEN = "c", "a", "o"
@@ -71,7 +69,7 @@ def _marks(flat: list[Any]) -> list[IndexedMark]:
 
 
 class WatermarkStore:
-    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
         self.entries_read = 0  # by every read so far
