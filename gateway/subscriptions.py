@@ -376,8 +376,6 @@ class Subscription:
         for p, sl in zip(parts, slices, strict=True):
             if sl.log_start > self.read_pos[p]:
                 self.read_pos[p] = sl.log_start
-            if self.watermark is not None:
-                self.watermark.learn(p, sl)
             if sl.entries and sl.entries[0].base_offset <= self.max_acked.get(p, -1):
                 lookups[p] = (self.read_pos[p], sl.entries[-1].next_offset)
         acked = await self.service.store.acked_in(self.topic, self.name, lookups) if lookups else {}
@@ -390,6 +388,8 @@ class Subscription:
             taken = 0
             skip = acked.get(p, set())
             visible = {id(e) for e in committed_entries(sl)}
+            if self.watermark is not None:  # markers are among the entries no one sees
+                self.watermark.learn(p, sl, [e for e in sl.entries if id(e) not in visible])
             for e in sl.entries:
                 if (taken >= per_part and out) or e.base_offset >= sl.stable:
                     break  # the rest waits for permits, or for its transaction to end

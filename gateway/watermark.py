@@ -34,7 +34,7 @@ from gateway.records import (
     parse_header,
 )
 from gateway.store import Store
-from gateway.store.log import Slice
+from gateway.store.log import Entry, Slice
 from gateway.store.subscriptions import SubscriptionStore
 from gateway.store.watermark import COUNTS, OPEN, IndexedMark, IndexRead, MarkAppend, WatermarkStore
 
@@ -135,11 +135,12 @@ def fold(read: IndexRead) -> tuple[WatermarkSet, list[Mark]]:
     return wset, pending
 
 
-def marks_in(sl: Slice) -> list[Mark]:
+def marks_in(sl: Slice, candidates: Iterable[Entry] | None = None) -> list[Mark]:
     """The watermark markers a read-committed slice holds below its last stable offset, but those of
-    aborted transactions. Only control entries are decoded (one small record each)."""
+    aborted transactions; among `candidates` only, when the caller knows which entries are not data.
+    Only control entries are decoded (one small record each)."""
     out = []
-    for e in sl.entries:
+    for e in sl.entries if candidates is None else candidates:
         if e.base_offset >= sl.stable:
             break
         h = parse_header(e.batch, verify_crc=False)
@@ -391,13 +392,14 @@ class SubscriptionWatermark:
         for p, r in zip(parts, reads, strict=True):
             self.tracks[p] = _Track.load(r, positions[p])
 
-    def learn(self, partition: int, sl: Slice) -> None:
-        """Marks in entries the dispatcher read from the partition."""
+    def learn(self, partition: int, sl: Slice, hidden: list[Entry]) -> None:
+        """Marks in a slice the dispatcher read from the partition; `hidden`: its entries that are
+        not data (markers, aborted batches), where they are."""
         track = self.tracks.get(partition)
         span = _scanned(sl)
         if track is None or span is None:
             return
-        track.learn(span[0], span[1], marks_in(sl))
+        track.learn(span[0], span[1], marks_in(sl, hidden))
 
     async def advance(self, positions: dict[int, int]) -> None:
         """Move to new acknowledged positions."""

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.client import Client, MessageId
 from gateway.server import Gateway
-from tests.conftest import native_url, test_config
+from tests.conftest import native_url, run_example, test_config
 
 
 @pytest.fixture
@@ -168,3 +168,14 @@ async def test_a_seek_moves_the_watermark_with_the_position(gateway, client):
     assert consumer.last_watermark == 1000  # the change waits behind m2, prefetched already
     last = await consumer.receive(5)
     assert last.value == b"m2" and not last.late and consumer.last_watermark == 2000
+
+
+async def test_the_event_time_windows_example(gateway):
+    code, text = await run_example("native_watermarks.py", "--url", native_url(gateway), "--topic", "sensors")
+    assert code == 0, text
+    assert text.splitlines() == [
+        "window [0s, 10s): 4 readings, sum 10",
+        "late: reading 100 at 3s",
+        "window [10s, 20s): 1 readings, sum 5",
+        "watermark: 20s",
+    ]

@@ -1,0 +1,62 @@
+"""The watermark scripts on a live Redis: a transaction's markers count by its outcome before they
+are settled (a coordinator that died between its marker and the settling) and after."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import InvalidProducerEpoch
+from gateway.log import LogService
+from gateway.records import build_control_batch
+from gateway.store import Store, keys
+from gateway.store.txn import TxnStore
+from gateway.watermark import WatermarkService
+
+END = 1 << 40
+
+
+@pytest.fixture
+async def store(redis_url):
+    s = Store.open(redis_url)
+    yield s
+    await s.close()
+
+
+async def test_transactional_marks_count_by_outcome_before_and_after_settling(store):
+    log = LogService(store)
+    await log.create_topic("ws", 1)
+    wm = WatermarkService(store, log)
+    await wm.send("ws", "p", 100)
+    await wm.send("ws", "q", 50, txn_id="1:1", producer_id=777, producer_epoch=0)
+    await wm.send("ws", "r", 10, txn_id="1:2", producer_id=778, producer_epoch=0)
+    assert await wm.watermark("ws", {0: END}) == 100  # both wait below the last stable offset
+    (p0,) = await wm.partitions("ws")
+    assert p0.pending == 2
+
+    txns = TxnStore(store.redis, store.scripts)
+    await txns.write_markers([("ws", 0)], 777, 0, True, build_control_batch(True, 777, 0))
+    await txns.write_markers([("ws", 0)], 778, 0, False, build_control_batch(False, 778, 0))
+    assert await wm.watermark("ws", {0: END}) == 50  # q committed, r aborted: read from the log's ranges
+    assert await wm.snapshot("ws", 0)
+    assert await wm.watermark("ws", {0: END}) == 50
+
+    for _ in range(2):  # settling is safe to repeat
+        await wm.settle_txn("ws", 0, "1:1", True)
+        await wm.settle_txn("ws", 0, "1:2", False)
+        assert await wm.watermark("ws", {0: END}) == 50
+        assert (await wm.at("ws", {0: 3}))[0].producers == {"p": 100, "q": 50}
+    marks = await store.redis.zrange(keys.wm_marks("ws", 0), 0, -1)
+    assert [m.split(b" ", 2)[1] for m in marks] == [b"-", b"-"]  # r's is gone, q's counts on its own
+
+
+async def test_a_stale_epoch_cannot_write_a_transactional_marker(store):
+    log = LogService(store)
+    await log.create_topic("ws-epoch", 1)
+    wm = WatermarkService(store, log)
+    await wm.send("ws-epoch", "q", 5, txn_id="1:1", producer_id=900, producer_epoch=3)
+    txns = TxnStore(store.redis, store.scripts)
+    await txns.write_markers([("ws-epoch", 0)], 900, 3, False, build_control_batch(False, 900, 3))
+    await txns.write_markers([("ws-epoch", 0)], 900, 4, False, build_control_batch(False, 900, 4))  # fences 3
+    with pytest.raises(InvalidProducerEpoch):
+        await wm.send("ws-epoch", "q", 6, txn_id="1:1", producer_id=900, producer_epoch=3)
+    assert await wm.watermark("ws-epoch", {0: END}) is None
