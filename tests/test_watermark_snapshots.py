@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import random
 
-import redis.asyncio as aioredis
-
 from gateway.client import Client
 from gateway.server import Gateway
 from gateway.store import keys
 from tests.conftest import native_url, test_config
 
+REDIS_BACKENDS = ("single", "cluster")
 B = 16  # watermark_snapshot_marks: lookups read about this many markers at most
 BOUND = 2 * B + 1  # a snapshot, the markers since it, and those written while it was being taken
 
@@ -131,7 +130,7 @@ async def test_open_transactions_marks_wait_in_snapshots_until_they_end(redis_ur
 
 async def test_the_index_shrinks_with_the_log(redis_url):
     gw = await started(redis_url)
-    r = aioredis.Redis.from_url(redis_url)
+    r = gw.services.store.redis
     try:
         async with await Client.connect(native_url(gw)) as client:
             await gw.services.log.create_topic("wms-trim", 1)
@@ -156,7 +155,6 @@ async def test_the_index_shrinks_with_the_log(redis_url):
             await b.mark_idle()
             assert await client.watermark("wms-trim", {0: 1 << 40}) == 1000 + B - 1
     finally:
-        await r.aclose()
         await gw.stop()
 
 

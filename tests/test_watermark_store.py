@@ -12,6 +12,7 @@ from gateway.store import Store, keys
 from gateway.store.txn import TxnStore
 from gateway.watermark import WatermarkService
 
+REDIS_BACKENDS = ("single", "cluster")
 END = 1 << 40
 
 

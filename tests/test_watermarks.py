@@ -10,6 +10,7 @@ import pytest
 from gateway.client import Client, ExpiredTransactionError, InvalidRequest, PartitionNotFound, TopicNotFound
 from tests.conftest import native_url
 
+REDIS_BACKENDS = ("single", "cluster")
 END = 1 << 50  # past any high watermark: the watermark at the end of the committed log
 
 
