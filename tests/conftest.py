@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -276,3 +276,20 @@ def spark():
     register(session)
     yield session
     session.stop()
+
+
+async def eventually(check: Callable[[], object | Awaitable[object]], timeout: float = 10.0) -> object:
+    """Poll `check` (sync or async) until it returns something true, which is returned; fail at the
+    deadline. For conditions no event announces."""
+    import asyncio
+    import inspect
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)

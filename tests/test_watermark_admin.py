@@ -13,22 +13,13 @@ import confluent_kafka as ck
 import pytest
 
 from gateway.client import Client
-from tests.conftest import admin_url, kafka_bootstrap, native_url
+from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url
 
 
 async def get(url: str) -> tuple[int, object]:
     async with aiohttp.ClientSession() as http, http.get(url) as r:
         return r.status, (await r.json() if r.content_type == "application/json" else await r.text())
 
-
-async def eventually_json(url: str, check, timeout: float = 10.0) -> object:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        _, body = await get(url)
-        if check(body):
-            return body
-        assert asyncio.get_running_loop().time() < deadline, body
-        await asyncio.sleep(0.05)
 
 
 def commit_group_offsets(bs: str, topic: str, group: str, offsets: dict[int, int]) -> None:
@@ -61,7 +52,11 @@ async def test_watermarks_per_partition_subscription_and_group(gateway):
         await asyncio.to_thread(commit_group_offsets, kafka_bootstrap(gateway), t, "g", {0: 2})
 
         url = f"{admin_url(gateway)}/admin/v2/topics/{t}/watermarks"
-        body = await eventually_json(url, lambda b: [s["offsets"] for s in b["subscriptions"]] == [{"0": 3, "1": 3}])
+        async def positions_settled() -> object:
+            body = (await get(url))[1]
+            return body if [s["offsets"] for s in body["subscriptions"]] == [{"0": 3, "1": 3}] else None
+
+        body = await eventually(positions_settled)
         assert body["watermark_ms"] == 1000
         assert [(p["partition"], p["watermark_ms"], p["producers"], p["last_stable_offset"])
                 for p in body["partitions"]] == [(0, 1000, {"a": 1000}, 5), (1, 1000, {"a": 1000}, 3)]

@@ -3,13 +3,11 @@ with the messages, right after a failover or a seek, and on another gateway."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from gateway.client import Client, MessageId
 from gateway.server import Gateway
-from tests.conftest import native_url, run_example, test_config
+from tests.conftest import eventually, native_url, run_example, test_config
 
 
 @pytest.fixture
@@ -23,12 +21,6 @@ async def one_partition(gateway, name: str) -> str:
     await gateway.services.log.create_topic(name, 1)
     return name
 
-
-async def eventually(check, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 async def test_a_consumer_that_attaches_gets_the_current_watermark_at_once(gateway, client):

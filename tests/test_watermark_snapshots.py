@@ -3,13 +3,12 @@ a gateway restart, for a new subscription and after a seek; open transactions' m
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 from gateway.client import Client
 from gateway.server import Gateway
 from gateway.store import keys
-from tests.conftest import native_url, test_config
+from tests.conftest import eventually, native_url, test_config
 
 REDIS_BACKENDS = ("single", "cluster")
 B = 16  # watermark_snapshot_marks: lookups read about this many markers at most
@@ -32,12 +31,6 @@ class Oracle:
                 latest[producer] = value
         return min((v for v in latest.values() if v is not None), default=None)
 
-
-async def eventually(check, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 async def started(redis_url: str, node_id: int = 0) -> Gateway:
@@ -169,10 +162,11 @@ async def test_the_periodic_role_snapshots_what_sends_left_behind(redis_url):
             for i in range(marks):
                 await a.send_watermark(i)
             svc = gw.services.watermark
-            deadline = asyncio.get_running_loop().time() + 10
-            while (await svc.index.unsnapshotted([("wms-role", 0)])) != [0]:
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.02)
+
+            async def snapshotted() -> bool:
+                return await svc.index.unsnapshotted([("wms-role", 0)]) == [0]
+
+            await eventually(snapshotted)
             before = svc.entries_read
             assert (await svc.at("wms-role", {0: 1 << 40}))[0].watermark == marks - 1
             assert svc.entries_read - before == 1  # the snapshot alone
