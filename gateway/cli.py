@@ -30,6 +30,10 @@ def _serve_parser(sub: Any) -> None:
                    "redis+cluster://host:port for any node of a Redis Cluster " + env % "REDIS_URL")
     p.add_argument("--advertised-host", help="host Kafka clients are told to use " + env % "ADVERTISED_HOST")
     p.add_argument("--advertised-port", type=int, help="port Kafka clients are told " + env % "ADVERTISED_PORT")
+    p.add_argument("--node-id", type=int, help="this gateway's Kafka broker id, unique among the gateways on one "
+                   "Redis; default: the id its advertised address had, else a new one " + env % "NODE_ID")
+    p.add_argument("--lease-ms", type=int, help="how long a gateway that died stays listed and keeps its "
+                   "background roles, default 6000 " + env % "LEASE_MS")
     p.add_argument("--auto-create-topics", choices=("true", "false"),
                    help="create topics on first use, default true " + env % "AUTO_CREATE_TOPICS")
     p.add_argument("--default-partitions", type=int,
@@ -161,7 +165,8 @@ def serve(args: argparse.Namespace) -> None:
         k: getattr(args, k)
         for k in ("host", "kafka_port", "native_port", "admin_port", "data_dir", "redis_url",
                   "advertised_host", "advertised_port", "default_partitions", "redis_fsync", "max_frame_bytes",
-                  "max_connections", "idle_timeout", "tcp_keepalive", "fetch_max_bytes", "connection_buffer_bytes")
+                  "max_connections", "idle_timeout", "tcp_keepalive", "fetch_max_bytes", "connection_buffer_bytes",
+                  "node_id", "lease_ms")
     }
     if args.auto_create_topics is not None:
         overrides["auto_create_topics"] = args.auto_create_topics == "true"

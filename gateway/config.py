@@ -43,7 +43,8 @@ class Config:
     tcp_keepalive: float = 60.0  # seconds of silence before keepalive probes find a vanished peer; 0: off
     fetch_max_bytes: int = 55 * 1024 * 1024  # the largest Fetch response, whatever a client asks for
     connection_buffer_bytes: int = 16 * 1024 * 1024  # native sends read ahead of their answers, per connection
-    node_id: int = 0
+    node_id: int = -1  # -1: the id this advertised Kafka address had before, else a new one from Redis
+    lease_ms: int = 6000  # how long a dead gateway stays listed (and keeps its roles) before others take over
     redis_fsync: str = "everysec"  # embedded Redis's appendfsync: always, everysec or no
     txn_default_timeout_ms: int = 60_000
     txn_max_timeout_ms: int = 900_000

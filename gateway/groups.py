@@ -203,6 +203,9 @@ class GroupCoordinator:
         self._timer: asyncio.Task[None] | None = None
         self._closing = False
         self._next_adoption = 0.0
+        # whether this gateway is the one to take over a group nobody coordinates (with several
+        # gateways, the one FindCoordinator names), so they do not all race for its lease
+        self.prefers: Callable[[str], bool] = lambda group_id: True
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -219,13 +222,13 @@ class GroupCoordinator:
         self.address = f"{host} {port}"
 
     async def locate(self, group_id: str) -> tuple[int, str, int] | None:
-        """(node id, host, port) of the gateway coordinating the group, or None when it is (or may
-        become) this one."""
+        """(node id, host, port) of the gateway holding the group's lease (this one, maybe), or None
+        when nobody coordinates the group now."""
         holder = await self.store.owner(group_id)
         if holder is None:
             return None
         node, host, port = holder.split(" ")
-        return None if int(node) == self.node_id else (int(node), host, int(port))
+        return int(node), host, int(port)
 
     async def close(self) -> None:
         # a flag as well as cancel(): a cancel racing a Redis reply can be lost inside the client
@@ -290,8 +293,12 @@ class GroupCoordinator:
         or another gateway whose lease lapsed): arm their sessions and rebalance deadlines."""
         try:
             for gid in await self.store.group_ids():
+                if self._closing:
+                    return
+                if not self.prefers(gid) and gid not in self._groups:
+                    continue
                 rt = self._rt(gid)
-                if rt.armed or self._closing:
+                if rt.armed:
                     continue
                 async with rt.lock:
                     g = await self.store.load(gid)

@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gateway.errors import (
@@ -28,6 +28,7 @@ from gateway.readahead import ReadAhead
 from gateway.records import BatchHeader, iter_records, parse_header, split_batches
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, PartitionBounds, Slice, TopicInfo
+from gateway.store.wakeups import LogWakeups
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,8 @@ def validate_topic_name(name: str) -> None:
 
 
 class Notifier:
-    """Wakes readers of a partition when it grows, so long polls need no polling."""
+    """Wakes readers of a partition when it grows, so long polls need no polling: appends in this
+    process notify directly; those of other gateways through `LogService.arm_wakeups`."""
 
     def __init__(self) -> None:
         self._waiters: dict[tuple[str, int], set[asyncio.Future[None]]] = defaultdict(set)
@@ -143,6 +145,8 @@ class LogService:
         self.auto_create = auto_create
         self.default_partitions = default_partitions
         self.notifier = Notifier()
+        self.wakeups = LogWakeups(store.redis, self.notifier.notify)
+        self.peers: Callable[[], bool] = lambda: False  # whether other gateways write too (the registry's)
         self._topics: dict[str, TopicInfo] = {}
         self._avg_batch: dict[tuple[str, int], int] = {}  # recent stored batch size per partition
         self._ahead = ReadAhead(self._read)
@@ -282,6 +286,14 @@ class LogService:
         )
 
     # -- reads ----------------------------------------------------------------------------------
+
+    async def arm_wakeups(self, parts: Iterable[tuple[str, int]]) -> bool:
+        """Before readers wait on `parts`: have a write by another gateway wake them too. True when
+        that took a change, and the readers must look at the logs again before they wait (a write
+        just before it woke nobody); False when alone, or when it was so already."""
+        if not self.peers():
+            return False
+        return await self.wakeups.arm(parts)
 
     async def read(
         self,

@@ -17,7 +17,9 @@ from gateway.errors import GatewayError
 from gateway.kafka.server import start_kafka_server
 from gateway.native.server import start_native_server
 from gateway.periodic import Periodic
+from gateway.registry import Registry
 from gateway.services import Services
+from gateway.store import Store
 from gateway.store.embedded import EmbeddedRedis
 
 log = logging.getLogger(__name__)
@@ -56,19 +58,28 @@ class Gateway:
         if not cfg.redis_url:
             self.embedded = EmbeddedRedis(cfg.data_dir, fsync=cfg.redis_fsync)
             await asyncio.to_thread(self.embedded.start)
-        self.services = Services.open(cfg, self.redis_url)
-        await self._wait_for_redis()
+        store = Store.open(self.redis_url)
+        registry = Registry(store, lease_ms=cfg.lease_ms)
+        host, port = cfg.kafka_advertised
         try:
+            await self._wait_for_redis(store)
+            # before anything uses it: transaction ids, group and subscription leases carry it
+            cfg.node_id = await registry.claim(cfg.node_id, host, port, cfg.native_port, cfg.admin_port)
+            self.services = Services.open(cfg, store, registry)
             self.listeners["kafka"] = await start_kafka_server(self.services, cfg.host, cfg.kafka_port)
             self.listeners["native"] = await start_native_server(self.services, cfg.host, cfg.native_port)
             self.listeners["admin"] = await start_admin_server(self.services, cfg.host, cfg.admin_port)
+            port = cfg.advertised_port or self.listeners["kafka"].port
+            await registry.advertise(host, port, self.listeners["native"].port, self.listeners["admin"].port)
         except BaseException:
+            if self.services is None:
+                await store.close()
             await self.stop()
             raise
-        host, _ = cfg.kafka_advertised
-        self.services.groups.advertise(host, cfg.advertised_port or self.listeners["kafka"].port)
+        self.services.groups.advertise(host, port)
         self.services.groups.start()  # session expiry, rebalance deadlines, groups left by a previous run
         self._roles = [
+            registry,
             Periodic("retention", cfg.retention_check_interval, self.services.log.retention_pass),
             Periodic("transaction reaper", cfg.txn_reaper_interval, self.services.txn.recover),
             Periodic("watermark snapshots", cfg.watermark_snapshot_interval, self.services.watermark.snapshot_pass),
@@ -76,12 +87,11 @@ class Gateway:
         ]
         self._tasks += [asyncio.create_task(role.run()) for role in self._roles]
 
-    async def _wait_for_redis(self, timeout: float = 30.0) -> None:
-        assert self.services is not None
+    async def _wait_for_redis(self, store: Store, timeout: float = 30.0) -> None:
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
             try:
-                await self.services.store.ping()
+                await store.ping()
                 return
             except Exception as exc:
                 if asyncio.get_running_loop().time() > deadline:
@@ -93,7 +103,7 @@ class Gateway:
         redis = self.config.redis_url or f"embedded redis-server in {self.config.data_dir} ({self.redis_url})"
         return (
             f"gateway listening on {self.config.host}: kafka {ports.get('kafka')}, "
-            f"native {ports.get('native')}, admin {ports.get('admin')}; storage: {redis}"
+            f"native {ports.get('native')}, admin {ports.get('admin')}; storage: {redis}; node id {self.config.node_id}"
         )
 
     async def stop(self, grace: float = 5.0) -> None:

@@ -10,6 +10,7 @@ from gateway.fence import FenceService
 from gateway.groups import GroupCoordinator, open_coordinator
 from gateway.log import LogService
 from gateway.producer_txn import TransactionalProducers
+from gateway.registry import Registry
 from gateway.store import Store
 from gateway.txn import TransactionCoordinator
 from gateway.watermark import WatermarkService
@@ -26,11 +27,13 @@ class Services:
     groups: GroupCoordinator
     txn_producers: TransactionalProducers  # Kafka's transactional.id semantics
     watermark: WatermarkService
+    registry: Registry  # the gateways sharing this Redis: Metadata's brokers, who leads what
 
     @classmethod
-    def open(cls, config: Config, redis_url: str) -> Services:
-        store = Store.open(redis_url)
+    def open(cls, config: Config, store: Store, registry: Registry) -> Services:
+        """Over a store, for a gateway whose node id `registry` has claimed (`config.node_id`)."""
         log = LogService(store, auto_create=config.auto_create_topics, default_partitions=config.default_partitions)
+        log.peers = registry.peers
         txn = TransactionCoordinator(
             store,
             coordinator_id=config.node_id,
@@ -41,13 +44,16 @@ class Services:
         delay = DelayService(store, notify_partition=log.notifier.notify)
         txn.partition_settlers.append(delay.settle_txn)
         groups = open_coordinator(store, log, node_id=config.node_id)
+        groups.prefers = lambda group_id: registry.group_coordinator(group_id).node_id == config.node_id
         fence = FenceService(store, txn)
         # registers the group-offset settler now, so a roll-forward after a restart applies offsets too
         producers = TransactionalProducers(store, txn, fence)
         watermark = WatermarkService(store, log, snapshot_marks=config.watermark_snapshot_marks)
         txn.partition_settlers.append(watermark.settle_txn)
-        return cls(config, store, log, txn, fence, delay, groups, producers, watermark)
+        return cls(config, store, log, txn, fence, delay, groups, producers, watermark, registry)
 
     async def close(self) -> None:
+        await self.registry.release()
         await self.groups.close()  # hands group leases over and answers waiting clients first
+        await self.log.wakeups.close()
         await self.store.close()

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from gateway.errors import ConsumerBusy, NotAllowed, SubscriptionNotFound
+from gateway.errors import ConsumerBusy, GatewayError, NotAllowed, SubscriptionNotFound
 from gateway.log import LogService, committed_entries
 from gateway.store import Store
 from gateway.store.log import Entry
@@ -83,7 +83,7 @@ class Consumer:
     deliveries: set[Delivery] = field(default_factory=set)
 
 
-_WAIT_POLL = 1.0  # seconds: catches appends made by other gateways, whose notifier we do not hear
+_WAIT_POLL = 1.0  # seconds: a last resort should a wake-up from another gateway be lost
 LEASE_MS = 10_000  # how long a dead gateway keeps others from taking over its subscriptions
 _RENEW_EVERY = LEASE_MS / 3000  # seconds
 
@@ -319,9 +319,15 @@ class Subscription:
         return max(0.0, min(_WAIT_POLL, self._deadlines[0][0] - time.monotonic()))
 
     async def _wait(self, for_log: bool, timeout: float) -> None:
+        parts = [(self.topic, p) for p in range(self.partitions)]
+        if for_log:
+            try:
+                if await self.service.log.arm_wakeups(parts):
+                    return  # appends on other gateways wake us from now on; one just before did not
+            except GatewayError:
+                pass  # Redis away: the poll below still ends the wait
         waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self.wake.wait())]
         if for_log:
-            parts = [(self.topic, p) for p in range(self.partitions)]
             waits.append(asyncio.ensure_future(self.service.log.notifier.wait(parts, timeout)))
         try:
             await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

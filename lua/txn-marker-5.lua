@@ -32,6 +32,7 @@ local bytes = tonumber(meta[3] or '0')
 rcall('XADD', KEYS[1], entry_id(hw), 'b', ARGV[3], 'n', 1, 't', meta[2] or '-1', 'c', string.format('%d', bytes))
 rcall('HSET', KEYS[2], 'hw', string.format('%d', hw + 1), 'bytes', string.format('%d', bytes + #ARGV[3]))
 rcall('HDEL', KEYS[3], ARGV[1])
+wake_readers(KEYS[1])
 if ARGV[4] == '0' then
   rcall('ZADD', KEYS[4], string.format('%d', hw), ARGV[1] .. ':' .. first)
 end

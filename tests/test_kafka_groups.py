@@ -433,7 +433,7 @@ async def test_two_gateways_share_a_group_through_its_coordinator_and_hand_it_ov
         await first.close()  # its only gateway is going away
         await a.stop()
         await eventually(lambda: len(second.assigned) == 3 and len(third.assigned) == 3, what="a 3/3 split on b")
-        assert await coordinator_for(b.services).locate("multi") is None
+        assert await coordinator_for(b.services).locate("multi") == (1, "127.0.0.1", b.listeners["kafka"].port)
         await produce("kafka-python", kafka_bootstrap(b), TOPIC, values(100, 200))
         await eventually(lambda: exactly_once_each(sink, 200), what="all 200 consumed")
         await asyncio.gather(second.close(), third.close())

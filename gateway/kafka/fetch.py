@@ -2,7 +2,8 @@
 
 A fetch may start in the middle of a batch: the whole batch is returned and the client skips the
 records before its offset, as with Kafka. Long polls wait on the log's notifier (woken by appends
-in this process) until `min_bytes` are there or `max_wait` passes. No fetch sessions: the
+in this process, and by those of other gateways once armed) until `min_bytes` are there or
+`max_wait` passes. No fetch sessions: the
 response's session id 0 tells clients to send full fetches. The last stable offset comes from
 the log; read_committed fetches stop below it and list the aborted
 transactions whose batches they may hold.
@@ -16,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.errors import GatewayError
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, bytes_len, string
@@ -48,12 +50,14 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     committed = req.isolation_level == READ_COMMITTED
+    watched = list(dict.fromkeys((t, p) for t, p, _, _ in wanted))
+    armed = False
     while True:
         remaining = deadline - loop.time()
         waiter = None
         if remaining > 0 and req.min_bytes > 0 and wanted:
             # registered before the read, so an append landing after it still wakes us
-            waiter = asyncio.ensure_future(log.notifier.wait([(t, p) for t, p, _, _ in wanted], remaining))
+            waiter = asyncio.ensure_future(log.notifier.wait(watched, remaining))
         parts = await _read_all(ctx, wanted, max_bytes, committed)
         total = sum(p.size for p in parts)
         errors = any(p.error != KafkaError.none for p in parts)
@@ -61,6 +65,15 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
             if waiter is not None:
                 waiter.cancel()
             break
+        if not armed:
+            armed = True
+            try:
+                rearmed = await log.arm_wakeups(watched)  # appends on other gateways wake us too
+            except GatewayError:
+                rearmed = False  # Redis away: the wait ends at its own timeout
+            if rearmed:
+                waiter.cancel()
+                continue  # an append just before the flags woke nobody: look again
         if not await waiter:
             parts = await _read_all(ctx, wanted, max_bytes, committed)
             break

@@ -17,7 +17,7 @@ from gateway.groups import GroupCoordinator, GroupError, coordinator_for
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
-from gateway.kafka.metadata import broker
+from gateway.kafka.metadata import broker, peer_address
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -72,23 +72,27 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
 
 
 async def _locate(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
-    """A group's coordinator is the gateway holding its lease (this one when nobody does);
-    transactions are coordinated by whichever gateway is asked."""
-    node, host, port = broker(ctx)
+    """A group's coordinator is the gateway holding its lease, else the one the registry spreads the
+    group to (which takes the lease on the first request). A transactional id's is the one the
+    registry spreads it to: every gateway can coordinate a transaction, whose state is in Redis."""
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         return {"error_code": KafkaError.invalid_request, "error_message": f"key type {key_type} is not coordinated here",
                 "node_id": -1, "host": "", "port": -1}
+    target = None
     if key_type == KEY_TYPE_GROUP:
         try:
-            elsewhere = await _coordinator(ctx).locate(key)
+            target = await _coordinator(ctx).locate(key)
         except Exception as exc:
             return {"error_code": group_error(exc), "error_message": error_message(exc), "node_id": -1, "host": "",
                     "port": -1}
-        if elsewhere is not None:
-            node, host, port = elsewhere
-            if port == 0:  # the holder took the lease before it learnt its address: ask again soon
-                return {"error_code": KafkaError.coordinator_not_available, "error_message": None,
-                        "node_id": -1, "host": "", "port": -1}
+        if target is not None and target[2] == 0:  # the holder took the lease before it learnt its address
+            return {"error_code": KafkaError.coordinator_not_available, "error_message": None,
+                    "node_id": -1, "host": "", "port": -1}
+    if target is None:
+        registry = ctx.services.registry
+        spread = registry.group_coordinator if key_type == KEY_TYPE_GROUP else registry.txn_coordinator
+        target = peer_address(ctx, spread(key))
+    node, host, port = target
     return {"error_code": KafkaError.none, "error_message": None, "node_id": node, "host": host, "port": port}
 
 

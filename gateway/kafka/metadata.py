@@ -1,4 +1,6 @@
-"""Metadata and DescribeCluster: this gateway is the one broker and leads every partition."""
+"""Metadata and DescribeCluster: every live gateway is a broker (`gateway.registry`), and the
+partitions' leadership is spread over them. Any gateway serves any partition: leading is where
+clients are told to go, so the load spreads and moves off a gateway that dies."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error
+from gateway.registry import Peer
 
 CLUSTER_ID = "redis-streams-gateway"
 LEADER_EPOCH = 0  # one leader forever: epochs never change
@@ -16,13 +19,25 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def broker(ctx: RequestContext) -> tuple[int, str, int]:
-    """(node id, host, port) that clients should connect to."""
+    """(node id, host, port) of this gateway, where clients should connect to it."""
     cfg = ctx.services.config
     host, port = cfg.kafka_advertised
     return cfg.node_id, host, port or ctx.connection.local_port
 
 
-def partition_entries(node: int, count: int) -> list[dict[str, Any]]:
+def peer_address(ctx: RequestContext, peer: Peer) -> tuple[int, str, int]:
+    """(node id, host, port) of a live gateway, this one included."""
+    if peer.node_id == ctx.services.config.node_id:
+        return broker(ctx)
+    return peer.node_id, peer.host, peer.kafka_port
+
+
+def brokers(ctx: RequestContext) -> list[tuple[int, str, int]]:
+    """Every live gateway that clients can reach, by node id."""
+    return [peer_address(ctx, p) for p in ctx.services.registry.live()]
+
+
+def partition_entries(leaders: list[int]) -> list[dict[str, Any]]:
     return [
         {
             "error_code": KafkaError.none,
@@ -33,19 +48,19 @@ def partition_entries(node: int, count: int) -> list[dict[str, Any]]:
             "isr_nodes": (node,),
             "offline_replicas": (),
         }
-        for p in range(count)
+        for p, node in enumerate(leaders)
     ]
 
 
 @handles(ApiKey.METADATA, 0, 13)
 async def metadata(ctx: RequestContext, req: Any) -> Any:
     log = ctx.services.log
-    node, host, port = broker(ctx)
+    live = brokers(ctx)
     wanted = req.topics
     topics: list[dict[str, Any]] = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
         infos = await log.list_topics()
-        topics = [_topic(node, info.name, info.partitions) for info in infos]
+        topics = [_topic(ctx, info.name, info.partitions) for info in infos]
     else:
         create = ctx.services.config.auto_create_topics and getattr(req, "allow_auto_topic_creation", True)
         for t in wanted:
@@ -63,35 +78,35 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
             except Exception as exc:
                 topics.append({"error_code": kafka_error(exc), "name": t.name})
                 continue
-            topics.append(_topic(node, info.name, info.partitions))
+            topics.append(_topic(ctx, info.name, info.partitions))
     cls = codec.response_class(ApiKey.METADATA, ctx.api_version)
     return codec.build(
         cls,
         {
             "throttle_time": 0,
-            "brokers": [{"node_id": node, "host": host, "port": port, "rack": None}],
+            "brokers": [{"node_id": n, "host": h, "port": p, "rack": None} for n, h, p in live],
             "cluster_id": CLUSTER_ID,
-            "controller_id": node,
+            "controller_id": live[0][0],
             "topics": topics,
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         },
     )
 
 
-def _topic(node: int, name: str, partitions: int) -> dict[str, Any]:
+def _topic(ctx: RequestContext, name: str, partitions: int) -> dict[str, Any]:
     return {
         "error_code": KafkaError.none,
         "name": name,
         "topic_id": None,
         "is_internal": False,
-        "partitions": partition_entries(node, partitions),
+        "partitions": partition_entries([p.node_id for p in ctx.services.registry.leaders(name, partitions)]),
         "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
     }
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
-    node, host, port = broker(ctx)
+    live = brokers(ctx)
     cls = codec.response_class(ApiKey.DESCRIBE_CLUSTER, ctx.api_version)
     return codec.build(
         cls,
@@ -101,8 +116,8 @@ async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
             "error_message": error_message(None),
             "endpoint_type": getattr(req, "endpoint_type", 1),
             "cluster_id": CLUSTER_ID,
-            "controller_id": node,
-            "brokers": [{"broker_id": node, "host": host, "port": port, "rack": None, "is_fenced": False}],
+            "controller_id": live[0][0],
+            "brokers": [{"broker_id": n, "host": h, "port": p, "rack": None, "is_fenced": False} for n, h, p in live],
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         },
     )

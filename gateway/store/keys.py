@@ -13,6 +13,12 @@ def log(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:log"
 
 
+def wake(topic: str, partition: int) -> str:
+    """Flag (PX) a gateway raises before its readers wait on the log: the next write publishes on
+    the shard channel named `log(...)` and deletes it. Scripts derive it from the log key."""
+    return f"{log(topic, partition)}:wake"
+
+
 def meta(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:meta"
 
@@ -198,3 +204,13 @@ def subscription_owner(topic: str, name: str) -> str:
 def group_owner(group_id: str) -> str:
     """String "<node id> <host> <port>" of the gateway coordinating a group, under a lease (PX)."""
     return f"{group_tag(group_id)}:owner"
+
+
+# -- the gateways sharing this Redis: one hash tag, so one script renews a lease and reads them all --
+
+GATEWAYS = "{gw:nodes}:live"
+"""Hash: node id -> "<lease end, Redis ms> <instance> <host> <kafka port> <native port> <admin port>"."""
+NODE_IDS = "{gw:nodes}:seq"
+"""Counter handing out node ids to gateways started without one."""
+NODE_ADDRESSES = "{gw:nodes}:addresses"
+"""Hash: "<host>:<kafka port>" -> the node id last registered there, so a restarted gateway keeps its id."""

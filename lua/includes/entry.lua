@@ -4,6 +4,13 @@ local function entry_id(offset)
   return string.format('%d-1', offset)
 end
 
+-- Readers on other gateways that wait for a log to grow raise the flag `<log>:wake` (same slot)
+-- and listen on the shard channel named after the log: the first write after the flag publishes
+-- once and lowers it. Without a flag a write costs one DEL of a missing key.
+local function wake_readers(log)
+  if redis.call('DEL', log .. ':wake') == 1 then redis.call('SPUBLISH', log, '') end
+end
+
 -- Write a batch at the high watermark `hw` and advance the meta hash; the one way a batch enters
 -- a log. `maxts` and `bytes` are the meta's before it. Returns hw, maxts and bytes after it.
 local function append_entry(log, meta, hw, maxts, bytes, batch, count, batch_max_ts)
@@ -13,6 +20,7 @@ local function append_entry(log, meta, hw, maxts, bytes, batch, count, batch_max
   hw, bytes = hw + tonumber(count), bytes + #batch
   redis.call('HSET', meta, 'hw', string.format('%d', hw), 'maxts', string.format('%d', maxts),
     'bytes', string.format('%d', bytes))
+  wake_readers(log)
   return hw, maxts, bytes
 end
 

@@ -1,0 +1,120 @@
+"""Several gateways over one Redis (and over a Redis Cluster): each is listed while its lease runs,
+partition leadership and coordinators are spread over them, and a fetch waiting on one gateway
+wakes for an append made through another."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.client import Client
+from gateway.kafka.dispatch import ApiKey, load_handlers
+from gateway.server import Gateway
+from gateway.store import keys
+from tests.conftest import kafka_bootstrap, native_url, test_config
+from tests.kafka_wire import call
+from tests.test_kafka_groups import eventually
+
+REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
+
+pytestmark = pytest.mark.kafka
+LEASE_MS = 1500  # renewed every half second: a stopped gateway leaves the others' view quickly
+
+load_handlers()
+
+
+def listed(gw: Gateway) -> set[int]:
+    return {p.node_id for p in gw.services.registry.live()}
+
+
+@pytest.fixture
+async def two(redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    a, b = Gateway(test_config(redis_url, lease_ms=LEASE_MS)), Gateway(test_config(redis_url, lease_ms=LEASE_MS))
+    await a.start()
+    await b.start()
+    try:
+        assert (a.config.node_id, b.config.node_id) == (0, 1)  # handed out by Redis, none configured
+        await eventually(lambda: listed(a) == listed(b) == {0, 1}, what="each gateway seeing the other")
+        yield a, b
+    finally:
+        await b.stop()
+        await a.stop()
+
+
+async def ask(gw: Gateway, api_key: int, version: int, values: dict) -> object:
+    conn = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
+    try:
+        return await call(conn, api_key, version, values)
+    finally:
+        conn[1].close()
+
+
+async def metadata(gw: Gateway, topic: str) -> tuple[set[tuple[int, int]], list[int]]:
+    """(node id, port) of every broker listed, and the leader of each partition of `topic`."""
+    resp = await ask(gw, ApiKey.METADATA, 12, {"topics": [{"name": topic, "topic_id": None}],
+                                               "allow_auto_topic_creation": False})
+    [t] = resp.topics
+    return {(br.node_id, br.port) for br in resp.brokers}, [p.leader_id for p in t.partitions]
+
+
+async def coordinators(gw: Gateway, key_type: int, keys_: list[str]) -> list[int]:
+    resp = await ask(gw, ApiKey.FIND_COORDINATOR, 4, {"key_type": key_type, "coordinator_keys": keys_})
+    assert {c.error_code for c in resp.coordinators} == {KafkaError.none}
+    return [c.node_id for c in resp.coordinators]
+
+
+async def test_metadata_lists_both_and_spreads_leaders_and_coordinators(two):
+    a, b = two
+    await a.services.log.create_topic("spread", 16)
+    ports = {(0, a.listeners["kafka"].port), (1, b.listeners["kafka"].port)}
+    (brokers_a, leaders_a), (brokers_b, leaders_b) = await metadata(a, "spread"), await metadata(b, "spread")
+    assert brokers_a == brokers_b == ports
+    assert leaders_a == leaders_b and set(leaders_a) == {0, 1}  # the same spread, told by either
+    groups, txns = [f"group-{i}" for i in range(16)], [f"txn-{i}" for i in range(16)]
+    for key_type, names in ((0, groups), (1, txns)):
+        told = await coordinators(a, key_type, names)
+        assert told == await coordinators(b, key_type, names) and set(told) == {0, 1}
+
+    await b.stop()  # a clean stop gives the lease up: b leaves a's view at a's next renewal
+    await eventually(lambda: listed(a) == {0}, what="the stopped gateway dropping out")
+    brokers, leaders = await metadata(a, "spread")
+    assert brokers == {(0, a.listeners["kafka"].port)} and set(leaders) == {0}
+    # only what b led moved: a keeps every partition it led
+    assert all(now == 0 for now, before in zip(leaders, leaders_a, strict=True) if before == 0)
+    assert set(await coordinators(a, 0, groups)) == {0}
+
+
+async def test_a_fetch_waiting_on_one_gateway_wakes_for_an_append_through_the_other(two, redis_url):
+    a, b = two
+    await a.services.log.create_topic("wake", 8)
+    _, leaders = await metadata(b, "wake")
+    p = leaders.index(1)  # a partition the consumer fetches from b
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap(b), fetch_max_wait_ms=20_000,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition("wake", p)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        got = asyncio.ensure_future(consumer.getone())
+        flag = keys.wake("wake", p)
+        redis = b.services.store.redis
+        deadline = time.monotonic() + 10
+        while not await redis.exists(flag):  # b's long poll is parked and has raised the log's flag
+            assert time.monotonic() < deadline, "the fetch on b never waited"
+            await asyncio.sleep(0.02)
+        async with await Client.connect(native_url(a)) as client:  # appended through a
+            producer = await client.create_producer("wake")
+            sent = time.monotonic()
+            await producer.send(b"across", partition=p)
+        msg = await asyncio.wait_for(got, 10)
+        # the long poll may wait 20 s: only the wake-up from a's append ends it this soon
+        assert msg.value == b"across" and time.monotonic() - sent < 5
+        assert not await redis.exists(flag)  # the append lowered the flag it published for
+    finally:
+        await consumer.stop()
