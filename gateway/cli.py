@@ -75,6 +75,7 @@ def _admin_parser(sub: Any) -> None:
     x.add_argument("name")
     w = tsub.add_parser("watermarks", help="watermarks per partition, subscription and consumer group")
     w.add_argument("name")
+    groups.add_parser("gateways", help="the gateways on this Redis and the background role each runs")
     txns = groups.add_parser("transactions", help="list, describe and abort transactions")
     xsub = txns.add_subparsers(dest="action", required=True)
     xsub.add_parser("list", help="unfinished transactions with their age and partitions")
@@ -125,6 +126,8 @@ def _http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
 
 def admin(args: argparse.Namespace) -> Any:
     base = args.admin_url.rstrip("/") + "/admin/v2"
+    if args.group == "gateways":
+        return _http("GET", f"{base}/gateways")
     if args.group == "topics":
         if args.action == "list":
             return _http("GET", f"{base}/topics")

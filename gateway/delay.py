@@ -17,8 +17,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.errors import CorruptMessage
+from gateway.errors import CorruptMessage, NotAllowed
 from gateway.records import BatchBuilder, iter_records, parse_header, split_batches
+from gateway.roles import NO_LEASE, Lease
 from gateway.store import Store
 from gateway.store.delay import DelayConfig, DelayItem, DelayStats, DelayStore, Moved, Part, Scheduled
 
@@ -173,9 +174,10 @@ class DelayService:
     async def stats(self, topic: str, partition: int) -> DelayStats:
         return await self.index.stats(topic, partition)
 
-    def scheduler(self, *, max_sleep: float = 1.0) -> DelayScheduler:
-        """A scheduler woken in-process whenever this service schedules something earlier."""
-        s = DelayScheduler(self, max_sleep=max_sleep)
+    def scheduler(self, *, max_sleep: float = 1.0, lease: Lease = NO_LEASE) -> DelayScheduler:
+        """A scheduler woken in-process whenever this service schedules something earlier; under
+        the scheduler role's `lease` when there are several gateways."""
+        s = DelayScheduler(self, max_sleep=max_sleep, lease=lease)
         self._schedulers.append(s)
         return s
 
@@ -196,10 +198,11 @@ class DelayScheduler:
     partition, woken early by schedules in this process; `max_sleep` bounds how late it notices a
     schedule made by another gateway."""
 
-    def __init__(self, service: DelayService, *, max_sleep: float = 1.0) -> None:
+    def __init__(self, service: DelayService, *, max_sleep: float = 1.0, lease: Lease = NO_LEASE) -> None:
         self.service = service
         self.index = service.index
         self.max_sleep = max_sleep
+        self.lease = lease
         self.moved = 0
         self._wakeup = asyncio.Event()
         self._until_ms: int | None = None
@@ -222,9 +225,13 @@ class DelayScheduler:
             parts = await self.index.due_partitions(now)
             if not parts:
                 return total
-            results = await self.index.move(now, parts)
+            results = await self.index.move(now, parts, role_epoch=self.lease.epoch)
             busy = False
             for part, res in zip(parts, results, strict=True):
+                if isinstance(res, NotAllowed):
+                    log.warning("delay scheduler fenced by a newer holder of its role on %s-%d", *part)
+                    self.lease.until = 0.0
+                    return total
                 if isinstance(res, Exception):
                     log.warning("delayed messages of %s-%d not moved: %s", *part, res)
                     continue
@@ -240,8 +247,15 @@ class DelayScheduler:
         return res.moved
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            with contextlib.suppress(ValueError):
+                self.service._schedulers.remove(self)  # a role that moved on is woken no more
+
+    async def _run(self) -> None:
         await self.index.resync()
-        while not self._stopping:
+        while not self._stopping and self.lease.held():
             self._wakeup.clear()
             try:
                 await self.step()

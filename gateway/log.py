@@ -26,6 +26,7 @@ from gateway.errors import (
 )
 from gateway.readahead import ReadAhead
 from gateway.records import BatchHeader, iter_records, parse_header, split_batches
+from gateway.roles import NO_LEASE, Lease
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, PartitionBounds, Slice, TopicInfo
 from gateway.store.wakeups import LogWakeups
@@ -389,23 +390,27 @@ class LogService:
 
     # -- retention ------------------------------------------------------------------------------
 
-    async def enforce_retention(self) -> int:
-        """One pass over every partition; returns the number of entries removed."""
+    async def enforce_retention(self, lease: Lease = NO_LEASE) -> int:
+        """One pass over every partition; returns the number of entries removed. Under the retention
+        role's `lease`: stops once the lease may have run out, and each trim carries its epoch."""
         removed = 0
         for info in await self.list_topics():
             cfg = effective_config(info)
             for p in range(info.partitions):
+                if not lease.held():
+                    return removed
                 _, n = await self.store.log.trim(
                     info.name,
                     p,
                     retention_ms=int(cfg["retention.ms"]),
                     retention_bytes=int(cfg["retention.bytes"]),
+                    role_epoch=lease.epoch,
                 )
                 removed += n
         return removed
 
-    async def retention_pass(self) -> None:
-        n = await self.enforce_retention()
+    async def retention_pass(self, lease: Lease = NO_LEASE) -> None:
+        n = await self.enforce_retention(lease)
         if n:
             log.info("retention removed %d batches", n)
 

@@ -18,6 +18,7 @@ from gateway.kafka.server import start_kafka_server
 from gateway.native.server import start_native_server
 from gateway.periodic import Periodic
 from gateway.registry import Registry
+from gateway.roles import Role
 from gateway.services import Services
 from gateway.store import Store
 from gateway.store.embedded import EmbeddedRedis
@@ -29,14 +30,6 @@ class Listener(Protocol):
     port: int
 
     async def close(self, grace: float) -> None: ...
-
-
-class Role(Protocol):
-    """A background role: runs until `stop`."""
-
-    async def run(self) -> None: ...
-
-    def stop(self) -> None: ...
 
 
 class Gateway:
@@ -78,12 +71,17 @@ class Gateway:
             raise
         self.services.groups.advertise(host, port)
         self.services.groups.start()  # session expiry, rebalance deadlines, groups left by a previous run
+        svc, leased = self.services, self.services.roles.role
+        # one gateway at a time runs each of these (see gateway.roles); every gateway renews its own registration
         self._roles = [
             registry,
-            Periodic("retention", cfg.retention_check_interval, self.services.log.retention_pass),
-            Periodic("transaction reaper", cfg.txn_reaper_interval, self.services.txn.recover),
-            Periodic("watermark snapshots", cfg.watermark_snapshot_interval, self.services.watermark.snapshot_pass),
-            self.services.delay.scheduler(),
+            leased("retention", lambda lease: Periodic(
+                "retention", cfg.retention_check_interval, lambda: svc.log.retention_pass(lease))),
+            leased("transaction reaper", lambda lease: Periodic(
+                "transaction reaper", cfg.txn_reaper_interval, svc.txn.recover)),
+            leased("watermark snapshots", lambda lease: Periodic(
+                "watermark snapshots", cfg.watermark_snapshot_interval, svc.watermark.snapshot_pass)),
+            leased("delay scheduler", lambda lease: svc.delay.scheduler(lease=lease)),
         ]
         self._tasks += [asyncio.create_task(role.run()) for role in self._roles]
 

@@ -11,6 +11,7 @@ from gateway.groups import GroupCoordinator, open_coordinator
 from gateway.log import LogService
 from gateway.producer_txn import TransactionalProducers
 from gateway.registry import Registry
+from gateway.roles import RoleLeases
 from gateway.store import Store
 from gateway.txn import TransactionCoordinator
 from gateway.watermark import WatermarkService
@@ -28,6 +29,7 @@ class Services:
     txn_producers: TransactionalProducers  # Kafka's transactional.id semantics
     watermark: WatermarkService
     registry: Registry  # the gateways sharing this Redis: Metadata's brokers, who leads what
+    roles: RoleLeases  # background roles run by one gateway at a time
 
     @classmethod
     def open(cls, config: Config, store: Store, registry: Registry) -> Services:
@@ -50,7 +52,8 @@ class Services:
         producers = TransactionalProducers(store, txn, fence)
         watermark = WatermarkService(store, log, snapshot_marks=config.watermark_snapshot_marks)
         txn.partition_settlers.append(watermark.settle_txn)
-        return cls(config, store, log, txn, fence, delay, groups, producers, watermark, registry)
+        roles = RoleLeases(store, config.node_id, registry.instance, lease_ms=config.lease_ms)
+        return cls(config, store, log, txn, fence, delay, groups, producers, watermark, registry, roles)
 
     async def close(self) -> None:
         await self.registry.release()

@@ -8,17 +8,20 @@
   KEYS[6] buckets  sealed buckets by the delivery time of their head
   ARGV[1] now      milliseconds: messages due at or before it move
   ARGV[2] limit    the most messages to move in this call
+  ARGV[3] epoch    the scheduler role's lease epoch (see includes/role.lua), -1 outside any lease
   Returns {0, moved, next delivery time or -1, first offset written or -1}, {2} when there is no
-  such partition.
+  such partition, {13} for an epoch older than one the partition has seen.
 ]]
 local rcall = redis.call
 --- @include "entry"
 --- @include "delay"
+--- @include "role"
 
 local K = {log = KEYS[1], meta = KEYS[2], dmeta = KEYS[3], held = KEYS[4], open = KEYS[5], buckets = KEYS[6]}
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local meta = rcall('HMGET', K.meta, 'hw', 'maxts', 'bytes')
 if not meta[1] then return {2} end
+if role_stale(K.dmeta, 'scheduler_epoch', tonumber(ARGV[3])) then return {13} end
 local hw, maxts, bytes = tonumber(meta[1]), tonumber(meta[2] or '-1'), tonumber(meta[3] or '0')
 
 -- the open bucket's due entries, read at once; every sealed bucket due, as a cursor

@@ -7,13 +7,17 @@
   ARGV[2] retention_ms     keep entries newer than this, -1 for no limit
   ARGV[3] retention_bytes  keep at most this many bytes, -1 for no limit
   ARGV[4] min_start        an explicit new log start (DeleteRecords), -1 for none; -2 means the high watermark
-  Returns {0, new log start, entries removed} or {code}: 2 no such partition, 8 offset past the high watermark.
+  ARGV[5] epoch            the retention role's lease epoch (see includes/role.lua), -1 for DeleteRecords
+  Returns {0, new log start, entries removed} or {code}: 2 no such partition, 8 offset past the high
+  watermark, 13 an epoch older than one the partition has seen.
 ]]
 local rcall = redis.call
 --- @include "entry"
+--- @include "role"
 
 local meta = rcall('HMGET', KEYS[2], 'hw', 'start', 'bytes')
 if not meta[1] then return {2} end
+if role_stale(KEYS[2], 'retention_epoch', tonumber(ARGV[5])) then return {13} end
 local hw, start, bytes = tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3] or '0')
 local now, ret_ms, ret_bytes = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local min_start = tonumber(ARGV[4])

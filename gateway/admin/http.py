@@ -66,6 +66,7 @@ class AdminApi:
             web.patch("/admin/v2/topics/{name}/config", self.alter_config),
             web.get("/admin/v2/topics/{name}/delayed", self.delayed_stats),
             web.get("/admin/v2/topics/{name}/watermarks", self.watermarks),
+            web.get("/admin/v2/gateways", self.gateways),
             web.get("/admin/v2/transactions", self.list_transactions),
             web.get("/admin/v2/transactions/transaction-keys", self.list_keys),
             web.get("/admin/v2/transactions/transaction-keys/{key}", self.get_key),
@@ -73,6 +74,18 @@ class AdminApi:
             web.get("/admin/v2/transactions/{txn}", self.describe_transaction),
             web.post("/admin/v2/transactions/{txn}/abort", self.abort_transaction),
         ]
+
+    async def gateways(self, request: web.Request) -> web.Response:
+        """The gateways alive on this Redis as this one sees them, and who runs each background role."""
+        svc = self.services
+        holders = await svc.roles.holders()
+        return web.json_response({
+            "node_id": svc.config.node_id,
+            "gateways": [{"node_id": p.node_id, "host": p.host, "kafka_port": p.kafka_port,
+                          "native_port": p.native_port, "admin_port": p.admin_port} for p in svc.registry.live()],
+            "roles": [{"role": r.name, "node_id": None if h is None else h.node_id,
+                       "epoch": None if h is None else h.epoch} for r, h in zip(svc.roles.roles, holders, strict=True)],
+        })
 
     async def health(self, request: web.Request) -> web.Response:
         try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgpack
 
-from gateway.errors import ErrorCode, error_for
+from gateway.errors import ErrorCode, NotAllowed, error_for
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
@@ -192,28 +192,35 @@ class DelayStore:
             head = await self.redis.zrange(keys.DELAY_DUE, 0, 0, withscores=True)
         return int(head[0][1]) if head else None
 
-    async def move(self, now_ms: int, parts: list[Part], limit: int | None = None) -> list[Moved | Exception]:
+    async def move(
+        self, now_ms: int, parts: list[Part], limit: int | None = None, role_epoch: int = -1
+    ) -> list[Moved | Exception]:
         """One move step on each partition (at most `limit` messages each), then its due hint set
-        from what is left. Safe beside other schedulers: each step is one script."""
+        from what is left. Safe beside other schedulers: each step is one script. The scheduler
+        role passes its lease epoch: NotAllowed where a partition has seen a newer one."""
         n = limit or self.config.move_limit
         async with storage_errors():
             versions = await self.redis.hmget(keys.DELAY_VERSIONS, [member(*p) for p in parts])
             replies = await self.scripts.call_many(
-                # now, limit
-                [("delay-move-6", _index_keys(t, p), [now_ms, n]) for t, p in parts]
+                # now, limit, epoch
+                [("delay-move-6", _index_keys(t, p), [now_ms, n, role_epoch]) for t, p in parts]
             )
             out: list[Moved | Exception] = []
             hints = []
             for part, version, reply in zip(parts, versions, replies, strict=True):
                 try:
                     r = _checked(reply, part)
+                except NotAllowed as exc:  # fenced: the newer scheduler keeps the hint
+                    out.append(exc)
+                    continue
                 except Exception as exc:
                     out.append(exc)
                     hints.append(_hint(part, -1, int(version or 0)))  # a deleted partition drops out
                     continue
                 out.append(Moved(int(r[1]), int(r[2]), int(r[3])))
                 hints.append(_hint(part, int(r[2]), int(version or 0)))
-            await self.scripts.call_many(hints)
+            if hints:
+                await self.scripts.call_many(hints)
         return out
 
     async def resync(self) -> int:

@@ -214,3 +214,16 @@ NODE_IDS = "{gw:nodes}:seq"
 """Counter handing out node ids to gateways started without one."""
 NODE_ADDRESSES = "{gw:nodes}:addresses"
 """Hash: "<host>:<kafka port>" -> the node id last registered there, so a restarted gateway keeps its id."""
+
+
+# -- background roles: one gateway at a time holds each, under a lease with an epoch -----------------
+
+
+def role_holder(role: str) -> str:
+    """String "<node id> <instance> <epoch>" of the gateway running the role, with a TTL (PX)."""
+    return f"{{gw:role:{role}}}:holder"
+
+
+def role_epochs(role: str) -> str:
+    """Counter: the last epoch handed out for the role, so every new holder's is higher."""
+    return f"{{gw:role:{role}}}:epoch"

@@ -299,14 +299,16 @@ class LogStore:
         retention_ms: int = -1,
         retention_bytes: int = -1,
         min_start: int = -1,
+        role_epoch: int = -1,
     ) -> tuple[int, int]:
-        """Apply retention or an explicit new start; returns (log start, entries removed)."""
+        """Apply retention or an explicit new start; returns (log start, entries removed). The
+        retention role passes its lease epoch: NotAllowed when the partition has seen a newer one."""
         async with storage_errors():
             reply: list[Any] = await self.scripts.call(
                 "trim-3",
                 [keys.log(topic, partition), keys.meta(topic, partition), keys.aborted_txns(topic, partition)],
-                # now_ms, retention_ms, retention_bytes, min_start
-                [int(time.time() * 1000), retention_ms, retention_bytes, min_start],
+                # now_ms, retention_ms, retention_bytes, min_start, epoch
+                [int(time.time() * 1000), retention_ms, retention_bytes, min_start, role_epoch],
             )
         if reply[0] != ErrorCode.OK:
             raise error_for(reply[0], f"{topic}-{partition}")
