@@ -47,15 +47,20 @@ class FenceService:
         self.keys = FenceStore(store.redis, store.scripts)
         self.log_store = store.log
         self.coordinator = coordinator
-        # live connections of this gateway per key and epoch, closed when a newer epoch connects
-        self._live: dict[str, dict[int, Callable[[], None]]] = defaultdict(dict)
+        # live connections of this gateway per key: how to close each, and its epoch; those of an
+        # older epoch are closed when a newer one connects (an incarnation's connections share one)
+        self._live: dict[str, dict[Callable[[], None], int]] = defaultdict(dict)
 
     async def connect(
         self, owner: str, key: str, epoch: int = -1, *, max_epoch: int = NATIVE_MAX_EPOCH,
-        on_fenced: Callable[[], None] | None = None,
+        on_fenced: Callable[[], None] | None = None, incarnation: str = "",
     ) -> Connected:
         """Take the key for a new epoch. `epoch` is the last one this caller was given (-1: a new task);
-        any other stale epoch is refused with NotAllowed."""
+        any other stale epoch is refused with NotAllowed.
+
+        With an `incarnation` (a name for one run of a task whose processes come and go, like a Spark
+        query's run id): the incarnation holding the key carries on in its epoch, a new one takes a
+        new epoch, and one that held the key before a newer one is refused with NotAllowed."""
         name = full_key(owner, key)
         for _ in range(20):
             state = await self.keys.get(name)
@@ -64,26 +69,26 @@ class FenceService:
             new_pid = await self.log_store.allocate_producer_id()
             try:
                 new_epoch, pid, aborted = await self.keys.connect(
-                    name, epoch, state.txn if state else "", new_pid, max_epoch
+                    name, epoch, state.txn if state else "", new_pid, max_epoch, incarnation
                 )
             except Retry:
                 continue
             break
         else:
             raise NotAllowed(f"transaction key {key!r} is changing too fast to connect")
-        for old_epoch, close in list(self._live[name].items()):
-            if old_epoch < new_epoch:
-                del self._live[name][old_epoch]
+        for close, old_epoch in list(self._live[name].items()):
+            if old_epoch != new_epoch:
+                del self._live[name][close]
                 close()
         if on_fenced is not None:
-            self._live[name][new_epoch] = on_fenced
+            self._live[name][on_fenced] = new_epoch
         if aborted:
             log.info("transaction key %s epoch %d fenced transaction %s", name, new_epoch, aborted)
             await self.coordinator.end(aborted, commit=False)
         return Connected(new_epoch, pid, aborted)
 
-    def disconnected(self, owner: str, key: str, epoch: int) -> None:
-        self._live[full_key(owner, key)].pop(epoch, None)
+    def disconnected(self, owner: str, key: str, on_fenced: Callable[[], None]) -> None:
+        self._live[full_key(owner, key)].pop(on_fenced, None)
 
     async def begin(
         self, owner: str, key: str, epoch: int, timeout_ms: int | None = None, *, own_producer: bool = False
@@ -135,6 +140,6 @@ class FenceService:
             if info is not None and info.state not in ("COMMITTED", "ABORTED"):
                 await self.coordinator.end(state.txn, commit=False)
         await self.keys.delete(name)
-        for close in self._live.pop(name, {}).values():
+        for close in self._live.pop(name, {}):
             close()
         return state

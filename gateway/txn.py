@@ -111,12 +111,16 @@ class TransactionCoordinator:
         producer_id: int | None = None,
         producer_epoch: int = 0,
         owner: str = "",
+        group: str = "",
+        group_commit_id: int = 0,
     ) -> TxnId:
-        """Open a transaction not bound to a transaction key."""
+        """Open a transaction not bound to a transaction key. With a `group` (a full transaction key),
+        it is meant for that key's group commit `group_commit_id`: a group commit of the key with that
+        id or a later one that leaves it out aborts it (a task that died leaves nothing open long)."""
         timeout = self.check_timeout(timeout_ms)
         txn = await self.next_id()
         pid = producer_id if producer_id is not None else self.own_producer_id(txn)
-        await self.txns.create(str(txn), timeout, pid, producer_epoch, owner)
+        await self.txns.create(str(txn), timeout, pid, producer_epoch, owner, group, group_commit_id)
         return txn
 
     async def add_partitions(self, txn: TxnId | str, partitions: list[tuple[str, int]], epoch: int = -1) -> None:
@@ -136,6 +140,28 @@ class TransactionCoordinator:
         ending = await self.txns.end(str(txn), commit, epoch)
         _crash_point("after-point-of-no-return")
         return await self._complete(str(txn), ending)
+
+    async def commit_group(
+        self, txn_ids: list[str], *, key: str = "", epoch: int = -1, commit_id: int | None = None
+    ) -> bool:
+        """Commit several transactions at one point of no return (COMMITTING for all, in one script),
+        then write each one's markers; a crash in between is rolled forward like any commit. With a
+        transaction key (its full name) the caller's `epoch` must be the key's; a `commit_id` at or
+        below the key's last commit id is a retried commit: nothing more becomes visible, and the
+        OPEN transactions given are aborted. The key's other group members up to `commit_id` (see
+        `begin`) are aborted too. Returns False for a duplicate."""
+        _crash_point("before-point-of-no-return")
+        duplicate, states, orphans = await self.txns.commit_group(txn_ids, key, epoch, commit_id)
+        _crash_point("after-point-of-no-return")
+        if orphans:
+            log.info("group commit %s of %s aborts transactions left behind: %s", commit_id, key, ", ".join(orphans))
+        ended = [*zip(txn_ids, states, strict=True), *((o, ABORTING) for o in orphans)]
+        await asyncio.gather(*(self._finish(t, s) for t, s in ended))
+        return not duplicate
+
+    async def _finish(self, txn_id: str, state: str) -> str:
+        """Roll a transaction forward from a state decided elsewhere (a group commit)."""
+        return await self._complete(txn_id, await self.txns.end(txn_id, state in (COMMITTING, COMMITTED)))
 
     async def _complete(self, txn_id: str, ending: Ending) -> str:
         """Markers, subscription settlement, final state; concurrent callers share one run."""

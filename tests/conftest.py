@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 
+from gateway.client import Client
 from gateway.config import Config
 from gateway.server import Gateway
 from gateway.store.connection import CLUSTER_SCHEMES, is_cluster_url
@@ -133,6 +134,14 @@ async def gateway(redis_url: str) -> AsyncIterator[Gateway]:
 
 def native_url(gw: Gateway) -> str:
     return f"gateway://127.0.0.1:{gw.listeners['native'].port}"
+
+
+@pytest.fixture
+async def client(gateway: Gateway) -> AsyncIterator[Client]:
+    """A native client of the in-process gateway."""
+    c = await Client.connect(native_url(gateway))
+    yield c
+    await c.close()
 
 
 def kafka_bootstrap(gw: Gateway) -> str:
@@ -264,7 +273,7 @@ def spark():
     from gateway.spark import register
 
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,2]")  # two threads; a failed task is tried again once
         .appName("gateway-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -293,3 +302,17 @@ async def eventually(check: Callable[[], object | Awaitable[object]], timeout: f
             return result
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
+
+
+async def in_spark(spark, work, *args, **kwargs):
+    """Run blocking Spark calls in a thread, so the gateway sharing this event loop keeps serving.
+    The session is made active in that thread's JVM twin: Spark finds Python data sources through
+    it when starting a streaming write."""
+
+    def run():
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+        return work(*args, **kwargs)
+
+    import asyncio
+
+    return await asyncio.to_thread(run)

@@ -8,14 +8,6 @@ import asyncio
 import pytest
 
 from gateway.client import Client, OffsetOutOfRange, PartitionInfo, TopicNotFound
-from tests.conftest import native_url
-
-
-@pytest.fixture
-async def client(gateway):
-    c = await Client.connect(native_url(gateway))
-    yield c
-    await c.close()
 
 
 async def send_batches(client: Client, topic: str, batches: list[list[bytes]], partition: int = 0) -> None:

@@ -15,16 +15,9 @@ import pytest
 from gateway.client import Client
 from gateway.spark.options import OptionError, SourceOptions
 from gateway.spark.source import DataLoss, GatewayStreamReader, RangePartition
-from tests.conftest import native_url
+from tests.conftest import in_spark, native_url
 
 pytestmark = pytest.mark.spark
-
-
-@pytest.fixture
-async def client(gateway):
-    c = await Client.connect(native_url(gateway))
-    yield c
-    await c.close()
 
 
 def stream_reader(gw, **options: str) -> GatewayStreamReader:
@@ -163,13 +156,13 @@ async def test_batch_read_of_committed_records_with_every_column(spark, gateway,
             df = df.option(k, v)
         return df.load().orderBy("partition", "offset").collect()
 
-    got = await asyncio.to_thread(load)
+    got = await in_spark(spark, load)
     assert [(r.partition, r.offset, r.value) for r in got] == [(0, 0, None), (0, 3, b"last"), (1, 0, b"v")]
     r = got[2]
     assert (r.key, [(h.key, h.value) for h in r.headers], r.topic) == (b"k", [("h", b"1")], "batch")
     assert r.event_time == datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC).astimezone().replace(tzinfo=None)
     assert got[0].event_time is None and got[0].timestamp is not None
-    some = await asyncio.to_thread(load, startingOffsets='{"batch": {"0": 1}}', endingOffsets='{"batch": {"1": 0}}')
+    some = await in_spark(spark, load, startingOffsets='{"batch": {"0": 1}}', endingOffsets='{"batch": {"1": 0}}')
     assert [(r.partition, r.offset) for r in some] == [(0, 3)]
 
 
@@ -192,10 +185,10 @@ async def test_stream_admits_batches_under_the_limit_and_resumes_from_its_checkp
         assert query.awaitTermination(120), "the query did not finish"
         assert query.exception() is None
 
-    await asyncio.to_thread(run)
+    await in_spark(spark, run)
     assert [len(b) for b in batches] == [8, 8, 8, 6]
     assert sorted(v for b in batches for v in b) == sorted(f"v{i}".encode() for i in range(30))
     batches.clear()
     await produce(client, "stream", 5, 2, prefix="more")
-    await asyncio.to_thread(run)  # the checkpoint holds the offsets: only the new records come
+    await in_spark(spark, run)  # the checkpoint holds the offsets: only the new records come
     assert sorted(v for b in batches for v in b) == sorted(f"more{i}".encode() for i in range(5))

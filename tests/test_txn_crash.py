@@ -1,6 +1,7 @@
 """SIGKILL at each step of a commit: the transaction ends the same way on every partition,
 nothing lost, nothing twice. The coordinator runs in its own process that kills itself with
-SIGKILL at the chosen step (GATEWAY_CRASH_AT); a fresh coordinator then takes over."""
+SIGKILL at the chosen step (GATEWAY_CRASH_AT); a fresh coordinator then takes over. The same for
+a group commit of several transactions at one point of no return."""
 
 from __future__ import annotations
 
@@ -25,23 +26,29 @@ COMMITTER = textwrap.dedent("""
     from gateway.store import Store
     from gateway.txn import TransactionCoordinator
 
-    async def main(url: str) -> None:
+    async def main(url: str, count: int) -> None:
         store = Store.open(url)
         logs = LogService(store, auto_create=False)
         tc = TransactionCoordinator(store, default_timeout_ms=1000)
-        txn = await tc.begin()
-        info = await tc.describe(txn)
-        parts = [("crash", 0), ("crash", 1), ("crash", 2)]
-        await tc.add_partitions(txn, parts)
-        for t, p in parts:
-            b = BatchBuilder(producer_id=info.producer_id, producer_epoch=info.producer_epoch,
-                             base_sequence=0, transactional=True)
-            b.append(b"v%d" % p)
-            await logs.append([(t, p, b.build())])
-        print(txn, flush=True)
-        await tc.end(txn, commit=True)
+        txns = []
+        for n in range(count):
+            txn = await tc.begin()
+            info = await tc.describe(txn)
+            parts = [("crash", 0), ("crash", 1), ("crash", 2)]
+            await tc.add_partitions(txn, parts)
+            for t, p in parts:
+                b = BatchBuilder(producer_id=info.producer_id, producer_epoch=info.producer_epoch,
+                                 base_sequence=0, transactional=True)
+                b.append(b"t%d-v%d" % (n, p))
+                await logs.append([(t, p, b.build())])
+            txns.append(str(txn))
+        print(" ".join(txns), flush=True)
+        if count == 1:
+            await tc.end(txns[0], commit=True)
+        else:
+            await tc.commit_group(txns)
 
-    asyncio.run(main(sys.argv[1]))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """)
 
 STEPS = {
@@ -52,31 +59,36 @@ STEPS = {
 }
 
 
+@pytest.mark.parametrize("count", [1, 3], ids=["one", "group"])
 @pytest.mark.parametrize("step", list(STEPS))
-async def test_sigkill_during_commit(redis_url, step):
+async def test_sigkill_during_commit(redis_url, step, count):
     store = Store.open(redis_url)
     logs = LogService(store, auto_create=False)
     await logs.create_topic("crash", 3)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", COMMITTER, redis_url, stdout=subprocess.PIPE,
+        sys.executable, "-c", COMMITTER, redis_url, str(count), stdout=subprocess.PIPE,
         env={**os.environ, "GATEWAY_CRASH_AT": step},
     )
     out, _ = await proc.communicate()
     assert proc.returncode == -signal.SIGKILL, f"the committer was to die at {step}"
-    txn = out.decode().strip()
+    txns = out.decode().split()
 
     takeover = TransactionCoordinator(store)
+
+    async def states() -> set[str]:
+        return {(await takeover.describe(t)).state for t in txns}
+
     deadline = asyncio.get_running_loop().time() + 10
-    while (await takeover.describe(txn)).state not in (COMMITTED, ABORTED):
-        assert asyncio.get_running_loop().time() < deadline, "the transaction was never ended"
+    while await states() - {COMMITTED, ABORTED}:
+        assert asyncio.get_running_loop().time() < deadline, "a transaction was never ended"
         await takeover.recover()
         await asyncio.sleep(0.05)
-    final = (await takeover.describe(txn)).state
-    assert final == STEPS[step]
+    assert await states() == {STEPS[step]}  # all of them the same way
     seen = []
     for p in range(3):
         sl = await logs.read("crash", p, 0, 100, read_committed=True)
-        assert sl.stable == sl.high_watermark == 2  # one data batch and exactly one marker each
+        assert sl.stable == sl.high_watermark == 2 * count  # the data batches and exactly one marker each
         seen += [r.value for e in committed_entries(sl) for r in iter_records(e.batch, e.base_offset)]
-    assert seen == ([b"v0", b"v1", b"v2"] if final == COMMITTED else [])
+    expected = sorted(b"t%d-v%d" % (n, p) for n in range(count) for p in range(3))
+    assert sorted(seen) == (expected if STEPS[step] == COMMITTED else [])
     await store.close()

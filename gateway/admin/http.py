@@ -246,6 +246,8 @@ class AdminApi:
             "epoch": state.epoch,
             "producer_id": state.producer_id,
             "open_transaction": txn,
+            "incarnation": state.incarnation or None,
+            "last_commit_id": state.last_commit_id if state.last_commit_id >= 0 else None,
             "age_ms": max(0, now_ms() - state.created_ms),
             "idle_ms": max(0, now_ms() - state.updated_ms),
         }

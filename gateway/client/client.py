@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -45,10 +45,11 @@ def parse_url(url: str) -> tuple[str, int]:
 class Client:
     def __init__(
         self, conn: Connection, host: str, port: int, *, timeout: float, client_name: str, reconnect: bool,
-        transaction_key: str = "",
+        transaction_key: str = "", incarnation: str = "",
     ) -> None:
         self._conn = conn
         self.transaction_key = transaction_key
+        self.incarnation = incarnation
         self.epoch = conn.epoch  # of the transaction key; -1 without one
         self.fenced: NotAllowed | None = None  # set when a newer epoch took the transaction key
         self._host, self._port = host, port
@@ -65,22 +66,27 @@ class Client:
     @classmethod
     async def connect(
         cls, url: str, *, operation_timeout: float = 30.0, client_name: str = "", reconnect: bool = True,
-        transaction_key: str | None = None, epoch: int = -1,
+        transaction_key: str | None = None, epoch: int = -1, incarnation: str = "",
     ) -> Client:
         """Open a connection; `operation_timeout` bounds every request's wait for its answer.
 
         `transaction_key` (no '&'): this client becomes the key's one live holder, under a new epoch
         (`client.epoch`); the older holder's connection is closed and its transaction aborted. A
         reconnect presents the epoch given, and is refused (NotAllowed) once a newer one holds the key.
-        `epoch`: the last epoch given to this task before, to resume it; -1 for a fresh start."""
+        `epoch`: the last epoch given to this task before, to resume it; -1 for a fresh start.
+        `incarnation`: a name for this run of a task whose processes come and go (a Spark query run):
+        each process of the key's current incarnation connects in its epoch, a new incarnation takes a
+        new one, and a former incarnation is refused (NotAllowed): a zombie of an earlier run."""
         host, port = parse_url(url)
         key = transaction_key or ""
         if "&" in key:
             raise ValueError(f"a transaction key may not contain '&': {key!r}")
+        if incarnation and not key:
+            raise ValueError("an incarnation is one of a transaction key")
         conn = await Connection.open(host, port, timeout=operation_timeout, client_name=client_name,
-                                     transaction_key=key, epoch=epoch)
+                                     transaction_key=key, epoch=epoch, incarnation=incarnation)
         return cls(conn, host, port, timeout=operation_timeout, client_name=client_name, reconnect=reconnect,
-                   transaction_key=key)
+                   transaction_key=key, incarnation=incarnation)
 
     # -- the connection -------------------------------------------------------------------------
 
@@ -122,7 +128,7 @@ class Client:
             try:
                 conn = await Connection.open(self._host, self._port, timeout=self._timeout,
                                              client_name=self._client_name, transaction_key=self.transaction_key,
-                                             epoch=self.epoch)
+                                             epoch=self.epoch, incarnation=self.incarnation)
             except NotAllowed as exc:
                 if not self.transaction_key:
                     raise
@@ -244,14 +250,21 @@ class Client:
         self._children.add(consumer)
         return consumer
 
-    async def new_transaction(self, timeout: float | timedelta | None = None) -> Transaction:
+    async def new_transaction(
+        self, timeout: float | timedelta | None = None, *, group_key: str = "", group_commit_id: int = 0
+    ) -> Transaction:
         """Open a transaction; `timeout` (seconds or timedelta; None: the gateway's default) after
         which the gateway aborts it. Over the gateway's maximum: InvalidConfig. With a transaction
-        key, it is the key's one open transaction (ConcurrentTransactions while another is open)."""
+        key, it is the key's one open transaction (ConcurrentTransactions while another is open).
+
+        `group_key`: the transaction is meant for `commit_transactions` by the holder of that
+        transaction key with commit id `group_commit_id` (a task's part of a distributed job); that
+        key's commit with this id or a later one that leaves it out aborts it."""
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         if seconds is not None and seconds <= 0:
             raise ValueError("a transaction timeout must be positive")
-        req = pb.NewTransaction(timeout_ms=round(seconds * 1000) if seconds is not None else 0)
+        req = pb.NewTransaction(timeout_ms=round(seconds * 1000) if seconds is not None else 0,
+                                group_key=group_key, group_commit_id=group_commit_id)
         epoch = self.epoch if self.transaction_key else -1
         try:
             resp = await self.request(pb.Request(new_transaction=req))
@@ -291,6 +304,28 @@ class Client:
         )
         resp = await self.request(pb.Request(get_watermark=req))
         return resp.watermark.watermark_ms if resp.watermark.HasField("watermark_ms") else None
+
+    async def commit_transactions(self, txns: Iterable[Transaction | str], *, commit_id: int | None = None) -> bool:
+        """Commit transactions, opened here or by other clients (the tasks of a distributed job), at one
+        point of no return: all become visible, or none. Each must be open (ExpiredTransactionError
+        otherwise, and nothing is committed). With a transaction key, the commit is fenced by this
+        client's epoch; a `commit_id` at or below the key's last one is a retry of a commit made
+        before: nothing more becomes visible, the open transactions given are aborted, and the
+        answer is False."""
+        given = list(txns)
+        ids = [t.txn_id if isinstance(t, Transaction) else t for t in given]
+        req = pb.CommitTransactions(txn_ids=ids, commit_id=commit_id)
+        resp = await self.request(pb.Request(commit_transactions=req))
+        for t in given:
+            if isinstance(t, Transaction):
+                t.state = "ABORTED" if resp.transactions_committed.duplicate else "COMMITTED"
+        return not resp.transactions_committed.duplicate
+
+    async def abort_transactions(self, txn_ids: Iterable[str]) -> None:
+        """Abort transactions by id, opened here or by other clients; harmless for aborted ones."""
+        await asyncio.gather(*(
+            self.request(pb.Request(end_transaction=pb.EndTransaction(txn_id=t, commit=False))) for t in txn_ids
+        ))
 
     def _forget(self, child: Producer | Consumer) -> None:
         self._children.discard(child)

@@ -50,7 +50,7 @@ class Connection:
     @classmethod
     async def open(
         cls, host: str, port: int, *, timeout: float, client_name: str = "", transaction_key: str = "",
-        epoch: int = -1,
+        epoch: int = -1, incarnation: str = "",
     ) -> Connection:
         """Connect and say hello; with a transaction key, present `epoch` (the last one given, -1 at
         first) and learn the new one. NotAllowed when a newer epoch holds the key."""
@@ -60,7 +60,8 @@ class Connection:
             raise ConnectionLost(f"cannot connect to {host}:{port}: {exc}") from exc
         conn = cls(reader, writer, timeout)
         hello = pb.Connect(
-            client_name=client_name, protocol_version=PROTOCOL_VERSION, transaction_key=transaction_key, epoch=epoch
+            client_name=client_name, protocol_version=PROTOCOL_VERSION, transaction_key=transaction_key, epoch=epoch,
+            incarnation=incarnation,
         )
         try:
             resp = await conn.request(pb.Request(connect=hello))

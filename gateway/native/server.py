@@ -479,10 +479,12 @@ class Connection:
     async def _connect(self, req: pb.Request) -> pb.Response:
         r = req.connect
         epoch = 0
+        if r.incarnation and not r.transaction_key:
+            raise InvalidRequest("an incarnation is one of a transaction key")
         if r.transaction_key:
             if self.txns.key:
                 raise NotAllowed("this connection holds a transaction key already")
-            epoch = await self.txns.connect(r.transaction_key, r.epoch, self._fenced)
+            epoch = await self.txns.connect(r.transaction_key, r.epoch, self._fenced, r.incarnation)
         cfg = self.services.config
         connected = pb.Connected(
             protocol_version=PROTOCOL_VERSION, max_frame_bytes=cfg.max_frame_bytes, epoch=epoch,
@@ -500,7 +502,8 @@ class Connection:
         self.writer.close()
 
     async def _new_transaction(self, req: pb.Request) -> pb.Response:
-        txn = await self.txns.begin(req.new_transaction.timeout_ms)
+        r = req.new_transaction
+        txn = await self.txns.begin(r.timeout_ms, r.group_key, r.group_commit_id)
         created = pb.TransactionCreated(
             txn_id=txn.txn_id, producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
             timeout_ms=txn.timeout_ms,
@@ -520,6 +523,14 @@ class Connection:
             if wm is not None:
                 value.watermark_ms = wm
         return pb.Response(watermark=value)
+
+    async def _commit_transactions(self, req: pb.Request) -> pb.Response:
+        r = req.commit_transactions
+        if not r.txn_ids:
+            raise InvalidRequest("no transactions to commit")
+        commit_id = r.commit_id if r.HasField("commit_id") else None
+        committed = await self.txns.commit_group(list(r.txn_ids), commit_id)
+        return pb.Response(transactions_committed=pb.TransactionsCommitted(duplicate=not committed))
 
     async def _ping(self, req: pb.Request) -> pb.Response:
         return pb.Response(pong=pb.Pong())
@@ -541,6 +552,7 @@ _HANDLERS: dict[str, Handler] = {
     "end_transaction": Connection._end_transaction,
     "list_partitions": Connection._list_partitions,
     "read_range": Connection._read_range,
+    "commit_transactions": Connection._commit_transactions,
     "get_watermark": Connection._get_watermark,
 }
 

@@ -17,10 +17,12 @@ from gateway.errors import (
     ExpiredTransactionError,
     GatewayError,
     InvalidProducerEpoch,
+    InvalidRequest,
     InvalidTxnState,
     ProducerFenced,
     TransactionNotFound,
 )
+from gateway.fence import full_key
 from gateway.services import Services
 from gateway.txn import TxnId
 
@@ -66,31 +68,42 @@ class TxnSession:
         self.epoch = -1  # the key's epoch this connection holds; -1 without a key (no epoch checks)
         self.fenced = False
         self._txns: dict[str, Txn] = {}
+        self._on_fenced: Callable[[], None] | None = None
 
-    async def connect(self, key: str, last_epoch: int, on_fenced: Callable[[], None]) -> int:
-        """Take the key for a new epoch; the older epoch's connection and transaction end at once."""
-        connected = await self.services.fence.connect(OWNER, key, last_epoch, on_fenced=on_fenced)
-        self.key, self.epoch = key, connected.epoch
+    async def connect(self, key: str, last_epoch: int, on_fenced: Callable[[], None], incarnation: str = "") -> int:
+        """Take the key for a new epoch (or the epoch of its current incarnation); the older epoch's
+        connection and transaction end at once."""
+        connected = await self.services.fence.connect(
+            OWNER, key, last_epoch, on_fenced=on_fenced, incarnation=incarnation
+        )
+        self.key, self.epoch, self._on_fenced = key, connected.epoch, on_fenced
         return connected.epoch
 
     def disconnected(self) -> None:
-        if self.key and not self.fenced:
-            self.services.fence.disconnected(OWNER, self.key, self.epoch)
+        if self.key and not self.fenced and self._on_fenced is not None:
+            self.services.fence.disconnected(OWNER, self.key, self._on_fenced)
 
     def _check_live(self, txn_id: str) -> None:
         if self.fenced:
             raise ExpiredTransactionError(f"transaction {txn_id}: the connection's epoch was fenced")
 
-    async def begin(self, timeout_ms: int) -> Txn:
+    async def begin(self, timeout_ms: int, group_key: str = "", group_commit_id: int = 0) -> Txn:
+        """The connection's key's transaction, or a plain one; with `group_key`, one meant for that
+        key's group commit `group_commit_id`."""
         coordinator = self.services.txn
         timeout = coordinator.check_timeout(timeout_ms or None)
-        if self.key:
+        if group_key and self.key:
+            raise InvalidRequest("a transaction of the connection's key cannot be meant for a group commit")
+        if group_key:
+            tid = await coordinator.begin(timeout, group=full_key(OWNER, group_key), group_commit_id=group_commit_id)
+            txn = Txn(str(tid), coordinator.own_producer_id(tid), 0, timeout)
+        elif self.key:
             self._check_live("new")
             txn_id, pid = await self.services.fence.begin(OWNER, self.key, self.epoch, timeout, own_producer=True)
             txn = Txn(str(txn_id), pid, self.epoch, timeout)
         else:
-            tid: TxnId = await coordinator.begin(timeout)
-            txn = Txn(str(tid), coordinator.own_producer_id(tid), 0, timeout)
+            plain: TxnId = await coordinator.begin(timeout)
+            txn = Txn(str(plain), coordinator.own_producer_id(plain), 0, timeout)
         self._txns[txn.txn_id] = txn
         return txn
 
@@ -116,6 +129,19 @@ class TxnSession:
         await self.get(txn_id)
         with expired_errors(txn_id):
             await self.services.txn.add_subscriptions(txn_id, subs, self.epoch)
+
+    async def commit_group(self, txn_ids: list[str], commit_id: int | None) -> bool:
+        """Commit transactions (of any connection) together, fenced by this connection's key epoch;
+        False when `commit_id` was committed before (the OPEN ones given are aborted then)."""
+        if commit_id is not None and not self.key:
+            raise InvalidRequest("a commit id needs a connection with a transaction key")
+        self._check_live(",".join(txn_ids))
+        key = full_key(OWNER, self.key) if self.key else ""
+        with expired_errors(",".join(txn_ids)):
+            committed = await self.services.txn.commit_group(txn_ids, key=key, epoch=self.epoch, commit_id=commit_id)
+        for txn_id in txn_ids:
+            self._txns.pop(txn_id, None)
+        return committed
 
     async def end(self, txn_id: str, commit: bool) -> str:
         self._check_live(txn_id)

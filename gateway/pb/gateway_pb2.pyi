@@ -25,7 +25,7 @@ LATEST: InitialPosition
 EARLIEST: InitialPosition
 
 class Request(_message.Message):
-    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe", "new_transaction", "end_transaction", "list_partitions", "read_range", "send_watermark", "get_watermark")
+    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe", "new_transaction", "end_transaction", "list_partitions", "read_range", "commit_transactions", "send_watermark", "get_watermark")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONNECT_FIELD_NUMBER: _ClassVar[int]
     CREATE_PRODUCER_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class Request(_message.Message):
     END_TRANSACTION_FIELD_NUMBER: _ClassVar[int]
     LIST_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     READ_RANGE_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     SEND_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     GET_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     request_id: int
@@ -62,12 +63,13 @@ class Request(_message.Message):
     end_transaction: EndTransaction
     list_partitions: ListPartitions
     read_range: ReadRange
+    commit_transactions: CommitTransactions
     send_watermark: SendWatermark
     get_watermark: GetWatermark
-    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., new_transaction: _Optional[_Union[NewTransaction, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransaction, _Mapping]] = ..., list_partitions: _Optional[_Union[ListPartitions, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., send_watermark: _Optional[_Union[SendWatermark, _Mapping]] = ..., get_watermark: _Optional[_Union[GetWatermark, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., new_transaction: _Optional[_Union[NewTransaction, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransaction, _Mapping]] = ..., list_partitions: _Optional[_Union[ListPartitions, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., commit_transactions: _Optional[_Union[CommitTransactions, _Mapping]] = ..., send_watermark: _Optional[_Union[SendWatermark, _Mapping]] = ..., get_watermark: _Optional[_Union[GetWatermark, _Mapping]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "transaction_created", "partitions", "range_read", "watermark_receipt", "watermark", "messages", "consumer_reset", "watermark_update")
+    __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "transaction_created", "partitions", "range_read", "transactions_committed", "watermark_receipt", "watermark", "messages", "consumer_reset", "watermark_update")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +81,7 @@ class Response(_message.Message):
     TRANSACTION_CREATED_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     RANGE_READ_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTIONS_COMMITTED_FIELD_NUMBER: _ClassVar[int]
     WATERMARK_RECEIPT_FIELD_NUMBER: _ClassVar[int]
     WATERMARK_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
@@ -95,12 +98,13 @@ class Response(_message.Message):
     transaction_created: TransactionCreated
     partitions: Partitions
     range_read: RangeRead
+    transactions_committed: TransactionsCommitted
     watermark_receipt: WatermarkReceipt
     watermark: WatermarkValue
     messages: Messages
     consumer_reset: ConsumerReset
     watermark_update: WatermarkUpdate
-    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., producer_created: _Optional[_Union[ProducerCreated, _Mapping]] = ..., send_receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., success: _Optional[_Union[Success, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., transaction_created: _Optional[_Union[TransactionCreated, _Mapping]] = ..., partitions: _Optional[_Union[Partitions, _Mapping]] = ..., range_read: _Optional[_Union[RangeRead, _Mapping]] = ..., watermark_receipt: _Optional[_Union[WatermarkReceipt, _Mapping]] = ..., watermark: _Optional[_Union[WatermarkValue, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., consumer_reset: _Optional[_Union[ConsumerReset, _Mapping]] = ..., watermark_update: _Optional[_Union[WatermarkUpdate, _Mapping]] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., producer_created: _Optional[_Union[ProducerCreated, _Mapping]] = ..., send_receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., success: _Optional[_Union[Success, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., transaction_created: _Optional[_Union[TransactionCreated, _Mapping]] = ..., partitions: _Optional[_Union[Partitions, _Mapping]] = ..., range_read: _Optional[_Union[RangeRead, _Mapping]] = ..., transactions_committed: _Optional[_Union[TransactionsCommitted, _Mapping]] = ..., watermark_receipt: _Optional[_Union[WatermarkReceipt, _Mapping]] = ..., watermark: _Optional[_Union[WatermarkValue, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., consumer_reset: _Optional[_Union[ConsumerReset, _Mapping]] = ..., watermark_update: _Optional[_Union[WatermarkUpdate, _Mapping]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("code", "message")
@@ -111,16 +115,18 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Connect(_message.Message):
-    __slots__ = ("client_name", "protocol_version", "transaction_key", "epoch")
+    __slots__ = ("client_name", "protocol_version", "transaction_key", "epoch", "incarnation")
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_KEY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     client_name: str
     protocol_version: int
     transaction_key: str
     epoch: int
-    def __init__(self, client_name: _Optional[str] = ..., protocol_version: _Optional[int] = ..., transaction_key: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+    incarnation: str
+    def __init__(self, client_name: _Optional[str] = ..., protocol_version: _Optional[int] = ..., transaction_key: _Optional[str] = ..., epoch: _Optional[int] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class Connected(_message.Message):
     __slots__ = ("protocol_version", "max_frame_bytes", "epoch", "idle_timeout_ms")
@@ -195,10 +201,14 @@ class SendReceipt(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., duplicate: _Optional[bool] = ..., delayed: _Optional[bool] = ...) -> None: ...
 
 class NewTransaction(_message.Message):
-    __slots__ = ("timeout_ms",)
+    __slots__ = ("timeout_ms", "group_key", "group_commit_id")
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_KEY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_COMMIT_ID_FIELD_NUMBER: _ClassVar[int]
     timeout_ms: int
-    def __init__(self, timeout_ms: _Optional[int] = ...) -> None: ...
+    group_key: str
+    group_commit_id: int
+    def __init__(self, timeout_ms: _Optional[int] = ..., group_key: _Optional[str] = ..., group_commit_id: _Optional[int] = ...) -> None: ...
 
 class TransactionCreated(_message.Message):
     __slots__ = ("txn_id", "producer_id", "producer_epoch", "timeout_ms")
@@ -441,3 +451,17 @@ class WatermarkUpdate(_message.Message):
     consumer_id: int
     watermark_ms: int
     def __init__(self, consumer_id: _Optional[int] = ..., watermark_ms: _Optional[int] = ...) -> None: ...
+
+class CommitTransactions(_message.Message):
+    __slots__ = ("txn_ids", "commit_id")
+    TXN_IDS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_ID_FIELD_NUMBER: _ClassVar[int]
+    txn_ids: _containers.RepeatedScalarFieldContainer[str]
+    commit_id: int
+    def __init__(self, txn_ids: _Optional[_Iterable[str]] = ..., commit_id: _Optional[int] = ...) -> None: ...
+
+class TransactionsCommitted(_message.Message):
+    __slots__ = ("duplicate",)
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    duplicate: bool
+    def __init__(self, duplicate: _Optional[bool] = ...) -> None: ...

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
-from gateway.spark.options import SourceOptions
-from gateway.spark.source import SCHEMA, GatewayBatchReader, GatewayStreamReader, check_schema
+from gateway.spark import sink, source
+from gateway.spark.options import OptionError, SinkOptions, SourceOptions
 
 
 class GatewayDataSource(DataSource):
@@ -15,12 +21,24 @@ class GatewayDataSource(DataSource):
         return "gateway"
 
     def schema(self) -> StructType:
-        return SCHEMA
+        return source.SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        check_schema(schema)
-        return GatewayBatchReader(SourceOptions.parse(self.options, streaming=False))
+        source.check_schema(schema)
+        return source.GatewayBatchReader(SourceOptions.parse(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        check_schema(schema)
-        return GatewayStreamReader(SourceOptions.parse(self.options, streaming=True))
+        source.check_schema(schema)
+        return source.GatewayStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        opts = SinkOptions.parse(self.options)
+        sink.check_schema(schema, opts)
+        return sink.GatewayStreamWriter(opts)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise OptionError("a topic is appended to, never overwritten: use mode append")
+        opts = SinkOptions.parse(self.options)
+        sink.check_schema(schema, opts)
+        return sink.GatewayBatchWriter(opts)

@@ -18,6 +18,9 @@ Offsets = dict[str, dict[str, int]]
 
 EARLIEST, LATEST = -2, -1  # in an offsets JSON, as in Kafka's
 DEFAULT_MAX_BYTES = 4 << 20
+# A task's transaction stays open until the driver commits the micro-batch; one left by a task that
+# died times out after this and holds readers' last stable offset until then.
+DEFAULT_TXN_TIMEOUT_MS = 300_000
 
 
 class OptionError(ValueError):
@@ -142,3 +145,18 @@ class SourceOptions:
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             max_bytes_per_read=_int(options, "maxBytesPerRead", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES,
         )
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    url: str
+    topic: str | None  # rows without a topic column go here
+    transaction_timeout_ms: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        topic = (_get(options, "topic") or "").strip() or None
+        if topic is not None and "," in topic:
+            raise OptionError('option "topic" names one topic for the sink; a "topic" column picks one per row')
+        timeout = _int(options, "transactionTimeoutMs", DEFAULT_TXN_TIMEOUT_MS) or DEFAULT_TXN_TIMEOUT_MS
+        return cls(_url(options), topic, timeout)

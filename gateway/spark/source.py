@@ -175,13 +175,14 @@ class _Columns:
 def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     """The committed records of the partition's range, as Arrow batches."""
     cols = _Columns(part.topic, part.partition)
-    start = part.start
-    if not part.fail_on_data_loss:  # what retention removed is skipped
-        start = max(start, blocking.call(part.url, lambda client: _log_start(client, part.topic, part.partition)))
-    for stored in blocking.iterate(part.url, lambda client: _stored(client, part, start)):
-        cols.add_batch(stored, start, part.end)
-        if len(cols) >= ROWS_PER_ARROW_BATCH:
-            yield cols.take()
+    with blocking.Session(part.url) as session:
+        start = part.start
+        if not part.fail_on_data_loss:  # what retention removed is skipped
+            start = max(start, session.run(_log_start(session.client, part.topic, part.partition)))
+        for stored in session.iterate(_stored(session.client, part, start)):
+            cols.add_batch(stored, start, part.end)
+            if len(cols) >= ROWS_PER_ARROW_BATCH:
+                yield cols.take()
     if len(cols):
         yield cols.take()
 

@@ -21,6 +21,8 @@ class KeyState:
     created_ms: int
     updated_ms: int
     timeout_ms: int = 0  # the transaction timeout its producer asked for (Kafka), 0: the default
+    incarnation: str = ""  # of the holder that connected with one, "" otherwise
+    last_commit_id: int = -1  # of its last group commit, -1 for none
 
 
 class Retry(Exception):
@@ -51,7 +53,8 @@ class FenceStore:
         if not h:
             return None
         return KeyState(name, int(h[b"epoch"]), int(h[b"pid"]), h.get(b"txn", b"").decode(),
-                        int(h.get(b"created", 0)), int(h.get(b"updated", 0)), int(h.get(b"timeout", 0)))
+                        int(h.get(b"created", 0)), int(h.get(b"updated", 0)), int(h.get(b"timeout", 0)),
+                        h.get(b"inc", b"").decode(), int(h.get(b"commit", -1)))
 
     async def set_timeout(self, name: str, timeout_ms: int) -> None:
         async with storage_errors():
@@ -61,14 +64,17 @@ class FenceStore:
         async with storage_errors():
             return sorted(m.decode() for m in await self.redis.smembers(keys.TXN_KEYS))
 
-    async def connect(self, name: str, epoch: int, seen_txn: str, new_pid: int, max_epoch: int) -> tuple[int, int, str]:
+    async def connect(
+        self, name: str, epoch: int, seen_txn: str, new_pid: int, max_epoch: int, incarnation: str = ""
+    ) -> tuple[int, int, str]:
         """(new epoch, producer id, id of the transaction aborted by this connect or "")."""
         async with storage_errors():
             reply = await self.scripts.call(
-                "fence-connect-5",
-                [keys.txn_key(name), keys.TXN_KEYS, keys.txn(seen_txn or "-"), keys.TXN_OPEN, keys.TXN_LOG],
-                # name, epoch, seen, now, new_pid, max_epoch
-                [name, epoch, seen_txn, now_ms(), new_pid, max_epoch],
+                "fence-connect-6",
+                [keys.txn_key(name), keys.TXN_KEYS, keys.txn(seen_txn or "-"), keys.TXN_OPEN, keys.TXN_LOG,
+                 keys.txn_key_incarnations(name)],
+                # name, epoch, seen, now, new_pid, max_epoch, inc
+                [name, epoch, seen_txn, now_ms(), new_pid, max_epoch, incarnation],
             )
         r = _code(reply, name)
         return int(r[1]), int(r[2]), r[3].decode()
@@ -89,4 +95,8 @@ class FenceStore:
     async def delete(self, name: str) -> None:
         async with storage_errors():
             # name
-            await self.scripts.call("fence-forget-2", [keys.txn_key(name), keys.TXN_KEYS], [name])
+            await self.scripts.call(
+                "fence-forget-4",
+                [keys.txn_key(name), keys.TXN_KEYS, keys.txn_key_incarnations(name), keys.txn_key_children(name)],
+                [name],
+            )

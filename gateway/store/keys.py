@@ -115,6 +115,16 @@ def txn_subs(txn_id: str) -> str:
 TXN_KEYS = "{gw:txn}:keys"
 
 
+def txn_key_children(full_key: str) -> str:
+    """Sorted set of the open transactions a transaction key's group commits settle: id by commit id."""
+    return f"{{gw:txn}}:children:{full_key}"
+
+
+def txn_key_incarnations(full_key: str) -> str:
+    """Hash of a transaction key's former incarnations: incarnation -> the epoch it held."""
+    return f"{{gw:txn}}:incs:{full_key}"
+
+
 def txn_key(full_key: str) -> str:
     """A transaction key's hash (`owner&key`; Kafka's transactional.id too): epoch, pid, open txn."""
     return f"{{gw:txn}}:key:{full_key}"

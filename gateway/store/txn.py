@@ -85,12 +85,15 @@ class TxnStore:
         async with storage_errors():
             return int(await self.redis.incr(keys.TXN_SEQ))
 
-    async def create(self, txn_id: str, timeout_ms: int, producer_id: int, producer_epoch: int, owner: str) -> None:
+    async def create(
+        self, txn_id: str, timeout_ms: int, producer_id: int, producer_epoch: int, owner: str,
+        group: str = "", group_commit_id: int = 0,
+    ) -> None:
         async with storage_errors():
             reply = await self.scripts.call(
-                "txn-new-3", [keys.txn(txn_id), keys.TXN_OPEN, keys.TXN_LOG],
-                # id, timeout, now, pid, epoch, owner
-                [txn_id, timeout_ms, now_ms(), producer_id, producer_epoch, owner],
+                "txn-new-4", [keys.txn(txn_id), keys.TXN_OPEN, keys.TXN_LOG, keys.txn_key_children(group or "-")],
+                # id, timeout, now, pid, epoch, owner, group, gid
+                [txn_id, timeout_ms, now_ms(), producer_id, producer_epoch, owner, group, group_commit_id],
             )
         _check(reply, txn_id)
 
@@ -114,6 +117,32 @@ class TxnStore:
             )
         r = _check(reply, txn_id)
         return Ending(r[1].decode(), int(r[2]), int(r[3]), _decode_parts(r[4]), _decode_subs(r[5]))
+
+    async def commit_group(
+        self, txn_ids: list[str], key: str, epoch: int, commit_id: int | None
+    ) -> tuple[bool, list[str], list[str]]:
+        """The point of no return of several transactions at once: (duplicate, each one's state to roll
+        forward, the orphans aborted). `key` (a full transaction key, "" for none) with `epoch` fences
+        the caller; a `commit_id` at or below the key's last is a duplicate, whose OPEN transactions
+        are aborted; the key's other open group members up to `commit_id` are orphans, aborted."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "txn-group-commit-5",
+                [keys.txn_key(key or "-"), keys.TXN_OPEN, keys.TXN_LOG, keys.txn(""), keys.txn_key_children(key or "-")],
+                # ids, epoch, commit, now
+                ["\n".join(txn_ids), epoch if key else -1, "" if commit_id is None else commit_id, now_ms()],
+            )
+        code = int(reply[0])
+        if code != ErrorCode.OK:
+            txn_id, state = reply[1].decode(), reply[2].decode()
+            if code == ErrorCode.INVALID_TXN_STATE:
+                raise InvalidTxnState(f"transaction {txn_id} is {state}")
+            if code == ErrorCode.PRODUCER_FENCED:
+                raise error_for(code, f"transaction key {key}: epoch {epoch} was fenced by a newer one")
+            if code == ErrorCode.INVALID_REQUEST:
+                raise error_for(code, f"transaction {txn_id} belongs to a transaction key: it ends through it")
+            raise error_for(code, f"transaction {txn_id}")
+        return bool(int(reply[1])), [s.decode() for s in reply[2]], [o.decode() for o in reply[3]]
 
     async def finish(self, txn_id: str, keep_ms: int) -> str:
         async with storage_errors():
