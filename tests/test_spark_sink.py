@@ -21,7 +21,7 @@ from gateway.spark.options import OptionError, SinkOptions
 from gateway.spark.sink import GatewayStreamWriter, TaskCommit, check_schema, transaction_key
 from tests.conftest import in_spark, native_url, spark_env
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]  # a JVM is slow to start on a busy machine
 
 
 async def committed(client: Client, topic: str) -> list:
@@ -233,7 +233,7 @@ async def start_driver(gw, checkpoint, **env: str) -> asyncio.subprocess.Process
     )
 
 
-async def finish(proc: asyncio.subprocess.Process, timeout: float = 240) -> tuple[int, str]:
+async def finish(proc: asyncio.subprocess.Process, timeout: float = 400) -> tuple[int, str]:
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout)
     finally:
@@ -252,13 +252,14 @@ async def crash_input(gateway, client) -> list[bytes]:
     return values
 
 
+@pytest.mark.timeout(900)  # three drivers, each starting a JVM of its own
 async def test_killed_mid_way_then_right_after_a_sink_commit_every_input_once(gateway, client, tmp_path):
     values = await crash_input(gateway, client)
     checkpoint = tmp_path / "checkpoint"
 
     # 1. the driver and its JVM are killed in the middle of the query
     proc = await start_driver(gateway, checkpoint)
-    deadline = asyncio.get_running_loop().time() + 120
+    deadline = asyncio.get_running_loop().time() + 300
     while sum(i.high_watermark for i in await client.list_partitions("crash-out")) == 0:
         assert proc.returncode is None and asyncio.get_running_loop().time() < deadline, "no output in time"
         await asyncio.sleep(0.05)

@@ -17,7 +17,7 @@ from gateway.spark.options import OptionError, SourceOptions
 from gateway.spark.source import DataLoss, GatewayStreamReader, RangePartition
 from tests.conftest import in_spark, native_url
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]  # a JVM is slow to start on a busy machine
 
 
 def stream_reader(gw, **options: str) -> GatewayStreamReader:
