@@ -1,7 +1,9 @@
 """`gateway bench`: the gateway measured beside raw Redis, in the same run, on the same Redis.
 
 The gateway runs as its own process (as users run it), over an embedded Redis in a temporary
-directory unless `--redis-url` names one. Every figure is printed beside its raw-Redis baseline
+directory unless `--redis-url` names one (`--cluster`: a local three-primary Redis Cluster);
+`--gateways N` runs N of them side by side, the clients bootstrapping from all. Every figure is
+printed beside its raw-Redis baseline, spread over as many streams as the topic has partitions,
 and the ratio between them.
 """
 
@@ -18,14 +20,15 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import redis
 
-from gateway.store.embedded import EmbeddedRedis, free_port
+from gateway.store.connection import CLUSTER_SCHEMES, is_cluster_url
+from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port
 
 T = TypeVar("T")
 
@@ -80,48 +83,65 @@ def timed_loop(seconds: float, step: Callable[[], int]) -> float:
     return done / (time.perf_counter() - start)
 
 
-def raw_xadd_per_record(url: str, size: int, seconds: float, pipeline: int = 500) -> float:
-    r = redis.Redis.from_url(url)
-    key = f"bench:raw:{uuid.uuid4().hex}"
+def raw_client(url: str) -> redis.Redis | redis.RedisCluster:
+    """A plain client of the same Redis (or cluster) the gateway uses."""
+    if is_cluster_url(url):
+        scheme, _, rest = url.partition("://")
+        return redis.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+    return redis.Redis.from_url(url)
+
+
+def _streams(kind: str, partitions: int) -> list[str]:
+    """One stream per partition, each with its own hash tag: on a cluster they spread as partitions do."""
+    run = uuid.uuid4().hex
+    return [f"bench:{kind}:{{{run}:{p}}}" for p in range(partitions)]
+
+
+def raw_xadd_per_record(url: str, size: int, seconds: float, pipeline: int = 500, partitions: int = 1) -> float:
+    r = raw_client(url)
+    keys = _streams("raw", partitions)
     value = os.urandom(size)
 
     def step() -> int:
         pipe = r.pipeline(transaction=False)
-        for _ in range(pipeline):
-            pipe.xadd(key, {"v": value})
+        for i in range(pipeline):
+            pipe.xadd(keys[i % partitions], {"v": value})
         pipe.execute()
         return pipeline
 
     try:
         return timed_loop(seconds, step)
     finally:
-        r.delete(key)
+        for key in keys:
+            r.delete(key)
         r.close()
 
 
-def raw_xadd_blobs(url: str, size: int, seconds: float, per_blob: int = 500, pipeline: int = 8) -> float:
+def raw_xadd_blobs(url: str, size: int, seconds: float, per_blob: int = 500, pipeline: int = 8,
+                   partitions: int = 1) -> float:
     """One entry per `per_blob` records: the ceiling of a one-entry-per-batch layout."""
-    r = redis.Redis.from_url(url)
-    key = f"bench:blob:{uuid.uuid4().hex}"
+    r = raw_client(url)
+    keys = _streams("blob", partitions)
     blob = os.urandom(size * per_blob)
 
     def step() -> int:
         pipe = r.pipeline(transaction=False)
-        for _ in range(pipeline):
-            pipe.xadd(key, {"b": blob})
+        for i in range(pipeline):
+            pipe.xadd(keys[i % partitions], {"b": blob})
         pipe.execute()
         return pipeline * per_blob
 
     try:
         return timed_loop(seconds, step)
     finally:
-        r.delete(key)
+        for key in keys:
+            r.delete(key)
         r.close()
 
 
 def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500) -> float:
     """Reading back one-entry-per-batch blobs with XRANGE: the consume ceiling."""
-    r = redis.Redis.from_url(url)
+    r = raw_client(url)
     key = f"bench:read:{uuid.uuid4().hex}"
     blob = os.urandom(size * per_blob)
     pipe = r.pipeline(transaction=False)
@@ -163,6 +183,13 @@ def running_gateway(redis_url: str) -> Iterator[dict[str, int]]:
     finally:
         proc.send_signal(2)
         proc.wait(30)
+
+
+@contextmanager
+def running_gateways(redis_url: str, count: int) -> Iterator[list[dict[str, int]]]:
+    """`count` gateway processes over one Redis, each on its own ports."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(running_gateway(redis_url)) for _ in range(count)]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -284,19 +311,25 @@ def kcat_consume(bootstrap: str, topic: str, expected: int) -> float:
 
 
 class CpuMeter:
-    """CPU seconds spent by this process (the client), the gateway and Redis during a measurement."""
+    """CPU seconds spent by this process (the client), the gateways and Redis during a measurement."""
 
-    def __init__(self, gateway_pid: int, redis_url: str) -> None:
-        self.pid = gateway_pid
-        self.redis = redis.Redis.from_url(redis_url)
+    def __init__(self, gateway_pids: list[int], redis_url: str) -> None:
+        self.pids = gateway_pids
+        self.redis = raw_client(redis_url)
+
+    def _redis_cpu(self) -> float:
+        info = self.redis.info("cpu")
+        nodes = [info] if "used_cpu_user" in info else list(info.values())  # a cluster: one per node
+        return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in nodes)
 
     def _sample(self) -> tuple[float, float, float]:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        gateway = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        info = self.redis.info("cpu")
+        gateway = 0.0
+        for pid in self.pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            gateway += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         children = resource.getrusage(resource.RUSAGE_CHILDREN)  # a client run as a process
         client = time.process_time() + children.ru_utime + children.ru_stime
-        return client, gateway, float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        return client, gateway, self._redis_cpu()
 
     def measure(self, run: Callable[[], float]) -> tuple[float, str]:
         before, t0 = self._sample(), time.perf_counter()
@@ -306,14 +339,14 @@ class CpuMeter:
         return rate, f"client {client:.2f} s, gateway {gateway:.2f} s, redis {rds:.2f} s in {wall:.2f} s"
 
 
-def _measure_consume(url: str, gateway: dict[str, int], bootstrap: str, topic: str, size: int, sent: int,
-                     secs: float) -> list[Row]:
+def _measure_consume(url: str, gateways: list[dict[str, int]], bootstrap: str, topic: str, partitions: int,
+                     size: int, sent: int, secs: float) -> list[Row]:
     """Consume beside raw XRANGE of the same bytes, each the best of two runs, with the CPU each
     process spent: a consumer that is the limit shows in its own column."""
     read = best_of(2, lambda: raw_xrange_blobs(url, size, secs))
     rows = [Row("raw redis: XRANGE of blobs", size, read)]
-    meter = CpuMeter(gateway["pid"], url)
-    runs = [meter.measure(lambda: kafka_consume(bootstrap, topic, 1, sent)) for _ in range(2)]
+    meter = CpuMeter([g["pid"] for g in gateways], url)
+    runs = [meter.measure(lambda: kafka_consume(bootstrap, topic, partitions, sent)) for _ in range(2)]
     rate, cpu = max(runs)
     rows.append(Row("kafka consume (confluent)", size, rate, "XRANGE", read, cpu=cpu))
     if shutil.which("kcat"):
@@ -401,10 +434,10 @@ def _measure_txn(url: str, bootstrap: str, secs: float) -> list[Row]:
 def run_bench(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in str(args.sizes).split(",")]
     with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
-        embedded = None
+        embedded: EmbeddedRedis | EmbeddedCluster | None = None
         url = args.redis_url
         if not url:
-            embedded = EmbeddedRedis(Path(tmp) / "redis")
+            embedded = EmbeddedCluster(Path(tmp) / "cluster") if args.cluster else EmbeddedRedis(Path(tmp) / "redis")
             embedded.start()
             url = embedded.url
         try:
@@ -425,22 +458,33 @@ def run_bench(args: argparse.Namespace) -> None:
     print_table(rows)
 
 
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result(30)
+
+
 def _measure(args: argparse.Namespace, url: str, sizes: list[int]) -> list[Row]:
     rows: list[Row] = []
     secs = float(args.seconds)
-    with running_gateway(url) as ports:
+    parts = args.partitions
+    with running_gateways(url, args.gateways) as gateways:
+        ports = gateways[0]
         for size in sizes:
-            base = raw_xadd_per_record(url, size, secs)
+            base = raw_xadd_per_record(url, size, secs, partitions=parts)
             rows.append(Row("raw redis: pipelined XADD/record", size, base))
             if args.kafka:
-                blob = raw_xadd_blobs(url, size, secs)
+                blob = raw_xadd_blobs(url, size, secs, partitions=parts)
                 rows.append(Row("raw redis: XADD per 500-record blob", size, blob))
                 topic = f"bench-{uuid.uuid4().hex[:8]}"
-                bootstrap = f"127.0.0.1:{ports['kafka']}"
+                bootstrap = ",".join(f"127.0.0.1:{g['kafka']}" for g in gateways)
+                _create_topic(bootstrap, topic, parts)
                 rate, sent = kafka_produce(bootstrap, topic, size, secs)
                 rows.append(Row("kafka produce (confluent, acks=all)", size, rate, "XADD/record", base))
                 rows.append(Row("  same, against the blob ceiling", size, rate, "XADD/blob", blob))
-                rows += _measure_consume(url, ports, bootstrap, topic, size, sent, secs)
+                rows += _measure_consume(url, gateways, bootstrap, topic, parts, size, sent, secs)
             else:
                 rate = _run(native_produce(ports["native"], size, secs))
                 rows.append(Row("native produce", size, rate, "XADD/record", base))

@@ -93,6 +93,11 @@ def _admin_parser(sub: Any) -> None:
 def _bench_parser(sub: Any) -> None:
     p = sub.add_parser("bench", help="measure the gateway beside raw Redis, in the same run")
     p.add_argument("--redis-url", help="benchmark against this Redis (default: an embedded one in a temp dir)")
+    p.add_argument("--cluster", action="store_true",
+                   help="without --redis-url: a local Redis Cluster of three primaries instead of one Redis")
+    p.add_argument("--gateways", type=int, default=1, help="gateway processes side by side over the same Redis")
+    p.add_argument("--partitions", type=int, default=1,
+                   help="partitions of the benchmark topic (and raw streams of the baselines)")
     p.add_argument("--seconds", type=float, default=5.0, help="time per measurement")
     p.add_argument("--kafka", action="store_true", help="Kafka-protocol produce and consume with confluent-kafka")
     p.add_argument("--sizes", default="100,1024", help="message sizes in bytes")

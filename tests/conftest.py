@@ -163,6 +163,7 @@ class GatewayProcess:
     admin_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[str] | None = None
     banner: str = ""
+    args: list[str] = field(default_factory=list)  # more `gateway serve` flags
 
     @property
     def native_url(self) -> str:
@@ -176,6 +177,10 @@ class GatewayProcess:
     def admin_url(self) -> str:
         return f"http://127.0.0.1:{self.admin_port}"
 
+    @property
+    def node_id(self) -> int:
+        return int(self.banner.rsplit("node id ", 1)[1])
+
     def start(self, timeout: float = 30.0) -> None:
         args = [
             sys.executable, "-m", "gateway", "serve",
@@ -186,6 +191,7 @@ class GatewayProcess:
         ]
         if self.redis_url:
             args += ["--redis-url", self.redis_url]
+        args += self.args
         env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         assert self.proc.stdout is not None
