@@ -15,16 +15,21 @@ log = logging.getLogger(__name__)
 
 
 class Periodic:
-    def __init__(self, name: str, interval: float, step: Callable[[], Awaitable[object]]) -> None:
+    def __init__(self, name: str, interval: float, step: Callable[[], Awaitable[object]], *,
+                 first_after: float = 0.0) -> None:
         self.name = name
         self.interval = interval
         self.step = step
+        self.first_after = first_after  # seconds before the first step
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
         self._stop.set()
 
     async def run(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.first_after):
+                await self._stop.wait()
         while not self._stop.is_set():
             try:
                 await self.step()

@@ -75,8 +75,10 @@ class Gateway:
         # one gateway at a time runs each of these (see gateway.roles); every gateway renews its own registration
         self._roles = [
             registry,
+            # a pass every interval, the first one interval after the role is taken, not at once
             leased("retention", lambda lease: Periodic(
-                "retention", cfg.retention_check_interval, lambda: svc.log.retention_pass(lease))),
+                "retention", cfg.retention_check_interval, lambda: svc.log.retention_pass(lease),
+                first_after=cfg.retention_check_interval)),
             leased("transaction reaper", lambda lease: Periodic(
                 "transaction reaper", cfg.txn_reaper_interval, svc.txn.recover)),
             leased("watermark snapshots", lambda lease: Periodic(
