@@ -293,9 +293,11 @@ def spark():
     session.stop()
 
 
-async def eventually(check: Callable[[], object | Awaitable[object]], timeout: float = 10.0) -> object:
+async def eventually(
+    check: Callable[[], object | Awaitable[object]], timeout: float = 10.0, what: str = "condition"
+) -> object:
     """Poll `check` (sync or async) until it returns something true, which is returned; fail at the
-    deadline. For conditions no event announces."""
+    deadline, naming `what` was awaited. For conditions no event announces."""
     import asyncio
     import inspect
 
@@ -306,7 +308,7 @@ async def eventually(check: Callable[[], object | Awaitable[object]], timeout: f
             result = await result
         if result:
             return result
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        assert asyncio.get_running_loop().time() < deadline, f"{what} not reached within {timeout}s"
         await asyncio.sleep(0.02)
 
 

@@ -15,6 +15,7 @@ from gateway.log import LogService
 from gateway.records import build_batch, iter_records
 from gateway.store import Store, keys
 from gateway.txn import TransactionCoordinator
+from tests.conftest import eventually
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
 
@@ -45,14 +46,6 @@ async def log_values(log: LogService, topic: str, partition: int = 0) -> list[st
             offset = e.next_offset
         if offset >= sl.high_watermark:
             return out
-
-
-async def wait_for(cond: Callable[[], object], timeout: float = 10.0) -> None:
-    """Poll an observable outcome with a bound (for time-based behaviour only)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await cond():  # type: ignore[misc]
-        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -189,7 +182,7 @@ async def test_scheduler_delivers_on_time_and_wakes_for_an_earlier_message(env):
         await svc.send("t", 0, msg("late"), deliver_after_ms=20_000)
         await asyncio.sleep(0.05)  # let the scheduler fall asleep until the late one
         await svc.send("t", 0, msg("soon"), deliver_at_ms=start + 150)
-        await wait_for(lambda: _hw(log, "t", 0, 1), timeout=5)
+        await eventually(lambda: _hw(log, "t", 0, 1), timeout=5)
         assert now_ms() - start >= 150
         assert await log_values(log, "t") == ["soon"]
 
@@ -234,7 +227,7 @@ async def test_pending_messages_survive_a_restart(redis_url):
     svc2 = service(store2, log2, bucket_max=8, segment_entries=4)
     try:
         async with running(svc2.scheduler()):
-            await wait_for(lambda: _hw(log2, "t", 0, 20), timeout=5)
+            await eventually(lambda: _hw(log2, "t", 0, 20), timeout=5)
         assert await log_values(log2, "t") == [f"m{i:02}" for i in range(20)]
         assert (await svc2.stats("t", 0)).messages == 0
     finally:
@@ -283,7 +276,7 @@ async def test_two_concurrent_schedulers_deliver_exactly_once(redis_url):
             async def all_moved() -> bool:
                 return sum([(await log.bounds("t", p))[1] for p in range(4)]) >= n
 
-            await wait_for(all_moved, timeout=15)
+            await eventually(all_moved, timeout=15)
         assert schedulers[0].moved > 0 and schedulers[1].moved > 0
         assert schedulers[0].moved + schedulers[1].moved == n
         values = [v for p in range(4) for v in await log_values(log, "t", p)]
@@ -328,7 +321,7 @@ async def test_a_scheduler_killed_mid_move_loses_and_repeats_nothing(env, redis_
         async def some_moved() -> bool:
             return sum([(await log.bounds("t", p))[1] for p in range(4)]) > 0
 
-        await wait_for(some_moved, timeout=10)
+        await eventually(some_moved, timeout=10)
     finally:
         proc.send_signal(signal.SIGKILL)
         await proc.wait()

@@ -4,7 +4,7 @@ offset commits and a coordinator restart."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
 import pytest
 
@@ -20,6 +20,7 @@ from gateway.groups import (
 )
 from gateway.store import Store, keys
 from gateway.store.groups import GroupStore
+from tests.conftest import eventually
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
 
@@ -45,14 +46,6 @@ async def coord(store):
     c = make(store)
     yield c
     await c.close()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
-    """Poll for an observable outcome with a bounded deadline."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
 
 
 async def kind_of(aw: Awaitable[object]) -> GroupErrorKind | None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 
 import confluent_kafka as ck
 import kafka
@@ -25,6 +25,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from gateway.groups import coordinator_for
 from gateway.server import Gateway
+from tests import conftest
 from tests.conftest import kafka_bootstrap, run_example, test_config
 from tests.kafka_clients import produce
 
@@ -39,12 +40,7 @@ REBALANCE_MS = 10000
 Seen = tuple[int, int, bytes, str]  # partition, offset, value, which client
 
 
-async def eventually(check: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    """Poll for an observable outcome with a bounded deadline."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout}s"
-        await asyncio.sleep(0.05)
+eventually = functools.partial(conftest.eventually, timeout=30.0)  # rebalances take seconds each
 
 
 def values(start: int, stop: int) -> list[tuple[bytes, bytes]]:

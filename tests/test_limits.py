@@ -20,7 +20,7 @@ from gateway.native.wire import frame as native_frame
 from gateway.pb import gateway_pb2 as pb
 from gateway.records import BatchBuilder, build_batch
 from gateway.server import Gateway
-from tests.conftest import native_url, test_config
+from tests.conftest import eventually, native_url, test_config
 from tests.kafka_wire import TIMEOUT, build_request, call, decode, read_response, request
 
 
@@ -32,13 +32,6 @@ async def started(redis_url: str, **overrides: object) -> AsyncIterator[Gateway]
         yield gw
     finally:
         await gw.stop()
-
-
-async def until(condition, what: str, timeout: float = TIMEOUT) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
 
 
 async def kafka_conn(gw: Gateway, rcvbuf: int = 0) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
@@ -58,7 +51,7 @@ async def api_versions(conn) -> None:
 async def until_connections(gw: Gateway, face: str, n: int) -> None:
     listener = gw.listeners[face]
     tcp = listener.listener if face == "kafka" else listener
-    await until(lambda: tcp.connections == n, f"{n} {face} connections")
+    await eventually(lambda: tcp.connections == n, what=f"{n} {face} connections")
 
 
 async def closed_by_gateway(reader: asyncio.StreamReader) -> bool:
@@ -132,10 +125,10 @@ async def test_a_kafka_client_that_stops_reading_stops_being_read(redis_url):
         reader, writer = await kafka_conn(gw, rcvbuf=65536)
         writer.write(b"".join(request(fetch, i) for i in range(100)))  # 400 MB of answers if all were made
         server = gw.listeners["kafka"]
-        await until(lambda: len(server.connections) == 1, "the connection")
+        await eventually(lambda: len(server.connections) == 1, what="the connection")
         [conn] = server.connections
         transport = conn.writer.transport
-        await until(lambda: transport.get_write_buffer_size() > 0, "the gateway to be held up by the reader")
+        await eventually(lambda: transport.get_write_buffer_size() > 0, what="the gateway to be held up by the reader")
         peak = 0
         for _ in range(50):
             peak = max(peak, transport.get_write_buffer_size())
@@ -193,7 +186,7 @@ async def test_native_sends_read_ahead_are_bounded_while_redis_stalls(redis_url)
             writer.write(b"".join(frames))
             [conn] = gw.listeners["native"]._live
             peak = 0
-            await until(lambda: conn.queued_bytes > budget // 2, "sends to queue up")
+            await eventually(lambda: conn.queued_bytes > budget // 2, what="sends to queue up")
             for _ in range(40):
                 peak = max(peak, conn.queued_bytes)
                 await asyncio.sleep(0.02)

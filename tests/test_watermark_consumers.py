@@ -3,24 +3,14 @@ with the messages, right after a failover or a seek, and on another gateway."""
 
 from __future__ import annotations
 
-import pytest
-
 from gateway.client import Client, MessageId
 from gateway.server import Gateway
 from tests.conftest import eventually, native_url, run_example, test_config
 
 
-@pytest.fixture
-async def client(gateway):
-    c = await Client.connect(native_url(gateway))
-    yield c
-    await c.close()
-
-
 async def one_partition(gateway, name: str) -> str:
     await gateway.services.log.create_topic(name, 1)
     return name
-
 
 
 async def test_a_consumer_that_attaches_gets_the_current_watermark_at_once(gateway, client):

@@ -7,18 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gateway.client import Client, ExpiredTransactionError, InvalidRequest, PartitionNotFound, TopicNotFound
-from tests.conftest import native_url
+from gateway.client import ExpiredTransactionError, InvalidRequest, PartitionNotFound, TopicNotFound
 
 REDIS_BACKENDS = ("single", "cluster")
 END = 1 << 50  # past any high watermark: the watermark at the end of the committed log
-
-
-@pytest.fixture
-async def client(gateway):
-    c = await Client.connect(native_url(gateway))
-    yield c
-    await c.close()
 
 
 async def topic(gateway, name: str, partitions: int = 2) -> str:
