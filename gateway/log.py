@@ -279,7 +279,7 @@ class LogService:
             partition,
             view,
             h.record_count,
-            h.max_timestamp,
+            -1 if h.control else h.max_timestamp,  # entries' running max counts records only
             h.producer_id,
             h.producer_epoch,
             h.base_sequence,
@@ -372,15 +372,17 @@ class LogService:
         return info
 
     async def offset_for_time(self, topic: str, partition: int, ts: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after `ts`, or None."""
-        entry: Entry | None = await self.store.log.entry_for_time(topic, partition, ts)
-        if entry is None:
-            return None
-        start, _ = await self.bounds(topic, partition)
-        for rec in iter_records(entry.batch, entry.base_offset):
-            if rec.timestamp >= ts and rec.offset >= start:
-                return rec.offset, rec.timestamp
-        return None
+        """(offset, timestamp) of the first record at or after `ts`, or None. Control records
+        (transaction and watermark markers, stamped when written) are never the answer."""
+        after = -1
+        while True:
+            start, entry = await self.store.log.entry_for_time(topic, partition, ts, after)
+            if entry is None:
+                return None
+            for rec in iter_records(entry.batch, entry.base_offset):
+                if rec.timestamp >= ts and rec.offset >= start:
+                    return rec.offset, rec.timestamp
+            after = entry.next_offset  # its late records are below the log start
 
     async def delete_records(self, topic: str, partition: int, before: int) -> int:
         """Move the log start to `before` (-1: the high watermark); returns the new log start."""

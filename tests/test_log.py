@@ -85,6 +85,17 @@ async def test_offset_for_time(logs):
     assert await logs.offset_for_time("t", 0, 3001) is None
 
 
+async def test_offset_for_time_past_a_deleted_late_record(logs):
+    """A deleted record's late timestamp stays in the log's running maximum: the batches after it
+    are looked at one by one, over as many script calls as that takes."""
+    await logs.create_topic("t", 1)
+    await logs.append([("t", 0, batch(b"late", ts=9000))] + [("t", 0, batch(b"early", ts=100))] * 1200
+                      + [("t", 0, batch(b"found", ts=5000))])
+    await logs.delete_records("t", 0, 1)
+    assert await logs.offset_for_time("t", 0, 4000) == (1201, 5000)
+    assert await logs.offset_for_time("t", 0, 5001) is None
+
+
 async def test_retention_by_time_and_bytes_and_delete_records(logs):
     now = int(time.time() * 1000)
     await logs.create_topic("old", 1, {"retention.ms": "60000"})

@@ -279,17 +279,22 @@ class LogStore:
             replies = await pipe.execute()
         return [None if hw is None else (int(start), int(hw)) for hw, start in replies]
 
-    async def entry_for_time(self, topic: str, partition: int, ts: int) -> Entry | None:
-        """The first batch whose records reach `ts`, or None when none does."""
-        async with storage_errors():
-            reply: list[Any] = await self.scripts.call(
-                "offset-for-time-2", [keys.log(topic, partition), keys.meta(topic, partition)], [ts]
-            )
-        if reply[0] != ErrorCode.OK:
-            raise error_for(reply[0], f"{topic}-{partition}")
-        if int(reply[1]) < 0:
-            return None
-        return Entry(int(reply[1]), 0, reply[2])
+    async def entry_for_time(self, topic: str, partition: int, ts: int, after: int = -1) -> tuple[int, Entry | None]:
+        """The log start, and the first data batch (never a control one) from the one holding
+        `after` (-1: the log start) on whose records reach `ts`, or None when none does."""
+        while True:
+            async with storage_errors():
+                reply: list[Any] = await self.scripts.call(
+                    "offset-for-time-2", [keys.log(topic, partition), keys.meta(topic, partition)],
+                    [ts, after],  # ts, from
+                )
+            if reply[0] != ErrorCode.OK:
+                raise error_for(reply[0], f"{topic}-{partition}")
+            start, found = int(reply[1]), int(reply[2])
+            if found == -2:  # a long stretch of batches below `ts`: on from where the script stopped
+                after = int(reply[3])
+                continue
+            return start, None if found < 0 else Entry(found, int(reply[3]), reply[4])
 
     async def trim(
         self,
