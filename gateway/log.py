@@ -309,8 +309,10 @@ class LogService:
         """Batches from `offset` on. With `max_bytes` (sequential readers: Kafka fetches), asks
         Redis for about as many batches as fit, judged by the partition's recent batch sizes
         (reading 64 one-megabyte batches to send one would cost more than the fetch itself), and
-        starts reading the next slice before this one is sent."""
+        starts reading the next slice before this one is sent. A negative offset reads from 0: the
+        slice's bounds then tell the reader it is out of range."""
         key = (topic, partition)
+        offset = max(offset, 0)
         if max_bytes is None:
             return await self._read(topic, partition, offset, max_entries, read_committed)
         avg = self._avg_batch.get(key, 0)

@@ -128,10 +128,11 @@ async def test_fetch_out_of_range_and_long_poll_woken_by_a_produce(gateway, conn
                                                          "partition_max_bytes": 1 << 20}]}],
         })
 
-    writer.write(request(fetch(5, 10_000), 1))
-    _, resp = decode(ApiKey.FETCH, 12, await read_response(reader))
-    p = resp.responses[0].partitions[0]
-    assert (p.error_code, p.high_watermark, p.log_start_offset) == (KafkaError.offset_out_of_range, 0, 0)
+    for cid, offset in enumerate((5, -5, -(1 << 63)), start=1):  # past the end, and negative ones
+        writer.write(request(fetch(offset, 10_000), cid))
+        _, resp = decode(ApiKey.FETCH, 12, await read_response(reader))
+        p = resp.responses[0].partitions[0]
+        assert (p.error_code, p.high_watermark, p.log_start_offset) == (KafkaError.offset_out_of_range, 0, 0)
 
     # a long poll with a 30 s max wait returns as soon as a record arrives
     notifier = gateway.services.log.notifier
@@ -143,7 +144,7 @@ async def test_fetch_out_of_range_and_long_poll_woken_by_a_produce(gateway, conn
         return await original(parts, timeout)
 
     notifier.wait = wait
-    writer.write(request(fetch(0, 30_000), 2))
+    writer.write(request(fetch(0, 30_000), 9))
     await asyncio.wait_for(waiting.wait(), TIMEOUT)
     await gateway.services.log.append([("poll", 0, build_batch([(None, b"wake", [])]))])
     _, resp = decode(ApiKey.FETCH, 12, await read_response(reader))

@@ -6,10 +6,14 @@ the Kafka face decides an error code for a gateway error.
 
 from __future__ import annotations
 
+import logging
+
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest
 from gateway.log import validate_topic_name
+
+log = logging.getLogger(__name__)
 
 
 class MalformedRequest(InvalidRequest):
@@ -53,6 +57,7 @@ def kafka_error(exc: BaseException | ErrorCode | None) -> KafkaError:
         return _BY_CODE.get(exc, KafkaError.unknown_server_error)
     if isinstance(exc, GatewayError):
         return _BY_CODE.get(exc.code, KafkaError.unknown_server_error)
+    log.error("answering UNKNOWN_SERVER_ERROR for an unexpected error", exc_info=exc)
     return KafkaError.unknown_server_error
 
 
