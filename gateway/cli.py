@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import getpass
 import json
 import logging
 import os
@@ -50,6 +52,13 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--fetch-max-bytes", type=int, help="largest Fetch response, default 55 MiB " + env % "FETCH_MAX_BYTES")
     p.add_argument("--connection-buffer-bytes", type=int,
                    help="native sends read ahead per connection, default 16 MiB " + env % "CONNECTION_BUFFER_BYTES")
+    p.add_argument("--auth", choices=("true", "false"),
+                   help="require authentication and ACLs on every listener, default false " + env % "AUTH")
+    p.add_argument("--sasl-mechanisms", help="Kafka SASL mechanisms offered, default PLAIN,SCRAM-SHA-256,"
+                   "SCRAM-SHA-512 " + env % "SASL_MECHANISMS")
+    p.add_argument("--super-users", help="comma-separated users allowed everything " + env % "SUPER_USERS")
+    p.add_argument("--acl-cache-seconds", type=float,
+                   help="how long ACLs read from Redis are trusted, default 2 " + env % "ACL_CACHE_SECONDS")
     p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
 
 
@@ -57,6 +66,12 @@ def _admin_parser(sub: Any) -> None:
     p = sub.add_parser("admin", help="administer a running gateway over its admin HTTP port")
     p.add_argument("--admin-url", default=os.environ.get("GATEWAY_ADMIN_URL", "http://127.0.0.1:8080"),
                    help="the gateway's admin address (env GATEWAY_ADMIN_URL)")
+    p.add_argument("--user", default=os.environ.get("GATEWAY_ADMIN_USER"),
+                   help="with authentication on: an admin's user name (env GATEWAY_ADMIN_USER)")
+    p.add_argument("--password", default=os.environ.get("GATEWAY_ADMIN_PASSWORD"),
+                   help="that user's password (env GATEWAY_ADMIN_PASSWORD)")
+    p.add_argument("--token", default=os.environ.get("GATEWAY_ADMIN_TOKEN"),
+                   help="or a token: a user's, or the gateway's admin token (env GATEWAY_ADMIN_TOKEN)")
     groups = p.add_subparsers(dest="group", required=True)
     topics = groups.add_parser("topics", help="create, list, describe, alter and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
@@ -88,6 +103,33 @@ def _admin_parser(sub: Any) -> None:
     xg.add_argument("key", help="KEY, or OWNER&KEY")
     xk = xsub.add_parser("delete-transaction-key", help="abort the key's transaction and remove the key")
     xk.add_argument("key")
+    users = groups.add_parser("users", help="users, their passwords (SCRAM credentials) and tokens")
+    usub = users.add_subparsers(dest="action", required=True)
+    usub.add_parser("list")
+    uc = usub.add_parser("create", help="create a user, or set its password")
+    uc.add_argument("name")
+    uc.add_argument("--user-password", help="the password; asked for (or read from stdin) when not given")
+    uc.add_argument("--no-password", action="store_true", help="a user that authenticates with tokens only")
+    uc.add_argument("--mechanism", action="append", choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+                    help="credentials to keep, default both")
+    for action in ("describe", "delete", "create-token"):
+        usub.add_parser(action).add_argument("name")
+    ut = usub.add_parser("delete-token")
+    ut.add_argument("name")
+    ut.add_argument("id")
+    acls = groups.add_parser("acls", help="what principals may do: read, write, describe, admin, all")
+    asub = acls.add_subparsers(dest="action", required=True)
+    asub.add_parser("list").add_argument("--principal", help="only this principal's, e.g. User:alice")
+    for action in ("add", "remove"):
+        a = asub.add_parser(action)
+        a.add_argument("--principal", required=True, help="User:NAME, or User:* for every authenticated user")
+        a.add_argument("--operation", required=True, choices=("read", "write", "describe", "admin", "all"))
+        res = a.add_mutually_exclusive_group(required=True)
+        res.add_argument("--topic")
+        res.add_argument("--group", dest="group_id", help="a consumer group or native subscription")
+        res.add_argument("--transactional-id")
+        res.add_argument("--cluster", action="store_true")
+        a.add_argument("--prefixed", action="store_true", help="the name is a prefix")
 
 
 def _bench_parser(sub: Any) -> None:
@@ -116,9 +158,19 @@ def _pairs(items: list[str]) -> dict[str, str | None]:
     return out
 
 
-def _http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+def _credentials(args: argparse.Namespace) -> dict[str, str]:
+    if args.token:
+        return {"Authorization": f"Bearer {args.token}"}
+    if args.user:
+        basic = base64.b64encode(f"{args.user}:{args.password or ''}".encode()).decode()
+        return {"Authorization": f"Basic {basic}"}
+    return {}
+
+
+def _request(method: str, url: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read() or b"null")
@@ -131,6 +183,10 @@ def _http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
 
 def admin(args: argparse.Namespace) -> Any:
     base = args.admin_url.rstrip("/") + "/admin/v2"
+
+    def _http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+        return _request(method, url, body, _credentials(args))
+
     if args.group == "gateways":
         return _http("GET", f"{base}/gateways")
     if args.group == "topics":
@@ -162,7 +218,44 @@ def admin(args: argparse.Namespace) -> Any:
             return _http("GET", f"{keys_url}/{urllib.parse.quote(args.key, safe='')}")
         if args.action == "delete-transaction-key":
             return _http("DELETE", f"{keys_url}/{urllib.parse.quote(args.key, safe='')}")
+    if args.group == "users":
+        user_url = f"{base}/users/{urllib.parse.quote(getattr(args, 'name', '') or '', safe='')}"
+        if args.action == "list":
+            return _http("GET", f"{base}/users")
+        if args.action == "create":
+            password = None if args.no_password else args.user_password or _ask_password(args.name)
+            return _http("PUT", user_url, {"password": password, "mechanisms": args.mechanism})
+        if args.action == "describe":
+            return _http("GET", user_url)
+        if args.action == "delete":
+            return _http("DELETE", user_url)
+        if args.action == "create-token":
+            return _http("POST", f"{user_url}/tokens", {})
+        if args.action == "delete-token":
+            return _http("DELETE", f"{user_url}/tokens/{urllib.parse.quote(args.id, safe='')}")
+    if args.group == "acls":
+        if args.action == "list":
+            query = f"?principal={urllib.parse.quote(args.principal)}" if args.principal else ""
+            return _http("GET", f"{base}/acls{query}")
+        kind, name = next((k, v) for k, v in (("topic", args.topic), ("group", args.group_id),
+                                              ("transactional-id", args.transactional_id),
+                                              ("cluster", "kafka-cluster" if args.cluster else None)) if v)
+        acl = {"principal": args.principal, "resource_type": kind, "resource_name": name,
+               "operation": args.operation, "pattern": "prefixed" if args.prefixed else "literal"}
+        return _http("POST" if args.action == "add" else "DELETE", f"{base}/acls", acl)
     raise SystemExit(f"unknown admin command {args.group} {args.action}")
+
+
+def _ask_password(user: str) -> str:
+    """From the terminal (asked twice), or the first line of stdin when it is not a terminal."""
+    if not sys.stdin.isatty():
+        return sys.stdin.readline().rstrip("\n")
+    first = getpass.getpass(f"password for {user}: ")
+    if getpass.getpass("again: ") != first:
+        raise SystemExit("error: the passwords differ")
+    return first
+
+
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -174,8 +267,10 @@ def serve(args: argparse.Namespace) -> None:
         for k in ("host", "kafka_port", "native_port", "admin_port", "data_dir", "redis_url",
                   "advertised_host", "advertised_port", "default_partitions", "redis_fsync", "max_frame_bytes",
                   "max_connections", "idle_timeout", "tcp_keepalive", "fetch_max_bytes", "connection_buffer_bytes",
-                  "node_id", "lease_ms")
+                  "node_id", "lease_ms", "sasl_mechanisms", "super_users", "acl_cache_seconds")
     }
+    if args.auth is not None:
+        overrides["auth"] = args.auth == "true"
     if args.auto_create_topics is not None:
         overrides["auto_create_topics"] = args.auto_create_topics == "true"
     config = Config.from_env(**overrides)

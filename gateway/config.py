@@ -45,6 +45,11 @@ class Config:
     connection_buffer_bytes: int = 16 * 1024 * 1024  # native sends read ahead of their answers, per connection
     node_id: int = -1  # -1: the id this advertised Kafka address had before, else a new one from Redis
     lease_ms: int = 6000  # how long a dead gateway stays listed (and keeps its roles) before others take over
+    auth: bool = False  # require authentication (Kafka SASL, native credentials, admin basic/bearer) and ACLs
+    sasl_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    super_users: str = ""  # comma-separated user names allowed everything
+    admin_token: str = ""  # a bearer token the admin API accepts as a super user: the first user's way in
+    acl_cache_seconds: float = 2.0  # how long ACLs read from Redis are trusted before being read again
     redis_fsync: str = "everysec"  # embedded Redis's appendfsync: always, everysec or no
     txn_default_timeout_ms: int = 60_000
     txn_max_timeout_ms: int = 900_000

@@ -41,6 +41,8 @@ class ErrorCode(IntEnum):
     TRANSACTION_NOT_FOUND = 25
     INVALID_PARTITIONS = 26
     GROUP_ERROR = 27
+    AUTHENTICATION_FAILED = 28
+    AUTHORIZATION_FAILED = 29
 
     @property
     def retriable(self) -> bool:
@@ -196,6 +198,18 @@ class TransactionNotFound(GatewayError):
     """No transaction with that id (or it finished long ago)."""
 
     code = ErrorCode.TRANSACTION_NOT_FOUND
+
+
+class AuthenticationFailed(GatewayError):
+    """Unknown user, wrong password or token, or no credentials where they are required."""
+
+    code = ErrorCode.AUTHENTICATION_FAILED
+
+
+class AuthorizationFailed(GatewayError):
+    """The principal has no ACL allowing this operation on this resource."""
+
+    code = ErrorCode.AUTHORIZATION_FAILED
 
 
 class ProducerFenced(GatewayError):

@@ -12,6 +12,7 @@ from gateway.log import LogService
 from gateway.producer_txn import TransactionalProducers
 from gateway.registry import Registry
 from gateway.roles import RoleLeases
+from gateway.security import SecurityService
 from gateway.store import Store
 from gateway.txn import TransactionCoordinator
 from gateway.watermark import WatermarkService
@@ -30,6 +31,7 @@ class Services:
     watermark: WatermarkService
     registry: Registry  # the gateways sharing this Redis: Metadata's brokers, who leads what
     roles: RoleLeases  # background roles run by one gateway at a time
+    security: SecurityService
 
     @classmethod
     def open(cls, config: Config, store: Store, registry: Registry) -> Services:
@@ -53,7 +55,12 @@ class Services:
         watermark = WatermarkService(store, log, snapshot_marks=config.watermark_snapshot_marks)
         txn.partition_settlers.append(watermark.settle_txn)
         roles = RoleLeases(store, config.node_id, registry.instance, lease_ms=config.lease_ms)
-        return cls(config, store, log, txn, fence, delay, groups, producers, watermark, registry, roles)
+        security = SecurityService(
+            store, enabled=config.auth, mechanisms=config.sasl_mechanisms.split(","),
+            super_users=config.super_users.split(","), admin_token=config.admin_token,
+            cache_seconds=config.acl_cache_seconds,
+        )
+        return cls(config, store, log, txn, fence, delay, groups, producers, watermark, registry, roles, security)
 
     async def close(self) -> None:
         await self.registry.release()

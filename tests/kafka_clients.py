@@ -26,9 +26,10 @@ async def produce(client: str, bs: str, topic: str, messages: list[Message], **o
     return await PRODUCERS[client](bs, topic, messages, options)
 
 
-async def consume(client: str, bs: str, topic: str, partition: int, start: int, count: int) -> list[Stored]:
+async def consume(client: str, bs: str, topic: str, partition: int, start: int, count: int,
+                  **options: object) -> list[Stored]:
     """`count` records of one partition from offset `start`, by manual assignment (no group)."""
-    return await CONSUMERS[client](bs, topic, partition, start, count)
+    return await CONSUMERS[client](bs, topic, partition, start, count, options)
 
 
 async def _aio_produce(bs: str, topic: str, messages: list[Message], options: dict) -> list[tuple[int, int]]:
@@ -42,8 +43,8 @@ async def _aio_produce(bs: str, topic: str, messages: list[Message], options: di
     return [(m.partition, m.offset) for m in done]
 
 
-async def _aio_consume(bs: str, topic: str, partition: int, start: int, count: int) -> list[Stored]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False)
+async def _aio_consume(bs: str, topic: str, partition: int, start: int, count: int, options: dict) -> list[Stored]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, **options)
     await consumer.start()
     out: list[Stored] = []
     try:
@@ -69,8 +70,8 @@ def _kp_produce(bs: str, topic: str, messages: list[Message], options: dict) -> 
     return [(m.partition, m.offset) for m in done]
 
 
-def _kp_consume(bs: str, topic: str, partition: int, start: int, count: int) -> list[Stored]:
-    consumer = kafka.KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False)
+def _kp_consume(bs: str, topic: str, partition: int, start: int, count: int, options: dict) -> list[Stored]:
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bs, enable_auto_commit=False, **options)
     out: list[Stored] = []
     try:
         tp = kafka.TopicPartition(topic, partition)
@@ -108,9 +109,9 @@ def _ck_produce(bs: str, topic: str, messages: list[Message], options: dict) -> 
     return [r for r in results if r is not None]
 
 
-def _ck_consume(bs: str, topic: str, partition: int, start: int, count: int) -> list[Stored]:
+def _ck_consume(bs: str, topic: str, partition: int, start: int, count: int, options: dict) -> list[Stored]:
     consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "unused-manual-assignment",
-                            "enable.auto.commit": False})
+                            "enable.auto.commit": False, **options})
     out: list[Stored] = []
     try:
         consumer.assign([ck.TopicPartition(topic, partition, start)])
@@ -149,6 +150,15 @@ IDEMPOTENT = {
     "kafka-python": {"enable_idempotence": True},
     "confluent": {"enable.idempotence": True},
 }
+
+
+def sasl(client: str, mechanism: str, user: str, password: str, protocol: str = "SASL_PLAINTEXT") -> dict[str, object]:
+    """The client's own settings for SASL with a user name and password."""
+    if client == "confluent":
+        return {"security.protocol": protocol, "sasl.mechanism": mechanism, "sasl.username": user,
+                "sasl.password": password}
+    return {"security_protocol": protocol, "sasl_mechanism": mechanism, "sasl_plain_username": user,
+            "sasl_plain_password": password}
 
 
 def compression(client: str, codec: str) -> dict[str, object]:

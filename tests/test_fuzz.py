@@ -9,6 +9,7 @@ Examples are derandomized and counted, so the run takes the same time on every m
 
 from __future__ import annotations
 
+import base64
 import io
 import socket
 import struct
@@ -232,3 +233,45 @@ def test_live_native_listener_survives_hostile_frames(live, msg, junk):
     payload = msg.SerializeToString() if junk is None else junk
     answered = junk is not None or msg.request_id != 0  # request id 0 asks for no answer
     live.hostile(live.gp.native_port, struct.pack(">I", len(payload)) + payload, wait=0.25 if answered else 0.0)
+
+
+# -- SASL messages ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def security(redis_url):
+    from gateway.security import SecurityService
+    from gateway.store import Store
+
+    store = Store.open(redis_url)
+    service = SecurityService(store, enabled=True)
+    await service.set_user("alice", "alice-secret")
+    yield service
+    await store.close()
+
+
+def _scram_first() -> st.SearchStrategy[bytes]:
+    text = st.text(max_size=12)
+    crafted = st.builds(lambda flag, user, nonce, extra: f"{flag},,n={user},r={nonce}{extra}".encode(),
+                        st.sampled_from(["n", "y", "p=tls-unique", "x"]), st.sampled_from(["alice", "=2C", "=4"]) | text,
+                        text, st.sampled_from(["", ",tokenauth=true", ",m=x", ",e"]) | text)
+    return st.one_of(st.binary(max_size=64), crafted)
+
+
+@settings(FUZZ, max_examples=300)
+@given(mechanism=st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]), first=_scram_first(), data=st.data())
+async def test_sasl_exchanges_refuse_junk_with_authentication_failed(security, mechanism, first, data):
+    from gateway.errors import AuthenticationFailed
+
+    exchange = security.sasl(mechanism)
+    try:
+        reply = await exchange.step(first)
+        nonce = reply.decode().split(",")[0]
+        proof = data.draw(st.one_of(st.binary(max_size=48).map(lambda b: base64.b64encode(b).decode()),
+                                    st.text(max_size=20)))
+        binding = data.draw(st.sampled_from(["biws", "eSws", "", "!!"]))
+        final = data.draw(st.sampled_from([f"c={binding},{nonce},p={proof}", f"{nonce},p={proof}", proof]))
+        await exchange.step(final.encode())
+    except AuthenticationFailed:
+        return
+    assert exchange.principal is None or mechanism == "PLAIN" and first == b"\0alice\0alice-secret"

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from aiohttp import web
 
+from gateway.admin.body import json_body
 from gateway.admin.metrics import Metrics
+from gateway.admin.security import SecurityApi, authentication
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest, TransactionNotFound
 from gateway.fence import KeyState, full_key
 from gateway.log import effective_config
@@ -24,6 +25,8 @@ _STATUS = {
     ErrorCode.TOPIC_EXISTS: 409,
     ErrorCode.STORAGE_UNAVAILABLE: 503,
     ErrorCode.NOT_ALLOWED: 403,
+    ErrorCode.AUTHENTICATION_FAILED: 401,
+    ErrorCode.AUTHORIZATION_FAILED: 403,
 }
 
 
@@ -32,22 +35,11 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         return await handler(request)
     except GatewayError as exc:
+        status = _STATUS.get(exc.code, 400)
         return web.json_response(
             {"error": exc.code.name, "message": str(exc), "retriable": exc.retriable},
-            status=_STATUS.get(exc.code, 400),
+            status=status, headers={"WWW-Authenticate": 'Basic realm="gateway"'} if status == 401 else None,
         )
-
-
-async def _json_body(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
-    try:
-        body = await request.json()
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"the body is not JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequest("the body must be a JSON object")
-    return body
 
 
 class AdminApi:
@@ -104,7 +96,7 @@ class AdminApi:
         return web.json_response([{"name": t.name, "partitions": t.partitions} for t in topics])
 
     async def create_topic(self, request: web.Request) -> web.Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         name = body.get("name")
         if not isinstance(name, str):
             raise InvalidRequest("'name' is required")
@@ -184,7 +176,7 @@ class AdminApi:
         return web.json_response({"deleted": request.match_info["name"]})
 
     async def alter_config(self, request: web.Request) -> web.Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         changes = {str(k): (None if v is None else str(v)) for k, v in body.items()}
         await self.services.log.alter_config(request.match_info["name"], changes)
         return web.json_response(await self._describe(request.match_info["name"]))
@@ -285,8 +277,8 @@ class AdminListener:
 
 async def start_admin_server(services: Services, host: str, port: int) -> AdminListener:
     api = AdminApi(services)
-    app = web.Application(middlewares=[_errors])
-    app.add_routes(api.routes())
+    app = web.Application(middlewares=[_errors, authentication(services.security)])
+    app.add_routes(api.routes() + SecurityApi(services.security).routes())
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

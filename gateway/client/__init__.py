@@ -24,6 +24,8 @@ from gateway.client.producer import Producer
 from gateway.client.reader import PartitionInfo, StoredBatch
 from gateway.client.transaction import Transaction
 from gateway.errors import (
+    AuthenticationFailed,
+    AuthorizationFailed,
     ConcurrentTransactions,
     ConsumerBusy,
     ExpiredTransactionError,
@@ -43,6 +45,8 @@ from gateway.records import Compression
 
 __all__ = [
     "EVENT_TIME_HEADER",
+    "AuthenticationFailed",
+    "AuthorizationFailed",
     "Client",
     "ClientClosed",
     "Compression",

@@ -13,10 +13,11 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import timedelta
+from ssl import SSLContext
 from urllib.parse import urlsplit
 
 from gateway.client import reader
-from gateway.client.connection import Connection
+from gateway.client.connection import Connection, Credentials
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ConnectionLost
 from gateway.client.message import Message
@@ -45,9 +46,12 @@ def parse_url(url: str) -> tuple[str, int]:
 class Client:
     def __init__(
         self, conn: Connection, host: str, port: int, *, timeout: float, client_name: str, reconnect: bool,
-        transaction_key: str = "", incarnation: str = "",
+        transaction_key: str = "", incarnation: str = "", credentials: Credentials | None = None,
+        ssl: SSLContext | None = None,
     ) -> None:
         self._conn = conn
+        self._credentials = credentials
+        self._ssl = ssl
         self.transaction_key = transaction_key
         self.incarnation = incarnation
         self.epoch = conn.epoch  # of the transaction key; -1 without one
@@ -66,7 +70,8 @@ class Client:
     @classmethod
     async def connect(
         cls, url: str, *, operation_timeout: float = 30.0, client_name: str = "", reconnect: bool = True,
-        transaction_key: str | None = None, epoch: int = -1, incarnation: str = "",
+        transaction_key: str | None = None, epoch: int = -1, incarnation: str = "", username: str | None = None,
+        password: str | None = None, token: str | None = None, ssl: SSLContext | None = None,
     ) -> Client:
         """Open a connection; `operation_timeout` bounds every request's wait for its answer.
 
@@ -76,17 +81,22 @@ class Client:
         `epoch`: the last epoch given to this task before, to resume it; -1 for a fresh start.
         `incarnation`: a name for this run of a task whose processes come and go (a Spark query run):
         each process of the key's current incarnation connects in its epoch, a new incarnation takes a
-        new one, and a former incarnation is refused (NotAllowed): a zombie of an earlier run."""
+        new one, and a former incarnation is refused (NotAllowed): a zombie of an earlier run.
+        `username` and `password`, or `token`: for a gateway with authentication on (refused ones
+        raise AuthenticationFailed); the transaction key is then that user's own. `ssl`: a client
+        context for a gateway listening with TLS (`ssl.create_default_context(cafile=...)`)."""
         host, port = parse_url(url)
         key = transaction_key or ""
         if "&" in key:
             raise ValueError(f"a transaction key may not contain '&': {key!r}")
         if incarnation and not key:
             raise ValueError("an incarnation is one of a transaction key")
+        creds = Credentials(username or "", password or "", token or "")
         conn = await Connection.open(host, port, timeout=operation_timeout, client_name=client_name,
-                                     transaction_key=key, epoch=epoch, incarnation=incarnation)
+                                     transaction_key=key, epoch=epoch, incarnation=incarnation, credentials=creds,
+                                     ssl=ssl)
         return cls(conn, host, port, timeout=operation_timeout, client_name=client_name, reconnect=reconnect,
-                   transaction_key=key, incarnation=incarnation)
+                   transaction_key=key, incarnation=incarnation, credentials=creds, ssl=ssl)
 
     # -- the connection -------------------------------------------------------------------------
 
@@ -128,7 +138,8 @@ class Client:
             try:
                 conn = await Connection.open(self._host, self._port, timeout=self._timeout,
                                              client_name=self._client_name, transaction_key=self.transaction_key,
-                                             epoch=self.epoch, incarnation=self.incarnation)
+                                             epoch=self.epoch, incarnation=self.incarnation,
+                                             credentials=self._credentials, ssl=self._ssl)
             except NotAllowed as exc:
                 if not self.transaction_key:
                     raise

@@ -7,6 +7,8 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from ssl import SSLContext
 from typing import Protocol
 
 from gateway.client.errors import ConnectionLost
@@ -17,6 +19,15 @@ from gateway.pb import gateway_pb2 as pb
 log = logging.getLogger(__name__)
 
 _MAX_INCOMING = 1 << 31  # the server bounds what it sends by what consumers asked for
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What Connect presents to a gateway with authentication on: a user and password, or a token."""
+
+    username: str = ""
+    password: str = field(default="", repr=False)
+    token: str = field(default="", repr=False)
 
 
 class PushReceiver(Protocol):
@@ -50,18 +61,24 @@ class Connection:
     @classmethod
     async def open(
         cls, host: str, port: int, *, timeout: float, client_name: str = "", transaction_key: str = "",
-        epoch: int = -1, incarnation: str = "",
+        epoch: int = -1, incarnation: str = "", credentials: Credentials | None = None,
+        ssl: SSLContext | None = None,
     ) -> Connection:
-        """Connect and say hello; with a transaction key, present `epoch` (the last one given, -1 at
-        first) and learn the new one. NotAllowed when a newer epoch holds the key."""
+        """Connect (over TLS with `ssl`) and say hello, with `credentials` when given; with a
+        transaction key, present `epoch` (the last one given, -1 at first) and learn the new one.
+        NotAllowed when a newer epoch holds the key, AuthenticationFailed for refused credentials."""
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=ssl, server_hostname=host if ssl else None), timeout
+            )
         except (OSError, TimeoutError) as exc:
             raise ConnectionLost(f"cannot connect to {host}:{port}: {exc}") from exc
         conn = cls(reader, writer, timeout)
+        creds = credentials or Credentials()
         hello = pb.Connect(
             client_name=client_name, protocol_version=PROTOCOL_VERSION, transaction_key=transaction_key, epoch=epoch,
             incarnation=incarnation,
+            username=creds.username, password=creds.password, token=creds.token,
         )
         try:
             resp = await conn.request(pb.Request(connect=hello))

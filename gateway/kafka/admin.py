@@ -6,11 +6,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.errors import AuthorizationFailed
 from gateway.kafka import codec
+from gateway.kafka.authz import may_create_topic
 from gateway.kafka.configs import topic_config_entries
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error
 from gateway.log import validate_config
+from gateway.security import Operation, ResourceType
 
 REPLICATION_FACTOR = 1  # Redis, not the gateway, replicates
 
@@ -25,7 +28,9 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
                                "error_message": None, "num_partitions": -1, "replication_factor": -1}
         try:
             bad_name = topic_name_error(t.name)
-            if bad_name is not None:
+            if not await may_create_topic(ctx, t.name):
+                res.update(error_code=KafkaError.topic_authorization_failed, error_message="not authorized")
+            elif bad_name is not None:
                 res.update(error_code=bad_name, error_message=f"illegal topic name {t.name!r}")
             elif t.replication_factor not in (-1, REPLICATION_FACTOR) or t.assignments:
                 res.update(error_code=KafkaError.invalid_replication_factor,
@@ -70,6 +75,8 @@ async def delete_topics(ctx: RequestContext, req: Any) -> Any:
             results.append({"name": None, "error_code": KafkaError.unknown_topic_id})
             continue
         try:
+            if not await ctx.allowed(ResourceType.TOPIC, name, Operation.ADMIN):
+                raise AuthorizationFailed(f"not allowed to delete {name!r}")
             await ctx.services.log.delete_topic(name)
             results.append({"name": name, "error_code": KafkaError.none})
         except Exception as exc:
@@ -84,6 +91,8 @@ async def create_partitions(ctx: RequestContext, req: Any) -> Any:
     results = []
     for t in req.topics:
         try:
+            if not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.ADMIN):
+                raise AuthorizationFailed(f"not allowed to alter {t.name!r}")
             info = await log.topic(t.name, create=False)
             if t.count <= info.partitions:
                 results.append({"name": t.name, "error_code": KafkaError.invalid_partitions,
@@ -104,8 +113,11 @@ async def delete_records(ctx: RequestContext, req: Any) -> Any:
     topics = []
     for t in req.topics:
         parts = []
+        allowed = await ctx.allowed(ResourceType.TOPIC, t.name, Operation.ADMIN)
         for p in t.partitions:
             try:
+                if not allowed:
+                    raise AuthorizationFailed(f"not allowed to delete records of {t.name!r}")
                 await log.check_partition(t.name, p.partition_index)
                 _, hw = await log.bounds(t.name, p.partition_index)
                 if p.offset > hw or p.offset < -1:

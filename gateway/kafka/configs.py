@@ -9,10 +9,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.errors import AuthorizationFailed
 from gateway.kafka import codec
+from gateway.kafka.authz import may_describe_cluster
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.log import TOPIC_CONFIGS, validate_config
+from gateway.security import Operation, ResourceType
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -74,10 +77,15 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                                "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": []}
         try:
             if r.resource_type == RESOURCE_TOPIC:
+                if not await ctx.allowed(ResourceType.TOPIC, r.resource_name, Operation.DESCRIBE):
+                    raise AuthorizationFailed(f"not allowed to describe {r.resource_name!r}")
                 info = await ctx.services.log.topic(r.resource_name, create=False)
                 res["configs"] = topic_config_entries(info.config, keys)
             elif r.resource_type == RESOURCE_BROKER:
-                res["configs"] = _broker_entries(ctx, keys)
+                if not await may_describe_cluster(ctx):
+                    res.update(error_code=KafkaError.cluster_authorization_failed, error_message="not authorized")
+                else:
+                    res["configs"] = _broker_entries(ctx, keys)
             else:
                 res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs")
         except Exception as exc:
@@ -100,6 +108,8 @@ async def _alter(ctx: RequestContext, r: Any, changes: dict[str, str | None], in
     try:
         if r.resource_type != RESOURCE_TOPIC:
             res.update(error_code=KafkaError.invalid_request, error_message="only topic configs can change")
+        elif not await ctx.allowed(ResourceType.TOPIC, r.resource_name, Operation.ADMIN):
+            res.update(error_code=KafkaError.topic_authorization_failed, error_message="not authorized")
         elif validate_only:
             await ctx.services.log.topic(r.resource_name, create=False)
             validate_config(changes)

@@ -17,7 +17,7 @@ import struct
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.kafka import codec
+from gateway.kafka import codec, sasl
 from gateway.kafka.api_versions import unsupported_version_body
 from gateway.kafka.dispatch import ApiKey, ConnectionState, Encoded, RequestContext, lookup
 from gateway.services import Services
@@ -56,10 +56,11 @@ class KafkaConnection:
         while not self.closing:
             self.idle = True
             try:
+                bare = sasl.unframed(self.state)  # a SASL message after SaslHandshake v0, not a request
                 async with asyncio.timeout(idle):
                     prefix = await self.reader.readexactly(4)
                     (size,) = _SIZE.unpack(prefix)
-                    if size < _MIN_FRAME or size > limit:
+                    if size < (0 if bare else _MIN_FRAME) or size > limit:
                         log.warning("kafka client %s sent a frame of %d bytes (limit %d); closing", peer, size, limit)
                         return
                     frame = await self.reader.readexactly(size)
@@ -70,19 +71,30 @@ class KafkaConnection:
                 return
             self.idle = False
             try:
-                chunks = await handle(self.services, self.state, frame)
+                if bare:
+                    chunks = await sasl.unframed_step(self.state, frame)
+                    self.state.close = chunks is None
+                else:
+                    chunks = await handle(self.services, self.state, frame)
             except codec.MalformedRequest as exc:
                 log.warning("kafka client %s sent a malformed request (%s); closing", peer, exc)
                 return
             if chunks:
                 self.writer.writelines(chunks)
                 await self.writer.drain()
+            if self.state.close:
+                await asyncio.sleep(sasl.closing_delay(self.state))
+                return
 
 
 async def handle(services: Services, state: ConnectionState, frame: bytes) -> list[bytes | memoryview] | None:
     """The framed response to one request frame, or None when the request wants no answer."""
     header = codec.read_header(frame)
     key, version = header.api_key, header.api_version
+    if not sasl.permitted(services.security, state, key):
+        log.warning("kafka client %s sent api %d before authenticating; closing", state.peer, key)
+        state.close = True
+        return None
     reg = lookup(key, version)
     if reg is None:
         return _unsupported(header)

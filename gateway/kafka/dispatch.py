@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map
 
+from gateway.security import Operation, ResourceType
 from gateway.services import Services
 
 ApiKey = IntEnum("ApiKey", {name.upper(): key for key, name in api_key_map.items()})  # type: ignore[misc]
@@ -48,6 +49,9 @@ class ConnectionState:
     peer: str
     local_port: int = 0  # the port the client reached, advertised when no other port is configured
     extra: dict[str, Any] = field(default_factory=dict)
+    principal: str | None = None  # who authenticated (SASL); None before that, or with authentication off
+    sasl: Any = None  # the SASL exchange under way (gateway.kafka.sasl)
+    close: bool = False  # set by a handler: close the connection once its response is written
 
 
 @dataclass
@@ -60,6 +64,10 @@ class RequestContext:
     api_version: int
     correlation_id: int
     client_id: str | None
+
+    async def allowed(self, resource: ResourceType, name: str, operation: Operation) -> bool:
+        """Whether this connection's principal may (always, with authentication off)."""
+        return await self.services.security.authorize(self.connection.principal, resource, name, operation)
 
 
 class Encoded(NamedTuple):

@@ -46,6 +46,8 @@ _BY_CODE: dict[ErrorCode, KafkaError] = {
     ErrorCode.CONCURRENT_TRANSACTIONS: KafkaError.concurrent_transactions,
     ErrorCode.TRANSACTION_NOT_FOUND: KafkaError.transactional_id_not_found,
     ErrorCode.INVALID_PARTITIONS: KafkaError.invalid_partitions,
+    ErrorCode.AUTHENTICATION_FAILED: KafkaError.sasl_authentication_failed,
+    ErrorCode.AUTHORIZATION_FAILED: KafkaError.topic_authorization_failed,  # other resources map their own
 }
 
 

@@ -22,6 +22,7 @@ from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, bytes_len, string
 from gateway.records import with_base_offset
+from gateway.security import Operation, ResourceType
 
 READ_COMMITTED = 1
 MAX_ENTRIES = 64  # batches read per partition per round trip; the client asks again for more
@@ -44,7 +45,9 @@ class FetchPartition:
 @handles(ApiKey.FETCH, 4, 12)
 async def fetch(ctx: RequestContext, req: Any) -> Encoded:
     log = ctx.services.log
-    wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes) for t in req.topics for p in t.partitions]
+    denied = {t.topic for t in req.topics if not await ctx.allowed(ResourceType.TOPIC, t.topic, Operation.READ)}
+    wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+              for t in req.topics if t.topic not in denied for p in t.partitions]
     max_wait = min(req.max_wait.total_seconds(), MAX_WAIT)
     max_bytes = min(req.max_bytes, ctx.services.config.fetch_max_bytes)
     loop = asyncio.get_running_loop()
@@ -80,7 +83,11 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
     topics: list[tuple[str, list[FetchPartition]]] = []
     it = iter(parts)
     for t in req.topics:
-        topics.append((t.topic, [next(it) for _ in t.partitions]))
+        if t.topic in denied:
+            topics.append((t.topic, [FetchPartition(p.partition, KafkaError.topic_authorization_failed)
+                                     for p in t.partitions]))
+        else:
+            topics.append((t.topic, [next(it) for _ in t.partitions]))
     return Encoded(encode_fetch_response(ctx.api_version, topics))
 
 

@@ -12,12 +12,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
 from gateway.groups import GroupCoordinator, GroupError, coordinator_for
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.metadata import broker, peer_address
+from gateway.security import Operation, ResourceType
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -28,9 +29,16 @@ def group_error(exc: BaseException | None) -> KafkaError:
     """The Kafka code for a group operation's failure (the group protocol's kinds are Kafka's codes)."""
     if isinstance(exc, GroupError):
         return KafkaError(int(exc.kind))
+    if isinstance(exc, AuthorizationFailed):
+        return KafkaError.group_authorization_failed
     if isinstance(exc, GatewayError) and exc.code == ErrorCode.STORAGE_UNAVAILABLE:
         return KafkaError.coordinator_not_available  # clients look for the coordinator again and retry
     return kafka_error(exc)
+
+
+async def _authorize(ctx: RequestContext, group_id: str, operation: Operation) -> None:
+    if not await ctx.allowed(ResourceType.GROUP, group_id, operation):
+        raise AuthorizationFailed(f"not allowed to {operation} group {group_id!r}")
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -75,6 +83,11 @@ async def _locate(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any
     """A group's coordinator is the gateway holding its lease, else the one the registry spreads the
     group to (which takes the lease on the first request). A transactional id's is the one the
     registry spreads it to: every gateway can coordinate a transaction, whose state is in Redis."""
+    resource = ResourceType.GROUP if key_type == KEY_TYPE_GROUP else ResourceType.TRANSACTIONAL_ID
+    if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION) and not await ctx.allowed(resource, key, Operation.DESCRIBE):
+        denied = (KafkaError.group_authorization_failed if key_type == KEY_TYPE_GROUP
+                  else KafkaError.transactional_id_authorization_failed)
+        return {"error_code": denied, "error_message": None, "node_id": -1, "host": "", "port": -1}
     if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         return {"error_code": KafkaError.invalid_request, "error_message": f"key type {key_type} is not coordinated here",
                 "node_id": -1, "host": "", "port": -1}
@@ -104,6 +117,7 @@ async def join_group(ctx: RequestContext, req: Any) -> Any:
     v = ctx.api_version
     instance_id = getattr(req, "group_instance_id", None)
     try:
+        await _authorize(ctx, req.group_id, Operation.READ)
         r = await _coordinator(ctx).join(
             req.group_id,
             req.member_id,
@@ -145,6 +159,7 @@ async def join_group(ctx: RequestContext, req: Any) -> Any:
 @handles(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx: RequestContext, req: Any) -> Any:
     try:
+        await _authorize(ctx, req.group_id, Operation.READ)
         r = await _coordinator(ctx).sync(
             req.group_id,
             req.generation_id,
@@ -167,6 +182,7 @@ async def sync_group(ctx: RequestContext, req: Any) -> Any:
 @handles(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx: RequestContext, req: Any) -> Any:
     try:
+        await _authorize(ctx, req.group_id, Operation.READ)
         await _coordinator(ctx).heartbeat(
             req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None)
         )
@@ -182,6 +198,7 @@ async def leave_group(ctx: RequestContext, req: Any) -> Any:
     else:
         leaving = [(m.member_id, m.group_instance_id) for m in req.members]
     try:
+        await _authorize(ctx, req.group_id, Operation.READ)
         outcomes = await _coordinator(ctx).leave(req.group_id, leaving)
     except Exception as exc:
         return _response(ctx, {"error_code": group_error(exc), "members": []})
@@ -209,15 +226,20 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
         for t in req.topics
         for p in t.partitions
     }
+    codes: dict[tuple[str, int], KafkaError] = {}
+    for topic in {t for t, _ in offsets}:  # the others are committed; these get their own error
+        if not await ctx.allowed(ResourceType.TOPIC, topic, Operation.READ):
+            codes.update({k: KafkaError.topic_authorization_failed for k in offsets if k[0] == topic})
     try:
+        await _authorize(ctx, req.group_id, Operation.READ)
         outcome = await _coordinator(ctx).commit_offsets(
             req.group_id,
             req.generation_id_or_member_epoch,
             req.member_id,
-            offsets,
+            {k: v for k, v in offsets.items() if k not in codes},
             instance_id=getattr(req, "group_instance_id", None),
-        )
-        codes = {k: KafkaError.none if e is None else KafkaError(int(e)) for k, e in outcome.items()}
+        ) if len(codes) < len(offsets) else {}
+        codes.update({k: KafkaError.none if e is None else KafkaError(int(e)) for k, e in outcome.items()})
     except Exception as exc:
         code = group_error(exc)
         codes = dict.fromkeys(offsets, code)
@@ -237,11 +259,20 @@ async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple
     every version), and the group-level error."""
     parts = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     try:
+        await _authorize(ctx, group_id, Operation.DESCRIBE)
         found = await _coordinator(ctx).fetch_offsets(group_id, parts)
     except Exception as exc:
         return [], group_error(exc)
     by_topic: dict[str, list[dict[str, Any]]] = {}
+    hidden = {t for t, _ in found if not await ctx.allowed(ResourceType.TOPIC, t, Operation.DESCRIBE)}
     for (topic, partition), c in found.items():
+        if topic in hidden:
+            if parts is not None:  # asked for by name: say why there is nothing; else leave it out
+                by_topic.setdefault(topic, []).append({
+                    "partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
+                    "metadata": "", "error_code": KafkaError.topic_authorization_failed,
+                })
+            continue
         by_topic.setdefault(topic, []).append({
             "partition_index": partition,
             "committed_offset": -1 if c is None else c.offset,
@@ -281,6 +312,7 @@ async def describe_groups(ctx: RequestContext, req: Any) -> Any:
     out = []
     for group_id in req.groups:
         try:
+            await _authorize(ctx, group_id, Operation.DESCRIBE)
             d = await _coordinator(ctx).describe(group_id)
         except Exception as exc:
             out.append({"group_id": group_id, "error_code": group_error(exc), "error_message": error_message(exc),
@@ -327,6 +359,7 @@ async def list_groups(ctx: RequestContext, req: Any) -> Any:
         "groups": [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": "classic"}
             for g in listed
+            if await ctx.allowed(ResourceType.GROUP, g.group_id, Operation.DESCRIBE)
         ],
     })
 
@@ -336,6 +369,7 @@ async def delete_groups(ctx: RequestContext, req: Any) -> Any:
     results = []
     for group_id in req.groups_names:
         try:
+            await _authorize(ctx, group_id, Operation.ADMIN)
             await _coordinator(ctx).delete(group_id)
             code = KafkaError.none
         except Exception as exc:

@@ -9,9 +9,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.kafka import codec
+from gateway.kafka.authz import may_create_topic, may_describe_cluster
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error
 from gateway.registry import Peer
+from gateway.security import Operation, ResourceType
 
 CLUSTER_ID = "redis-streams-gateway"
 LEADER_EPOCH = 0  # one leader forever: epochs never change
@@ -59,8 +61,9 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
     wanted = req.topics
     topics: list[dict[str, Any]] = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
-        infos = await log.list_topics()
-        topics = [_topic(ctx, info.name, info.partitions) for info in infos]
+        infos = await log.list_topics()  # only those the principal may describe
+        topics = [_topic(ctx, info.name, info.partitions) for info in infos
+                  if await ctx.allowed(ResourceType.TOPIC, info.name, Operation.DESCRIBE)]
     else:
         create = ctx.services.config.auto_create_topics and getattr(req, "allow_auto_topic_creation", True)
         for t in wanted:
@@ -73,8 +76,11 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
             if bad_name is not None:
                 topics.append({"error_code": bad_name, "name": t.name})
                 continue
+            if not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.DESCRIBE):
+                topics.append({"error_code": KafkaError.topic_authorization_failed, "name": t.name})
+                continue
             try:
-                info = await log.topic(t.name, create=create)
+                info = await log.topic(t.name, create=create and await may_create_topic(ctx, t.name, auto=True))
             except Exception as exc:
                 topics.append({"error_code": kafka_error(exc), "name": t.name})
                 continue
@@ -108,6 +114,9 @@ def _topic(ctx: RequestContext, name: str, partitions: int) -> dict[str, Any]:
 async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
     live = brokers(ctx)
     cls = codec.response_class(ApiKey.DESCRIBE_CLUSTER, ctx.api_version)
+    if not await may_describe_cluster(ctx):
+        return codec.build(cls, {"error_code": KafkaError.cluster_authorization_failed, "cluster_id": CLUSTER_ID,
+                                 "controller_id": -1, "brokers": [], "error_message": "not authorized"})
     return codec.build(
         cls,
         {

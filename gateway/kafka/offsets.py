@@ -12,6 +12,7 @@ from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.metadata import LEADER_EPOCH
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string
+from gateway.security import Operation, ResourceType
 
 READ_COMMITTED = 1
 LATEST = -1
@@ -32,6 +33,8 @@ class OffsetResult:
 async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, committed: bool) -> OffsetResult:
     """One partition's answer; read_committed readers see "latest" as the last stable offset."""
     log = ctx.services.log
+    if not await ctx.allowed(ResourceType.TOPIC, topic, Operation.DESCRIBE):
+        return OffsetResult(partition, KafkaError.topic_authorization_failed)
     try:
         await log.check_partition(topic, partition)
         start, hw = await log.bounds(topic, partition)
@@ -90,7 +93,12 @@ async def offset_for_leader_epoch(ctx: RequestContext, req: Any) -> Any:
     topics = []
     for t in req.topics:
         parts = []
+        allowed = await ctx.allowed(ResourceType.TOPIC, t.topic, Operation.DESCRIBE)
         for p in t.partitions:
+            if not allowed:
+                parts.append({"error_code": KafkaError.topic_authorization_failed, "partition": p.partition,
+                              "leader_epoch": -1, "end_offset": -1})
+                continue
             try:
                 await log.check_partition(t.topic, p.partition)
                 _, hw = await log.bounds(t.topic, p.partition)

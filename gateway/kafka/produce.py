@@ -16,6 +16,7 @@ from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string
 from gateway.log import Produced
+from gateway.security import Operation, ResourceType
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,17 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
     items: list[tuple[str, int, bytes]] = []
     results: dict[tuple[str, int], PartitionResult] = {}
     order: list[tuple[str, list[int]]] = []
+    tid = getattr(req, "transactional_id", None)
+    txn_denied = tid is not None and not await ctx.allowed(ResourceType.TRANSACTIONAL_ID, tid, Operation.WRITE)
     for topic in req.topic_data:
         order.append((topic.name, [p.index for p in topic.partition_data]))
+        denied = (KafkaError.transactional_id_authorization_failed if txn_denied
+                  else None if await ctx.allowed(ResourceType.TOPIC, topic.name, Operation.WRITE)
+                  else KafkaError.topic_authorization_failed)
         for p in topic.partition_data:
-            if req.acks not in (0, 1, -1):
+            if denied is not None:
+                results[(topic.name, p.index)] = PartitionResult(p.index, denied)
+            elif req.acks not in (0, 1, -1):
                 results[(topic.name, p.index)] = PartitionResult(p.index, KafkaError.invalid_required_acks)
             elif p.records is None:
                 results[(topic.name, p.index)] = PartitionResult(p.index, KafkaError.corrupt_message)

@@ -11,7 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.errors import ErrorCode, GatewayError
+from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import kafka_error
@@ -21,6 +21,7 @@ from gateway.producer_txn import (
     ProducerState,
     UnknownMember,
 )
+from gateway.security import Operation, ResourceType
 from gateway.txn import InvalidTransactionTimeout, now_ms
 
 # KIP-588: from these versions on, a fenced producer is told PRODUCER_FENCED, before that INVALID_PRODUCER_EPOCH
@@ -40,6 +41,8 @@ def txn_error(ctx: RequestContext, exc: BaseException) -> KafkaError:
         return KafkaError.invalid_transaction_timeout
     if isinstance(exc, UnknownMember):
         return KafkaError[exc.kind]
+    if isinstance(exc, AuthorizationFailed):
+        return KafkaError.transactional_id_authorization_failed
     if isinstance(exc, GatewayError) and exc.code == ErrorCode.PRODUCER_FENCED:
         if ctx.api_version < _FENCED_SINCE.get(ctx.api_key, 0):
             return KafkaError.invalid_producer_epoch
@@ -47,9 +50,16 @@ def txn_error(ctx: RequestContext, exc: BaseException) -> KafkaError:
     return kafka_error(exc)
 
 
+async def _may_write(ctx: RequestContext, transactional_id: str) -> bool:
+    return await ctx.allowed(ResourceType.TRANSACTIONAL_ID, transactional_id, Operation.WRITE)
+
+
 async def init_transactional(ctx: RequestContext, req: Any) -> Any:
     """InitProducerId with a transactional.id (called by the InitProducerId handler)."""
     cls = codec.response_class(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
+    if not await _may_write(ctx, req.transactional_id):
+        return codec.build(cls, {"error_code": KafkaError.transactional_id_authorization_failed,
+                                 "producer_id": -1, "producer_epoch": -1})
     timeout_ms = int(req.transaction_timeout.total_seconds() * 1000)
     try:
         pid, epoch = await ctx.services.txn_producers.init(
@@ -79,9 +89,15 @@ async def _add_one(
 ) -> list[dict[str, Any]]:
     wanted: list[tuple[str, int]] = [(t.name, p) for t in topics for p in t.partitions]
     errors: dict[tuple[str, int], KafkaError] = {}
+    txn_allowed = await _may_write(ctx, tid)
     for topic, partition in wanted:
         try:
-            await ctx.services.log.check_partition(topic, partition)
+            if not txn_allowed:
+                errors[(topic, partition)] = KafkaError.transactional_id_authorization_failed
+            elif not await ctx.allowed(ResourceType.TOPIC, topic, Operation.WRITE):
+                errors[(topic, partition)] = KafkaError.topic_authorization_failed
+            else:
+                await ctx.services.log.check_partition(topic, partition)
         except Exception as exc:
             errors[(topic, partition)] = kafka_error(exc)
     good = [p for p in wanted if p not in errors]
@@ -113,6 +129,10 @@ async def _add_one(
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
 async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> Any:
     cls = codec.response_class(ApiKey.ADD_OFFSETS_TO_TXN, ctx.api_version)
+    if not await _may_write(ctx, req.transactional_id):
+        return codec.build(cls, {"error_code": KafkaError.transactional_id_authorization_failed})
+    if not await ctx.allowed(ResourceType.GROUP, req.group_id, Operation.READ):
+        return codec.build(cls, {"error_code": KafkaError.group_authorization_failed})
     try:
         await ctx.services.txn_producers.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
                                                   req.group_id)
@@ -133,17 +153,29 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
         for p in t.partitions
     }
     code = KafkaError.none
-    try:
-        await ctx.services.txn_producers.commit_offsets(
-            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, offsets,
-            generation=getattr(req, "generation_id", -1), member_id=getattr(req, "member_id", "") or "",
-            instance_id=getattr(req, "group_instance_id", None),
-        )
-    except Exception as exc:
-        code = txn_error(ctx, exc)
+    denied: set[str] = set()
+    if not await _may_write(ctx, req.transactional_id):
+        code = KafkaError.transactional_id_authorization_failed
+    elif not await ctx.allowed(ResourceType.GROUP, req.group_id, Operation.READ):
+        code = KafkaError.group_authorization_failed
+    else:
+        denied = {t for t, _ in offsets if not await ctx.allowed(ResourceType.TOPIC, t, Operation.READ)}
+        offsets = {k: v for k, v in offsets.items() if k[0] not in denied}
+    if code == KafkaError.none and offsets:
+        try:
+            await ctx.services.txn_producers.commit_offsets(
+                req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, offsets,
+                generation=getattr(req, "generation_id", -1), member_id=getattr(req, "member_id", "") or "",
+                instance_id=getattr(req, "group_instance_id", None),
+            )
+        except Exception as exc:
+            code = txn_error(ctx, exc)
     return codec.build(cls, {"topics": [
-        {"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
-                                        for p in t.partitions]}
+        {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index,
+             "error_code": KafkaError.topic_authorization_failed if t.name in denied else code}
+            for p in t.partitions
+        ]}
         for t in req.topics
     ]})
 
@@ -151,6 +183,8 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
 @handles(ApiKey.END_TXN, 0, 4)
 async def end_txn(ctx: RequestContext, req: Any) -> Any:
     cls = codec.response_class(ApiKey.END_TXN, ctx.api_version)
+    if not await _may_write(ctx, req.transactional_id):
+        return codec.build(cls, {"error_code": KafkaError.transactional_id_authorization_failed})
     try:
         await ctx.services.txn_producers.end(req.transactional_id, req.producer_id, req.producer_epoch,
                                           bool(req.committed))
@@ -185,6 +219,8 @@ async def describe_transactions(ctx: RequestContext, req: Any) -> Any:
     states = []
     for tid in req.transactional_ids:
         try:
+            if not await ctx.allowed(ResourceType.TRANSACTIONAL_ID, tid, Operation.DESCRIBE):
+                raise AuthorizationFailed(f"not allowed to describe {tid!r}")
             states.append(_describe(await ctx.services.txn_producers.describe(tid)))
         except Exception as exc:
             states.append({"error_code": txn_error(ctx, exc), "transactional_id": tid,
@@ -209,6 +245,8 @@ async def list_transactions(ctx: RequestContext, req: Any) -> Any:
         if pids and state.producer_id not in pids:
             continue
         if min_age >= 0 and (state.txn is None or now - state.txn.start_ms < min_age):
+            continue
+        if not await ctx.allowed(ResourceType.TRANSACTIONAL_ID, state.transactional_id, Operation.DESCRIBE):
             continue
         out.append({"transactional_id": state.transactional_id, "producer_id": state.producer_id,
                     "transaction_state": state.kafka_state})

@@ -19,7 +19,15 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway.errors import ErrorCode, GatewayError, InvalidRequest, NotAllowed, SubscriptionNotFound
+from gateway.errors import (
+    AuthenticationFailed,
+    AuthorizationFailed,
+    ErrorCode,
+    GatewayError,
+    InvalidRequest,
+    NotAllowed,
+    SubscriptionNotFound,
+)
 from gateway.native.transactions import TxnSession, as_expired, expired_errors
 from gateway.native.wire import (
     PROTOCOL_VERSION,
@@ -35,6 +43,7 @@ from gateway.net import TcpListener
 from gateway.pb import gateway_pb2 as pb
 from gateway.producers import ProducerService
 from gateway.records import parse_header
+from gateway.security import FAILED_AUTHENTICATION_DELAY, USER_PREFIX, Operation, ResourceType
 from gateway.services import Services
 from gateway.subscriptions import Consumer, Delivery, Mode, SubscriptionService
 
@@ -43,6 +52,7 @@ log = logging.getLogger(__name__)
 _MODES = {pb.EXCLUSIVE: Mode.EXCLUSIVE, pb.FAILOVER: Mode.FAILOVER, pb.SHARED: Mode.SHARED}
 _SEND_BATCH = 256  # sends appended per round trip at most
 _ORDERED = ("send", "send_watermark")  # requests that go through the send queue, in arrival order
+_BEFORE_CONNECT = ("connect", "ping")  # all that is served before authentication, when it is on
 _RANGE_BYTES = 1 << 20  # a range read's answer when the reader names no size
 
 
@@ -117,6 +127,8 @@ class Connection:
         self._room = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
         self.txns = TxnSession(self.services)
+        self.principal: str | None = None  # who authenticated (Connect); None before, or with authentication off
+        self.closing = False  # set by a handler: close once its answer is written
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -141,10 +153,17 @@ class Connection:
                     await self._write([self._error(0, exc)])
                     continue
                 assert isinstance(req, pb.Request)
-                if req.WhichOneof("body") in _ORDERED:
+                kind = req.WhichOneof("body")
+                if self.principal is None and self.services.security.enabled and kind not in _BEFORE_CONNECT:
+                    await self._write([self._error(req.request_id, AuthenticationFailed("Connect with credentials first"))])
+                    return
+                if kind in _ORDERED:
                     await self._queue_send(req, len(payload))
                 else:
                     await self._handle(req)
+                if self.closing:
+                    await asyncio.sleep(FAILED_AUTHENTICATION_DELAY)
+                    return
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -343,8 +362,13 @@ class Connection:
             raise InvalidRequest("the batch must carry this producer's id and not be transactional")
         return producer.topic, send.partition, send.batch
 
+    async def _authorize(self, resource: ResourceType, name: str, operation: Operation) -> None:
+        if not await self.services.security.authorize(self.principal, resource, name, operation):
+            raise AuthorizationFailed(f"{self.principal} may not {operation} {resource} {name!r}")
+
     async def _create_producer(self, req: pb.Request) -> pb.Response:
         r = req.create_producer
+        await self._authorize(ResourceType.TOPIC, r.topic, Operation.WRITE)
         pid, info = await self.server.producers.register(r.topic, r.resume_producer_id)
         handle = self._next_handle
         self._next_handle += 1
@@ -383,6 +407,8 @@ class Connection:
 
     async def _subscribe(self, req: pb.Request) -> pb.Response:
         r = req.subscribe
+        await self._authorize(ResourceType.TOPIC, r.topic, Operation.READ)
+        await self._authorize(ResourceType.GROUP, r.subscription, Operation.READ)
         consumer = await self.subs.subscribe(
             r.topic,
             r.subscription,
@@ -481,6 +507,17 @@ class Connection:
         epoch = 0
         if r.incarnation and not r.transaction_key:
             raise InvalidRequest("an incarnation is one of a transaction key")
+        security = self.services.security
+        if security.enabled and self.principal is None:
+            self.closing = True  # unless this succeeds
+            if r.token:
+                self.principal = await security.check_token(r.token)
+            elif r.username:
+                self.principal = await security.check_password(r.username, r.password)
+            else:
+                raise AuthenticationFailed("this gateway wants a user name and password, or a token")
+            self.closing = False
+            self.txns.owner = self.principal.removeprefix(USER_PREFIX)
         if r.transaction_key:
             if self.txns.key:
                 raise NotAllowed("this connection holds a transaction key already")
@@ -488,7 +525,7 @@ class Connection:
         cfg = self.services.config
         connected = pb.Connected(
             protocol_version=PROTOCOL_VERSION, max_frame_bytes=cfg.max_frame_bytes, epoch=epoch,
-            idle_timeout_ms=int(cfg.idle_timeout * 1000),
+            idle_timeout_ms=int(cfg.idle_timeout * 1000), principal=self.principal or "",
         )
         return pb.Response(connected=connected)
 

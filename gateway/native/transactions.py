@@ -26,8 +26,6 @@ from gateway.fence import full_key
 from gateway.services import Services
 from gateway.txn import TxnId
 
-OWNER = ""  # anonymous until the native face authenticates
-
 
 @dataclass(frozen=True)
 class Txn:
@@ -64,6 +62,7 @@ def expired_errors(txn_id: str) -> Iterator[None]:
 class TxnSession:
     def __init__(self, services: Services) -> None:
         self.services = services
+        self.owner = ""  # the authenticated user whose keys these are; "" (anonymous) without authentication
         self.key = ""
         self.epoch = -1  # the key's epoch this connection holds; -1 without a key (no epoch checks)
         self.fenced = False
@@ -74,14 +73,14 @@ class TxnSession:
         """Take the key for a new epoch (or the epoch of its current incarnation); the older epoch's
         connection and transaction end at once."""
         connected = await self.services.fence.connect(
-            OWNER, key, last_epoch, on_fenced=on_fenced, incarnation=incarnation
+            self.owner, key, last_epoch, on_fenced=on_fenced, incarnation=incarnation
         )
         self.key, self.epoch, self._on_fenced = key, connected.epoch, on_fenced
         return connected.epoch
 
     def disconnected(self) -> None:
         if self.key and not self.fenced and self._on_fenced is not None:
-            self.services.fence.disconnected(OWNER, self.key, self._on_fenced)
+            self.services.fence.disconnected(self.owner, self.key, self._on_fenced)
 
     def _check_live(self, txn_id: str) -> None:
         if self.fenced:
@@ -95,11 +94,11 @@ class TxnSession:
         if group_key and self.key:
             raise InvalidRequest("a transaction of the connection's key cannot be meant for a group commit")
         if group_key:
-            tid = await coordinator.begin(timeout, group=full_key(OWNER, group_key), group_commit_id=group_commit_id)
+            tid = await coordinator.begin(timeout, group=full_key(self.owner, group_key), group_commit_id=group_commit_id)
             txn = Txn(str(tid), coordinator.own_producer_id(tid), 0, timeout)
         elif self.key:
             self._check_live("new")
-            txn_id, pid = await self.services.fence.begin(OWNER, self.key, self.epoch, timeout, own_producer=True)
+            txn_id, pid = await self.services.fence.begin(self.owner, self.key, self.epoch, timeout, own_producer=True)
             txn = Txn(str(txn_id), pid, self.epoch, timeout)
         else:
             plain: TxnId = await coordinator.begin(timeout)
@@ -136,7 +135,7 @@ class TxnSession:
         if commit_id is not None and not self.key:
             raise InvalidRequest("a commit id needs a connection with a transaction key")
         self._check_live(",".join(txn_ids))
-        key = full_key(OWNER, self.key) if self.key else ""
+        key = full_key(self.owner, self.key) if self.key else ""
         with expired_errors(",".join(txn_ids)):
             committed = await self.services.txn.commit_group(txn_ids, key=key, epoch=self.epoch, commit_id=commit_id)
         for txn_id in txn_ids:

@@ -115,30 +115,38 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Connect(_message.Message):
-    __slots__ = ("client_name", "protocol_version", "transaction_key", "epoch", "incarnation")
+    __slots__ = ("client_name", "protocol_version", "transaction_key", "epoch", "incarnation", "username", "password", "token")
     CLIENT_NAME_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     TRANSACTION_KEY_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    USERNAME_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
     client_name: str
     protocol_version: int
     transaction_key: str
     epoch: int
     incarnation: str
-    def __init__(self, client_name: _Optional[str] = ..., protocol_version: _Optional[int] = ..., transaction_key: _Optional[str] = ..., epoch: _Optional[int] = ..., incarnation: _Optional[str] = ...) -> None: ...
+    username: str
+    password: str
+    token: str
+    def __init__(self, client_name: _Optional[str] = ..., protocol_version: _Optional[int] = ..., transaction_key: _Optional[str] = ..., epoch: _Optional[int] = ..., incarnation: _Optional[str] = ..., username: _Optional[str] = ..., password: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
 
 class Connected(_message.Message):
-    __slots__ = ("protocol_version", "max_frame_bytes", "epoch", "idle_timeout_ms")
+    __slots__ = ("protocol_version", "max_frame_bytes", "epoch", "idle_timeout_ms", "principal")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MAX_FRAME_BYTES_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     IDLE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     max_frame_bytes: int
     epoch: int
     idle_timeout_ms: int
-    def __init__(self, protocol_version: _Optional[int] = ..., max_frame_bytes: _Optional[int] = ..., epoch: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ...) -> None: ...
+    principal: str
+    def __init__(self, protocol_version: _Optional[int] = ..., max_frame_bytes: _Optional[int] = ..., epoch: _Optional[int] = ..., idle_timeout_ms: _Optional[int] = ..., principal: _Optional[str] = ...) -> None: ...
 
 class Ping(_message.Message):
     __slots__ = ()

@@ -237,3 +237,18 @@ def role_holder(role: str) -> str:
 def role_epochs(role: str) -> str:
     """Counter: the last epoch handed out for the role, so every new holder's is higher."""
     return f"{{gw:role:{role}}}:epoch"
+
+
+# -- users, tokens and ACLs: one hash tag, so a user's scripts run in one slot ----------------------
+
+SEC_USERS = "{gw:sec}:users"
+"""Set of user names."""
+SEC_TOKENS = "{gw:sec}:tokens"
+"""Hash: SHA-256 digest of a token (hex) -> the user it authenticates."""
+SEC_ACLS = "{gw:sec}:acls"
+"""Set of ACL entries, each a msgpack list (principal, resource type, pattern, name, operation)."""
+
+
+def sec_user(name: str) -> str:
+    """Hash: SCRAM credentials by mechanism, "created" (ms), "token:<id>" -> "<digest> <created ms>"."""
+    return f"{{gw:sec}}:user:{name}"

@@ -1,0 +1,496 @@
+"""Who a client is and what it may do: users, tokens, SASL exchanges and ACLs, for every face.
+
+Passwords are never stored. A user has, per SCRAM mechanism, a salt, an iteration count and the
+StoredKey and ServerKey of RFC 5802 (Kafka's own record); PLAIN and HTTP basic auth check a
+password against them, SCRAM-SHA-256/512 (RFC 5802, 7677) prove it without sending it. A token is
+a random secret kept as its SHA-256 digest. An unknown user goes through the same steps as a known
+one with a wrong password, so answers and timing do not tell which names exist.
+
+With authentication on, a principal may do what an ACL allows it and nothing else (super users
+everything). ACLs allow an operation on a resource: read, write, describe or admin (or all) on a
+topic, group, transactional id or the cluster, by literal name ("*": any) or by prefix; read, write
+and admin each imply describe. ACLs are read from Redis at most every `cache_seconds`, and each
+decision is remembered until then, so a request pays a dict lookup. Changes made through this
+gateway apply at once, through another gateway within `cache_seconds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import logging
+import re
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from gateway.errors import AuthenticationFailed, GatewayError, InvalidRequest, NotAllowed
+from gateway.store import Store
+from gateway.store.security import AclEntry, SecurityStore, UserRecord
+
+log = logging.getLogger(__name__)
+
+SCRAM_HASHES = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
+MECHANISMS = ("PLAIN", *SCRAM_HASHES)
+MIN_ITERATIONS = 4096  # RFC 7677's minimum, and Kafka's
+USER_PREFIX = "User:"
+ANY = "*"
+CLUSTER_NAME = "kafka-cluster"
+ADMIN_TOKEN_PRINCIPAL = "User:admin-token"  # who the configured admin token authenticates as: a super user
+_MAX_DECISIONS = 100_000
+FAILED_AUTHENTICATION_DELAY = 0.1  # seconds between a failed authentication's answer and the close, as
+# Kafka's connection.failed.authentication.delay.ms: clients read the answer first, guessers wait
+
+
+class ResourceType(StrEnum):
+    TOPIC = "topic"
+    GROUP = "group"  # a Kafka consumer group or a native subscription
+    TRANSACTIONAL_ID = "transactional-id"
+    CLUSTER = "cluster"
+
+
+class Operation(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    DESCRIBE = "describe"
+    ADMIN = "admin"  # create, delete, alter
+    ALL = "all"
+
+
+class PatternType(StrEnum):
+    LITERAL = "literal"
+    PREFIXED = "prefixed"
+
+
+_IMPLIED = {
+    Operation.ALL: frozenset(Operation),
+    Operation.READ: frozenset({Operation.READ, Operation.DESCRIBE}),
+    Operation.WRITE: frozenset({Operation.WRITE, Operation.DESCRIBE}),
+    Operation.ADMIN: frozenset({Operation.ADMIN, Operation.DESCRIBE}),
+    Operation.DESCRIBE: frozenset({Operation.DESCRIBE}),
+}
+
+
+def user_principal(name: str) -> str:
+    return USER_PREFIX + name
+
+
+@dataclass(frozen=True)
+class Acl:
+    """Allows `principal` ("User:alice", "User:*" for every authenticated user) `operation` on the
+    resources of a type whose name is `resource_name` (or starts with it, when prefixed)."""
+
+    principal: str
+    resource_type: ResourceType
+    resource_name: str
+    operation: Operation
+    pattern: PatternType = PatternType.LITERAL
+
+    def __post_init__(self) -> None:  # plain strings become the enums (ValueError for unknown ones)
+        object.__setattr__(self, "resource_type", ResourceType(self.resource_type))
+        object.__setattr__(self, "operation", Operation(self.operation))
+        object.__setattr__(self, "pattern", PatternType(self.pattern))
+
+    @classmethod
+    def parse(cls, values: dict[str, Any]) -> Acl:
+        """From a JSON object; anything missing or unknown is an InvalidRequest."""
+        try:
+            acl = cls(
+                str(values["principal"]),
+                values["resource_type"],
+                str(values.get("resource_name", CLUSTER_NAME if values["resource_type"] == "cluster" else "")),
+                values["operation"],
+                values.get("pattern", PatternType.LITERAL),
+            )
+        except (KeyError, ValueError) as exc:
+            raise InvalidRequest(
+                f"an ACL needs principal, resource_type ({', '.join(ResourceType)}), resource_name, operation "
+                f"({', '.join(Operation)}) and optionally pattern ({', '.join(PatternType)}): {exc}"
+            ) from None
+        if not acl.principal.startswith(USER_PREFIX) or acl.principal == USER_PREFIX:
+            raise InvalidRequest(f"a principal looks like User:NAME (or User:*), not {acl.principal!r}")
+        if not acl.resource_name:
+            raise InvalidRequest("the resource name may not be empty")
+        return acl
+
+    def to_json(self) -> dict[str, str]:
+        return {"principal": self.principal, "resource_type": self.resource_type.value,
+                "resource_name": self.resource_name, "pattern": self.pattern.value, "operation": self.operation.value}
+
+    def entry(self) -> AclEntry:
+        return (self.principal, self.resource_type.value, self.pattern.value, self.resource_name, self.operation.value)
+
+    @classmethod
+    def from_entry(cls, e: AclEntry) -> Acl:
+        return cls(e[0], ResourceType(e[1]), e[3], Operation(e[4]), PatternType(e[2]))  # ValueError if unknown
+
+    def allows(self, resource: ResourceType, name: str, operation: Operation) -> bool:
+        if resource != self.resource_type or operation not in _IMPLIED[self.operation]:
+            return False
+        if self.pattern == PatternType.PREFIXED:
+            return name.startswith(self.resource_name)
+        return self.resource_name in (name, ANY)
+
+
+# -- SCRAM (RFC 5802) ----------------------------------------------------------------------------
+
+
+def _hmac(hash_name: str, key: bytes, msg: bytes) -> bytes:
+    return hmac.new(key, msg, hash_name).digest()
+
+
+@dataclass(frozen=True)
+class ScramCredential:
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+    @classmethod
+    def create(cls, mechanism: str, password: str, iterations: int = MIN_ITERATIONS) -> ScramCredential:
+        hash_name = SCRAM_HASHES[mechanism]
+        salt = secrets.token_bytes(24)
+        salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
+        client_key = _hmac(hash_name, salted, b"Client Key")
+        return cls(salt, iterations, hashlib.new(hash_name, client_key).digest(),
+                   _hmac(hash_name, salted, b"Server Key"))
+
+    def format(self) -> str:
+        """Kafka's text form of a SCRAM credential."""
+        b64 = base64.b64encode
+        return (f"salt={b64(self.salt).decode()},stored_key={b64(self.stored_key).decode()},"
+                f"server_key={b64(self.server_key).decode()},iterations={self.iterations}")
+
+    @classmethod
+    def parse(cls, text: str) -> ScramCredential:
+        f = dict(part.split("=", 1) for part in text.split(","))
+        return cls(base64.b64decode(f["salt"]), int(f["iterations"]), base64.b64decode(f["stored_key"]),
+                   base64.b64decode(f["server_key"]))
+
+    def check_password(self, mechanism: str, password: str) -> bool:
+        """Whether `password` derives this credential's StoredKey (costs `iterations` HMACs)."""
+        hash_name = SCRAM_HASHES[mechanism]
+        salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), self.salt, self.iterations)
+        stored = hashlib.new(hash_name, _hmac(hash_name, salted, b"Client Key")).digest()
+        return hmac.compare_digest(stored, self.stored_key)
+
+
+_SECRET = secrets.token_bytes(32)  # per process: the fake credentials of unknown users
+
+
+def _stand_in(name: str, mechanism: str) -> ScramCredential:
+    """What an unknown user gets instead of an error: the same salt every time, no password fits."""
+    digest = _hmac("sha256", _SECRET, f"{mechanism}\0{name}".encode())
+    return ScramCredential(digest[:24], MIN_ITERATIONS, secrets.token_bytes(32), secrets.token_bytes(32))
+
+
+def _sasl_name(raw: str) -> str:
+    """RFC 5802's saslname: '=2C' and '=3D' stand for ',' and '='; any other '=' is malformed."""
+    if re.search(r"=(?!2C|3D)", raw):
+        raise AuthenticationFailed("malformed SCRAM user name")
+    return raw.replace("=2C", ",").replace("=3D", "=")
+
+
+def _attributes(message: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in message.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise AuthenticationFailed("malformed SCRAM message")
+        out.setdefault(key, value)
+    return out
+
+
+class ScramExchange:
+    """The server side of one SCRAM authentication: two messages in, two out."""
+
+    def __init__(self, service: SecurityService, mechanism: str) -> None:
+        self.service = service
+        self.mechanism = mechanism
+        self.hash_name = SCRAM_HASHES[mechanism]
+        self.principal: str | None = None
+        self._user = ""
+        self._known = False
+        self._credential: ScramCredential | None = None
+        self._nonce = ""
+        self._gs2_header = ""
+        self._first_bare = ""
+        self._server_first = ""
+
+    async def step(self, message: bytes) -> bytes:
+        try:
+            text = message.decode()
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("a SCRAM message is UTF-8") from None
+        if self._credential is None:
+            return await self._first(text)
+        return self._final(text)
+
+    async def _first(self, text: str) -> bytes:
+        flag, _, rest = text.partition(",")
+        authzid, _, bare = rest.partition(",")
+        if flag not in ("n", "y"):
+            raise AuthenticationFailed("SCRAM channel binding is not supported")
+        attrs = _attributes(bare)
+        if "n" not in attrs or "r" not in attrs or "m" in attrs or not attrs["r"]:
+            raise AuthenticationFailed("malformed SCRAM client-first message")
+        if attrs.get("tokenauth") == "true":
+            raise AuthenticationFailed("delegation tokens are not supported")
+        self._user = _sasl_name(attrs["n"])
+        if authzid and _sasl_name(authzid.removeprefix("a=")) != self._user:
+            raise AuthenticationFailed("the authorization id must be the user name")
+        record = await self.service.store.get_user(self._user)
+        stored = record.credentials.get(self.mechanism) if record is not None else None
+        self._known = stored is not None
+        self._credential = ScramCredential.parse(stored) if stored else _stand_in(self._user, self.mechanism)
+        self._gs2_header = f"{flag},{authzid},"
+        self._first_bare = bare
+        self._nonce = attrs["r"] + secrets.token_urlsafe(24)
+        salt = base64.b64encode(self._credential.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={self._credential.iterations}"
+        return self._server_first.encode()
+
+    def _final(self, text: str) -> bytes:
+        if self.principal is not None:
+            raise AuthenticationFailed("the SCRAM exchange is over")
+        assert self._credential is not None
+        without_proof, sep, proof_part = text.rpartition(",p=")
+        attrs = _attributes(without_proof)
+        if not sep or attrs.get("r") != self._nonce:
+            raise AuthenticationFailed("malformed SCRAM client-final message")
+        if base64.b64decode(attrs.get("c", "")) != self._gs2_header.encode():
+            raise AuthenticationFailed("SCRAM channel binding does not match")
+        auth = f"{self._first_bare},{self._server_first},{without_proof}".encode()
+        try:
+            proof = base64.b64decode(proof_part, validate=True)
+        except ValueError:
+            raise AuthenticationFailed("malformed SCRAM proof") from None
+        cred = self._credential
+        signature = _hmac(self.hash_name, cred.stored_key, auth)
+        if len(proof) != len(signature):
+            raise AuthenticationFailed("malformed SCRAM proof")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        valid = hmac.compare_digest(hashlib.new(self.hash_name, client_key).digest(), cred.stored_key)
+        if not (valid and self._known):
+            raise AuthenticationFailed(f"invalid credentials with SASL mechanism {self.mechanism}")
+        self.principal = user_principal(self._user)
+        return b"v=" + base64.b64encode(_hmac(self.hash_name, cred.server_key, auth))
+
+
+class PlainExchange:
+    """SASL PLAIN: one message, "authzid NUL user NUL password", checked against the stored keys."""
+
+    def __init__(self, service: SecurityService) -> None:
+        self.service = service
+        self.principal: str | None = None
+
+    async def step(self, message: bytes) -> bytes:
+        parts = message.split(b"\0")
+        if len(parts) != 3 or self.principal is not None:
+            raise AuthenticationFailed("malformed SASL PLAIN message")
+        try:
+            authzid, user, password = (p.decode() for p in parts)
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("malformed SASL PLAIN message") from None
+        if authzid and authzid != user:
+            raise AuthenticationFailed("the authorization id must be the user name")
+        self.principal = await self.service.check_password(user, password)
+        return b""
+
+
+SaslExchange = ScramExchange | PlainExchange
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    name: str
+    mechanisms: list[str]
+    tokens: dict[str, int]  # id -> created ms
+    created_ms: int
+
+    @classmethod
+    def of(cls, r: UserRecord) -> UserInfo:
+        return cls(r.name, sorted(r.credentials), r.tokens, r.created_ms)
+
+
+def validate_user_name(name: str) -> None:
+    if not name or len(name) > 255 or any(ord(c) < 32 for c in name):
+        raise InvalidRequest("a user name is 1-255 characters, none of them control characters")
+
+
+class SecurityService:
+    """Authentication and authorization for every face; off (everything allowed) unless enabled."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        enabled: bool = False,
+        mechanisms: Iterable[str] = MECHANISMS,
+        super_users: Iterable[str] = (),
+        admin_token: str = "",
+        cache_seconds: float = 2.0,
+    ) -> None:
+        self.store = SecurityStore(store.redis, store.scripts)
+        self.enabled = enabled
+        self.mechanisms = [m.strip() for m in mechanisms if m.strip()]
+        unknown = set(self.mechanisms) - set(MECHANISMS)
+        if unknown:
+            raise InvalidRequest(f"unknown SASL mechanisms {sorted(unknown)}; known: {', '.join(MECHANISMS)}")
+        names = [u.strip() for u in super_users if u.strip()]
+        self.super_users = {u if u.startswith(USER_PREFIX) else user_principal(u) for u in names}
+        self.super_users.add(ADMIN_TOKEN_PRINCIPAL)
+        self.admin_token = admin_token
+        self.cache_seconds = cache_seconds
+        self._acls: dict[str, list[Acl]] = {}  # by principal
+        self._decisions: dict[tuple[str, ResourceType, str, Operation], bool] = {}
+        self._expires = 0.0
+        self._loaded = False
+
+    # -- authentication --------------------------------------------------------------------------
+
+    def sasl(self, mechanism: str) -> SaslExchange:
+        """A new exchange for an enabled mechanism (NotAllowed for any other)."""
+        if mechanism not in self.mechanisms:
+            raise NotAllowed(f"SASL mechanism {mechanism!r} is not enabled; enabled: {', '.join(self.mechanisms)}")
+        return PlainExchange(self) if mechanism == "PLAIN" else ScramExchange(self, mechanism)
+
+    async def check_password(self, user: str, password: str) -> str:
+        """The principal of a user whose password this is; AuthenticationFailed otherwise."""
+        record = await self.store.get_user(user)
+        creds = record.credentials if record is not None else {}
+        mechanism = next((m for m in SCRAM_HASHES if m in creds), "SCRAM-SHA-256")
+        cred = ScramCredential.parse(creds[mechanism]) if creds else _stand_in(user, mechanism)
+        ok = await asyncio.to_thread(cred.check_password, mechanism, password)
+        if not (ok and creds):
+            raise AuthenticationFailed("invalid user name or password")
+        return user_principal(user)
+
+    async def check_token(self, token: str) -> str:
+        """The principal a token authenticates; AuthenticationFailed for a token nobody has."""
+        if self.admin_token and hmac.compare_digest(token.encode(), self.admin_token.encode()):
+            return ADMIN_TOKEN_PRINCIPAL
+        owner = await self.store.token_owner(_digest(token))
+        if owner is None:
+            raise AuthenticationFailed("invalid token")
+        return user_principal(owner)
+
+    # -- authorization ---------------------------------------------------------------------------
+
+    async def authorize(self, principal: str | None, resource: ResourceType, name: str, operation: Operation) -> bool:
+        """Whether `principal` may; always with authentication off, never for no principal."""
+        if not self.enabled:
+            return True
+        if principal is None:
+            return False
+        if principal in self.super_users:
+            return True
+        if time.monotonic() >= self._expires:
+            await self._reload()
+        key = (principal, resource, name, operation)
+        decision = self._decisions.get(key)
+        if decision is None:
+            if len(self._decisions) >= _MAX_DECISIONS:
+                self._decisions.clear()
+            decision = self._decisions[key] = any(
+                acl.allows(resource, name, operation)
+                for acl in (*self._acls.get(principal, ()), *self._acls.get(USER_PREFIX + ANY, ()))
+            )
+        return decision
+
+    async def _reload(self) -> None:
+        """Read the ACLs again; while Redis is away the last ones read stay in force (none: deny)."""
+        try:
+            entries = await self.store.acls()
+        except GatewayError as exc:
+            log.warning("cannot read ACLs (%s); %s", exc, "keeping the last ones" if self._loaded else "denying")
+            self._expires = time.monotonic() + min(self.cache_seconds, 1.0)
+            return
+        by_principal: dict[str, list[Acl]] = {}
+        for e in entries:
+            try:
+                acl = Acl.from_entry(e)
+            except (ValueError, IndexError):
+                continue
+            by_principal.setdefault(acl.principal, []).append(acl)
+        self._acls = by_principal
+        self._decisions = {}
+        self._loaded = True
+        self._expires = time.monotonic() + self.cache_seconds
+
+    def _changed(self) -> None:
+        self._expires = 0.0
+
+    # -- administration --------------------------------------------------------------------------
+
+    async def set_user(
+        self, name: str, password: str | None, mechanisms: Iterable[str] = tuple(SCRAM_HASHES),
+        iterations: int = MIN_ITERATIONS,
+    ) -> bool:
+        """Create the user or set its password (None: token-only user); True when created."""
+        validate_user_name(name)
+        mechs = list(mechanisms)
+        if any(m not in SCRAM_HASHES for m in mechs) or not mechs:
+            raise InvalidRequest(f"mechanisms are some of {', '.join(SCRAM_HASHES)}")
+        if iterations < MIN_ITERATIONS:
+            raise InvalidRequest(f"at least {MIN_ITERATIONS} iterations")
+        creds: dict[str, str] = {}
+        if password is not None:
+            if not password:
+                raise InvalidRequest("an empty password")
+            for m in mechs:
+                creds[m] = (await asyncio.to_thread(ScramCredential.create, m, password, iterations)).format()
+        return await self.store.set_user(name, creds, _now_ms())
+
+    async def delete_user(self, name: str) -> bool:
+        return await self.store.delete_user(name)
+
+    async def users(self) -> list[UserInfo]:
+        out = []
+        for name in await self.store.user_names():
+            record = await self.store.get_user(name)
+            if record is not None:
+                out.append(UserInfo.of(record))
+        return out
+
+    async def user(self, name: str) -> UserInfo | None:
+        record = await self.store.get_user(name)
+        return UserInfo.of(record) if record is not None else None
+
+    async def create_token(self, name: str) -> tuple[str, str]:
+        """(id, token) for the user; the token is shown this once, only its digest is kept."""
+        token_id = secrets.token_hex(6)
+        token = secrets.token_urlsafe(32)
+        if not await self.store.add_token(name, token_id, _digest(token), _now_ms()):
+            raise InvalidRequest(f"no user {name!r}")
+        return token_id, token
+
+    async def delete_token(self, name: str, token_id: str) -> bool:
+        return await self.store.delete_token(name, token_id)
+
+    async def acls(self, principal: str | None = None) -> list[Acl]:
+        found = [Acl.from_entry(e) for e in await self.store.acls()]
+        return sorted((a for a in found if principal is None or a.principal == principal), key=Acl.entry)
+
+    async def add_acl(self, acl: Acl) -> bool:
+        added = await self.store.add_acl(acl.entry())
+        self._changed()
+        return added
+
+    async def remove_acl(self, acl: Acl) -> bool:
+        removed = await self.store.remove_acl(acl.entry())
+        self._changed()
+        return removed
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
