@@ -475,7 +475,8 @@ class SecurityService:
 
     async def acls(self, principal: str | None = None) -> list[Acl]:
         found = [Acl.from_entry(e) for e in await self.store.acls()]
-        return sorted((a for a in found if principal is None or a.principal == principal), key=Acl.entry)
+        return sorted((a for a in found if principal is None or a.principal == principal),
+                      key=lambda a: (a.principal, a.resource_type, a.resource_name, a.pattern, a.operation))
 
     async def add_acl(self, acl: Acl) -> bool:
         added = await self.store.add_acl(acl.entry())

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import msgpack
-from redis.asyncio import Redis
 
 from gateway.store import keys
-from gateway.store.connection import storage_errors
+from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
 
 MECHANISM_FIELDS = {"SCRAM-SHA-256": "scram-sha-256", "SCRAM-SHA-512": "scram-sha-512"}
@@ -27,7 +26,7 @@ AclEntry = tuple[str, str, str, str, str]  # principal, resource type, pattern, 
 
 
 class SecurityStore:
-    def __init__(self, redis: Redis, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
 
