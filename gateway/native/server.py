@@ -481,6 +481,7 @@ class Connection:
     # -- range reads: positions kept by the reader --------------------------------------------------
 
     async def _list_partitions(self, req: pb.Request) -> pb.Response:
+        await self._authorize(ResourceType.TOPIC, req.list_partitions.topic, Operation.DESCRIBE)
         bounds = await self.services.log.partition_bounds(req.list_partitions.topic)
         infos = [
             pb.PartitionInfo(partition=b.partition, log_start=b.log_start, high_watermark=b.high_watermark,
@@ -492,6 +493,7 @@ class Connection:
     async def _read_range(self, req: pb.Request) -> None:
         """Answered here, as chunks: the batches go to the socket uncopied."""
         r = req.read_range
+        await self._authorize(ResourceType.TOPIC, r.topic, Operation.READ)
         if r.start < 0 or (r.end >= 0 and r.end < r.start):
             raise InvalidRequest(f"no offset range [{r.start}, {r.end})")
         max_bytes = min(r.max_bytes or _RANGE_BYTES, self.services.config.max_frame_bytes // 2)
@@ -554,6 +556,7 @@ class Connection:
 
     async def _get_watermark(self, req: pb.Request) -> pb.Response:
         r = req.get_watermark
+        await self._authorize(ResourceType.TOPIC, r.topic, Operation.DESCRIBE)
         value = pb.WatermarkValue()
         if r.positions:
             wm = await self.services.watermark.watermark(r.topic, {p.partition: p.offset for p in r.positions})
