@@ -9,6 +9,7 @@ import getpass
 import json
 import logging
 import os
+import ssl
 import sys
 import urllib.error
 import urllib.parse
@@ -59,6 +60,8 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--super-users", help="comma-separated users allowed everything " + env % "SUPER_USERS")
     p.add_argument("--acl-cache-seconds", type=float,
                    help="how long ACLs read from Redis are trusted, default 2 " + env % "ACL_CACHE_SECONDS")
+    p.add_argument("--tls-cert-file", help="PEM certificate chain: every listener speaks TLS " + env % "TLS_CERT_FILE")
+    p.add_argument("--tls-key-file", help="the certificate's private key " + env % "TLS_KEY_FILE")
     p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
 
 
@@ -72,6 +75,8 @@ def _admin_parser(sub: Any) -> None:
                    help="that user's password (env GATEWAY_ADMIN_PASSWORD)")
     p.add_argument("--token", default=os.environ.get("GATEWAY_ADMIN_TOKEN"),
                    help="or a token: a user's, or the gateway's admin token (env GATEWAY_ADMIN_TOKEN)")
+    p.add_argument("--cafile", default=os.environ.get("GATEWAY_ADMIN_CAFILE"),
+                   help="CA certificates to trust for an https admin URL (env GATEWAY_ADMIN_CAFILE)")
     groups = p.add_subparsers(dest="group", required=True)
     topics = groups.add_parser("topics", help="create, list, describe, alter and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
@@ -167,12 +172,14 @@ def _credentials(args: argparse.Namespace) -> dict[str, str]:
     return {}
 
 
-def _request(method: str, url: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Any:
+def _request(method: str, url: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+             cafile: str | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json", **(headers or {})}
     req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        context = ssl.create_default_context(cafile=cafile) if url.startswith("https") else None
+        with urllib.request.urlopen(req, timeout=30, context=context) as resp:
             return json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         detail = json.loads(exc.read() or b"{}")
@@ -185,7 +192,7 @@ def admin(args: argparse.Namespace) -> Any:
     base = args.admin_url.rstrip("/") + "/admin/v2"
 
     def _http(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-        return _request(method, url, body, _credentials(args))
+        return _request(method, url, body, _credentials(args), args.cafile)
 
     if args.group == "gateways":
         return _http("GET", f"{base}/gateways")
@@ -267,7 +274,8 @@ def serve(args: argparse.Namespace) -> None:
         for k in ("host", "kafka_port", "native_port", "admin_port", "data_dir", "redis_url",
                   "advertised_host", "advertised_port", "default_partitions", "redis_fsync", "max_frame_bytes",
                   "max_connections", "idle_timeout", "tcp_keepalive", "fetch_max_bytes", "connection_buffer_bytes",
-                  "node_id", "lease_ms", "sasl_mechanisms", "super_users", "acl_cache_seconds")
+                  "node_id", "lease_ms", "sasl_mechanisms", "super_users", "acl_cache_seconds",
+                  "tls_cert_file", "tls_key_file")
     }
     if args.auth is not None:
         overrides["auth"] = args.auth == "true"

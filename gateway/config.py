@@ -50,6 +50,8 @@ class Config:
     super_users: str = ""  # comma-separated user names allowed everything
     admin_token: str = ""  # a bearer token the admin API accepts as a super user: the first user's way in
     acl_cache_seconds: float = 2.0  # how long ACLs read from Redis are trusted before being read again
+    tls_cert_file: str = ""  # PEM certificate chain: with it every listener speaks TLS
+    tls_key_file: str = ""  # its private key (PEM)
     redis_fsync: str = "everysec"  # embedded Redis's appendfsync: always, everysec or no
     txn_default_timeout_ms: int = 60_000
     txn_max_timeout_ms: int = 900_000

@@ -6,11 +6,22 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext | None:
+    """The TLS context of every listener (TLS 1.2 at least), or None when no certificate is set."""
+    if not cert_file:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file or None)
+    return context
 
 
 def keepalive(sock: socket.socket, idle: float) -> None:
@@ -44,8 +55,9 @@ class TcpListener:
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
 
-    async def start(self, host: str, port: int) -> TcpListener:
-        self._server = await asyncio.start_server(self._serve, host, port, limit=self.limit)
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> TcpListener:
+        self._server = await asyncio.start_server(self._serve, host, port, limit=self.limit, ssl=tls,
+                                                  ssl_handshake_timeout=10.0 if tls else None)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self
 

@@ -13,6 +13,7 @@ from gateway.admin.security import SecurityApi, authentication
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest, TransactionNotFound
 from gateway.fence import KeyState, full_key
 from gateway.log import effective_config
+from gateway.net import server_ssl_context
 from gateway.services import Services
 from gateway.txn import TxnId, TxnInfo, now_ms
 from gateway.watermark import PositionsWatermark
@@ -281,6 +282,7 @@ async def start_admin_server(services: Services, host: str, port: int) -> AdminL
     app.add_routes(api.routes() + SecurityApi(services.security).routes())
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    cfg = services.config
+    site = web.TCPSite(runner, host, port, ssl_context=server_ssl_context(cfg.tls_cert_file, cfg.tls_key_file))
     await site.start()
     return AdminListener(runner, site)

@@ -58,7 +58,7 @@ def _broker_entries(ctx: RequestContext, keys: list[str] | None) -> list[dict[st
         "num.partitions": (str(cfg.default_partitions), TYPE_LONG),
         "auto.create.topics.enable": (str(cfg.auto_create_topics).lower(), TYPE_BOOLEAN),
         "socket.request.max.bytes": (str(cfg.max_frame_bytes), TYPE_LONG),
-        "advertised.listeners": (f"PLAINTEXT://{host}:{port or ctx.connection.local_port}", TYPE_STRING),
+        "advertised.listeners": (f"{_protocol(cfg)}://{host}:{port or ctx.connection.local_port}", TYPE_STRING),
     }
     return [
         {"name": k, "value": v, "read_only": True, "config_source": SOURCE_STATIC_BROKER, "is_sensitive": False,
@@ -66,6 +66,11 @@ def _broker_entries(ctx: RequestContext, keys: list[str] | None) -> list[dict[st
         for k, (v, t) in values.items()
         if keys is None or k in keys
     ]
+
+
+def _protocol(cfg: Any) -> str:
+    """The listener's security protocol as Kafka names it."""
+    return ("SASL_" if cfg.auth else "") + ("SSL" if cfg.tls_cert_file else "PLAINTEXT")
 
 
 @handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)

@@ -6,7 +6,7 @@ import asyncio
 
 from gateway.kafka.connection import KafkaConnection
 from gateway.kafka.dispatch import load_handlers
-from gateway.net import TcpListener
+from gateway.net import TcpListener, server_ssl_context
 from gateway.services import Services
 
 
@@ -47,5 +47,6 @@ async def start_kafka_server(services: Services, host: str, port: int) -> KafkaS
     """Listen for Kafka clients; every API module registers itself before the first connection."""
     load_handlers()
     server = KafkaServer(services)
-    await server.listener.start(host, port)
+    cfg = services.config
+    await server.listener.start(host, port, server_ssl_context(cfg.tls_cert_file, cfg.tls_key_file))
     return server

@@ -39,7 +39,7 @@ from gateway.native.wire import (
     range_frame,
     read_frame,
 )
-from gateway.net import TcpListener
+from gateway.net import TcpListener, server_ssl_context
 from gateway.pb import gateway_pb2 as pb
 from gateway.producers import ProducerService
 from gateway.records import parse_header
@@ -95,7 +95,8 @@ class NativeServer(TcpListener):
 
 async def start_native_server(services: Services, host: str, port: int) -> NativeServer:
     server = NativeServer(services)
-    await server.start(host, port)
+    cfg = services.config
+    await server.start(host, port, server_ssl_context(cfg.tls_cert_file, cfg.tls_key_file))
     return server
 
 
