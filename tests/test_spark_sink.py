@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 import time
@@ -19,7 +20,7 @@ from gateway.client import Client
 from gateway.spark import blocking
 from gateway.spark.options import OptionError, SinkOptions
 from gateway.spark.sink import GatewayStreamWriter, TaskCommit, check_schema, transaction_key
-from tests.conftest import in_spark, native_url, spark_env
+from tests.conftest import in_spark, native_url, run_example, spark_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]  # a JVM is slow to start on a busy machine
 
@@ -283,3 +284,19 @@ async def test_killed_mid_way_then_right_after_a_sink_commit_every_input_once(ga
     replays = [await gateway.services.log.read("crash-out", p, 0, 1000, read_committed=True) for p in (0, 1)]
     assert any(sl.aborted for sl in replays)  # the replay was written, then dropped (and step 1's leftovers)
     assert await settled(client, "crash-out")  # nothing the killed tasks left holds readers back
+
+
+@pytest.mark.timeout(600)
+async def test_the_pipeline_example(gateway, client, tmp_path, monkeypatch):
+    for name, value in spark_env().items():
+        monkeypatch.setenv(name, value)
+    code, text = await run_example(
+        "spark_pipeline.py", "--url", native_url(gateway), "--source", "readings", "--sink", "totals",
+        "--checkpoint", str(tmp_path / "checkpoint"), timeout=500,
+    )
+    assert code == 0, text[-5000:]
+    windows = [line.strip() for line in text.splitlines() if line.startswith("  window")]
+    assert windows == [f"window [{w * 10}s, {w * 10 + 10}s): 10 readings, total {1520 + 100 * w}" for w in range(4)]
+    assert "every window written once, with every reading" in text
+    assert re.search(r"batch +\d+: +\d+ rows read .* watermark 2023-11-14", text)  # the progress display
+    assert len(await committed(client, "totals")) == 4

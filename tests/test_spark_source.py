@@ -130,6 +130,47 @@ async def test_data_loss_fails_the_task_unless_allowed(gateway, client):
     assert [r[3] for r in await rows(lenient, {"lost": {"0": 0}}, {"lost": {"0": 6}})] == [b"v4", b"v5"]
 
 
+async def test_watermark_rows_carry_the_broker_watermark_at_the_batch_end(gateway, client):
+    await gateway.services.log.create_topic("wm", 2)
+    a = await client.create_producer("wm", "sensor-a")
+    b = await client.create_producer("wm", "sensor-b")
+    reader = stream_reader(gateway, topic="wm", startingOffsets="earliest", emitWatermarks="true")
+    limit = reader.getDefaultReadLimit()
+
+    async def batch(start: dict) -> tuple[dict, list[tuple]]:
+        end = await asyncio.to_thread(reader.latestOffset, start, limit)
+
+        def run() -> list[tuple]:
+            out = []
+            for part in reader.partitions(start, end):
+                for arrow in reader.read(pickle.loads(pickle.dumps(part))):
+                    d = arrow.to_pydict()
+                    out += zip(d["offset"], d["value"], d["event_time"], d["topic"], strict=True)
+            return sorted(out, key=lambda r: r[0])
+
+        return end, await asyncio.to_thread(run)
+
+    start = await asyncio.to_thread(reader.initialOffset)
+    await a.send(b"1", event_time=1_000, partition=0)
+    end, rows = await batch(start)
+    assert [r[0] for r in rows] == [0]  # no producer in the watermark set yet: no watermark row
+    await a.send_watermark(5_000)
+    await b.send_watermark(3_000)
+    await b.send(b"2", event_time=4_000, partition=1)
+    end2, rows = await batch(end)
+    wm = [r for r in rows if r[0] == -1]
+    assert len(wm) == 1 and wm[0][1] is None and wm[0][3] == "wm"
+    assert wm[0][2] == datetime.fromtimestamp(3, UTC)  # the minimum
+    assert [r[1] for r in rows if r[0] >= 0] == [b"2"]
+    _, replay = await batch(end)
+    assert replay == rows  # a replayed micro-batch brings the same watermark
+    await b.send_watermark(9_000)
+    _, rows = await batch(end2)
+    assert [r[2] for r in rows] == [datetime.fromtimestamp(5, UTC)]
+    with pytest.raises(OptionError, match="emitWatermarks"):
+        SourceOptions.parse({"url": native_url(gateway), "topic": "wm", "emitWatermarks": "true"}, streaming=False)
+
+
 async def test_a_partition_description_carries_everything_a_task_needs(gateway):
     part = RangePartition(native_url(gateway), "t", 3, 10, 20, True, 1024)
     assert pickle.loads(pickle.dumps(part)) == part
@@ -192,3 +233,23 @@ async def test_stream_admits_batches_under_the_limit_and_resumes_from_its_checkp
     await produce(client, "stream", 5, 2, prefix="more")
     await in_spark(spark, run)  # the checkpoint holds the offsets: only the new records come
     assert sorted(v for b in batches for v in b) == sorted(f"more{i}".encode() for i in range(5))
+
+
+async def test_the_documented_filter_stays_above_the_watermark_step(spark, gateway):
+    """The README's filter for watermark rows names event_time, so the optimizer leaves it above the
+    watermark step; a filter on the offset alone would be moved below it, hiding the rows."""
+
+    def plans() -> tuple[str, str]:
+        events = (
+            spark.readStream.format("gateway").option("url", native_url(gateway)).option("topic", "t")
+            .option("emitWatermarks", "true").load()
+            .withWatermark("event_time", "0 seconds")
+        )
+        documented = events.where("offset >= 0 OR event_time IS NULL")
+        naive = events.where("offset >= 0")
+        optimizer = spark._jsparkSession.sessionState().optimizer()  # a stream is planned only when it runs
+        return tuple(str(optimizer.execute(df._jdf.queryExecution().analyzed())) for df in (documented, naive))
+
+    documented, naive = await in_spark(spark, plans)
+    assert documented.index("Filter") < documented.index("EventTimeWatermark")  # applied after it
+    assert naive.index("EventTimeWatermark") < naive.index("Filter")  # pushed below it

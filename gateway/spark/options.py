@@ -123,6 +123,7 @@ class SourceOptions:
     max_records_per_trigger: int | None
     fail_on_data_loss: bool
     max_bytes_per_read: int
+    emit_watermarks: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -131,6 +132,9 @@ class SourceOptions:
         topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
         if not topics:
             raise OptionError('option "topic" is required: one topic, or several separated by commas')
+        emit_watermarks = _bool(options, "emitWatermarks", False)
+        if emit_watermarks and not streaming:
+            raise OptionError('option "emitWatermarks" is for streams (spark.readStream)')
         if streaming and _get(options, "endingOffsets") is not None:
             raise OptionError('option "endingOffsets" is for batch reads (spark.read); a stream has no end')
         ending = _position(options, "endingOffsets", "latest", topics)
@@ -144,6 +148,7 @@ class SourceOptions:
             max_records_per_trigger=_int(options, "maxRecordsPerTrigger", None),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             max_bytes_per_read=_int(options, "maxBytesPerRead", DEFAULT_MAX_BYTES) or DEFAULT_MAX_BYTES,
+            emit_watermarks=emit_watermarks,
         )
 
 

@@ -6,6 +6,12 @@ A micro-batch ends at each partition's last stable offset, below which every tra
 so a replayed micro-batch reads exactly the same records. The driver plans [start, end) per topic
 partition; each task gets that range as a picklable `RangePartition`, opens its own connection in
 `read`, and decodes the stored batches into Arrow columns itself (the gateway never decodes them).
+
+With `emitWatermarks`, one more task per micro-batch (a `WatermarkPartition`) looks up the broker
+watermark at the batch's end offsets, the minimum over the topics read, and emits it as a row of
+its own: `offset` -1, no key or value, the watermark in `event_time`, so it advances a
+`withWatermark("event_time", ...)` step. A replay finds the same watermark: it depends only on
+what the log holds below those offsets.
 """
 
 from __future__ import annotations
@@ -71,6 +77,17 @@ class RangePartition(InputPartition):
     end: int
     fail_on_data_loss: bool
     max_bytes: int
+
+
+@dataclass
+class WatermarkPartition(InputPartition):
+    """The micro-batch's watermark row: the broker watermark at its end offsets."""
+
+    url: str
+    end: Offsets
+
+
+WATERMARK_OFFSET = -1  # the offset of a watermark row
 
 
 def check_schema(schema: StructType) -> None:
@@ -187,6 +204,36 @@ def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
         yield cols.take()
 
 
+async def _broker_watermark(client: Client, end: Offsets) -> int | None:
+    """The minimum over the topics of the watermark at `end`; topics without producers in their
+    set hold nothing back."""
+    found = [await client.watermark(topic, {int(p): o for p, o in parts.items()}) for topic, parts in end.items()]
+    known = [w for w in found if w is not None]
+    return min(known) if known else None
+
+
+def watermark_row(part: WatermarkPartition) -> Iterator[pa.RecordBatch]:
+    with blocking.Session(part.url) as session:
+        watermark = session.run(_broker_watermark(session.client, part.end))
+    if watermark is None:
+        return
+    topic = next(iter(part.end)) if len(part.end) == 1 else None
+    ts = ARROW_SCHEMA.field("timestamp").type
+    yield pa.RecordBatch.from_arrays(
+        [
+            pa.array([None], pa.binary()),
+            pa.array([None], pa.binary()),
+            pa.array([[]], ARROW_SCHEMA.field("headers").type),
+            pa.array([topic], pa.string()),
+            pa.array([None], pa.int32()),
+            pa.array([WATERMARK_OFFSET], pa.int64()),
+            pa.array([None], ts),
+            pa.array([watermark * 1000], ts),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
 # -- the driver's side ---------------------------------------------------------------------------
 
 
@@ -253,10 +300,15 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = None
         self._target = self._available()
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:  # type: ignore[override]
-        return plan(self.opts.url, start, end, self.opts)
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:  # type: ignore[override]
+        parts: list[InputPartition] = list(plan(self.opts.url, start, end, self.opts))
+        if self.opts.emit_watermarks:
+            parts.append(WatermarkPartition(self.opts.url, end))
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, WatermarkPartition):
+            return watermark_row(partition)
         assert isinstance(partition, RangePartition)
         return read_range(partition)
 
