@@ -95,6 +95,9 @@ def _admin_parser(sub: Any) -> None:
     x.add_argument("name")
     w = tsub.add_parser("watermarks", help="watermarks per partition, subscription and consumer group")
     w.add_argument("name")
+    wi = tsub.add_parser("mark-idle", help="take a producer that went away out of the topic's watermark set")
+    wi.add_argument("name")
+    wi.add_argument("producer", help="the producer's name")
     groups.add_parser("gateways", help="the gateways on this Redis and the background role each runs")
     txns = groups.add_parser("transactions", help="list, describe and abort transactions")
     xsub = txns.add_subparsers(dest="action", required=True)
@@ -211,6 +214,9 @@ def admin(args: argparse.Namespace) -> Any:
             return _http("DELETE", f"{base}/topics/{args.name}")
         if args.action == "watermarks":
             return _http("GET", f"{base}/topics/{args.name}/watermarks")
+        if args.action == "mark-idle":
+            producer = urllib.parse.quote(args.producer, safe="")
+            return _http("POST", f"{base}/topics/{args.name}/watermarks/{producer}/idle", {})
     if args.group == "transactions":
         if args.action == "list":
             return _http("GET", f"{base}/transactions")

@@ -67,6 +67,8 @@ TOPIC_CONFIGS: dict[str, ConfigSpec] = {
     "message.timestamp.type": ConfigSpec("CreateTime", choices=("CreateTime",), doc="producer time"),
     "min.insync.replicas": ConfigSpec("1", 1, doc="Redis replication decides durability"),
     "delayed.delivery.enable": ConfigSpec("false", choices=("true", "false"), doc="honour delay headers"),
+    "watermark.idle.timeout.ms": ConfigSpec(
+        "-1", -1, doc="mark idle a watermark producer silent this long; -1 (or 0) never"),
 }
 
 

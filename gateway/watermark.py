@@ -11,6 +11,10 @@ that offset, and a mark written in a transaction counts once it commits (aborted
 subscription's watermark is the minimum over its partitions at its acknowledged positions, so it
 never runs ahead of a message not yet acknowledged.
 
+A producer gone without its W_IDLE (a crash) would hold the watermark back for good: an operator, or
+the background pass once the topic's `watermark.idle.timeout.ms` has passed since its latest mark
+was written, takes it out with W_IDLE markers on its behalf, which every reader meets in the log.
+
 W_SNAPSHOTs keep a lookup bounded: the set for every mark below an offset, with the marks of
 transactions then open, so the watermark at any offset is the latest snapshot at or below it plus
 the marks after that. A partition is snapshotted once `snapshot_marks` markers have gathered since
@@ -20,11 +24,12 @@ its latest snapshot, and a periodic pass snapshots those with a quarter of that.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gateway.errors import CorruptMessage, InvalidRequest, PartitionNotFound
-from gateway.log import LogService, aborted
+from gateway.log import LogService, aborted, effective_config
 from gateway.pb import watermark_pb2 as wpb
 from gateway.records import (
     CONTROL_WATERMARK_IDLE,
@@ -34,27 +39,37 @@ from gateway.records import (
     parse_header,
 )
 from gateway.store import Store
-from gateway.store.log import Entry, Slice
+from gateway.store.log import Entry, Slice, TopicInfo
 from gateway.store.subscriptions import SubscriptionStore
 from gateway.store.watermark import COUNTS, OPEN, IndexedMark, IndexRead, MarkAppend, WatermarkStore
 
 log = logging.getLogger(__name__)
 
 AHEAD = 256  # marks read past a position an ack jumped to, so the acks after it need not ask again
+IDLE_TIMEOUT = "watermark.idle.timeout.ms"  # the topic config; see `WatermarkService.idle_pass`
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
 class Mark:
-    """One W_SET (event_time given) or W_IDLE (None) of a producer, at its offset."""
+    """One W_SET (event_time given) or W_IDLE (None) of a producer, at its offset; `written`: when the
+    gateway wrote it (epoch ms; None in marks from before it was recorded)."""
 
     offset: int
     producer: str
     event_time: int | None
+    written: int | None = None
 
     def encode(self) -> bytes:
+        """The marker's bytes; they start with `owner(producer)`."""
         m = wpb.WatermarkMark(producer=self.producer)
         if self.event_time is not None:
             m.event_time_ms = self.event_time
+        if self.written is not None:
+            m.written_ms = self.written
         return m.SerializeToString()
 
     @classmethod
@@ -64,17 +79,26 @@ class Mark:
             m.ParseFromString(body)
         except Exception as exc:  # protobuf's DecodeError
             raise CorruptMessage(f"undecodable watermark marker at {offset}: {exc}") from exc
-        return cls(offset, m.producer, m.event_time_ms if m.HasField("event_time_ms") else None)
+        return cls(offset, m.producer, m.event_time_ms if m.HasField("event_time_ms") else None,
+                   m.written_ms if m.HasField("written_ms") else None)
 
     def proto(self) -> wpb.ProducerWatermark:
         p = wpb.ProducerWatermark(producer=self.producer, offset=self.offset)
         if self.event_time is not None:
             p.event_time_ms = self.event_time
+        if self.written is not None:
+            p.written_ms = self.written
         return p
 
     @classmethod
     def from_proto(cls, p: wpb.ProducerWatermark) -> Mark:
-        return cls(p.offset, p.producer, p.event_time_ms if p.HasField("event_time_ms") else None)
+        return cls(p.offset, p.producer, p.event_time_ms if p.HasField("event_time_ms") else None,
+                   p.written_ms if p.HasField("written_ms") else None)
+
+
+def owner(producer: str) -> bytes:
+    """The first bytes of every marker of `producer` (protobuf writes its name field first)."""
+    return wpb.WatermarkMark(producer=producer).SerializeToString()
 
 
 class WatermarkSet:
@@ -192,17 +216,21 @@ class WatermarkService:
         txn_id: str = "",
         producer_id: int = -1,
         producer_epoch: int = -1,
+        unless_since: list[int] | None = None,
     ) -> list[int]:
         """W_SET (or W_IDLE when `event_time` is None) of `producer` into every partition of the
         topic, in one round trip; the markers' offsets by partition. In a transaction (its id, producer
-        id and epoch) the caller has added the partitions to it first."""
+        id and epoch) the caller has added the partitions to it first. With `unless_since` (an offset
+        per partition), a partition where the producer has a mark at or after it gets none (-1)."""
         if not producer:
             raise InvalidRequest("a watermark needs the producer's name")
         info = await self.log.topic(topic, create=False)
-        body = Mark(0, producer, event_time).encode()
+        body = Mark(0, producer, event_time, now_ms()).encode()
         batch = build_watermark_batch(event_time is None, body, producer_id=producer_id,
                                       producer_epoch=producer_epoch, transactional=bool(txn_id))
-        appends = [MarkAppend(topic, p, batch, body, txn_id, producer_id, producer_epoch)
+        since = unless_since or []
+        appends = [MarkAppend(topic, p, batch, body, txn_id, producer_id, producer_epoch,
+                              since[p] if p < len(since) else -1, owner(producer))
                    for p in range(info.partitions)]
         results = await self.index.append(appends)
         offsets = []
@@ -212,12 +240,53 @@ class WatermarkService:
                 raise res
             offset, since_snapshot = res
             offsets.append(offset)
-            self.log.notifier.notify(topic, p)
+            if offset >= 0:
+                self.log.notifier.notify(topic, p)
             if since_snapshot >= self.snapshot_marks:
                 full.append(p)
         for p in full:
             await self._snapshot_full(topic, p)
         return offsets
+
+    async def mark_idle(self, topic: str, producer: str) -> list[int] | None:
+        """W_IDLE on behalf of `producer`, for one that went away without it (which would hold the
+        watermark back for good): the markers' offsets by partition, where every reader meets them;
+        None, writing nothing, when it is in no partition's set. Its next watermark puts it back."""
+        if producer not in (await self._members(await self.log.topic(topic, create=False)))[0]:
+            return None
+        return await self.send(topic, producer, None)
+
+    async def idle_pass(self, topics: list[TopicInfo]) -> list[tuple[str, str]]:
+        """On topics with `watermark.idle.timeout.ms`, W_IDLE on behalf of each producer whose latest
+        mark was written longer ago than that; (topic, producer) of each one marked idle. A producer
+        that sends a mark meanwhile keeps its place: the script checks there is none since the look."""
+        done = []
+        for info in topics:
+            timeout = int(effective_config(info)[IDLE_TIMEOUT])
+            if timeout <= 0:
+                continue
+            members, seen = await self._members(info)
+            for producer, written in members.items():
+                if written is not None and now_ms() - written > timeout:
+                    offsets = await self.send(info.name, producer, None, unless_since=seen)
+                    if any(o >= 0 for o in offsets):
+                        log.info("watermark producer %r of %s silent for %d ms: marked idle",
+                                 producer, info.name, now_ms() - written)
+                        done.append((info.name, producer))
+        return done
+
+    async def _members(self, info: TopicInfo) -> tuple[dict[str, int | None], list[int]]:
+        """The producers in the topic's set at its high watermark, each with when its latest mark was
+        written (marks of open transactions count, as they may yet), and the offsets read up to."""
+        reads = await self.index.read([(info.name, p, -1) for p in range(info.partitions)], committed=False)
+        heard: dict[str, list[int]] = {}
+        for r in reads:
+            wset, pending = fold(r)
+            for name in wset.active:
+                heard.setdefault(name, []).extend(
+                    m.written for m in (wset.latest[name], *pending) if m.producer == name and m.written is not None
+                )
+        return {name: max(times, default=None) for name, times in heard.items()}, [r.offset for r in reads]
 
     async def settle_txn(self, topic: str, partition: int, txn_id: str, commit: bool) -> None:
         """The transaction coordinator's partition hook, after its marker: the transaction's
@@ -287,9 +356,12 @@ class WatermarkService:
         return await self.index.snapshot(topic, partition, read.offset, [m.offset for m in pending], data)
 
     async def snapshot_pass(self) -> int:
-        """Snapshot every partition with a quarter of `snapshot_marks` markers since its latest
-        snapshot (the background role); returns how many were taken."""
-        parts = [(t.name, p) for t in await self.log.list_topics() for p in range(t.partitions)]
+        """The background role: mark idle the producers silent past their topic's idle timeout, then
+        snapshot every partition with a quarter of `snapshot_marks` markers since its latest snapshot;
+        returns how many snapshots were taken."""
+        topics = await self.log.list_topics()
+        await self.idle_pass(topics)
+        parts = [(t.name, p) for t in topics for p in range(t.partitions)]
         if not parts:
             return 0
         taken = 0

@@ -12,7 +12,10 @@
   ARGV[3] txn      the transaction id, '' outside a transaction
   ARGV[4] pid      the transaction's producer id (-1 outside one)
   ARGV[5] epoch    the transaction's producer epoch
-  Returns {0, offset, markers since the latest snapshot}, {2} for no partition, {11} for a stale epoch.
+  ARGV[6] since    write nothing if a mark starting with ARGV[7] is at or after this offset; -1: write
+  ARGV[7] owner    a producer's marks' first bytes (its name field), for ARGV[6]
+  Returns {0, offset, markers since the latest snapshot}, {0, -1, 0} when ARGV[6] held it back, {2} for
+  no partition, {11} for a stale epoch.
   A transactional marker holds the last stable offset like a transactional batch until its marker.
 ]]
 local rcall = redis.call
@@ -22,6 +25,13 @@ local rcall = redis.call
 local meta = rcall('HMGET', KEYS[2], 'hw', 'maxts', 'bytes')
 if not meta[1] then return {2} end
 local hw = tonumber(meta[1])
+if ARGV[6] ~= '-1' then
+  for _, m in ipairs(rcall('ZRANGEBYSCORE', KEYS[5], ARGV[6], '+inf')) do
+    local a = string.find(m, ' ', 1, true)
+    local b = string.find(m, ' ', a + 1, true)
+    if string.sub(m, b + 1, b + #ARGV[7]) == ARGV[7] then return {0, -1, 0} end
+  end
+end
 local tref = '-'
 if ARGV[3] ~= '' then
   local pid, epoch = ARGV[4], tonumber(ARGV[5])

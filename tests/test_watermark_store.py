@@ -61,3 +61,20 @@ async def test_a_stale_epoch_cannot_write_a_transactional_marker(store):
     with pytest.raises(InvalidProducerEpoch):
         await wm.send("ws-epoch", "q", 6, txn_id="1:1", producer_id=900, producer_epoch=3)
     assert await wm.watermark("ws-epoch", {0: END}) is None
+
+
+async def test_a_w_idle_on_behalf_of_a_producer_yields_to_its_newer_mark(store):
+    """The idle timeout's W_IDLE is written only where the producer sent nothing since the look that
+    found it silent: a mark of its own after that holds it back, another producer's does not (even
+    one whose name starts with its name)."""
+    log = LogService(store)
+    await log.create_topic("ws-since", 2)
+    wm = WatermarkService(store, log)
+    await wm.send("ws-since", "ab", 100)  # 0 in both partitions
+    await wm.send("ws-since", "a", 300)  # 1
+    seen = [2, 2]  # what the look read up to
+    await wm.send("ws-since", "ab", 200)  # 2: "ab" speaks up after the look
+    assert await wm.send("ws-since", "ab", None, unless_since=seen) == [-1, -1]
+    assert await wm.watermark("ws-since", {0: END, 1: END}) == 200
+    assert await wm.send("ws-since", "a", None, unless_since=seen) == [3, 3]
+    assert (await wm.at("ws-since", {0: END, 1: END}))[0].producers == {"ab": 200}

@@ -59,6 +59,7 @@ class AdminApi:
             web.patch("/admin/v2/topics/{name}/config", self.alter_config),
             web.get("/admin/v2/topics/{name}/delayed", self.delayed_stats),
             web.get("/admin/v2/topics/{name}/watermarks", self.watermarks),
+            web.post("/admin/v2/topics/{name}/watermarks/{producer}/idle", self.mark_idle),
             web.get("/admin/v2/gateways", self.gateways),
             web.get("/admin/v2/transactions", self.list_transactions),
             web.get("/admin/v2/transactions/transaction-keys", self.list_keys),
@@ -159,6 +160,18 @@ class AdminApi:
             "subscriptions": [_readers_json(r) for r in await wm.of_subscriptions(info.name)],
             "groups": [_readers_json(r)
                        for r in await wm.of_readers(info.name, await self._committed(info.name, info.partitions))],
+        })
+
+    async def mark_idle(self, request: web.Request) -> web.Response:
+        """Take a producer that went away without a W_IDLE out of the topic's watermark set, with
+        W_IDLE markers on its behalf."""
+        topic, producer = request.match_info["name"], request.match_info["producer"]
+        offsets = await self.services.watermark.mark_idle(topic, producer)
+        return web.json_response({
+            "topic": topic,
+            "producer": producer,
+            "was_in_set": offsets is not None,
+            "offsets": {str(p): o for p, o in enumerate(offsets or [])},
         })
 
     async def _committed(self, topic: str, partitions: int) -> dict[str, dict[int, int]]:

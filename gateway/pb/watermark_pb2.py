@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0fwatermark.proto\x12\x12gateway.storage.v1\"O\n\rWatermarkMark\x12\x10\n\x08producer\x18\x01 \x01(\t\x12\x1a\n\revent_time_ms\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x10\n\x0e_event_time_ms\"c\n\x11ProducerWatermark\x12\x10\n\x08producer\x18\x01 \x01(\t\x12\x1a\n\revent_time_ms\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x42\x10\n\x0e_event_time_ms\"\x95\x01\n\x11WatermarkSnapshot\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x38\n\tproducers\x18\x02 \x03(\x0b\x32%.gateway.storage.v1.ProducerWatermark\x12\x36\n\x07pending\x18\x03 \x03(\x0b\x32%.gateway.storage.v1.ProducerWatermarkb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0fwatermark.proto\x12\x12gateway.storage.v1\"w\n\rWatermarkMark\x12\x10\n\x08producer\x18\x01 \x01(\t\x12\x1a\n\revent_time_ms\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x17\n\nwritten_ms\x18\x03 \x01(\x03H\x01\x88\x01\x01\x42\x10\n\x0e_event_time_msB\r\n\x0b_written_ms\"\x8b\x01\n\x11ProducerWatermark\x12\x10\n\x08producer\x18\x01 \x01(\t\x12\x1a\n\revent_time_ms\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x17\n\nwritten_ms\x18\x04 \x01(\x03H\x01\x88\x01\x01\x42\x10\n\x0e_event_time_msB\r\n\x0b_written_ms\"\x95\x01\n\x11WatermarkSnapshot\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x38\n\tproducers\x18\x02 \x03(\x0b\x32%.gateway.storage.v1.ProducerWatermark\x12\x36\n\x07pending\x18\x03 \x03(\x0b\x32%.gateway.storage.v1.ProducerWatermarkb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,9 +33,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'watermark_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WATERMARKMARK']._serialized_start=39
-  _globals['_WATERMARKMARK']._serialized_end=118
-  _globals['_PRODUCERWATERMARK']._serialized_start=120
-  _globals['_PRODUCERWATERMARK']._serialized_end=219
-  _globals['_WATERMARKSNAPSHOT']._serialized_start=222
-  _globals['_WATERMARKSNAPSHOT']._serialized_end=371
+  _globals['_WATERMARKMARK']._serialized_end=158
+  _globals['_PRODUCERWATERMARK']._serialized_start=161
+  _globals['_PRODUCERWATERMARK']._serialized_end=300
+  _globals['_WATERMARKSNAPSHOT']._serialized_start=303
+  _globals['_WATERMARKSNAPSHOT']._serialized_end=452
 # @@protoc_insertion_point(module_scope)

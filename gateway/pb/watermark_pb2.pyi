@@ -8,22 +8,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class WatermarkMark(_message.Message):
-    __slots__ = ("producer", "event_time_ms")
+    __slots__ = ("producer", "event_time_ms", "written_ms")
     PRODUCER_FIELD_NUMBER: _ClassVar[int]
     EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_MS_FIELD_NUMBER: _ClassVar[int]
     producer: str
     event_time_ms: int
-    def __init__(self, producer: _Optional[str] = ..., event_time_ms: _Optional[int] = ...) -> None: ...
+    written_ms: int
+    def __init__(self, producer: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., written_ms: _Optional[int] = ...) -> None: ...
 
 class ProducerWatermark(_message.Message):
-    __slots__ = ("producer", "event_time_ms", "offset")
+    __slots__ = ("producer", "event_time_ms", "offset", "written_ms")
     PRODUCER_FIELD_NUMBER: _ClassVar[int]
     EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_MS_FIELD_NUMBER: _ClassVar[int]
     producer: str
     event_time_ms: int
     offset: int
-    def __init__(self, producer: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    written_ms: int
+    def __init__(self, producer: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., offset: _Optional[int] = ..., written_ms: _Optional[int] = ...) -> None: ...
 
 class WatermarkSnapshot(_message.Message):
     __slots__ = ("offset", "producers", "pending")

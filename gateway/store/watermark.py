@@ -28,7 +28,8 @@ class IndexedMark:
 
 @dataclass(frozen=True)
 class MarkAppend:
-    """A marker for one partition; `txn_id` with the transaction's producer id and epoch, or ''."""
+    """A marker for one partition; `txn_id` with the transaction's producer id and epoch, or ''.
+    With `since` >= 0, it is not written if a mark starting with `owner` is at or after that offset."""
 
     topic: str
     partition: int
@@ -37,6 +38,8 @@ class MarkAppend:
     txn_id: str = ""
     producer_id: int = -1
     producer_epoch: int = -1
+    since: int = -1
+    owner: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -76,15 +79,15 @@ class WatermarkStore:
 
     async def append(self, requests: list[MarkAppend]) -> list[tuple[int, int] | Exception]:
         """Each marker into its log and index, all in one round trip: (offset, markers since the
-        partition's latest snapshot), or the error that refused it."""
+        partition's latest snapshot), (-1, 0) when `since` held it back, or the error that refused it."""
         calls = [
             (
                 "watermark-append-7",
                 [keys.log(r.topic, r.partition), keys.meta(r.topic, r.partition), keys.open_txns(r.topic, r.partition),
                  keys.producers(r.topic, r.partition), keys.wm_marks(r.topic, r.partition),
                  keys.wm_meta(r.topic, r.partition), keys.wm_txns(r.topic, r.partition)],
-                # batch, mark, txn, pid, epoch
-                [r.batch, r.body, r.txn_id, r.producer_id, r.producer_epoch],
+                # batch, mark, txn, pid, epoch, since, owner
+                [r.batch, r.body, r.txn_id, r.producer_id, r.producer_epoch, r.since, r.owner],
             )
             for r in requests
         ]
