@@ -446,7 +446,12 @@ def run_bench(args: argparse.Namespace) -> None:
 
                 print(format_table(run_delayed_bench(url, args.count)))
                 return
-            if getattr(args, "txn", False):
+            if getattr(args, "watermarks", False):
+                from gateway.bench_watermarks import measure_watermarks
+
+                rows = measure_watermarks(url, float(args.seconds))
+                print("(records/s column: watermarks, lookups or messages per second, as each row says)")
+            elif getattr(args, "txn", False):
                 with running_gateway(url) as ports:
                     rows = _measure_txn(url, f"127.0.0.1:{ports['kafka']}", float(args.seconds))
                 print("(records/s column: transactions per second, 10 records of 100 B each)")

@@ -153,6 +153,8 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--sizes", default="100,1024", help="message sizes in bytes")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
+    p.add_argument("--watermarks", action="store_true",
+                   help="broker watermarks: send_watermark, lookups, consuming past markers")
     p.add_argument("--count", type=int, default=1_000_000, help="delayed messages for --delayed")
 
 
