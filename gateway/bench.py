@@ -83,6 +83,19 @@ def timed_loop(seconds: float, step: Callable[[], int]) -> float:
     return done / (time.perf_counter() - start)
 
 
+def timed_steps(seconds: float, step: Callable[[], int]) -> tuple[float, list[float]]:
+    """`timed_loop`, with the milliseconds of each step (one round trip each, for latencies)."""
+    latencies: list[float] = []
+
+    def timed() -> int:
+        t0 = time.perf_counter()
+        done = step()
+        latencies.append((time.perf_counter() - t0) * 1000)
+        return done
+
+    return timed_loop(seconds, timed), latencies
+
+
 def raw_client(url: str) -> redis.Redis | redis.RedisCluster:
     """A plain client of the same Redis (or cluster) the gateway uses."""
     if is_cluster_url(url):
@@ -371,19 +384,16 @@ def raw_multi_exec(url: str, partitions: int, per_txn: int, size: int, seconds: 
     r = redis.Redis.from_url(url)
     keys = [f"bench:txn:{uuid.uuid4().hex}:{p}" for p in range(partitions)]
     value = os.urandom(size)
-    latencies: list[float] = []
 
     def step() -> int:
-        t0 = time.perf_counter()
         pipe = r.pipeline(transaction=True)
         for i in range(per_txn):
             pipe.xadd(keys[i % partitions], {"v": value})
         pipe.execute()
-        latencies.append((time.perf_counter() - t0) * 1000)
         return 1
 
     try:
-        return timed_loop(seconds, step), latencies
+        return timed_steps(seconds, step)
     finally:
         r.delete(*keys)
         r.close()

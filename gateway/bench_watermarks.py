@@ -19,7 +19,7 @@ import urllib.request
 import uuid
 from typing import TYPE_CHECKING
 
-from gateway.bench import Row, _run, _streams, best_of, percentile, raw_client, running_gateway, timed_loop
+from gateway.bench import Row, _run, _streams, best_of, percentile, raw_client, running_gateway, timed_steps
 from gateway.records import build_watermark_batch
 from gateway.watermark import Mark
 
@@ -48,12 +48,10 @@ def raw_send(url: str, partitions: int, per_trip: int, seconds: float) -> tuple[
     r = raw_client(url)
     logs = _streams("wm", partitions)
     batch, body = _marker()
-    latencies: list[float] = []
     sent = 0
 
     def step() -> int:
         nonlocal sent
-        t0 = time.perf_counter()
         pipe = r.pipeline(transaction=False)
         for _ in range(per_trip):
             for log in logs:
@@ -61,11 +59,10 @@ def raw_send(url: str, partitions: int, per_trip: int, seconds: float) -> tuple[
                 pipe.zadd(f"{log}:marks", {b"%d - %s" % (sent, body): sent})
             sent += 1
         pipe.execute()
-        latencies.append((time.perf_counter() - t0) * 1000)
         return per_trip
 
     try:
-        return timed_loop(seconds, step), latencies
+        return timed_steps(seconds, step)
     finally:
         for log in logs:
             r.delete(log, f"{log}:marks")
@@ -85,20 +82,17 @@ def raw_lookup(url: str, seconds: float) -> tuple[float, list[float]]:
     for o in range(base, 200):
         pipe.zadd(marks, {b"%d - %s" % (o, _marker(f"producer-{o % 8:02d}")[1]): o})
     pipe.execute()
-    latencies: list[float] = []
 
     def step() -> int:
-        t0 = time.perf_counter()
         pipe = r.pipeline(transaction=False)
         pipe.zrevrangebyscore(snaps, 200, "-inf", start=0, num=1)
         pipe.hget(data, str(base))
         pipe.zrangebyscore(marks, base, "(200")
         pipe.execute()
-        latencies.append((time.perf_counter() - t0) * 1000)
         return 1
 
     try:
-        return timed_loop(seconds, step), latencies
+        return timed_steps(seconds, step)
     finally:
         r.delete(snaps, data, marks)
         r.close()
