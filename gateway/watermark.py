@@ -41,7 +41,15 @@ from gateway.records import (
 from gateway.store import Store
 from gateway.store.log import Entry, Slice, TopicInfo
 from gateway.store.subscriptions import SubscriptionStore
-from gateway.store.watermark import COUNTS, OPEN, IndexedMark, IndexRead, MarkAppend, WatermarkStore
+from gateway.store.watermark import (
+    COUNTS,
+    OPEN,
+    IndexedMark,
+    IndexRead,
+    MarkAppend,
+    SnapshotWrite,
+    WatermarkStore,
+)
 
 log = logging.getLogger(__name__)
 
@@ -244,8 +252,8 @@ class WatermarkService:
                 self.log.notifier.notify(topic, p)
             if since_snapshot >= self.snapshot_marks:
                 full.append(p)
-        for p in full:
-            await self._snapshot_full(topic, p)
+        if full:
+            await self._snapshot_full(topic, full)
         return offsets
 
     async def mark_idle(self, topic: str, producer: str) -> list[int] | None:
@@ -350,10 +358,16 @@ class WatermarkService:
 
     async def snapshot(self, topic: str, partition: int) -> bool:
         """A W_SNAPSHOT of the partition at its high watermark; False when a later one exists."""
-        (read,) = await self.index.read([(topic, partition, -1)], committed=False)
-        wset, pending = fold(read)
-        data = wset.snapshot(read.offset, pending)
-        return await self.index.snapshot(topic, partition, read.offset, [m.offset for m in pending], data)
+        return (await self.snapshots([(topic, partition)]))[0]
+
+    async def snapshots(self, parts: list[tuple[str, int]]) -> list[bool]:
+        """`snapshot` of each (topic, partition), all in two round trips."""
+        reads = await self.index.read([(t, p, -1) for t, p in parts], committed=False)
+        writes = []
+        for (t, p), r in zip(parts, reads, strict=True):
+            wset, pending = fold(r)
+            writes.append(SnapshotWrite(t, p, r.offset, [m.offset for m in pending], wset.snapshot(r.offset, pending)))
+        return await self.index.snapshot(writes)
 
     async def snapshot_pass(self) -> int:
         """The background role: mark idle the producers silent past their topic's idle timeout, then
@@ -364,25 +378,24 @@ class WatermarkService:
         parts = [(t.name, p) for t in topics for p in range(t.partitions)]
         if not parts:
             return 0
-        taken = 0
-        for (t, p), n in zip(parts, await self.index.unsnapshotted(parts), strict=True):
-            if n >= self.snapshot_marks // 4:
-                taken += await self.snapshot(t, p)
-        return taken
+        due = [tp for tp, n in zip(parts, await self.index.unsnapshotted(parts), strict=True)
+               if n >= self.snapshot_marks // 4]
+        return sum([sum(await self.snapshots(due[i:i + 256])) for i in range(0, len(due), 256)])
 
-    async def _snapshot_full(self, topic: str, partition: int) -> None:
-        """A partition with `snapshot_marks` markers since its latest snapshot gets one now, by the
-        send that filled it (two round trips every that many markers), unless one is being taken."""
-        key = (topic, partition)
-        if key in self._snapshotting:
+    async def _snapshot_full(self, topic: str, partitions: list[int]) -> None:
+        """Partitions with `snapshot_marks` markers since their latest snapshot get one now, by the
+        send that filled them (two round trips every that many markers, whatever the partitions),
+        but those being taken already."""
+        keys = [(topic, p) for p in partitions if (topic, p) not in self._snapshotting]
+        if not keys:
             return
-        self._snapshotting.add(key)
+        self._snapshotting.update(keys)
         try:
-            await self.snapshot(topic, partition)
+            await self.snapshots(keys)
         except Exception as exc:  # the markers are written: the periodic pass tries again
-            log.warning("watermark snapshot of %s-%d failed: %s", topic, partition, exc)
+            log.warning("watermark snapshots of %s %s failed: %s", topic, [p for _, p in keys], exc)
         finally:
-            self._snapshotting.discard(key)
+            self._snapshotting.difference_update(keys)
 
     @property
     def entries_read(self) -> int:

@@ -43,6 +43,18 @@ class MarkAppend:
 
 
 @dataclass(frozen=True)
+class SnapshotWrite:
+    """A snapshot of one partition covering the marks below `offset`, with the offsets of the marks
+    of transactions then open."""
+
+    topic: str
+    partition: int
+    offset: int
+    pending: list[int]
+    data: bytes
+
+
+@dataclass(frozen=True)
 class IndexRead:
     """What the watermark of a partition at `offset` is made of (see `WatermarkStore.read`)."""
 
@@ -138,20 +150,30 @@ class WatermarkStore:
         self.entries_read += sum(r.entries_read for r in out)
         return out
 
-    async def snapshot(self, topic: str, partition: int, offset: int, pending: list[int], data: bytes) -> bool:
-        """Store a snapshot covering the marks below `offset` (False when a later one exists) and
-        prune what the log start has left behind."""
-        async with storage_errors():
-            reply = await self.scripts.call(
+    async def snapshot(self, writes: list[SnapshotWrite]) -> list[bool]:
+        """Store each snapshot (False where a later one exists) and prune what the log start has left
+        behind, all in one round trip."""
+        calls = [
+            (
                 "watermark-snapshot-5",
-                [keys.meta(topic, partition), keys.wm_marks(topic, partition), keys.wm_snapshots(topic, partition),
-                 keys.wm_snapshot_data(topic, partition), keys.wm_meta(topic, partition)],
+                [keys.meta(w.topic, w.partition), keys.wm_marks(w.topic, w.partition),
+                 keys.wm_snapshots(w.topic, w.partition), keys.wm_snapshot_data(w.topic, w.partition),
+                 keys.wm_meta(w.topic, w.partition)],
                 # offset, pending, snapshot
-                [offset, " ".join(map(str, pending)), data],
+                [w.offset, " ".join(map(str, w.pending)), w.data],
             )
-        if reply[0] != ErrorCode.OK:
-            raise error_for(reply[0], f"{topic}-{partition}")
-        return bool(reply[1])
+            for w in writes
+        ]
+        async with storage_errors():
+            replies = await self.scripts.call_many(calls)
+        out = []
+        for w, reply in zip(writes, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            if reply[0] != ErrorCode.OK:
+                raise error_for(reply[0], f"{w.topic}-{w.partition}")
+            out.append(bool(reply[1]))
+        return out
 
     async def settle(self, topic: str, partition: int, txn_id: str, commit: bool) -> int:
         """Make a transaction's markers count for good (commit) or drop them (abort); safe to repeat."""
