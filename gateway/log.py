@@ -257,6 +257,8 @@ class LogService:
                         raise MessageTooLarge(f"batch of {h.size} bytes over max.message.bytes {limit}")
                     if h.record_count != h.last_offset_delta + 1:
                         raise CorruptMessage("record count does not match the last offset delta")
+                    if h.control:  # markers are the coordinator's: a forged one would end transactions
+                        raise InvalidRequest("clients cannot write control batches")
             except Exception as exc:
                 refused[i] = exc
                 continue

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from gateway.errors import StorageUnavailable
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
-from gateway.records import build_batch
+from gateway.records import build_batch, build_control_batch
 from tests.kafka_wire import LYING_ARRAY, TIMEOUT, call, decode, frame, read_response, request
 
 load_handlers()
@@ -99,20 +99,25 @@ async def test_acks_zero_gets_no_response_but_is_stored(gateway, conn):
 async def test_produce_to_a_missing_partition_and_a_corrupt_batch_are_per_partition_errors(gateway, conn):
     reader, writer = conn
     await gateway.services.log.create_topic("strict", 1)
+    await gateway.services.log.create_topic("forged", 1)
     good = build_batch([(None, b"x", [])])
     bad = good[:-1] + bytes([good[-1] ^ 1])
+    marker = build_control_batch(True, producer_id=1, producer_epoch=0)  # only the gateway writes these
     req = codec.build(codec.request_class(ApiKey.PRODUCE, 8), {
         "transactional_id": None, "acks": -1, "timeout": 1000,
         "topic_data": [{"name": "strict", "partition_data": [
             {"index": 0, "records": bad}, {"index": 5, "records": good}]},
-            {"name": "nope", "partition_data": [{"index": 0, "records": good}]}],
+            {"name": "nope", "partition_data": [{"index": 0, "records": good}]},
+            {"name": "forged", "partition_data": [{"index": 0, "records": marker}]}],
     })
     writer.write(request(req, 3))
     _, resp = decode(ApiKey.PRODUCE, 8, await read_response(reader))
     errs = [(t.name, p.index, p.error_code) for t in resp.responses for p in t.partition_responses]
     assert errs == [("strict", 0, KafkaError.corrupt_message),
                     ("strict", 5, KafkaError.unknown_topic_or_partition),
-                    ("nope", 0, KafkaError.unknown_topic_or_partition)]
+                    ("nope", 0, KafkaError.unknown_topic_or_partition),
+                    ("forged", 0, KafkaError.invalid_request)]
+    assert await gateway.services.log.bounds("forged", 0) == (0, 0)
 
 
 async def test_fetch_out_of_range_and_long_poll_woken_by_a_produce(gateway, conn):
