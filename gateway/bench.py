@@ -461,6 +461,11 @@ def run_bench(args: argparse.Namespace) -> None:
 
                 rows = measure_watermarks(url, float(args.seconds))
                 print("(records/s column: watermarks, lookups or messages per second, as each row says)")
+            elif getattr(args, "spark", False):
+                from gateway.bench_spark import run_spark_bench
+
+                rows = run_spark_bench(url, count=args.records, size=sizes[0], partitions=args.partitions,
+                                       cores=args.cores, seconds=float(args.seconds))
             elif getattr(args, "txn", False):
                 with running_gateway(url) as ports:
                     rows = _measure_txn(url, f"127.0.0.1:{ports['kafka']}", float(args.seconds))

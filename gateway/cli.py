@@ -156,6 +156,10 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--watermarks", action="store_true",
                    help="broker watermarks: send_watermark, lookups, consuming past markers")
     p.add_argument("--count", type=int, default=1_000_000, help="delayed messages for --delayed")
+    p.add_argument("--spark", action="store_true",
+                   help="the Spark source, sink and a pipeline of both (the spark extra, Java 17)")
+    p.add_argument("--records", type=int, default=500_000, help="records for --spark")
+    p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark")
 
 
 def _pairs(items: list[str]) -> dict[str, str | None]:

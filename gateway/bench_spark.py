@@ -1,0 +1,113 @@
+"""`gateway bench --spark`: records per second through the Spark source, the exactly-once sink and a
+streaming pipeline of both, beside raw Redis reading and writing the same bytes as 500-record blobs.
+
+Spark runs in this process (local mode, two cores by default, Java 17); its start and a warm-up
+query are left out of every figure. Needs the spark extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+from gateway.bench import Row, raw_xadd_blobs, raw_xrange_blobs, running_gateway
+
+WARMUP = 1000
+
+
+def _java17() -> None:
+    """Spark 4 wants Java 17: use Debian's when JAVA_HOME names nothing."""
+    if not os.environ.get("JAVA_HOME"):
+        homes = sorted(Path("/usr/lib/jvm").glob("java-17-openjdk-*"))
+        if homes:
+            os.environ["JAVA_HOME"] = str(homes[0])
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+async def _fill(url: str, topic: str, partitions: int, count: int, size: int) -> None:
+    from gateway.client import Client
+
+    async with await Client.connect(url) as client:
+        producer = await client.create_producer(topic, batch_max_messages=5000)
+        payload = os.urandom(size)
+        for start in range(0, count, 20_000):
+            await asyncio.gather(*(producer.send(payload, partition=i % partitions)
+                                   for i in range(start, min(count, start + 20_000))))
+        await producer.close()
+
+
+def _create_topic(admin_port: int, topic: str, partitions: int) -> None:
+    body = json.dumps({"name": topic, "partitions": partitions}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{admin_port}/admin/v2/topics", body,
+                                 {"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=30).close()
+
+
+def _timed(work: object) -> float:
+    start = time.perf_counter()
+    work()  # type: ignore[operator]
+    return time.perf_counter() - start
+
+
+def run_spark_bench(redis_url: str, *, count: int, size: int, partitions: int, cores: int, seconds: float) -> list[Row]:
+    _java17()
+    from pyspark.sql import SparkSession
+
+    from gateway.spark import register
+
+    rows: list[Row] = []
+    read_base = raw_xrange_blobs(redis_url, size, seconds)
+    write_base = raw_xadd_blobs(redis_url, size, seconds, partitions=partitions)
+    rows.append(Row("raw redis: XRANGE of 500-record blobs", size, read_base))
+    rows.append(Row("raw redis: XADD per 500-record blob", size, write_base))
+    with running_gateway(redis_url) as ports, tempfile.TemporaryDirectory(prefix="gateway-bench-spark-") as tmp:
+        url = f"gateway://127.0.0.1:{ports['native']}"
+        source = f"bench-in-{uuid.uuid4().hex[:6]}"
+        _create_topic(ports["admin"], source, partitions)
+        asyncio.run(_fill(url, source, partitions, count, size))
+        spark = (
+            SparkSession.builder.master(f"local[{cores}]").appName("gateway bench")
+            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", str(cores))
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        try:
+            def read(topic: str, ending: str = "latest") -> object:
+                return (spark.read.format("gateway").option("url", url).option("topic", topic)
+                        .option("endingOffsets", ending).load())
+
+            def write(df: object, topic: str) -> None:
+                df.write.format("gateway").option("url", url).option("topic", topic).mode("append").save()  # type: ignore[attr-defined]
+
+            # warm-up: Python workers started, the data source known to every process
+            warm = json.dumps({source: {str(p): WARMUP // partitions for p in range(partitions)}})
+            write(read(source, warm).select("value"), f"bench-warm-{uuid.uuid4().hex[:6]}")
+
+            t = _timed(lambda: read(source).write.format("noop").mode("overwrite").save())  # type: ignore[attr-defined]
+            rows.append(Row(f"spark source (local[{cores}])", size, count / t, "XRANGE/blob", read_base))
+            generated = spark.range(count).selectExpr(f"unhex(repeat('ab', {size})) as value").cache()
+            generated.count()
+            t = _timed(lambda: write(generated, f"bench-sink-{uuid.uuid4().hex[:6]}"))
+            rows.append(Row(f"spark sink, exactly once (local[{cores}])", size, count / t, "XADD/blob", write_base))
+            query = (
+                spark.readStream.format("gateway").option("url", url).option("topic", source)
+                .option("startingOffsets", "earliest").load()
+                .select("key", "value")
+                .writeStream.format("gateway").option("url", url).option("topic", f"bench-out-{uuid.uuid4().hex[:6]}")
+                .option("checkpointLocation", str(Path(tmp) / "checkpoint"))
+                .trigger(availableNow=True)
+            )
+            t = _timed(lambda: query.start().awaitTermination())
+            rows.append(Row(f"spark stream: source -> sink (local[{cores}])", size, count / t, "XRANGE/blob", read_base))
+        finally:
+            spark.stop()
+    return rows
