@@ -17,10 +17,13 @@ import pyarrow as pa
 import pytest
 
 from gateway.client import Client
+from gateway.errors import AuthenticationFailed
+from gateway.server import Gateway
 from gateway.spark import blocking
-from gateway.spark.options import OptionError, SinkOptions
+from gateway.spark.options import OptionError, SinkOptions, SourceOptions
 from gateway.spark.sink import GatewayStreamWriter, TaskCommit, check_schema, transaction_key
-from tests.conftest import in_spark, native_url, run_example, spark_env
+from gateway.spark.source import GatewayStreamReader
+from tests.conftest import in_spark, native_url, run_example, spark_env, test_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]  # a JVM is slow to start on a busy machine
 
@@ -98,7 +101,7 @@ async def test_a_task_attempt_that_fails_after_sending_leaves_nothing(gateway, c
 
     def rows():
         yield pa.record_batch({"value": [b"sent-before-the-failure"] * 3})
-        with blocking.Session(opts.url) as probe:  # wait until the gateway holds them, in the open txn
+        with blocking.Session(opts.gateway) as probe:  # wait until the gateway holds them, in the open txn
             deadline = time.monotonic() + 10
             while probe.run(probe.client.list_partitions("half"))[0].high_watermark < 3:
                 assert time.monotonic() < deadline
@@ -106,7 +109,7 @@ async def test_a_task_attempt_that_fails_after_sending_leaves_nothing(gateway, c
         raise RuntimeError("the executor fell over")
 
     def attempt() -> None:
-        with blocking.Session(opts.url) as session:
+        with blocking.Session(opts.gateway) as session:
             write_batches(session, opts, rows())
 
     with pytest.raises(RuntimeError, match="fell over"):
@@ -174,9 +177,10 @@ async def test_a_failed_task_attempt_leaves_nothing_beside_the_retry(spark, gate
         from pyspark import TaskContext
 
         from gateway.spark import blocking
+        from gateway.spark.options import Endpoint
 
         if value.startswith(b"r299.") and TaskContext.get().attemptNumber() == 0:
-            with blocking.Session(url) as probe:
+            with blocking.Session(Endpoint(url)) as probe:
                 deadline = time.monotonic() + 30
                 while probe.run(probe.client.list_partitions("retry-out"))[0].high_watermark < 100:
                     assert time.monotonic() < deadline, "the sink never stored the first rows"
@@ -300,3 +304,26 @@ async def test_the_pipeline_example(gateway, client, tmp_path, monkeypatch):
     assert "every window written once, with every reading" in text
     assert re.search(r"batch +\d+: +\d+ rows read .* watermark 2023-11-14", text)  # the progress display
     assert len(await committed(client, "totals")) == 4
+
+
+async def test_source_and_sink_log_in_where_authentication_is_on(redis_url):
+    gw = Gateway(test_config(redis_url, auth=True, super_users="etl"))
+    await gw.start()
+    try:
+        await gw.services.security.set_user("etl", "etl-secret")
+        login = {"url": native_url(gw), "username": "etl", "password": "etl-secret"}
+        async with await Client.connect(native_url(gw), username="etl", password="etl-secret") as etl:
+            await (await etl.create_producer("secured")).send(b"in")
+            txn = await etl.new_transaction(timeout=30, group_key=transaction_key("q"), group_commit_id=0)
+            await (await etl.create_producer("secured-out")).send(b"out", txn=txn)
+            await txn.flush()
+        reader = GatewayStreamReader(SourceOptions.parse({**login, "topic": "secured"}, streaming=True))
+        assert await asyncio.to_thread(reader.latestOffset, {}, reader.getDefaultReadLimit()) == {"secured": {"0": 1}}
+        writer = GatewayStreamWriter(SinkOptions.parse({**login, "topic": "secured-out"}))
+        await asyncio.to_thread(writer.commit, [TaskCommit(txn.txn_id, 1, "q", "run-1", 0)], 0)
+        assert (await gw.services.fence.get("etl", transaction_key("q"))).last_commit_id == 0  # etl's own key
+        anonymous = GatewayStreamReader(SourceOptions.parse({"url": native_url(gw), "topic": "secured"}, streaming=True))
+        with pytest.raises(AuthenticationFailed):
+            await asyncio.to_thread(anonymous.initialOffset)
+    finally:
+        await gw.stop()

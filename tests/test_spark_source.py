@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gateway.client import Client
-from gateway.spark.options import OptionError, SourceOptions
+from gateway.spark.options import Endpoint, OptionError, SourceOptions
 from gateway.spark.source import DataLoss, GatewayStreamReader, RangePartition
 from tests.conftest import in_spark, native_url
 
@@ -172,7 +172,8 @@ async def test_watermark_rows_carry_the_broker_watermark_at_the_batch_end(gatewa
 
 
 async def test_a_partition_description_carries_everything_a_task_needs(gateway):
-    part = RangePartition(native_url(gateway), "t", 3, 10, 20, True, 1024)
+    part = RangePartition(Endpoint(native_url(gateway), "alice", "secret"), "t", 3, 10, 20, True, 1024)
+    assert "secret" not in repr(part)  # Spark may log it
     assert pickle.loads(pickle.dumps(part)) == part
     reader = pickle.loads(pickle.dumps(stream_reader(gateway, topic="t")))
     assert reader.opts.topics == ("t",)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from typing import Any, TypeVar
 
 from gateway.client import Client
+from gateway.spark.options import Endpoint
 
 T = TypeVar("T")
 
@@ -22,13 +23,14 @@ _DONE = object()
 class Session:
     """A connected client on a private event loop thread; `run` waits for a coroutine there."""
 
-    def __init__(self, url: str, *, transaction_key: str | None = None, incarnation: str = "") -> None:
+    def __init__(self, gateway: Endpoint, *, transaction_key: str | None = None, incarnation: str = "") -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gateway-client", daemon=True)
         self._thread.start()
         try:
-            self.client = self.run(Client.connect(url, client_name=CLIENT_NAME, reconnect=False,
-                                                  transaction_key=transaction_key, incarnation=incarnation))
+            self.client = self.run(Client.connect(gateway.url, client_name=CLIENT_NAME, reconnect=False,
+                                                  transaction_key=transaction_key, incarnation=incarnation,
+                                                  **gateway.connect_args()))
         except BaseException:
             self._stop()
             raise
@@ -80,12 +82,12 @@ class Session:
         self.close()
 
 
-def call(url: str, work: Callable[[Client], Awaitable[T]], *, transaction_key: str | None = None,
+def call(gateway: Endpoint, work: Callable[[Client], Awaitable[T]], *, transaction_key: str | None = None,
          incarnation: str = "") -> T:
-    """`work` with a client connected to `url` (holding a transaction key when given), to completion."""
+    """`work` with a client connected to the gateway (holding a transaction key when given), to completion."""
 
     async def run(client: Client) -> T:
         return await work(client)
 
-    with Session(url, transaction_key=transaction_key, incarnation=incarnation) as session:
+    with Session(gateway, transaction_key=transaction_key, incarnation=incarnation) as session:
         return session.run(run(session.client))

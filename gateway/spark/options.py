@@ -7,8 +7,9 @@ partition as a string (JSON object keys are strings).
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.client import PartitionInfo
@@ -35,7 +36,25 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def _url(options: Mapping[str, str]) -> str:
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the gateway listens and how to log in; picklable, so each task connects with it itself."""
+
+    url: str
+    username: str = ""
+    password: str = field(default="", repr=False)
+    token: str = field(default="", repr=False)
+    tls: bool = False
+    tls_ca_file: str = ""
+
+    def connect_args(self) -> dict[str, Any]:
+        """Client.connect's credentials and TLS arguments."""
+        context = ssl.create_default_context(cafile=self.tls_ca_file or None) if self.tls else None
+        return {"username": self.username or None, "password": self.password or None, "token": self.token or None,
+                "ssl": context}
+
+
+def _endpoint(options: Mapping[str, str]) -> Endpoint:
     url = _get(options, "url")
     if not url:
         raise OptionError('option "url" is required: the gateway\'s native address, gateway://host:6650')
@@ -43,7 +62,9 @@ def _url(options: Mapping[str, str]) -> str:
         parse_url(url)
     except ValueError as exc:
         raise OptionError(f'option "url": {exc}') from None
-    return url
+    ca_file = _get(options, "tlsCaFile") or ""
+    return Endpoint(url, _get(options, "username") or "", _get(options, "password") or "", _get(options, "token") or "",
+                    _bool(options, "tls", bool(ca_file)), ca_file)
 
 
 def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
@@ -116,7 +137,7 @@ def resolve(spec: PositionSpec, bounds: Mapping[str, list[PartitionInfo]], defau
 
 @dataclass(frozen=True)
 class SourceOptions:
-    url: str
+    gateway: Endpoint
     topics: tuple[str, ...]
     starting: PositionSpec
     ending: PositionSpec
@@ -127,7 +148,7 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
-        url = _url(options)
+        gateway = _endpoint(options)
         raw = _get(options, "topic") or ""
         topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
         if not topics:
@@ -141,7 +162,7 @@ class SourceOptions:
         if ending == "earliest":
             raise OptionError('option "endingOffsets" may not be earliest')
         return cls(
-            url=url,
+            gateway=gateway,
             topics=topics,
             starting=_position(options, "startingOffsets", "latest" if streaming else "earliest", topics),
             ending=ending,
@@ -154,7 +175,7 @@ class SourceOptions:
 
 @dataclass(frozen=True)
 class SinkOptions:
-    url: str
+    gateway: Endpoint
     topic: str | None  # rows without a topic column go here
     transaction_timeout_ms: int
 
@@ -164,4 +185,4 @@ class SinkOptions:
         if topic is not None and "," in topic:
             raise OptionError('option "topic" names one topic for the sink; a "topic" column picks one per row')
         timeout = _int(options, "transactionTimeoutMs", DEFAULT_TXN_TIMEOUT_MS) or DEFAULT_TXN_TIMEOUT_MS
-        return cls(_url(options), topic, timeout)
+        return cls(_endpoint(options), topic, timeout)

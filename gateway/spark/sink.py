@@ -46,7 +46,7 @@ from pyspark.sql.types import (
 
 from gateway.client import Client, ExpiredTransactionError, GatewayError, NotAllowed, Producer, Transaction
 from gateway.spark import blocking
-from gateway.spark.options import OptionError, SinkOptions
+from gateway.spark.options import Endpoint, OptionError, SinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class GatewayStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
         query_id, run_id, batch_id = _task_identity()
-        with blocking.Session(self.opts.url) as session:
+        with blocking.Session(self.opts.gateway) as session:
             txn_id, rows = write_batches(session, self.opts, iterator, group_key=transaction_key(query_id),
                                          group_commit_id=batch_id)
         return TaskCommit(txn_id, rows, query_id, run_id, batch_id)
@@ -229,10 +229,10 @@ class GatewayStreamWriter(DataSourceStreamArrowWriter):
             return await client.commit_transactions(ids, commit_id=batchId)
 
         try:
-            committed = blocking.call(self.opts.url, group_commit, transaction_key=transaction_key(query_id),
+            committed = blocking.call(self.opts.gateway, group_commit, transaction_key=transaction_key(query_id),
                                       incarnation=run_id)
         except (NotAllowed, ExpiredTransactionError) as exc:
-            abort_all(self.opts.url, ids)
+            abort_all(self.opts.gateway, ids)
             raise RuntimeError(f"batch {batchId} of query {query_id} (run {run_id}) was not committed: {exc}. "
                                "A newer run of the query holds its transaction key, or a task's transaction "
                                "timed out (transactionTimeoutMs)") from exc
@@ -242,7 +242,7 @@ class GatewayStreamWriter(DataSourceStreamArrowWriter):
             _kill_jvm()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        abort_all(self.opts.url, [m.txn_id for m in messages if isinstance(m, TaskCommit)])
+        abort_all(self.opts.gateway, [m.txn_id for m in messages if isinstance(m, TaskCommit)])
 
 
 class GatewayBatchWriter(DataSourceArrowWriter):
@@ -252,24 +252,24 @@ class GatewayBatchWriter(DataSourceArrowWriter):
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
-        with blocking.Session(self.opts.url) as session:
+        with blocking.Session(self.opts.gateway) as session:
             txn_id, rows = write_batches(session, self.opts, iterator)
         return TaskCommit(txn_id, rows, "", "", -1)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
         ids = [m.txn_id for m in messages if isinstance(m, TaskCommit)]
         if ids:
-            blocking.call(self.opts.url, lambda client: client.commit_transactions(ids))
+            blocking.call(self.opts.gateway, lambda client: client.commit_transactions(ids))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
-        abort_all(self.opts.url, [m.txn_id for m in messages if isinstance(m, TaskCommit)])
+        abort_all(self.opts.gateway, [m.txn_id for m in messages if isinstance(m, TaskCommit)])
 
 
-def abort_all(url: str, ids: list[str]) -> None:
+def abort_all(gateway: Endpoint, ids: list[str]) -> None:
     """Best effort: what is not aborted here times out."""
     if ids:
         with contextlib.suppress(GatewayError):
-            blocking.call(url, lambda client: client.abort_transactions(ids))
+            blocking.call(gateway, lambda client: client.abort_transactions(ids))
 
 
 def _kill_jvm() -> None:

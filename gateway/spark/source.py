@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 from gateway.client import EVENT_TIME_HEADER, Client, OffsetOutOfRange, PartitionInfo, StoredBatch
 from gateway.records import iter_records
 from gateway.spark import blocking
-from gateway.spark.options import Offsets, OptionError, SourceOptions, resolve
+from gateway.spark.options import Endpoint, Offsets, OptionError, SourceOptions, resolve
 
 SCHEMA = StructType([
     StructField("key", BinaryType()),
@@ -70,7 +70,7 @@ class DataLoss(RuntimeError):
 class RangePartition(InputPartition):
     """One task's work, all it needs to do it: offsets [start, end) of one topic partition."""
 
-    url: str
+    gateway: Endpoint
     topic: str
     partition: int
     start: int
@@ -83,7 +83,7 @@ class RangePartition(InputPartition):
 class WatermarkPartition(InputPartition):
     """The micro-batch's watermark row: the broker watermark at its end offsets."""
 
-    url: str
+    gateway: Endpoint
     end: Offsets
 
 
@@ -96,14 +96,14 @@ def check_schema(schema: StructType) -> None:
                           f"do not give it another ({schema.simpleString()})")
 
 
-def fetch_bounds(url: str, topics: tuple[str, ...]) -> dict[str, list[PartitionInfo]]:
+def fetch_bounds(gateway: Endpoint, topics: tuple[str, ...]) -> dict[str, list[PartitionInfo]]:
     async def work(client: Client) -> dict[str, list[PartitionInfo]]:
         return {t: await client.list_partitions(t) for t in topics}
 
-    return blocking.call(url, work)
+    return blocking.call(gateway, work)
 
 
-def plan(url: str, start: Offsets, end: Offsets, opts: SourceOptions) -> list[RangePartition]:
+def plan(start: Offsets, end: Offsets, opts: SourceOptions) -> list[RangePartition]:
     """A task per topic partition with something between its start and end; a partition new since
     `start` is read from its beginning."""
     out = []
@@ -111,7 +111,8 @@ def plan(url: str, start: Offsets, end: Offsets, opts: SourceOptions) -> list[Ra
         for p, hi in sorted(parts.items(), key=lambda kv: int(kv[0])):
             lo = start.get(topic, {}).get(p, 0)
             if hi > lo:
-                out.append(RangePartition(url, topic, int(p), lo, hi, opts.fail_on_data_loss, opts.max_bytes_per_read))
+                out.append(RangePartition(opts.gateway, topic, int(p), lo, hi, opts.fail_on_data_loss,
+                                          opts.max_bytes_per_read))
     return out
 
 
@@ -192,7 +193,7 @@ class _Columns:
 def read_range(part: RangePartition) -> Iterator[pa.RecordBatch]:
     """The committed records of the partition's range, as Arrow batches."""
     cols = _Columns(part.topic, part.partition)
-    with blocking.Session(part.url) as session:
+    with blocking.Session(part.gateway) as session:
         start = part.start
         if not part.fail_on_data_loss:  # what retention removed is skipped
             start = max(start, session.run(_log_start(session.client, part.topic, part.partition)))
@@ -213,7 +214,7 @@ async def _broker_watermark(client: Client, end: Offsets) -> int | None:
 
 
 def watermark_row(part: WatermarkPartition) -> Iterator[pa.RecordBatch]:
-    with blocking.Session(part.url) as session:
+    with blocking.Session(part.gateway) as session:
         watermark = session.run(_broker_watermark(session.client, part.end))
     if watermark is None:
         return
@@ -242,7 +243,7 @@ class GatewayBatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> list[RangePartition]:  # type: ignore[override]
-        bounds = fetch_bounds(self.opts.url, self.opts.topics)
+        bounds = fetch_bounds(self.opts.gateway, self.opts.topics)
         start = resolve(self.opts.starting, bounds, "earliest")
         end = resolve(self.opts.ending, bounds, "latest")
         for topic, infos in bounds.items():
@@ -251,7 +252,7 @@ class GatewayBatchReader(DataSourceReader):
                 if hi > info.last_stable_offset:
                     raise OptionError(f"endingOffsets {hi} for {topic}-{info.partition} is past its last stable "
                                       f"offset {info.last_stable_offset}")
-        return plan(self.opts.url, start, end, self.opts)
+        return plan(start, end, self.opts)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RangePartition)
@@ -268,7 +269,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: Offsets | None = None
 
     def _available(self) -> Offsets:
-        bounds = fetch_bounds(self.opts.url, self.opts.topics)
+        bounds = fetch_bounds(self.opts.gateway, self.opts.topics)
         stable = {t: {str(i.partition): i.last_stable_offset for i in infos} for t, infos in bounds.items()}
         if self._target is not None:
             target = self._target
@@ -278,7 +279,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return stable
 
     def initialOffset(self) -> dict[str, Any]:
-        return resolve(self.opts.starting, fetch_bounds(self.opts.url, self.opts.topics), "latest")
+        return resolve(self.opts.starting, fetch_bounds(self.opts.gateway, self.opts.topics), "latest")
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.opts.max_records_per_trigger
@@ -301,9 +302,9 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._available()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:  # type: ignore[override]
-        parts: list[InputPartition] = list(plan(self.opts.url, start, end, self.opts))
+        parts: list[InputPartition] = list(plan(start, end, self.opts))
         if self.opts.emit_watermarks:
-            parts.append(WatermarkPartition(self.opts.url, end))
+            parts.append(WatermarkPartition(self.opts.gateway, end))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
