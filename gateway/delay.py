@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.errors import CorruptMessage, NotAllowed
+from gateway.errors import CorruptMessage, NotAllowed, StorageUnavailable
 from gateway.records import BatchBuilder, iter_records, parse_header, split_batches
 from gateway.roles import NO_LEASE, Lease
 from gateway.store import Store
@@ -260,6 +260,9 @@ class DelayScheduler:
             try:
                 await self.step()
                 earliest = await self.index.earliest_due()
+            except StorageUnavailable as exc:  # expected while Redis is away: no traceback
+                log.warning("delay scheduler: %s; retrying", exc)
+                earliest = None
             except Exception:
                 log.exception("delay scheduler step failed; retrying")
                 earliest = None

@@ -11,6 +11,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from gateway.errors import StorageUnavailable
+
 log = logging.getLogger(__name__)
 
 
@@ -33,6 +35,8 @@ class Periodic:
         while not self._stop.is_set():
             try:
                 await self.step()
+            except StorageUnavailable as exc:  # expected while Redis is away: no traceback
+                log.warning("%s: %s; trying again in %.1f s", self.name, exc, self.interval)
             except Exception:
                 log.exception("%s failed; trying again in %.1f s", self.name, self.interval)
             with contextlib.suppress(TimeoutError):
