@@ -148,6 +148,12 @@ async def test_only_the_handshake_is_served_before_authentication(secure):
     assert list(hs.mechanisms) == list(MECHANISMS)
 
 
+async def test_with_authentication_off_sasl_offers_nothing(gateway):
+    conn = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    hs = await call(conn, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+    assert hs.error_code == KafkaError.unsupported_sasl_mechanism and list(hs.mechanisms) == []
+
+
 async def test_a_failed_authentication_is_answered_then_the_connection_closed(secure):
     conn, auth = await login(secure, "alice", "wrong")
     assert auth.error_code == KafkaError.sasl_authentication_failed and "Authentication failed" in auth.error_message

@@ -5,7 +5,7 @@ until it has authenticated; anything else closes it, as a Kafka broker does. Sas
 (KIP-152) is followed by SaslAuthenticate requests carrying the mechanism's messages; after
 SaslHandshake v0 the client sends those messages bare, each behind a 4-byte length, and gets the
 answers the same way. A failed authentication is answered (SaslAuthenticate: SASL_AUTHENTICATION_FAILED
-with a message) and the connection closed.
+with a message) and the connection closed. With authentication off, SaslHandshake offers no mechanism.
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ def _finish(state: ConnectionState, sasl: KafkaSasl) -> None:
 async def sasl_handshake(ctx: RequestContext, req: Any) -> Any:
     security = ctx.services.security
     cls = codec.response_class(ApiKey.SASL_HANDSHAKE, ctx.api_version)
+    if not security.enabled:  # as a Kafka PLAINTEXT listener: nothing to authenticate against
+        return codec.build(cls, {"error_code": KafkaError.unsupported_sasl_mechanism, "mechanisms": ()})
     mechanisms = tuple(security.mechanisms)
     if ctx.connection.principal is not None or ctx.connection.sasl is not None:
         return codec.build(cls, {"error_code": KafkaError.illegal_sasl_state, "mechanisms": mechanisms})
