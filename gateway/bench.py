@@ -313,10 +313,12 @@ def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int) ->
 
 def kcat_consume(bootstrap: str, topic: str, expected: int) -> float:
     """librdkafka's C consumer (kcat), whose per-record cost is small: what the gateway serves when
-    the client is not the limit. Its process start-up counts against it."""
+    the client is not the limit. Its process start-up counts against it; it stops at the last
+    record (`-c`), not after the empty long poll (fetch.wait.max.ms) that would tell it the end."""
     start = time.perf_counter()
     out = subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
-                          "-f", "%o\n"], capture_output=True, text=True, timeout=300, check=True)
+                          "-c", str(expected), "-f", "%o\n"], capture_output=True, text=True, timeout=300,
+                         check=True)
     got = out.stdout.count("\n")
     if got < expected:
         raise RuntimeError(f"kcat read {got} of {expected} records")
