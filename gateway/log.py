@@ -33,6 +33,8 @@ from gateway.store.wakeups import LogWakeups
 
 log = logging.getLogger(__name__)
 
+FIRST_READ_ENTRIES = 8  # batches a sequential reader's first read asks for, before their size is known
+DIRECT_READ_BATCH = 32 * 1024  # average batch size from which reads skip redis-py's copies
 RANGE_ENTRIES = 128  # batches looked at per range read at most; markers and aborted ones count
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000  # per topic: every Metadata answer lists them all
@@ -319,10 +321,7 @@ class LogService:
         offset = max(offset, 0)
         if max_bytes is None:
             return await self._read(topic, partition, offset, max_entries, read_committed)
-        avg = self._avg_batch.get(key, 0)
-        if avg:
-            max_entries = max(1, min(max_entries, max_bytes // avg))
-        early = self._ahead.take((topic, partition, offset, read_committed), max_entries)
+        early = self._ahead.take((topic, partition, offset, read_committed), self._fitting(key, max_entries, max_bytes))
         sl = None
         if early is not None:
             try:
@@ -330,17 +329,27 @@ class LogService:
             except Exception:  # read again below, where the error reaches the reader
                 sl = None
         if sl is None:
-            sl = await self._read(topic, partition, offset, max_entries, read_committed)
+            sl = await self._read(topic, partition, offset, self._fitting(key, max_entries, max_bytes), read_committed)
         if sl.entries:
             size = sum(len(e.batch) for e in sl.entries) // len(sl.entries)
             self._avg_batch[key] = max(1, (self._avg_batch.get(key, size) + size) // 2)
             following = sl.entries[-1].next_offset
             if following < (sl.stable if read_committed else sl.high_watermark):
-                self._ahead.start((topic, partition, following, read_committed), max_entries)
+                self._ahead.start((topic, partition, following, read_committed),
+                                  self._fitting(key, max_entries, max_bytes))
         return sl
 
+    def _fitting(self, key: tuple[str, int], max_entries: int, max_bytes: int) -> int:
+        """About as many batches as fit in `max_bytes`, judged by the partition's recent batch sizes
+        (a few while they are unknown)."""
+        avg = self._avg_batch.get(key, 0)
+        return max(1, min(max_entries, max_bytes // avg if avg else FIRST_READ_ENTRIES))
+
     async def _read(self, topic: str, partition: int, offset: int, max_entries: int, committed: bool) -> Slice:
-        return await self.store.log.read(topic, partition, offset, max_entries, with_aborted=committed)
+        """Large batches are received in place (`store.resp`); many small ones parse faster through
+        redis-py's C parser."""
+        direct = self._avg_batch.get((topic, partition), 0) >= DIRECT_READ_BATCH
+        return await self.store.log.read(topic, partition, offset, max_entries, with_aborted=committed, direct=direct)
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""

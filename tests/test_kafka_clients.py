@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
@@ -9,6 +11,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 from gateway.kafka.dispatch import ApiKey, lookup
 from gateway.partitioner import partition_for_key
 from gateway.records import Compression, iter_records
+from gateway.store.resp import BIG
 from tests.conftest import kafka_bootstrap
 from tests.kafka_clients import CLIENTS, IDEMPOTENT, compression, consume, produce
 
@@ -116,3 +119,22 @@ async def test_large_batches_and_max_message_bytes(gateway):
     [(_, offset, _, value)] = await consume("aiokafka", bs, "big", 0, 0, 1)
     assert (offset, value) == (0, big)
     assert await gateway.services.log.bounds("big", 0) == (0, 1)
+
+
+@pytest.mark.parametrize("consumer", CLIENTS)
+async def test_kafka_consumers_read_large_batches_whole(gateway, consumer):
+    """Batches past the direct-read size, from the start and from the middle of one, read-committed
+    or not: every record, in order, once."""
+    bs = kafka_bootstrap(gateway)
+    messages = [(None, os.urandom(1000) + i.to_bytes(4, "big")) for i in range(3000)]
+    placed = await produce("confluent", bs, "large", messages, **{"linger.ms": 200, "batch.size": 1 << 20})
+    assert [o for _, o in placed] == list(range(3000))
+    assert max(len(e.batch) for e in (await gateway.services.store.log.read("large", 0, 0, 64)).entries) > BIG
+    for start, options in [(0, {}), (1234, {}), (0, isolation(consumer))]:
+        got = await consume(consumer, bs, "large", 0, start, 3000 - start, **options)
+        assert [(o, v) for _, o, _, v in got] == [(i, messages[i][1]) for i in range(start, 3000)]
+    assert gateway.services.store.log.direct._conns  # the large batches went the direct way
+
+
+def isolation(client: str) -> dict[str, object]:
+    return {"isolation_level": "read_committed"} if client != "confluent" else {"isolation.level": "read_committed"}

@@ -27,4 +27,5 @@ class Store:
         return bool(await self.redis.ping())
 
     async def close(self) -> None:
+        self.log.direct.close()
         await self.redis.aclose()

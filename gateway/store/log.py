@@ -17,6 +17,7 @@ import msgpack
 from gateway.errors import ErrorCode, TopicExists, TopicNotFound, error_for
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
+from gateway.store.resp import DirectReads
 from gateway.store.scripts import Scripts
 
 
@@ -96,7 +97,7 @@ def last_stable_offset(high_watermark: int, open_txns: list[bytes]) -> int:
     return min(firsts, default=high_watermark)
 
 
-def _aborted(member: bytes, score: float) -> AbortedRange:
+def _aborted(member: bytes, score: int) -> AbortedRange:
     pid, first = member.split(b":")
     return AbortedRange(int(pid), int(first), int(score))
 
@@ -104,6 +105,18 @@ def _aborted(member: bytes, score: float) -> AbortedRange:
 def _entry(raw: tuple[bytes, dict[bytes, bytes]]) -> Entry:
     eid, fields = raw
     return Entry(int(eid.split(b"-", 1)[0]), int(fields[b"n"]), fields[b"b"])
+
+
+def _direct_entries(raw: list[list[Any]]) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """Stream entries as RESP gives them ([id, [field, value, ...]]), in redis-py's shape."""
+    return [(eid, dict(zip(flat[::2], flat[1::2], strict=True))) for eid, flat in raw]
+
+
+def _pairs(reply: list[Any]) -> list[tuple[bytes, Any]]:
+    """Members with their scores, from RESP3's nested pairs or RESP2's flat list."""
+    if reply and isinstance(reply[0], list | tuple):
+        return [(m, score) for m, score in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,7 @@ class LogStore:
     def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
+        self.direct = DirectReads(redis)
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -210,24 +224,37 @@ class LogStore:
     # -- reads ----------------------------------------------------------------------------------
 
     async def read(
-        self, topic: str, partition: int, offset: int, max_entries: int, *, with_aborted: bool = False
+        self, topic: str, partition: int, offset: int, max_entries: int, *, with_aborted: bool = False,
+        direct: bool = False,
     ) -> Slice:
         """Up to `max_entries` entries from the one holding `offset` on, with the bounds read after
         them, and for read-committed readers the aborted transactions whose markers are at or after
         `offset`. With `max_entries` 1 only the entry holding `offset` is read: a megabyte batch
         that fills a fetch alone is not read twice; a second round trip covers the rare case where
-        no entry holds it (before the log start)."""
+        no entry holds it (before the log start). `direct` (for large batches) receives them
+        without copies (`resp`), through redis-py when that path cannot serve."""
         log = keys.log(topic, partition)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xrevrange(log, f"{offset}-1", "-", count=1)
-        pipe.hmget(keys.meta(topic, partition), "hw", "start")
-        pipe.hvals(keys.open_txns(topic, partition))
+        commands: list[tuple[Any, ...]] = [
+            ("XREVRANGE", log, f"{offset}-1", "-", "COUNT", 1),
+            ("HMGET", keys.meta(topic, partition), "hw", "start"),
+            ("HVALS", keys.open_txns(topic, partition)),
+        ]
         if with_aborted:
-            pipe.zrangebyscore(keys.aborted_txns(topic, partition), offset, "+inf", withscores=True)
+            commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
         if max_entries > 1:
-            pipe.xrange(log, f"({offset}-1", "+", count=max_entries - 1)
-        async with storage_errors():
-            before, (hw, start), open_txns, *rest = await pipe.execute()
+            commands.append(("XRANGE", log, f"({offset}-1", "+", "COUNT", max_entries - 1))
+        replies = await self.direct.pipeline(log, commands) if direct else None
+        if replies is None:
+            pipe = self.redis.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            async with storage_errors():
+                replies = await pipe.execute()
+        else:
+            replies[0] = _direct_entries(replies[0])
+            if max_entries > 1:
+                replies[-1] = _direct_entries(replies[-1])
+        before, (hw, start), open_txns, *rest = replies
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
         aborted = rest.pop(0) if with_aborted else []
@@ -244,7 +271,7 @@ class LogStore:
         if holds:
             assert first is not None
             entries.insert(0, first)
-        ranges = [_aborted(m, score) for m, score in aborted]
+        ranges = [_aborted(m, int(float(score))) for m, score in _pairs(aborted)]
         return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges)
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:

@@ -1,0 +1,296 @@
+"""Reading large stream entries from Redis without copying them.
+
+Through redis-py a megabyte stream entry is copied four times before the gateway holds it: into the
+transport's buffer, the stream reader's, hiredis's, and the bytes object hiredis builds. A Kafka
+fetch then only sends those bytes on. Here the kernel writes a large bulk string straight into the
+bytearray that the fetch response hands back to the kernel, and small replies are parsed from one
+reusable buffer. For replies of many small elements hiredis's C parser is faster than this one, so
+callers take this path only for large entries.
+
+Read commands only, one connection per Redis node shared by every reader: Redis answers a
+connection's commands in order, so pipelines in flight are answered in the order they were sent.
+RESP2. Anything unexpected (a lost connection, an error reply such as a cluster's MOVED) makes the
+read answer None, and the caller reads through redis-py, which knows how to retry and redirect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections import deque
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+BIG = 32 * 1024  # bulk strings at least this long are received into their own buffer
+_SCRATCH = 256 * 1024
+_CRLF = b"\r\n"
+_RETRY_AFTER = 1.0  # seconds before a node that refused a connection is tried again
+
+
+class RespError(Exception):
+    """An error reply (-ERR ..., -MOVED ...)."""
+
+
+class RespConnection(asyncio.BufferedProtocol):
+    def __init__(self) -> None:
+        self._buf = bytearray(_SCRATCH)
+        self._start = 0  # where parsing resumes
+        self._end = 0  # where received bytes end
+        self._big: bytearray | None = None  # a large bulk string being received in place
+        self._big_fill = 0
+        self._skip = 0  # bytes of CRLF still to pass after a large bulk string
+        self._stack: list[tuple[list[Any], int]] = []  # arrays being filled: (items, expected)
+        self._waiting: deque[tuple[asyncio.Future[list[Any]], int, list[Any]]] = deque()
+        self._transport: asyncio.Transport | None = None
+        self._lost: BaseException | None = None
+
+    # -- the caller's side ----------------------------------------------------------------------
+
+    @property
+    def usable(self) -> bool:
+        return self._transport is not None and self._lost is None and not self._transport.is_closing()
+
+    def pipeline(self, commands: list[tuple[Any, ...]]) -> asyncio.Future[list[Any]]:
+        """Send commands; the future gets their replies, an error reply as a RespError in its place."""
+        fut: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        if not self.usable:
+            fut.set_exception(ConnectionError(f"redis connection lost: {self._lost}"))
+            return fut
+        assert self._transport is not None
+        self._transport.write(b"".join(encode(c) for c in commands))
+        self._waiting.append((fut, len(commands), []))
+        return fut
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    # -- the protocol's side --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio's class
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = exc or ConnectionError("closed")
+        while self._waiting:
+            fut, _, _ = self._waiting.popleft()
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"redis connection lost: {self._lost}"))
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._big is not None:
+            return memoryview(self._big)[self._big_fill:]
+        if self._end == len(self._buf):
+            if self._start:
+                rest = self._end - self._start
+                self._buf[:rest] = self._buf[self._start:self._end]
+                self._start, self._end = 0, rest
+            else:  # one unfinished element fills the buffer (a bulk string just under BIG)
+                self._buf.extend(bytes(len(self._buf)))
+        return memoryview(self._buf)[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self._big is not None:
+                self._big_fill += nbytes
+                if self._big_fill < len(self._big):
+                    return
+                value, self._big = self._big, None
+                self._skip = 2
+                self._value(value)
+            else:
+                self._end += nbytes
+            self._parse()
+        except (ValueError, IndexError) as exc:  # not RESP, or a reply nobody asked for
+            log.warning("unexpected reply on a direct read connection (%s); closing it", exc)
+            self._lost = exc
+            assert self._transport is not None
+            self._transport.abort()
+
+    def _parse(self) -> None:
+        buf = self._buf
+        while True:
+            if self._skip:
+                take = min(self._skip, self._end - self._start)
+                self._start += take
+                self._skip -= take
+                if self._skip:
+                    return
+            if self._start == self._end:
+                self._start = self._end = 0
+                return
+            eol = buf.find(_CRLF, self._start, self._end)
+            if eol < 0:
+                return
+            kind = buf[self._start]
+            line = bytes(buf[self._start + 1:eol])
+            body = eol + 2
+            if kind == 0x24:  # $ bulk string
+                n = int(line)
+                if n < 0:
+                    self._start = body
+                    self._value(None)
+                    continue
+                have = self._end - body
+                if have >= n + 2:  # all here already: one copy out of the buffer
+                    self._start = body + n + 2
+                    self._value(buf[body:body + n] if n >= BIG else bytes(buf[body:body + n]))
+                    continue
+                if n < BIG:
+                    return  # the rest arrives in this buffer
+                big = bytearray(n)
+                take = min(have, n)
+                big[:take] = buf[body:body + take]
+                self._start = self._end = 0
+                if take < n:
+                    self._big, self._big_fill = big, take
+                    return
+                self._skip = 2 - (have - n)  # the body is here, not all of its CRLF
+                self._value(big)
+                continue
+            self._start = body
+            if kind == 0x2A:  # * array
+                n = int(line)
+                if n < 0:
+                    self._value(None)
+                elif n == 0:
+                    self._value([])
+                else:
+                    self._stack.append(([], n))
+            elif kind == 0x3A:  # : integer
+                self._value(int(line))
+            elif kind == 0x2B:  # + simple string
+                self._value(line)
+            elif kind == 0x2D:  # - error
+                self._value(RespError(line.decode(errors="replace")))
+            else:
+                raise ValueError(f"unexpected RESP type byte {kind:#x}")
+
+    def _value(self, value: Any) -> None:
+        stack = self._stack
+        while stack:
+            items, expected = stack[-1]
+            items.append(value)
+            if len(items) < expected:
+                return
+            stack.pop()
+            value = items
+        fut, count, replies = self._waiting[0]
+        replies.append(value)
+        if len(replies) == count:
+            self._waiting.popleft()
+            if not fut.done():
+                fut.set_result(replies)
+
+
+def encode(command: tuple[Any, ...]) -> bytes:
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        b = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(parts)
+
+
+class DirectReads:
+    """One `RespConnection` per Redis node, opened on first use and again after a loss, with the
+    address, credentials and TLS settings of the redis-py client it stands beside."""
+
+    def __init__(self, redis: Any) -> None:
+        self._redis = redis
+        self._cluster = hasattr(redis, "get_node_from_key")
+        if self._cluster:
+            kwargs = dict(redis.nodes_manager.connection_kwargs)
+            tls = bool(kwargs.get("ssl"))
+        else:
+            kwargs = dict(redis.connection_pool.connection_kwargs)
+            tls = "SSL" in redis.connection_pool.connection_class.__name__
+        self._username: str | None = kwargs.get("username")
+        self._password: str | None = kwargs.get("password")
+        self._db = int(kwargs.get("db") or 0)
+        self._path: str | None = kwargs.get("path")  # a unix socket
+        self._addr = (str(kwargs.get("host", "localhost")), int(kwargs.get("port") or 6379))
+        self._tls = _tls_context(kwargs) if tls else None
+        self._conns: dict[tuple[str, int], RespConnection] = {}
+        self._opening: dict[tuple[str, int], asyncio.Task[RespConnection]] = {}
+        self._refused_until: dict[tuple[str, int], float] = {}
+
+    async def pipeline(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any] | None:
+        """The replies of commands on `key`'s node, or None when this path cannot serve them now."""
+        addr = self._address(key)
+        conn = self._conns.get(addr)
+        try:
+            if conn is None or not conn.usable:
+                conn = await self._open(addr)
+                if conn is None:
+                    return None
+            replies = await conn.pipeline(commands)
+        except (OSError, TimeoutError, RespError):
+            return None
+        if any(isinstance(r, RespError) for r in replies):
+            return None
+        return replies
+
+    def _address(self, key: str) -> tuple[str, int]:
+        if self._cluster:
+            node = self._redis.get_node_from_key(key)
+            return str(node.host), int(node.port)
+        return self._addr
+
+    async def _open(self, addr: tuple[str, int]) -> RespConnection | None:
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._refused_until.get(addr, 0.0):
+            return None
+        task = self._opening.get(addr)
+        if task is None:
+            task = asyncio.ensure_future(self._connect(addr))
+            self._opening[addr] = task
+            task.add_done_callback(lambda _: self._opening.pop(addr, None))
+        try:
+            conn = await asyncio.shield(task)
+        except (OSError, TimeoutError, RespError) as exc:
+            log.info("direct read connection to %s:%d failed (%s); reading through redis-py", *addr, exc)
+            self._refused_until[addr] = loop.time() + _RETRY_AFTER
+            return None
+        self._conns[addr] = conn
+        return conn
+
+    async def _connect(self, addr: tuple[str, int]) -> RespConnection:
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(2.0):
+            if self._path:
+                _, conn = await loop.create_unix_connection(RespConnection, self._path)
+            else:
+                _, conn = await loop.create_connection(
+                    RespConnection, *addr, ssl=self._tls, server_hostname=addr[0] if self._tls else None)
+            hello: list[tuple[Any, ...]] = []
+            if self._password is not None:
+                hello.append(("AUTH", self._username, self._password) if self._username
+                             else ("AUTH", self._password))
+            if self._db:
+                hello.append(("SELECT", self._db))
+            hello.append(("CLIENT", "SETNAME", "gateway-direct-read"))  # for CLIENT LIST readers
+            for reply in await conn.pipeline(hello):
+                if isinstance(reply, RespError):
+                    conn.close()
+                    raise reply
+        return conn
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+
+def _tls_context(kwargs: dict[str, Any]) -> ssl.SSLContext:
+    """The TLS settings redis-py takes from a `rediss://` URL's query, applied the same way."""
+    ctx = ssl.create_default_context(cafile=kwargs.get("ssl_ca_certs"), capath=kwargs.get("ssl_ca_path"))
+    reqs = kwargs.get("ssl_cert_reqs", "required")
+    if isinstance(reqs, str):
+        reqs = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}[reqs]
+    ctx.check_hostname = bool(kwargs.get("ssl_check_hostname", reqs != ssl.CERT_NONE)) and reqs != ssl.CERT_NONE
+    ctx.verify_mode = reqs
+    if kwargs.get("ssl_certfile"):
+        ctx.load_cert_chain(kwargs["ssl_certfile"], kwargs.get("ssl_keyfile"), kwargs.get("ssl_password"))
+    return ctx
