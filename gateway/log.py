@@ -238,12 +238,12 @@ class LogService:
     # -- produce --------------------------------------------------------------------------------
 
     async def append(
-        self, items: list[tuple[str, int, bytes | memoryview]]
+        self, items: list[tuple[str, int, bytes | memoryview]], *, sent: Callable[[], None] | None = None
     ) -> list[Produced]:
         """Append record blobs (one or more batches each) to partitions in one round trip.
 
         Each blob is checked (magic, length, CRC, size limit) before anything is written, so a bad
-        batch is refused alone and never half-stored.
+        batch is refused alone and never half-stored. `sent`: see `LogStore.append`.
         """
         requests: list[AppendRequest] = []
         owners: list[int] = []  # index into `items` of each request
@@ -269,7 +269,7 @@ class LogService:
                 owners.append(i)
         outcome: dict[int, Append | Exception] = dict(refused)
         if requests:
-            appended = await self.store.log.append(requests)
+            appended = await self.store.log.append(requests, sent=sent)
             for i, req, res in zip(owners, requests, appended, strict=True):
                 # several batches in one blob: the first batch's offset stands, unless one failed
                 if i not in outcome or (isinstance(res, Exception) and not isinstance(outcome[i], Exception)):

@@ -12,7 +12,7 @@ import redis as redis_sync
 from gateway.log import DIRECT_READ_BATCH, LogService
 from gateway.records import BatchBuilder, iter_records
 from gateway.store import Store
-from gateway.store.resp import BIG, DirectReads, RespError
+from gateway.store.resp import BIG, DirectConnections, RespError
 
 REDIS_BACKENDS = ("single", "cluster")
 
@@ -43,7 +43,7 @@ async def test_replies_are_those_redis_gives(store):
         ("HVALS", key),  # WRONGTYPE
         ("GET", "{direct}:str"),
     ]
-    direct = DirectReads(r)
+    direct = DirectConnections(r, name="gateway-direct-read")
     conn = await direct._open(direct._address("{direct}:s"))
     assert conn is not None
     replies = await conn.pipeline(commands)
@@ -63,7 +63,7 @@ async def test_many_pipelines_in_flight_get_their_own_replies(store):
     blobs = {f"{{direct}}:k{i}": os.urandom(BIG * (i % 4) + i) for i in range(24)}
     for k, v in blobs.items():
         await r.set(k, v)
-    direct = DirectReads(r)
+    direct = DirectConnections(r, name="gateway-direct-read")
     got = await asyncio.gather(*(direct.pipeline(k, [("GET", k), ("STRLEN", k)]) for k in blobs))
     assert [(bytes(g[0]), g[1]) for g in got if g] == [(v, len(v)) for v in blobs.values()]
     direct.close()

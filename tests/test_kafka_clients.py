@@ -81,8 +81,8 @@ async def test_idempotent_retry_is_not_duplicated(gateway, client):
     append = log.append
     dropped = []
 
-    async def store_then_drop(items):
-        results = await append(items)
+    async def store_then_drop(items, **options):
+        results = await append(items, **options)
         if not dropped:
             dropped.append(items)
             raise ConnectionResetError("injected: reply lost after the append")

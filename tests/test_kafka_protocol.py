@@ -6,13 +6,14 @@ import asyncio
 import struct
 
 import pytest
+import redis as redis_sync
 from aiokafka import AIOKafkaProducer
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.errors import StorageUnavailable
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
-from gateway.records import build_batch, build_control_batch
+from gateway.records import build_batch, build_control_batch, iter_records
 from tests.kafka_wire import LYING_ARRAY, TIMEOUT, call, decode, frame, read_response, request
 
 load_handlers()
@@ -94,6 +95,59 @@ async def test_acks_zero_gets_no_response_but_is_stored(gateway, conn):
     assert cid == 2  # the acks=0 request had no answer
     assert resp.responses[0].partition_responses[0].base_offset == 1
     assert await gateway.services.log.bounds("quiet", 0) == (0, 2)
+
+
+async def test_pipelined_produces_are_appended_in_order_and_later_requests_see_them(gateway, conn):
+    """Produces overlap at Redis, yet land in the order sent; a request behind them waits for
+    them: a ListOffsets after 40 produces of 3 records says 120."""
+    reader, writer = conn
+    await gateway.services.log.create_topic("piped", 1)
+    frames = [request(produce_request(9, -1, "piped", build_batch([(None, b"%d-%d" % (i, j), []) for j in range(3)])), i)
+              for i in range(40)]
+    latest = codec.build(codec.request_class(ApiKey.LIST_OFFSETS, 4), {
+        "replica_id": -1, "isolation_level": 0,
+        "topics": [{"name": "piped", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}],
+    })
+    writer.write(b"".join(frames) + request(latest, 40) + b"".join(
+        request(produce_request(9, -1, "piped", build_batch([(None, b"late", [])])), 41 + i) for i in range(5)))
+    offsets = []
+    for i in range(40):
+        cid, resp = decode(ApiKey.PRODUCE, 9, await read_response(reader))
+        assert cid == i
+        offsets.append(resp.responses[0].partition_responses[0].base_offset)
+    assert offsets == [3 * i for i in range(40)]
+    cid, resp = decode(ApiKey.LIST_OFFSETS, 4, await read_response(reader))
+    assert cid == 40 and resp.topics[0].partitions[0].offset == 120
+    assert [decode(ApiKey.PRODUCE, 9, await read_response(reader))[0] for _ in range(5)] == list(range(41, 46))
+    sl = await gateway.services.log.read("piped", 0, 0, 100)
+    values = [r.value for e in sl.entries for r in iter_records(e.batch, e.base_offset)]
+    assert values == [b"%d-%d" % (i, j) for i in range(40) for j in range(3)] + [b"late"] * 5
+
+
+async def test_redis_losing_the_scripts_mid_stream_is_retriable_and_loses_nothing(gateway, conn, redis_url):
+    """SCRIPT FLUSH (or a Redis restart without them) between produces: a produce may be refused
+    with a retriable error, never half-done; sent again it lands once."""
+    reader, writer = conn
+    await gateway.services.log.create_topic("flushed", 1)
+    admin = redis_sync.Redis.from_url(redis_url)
+    stored = []
+    for i in range(6):
+        if i == 3:
+            admin.script_flush()
+        for _attempt in range(3):
+            writer.write(request(produce_request(9, -1, "flushed", build_batch([(None, b"v%d" % i, [])])), i))
+            _, resp = decode(ApiKey.PRODUCE, 9, await read_response(reader))
+            p = resp.responses[0].partition_responses[0]
+            if p.error_code == KafkaError.none:
+                stored.append(p.base_offset)
+                break
+            assert p.error_code.retriable, p.error_code
+        else:
+            raise AssertionError("the produce never succeeded")
+    admin.close()
+    assert stored == list(range(6))
+    sl = await gateway.services.log.read("flushed", 0, 0, 100)
+    assert [r.value for e in sl.entries for r in iter_records(e.batch, e.base_offset)] == [b"v%d" % i for i in range(6)]
 
 
 async def test_produce_to_a_missing_partition_and_a_corrupt_batch_are_per_partition_errors(gateway, conn):
@@ -182,7 +236,7 @@ async def test_storage_outage_during_produce_is_a_retriable_partition_error(gate
     reader, writer = conn
     await gateway.services.log.create_topic("outage", 1)
 
-    async def unavailable(items):
+    async def unavailable(items, **options):
         raise StorageUnavailable("redis unavailable: injected")
 
     gateway.services.log.append = unavailable

@@ -1,19 +1,23 @@
 """One Kafka client connection: read frames, dispatch them in order, write the answers.
 
 Requests are handled one at a time in arrival order, as a Kafka broker does, so responses leave
-in request order and a producer's pipelined batches are appended in the order it sent them;
-pipelining still works because the kernel and the stream buffer hold the requests waiting behind.
+in request order and a producer's batches are appended in the order it sent them. One overlap:
+once a Produce has sent its appends to Redis (`RequestContext.sent`; Redis runs a connection's
+commands in order), the next request is read and started while Redis works on the first, so a
+producer with several requests in flight keeps Redis busy instead of waiting for each round trip.
+At most `MAX_PIPELINED` requests are read ahead of their answers, and answers are written out
+(`drain`) in order, so a client that stops reading stops being read.
 A frame over the size limit or one that cannot be parsed closes this connection only, and so does
-silence: no request (or a frame left half-sent) for `idle_timeout`. A response is written out
-(`drain`) before the next request is read, so a client that stops reading stops being read: what
-the gateway buffers for it is one response at most.
+silence: no request (or a frame left half-sent) for `idle_timeout`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
+from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -26,13 +30,16 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _MIN_FRAME = 10  # api key, version, correlation id, client id length
+MAX_PIPELINED = 8  # requests read ahead of their answers
+
+Chunks = list[bytes | memoryview] | None
 
 
 class KafkaConnection:
     """Serves one client until it leaves, misbehaves, or the listener shuts down.
 
     On shutdown an idle connection (waiting for its next request) closes at once; a busy one
-    finishes and answers its current request first.
+    finishes and answers the requests it has read first.
     """
 
     def __init__(self, services: Services, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -43,51 +50,117 @@ class KafkaConnection:
         self.state = ConnectionState(str(writer.get_extra_info("peername")), int(sock[1]) if sock else 0)
         self.idle = True
         self.closing = False
+        self._in_flight = 0
 
     def shutdown(self) -> None:
         self.closing = True
-        if self.idle:
+        if self.idle and not self._in_flight:
             self.writer.close()
 
     async def run(self) -> None:
+        answers: asyncio.Queue[asyncio.Task[Chunks] | None] = asyncio.Queue()
+        room = asyncio.Semaphore(MAX_PIPELINED)
+        writing = asyncio.ensure_future(self._write_answers(answers, room))
+        try:
+            while not self.closing and not self.state.close:
+                bare = sasl.unframed(self.state)  # a SASL message after SaslHandshake v0, not a request
+                frame = await self._next_frame(bare)
+                if frame is None or not await _unless_done(room.acquire(), writing):
+                    return
+                self._in_flight += 1
+                started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                task = asyncio.ensure_future(self._answer(frame, bare, started))
+                answers.put_nowait(task)
+                # on to the next request once this one is answered, or its appends are on their way
+                if not await _unless_done(asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED),
+                                          writing):
+                    return
+                if task.done() and (task.cancelled() or task.exception() is not None):
+                    return
+        finally:
+            answers.put_nowait(None)  # the writer stops after the answers queued before
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                await writing
+            while not answers.empty():
+                left = answers.get_nowait()
+                if left is not None:
+                    left.add_done_callback(_retrieved)
+
+    async def _next_frame(self, bare: bool) -> bytes | None:
+        """The next request's bytes, or None when the connection should close."""
         peer = self.state.peer
         limit = self.services.config.max_frame_bytes
         idle = self.services.config.idle_timeout or None
-        while not self.closing:
-            self.idle = True
-            try:
-                bare = sasl.unframed(self.state)  # a SASL message after SaslHandshake v0, not a request
-                async with asyncio.timeout(idle):
-                    prefix = await self.reader.readexactly(4)
-                    (size,) = _SIZE.unpack(prefix)
-                    if size < (0 if bare else _MIN_FRAME) or size > limit:
-                        log.warning("kafka client %s sent a frame of %d bytes (limit %d); closing", peer, size, limit)
-                        return
-                    frame = await self.reader.readexactly(size)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            except TimeoutError:
-                log.info("kafka client %s sent no request for %.0f s; closing", peer, idle)
-                return
+        self.idle = True
+        try:
+            async with asyncio.timeout(idle):
+                prefix = await self.reader.readexactly(4)
+                (size,) = _SIZE.unpack(prefix)
+                if size < (0 if bare else _MIN_FRAME) or size > limit:
+                    log.warning("kafka client %s sent a frame of %d bytes (limit %d); closing", peer, size, limit)
+                    return None
+                return await self.reader.readexactly(size)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return None
+        except TimeoutError:
+            log.info("kafka client %s sent no request for %.0f s; closing", peer, idle)
+            return None
+        finally:
             self.idle = False
+
+    async def _answer(self, frame: bytes, bare: bool, started: asyncio.Future[None]) -> Chunks:
+        def sent() -> None:
+            if not started.done():
+                started.set_result(None)
+
+        if bare:
+            chunks = await sasl.unframed_step(self.state, frame)
+            self.state.close = chunks is None
+            return chunks
+        return await handle(self.services, self.state, frame, sent=sent)
+
+    async def _write_answers(self, answers: asyncio.Queue[asyncio.Task[Chunks] | None], room: asyncio.Semaphore) -> None:
+        """Answers in request order; a malformed request or a handler's close ends the connection."""
+        while (task := await answers.get()) is not None:
             try:
-                if bare:
-                    chunks = await sasl.unframed_step(self.state, frame)
-                    self.state.close = chunks is None
-                else:
-                    chunks = await handle(self.services, self.state, frame)
+                chunks = await task
             except codec.MalformedRequest as exc:
-                log.warning("kafka client %s sent a malformed request (%s); closing", peer, exc)
+                log.warning("kafka client %s sent a malformed request (%s); closing", self.state.peer, exc)
+                self.writer.close()
                 return
+            finally:
+                self._in_flight -= 1
+                room.release()
             if chunks:
                 self.writer.writelines(chunks)
                 await self.writer.drain()
             if self.state.close:
                 await asyncio.sleep(sasl.closing_delay(self.state))
+                self.writer.close()
                 return
+            if self.closing and self.idle and not self._in_flight:
+                self.writer.close()  # shut down while this answer was pending: the reader waits no more
 
 
-async def handle(services: Services, state: ConnectionState, frame: bytes) -> list[bytes | memoryview] | None:
+async def _unless_done(step: Awaitable[object], other: asyncio.Future[None]) -> bool:
+    """Await `step`; False (and `step` cancelled) when `other` finishes first."""
+    task = asyncio.ensure_future(step)
+    await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        return True
+    task.cancel()
+    return False
+
+
+def _retrieved(task: asyncio.Task[Chunks]) -> None:
+    """An answer nobody will write (the client left): its outcome is of no further interest."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def handle(
+    services: Services, state: ConnectionState, frame: bytes, *, sent: Callable[[], None] = lambda: None
+) -> list[bytes | memoryview] | None:
     """The framed response to one request frame, or None when the request wants no answer."""
     header = codec.read_header(frame)
     key, version = header.api_key, header.api_version
@@ -99,7 +172,7 @@ async def handle(services: Services, state: ConnectionState, frame: bytes) -> li
     if reg is None:
         return _unsupported(header)
     request = codec.decode_request(frame, header)
-    ctx = RequestContext(services, state, key, version, header.correlation_id, header.client_id)
+    ctx = RequestContext(services, state, key, version, header.correlation_id, header.client_id, sent)
     response = await reg.handler(ctx, request)
     if response is None:
         return None

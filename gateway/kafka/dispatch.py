@@ -64,6 +64,9 @@ class RequestContext:
     api_version: int
     correlation_id: int
     client_id: str | None
+    sent: Callable[[], None] = lambda: None
+    """Called by a handler once its writes are on their way to Redis in order: the connection may
+    then start the next request (`KafkaConnection`), whose writes will follow these."""
 
     async def allowed(self, resource: ResourceType, name: str, operation: Operation) -> bool:
         """Whether this connection's principal may (always, with authentication off)."""

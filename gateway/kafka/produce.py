@@ -54,7 +54,7 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
         items = await _hold_delayed(ctx, req, items, delayed, results)
     if items:
         try:
-            appended = await ctx.services.log.append(items)
+            appended = await ctx.services.log.append(items, sent=ctx.sent)
         except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
             appended = [Produced(t, p, exc) for t, p, _ in items]
         for done in appended:

@@ -9,16 +9,20 @@ in the log before it). Its meta hash holds `hw` (the next offset), `start` (the 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+from redis.exceptions import ResponseError
 
-from gateway.errors import ErrorCode, TopicExists, TopicNotFound, error_for
+from gateway.errors import ErrorCode, StorageUnavailable, TopicExists, TopicNotFound, error_for
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.resp import DirectReads
+from gateway.store.resp import DirectConnections, RespConnection, RespError
 from gateway.store.scripts import Scripts
+
+APPEND = "append-4"
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,8 @@ class LogStore:
     def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
-        self.direct = DirectReads(redis)
+        self.direct = DirectConnections(redis, name="gateway-direct-read")
+        self.ordered = DirectConnections(redis, name="gateway-append", preload=(scripts.specs[APPEND].source,))
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -194,11 +199,16 @@ class LogStore:
 
     # -- appends --------------------------------------------------------------------------------
 
-    async def append(self, requests: list[AppendRequest]) -> list[Append | Exception]:
-        """Append batches, one script call each, all in one round trip."""
+    async def append(
+        self, requests: list[AppendRequest], *, sent: Callable[[], None] | None = None
+    ) -> list[Append | Exception]:
+        """Append batches, one script call each, all in one round trip. With `sent`, the calls go
+        on the nodes' ordered connections when they can, and `sent()` is called once they are on
+        their way: appends sent later run after them, so the caller may start its next append
+        before this one's replies are in (a producer's pipelined requests, kept in order)."""
         calls = [
             (
-                "append-4",
+                APPEND,
                 [keys.log(r.topic, r.partition), keys.meta(r.topic, r.partition),
                  keys.producers(r.topic, r.partition), keys.open_txns(r.topic, r.partition)],
                 # batch, count, max_ts, pid, epoch, seq, txn
@@ -207,8 +217,10 @@ class LogStore:
             )
             for r in requests
         ]
-        async with storage_errors():
-            replies = await self.scripts.call_many(calls)
+        replies = await self._append_ordered(calls, sent) if sent is not None else None
+        if replies is None:
+            async with storage_errors():
+                replies = await self.scripts.call_many(calls)
         out: list[Append | Exception] = []
         for r, reply in zip(requests, replies, strict=True):
             if isinstance(reply, Exception):
@@ -220,6 +232,39 @@ class LogStore:
             else:
                 out.append(error_for(reply[0], f"{r.topic}-{r.partition}"))
         return out
+
+    async def _append_ordered(
+        self, calls: list[tuple[str, list[str], list[Any]]], sent: Callable[[], None]
+    ) -> list[Any] | None:
+        """The replies of `calls` sent on the ordered connections, or None (nothing sent) when a
+        node's connection cannot be had: the caller then goes through redis-py, and is done when
+        its replies are in."""
+        conns: list[RespConnection] = []
+        for _, call_keys, _ in calls:
+            conn = await self.ordered.connection(call_keys[0])
+            if conn is None:
+                return None
+            conns.append(conn)
+        sha = self.scripts.sha(APPEND)
+        pending: dict[RespConnection, list[int]] = {}
+        for i, conn in enumerate(conns):
+            pending.setdefault(conn, []).append(i)
+        futures = {
+            conn: conn.pipeline([("EVALSHA", sha, len(calls[i][1]), *calls[i][1], *calls[i][2]) for i in idx])
+            for conn, idx in pending.items()
+        }  # all written before the first await: nothing sent after us can overtake
+        sent()
+        replies: list[Any] = [None] * len(calls)
+        async with storage_errors():
+            for conn, fut in futures.items():
+                for i, reply in zip(pending[conn], await fut, strict=True):
+                    if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT"):
+                        conn.close()  # its scripts were flushed: the next connection loads them again
+                        reply = StorageUnavailable("redis lost the gateway's scripts; retry")
+                    elif isinstance(reply, RespError):
+                        reply = ResponseError(str(reply))
+                    replies[i] = reply
+        return replies
 
     # -- reads ----------------------------------------------------------------------------------
 

@@ -7,10 +7,12 @@ bytearray that the fetch response hands back to the kernel, and small replies ar
 reusable buffer. For replies of many small elements hiredis's C parser is faster than this one, so
 callers take this path only for large entries.
 
-Read commands only, one connection per Redis node shared by every reader: Redis answers a
-connection's commands in order, so pipelines in flight are answered in the order they were sent.
-RESP2. Anything unexpected (a lost connection, an error reply such as a cluster's MOVED) makes the
-read answer None, and the caller reads through redis-py, which knows how to retry and redirect.
+One connection per Redis node shared by every caller: Redis answers a connection's commands in
+order, so pipelines in flight are answered in the order they were sent, and commands sent one
+after another are run in that order, without waiting for each other's replies (appends rely on
+it). RESP2. A read that meets anything unexpected (a lost connection, an error reply such as a
+cluster's MOVED) answers None, and the caller reads through redis-py, which knows how to retry
+and redirect.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class RespConnection(asyncio.BufferedProtocol):
             fut.set_exception(ConnectionError(f"redis connection lost: {self._lost}"))
             return fut
         assert self._transport is not None
-        self._transport.write(b"".join(encode(c) for c in commands))
+        self._transport.writelines(encode(commands))
         self._waiting.append((fut, len(commands), []))
         return fut
 
@@ -185,20 +187,34 @@ class RespConnection(asyncio.BufferedProtocol):
                 fut.set_result(replies)
 
 
-def encode(command: tuple[Any, ...]) -> bytes:
-    parts = [b"*%d\r\n" % len(command)]
-    for arg in command:
-        b = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(parts)
+def encode(commands: list[tuple[Any, ...]]) -> list[bytes | bytearray | memoryview]:
+    """RESP for `commands`, as chunks: a large argument (a batch) is a chunk of its own, uncopied."""
+    chunks: list[bytes | bytearray | memoryview] = []
+    small = bytearray()
+    for command in commands:
+        small += b"*%d\r\n" % len(command)
+        for arg in command:
+            b = arg if isinstance(arg, bytes | bytearray | memoryview) else str(arg).encode()
+            small += b"$%d\r\n" % len(b)
+            if len(b) >= BIG:
+                chunks += [bytes(small), b]
+                small = bytearray(b"\r\n")
+            else:
+                small += b
+                small += b"\r\n"
+    chunks.append(bytes(small))
+    return chunks
 
 
-class DirectReads:
+class DirectConnections:
     """One `RespConnection` per Redis node, opened on first use and again after a loss, with the
-    address, credentials and TLS settings of the redis-py client it stands beside."""
+    address, credentials and TLS settings of the redis-py client it stands beside. `preload`
+    scripts are loaded on each new connection, so EVALSHA on it finds them."""
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, *, name: str = "gateway-direct", preload: tuple[str, ...] = ()) -> None:
         self._redis = redis
+        self._name = name
+        self._preload = preload
         self._cluster = hasattr(redis, "get_node_from_key")
         if self._cluster:
             kwargs = dict(redis.nodes_manager.connection_kwargs)
@@ -218,19 +234,24 @@ class DirectReads:
 
     async def pipeline(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any] | None:
         """The replies of commands on `key`'s node, or None when this path cannot serve them now."""
-        addr = self._address(key)
-        conn = self._conns.get(addr)
+        conn = await self.connection(key)
+        if conn is None:
+            return None
         try:
-            if conn is None or not conn.usable:
-                conn = await self._open(addr)
-                if conn is None:
-                    return None
             replies = await conn.pipeline(commands)
-        except (OSError, TimeoutError, RespError):
+        except OSError:
             return None
         if any(isinstance(r, RespError) for r in replies):
             return None
         return replies
+
+    async def connection(self, key: str) -> RespConnection | None:
+        """The usable connection to `key`'s node, or None when none can be had now."""
+        addr = self._address(key)
+        conn = self._conns.get(addr)
+        if conn is not None and conn.usable:
+            return conn
+        return await self._open(addr)
 
     def _address(self, key: str) -> tuple[str, int]:
         if self._cluster:
@@ -270,7 +291,8 @@ class DirectReads:
                              else ("AUTH", self._password))
             if self._db:
                 hello.append(("SELECT", self._db))
-            hello.append(("CLIENT", "SETNAME", "gateway-direct-read"))  # for CLIENT LIST readers
+            hello.append(("CLIENT", "SETNAME", self._name))  # for CLIENT LIST readers
+            hello += [("SCRIPT", "LOAD", source) for source in self._preload]
             for reply in await conn.pipeline(hello):
                 if isinstance(reply, RespError):
                     conn.close()

@@ -83,6 +83,9 @@ class Scripts:
                 f"{name} takes {spec.numkeys} keys and ARGV {spec.argv}, got {len(keys)} keys, {len(args)} args"
             )
 
+    def sha(self, name: str) -> str:
+        return str(self._scripts[name].sha)
+
     async def call(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """One call; several go through `call_many` (one round trip, and the one way a cluster takes
         scripts in a pipeline)."""
