@@ -61,16 +61,23 @@ class KafkaConnection:
         answers: asyncio.Queue[asyncio.Task[Chunks] | None] = asyncio.Queue()
         room = asyncio.Semaphore(MAX_PIPELINED)
         writing = asyncio.ensure_future(self._write_answers(answers, room))
+        earlier: set[asyncio.Task[Chunks]] = set()  # requests started and not yet done
         try:
             while not self.closing and not self.state.close:
                 bare = sasl.unframed(self.state)  # a SASL message after SaslHandshake v0, not a request
                 frame = await self._next_frame(bare)
                 if frame is None or not await _unless_done(room.acquire(), writing):
                     return
+                if not bare and _api_key(frame) != ApiKey.PRODUCE and earlier:
+                    # only produces overlap: anything else sees every earlier request done
+                    if not await _unless_done(asyncio.wait(earlier), writing):
+                        room.release()
+                        return
                 self._in_flight += 1
                 started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 task = asyncio.ensure_future(self._answer(frame, bare, started))
                 answers.put_nowait(task)
+                earlier = {t for t in earlier if not t.done()} | {task}
                 # on to the next request once this one is answered, or its appends are on their way
                 if not await _unless_done(asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED),
                                           writing):
@@ -150,6 +157,10 @@ async def _unless_done(step: Awaitable[object], other: asyncio.Future[None]) -> 
         return True
     task.cancel()
     return False
+
+
+def _api_key(frame: bytes) -> int:
+    return int.from_bytes(frame[:2], "big", signed=True)
 
 
 def _retrieved(task: asyncio.Task[Chunks]) -> None:
