@@ -91,9 +91,12 @@ class ConfluentMember(Member):
                 if m.partition() not in {tp.partition for tp in c.assignment()}:
                     continue  # revoked since it was fetched: its new owner processes it
                 try:
-                    c.commit(offsets=[ck.TopicPartition(TOPIC, m.partition(), m.offset() + 1)], asynchronous=False)
+                    done = c.commit(offsets=[ck.TopicPartition(TOPIC, m.partition(), m.offset() + 1)],
+                                    asynchronous=False)
                 except ck.KafkaException:
                     continue
+                if done is None or any(tp.error is not None for tp in done):
+                    continue  # refused for this partition (a generation gone by): not ours to count
                 self.sink.append((m.partition(), m.offset(), m.value(), self.name))
         finally:
             c.close()

@@ -87,7 +87,7 @@ class KafkaConnection:
         finally:
             answers.put_nowait(None)  # the writer stops after the answers queued before
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await writing
+                await writing  # anything else reaches the listener, which logs it
             while not answers.empty():
                 left = answers.get_nowait()
                 if left is not None:
@@ -135,6 +135,9 @@ class KafkaConnection:
                 log.warning("kafka client %s sent a malformed request (%s); closing", self.state.peer, exc)
                 self.writer.close()
                 return
+            except BaseException:
+                self.writer.close()  # the reader may be waiting for a request the client holds back
+                raise
             finally:
                 self._in_flight -= 1
                 room.release()
