@@ -66,7 +66,7 @@ class _Batch:
 
     def __init__(self, compression: Compression) -> None:
         self.builder = BatchBuilder(compression)
-        self.futures: list[asyncio.Future[MessageId]] = []
+        self.futures: list[asyncio.Future[MessageId] | None] = []  # None: a message queued without one
         self.sequence = -1
         self.producer_id = -1
         self.wire: bytes = b""
@@ -153,23 +153,13 @@ class Producer:
     ) -> asyncio.Future[MessageId]:
         """Queue a message; the future resolves to its id. Many of these fill one batch (messages in
         a transaction or with a delivery time go alone, apart from the others)."""
-        if self._closed:
-            raise ClientClosed("the producer is closed")
         if deliver_at is not None and deliver_after is not None:
             raise ValueError("give deliver_at or deliver_after, not both")
-        k = _to_bytes(key)
-        if partition is None:
-            partition = partition_for_key(k, self.partitions) if k is not None else self._sticky
-        elif not 0 <= partition < self.partitions:
-            raise ValueError(f"{self.topic} has partitions 0..{self.partitions - 1}")
-        items = headers.items() if isinstance(headers, Mapping) else (headers or ())
-        hs = [(hk, _to_bytes(hv)) for hk, hv in items]
-        if event_time is not None:
-            hs.append((EVENT_TIME_HEADER, str(int(event_time)).encode()))
-        if txn is not None:
-            txn.check()
+        k, partition, hs = self._prepare(key, partition, headers, event_time, txn)
         if txn is not None and deliver_at is None and deliver_after is None:
-            return self._send_in_txn(txn, partition, _to_bytes(value), k, hs)
+            fut = self._send_in_txn(txn, partition, _to_bytes(value), k, hs, want_id=True)
+            assert fut is not None
+            return fut
         if deliver_at is not None or deliver_after is not None:
             delay = pb.Send(deliver_at_ms=_epoch_ms(deliver_at), deliver_after_ms=_millis(deliver_after))
             task = asyncio.ensure_future(self._send_alone(partition, _to_bytes(value), k, hs, txn, delay))
@@ -187,6 +177,42 @@ class Producer:
         elif partition not in self._timers:
             self._timers[partition] = asyncio.get_running_loop().call_later(self._linger, self._seal, partition)
         return fut
+
+    def queue(
+        self,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        headers: Headers | None = None,
+        event_time: int | None = None,
+        *,
+        partition: int | None = None,
+        txn: Transaction,
+    ) -> None:
+        """Queue a message of a transaction without a future for its id, for writers of many (the
+        Spark sink): a failure fails the transaction's flush and commit. `await txn.flush()` from
+        time to time bounds what waits in memory."""
+        k, partition, hs = self._prepare(key, partition, headers, event_time, txn)
+        self._send_in_txn(txn, partition, _to_bytes(value), k, hs, want_id=False)
+
+    def _prepare(
+        self, key: bytes | str | None, partition: int | None, headers: Headers | None, event_time: int | None,
+        txn: Transaction | None,
+    ) -> tuple[bytes | None, int, list[tuple[str, bytes | None]]]:
+        """(key, partition, headers) of a message about to be queued."""
+        if self._closed:
+            raise ClientClosed("the producer is closed")
+        k = _to_bytes(key)
+        if partition is None:
+            partition = partition_for_key(k, self.partitions) if k is not None else self._sticky
+        elif not 0 <= partition < self.partitions:
+            raise ValueError(f"{self.topic} has partitions 0..{self.partitions - 1}")
+        items = headers.items() if isinstance(headers, Mapping) else (headers or ())
+        hs = [(hk, _to_bytes(hv)) for hk, hv in items]
+        if event_time is not None:
+            hs.append((EVENT_TIME_HEADER, str(int(event_time)).encode()))
+        if txn is not None:
+            txn.check()
+        return k, partition, hs
 
     async def _send_alone(
         self, partition: int, value: bytes | None, key: bytes | None, headers: list[tuple[str, bytes | None]],
@@ -213,8 +239,8 @@ class Producer:
 
     def _send_in_txn(
         self, txn: Transaction, partition: int, value: bytes | None, key: bytes | None,
-        headers: list[tuple[str, bytes | None]],
-    ) -> asyncio.Future[MessageId]:
+        headers: list[tuple[str, bytes | None]], *, want_id: bool,
+    ) -> asyncio.Future[MessageId] | None:
         lane = self._lanes.get((txn, partition))
         if lane is None:
             lane = self._lanes[(txn, partition)] = _Lane()
@@ -223,9 +249,11 @@ class Producer:
             lane.open = _Batch(self._compression)
         batch = lane.open
         batch.builder.append(value, key, headers)
-        fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[MessageId] | None = None
+        if want_id:
+            fut = asyncio.get_running_loop().create_future()
+            txn.track(fut)
         batch.futures.append(fut)
-        txn.track(fut)
         if len(batch.builder) >= self._max_messages or batch.builder.size_estimate >= self._max_bytes:
             self._seal_lane(txn, partition)
         elif lane.timer is None:
@@ -250,13 +278,10 @@ class Producer:
             try:
                 base = await txn.call(functools.partial(self._send_txn_batch, txn, partition, batch))
             except Exception as exc:
-                for fut in batch.futures:
-                    if not fut.done():
-                        fut.set_exception(exc)
+                txn.fail(exc)
+                self._settle(batch, partition, exc)
             else:
-                for i, fut in enumerate(batch.futures):
-                    if not fut.done():
-                        fut.set_result(MessageId(self.topic, partition, base + i))
+                self._settle(batch, partition, base)
             lane.ready.popleft()
 
     async def _send_txn_batch(self, txn: Transaction, partition: int, batch: _Batch) -> int:
@@ -311,14 +336,20 @@ class Producer:
             try:
                 base = await self._deliver(partition, batch)
             except Exception as exc:
-                for fut in batch.futures:
-                    if not fut.done():
-                        fut.set_exception(exc)
+                self._settle(batch, partition, exc)
             else:
-                for i, fut in enumerate(batch.futures):
-                    if not fut.done():
-                        fut.set_result(MessageId(self.topic, partition, base + i))
+                self._settle(batch, partition, base)
             queue.popleft()
+
+    def _settle(self, batch: _Batch, partition: int, outcome: int | Exception) -> None:
+        """Each message's future: its id from the batch's base offset, or the batch's error."""
+        for i, fut in enumerate(batch.futures):
+            if fut is None or fut.done():
+                continue
+            if isinstance(outcome, Exception):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(MessageId(self.topic, partition, outcome + i))
 
     async def _deliver(self, partition: int, batch: _Batch) -> int:
         deadline = time.monotonic() + self._send_timeout

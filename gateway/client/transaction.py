@@ -63,11 +63,16 @@ class Transaction:
 
         def done(f: asyncio.Future[T]) -> None:
             self._ops.discard(f)
-            if not f.cancelled() and isinstance(f.exception(), GatewayError):
-                self._failed = self._failed or f.exception()  # type: ignore[assignment]
+            if not f.cancelled() and (exc := f.exception()) is not None:
+                self.fail(exc)
 
         fut.add_done_callback(done)
         return fut
+
+    def fail(self, exc: BaseException) -> None:
+        """A step failed: `flush` and `commit` raise its error (the first), and commit aborts."""
+        if isinstance(exc, GatewayError) and self._failed is None:
+            self._failed = exc
 
     def enlist(self, holder: Holder) -> None:
         """A producer holding records of this transaction in batches: `commit` and `abort` flush it first."""

@@ -17,13 +17,11 @@ A driver that dies between the point of no return and the markers is rolled forw
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import re
 import signal
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +57,7 @@ COLUMNS: dict[str, tuple[DataType, ...]] = {
     "partition": (IntegerType(),),
     "event_time": (TimestampType(), TimestampNTZType()),
 }
-MAX_IN_FLIGHT = 20_000  # records sent but not yet stored, per task
+MAX_IN_FLIGHT = 50_000  # records queued but maybe not yet stored, per task
 # Fault injection for crash tests: the driver's JVM is killed with SIGKILL right after the commit
 # of this batch id, before Spark records the batch as done.
 _KILL_AFTER_COMMIT = os.environ.get("GATEWAY_SPARK_KILL_AFTER_COMMIT", "")
@@ -141,28 +139,30 @@ class _TxnWriter:
         self.client = client
         self.txn = txn
         self.producers: dict[str, Producer] = {}
-        self.in_flight: deque[asyncio.Future[Any]] = deque()
         self.rows = 0
+        self.unflushed = 0
 
     async def send(self, rows: _Rows) -> None:
-        """Queue the rows' sends; returns once fewer than MAX_IN_FLIGHT wait to be stored."""
+        """Queue the rows; every MAX_IN_FLIGHT rows, wait until the gateway has what was queued."""
         for i, value in enumerate(rows.values):
             topic = rows.topic(i)
             producer = self.producers.get(topic)
             if producer is None:
                 producer = self.producers[topic] = await self.client.create_producer(
                     topic, batch_max_messages=5000, batch_max_bytes=1 << 20)
-            self.in_flight.append(producer.send_async(
+            producer.queue(
                 value,
                 rows.keys[i] if rows.keys is not None else None,
                 rows.header_list(i),
                 rows.event_times[i] if rows.event_times is not None else None,
                 partition=rows.partitions[i] if rows.partitions is not None else None,
                 txn=self.txn,
-            ))
+            )
         self.rows += len(rows)
-        while len(self.in_flight) > MAX_IN_FLIGHT:
-            await self.in_flight.popleft()
+        self.unflushed += len(rows)
+        if self.unflushed >= MAX_IN_FLIGHT:
+            self.unflushed = 0
+            await self.txn.flush()
 
 
 def write_batches(
