@@ -12,6 +12,7 @@ import binascii
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from gateway.admin.body import json_body
 from gateway.errors import AuthenticationFailed, AuthorizationFailed, InvalidRequest
@@ -47,7 +48,7 @@ def authentication(security: SecurityService) -> Any:
     """The middleware that holds every route but the open ones to an admin's credential."""
 
     @web.middleware
-    async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         if security.enabled and request.path not in OPEN_PATHS:
             principal = await principal_of(security, request.headers.get("Authorization", ""))
             if not await security.authorize(principal, ResourceType.CLUSTER, CLUSTER_NAME, Operation.ADMIN):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
@@ -23,6 +23,10 @@ class UserRecord:
 
 
 AclEntry = tuple[str, str, str, str, str]  # principal, resource type, pattern, resource name, operation
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class SecurityStore:
@@ -46,14 +50,14 @@ class SecurityStore:
             h = await self.redis.hgetall(keys.sec_user(name))
         if not h:
             return None
-        fields = {k.decode(): v.decode() for k, v in h.items()}
+        fields = {_text(k): _text(v) for k, v in h.items()}
         creds = {mech: fields[f] for mech, f in MECHANISM_FIELDS.items() if f in fields}
         tokens = {k[6:]: int(v.split(" ")[1]) for k, v in fields.items() if k.startswith("token:")}
         return UserRecord(name, creds, tokens, int(fields.get("created", 0)))
 
     async def user_names(self) -> list[str]:
         async with storage_errors():
-            return sorted(m.decode() for m in await self.redis.smembers(keys.SEC_USERS))
+            return sorted(_text(m) for m in await self.redis.smembers(keys.SEC_USERS))
 
     async def delete_user(self, name: str) -> bool:
         async with storage_errors():
@@ -79,12 +83,12 @@ class SecurityStore:
     async def token_owner(self, digest: str) -> str | None:
         async with storage_errors():
             name = await self.redis.hget(keys.SEC_TOKENS, digest)
-        return name.decode() if name is not None else None
+        return _text(name) if name is not None else None
 
     async def acls(self) -> list[AclEntry]:
         async with storage_errors():
             members = await self.redis.smembers(keys.SEC_ACLS)
-        return [tuple(msgpack.unpackb(m)) for m in members]  # type: ignore[misc]
+        return [tuple(msgpack.unpackb(m)) for m in members]
 
     async def add_acl(self, entry: AclEntry) -> bool:
         async with storage_errors():
