@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import resource
 import shutil
@@ -311,6 +312,36 @@ def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int) ->
     return got / elapsed
 
 
+def python_consumer_ceiling(bootstrap: str, topic: str, partitions: int, expected: int, cap: int = 400_000) -> float:
+    """Records per second the confluent-kafka Python consumer hands to Python once librdkafka holds
+    them all already (fetched beforehand, up to `cap`): the client's own ceiling, which no server
+    can lift. A consume row near it is bound by the client."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    want = min(expected, cap)
+    queued = [0]
+
+    def stats(raw: str) -> None:
+        parts = json.loads(raw)["topics"].get(topic, {}).get("partitions", {})
+        queued[0] = sum(p["fetchq_cnt"] for k, p in parts.items() if k != "-1")
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "queued.min.messages": want + 1,
+                  "queued.max.messages.kbytes": 2097151, "statistics.interval.ms": 50, "stats_cb": stats})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    deadline = time.monotonic() + 120
+    while got + queued[0] < want and time.monotonic() < deadline:
+        got += sum(1 for m in c.consume(1, 0.05) if m.error() is None)
+    start = time.perf_counter()
+    drained = 0
+    while got + drained < want and time.monotonic() < deadline:
+        drained += sum(1 for m in c.consume(10000, 1.0) if m.error() is None)
+    elapsed = time.perf_counter() - start
+    c.close()
+    return drained / elapsed
+
+
 def kcat_consume(bootstrap: str, topic: str, expected: int) -> float:
     """librdkafka's C consumer (kcat), whose per-record cost is small: what the gateway serves when
     the client is not the limit. Its process start-up counts against it; it stops at the last
@@ -364,6 +395,8 @@ def _measure_consume(url: str, gateways: list[dict[str, int]], bootstrap: str, t
     runs = [meter.measure(lambda: kafka_consume(bootstrap, topic, partitions, sent)) for _ in range(2)]
     rate, cpu = max(runs)
     rows.append(Row("kafka consume (confluent)", size, rate, "XRANGE", read, cpu=cpu))
+    ceiling = python_consumer_ceiling(bootstrap, topic, partitions, sent)
+    rows.append(Row("  its own ceiling (all prefetched)", size, ceiling, "XRANGE", read))
     if shutil.which("kcat"):
         runs = [meter.measure(lambda: kcat_consume(bootstrap, topic, sent)) for _ in range(2)]
         rate, cpu = max(runs)
