@@ -66,8 +66,12 @@ class KafkaConnection:
             while not self.closing and not self.state.close:
                 bare = sasl.unframed(self.state)  # a SASL message after SaslHandshake v0, not a request
                 frame = await self._next_frame(bare)
-                if frame is None or not await _unless_done(room.acquire(), writing):
+                if frame is None:
                     return
+                if not room.locked():
+                    await room.acquire()  # returns at once
+                elif not await _unless_done(room.acquire(), writing):
+                    return  # the writer ended while all those answers were pending
                 if not bare and _api_key(frame) != ApiKey.PRODUCE and earlier:
                     # only produces overlap: anything else sees every earlier request done
                     if not await _unless_done(asyncio.wait(earlier), writing):
