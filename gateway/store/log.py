@@ -23,6 +23,8 @@ from gateway.store.resp import DirectConnections, RespConnection, RespError
 from gateway.store.scripts import Scripts
 
 APPEND = "append-4"
+# error replies of a node busy, loading, failing over or handing a slot on: the script did not run
+_PASSING = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "BUSY", "MASTERDOWN", "READONLY")
 
 
 @dataclass(frozen=True)
@@ -261,6 +263,10 @@ class LogStore:
                     if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT"):
                         conn.close()  # its scripts were flushed: the next connection loads them again
                         reply = StorageUnavailable("redis lost the gateway's scripts; retry")
+                    elif isinstance(reply, RespError) and str(reply).startswith(_PASSING):
+                        if str(reply).startswith(("MOVED", "ASK")):
+                            self.ordered.relocate()
+                        reply = StorageUnavailable(f"redis: {reply}; retry")
                     elif isinstance(reply, RespError):
                         reply = ResponseError(str(reply))
                     replies[i] = reply

@@ -231,6 +231,7 @@ class DirectConnections:
         self._conns: dict[tuple[str, int], RespConnection] = {}
         self._opening: dict[tuple[str, int], asyncio.Task[RespConnection]] = {}
         self._refused_until: dict[tuple[str, int], float] = {}
+        self._relocating: asyncio.Future[None] | None = None
 
     async def pipeline(self, key: str, commands: list[tuple[Any, ...]]) -> list[Any] | None:
         """The replies of commands on `key`'s node, or None when this path cannot serve them now."""
@@ -298,6 +299,12 @@ class DirectConnections:
                     conn.close()
                     raise reply
         return conn
+
+    def relocate(self) -> None:
+        """A slot moved: have the cluster client learn the new layout, for the next call's node."""
+        if self._cluster and (self._relocating is None or self._relocating.done()):
+            self._relocating = asyncio.ensure_future(self._redis.nodes_manager.initialize())
+            self._relocating.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     def close(self) -> None:
         for conn in self._conns.values():
