@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -199,6 +200,7 @@ class GroupCoordinator:
         self.initial_rebalance_delay = initial_rebalance_delay_ms / 1000
         self.clock = clock
         self._groups: dict[str, _Runtime] = {}
+        self._assigned: dict[tuple[str, int, str], set[tuple[str, int]] | None] = {}  # see `_owned`
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
         self._closing = False
@@ -848,6 +850,12 @@ class GroupCoordinator:
             else:
                 outcome[(topic, partition)] = None
                 good[(topic, partition)] = CommittedOffset(offset, epoch, metadata or "", now_ms)
+        if good and member_id:
+            owned = await self._owned(group_id, generation, member_id)
+            for tp in [tp for tp in good if owned is not None and tp not in owned]:
+                # a record fetched before the last rebalance: its partition is another member's now
+                outcome[tp] = GroupErrorKind.ILLEGAL_GENERATION
+                del good[tp]
         if good:
             await self._own(group_id, self._rt(group_id))
             code = await self.store.commit(group_id, generation, member_id, instance_id, good)
@@ -858,6 +866,25 @@ class GroupCoordinator:
             _, session = rt.heartbeats[member_id]
             rt.heartbeats[member_id] = (self.clock(), session)
         return outcome
+
+    async def _owned(self, group_id: str, generation: int, member_id: str) -> set[tuple[str, int]] | None:
+        """The partitions a consumer-group member was assigned in a stable `generation`, or None when
+        unknown (a rebalance under way, another protocol, no assignment): then any commit goes, as
+        with Kafka's classic coordinator. Kafka accepts a commit for a partition the member no
+        longer owns, so a client committing a record it fetched before a rebalance moves another
+        member's offset (a duplicate or a loss); refusing it closes that window."""
+        key = (group_id, generation, member_id)
+        if key in self._assigned:
+            return self._assigned[key]
+        g = await self.store.load(group_id)
+        m = g.members.get(member_id) if g is not None else None
+        if g is None or m is None or g.generation != generation or g.state != STABLE or g.protocol_type != "consumer":
+            return None
+        owned = consumer_assignment(m.assignment)
+        if len(self._assigned) >= 4096:
+            self._assigned.clear()
+        self._assigned[key] = owned
+        return owned
 
     async def fetch_offsets(
         self, group_id: str, parts: list[tuple[str, int]] | None = None
@@ -946,6 +973,25 @@ class _JoinRequest:
 
 
 # -- one coordinator per Services ---------------------------------------------------------------
+
+
+def consumer_assignment(raw: bytes) -> set[tuple[str, int]] | None:
+    """The partitions of a ConsumerProtocolAssignment (v0-v3), or None when it is not one."""
+    try:
+        pos = 2  # version
+        (topics,) = struct.unpack_from(">i", raw, pos)
+        pos += 4
+        out: set[tuple[str, int]] = set()
+        for _ in range(topics):
+            (n,) = struct.unpack_from(">h", raw, pos)
+            topic = raw[pos + 2:pos + 2 + n].decode()
+            pos += 2 + n
+            (count,) = struct.unpack_from(">i", raw, pos)
+            out.update((topic, p) for p in struct.unpack_from(f">{count}i", raw, pos + 4))
+            pos += 4 + 4 * count
+        return out
+    except (struct.error, UnicodeDecodeError, ValueError):
+        return None
 
 
 def coordinator_for(services: Any) -> GroupCoordinator:

@@ -4,6 +4,7 @@ offset commits and a coordinator restart."""
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Awaitable
 
 import pytest
@@ -316,3 +317,32 @@ async def test_a_coordinator_whose_lease_was_taken_cannot_save(coord, store):
     assert await kind_of(coord.leave("g", [(a.member_id, None)])) is GroupErrorKind.NOT_COORDINATOR
     assert [m.member_id for m in (await coord.describe("g")).members] == [a.member_id]
     assert await coord.locate("g") == (7, "elsewhere", 9092)
+
+
+def consumer_assignment_bytes(parts: dict[str, list[int]]) -> bytes:
+    """A ConsumerProtocolAssignment v0, as the group leader's client encodes it."""
+    out = struct.pack(">hi", 0, len(parts))
+    for topic, ps in parts.items():
+        out += struct.pack(">h", len(topic)) + topic.encode() + struct.pack(f">i{len(ps)}i", len(ps), *ps)
+    return out + struct.pack(">i", -1)
+
+
+async def test_a_commit_for_a_partition_another_member_owns_now_is_refused(coord):
+    """A client committing a record it fetched before the last rebalance would move the new
+    owner's offset (Kafka's classic coordinator lets it): refused for that partition alone. While
+    a rebalance is under way, members still commit what they consumed, as with Kafka."""
+    a = await stable_one(coord)
+    b_join = asyncio.ensure_future(join(coord))
+    await eventually(lambda: _is(coord, PREPARING_REBALANCE))
+    await coord.commit_offsets("g", a.generation, a.member_id, {("t", 1): (3, -1, "")})  # before rejoining
+    a2 = await join(coord, a.member_id)
+    b = await b_join
+    b_sync = asyncio.ensure_future(coord.sync("g", 2, b.member_id))
+    await coord.sync("g", 2, a.member_id, assignments={
+        a.member_id: consumer_assignment_bytes({"t": [0]}), b.member_id: consumer_assignment_bytes({"t": [1]})})
+    await b_sync
+    out = await coord.commit_offsets("g", a2.generation, a.member_id, {("t", 0): (7, -1, ""), ("t", 1): (9, -1, "")})
+    assert out == {("t", 0): None, ("t", 1): GroupErrorKind.ILLEGAL_GENERATION}
+    assert await coord.commit_offsets("g", 2, b.member_id, {("t", 1): (4, -1, "")}) == {("t", 1): None}
+    committed = await coord.fetch_offsets("g", [("t", 0), ("t", 1)])
+    assert (committed[("t", 0)].offset, committed[("t", 1)].offset) == (7, 4)
