@@ -321,7 +321,8 @@ class LogService:
         offset = max(offset, 0)
         if max_bytes is None:
             return await self._read(topic, partition, offset, max_entries, read_committed)
-        early = self._ahead.take((topic, partition, offset, read_committed), self._fitting(key, max_entries, max_bytes))
+        fitting = self._fitting(key, max_entries, max_bytes)
+        early = self._ahead.take((topic, partition, offset, read_committed), fitting)
         sl = None
         if early is not None:
             try:
@@ -329,14 +330,13 @@ class LogService:
             except Exception:  # read again below, where the error reaches the reader
                 sl = None
         if sl is None:
-            sl = await self._read(topic, partition, offset, self._fitting(key, max_entries, max_bytes), read_committed)
+            sl = await self._read(topic, partition, offset, fitting, read_committed)
         if sl.entries:
             size = sum(len(e.batch) for e in sl.entries) // len(sl.entries)
             self._avg_batch[key] = max(1, (self._avg_batch.get(key, size) + size) // 2)
-            following = sl.entries[-1].next_offset
-            if following < (sl.stable if read_committed else sl.high_watermark):
-                self._ahead.start((topic, partition, following, read_committed),
-                                  self._fitting(key, max_entries, max_bytes))
+        following = sl.following(read_committed)
+        if following is not None:  # sized by the average just updated
+            self._ahead.start((topic, partition, following, read_committed), self._fitting(key, max_entries, max_bytes))
         return sl
 
     def _fitting(self, key: tuple[str, int], max_entries: int, max_bytes: int) -> int:

@@ -3,9 +3,9 @@
 A Kafka consumer has one fetch in flight per broker: without read-ahead, each round trip waits for
 Redis, then for the network and the client, in turn. Reading the next slice while the last one
 crosses the network overlaps the two, and reading the one after it as soon as the next is in keeps
-a slow Redis read (a megabyte batch) off the round trip too. Stored batches never change, so an early read is the same
-read; only the bounds it carries may be a little behind, which readers already tolerate (they are
-never ahead of the truth). Bounded in count and age, so a reader that stops costs one slice.
+a slow Redis read (a megabyte batch) off the round trip too. Stored batches never change, so an
+early read is the same read; only the bounds it carries may be a little behind, which readers
+already tolerate (they are never ahead of the truth). Bounded in count and age, so a reader that stops costs one slice.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ class ReadAhead:
         return task
 
     def start(self, key: Key, max_entries: int, depth: int = 2) -> None:
+        """Read `key` early, and with `depth` 2 the slice after it once this one is in."""
         if key in self._pending:
             if depth > 1:
-                self._pending[key][2].add_done_callback(lambda t: self._chain(t, key, max_entries, depth - 1))
+                self._pending[key][2].add_done_callback(lambda t: self._then(t, key, max_entries, depth - 1))
             return
         while len(self._pending) >= self._limit:
             _, (_, _, old) = self._pending.popitem(last=False)
@@ -53,23 +54,10 @@ class ReadAhead:
             task.add_done_callback(lambda t: self._then(t, key, max_entries, depth - 1))
 
     def _then(self, task: asyncio.Task[Slice], key: Key, max_entries: int, depth: int) -> None:
-        if task.cancelled() or task.exception() is not None or not task.result().entries:
-            return
-        sl = task.result()
-        following = sl.entries[-1].next_offset
-        if following < (sl.stable if key[3] else sl.high_watermark):
-            self.start((key[0], key[1], following, key[3]), max_entries, depth)
-        if depth > 1:
-            task.add_done_callback(lambda t: self._chain(t, key, max_entries, depth - 1))
-
-    def _chain(self, task: asyncio.Task[Slice], key: Key, max_entries: int, depth: int) -> None:
         if task.cancelled() or task.exception() is not None:
             return
-        sl = task.result()
-        if not sl.entries:
-            return
-        following = sl.entries[-1].next_offset
-        if following < (sl.stable if key[3] else sl.high_watermark):
+        following = task.result().following(key[3])
+        if following is not None:
             self.start((key[0], key[1], following, key[3]), max_entries, depth)
 
     def forget(self, topic: str) -> None:

@@ -88,6 +88,13 @@ class Slice:
     def stable(self) -> int:
         return self.high_watermark if self.last_stable_offset < 0 else self.last_stable_offset
 
+    def following(self, read_committed: bool) -> int | None:
+        """Where a sequential reader reads on after these entries; None when nothing is there yet."""
+        if not self.entries:
+            return None
+        offset = self.entries[-1].next_offset
+        return offset if offset < (self.stable if read_committed else self.high_watermark) else None
+
 
 @dataclass(frozen=True)
 class PartitionBounds:
