@@ -20,6 +20,7 @@ import redis as redis_sync
 from gateway.client import Client
 from gateway.config import Config
 from gateway.server import Gateway
+from gateway.store import Store
 from gateway.store.connection import CLUSTER_SCHEMES, is_cluster_url
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port
 
@@ -119,6 +120,16 @@ def test_config(redis_url: str, **overrides: object) -> Config:
 
 
 test_config.__test__ = False  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[Store]:
+    """The store layer alone over the test Redis, for tests below the services."""
+    s = Store.open(redis_url)
+    try:
+        yield s
+    finally:
+        await s.close()
 
 
 @pytest.fixture

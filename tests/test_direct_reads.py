@@ -6,7 +6,6 @@ import asyncio
 import os
 import uuid
 
-import pytest
 import redis as redis_sync
 
 from gateway.log import DIRECT_READ_BATCH, LogService
@@ -17,13 +16,6 @@ from gateway.store.resp import BIG, DirectConnections, RespError
 REDIS_BACKENDS = ("single", "cluster")
 
 SIZES = [0, 1, 100, BIG - 1, BIG, BIG + 1, 256 * 1024 - 3, 256 * 1024 + 7, 3 * 1024 * 1024]
-
-
-@pytest.fixture
-async def store(redis_url):
-    s = Store.open(redis_url)
-    yield s
-    await s.close()
 
 
 async def test_replies_are_those_redis_gives(store):

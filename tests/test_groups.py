@@ -28,13 +28,6 @@ REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Re
 PROTO = [("range", b"meta-r"), ("roundrobin", b"meta-rr")]
 
 
-@pytest.fixture
-async def store(redis_url):
-    s = Store.open(redis_url)
-    yield s
-    await s.close()
-
-
 def make(store: Store, **kw) -> GroupCoordinator:
     kw.setdefault("min_session_timeout_ms", 100)
     c = GroupCoordinator(GroupStore(store.redis, store.scripts), **kw)

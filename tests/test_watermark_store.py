@@ -8,19 +8,12 @@ import pytest
 from gateway.errors import InvalidProducerEpoch
 from gateway.log import LogService
 from gateway.records import build_control_batch
-from gateway.store import Store, keys
+from gateway.store import keys
 from gateway.store.txn import TxnStore
 from gateway.watermark import WatermarkService
 
 REDIS_BACKENDS = ("single", "cluster")
 END = 1 << 40
-
-
-@pytest.fixture
-async def store(redis_url):
-    s = Store.open(redis_url)
-    yield s
-    await s.close()
 
 
 async def test_transactional_marks_count_by_outcome_before_and_after_settling(store):
