@@ -278,7 +278,7 @@ def _ask_password(user: str) -> str:
 
 
 def serve(args: argparse.Namespace) -> None:
-    from gateway.server import Gateway
+    from gateway.server.gateway import Gateway
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     overrides = {
@@ -327,6 +327,6 @@ def main(argv: list[str] | None = None) -> None:
         json.dump(admin(args), sys.stdout, indent=2)
         print()
     elif args.command == "bench":
-        from gateway.bench import run_bench
+        from gateway.bench.runner import run_bench
 
         run_bench(args)

@@ -19,7 +19,7 @@ import redis as redis_sync
 
 from gateway.client import Client
 from gateway.config import Config
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from gateway.store import Store
 from gateway.store.connection import CLUSTER_SCHEMES, is_cluster_url
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port

@@ -127,7 +127,7 @@ async def test_transaction_keys_over_http_cli_and_metrics(gateway):
 
 
 async def test_delayed_stats_over_http_and_metrics(gateway):
-    from gateway.records import BatchBuilder
+    from gateway.formats.records import BatchBuilder
 
     await gateway.services.log.create_topic("later", 2)
     b = BatchBuilder()

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from gateway.delay import DelayConfig, DelayRequest, DelayScheduler, DelayService, now_ms
-from gateway.log import LogService
-from gateway.records import build_batch, iter_records
+from gateway.domain.delay import DelayConfig, DelayRequest, DelayScheduler, DelayService, now_ms
+from gateway.domain.log import LogService
+from gateway.domain.txn import TransactionCoordinator
+from gateway.formats.records import build_batch, iter_records
 from gateway.store import Store, keys
-from gateway.txn import TransactionCoordinator
 from tests.conftest import eventually
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
@@ -294,7 +294,7 @@ async def test_two_concurrent_schedulers_deliver_exactly_once(redis_url):
 
 _KILLABLE = """
 import asyncio, sys
-from gateway.delay import DelayConfig, DelayService
+from gateway.domain.delay import DelayConfig, DelayService
 from gateway.store import Store
 
 async def main():

@@ -8,8 +8,8 @@ import uuid
 
 import redis as redis_sync
 
-from gateway.log import DIRECT_READ_BATCH, LogService
-from gateway.records import BatchBuilder, iter_records
+from gateway.domain.log import DIRECT_READ_BATCH, LogService
+from gateway.formats.records import BatchBuilder, iter_records
 from gateway.store import Store
 from gateway.store.resp import BIG, DirectConnections, RespError
 

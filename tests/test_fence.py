@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
+from gateway.domain.fence import FenceService
+from gateway.domain.log import LogService, committed_entries
+from gateway.domain.txn import ABORTED, COMMITTED, TransactionCoordinator
 from gateway.errors import InvalidProducerEpoch, InvalidRequest, NotAllowed, ProducerFenced
-from gateway.fence import FenceService
-from gateway.log import LogService, committed_entries
-from gateway.records import BatchBuilder, iter_records
+from gateway.formats.records import BatchBuilder, iter_records
 from gateway.store import Store
-from gateway.txn import ABORTED, COMMITTED, TransactionCoordinator
 
 
 class Gateway:

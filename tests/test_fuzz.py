@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
+from gateway.formats.frames import parse
+from gateway.formats.records import build_batch
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, lookup, supported
 from gateway.kafka.errors import MalformedRequest
-from gateway.native.wire import parse
 from gateway.pb import gateway_pb2 as pb
-from gateway.records import build_batch
 
 load_handlers()
 st.register_type_strategy(
@@ -240,7 +240,7 @@ def test_live_native_listener_survives_hostile_frames(live, msg, junk):
 
 @pytest.fixture
 async def security(redis_url):
-    from gateway.security import SecurityService
+    from gateway.domain.security import SecurityService
     from gateway.store import Store
 
     store = Store.open(redis_url)

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
 from gateway.kafka.dispatch import ApiKey, load_handlers
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from gateway.store import keys
 from tests.conftest import kafka_bootstrap, native_url, test_config
 from tests.kafka_wire import call

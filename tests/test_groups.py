@@ -9,7 +9,7 @@ from collections.abc import Awaitable
 
 import pytest
 
-from gateway.groups import (
+from gateway.domain.groups.coordinator import (
     COMPLETING_REBALANCE,
     EMPTY,
     PREPARING_REBALANCE,

@@ -21,7 +21,7 @@ from kafka.admin import NewPartitions as KNewPartitions
 from kafka.admin import NewTopic as KNewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from gateway.records import build_batch
+from gateway.formats.records import build_batch
 from tests.conftest import kafka_bootstrap
 
 pytestmark = pytest.mark.kafka

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.formats.records import BatchBuilder, build_batch
 from gateway.kafka.dispatch import ApiKey, load_handlers
-from gateway.records import BatchBuilder, build_batch
 from tests.kafka_wire import call
 
 load_handlers()

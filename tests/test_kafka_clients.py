@@ -8,9 +8,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 
+from gateway.formats.partitioner import partition_for_key
+from gateway.formats.records import Compression, iter_records
 from gateway.kafka.dispatch import ApiKey, lookup
-from gateway.partitioner import partition_for_key
-from gateway.records import Compression, iter_records
 from gateway.store.resp import BIG
 from tests.conftest import kafka_bootstrap
 from tests.kafka_clients import CLIENTS, IDEMPOTENT, compression, consume, produce

@@ -12,12 +12,12 @@ from kio.schema.errors import ErrorCode as KafkaError
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
+from gateway.formats.records import build_batch, with_base_offset
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
 from gateway.kafka.fetch import FetchPartition, encode_fetch_response
 from gateway.kafka.offsets import OffsetResult, encode_list_offsets_response
 from gateway.kafka.produce import PartitionResult, encode_produce_response
-from gateway.records import build_batch, with_base_offset
 from tests.kafka_wire import LYING_ARRAY
 
 load_handlers()

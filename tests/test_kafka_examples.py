@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.log import committed_entries
-from gateway.records import iter_records
+from gateway.domain.log import committed_entries
+from gateway.formats.records import iter_records
 from tests.conftest import kafka_bootstrap, run_example
 
 pytestmark = pytest.mark.kafka

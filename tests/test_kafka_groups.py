@@ -23,8 +23,8 @@ from aiokafka.structs import OffsetAndMetadata as AioOffset
 from confluent_kafka.admin import AdminClient
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-from gateway.groups import coordinator_for
-from gateway.server import Gateway
+from gateway.domain.groups.coordinator import coordinator_for
+from gateway.server.gateway import Gateway
 from tests import conftest
 from tests.conftest import kafka_bootstrap, run_example, test_config
 from tests.kafka_clients import produce

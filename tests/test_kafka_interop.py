@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from gateway.client import Client
-from gateway.partitioner import partition_for_key
+from gateway.formats.partitioner import partition_for_key
 from tests.conftest import kafka_bootstrap, native_url
 from tests.kafka_clients import CLIENTS, consume, produce
 

@@ -9,7 +9,7 @@ import kafka
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from gateway.records import build_batch
+from gateway.formats.records import build_batch
 from tests.conftest import kafka_bootstrap
 
 pytestmark = pytest.mark.kafka

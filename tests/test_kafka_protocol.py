@@ -11,9 +11,9 @@ from aiokafka import AIOKafkaProducer
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.errors import StorageUnavailable
+from gateway.formats.records import build_batch, build_control_batch, iter_records
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
-from gateway.records import build_batch, build_control_batch, iter_records
 from tests.kafka_wire import LYING_ARRAY, TIMEOUT, call, decode, frame, read_response, request
 
 load_handlers()

@@ -122,7 +122,7 @@ async def test_an_abandoned_transaction_times_out_and_the_stable_offset_moves_on
 
 
 def _plain(value: bytes) -> bytes:
-    from gateway.records import BatchBuilder
+    from gateway.formats.records import BatchBuilder
 
     b = BatchBuilder()
     b.append(value)

@@ -13,13 +13,13 @@ import redis.asyncio as aioredis
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
+from gateway.domain.log import MAX_PARTITIONS
 from gateway.errors import InvalidRequest
+from gateway.formats.frames import frame as native_frame
+from gateway.formats.records import BatchBuilder, build_batch
 from gateway.kafka.dispatch import ApiKey
-from gateway.log import MAX_PARTITIONS
-from gateway.native.wire import frame as native_frame
 from gateway.pb import gateway_pb2 as pb
-from gateway.records import BatchBuilder, build_batch
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from tests.conftest import eventually, native_url, test_config
 from tests.kafka_wire import TIMEOUT, build_request, call, decode, read_response, request
 

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from gateway.config import Config
+from gateway.domain.log import LogService
 from gateway.errors import CorruptMessage, MessageTooLarge, OutOfOrderSequence, TopicNotFound
-from gateway.log import LogService
-from gateway.records import BatchBuilder, build_batch, iter_records
+from gateway.formats.records import BatchBuilder, build_batch, iter_records
 from gateway.store import Store
 
 

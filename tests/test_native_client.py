@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from gateway.client import Client, MessageId, Timeout, TopicNotFound
-from gateway.partitioner import partition_for_key
+from gateway.formats.partitioner import partition_for_key
+from gateway.formats.records import BatchBuilder
 from gateway.pb import gateway_pb2 as pb
-from gateway.records import BatchBuilder
 from tests.conftest import native_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +51,7 @@ async def test_event_time_is_a_record_header_both_faces_see(gateway, client):
     producer = await client.create_producer("evt")
     mid = await producer.send(b"v", event_time=1_700_000_000_000)
     sl = await gateway.services.log.read("evt", 0, mid.offset)
-    from gateway.records import iter_records
+    from gateway.formats.records import iter_records
 
     (rec,) = list(iter_records(sl.entries[0].batch, sl.entries[0].base_offset))
     assert rec.headers == [("x-event-time", b"1700000000000")]
@@ -128,7 +128,7 @@ async def test_example_runs_against_the_gateway(gateway):
 
 
 async def test_client_reconnects_after_a_gateway_restart(redis_url):
-    from gateway.server import Gateway
+    from gateway.server.gateway import Gateway
     from gateway.store.embedded import free_port
     from tests.conftest import test_config
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.domain.log import LogService
 from gateway.errors import SubscriptionNotFound
-from gateway.log import LogService
-from gateway.records import build_batch
+from gateway.formats.records import build_batch
 from gateway.store import Store, keys
 from gateway.store.subscriptions import SubscriptionStore
 

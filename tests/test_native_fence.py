@@ -11,7 +11,7 @@ import pytest
 from gateway.client import Client, ConnectionLost, ExpiredTransactionError, InvalidConfig, NotAllowed
 from gateway.client.connection import Connection
 from gateway.errors import InvalidRequest
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from gateway.store.embedded import free_port
 from tests.conftest import native_url, test_config
 from tests.test_native_txn import N, produce_inputs, read_all
@@ -127,8 +127,8 @@ async def test_epochs_survive_a_gateway_restart(redis_url):
 async def test_the_gateway_refuses_every_step_of_a_fenced_epoch(gateway):
     """What the older connection meets if its requests arrive before it is closed: the coordinator's
     and the log's epoch checks, answered as ExpiredTransactionError."""
+    from gateway.formats.records import BatchBuilder
     from gateway.native.transactions import TxnSession
-    from gateway.records import BatchBuilder
 
     services = gateway.services
     await services.log.create_topic("out", 1)

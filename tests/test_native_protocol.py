@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from gateway.client import Client, StorageUnavailable
 from gateway.errors import ErrorCode
-from gateway.native.wire import OutgoingEntry, frame, messages_frame, range_frame
+from gateway.formats.frames import OutgoingEntry, frame, messages_frame, range_frame
 from gateway.pb import gateway_pb2 as pb
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from gateway.store.embedded import EmbeddedRedis
 from tests.conftest import native_url, test_config
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from gateway.client import Client, ConsumerBusy, MessageId, NotAllowed, Timeout
-from gateway.records import build_batch
-from gateway.server import Gateway
+from gateway.formats.records import build_batch
+from gateway.server.gateway import Gateway
 from tests.conftest import native_url, test_config
 
 
@@ -202,7 +202,7 @@ async def test_acks_survive_a_killed_gateway_process(gateway_process):
 
 
 async def test_transactional_batches_wait_for_commit_and_aborted_ones_never_come(gateway, client):
-    from gateway.records import BatchBuilder
+    from gateway.formats.records import BatchBuilder
 
     log, tc = gateway.services.log, gateway.services.txn
     await log.create_topic("tx", 1)
@@ -302,7 +302,7 @@ async def test_unsubscribe_deletes_the_position(gateway, client):
 
 
 async def test_partitions_added_later_are_consumed(gateway, client, monkeypatch):
-    import gateway.subscriptions as subscriptions
+    import gateway.domain.subscriptions as subscriptions
 
     monkeypatch.setattr(subscriptions, "_RENEW_EVERY", 0.05)  # look for new partitions at once
     log = gateway.services.log

@@ -16,7 +16,7 @@ from gateway.client import (
     Timeout,
     TransactionConflict,
 )
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from tests.conftest import native_url, run_example, test_config
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster

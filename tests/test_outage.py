@@ -13,8 +13,8 @@ import confluent_kafka as ck
 import pytest
 
 from gateway.client import Client
+from gateway.formats.records import build_batch
 from gateway.kafka.dispatch import ApiKey
-from gateway.records import build_batch
 from gateway.store.embedded import EmbeddedRedis
 from tests.kafka_clients import consume
 from tests.kafka_wire import call

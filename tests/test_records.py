@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import CorruptMessage
-from gateway.partitioner import murmur2, partition_for_key
-from gateway.records import (
+from gateway.formats.partitioner import murmur2, partition_for_key
+from gateway.formats.records import (
     ATTR_CONTROL,
     BatchBuilder,
     Compression,

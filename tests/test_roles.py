@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.delay import DelayService
+from gateway.domain.delay import DelayService
+from gateway.domain.log import LogService
+from gateway.domain.roles import Lease, RoleLeases
 from gateway.errors import NotAllowed
-from gateway.log import LogService
-from gateway.records import build_batch
-from gateway.roles import Lease, RoleLeases
-from gateway.server import Gateway
+from gateway.formats.records import build_batch
+from gateway.server.gateway import Gateway
 from gateway.store import Store
 from gateway.store.delay import DelayItem
 from gateway.store.roles import RoleStore

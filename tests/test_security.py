@@ -22,13 +22,13 @@ from aiokafka.errors import KafkaError as AioKafkaError
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import AuthenticationFailed, AuthorizationFailed, Client
+from gateway.domain.security import Acl, Operation, ResourceType, SecurityService
 from gateway.errors import ErrorCode
+from gateway.formats.frames import frame as native_frame
+from gateway.formats.records import build_batch
 from gateway.kafka.dispatch import ApiKey
-from gateway.native.wire import frame as native_frame
 from gateway.pb import gateway_pb2 as pb
-from gateway.records import build_batch
-from gateway.security import Acl, Operation, ResourceType, SecurityService
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from gateway.store import Store
 from gateway.store import keys as store_keys
 from tests.conftest import admin_url, kafka_bootstrap, native_url, test_config

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.domain.security import Acl, Operation, PatternType, ResourceType, SecurityService
 from gateway.errors import AuthenticationFailed, InvalidRequest
-from gateway.security import Acl, Operation, PatternType, ResourceType, SecurityService
 from gateway.store import Store
 
 REDIS_BACKENDS = ("single", "cluster")

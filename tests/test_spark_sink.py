@@ -18,7 +18,7 @@ import pytest
 
 from gateway.client import Client
 from gateway.errors import AuthenticationFailed
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from gateway.spark import blocking
 from gateway.spark.options import OptionError, SinkOptions, SourceOptions
 from gateway.spark.sink import GatewayStreamWriter, TaskCommit, check_schema, transaction_key

@@ -16,7 +16,7 @@ import pytest
 import trustme
 
 from gateway.client import Client
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from tests.conftest import kafka_bootstrap, native_url, test_config
 from tests.kafka_clients import CLIENTS, consume, produce, sasl
 

@@ -14,17 +14,17 @@ import textwrap
 
 import pytest
 
-from gateway.log import LogService, committed_entries
-from gateway.records import iter_records
+from gateway.domain.log import LogService, committed_entries
+from gateway.domain.txn import ABORTED, COMMITTED, TransactionCoordinator
+from gateway.formats.records import iter_records
 from gateway.store import Store
-from gateway.txn import ABORTED, COMMITTED, TransactionCoordinator
 
 COMMITTER = textwrap.dedent("""
     import asyncio, sys
-    from gateway.log import LogService
-    from gateway.records import BatchBuilder
+    from gateway.domain.log import LogService
+    from gateway.formats.records import BatchBuilder
     from gateway.store import Store
-    from gateway.txn import TransactionCoordinator
+    from gateway.domain.txn import TransactionCoordinator
 
     async def main(url: str, count: int) -> None:
         store = Store.open(url)

@@ -8,8 +8,8 @@ import pytest
 
 from gateway.client import Client, ExpiredTransactionError, NotAllowed, Transaction
 from gateway.client.errors import ConnectionLost
+from gateway.domain.txn import ABORTED, COMMITTED
 from gateway.errors import InvalidRequest
-from gateway.txn import ABORTED, COMMITTED
 from tests.conftest import native_url
 
 

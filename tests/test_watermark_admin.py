@@ -15,7 +15,7 @@ import pytest
 
 from gateway.client import Client
 from gateway.errors import InvalidConfig
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, test_config
 
 END = 1 << 50  # past any high watermark

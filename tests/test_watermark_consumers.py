@@ -4,7 +4,7 @@ with the messages, right after a failover or a seek, and on another gateway."""
 from __future__ import annotations
 
 from gateway.client import Client, MessageId
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from tests.conftest import eventually, native_url, run_example, test_config
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from gateway.client import Client
-from gateway.server import Gateway
+from gateway.server.gateway import Gateway
 from gateway.store import keys
 from tests.conftest import eventually, native_url, test_config
 

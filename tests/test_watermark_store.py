@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.domain.log import LogService
+from gateway.domain.watermark import WatermarkService
 from gateway.errors import InvalidProducerEpoch
-from gateway.log import LogService
-from gateway.records import build_control_batch
+from gateway.formats.records import build_control_batch
 from gateway.store import keys
 from gateway.store.txn import TxnStore
-from gateway.watermark import WatermarkService
 
 REDIS_BACKENDS = ("single", "cluster")
 END = 1 << 40

@@ -15,8 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.admin.body import json_body
-from gateway.errors import AuthenticationFailed, AuthorizationFailed, InvalidRequest
-from gateway.security import (
+from gateway.domain.security import (
     CLUSTER_NAME,
     SCRAM_HASHES,
     Acl,
@@ -25,6 +24,7 @@ from gateway.security import (
     SecurityService,
     UserInfo,
 )
+from gateway.errors import AuthenticationFailed, AuthorizationFailed, InvalidRequest
 
 OPEN_PATHS = frozenset({"/health"})
 

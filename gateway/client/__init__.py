@@ -41,7 +41,7 @@ from gateway.errors import (
     TopicNotFound,
     TransactionConflict,
 )
-from gateway.records import Compression
+from gateway.formats.records import Compression
 
 __all__ = [
     "EVENT_TIME_HEADER",

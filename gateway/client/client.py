@@ -25,8 +25,8 @@ from gateway.client.producer import Producer
 from gateway.client.reader import PartitionInfo, StoredBatch
 from gateway.client.transaction import Transaction
 from gateway.errors import ExpiredTransactionError, GatewayError, NotAllowed
+from gateway.formats.records import Compression
 from gateway.pb import gateway_pb2 as pb
-from gateway.records import Compression
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from gateway.client.errors import ConnectionLost
 from gateway.errors import GatewayError, Timeout, error_for
-from gateway.native.wire import PROTOCOL_VERSION, frame, parse, read_frame
+from gateway.formats.frames import PROTOCOL_VERSION, frame, parse, read_frame
 from gateway.pb import gateway_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from gateway.records import iter_records
+from gateway.formats.records import iter_records
 
 EVENT_TIME_HEADER = "x-event-time"
 """Record header carrying a message's event time (decimal epoch ms), the same bytes on both faces."""

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from gateway.client.errors import ClientClosed, ConnectionLost
 from gateway.client.message import EVENT_TIME_HEADER, MessageId
 from gateway.errors import GatewayError, OutOfOrderSequence, Timeout
-from gateway.partitioner import partition_for_key
+from gateway.formats.partitioner import partition_for_key
+from gateway.formats.records import BatchBuilder, Compression
 from gateway.pb import gateway_pb2 as pb
-from gateway.records import BatchBuilder, Compression
 
 if TYPE_CHECKING:
     from gateway.client.client import Client

@@ -6,14 +6,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.log import validate_config
+from gateway.domain.security import Operation, ResourceType
 from gateway.errors import AuthorizationFailed
 from gateway.kafka import codec
 from gateway.kafka.authz import may_create_topic
 from gateway.kafka.configs import topic_config_entries
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error
-from gateway.log import validate_config
-from gateway.security import Operation, ResourceType
 
 REPLICATION_FACTOR = 1  # Redis, not the gateway, replicates
 

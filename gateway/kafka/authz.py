@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.kafka.dispatch import RequestContext
-from gateway.security import CLUSTER_NAME, Operation, ResourceType
 
 
 async def may_create_topic(ctx: RequestContext, name: str, *, auto: bool = False) -> bool:

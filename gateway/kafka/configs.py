@@ -1,4 +1,4 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic configs (gateway.log.TOPIC_CONFIGS).
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic configs (gateway.domain.log.TOPIC_CONFIGS).
 
 The broker resource answers a few read-only values so admin tools can show something true.
 """
@@ -9,13 +9,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.log import TOPIC_CONFIGS, validate_config
+from gateway.domain.security import Operation, ResourceType
 from gateway.errors import AuthorizationFailed
 from gateway.kafka import codec
 from gateway.kafka.authz import may_describe_cluster
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
-from gateway.log import TOPIC_CONFIGS, validate_config
-from gateway.security import Operation, ResourceType
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4

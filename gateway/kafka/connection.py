@@ -21,10 +21,10 @@ from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.services import Services
 from gateway.kafka import codec, sasl
 from gateway.kafka.api_versions import unsupported_version_body
 from gateway.kafka.dispatch import ApiKey, ConnectionState, Encoded, RequestContext, lookup
-from gateway.services import Services
 
 log = logging.getLogger(__name__)
 

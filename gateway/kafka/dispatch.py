@@ -35,8 +35,8 @@ from typing import Any, NamedTuple
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.index import api_key_map
 
-from gateway.security import Operation, ResourceType
-from gateway.services import Services
+from gateway.domain.security import Operation, ResourceType
+from gateway.domain.services import Services
 
 ApiKey = IntEnum("ApiKey", {name.upper(): key for key, name in api_key_map.items()})  # type: ignore[misc]
 """Kafka's api keys by name, e.g. `ApiKey.PRODUCE` (0), from kio's index of the protocol."""

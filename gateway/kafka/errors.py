@@ -10,8 +10,8 @@ import logging
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.log import validate_topic_name
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest
-from gateway.log import validate_topic_name
 
 log = logging.getLogger(__name__)
 

@@ -17,12 +17,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
+from gateway.formats.records import with_base_offset
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, bytes_len, string
-from gateway.records import with_base_offset
-from gateway.security import Operation, ResourceType
 
 READ_COMMITTED = 1
 MAX_ENTRIES = 64  # batches read per partition per round trip; the client asks again for more

@@ -1,7 +1,7 @@
 """Kafka's consumer-group APIs over the group coordinator: thin translations, one per API.
 
 FindCoordinator names the gateway holding a group's lease (this one when nobody holds it; see
-`gateway.groups`), and this gateway for transactions.
+`gateway.domain.groups.coordinator`), and this gateway for transactions.
 OffsetCommit stops at v9 and OffsetFetch at v9: v10 addresses topics by id, which this gateway
 does not assign. Errors of the group protocol (`GroupError.kind`) carry Kafka's own codes.
 """
@@ -12,13 +12,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.groups.coordinator import GroupCoordinator, GroupError, coordinator_for
+from gateway.domain.security import Operation, ResourceType
 from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
-from gateway.groups import GroupCoordinator, GroupError, coordinator_for
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.metadata import broker, peer_address
-from gateway.security import Operation, ResourceType
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1

@@ -1,4 +1,4 @@
-"""Metadata and DescribeCluster: every live gateway is a broker (`gateway.registry`), and the
+"""Metadata and DescribeCluster: every live gateway is a broker (`gateway.domain.registry`), and the
 partitions' leadership is spread over them. Any gateway serves any partition: leading is where
 clients are told to go, so the load spreads and moves off a gateway that dies."""
 
@@ -8,12 +8,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.registry import Peer
+from gateway.domain.security import Operation, ResourceType
 from gateway.kafka import codec
 from gateway.kafka.authz import may_create_topic, may_describe_cluster
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error
-from gateway.registry import Peer
-from gateway.security import Operation, ResourceType
 
 CLUSTER_ID = "redis-streams-gateway"
 LEADER_EPOCH = 0  # one leader forever: epochs never change

@@ -7,12 +7,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.security import Operation, ResourceType
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.metadata import LEADER_EPOCH
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string
-from gateway.security import Operation, ResourceType
 
 READ_COMMITTED = 1
 LATEST = -1

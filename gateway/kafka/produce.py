@@ -11,12 +11,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.log import Produced
+from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string
-from gateway.log import Produced
-from gateway.security import Operation, ResourceType
 
 
 @dataclass(frozen=True)

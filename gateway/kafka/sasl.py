@@ -17,10 +17,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.security import FAILED_AUTHENTICATION_DELAY, SaslExchange, SecurityService
 from gateway.errors import AuthenticationFailed, GatewayError
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, ConnectionState, RequestContext, handles
-from gateway.security import FAILED_AUTHENTICATION_DELAY, SaslExchange, SecurityService
 
 log = logging.getLogger(__name__)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from gateway.domain.services import Services
 from gateway.kafka.connection import KafkaConnection
 from gateway.kafka.dispatch import load_handlers
 from gateway.net import TcpListener, server_ssl_context
-from gateway.services import Services
 
 
 class KafkaServer:

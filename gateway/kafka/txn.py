@@ -11,18 +11,18 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
-from gateway.kafka import codec
-from gateway.kafka.dispatch import ApiKey, RequestContext, handles
-from gateway.kafka.errors import kafka_error
-from gateway.producer_txn import (
+from gateway.domain.producer_txn import (
     CommittedOffset,
     InvalidProducerIdMapping,
     ProducerState,
     UnknownMember,
 )
-from gateway.security import Operation, ResourceType
-from gateway.txn import InvalidTransactionTimeout, now_ms
+from gateway.domain.security import Operation, ResourceType
+from gateway.domain.txn import InvalidTransactionTimeout, now_ms
+from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
+from gateway.kafka import codec
+from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+from gateway.kafka.errors import kafka_error
 
 # KIP-588: from these versions on, a fenced producer is told PRODUCER_FENCED, before that INVALID_PRODUCER_EPOCH
 _FENCED_SINCE = {

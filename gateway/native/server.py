@@ -19,6 +19,10 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from gateway.domain.producers import ProducerService
+from gateway.domain.security import FAILED_AUTHENTICATION_DELAY, USER_PREFIX, Operation, ResourceType
+from gateway.domain.services import Services
+from gateway.domain.subscriptions import Consumer, Delivery, Mode, SubscriptionService
 from gateway.errors import (
     AuthenticationFailed,
     AuthorizationFailed,
@@ -28,8 +32,7 @@ from gateway.errors import (
     NotAllowed,
     SubscriptionNotFound,
 )
-from gateway.native.transactions import TxnSession, as_expired, expired_errors
-from gateway.native.wire import (
+from gateway.formats.frames import (
     PROTOCOL_VERSION,
     FrameTooLarge,
     OutgoingEntry,
@@ -39,13 +42,10 @@ from gateway.native.wire import (
     range_frame,
     read_frame,
 )
+from gateway.formats.records import parse_header
+from gateway.native.transactions import TxnSession, as_expired, expired_errors
 from gateway.net import TcpListener, server_ssl_context
 from gateway.pb import gateway_pb2 as pb
-from gateway.producers import ProducerService
-from gateway.records import parse_header
-from gateway.security import FAILED_AUTHENTICATION_DELAY, USER_PREFIX, Operation, ResourceType
-from gateway.services import Services
-from gateway.subscriptions import Consumer, Delivery, Mode, SubscriptionService
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from gateway.domain.fence import full_key
+from gateway.domain.services import Services
+from gateway.domain.txn import TxnId
 from gateway.errors import (
     ExpiredTransactionError,
     GatewayError,
@@ -22,9 +25,6 @@ from gateway.errors import (
     ProducerFenced,
     TransactionNotFound,
 )
-from gateway.fence import full_key
-from gateway.services import Services
-from gateway.txn import TxnId
 
 
 @dataclass(frozen=True)

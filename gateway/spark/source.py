@@ -41,7 +41,7 @@ from pyspark.sql.types import (
 )
 
 from gateway.client import EVENT_TIME_HEADER, Client, OffsetOutOfRange, PartitionInfo, StoredBatch
-from gateway.records import iter_records
+from gateway.formats.records import iter_records
 from gateway.spark import blocking
 from gateway.spark.options import Endpoint, Offsets, OptionError, SourceOptions, resolve
 

@@ -1,7 +1,7 @@
 """The watermark index of each partition, beside its log: markers by offset, W_SNAPSHOTs, and the
 markers of transactions not settled yet. One script per step, all keys under the partition's tag.
 
-What a marker or a snapshot means is `gateway.watermark`'s business; here they are bytes.
+What a marker or a snapshot means is `gateway.domain.watermark`'s business; here they are bytes.
 """
 
 from __future__ import annotations

@@ -19,9 +19,18 @@ import urllib.request
 import uuid
 from typing import TYPE_CHECKING
 
-from gateway.bench import Row, _run, _streams, best_of, percentile, raw_client, running_gateway, timed_steps
-from gateway.records import build_watermark_batch
-from gateway.watermark import Mark
+from gateway.bench.runner import (
+    Row,
+    _run,
+    _streams,
+    best_of,
+    percentile,
+    raw_client,
+    running_gateway,
+    timed_steps,
+)
+from gateway.domain.watermark import Mark
+from gateway.formats.records import build_watermark_batch
 
 if TYPE_CHECKING:
     from gateway.client import Producer

@@ -28,16 +28,16 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gateway.domain.log import LogService, aborted, effective_config
 from gateway.errors import CorruptMessage, InvalidRequest, PartitionNotFound
-from gateway.log import LogService, aborted, effective_config
-from gateway.pb import watermark_pb2 as wpb
-from gateway.records import (
+from gateway.formats.records import (
     CONTROL_WATERMARK_IDLE,
     CONTROL_WATERMARK_SET,
     build_watermark_batch,
     control_record,
     parse_header,
 )
+from gateway.pb import watermark_pb2 as wpb
 from gateway.store import Store
 from gateway.store.log import Entry, Slice, TopicInfo
 from gateway.store.subscriptions import SubscriptionStore

@@ -17,9 +17,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway.domain.roles import NO_LEASE, Lease
 from gateway.errors import CorruptMessage, NotAllowed, StorageUnavailable
-from gateway.records import BatchBuilder, iter_records, parse_header, split_batches
-from gateway.roles import NO_LEASE, Lease
+from gateway.formats.records import BatchBuilder, iter_records, parse_header, split_batches
 from gateway.store import Store
 from gateway.store.delay import DelayConfig, DelayItem, DelayStats, DelayStore, Moved, Part, Scheduled
 

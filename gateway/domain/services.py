@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.config import Config
-from gateway.delay import DelayService
-from gateway.fence import FenceService
-from gateway.groups import GroupCoordinator, open_coordinator
-from gateway.log import LogService
-from gateway.producer_txn import TransactionalProducers
-from gateway.registry import Registry
-from gateway.roles import RoleLeases
-from gateway.security import SecurityService
+from gateway.domain.delay import DelayService
+from gateway.domain.fence import FenceService
+from gateway.domain.groups.coordinator import GroupCoordinator, open_coordinator
+from gateway.domain.log import LogService
+from gateway.domain.producer_txn import TransactionalProducers
+from gateway.domain.registry import Registry
+from gateway.domain.roles import RoleLeases
+from gateway.domain.security import SecurityService
+from gateway.domain.txn import TransactionCoordinator
+from gateway.domain.watermark import WatermarkService
 from gateway.store import Store
-from gateway.txn import TransactionCoordinator
-from gateway.watermark import WatermarkService
 
 
 @dataclass

@@ -6,7 +6,7 @@ dedupe turns a client's retry of a batch into the original offsets instead of a 
 
 from __future__ import annotations
 
-from gateway.log import LogService
+from gateway.domain.log import LogService
 from gateway.store import Store
 from gateway.store.log import TopicInfo
 

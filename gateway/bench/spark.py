@@ -17,7 +17,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from gateway.bench import Row, raw_xadd_blobs, raw_xrange_blobs, running_gateway
+from gateway.bench.runner import Row, raw_xadd_blobs, raw_xrange_blobs, running_gateway
 
 WARMUP = 1000
 

@@ -494,17 +494,17 @@ def run_bench(args: argparse.Namespace) -> None:
             url = embedded.url
         try:
             if getattr(args, "delayed", False):
-                from gateway.bench_delayed import format_table, run_delayed_bench
+                from gateway.bench.delayed import format_table, run_delayed_bench
 
                 print(format_table(run_delayed_bench(url, args.count)))
                 return
             if getattr(args, "watermarks", False):
-                from gateway.bench_watermarks import measure_watermarks
+                from gateway.bench.watermarks import measure_watermarks
 
                 rows = measure_watermarks(url, float(args.seconds))
                 print("(records/s column: watermarks, lookups or messages per second, as each row says)")
             elif getattr(args, "spark", False):
-                from gateway.bench_spark import run_spark_bench
+                from gateway.bench.spark import run_spark_bench
 
                 rows = run_spark_bench(url, count=args.records, size=sizes[0], partitions=args.partitions,
                                        cores=args.cores, seconds=float(args.seconds))

@@ -15,9 +15,9 @@ import struct
 import time
 from dataclasses import dataclass
 
-from gateway.delay import DelayRequest, DelayService, now_ms
-from gateway.log import LogService
-from gateway.records import build_batch, iter_records
+from gateway.domain.delay import DelayRequest, DelayService, now_ms
+from gateway.domain.log import LogService
+from gateway.formats.records import build_batch, iter_records
 from gateway.store import Store
 
 PARTITIONS = 4

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from gateway.domain.log import LogService, committed_entries
+from gateway.domain.watermark import SubscriptionWatermark, WatermarkService
 from gateway.errors import ConsumerBusy, GatewayError, NotAllowed, SubscriptionNotFound
-from gateway.log import LogService, committed_entries
 from gateway.store import Store
 from gateway.store.log import Entry
 from gateway.store.subscriptions import PendingAckConflict, SubscriptionStore
-from gateway.watermark import SubscriptionWatermark, WatermarkService
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,13 @@ from typing import Protocol
 
 from gateway.admin.http import start_admin_server
 from gateway.config import Config
+from gateway.domain.registry import Registry
+from gateway.domain.roles import Role
+from gateway.domain.services import Services
 from gateway.errors import GatewayError
 from gateway.kafka.server import start_kafka_server
 from gateway.native.server import start_native_server
-from gateway.periodic import Periodic
-from gateway.registry import Registry
-from gateway.roles import Role
-from gateway.services import Services
+from gateway.server.periodic import Periodic
 from gateway.store import Store
 from gateway.store.embedded import EmbeddedRedis
 
@@ -72,7 +72,7 @@ class Gateway:
         self.services.groups.advertise(host, port)
         self.services.groups.start()  # session expiry, rebalance deadlines, groups left by a previous run
         svc, leased = self.services, self.services.roles.role
-        # one gateway at a time runs each of these (see gateway.roles); every gateway renews its own registration
+        # one gateway at a time runs each of these (see gateway.domain.roles); every gateway renews its own registration
         self._roles = [
             registry,
             # a pass every interval, the first one interval after the role is taken, not at once

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from gateway.domain.log import LogService
 from gateway.errors import ErrorCode, GatewayError, PartitionNotFound, TopicNotFound
-from gateway.log import LogService
 from gateway.store import Store
 from gateway.store.groups import CommittedOffset, GroupDoc, GroupStore, MemberDoc
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest
-from gateway.records import build_control_batch
+from gateway.formats.records import build_control_batch
 from gateway.store import Store
 from gateway.store.txn import Ending, TxnInfo, TxnStore, now_ms, part_member, sub_member
 

@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from gateway.domain.readahead import ReadAhead
+from gateway.domain.roles import NO_LEASE, Lease
 from gateway.errors import (
     CorruptMessage,
     InvalidConfig,
@@ -24,9 +26,7 @@ from gateway.errors import (
     TopicExists,
     TopicNotFound,
 )
-from gateway.readahead import ReadAhead
-from gateway.records import BatchHeader, iter_records, parse_header, split_batches
-from gateway.roles import NO_LEASE, Lease
+from gateway.formats.records import BatchHeader, iter_records, parse_header, split_batches
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, PartitionBounds, Slice, TopicInfo
 from gateway.store.wakeups import LogWakeups

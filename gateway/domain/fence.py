@@ -13,10 +13,10 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway.domain.txn import TransactionCoordinator, TxnId
 from gateway.errors import ConcurrentTransactions, InvalidRequest, NotAllowed
 from gateway.store import Store
 from gateway.store.fence import FenceStore, KeyState, Retry
-from gateway.txn import TransactionCoordinator, TxnId
 
 __all__ = ["FenceService", "KeyState", "full_key"]
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.domain.fence import KAFKA_MAX_EPOCH, FenceService, KeyState
+from gateway.domain.txn import TransactionCoordinator, TxnId, TxnInfo
 from gateway.errors import (
     ConcurrentTransactions,
     GatewayError,
@@ -19,11 +21,9 @@ from gateway.errors import (
     ProducerFenced,
     TransactionNotFound,
 )
-from gateway.fence import KAFKA_MAX_EPOCH, FenceService, KeyState
 from gateway.store import Store
 from gateway.store.groups import CommittedOffset, GroupStore
 from gateway.store.txn_offsets import TxnOffsetStore
-from gateway.txn import TransactionCoordinator, TxnId, TxnInfo
 
 __all__ = ["CommittedOffset", "InvalidProducerIdMapping", "ProducerState", "TransactionalProducers",
            "UnknownMember"]
