@@ -41,16 +41,17 @@ async def test_delay_headers_hold_records_until_due(gateway):
     start = time.monotonic()
     try:
         now_ms = int(time.time() * 1000)
-        held = await (await producer.send("later", b"after-600", headers=[("x-deliver-after", b"600")]))
-        at = await (await producer.send("later", b"at-300", headers=[("x-deliver-at", str(now_ms + 300).encode())]))
+        # margins wide enough that a busy machine's slow send cannot make either record due on arrival
+        held = await (await producer.send("later", b"after-2000", headers=[("x-deliver-after", b"2000")]))
+        at = await (await producer.send("later", b"at-1500", headers=[("x-deliver-at", str(now_ms + 1500).encode())]))
         plain = await (await producer.send("later", b"now"))
     finally:
         await producer.stop()
     assert (held.offset, at.offset) == (-1, -1)  # not in the log yet: no offset to report
     assert plain.offset == 0
     got = await read_all(bs, "later", 3)
-    assert [v for v, _ in got] == [b"now", b"at-300", b"after-600"]
-    assert got[2][1] - start >= 0.55  # not delivered before its time
+    assert [v for v, _ in got] == [b"now", b"at-1500", b"after-2000"]
+    assert got[2][1] - start >= 1.95  # not delivered before its time
     stats = await gateway.services.delay.stats("later", 0)
     assert stats.messages == 0
 
