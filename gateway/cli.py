@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import Config
+from gateway.errors import GatewayError
 
 
 def _serve_parser(sub: Any) -> None:
@@ -299,6 +300,8 @@ def serve(args: argparse.Namespace) -> None:
             runner.run(Gateway(config).run())
         except KeyboardInterrupt:
             pass
+        except GatewayError as exc:  # a start-up failure the user can act on: one line, no traceback
+            raise SystemExit(f"gateway: {exc}") from None
 
 
 def _loop_factory() -> Any:

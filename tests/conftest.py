@@ -248,7 +248,7 @@ def gateway_process(tmp_path: Path) -> Iterator[GatewayProcess]:
             gp.proc.kill()
             gp.proc.wait(10)
         with contextlib.suppress(Exception):
-            EmbeddedRedis(gp.data_dir)._stop_leftover()
+            EmbeddedRedis(gp.data_dir).stop_leftover()
 
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -50,7 +50,9 @@ class Gateway:
         cfg = self.config
         if not cfg.redis_url:
             self.embedded = EmbeddedRedis(cfg.data_dir, fsync=cfg.redis_fsync)
-            await asyncio.to_thread(self.embedded.start)
+            # started from this thread, which lives as long as the process: the child's death signal follows it
+            self.embedded.launch(owner=f"kafka port {cfg.kafka_port}, admin port {cfg.admin_port}")
+            await asyncio.to_thread(self.embedded.wait_ready)
         store = Store.open(self.redis_url)
         registry = Registry(store, lease_ms=cfg.lease_ms)
         host, port = cfg.kafka_advertised

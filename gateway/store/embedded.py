@@ -2,12 +2,17 @@
 
 The child gets SIGTERM when the gateway dies (even by SIGKILL), and Redis answers SIGTERM by
 flushing its AOF, so nothing acknowledged is lost and the next start finds the data dir free.
+The data dir belongs to one gateway at a time: an exclusive `flock` on `gateway.lock`, held for the
+gateway's life and released by the kernel when the process dies, however it dies. A second gateway on
+the same dir refuses and names the holder; it never signals a process it did not start.
 `EmbeddedCluster` starts a local Redis Cluster the same way, for tests and benchmarks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import os
 import shutil
 import signal
@@ -55,14 +60,73 @@ class EmbeddedRedis:
         self.fsync = fsync
         self.cluster = cluster  # a node in cluster mode, to be joined by `EmbeddedCluster`
         self.proc: subprocess.Popen[bytes] | None = None
+        self._lock: int | None = None  # the data dir's lock file, open while this process owns the dir
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 15.0) -> None:
+        """`launch`, then `wait_ready`: for callers with no event loop to keep serving meanwhile."""
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self, owner: str = "") -> None:
+        """Take the data dir and start the server; call it from the thread that lives as long as the
+        process (the main one), since the child's death signal follows the thread that started it.
+        `owner` says who holds the dir, for a second gateway's refusal."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._stop_leftover()
+        self._take_data_dir(owner)
+        try:
+            self._wait_for_leftover()
+            self._spawn()
+        except BaseException:
+            self._release_data_dir()
+            raise
+
+    def _take_data_dir(self, owner: str) -> None:
+        path = self.data_dir / "gateway.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 512, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise GatewayError(
+                f"data dir {self.data_dir} is in use by {holder}: stop it, or give this one another --data-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"gateway pid {os.getpid()}{', ' + owner if owner else ''}\n".encode(), 0)
+        self._lock = fd
+
+    def _release_data_dir(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)  # closing the only descriptor drops the lock
+            self._lock = None
+
+    def _wait_for_leftover(self, timeout: float = 20.0) -> None:
+        """A server left by a gateway that died is flushing its AOF on the death signal it got:
+        wait for it to go rather than signal a process this gateway did not start."""
+        pid = self._leftover_pid()
+        deadline = time.monotonic() + timeout
+        while pid is not None and _alive(pid):
+            if time.monotonic() > deadline:
+                raise GatewayError(
+                    f"redis-server pid {pid}, left by an earlier gateway, still runs on data dir {self.data_dir}: "
+                    "stop it, or give this gateway another --data-dir"
+                )
+            time.sleep(0.02)
+
+    def _leftover_pid(self) -> int | None:
+        """The pid in the pid file, if that process is a redis-server on this data dir."""
+        try:
+            pid = int((self.data_dir / "redis.pid").read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            return None
+        return pid if os.fsencode(str(self.data_dir)) in cmdline else None
+
+    def _spawn(self) -> None:
         args = [
             redis_server_binary(),
             "--port", str(self.port),
@@ -79,10 +143,15 @@ class EmbeddedRedis:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", str(self.data_dir / "nodes.conf"),
                      "--cluster-node-timeout", "5000", "--cluster-port", str(free_port())]
         self.proc = subprocess.Popen(args, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        """Until the server answers PING; a server that exits or stays silent is an error."""
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 log = (self.data_dir / "redis.log").read_text()[-2000:] if (self.data_dir / "redis.log").exists() else ""
+                self.stop()
                 raise GatewayError(f"embedded redis-server exited with {self.proc.returncode}: {log}")
             if self._ping():
                 return
@@ -98,32 +167,36 @@ class EmbeddedRedis:
         except OSError:
             return False
 
-    def _stop_leftover(self) -> None:
-        """A server still running on this data dir (its gateway died oddly) is asked to stop first."""
-        pidfile = self.data_dir / "redis.pid"
-        if not pidfile.exists():
-            return
-        try:
-            pid = int(pidfile.read_text().strip())
-            os.kill(pid, signal.SIGTERM)
-        except (ValueError, ProcessLookupError, PermissionError):
-            return
-        for _ in range(500):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.01)
+    def stop_leftover(self) -> None:
+        """For a test harness that owns the data dir: stop a server its killed gateway left behind."""
+        pid = self._leftover_pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+            self._wait_for_leftover()
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            if self.proc is None or self.proc.poll() is not None:
+                return
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        finally:
+            self._release_data_dir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: a check, nothing is sent
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 class EmbeddedCluster:
