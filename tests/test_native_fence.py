@@ -66,8 +66,10 @@ async def test_a_newer_task_fences_the_older_one(gateway, cut):
             assert isinstance(task1.fenced, NotAllowed)  # its reconnect with the old epoch was refused
         with pytest.raises(NotAllowed):
             await Client.connect(url, transaction_key=KEY, epoch=old_epoch, reconnect=False)
-        with pytest.raises(ExpiredTransactionError if not cut else ConnectionLost):
+        with pytest.raises(ExpiredTransactionError if not cut else ConnectionLost) as refused:
             await task1.new_transaction()
+        if not cut:
+            assert str(refused.value).count(repr(KEY)) == 1, refused.value  # the key named once
 
         assert sorted(m.value for m in got2) == sorted(f"in-{i}".encode() for i in range(N))
         out = await read_all(task2, "out")

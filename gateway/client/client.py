@@ -143,7 +143,7 @@ class Client:
             except NotAllowed as exc:
                 if not self.transaction_key:
                     raise
-                log.warning("transaction key %r: %s; not reconnecting", self.transaction_key, exc)
+                log.warning("%s; not reconnecting", exc)  # the gateway's message names the key
                 self.fenced = exc
                 self._closing = True
                 self._ready.set()
@@ -281,7 +281,7 @@ class Client:
             resp = await self.request(pb.Request(new_transaction=req))
         except NotAllowed as exc:
             if self.fenced is not None:
-                raise ExpiredTransactionError(f"transaction key {self.transaction_key!r}: {exc}") from exc
+                raise ExpiredTransactionError(str(exc)) from exc  # the gateway's message names the key
             raise
         return Transaction(self, resp.transaction_created, epoch)
 
