@@ -330,6 +330,6 @@ def main(argv: list[str] | None = None) -> None:
         json.dump(admin(args), sys.stdout, indent=2)
         print()
     elif args.command == "bench":
-        from gateway.bench.runner import run_bench
+        from gateway.bench import run_bench
 
         run_bench(args)

@@ -1,0 +1,44 @@
+"""`gateway bench`: the gateway measured beside raw Redis, in the same run, on the same Redis.
+
+The gateway runs as its own process (as users run it), over an embedded Redis in a temporary
+directory unless `--redis-url` names one (`--cluster`: a local three-primary Redis Cluster);
+`--gateways N` runs N of them side by side, the clients bootstrapping from all. Every figure is
+printed beside its raw-Redis baseline, spread over as many streams as the topic has partitions,
+and the ratio between them.
+
+One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`), each on
+`common` alone; this one only picks among them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gateway.bench import delayed, kafka, native, spark, txn, watermarks
+from gateway.bench.common import Row, bench_redis, print_table
+
+
+def run_bench(args: argparse.Namespace) -> None:
+    """Run the benchmark the options of `gateway bench` ask for and print its table."""
+    sizes = [int(s) for s in str(args.sizes).split(",")]
+    seconds = float(args.seconds)
+    note = ""
+    with bench_redis(args.redis_url, args.cluster) as url:
+        if args.delayed:
+            print(delayed.format_metrics(delayed.measure_delayed(url, args.count)))
+            return
+        rows: list[Row]
+        if args.watermarks:
+            rows, note = watermarks.measure_watermarks(url, seconds), watermarks.NOTE
+        elif args.spark:
+            rows = spark.measure_spark(url, count=args.records, size=sizes[0], partitions=args.partitions,
+                                       cores=args.cores, seconds=seconds)
+        elif args.txn:
+            rows, note = txn.measure_txn(url, seconds), txn.NOTE
+        elif args.kafka:
+            rows = kafka.measure_kafka(url, sizes, seconds, args.partitions, args.gateways)
+        else:
+            rows = native.measure_native(url, sizes, seconds, args.partitions, args.gateways)
+    if note:
+        print(note)
+    print_table(rows)

@@ -15,6 +15,7 @@ import struct
 import time
 from dataclasses import dataclass
 
+from gateway.bench.common import percentile
 from gateway.domain.delay import DelayRequest, DelayService, now_ms
 from gateway.domain.log import LogService
 from gateway.formats.records import build_batch, iter_records
@@ -26,14 +27,16 @@ PAD = b"x" * 56  # 64-byte values
 
 
 @dataclass(frozen=True)
-class Row:
+class Metric:
+    """A row of this benchmark's own table: its figures are not records per second."""
+
     metric: str
     value: float
     unit: str
     note: str = ""
 
 
-def format_table(rows: list[Row]) -> str:
+def format_metrics(rows: list[Metric]) -> str:
     width = max(len(r.metric) for r in rows)
     return "\n".join(f"{r.metric:<{width}}  {r.value:>14,.2f} {r.unit:<10} {r.note}" for r in rows)
 
@@ -56,31 +59,24 @@ async def _schedule(svc: DelayService, topic: str, times: list[int], concurrency
     return time.perf_counter() - start
 
 
-def _pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
-
-
-async def _bench(redis_url: str, count: int) -> list[Row]:
+async def _bench(redis_url: str, count: int) -> list[Metric]:
     store = Store.open(redis_url)
     log = LogService(store)
     topic = f"bench-delayed-{now_ms()}"
     await log.create_topic(topic, PARTITIONS, {"delayed.delivery.enable": "true"})
     svc = DelayService(store, notify_partition=log.notifier.notify)
-    rows: list[Row] = []
+    rows: list[Metric] = []
     try:
         # 1: the backlog, due in an hour, spread over ten minutes
         far = now_ms() + 3_600_000
         secs = await _schedule(svc, topic, [far + (i * 7919) % 600_000 for i in range(count)])
-        rows.append(Row("schedule throughput", count / secs, "msg/s", f"{count:,} messages, {PARTITIONS} partitions"))
+        rows.append(Metric("schedule throughput", count / secs, "msg/s", f"{count:,} messages, {PARTITIONS} partitions"))
         stats = [await svc.stats(topic, p) for p in range(PARTITIONS)]
         n = sum(s.messages for s in stats)
-        rows.append(Row("index memory / message", sum(s.index_bytes for s in stats) / n, "bytes",
-                        f"{sum(s.buckets for s in stats)} sealed buckets; Pulsar's in-memory index: 24"))
-        rows.append(Row("payload memory / message", sum(s.payload_bytes for s in stats) / n, "bytes",
-                        f"holding stream, {len(_msg(0))}-byte batches"))
+        rows.append(Metric("index memory / message", sum(s.index_bytes for s in stats) / n, "bytes",
+                           f"{sum(s.buckets for s in stats)} sealed buckets; Pulsar's in-memory index: 24"))
+        rows.append(Metric("payload memory / message", sum(s.payload_bytes for s in stats) / n, "bytes",
+                           f"holding stream, {len(_msg(0))}-byte batches"))
 
         # 2: a wave due soon, delivered while the backlog waits
         wave = max(1000, min(count // 10, 100_000))
@@ -117,25 +113,25 @@ async def _bench(redis_url: str, count: int) -> list[Row]:
                 await log.notifier.wait([(topic, p) for p in range(PARTITIONS)], 0.05)
         scheduler.stop()
         await task
-        rows.append(Row("scheduler start -> first delivery", float(first_delivery or 0), "ms",
-                        f"with {count:,} messages waiting"))
-        rows.append(Row("lateness p50", _pct(lateness, 0.50), "ms", f"{wave:,} messages over {window / 1000:.0f} s"))
-        rows.append(Row("lateness p99", _pct(lateness, 0.99), "ms", "as seen by a reader tailing the log"))
-        rows.append(Row("lateness max", max(lateness, default=float("nan")), "ms", ""))
+        rows.append(Metric("scheduler start -> first delivery", float(first_delivery or 0), "ms",
+                           f"with {count:,} messages waiting"))
+        rows.append(Metric("lateness p50", percentile(lateness, 0.50), "ms", f"{wave:,} messages over {window / 1000:.0f} s"))
+        rows.append(Metric("lateness p99", percentile(lateness, 0.99), "ms", "as seen by a reader tailing the log"))
+        rows.append(Metric("lateness max", max(lateness, default=float("nan")), "ms", ""))
 
         # 3: drain the backlog as fast as the scheduler moves it
         drain = DelayService(store, notify_partition=log.notifier.notify, clock=lambda: far + 3_600_000)
         start = time.perf_counter()
         moved = await drain.scheduler().step()
-        rows.append(Row("move throughput", moved / (time.perf_counter() - start), "msg/s",
-                        f"{moved:,} moved into the logs in delivery order"))
+        rows.append(Metric("move throughput", moved / (time.perf_counter() - start), "msg/s",
+                           f"{moved:,} moved into the logs in delivery order"))
         return rows
     finally:
         await log.delete_topic(topic)
         await store.close()
 
 
-def run_delayed_bench(redis_url: str, count: int = 1_000_000) -> list[Row]:
-    """Run the benchmark against `redis_url`; print with `format_table`."""
+def measure_delayed(redis_url: str, count: int = 1_000_000) -> list[Metric]:
+    """Every row of `gateway bench --delayed`, on `redis_url`; print them with `format_metrics`."""
     return asyncio.run(_bench(redis_url, count))
 

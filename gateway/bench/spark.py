@@ -13,11 +13,15 @@ import os
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gateway.bench.runner import Row, raw_xadd_blobs, raw_xrange_blobs, running_gateway
+from gateway.bench.common import Row, create_topic, raw_xadd_blobs, raw_xrange_blobs, running_gateway
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 WARMUP = 1000
 
@@ -43,20 +47,14 @@ async def _fill(url: str, topic: str, partitions: int, count: int, size: int) ->
         await producer.close()
 
 
-def _create_topic(admin_port: int, topic: str, partitions: int) -> None:
-    body = json.dumps({"name": topic, "partitions": partitions}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{admin_port}/admin/v2/topics", body,
-                                 {"Content-Type": "application/json"})
-    urllib.request.urlopen(req, timeout=30).close()
-
-
-def _timed(work: object) -> float:
+def _timed(work: Callable[[], object]) -> float:
     start = time.perf_counter()
-    work()  # type: ignore[operator]
+    work()
     return time.perf_counter() - start
 
 
-def run_spark_bench(redis_url: str, *, count: int, size: int, partitions: int, cores: int, seconds: float) -> list[Row]:
+def measure_spark(redis_url: str, *, count: int, size: int, partitions: int, cores: int, seconds: float) -> list[Row]:
+    """Every row of `gateway bench --spark`."""
     _java17()
     from pyspark.sql import SparkSession
 
@@ -70,7 +68,7 @@ def run_spark_bench(redis_url: str, *, count: int, size: int, partitions: int, c
     with running_gateway(redis_url) as ports, tempfile.TemporaryDirectory(prefix="gateway-bench-spark-") as tmp:
         url = f"gateway://127.0.0.1:{ports['native']}"
         source = f"bench-in-{uuid.uuid4().hex[:6]}"
-        _create_topic(ports["admin"], source, partitions)
+        create_topic(ports["admin"], source, partitions)
         asyncio.run(_fill(url, source, partitions, count, size))
         spark = (
             SparkSession.builder.master(f"local[{cores}]").appName("gateway bench")
@@ -81,18 +79,18 @@ def run_spark_bench(redis_url: str, *, count: int, size: int, partitions: int, c
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         try:
-            def read(topic: str, ending: str = "latest") -> object:
+            def read(topic: str, ending: str = "latest") -> DataFrame:
                 return (spark.read.format("gateway").option("url", url).option("topic", topic)
                         .option("endingOffsets", ending).load())
 
-            def write(df: object, topic: str) -> None:
-                df.write.format("gateway").option("url", url).option("topic", topic).mode("append").save()  # type: ignore[attr-defined]
+            def write(df: DataFrame, topic: str) -> None:
+                df.write.format("gateway").option("url", url).option("topic", topic).mode("append").save()
 
             # warm-up: Python workers started, the data source known to every process
             warm = json.dumps({source: {str(p): WARMUP // partitions for p in range(partitions)}})
             write(read(source, warm).select("value"), f"bench-warm-{uuid.uuid4().hex[:6]}")
 
-            t = _timed(lambda: read(source).write.format("noop").mode("overwrite").save())  # type: ignore[attr-defined]
+            t = _timed(lambda: read(source).write.format("noop").mode("overwrite").save())
             rows.append(Row(f"spark source (local[{cores}])", size, count / t, "XRANGE/blob", read_base))
             generated = spark.range(count).selectExpr(f"unhex(repeat('ab', {size})) as value").cache()
             generated.count()

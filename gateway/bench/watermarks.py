@@ -12,21 +12,20 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
-import urllib.request
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
-from gateway.bench.runner import (
+from gateway.bench.common import (
     Row,
-    _run,
-    _streams,
     best_of,
+    create_topic,
     percentile,
     raw_client,
+    run_client,
     running_gateway,
+    streams,
     timed_steps,
 )
 from gateway.domain.watermark import Mark
@@ -35,6 +34,7 @@ from gateway.formats.records import build_watermark_batch
 if TYPE_CHECKING:
     from gateway.client import Producer
 
+NOTE = "(records/s column: watermarks, lookups or messages per second, as each row says)"
 IN_FLIGHT = 16  # producers sending watermarks at once (throughput), and raw watermarks per round trip
 MARKS_SINCE = 72  # marks after the latest snapshot once 200 are written (one every 128 by default)
 MESSAGES = 20_000  # per consume row
@@ -55,7 +55,7 @@ def raw_send(url: str, partitions: int, per_trip: int, seconds: float) -> tuple[
     """Watermarks per second as XADD of the marker batch + ZADD of its mark to every partition,
     `per_trip` watermarks per round trip; and each round trip's milliseconds."""
     r = raw_client(url)
-    logs = _streams("wm", partitions)
+    logs = streams("wm", partitions)
     batch, body = _marker()
     sent = 0
 
@@ -82,7 +82,7 @@ def raw_lookup(url: str, seconds: float) -> tuple[float, list[float]]:
     """Lookups per second of an index shaped as the gateway's after 200 marks of 8 producers: one
     snapshot (8 producers) and `MARKS_SINCE` marks after it, read in one round trip."""
     r = raw_client(url)
-    (key,) = _streams("wm-lookup", 1)
+    (key,) = streams("wm-lookup", 1)
     snaps, data, marks = f"{key}:snaps", f"{key}:snapdata", f"{key}:marks"
     base = 200 - MARKS_SINCE
     pipe = r.pipeline(transaction=False)
@@ -110,7 +110,7 @@ def raw_lookup(url: str, seconds: float) -> tuple[float, list[float]]:
 def raw_consume(url: str, count: int) -> float:
     """Messages per second read with XREADGROUP (500 at a time) and acknowledged with XACK."""
     r = raw_client(url)
-    (key,) = _streams("wm-consume", 1)
+    (key,) = streams("wm-consume", 1)
     value = os.urandom(SIZE)
     for lo in range(0, count, 1000):
         pipe = r.pipeline(transaction=False)
@@ -122,7 +122,8 @@ def raw_consume(url: str, count: int) -> float:
         done = 0
         start = time.perf_counter()
         while done < count:
-            ((_, entries),) = r.xreadgroup("bench", "c", {key: ">"}, count=500)
+            ((_, entries),) = cast("list[tuple[Any, list[tuple[bytes, Any]]]]",
+                                   r.xreadgroup("bench", "c", {key: ">"}, count=500))
             r.xack(key, "bench", *(i for i, _ in entries))
             done += len(entries)
         return done / (time.perf_counter() - start)
@@ -134,14 +135,11 @@ def raw_consume(url: str, count: int) -> float:
 # -- the gateway ----------------------------------------------------------------------------------
 
 
-def create_topic(admin_port: int, partitions: int, kind: str) -> str:
+def fresh_topic(admin_port: int, partitions: int, kind: str) -> str:
     """A fresh topic of `partitions`, made through the admin API as an operator would."""
     topic = f"bench-wm-{kind}-{uuid.uuid4().hex[:6]}"
-    body = json.dumps({"name": topic, "partitions": partitions}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{admin_port}/admin/v2/topics", data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30):
-        return topic
+    create_topic(admin_port, topic, partitions)
+    return topic
 
 
 async def gateway_send(port: int, topic: str, producers: int, seconds: float) -> tuple[float, list[float]]:
@@ -240,20 +238,20 @@ def measure_watermarks(url: str, seconds: float) -> list[Row]:
                 rate, lat = raw_send(url, partitions, in_flight, seconds)
                 raw = f"XADD+ZADD, {in_flight}/trip"
                 rows.append(_latency_row(f"raw: XADD+ZADD x{partitions}, {in_flight}/trip", size, rate, lat))
-                topic = create_topic(admin, partitions, "send")
-                rate_gw, lat_gw = _run(gateway_send(native, topic, in_flight, seconds))
+                topic = fresh_topic(admin, partitions, "send")
+                rate_gw, lat_gw = run_client(gateway_send(native, topic, in_flight, seconds))
                 rows.append(_latency_row(f"send_watermark, {partitions} part, {in_flight} prod", size,
                                          rate_gw, lat_gw, raw, rate))
         rate, lat = raw_lookup(url, seconds)
         rows.append(_latency_row("raw: ZREVRANGEBYSCORE+HGET+ZRANGE", 0, rate, lat))
-        rate_gw, lat_gw = _run(gateway_lookup(native, create_topic(admin, 1, "lookup"), seconds))
+        rate_gw, lat_gw = run_client(gateway_lookup(native, fresh_topic(admin, 1, "lookup"), seconds))
         rows.append(_latency_row("client.watermark after 200 marks", 0, rate_gw, lat_gw,
                                  "raw lookup", rate))
         raw_rate = best_of(2, lambda: raw_consume(url, MESSAGES))
         rows.append(Row("raw: XREADGROUP+XACK", SIZE, raw_rate))
-        plain = best_of(2, lambda: _run(gateway_consume(native, create_topic(admin, 1, "plain"), MESSAGES, False)))
+        plain = best_of(2, lambda: run_client(gateway_consume(native, fresh_topic(admin, 1, "plain"), MESSAGES, False)))
         rows.append(Row("native consume+ack", SIZE, plain, "XREADGROUP", raw_rate))
-        marked = best_of(2, lambda: _run(gateway_consume(native, create_topic(admin, 1, "marked"), MESSAGES, True)))
+        marked = best_of(2, lambda: run_client(gateway_consume(native, fresh_topic(admin, 1, "marked"), MESSAGES, True)))
         rows.append(Row(f"  same, a W_SET every {EVERY}", SIZE, marked, "XREADGROUP", raw_rate))
         rows.append(Row("  same, against no markers", SIZE, marked, "no markers", plain))
     return rows

@@ -1,0 +1,252 @@
+"""What every benchmark shares: a row and its table, timing, the raw-Redis baselines, and the Redis
+and gateway processes measured.
+
+The benchmarks import this module and nothing of each other. Every raw Redis client of the
+baselines comes from `raw_client`, the one place that knows how to reach Redis directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import redis
+from redis.typing import EncodableT, FieldT
+
+from gateway.store.connection import CLUSTER_SCHEMES, is_cluster_url
+from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port
+
+T = TypeVar("T")
+
+
+# -- rows and their table --------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    what: str
+    size: int
+    records_per_s: float
+    baseline: str = ""
+    baseline_records_per_s: float = 0.0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    cpu: str = ""  # where the time went: CPU seconds per process
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.records_per_s * self.size / 1e6
+
+    @property
+    def ratio(self) -> str:
+        return f"{self.records_per_s / self.baseline_records_per_s:.2f}x" if self.baseline_records_per_s else ""
+
+
+def print_table(rows: list[Row]) -> None:
+    head = f"{'measurement':34} {'size':>6} {'records/s':>11} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8}  vs baseline"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        lat = (f"{r.p50_ms:8.2f} {r.p99_ms:8.2f}" if r.p50_ms is not None and r.p99_ms is not None
+               else f"{'':8} {'':8}")
+        vs = f"{r.ratio} of {r.baseline}" if r.baseline else ""
+        print(f"{r.what:34} {r.size:6d} {r.records_per_s:11,.0f} {r.mb_per_s:8.1f} {lat}  {vs}")
+        if r.cpu:
+            print(f"{'':34}   cpu: {r.cpu}")
+
+
+# -- timing ----------------------------------------------------------------------------------------
+
+
+def best_of(runs: int, measure: Callable[[], float]) -> float:
+    """The best of a few runs: other work on the machine only ever slows a run down."""
+    return max(measure() for _ in range(runs))
+
+
+def timed_loop(seconds: float, step: Callable[[], int]) -> float:
+    """Run `step` (returning how many records it did) for `seconds`; records per second."""
+    done = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        done += step()
+    return done / (time.perf_counter() - start)
+
+
+def timed_steps(seconds: float, step: Callable[[], int]) -> tuple[float, list[float]]:
+    """`timed_loop`, with the milliseconds of each step (one round trip each, for latencies)."""
+    latencies: list[float] = []
+
+    def timed() -> int:
+        t0 = time.perf_counter()
+        done = step()
+        latencies.append((time.perf_counter() - t0) * 1000)
+        return done
+
+    return timed_loop(seconds, timed), latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def run_client(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a client coroutine on uvloop when it is there, as the gateway does."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+# -- raw Redis baselines ---------------------------------------------------------------------------
+
+
+def raw_client(url: str) -> redis.Redis | redis.RedisCluster:
+    """A plain client of the same Redis (or cluster) the gateway uses: every baseline's only way in."""
+    if is_cluster_url(url):
+        scheme, _, rest = url.partition("://")
+        return redis.RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}")
+    return redis.Redis.from_url(url)
+
+
+def streams(kind: str, partitions: int) -> list[str]:
+    """One stream per partition, each with its own hash tag: on a cluster they spread as partitions do."""
+    run = uuid.uuid4().hex
+    return [f"bench:{kind}:{{{run}:{p}}}" for p in range(partitions)]
+
+
+def _pipelined_xadd(url: str, kind: str, fields: dict[FieldT, EncodableT], per_trip: int, records_per_entry: int,
+                    seconds: float, partitions: int) -> float:
+    """Records per second appended as `per_trip` entries of `fields` per round trip, round-robin
+    over one stream per partition."""
+    r = raw_client(url)
+    keys = streams(kind, partitions)
+
+    def step() -> int:
+        pipe = r.pipeline(transaction=False)
+        for i in range(per_trip):
+            pipe.xadd(keys[i % partitions], fields)
+        pipe.execute()
+        return per_trip * records_per_entry
+
+    try:
+        return timed_loop(seconds, step)
+    finally:
+        for key in keys:
+            r.delete(key)
+        r.close()
+
+
+def raw_xadd_per_record(url: str, size: int, seconds: float, pipeline: int = 500, partitions: int = 1) -> float:
+    """One entry per record, `pipeline` of them per round trip."""
+    return _pipelined_xadd(url, "raw", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions)
+
+
+def raw_xadd_blobs(url: str, size: int, seconds: float, per_blob: int = 500, pipeline: int = 8,
+                   partitions: int = 1) -> float:
+    """One entry per `per_blob` records: the ceiling of a one-entry-per-batch layout."""
+    return _pipelined_xadd(url, "blob", {"b": os.urandom(size * per_blob)}, pipeline, per_blob, seconds, partitions)
+
+
+def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500) -> float:
+    """Reading back one-entry-per-batch blobs with XRANGE: the consume ceiling."""
+    r = raw_client(url)
+    key = f"bench:read:{uuid.uuid4().hex}"
+    blob = os.urandom(size * per_blob)
+    pipe = r.pipeline(transaction=False)
+    for _ in range(200):
+        pipe.xadd(key, {"b": blob})
+    pipe.execute()
+
+    def step() -> int:
+        entries = r.xrange(key, count=50)
+        return len(entries or ()) * per_blob
+
+    try:
+        return timed_loop(seconds, step)
+    finally:
+        r.delete(key)
+        r.close()
+
+
+# -- the processes measured ------------------------------------------------------------------------
+
+
+@contextmanager
+def bench_redis(redis_url: str | None, cluster: bool) -> Iterator[str]:
+    """The Redis to measure on: `redis_url`, else an embedded one in a temporary directory (a local
+    three-primary Redis Cluster with `cluster`), stopped afterwards."""
+    if redis_url:
+        yield redis_url
+        return
+    with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
+        embedded = EmbeddedCluster(Path(tmp) / "cluster") if cluster else EmbeddedRedis(Path(tmp) / "redis")
+        embedded.start()
+        try:
+            yield embedded.url
+        finally:
+            embedded.stop()
+
+
+@contextmanager
+def running_gateway(redis_url: str) -> Iterator[dict[str, int]]:
+    """A gateway process, as users run it, on free ports: its `kafka`, `native` and `admin` ports and its `pid`."""
+    ports = {"kafka": free_port(), "native": free_port(), "admin": free_port()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--redis-url", redis_url, "--log-level", "WARNING",
+         "--kafka-port", str(ports["kafka"]), "--native-port", str(ports["native"]),
+         "--admin-port", str(ports["admin"])],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "listening" in line:
+            break
+    else:
+        raise RuntimeError("the gateway did not start")
+    try:
+        yield {**ports, "pid": proc.pid}
+    finally:
+        proc.send_signal(2)
+        proc.wait(30)
+
+
+@contextmanager
+def running_gateways(redis_url: str, count: int) -> Iterator[list[dict[str, int]]]:
+    """`count` gateway processes over one Redis, each on its own ports."""
+    with ExitStack() as stack:
+        yield [stack.enter_context(running_gateway(redis_url)) for _ in range(count)]
+
+
+def create_topic(admin_port: int, topic: str, partitions: int) -> None:
+    """A topic made through the admin API, as an operator would."""
+    body = json.dumps({"name": topic, "partitions": partitions}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{admin_port}/admin/v2/topics", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=30).close()
+
+
+def create_kafka_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """A topic made with a Kafka admin client, as a Kafka user would."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
+    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        f.result(30)

@@ -1,0 +1,200 @@
+"""`gateway bench --kafka`: Kafka-protocol produce and consume with confluent-kafka (and kcat, when
+installed), beside raw XADD of the same bytes (one entry per record, one per 500-record blob) and
+raw XRANGE, with the CPU seconds each process spent."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from gateway.bench.common import (
+    Row,
+    best_of,
+    create_kafka_topic,
+    raw_client,
+    raw_xadd_blobs,
+    raw_xadd_per_record,
+    raw_xrange_blobs,
+    running_gateways,
+)
+
+
+def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float) -> tuple[float, int]:
+    """Records per second produced with acks=all, and how many were sent."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    value = os.urandom(size)
+    sent = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(1000):
+            while True:
+                try:
+                    p.produce(topic, value)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    p.poll(0.01)
+        sent += 1000
+        p.poll(0)
+    p.flush(60)
+    return sent / (time.perf_counter() - start), sent
+
+
+def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int, **conf: object) -> float:
+    """The confluent-kafka Python consumer with its default fetch settings (or `conf`), from the start."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, **conf})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + 120
+    while got < expected and time.monotonic() < deadline:
+        msgs = c.consume(10000, 1.0)
+        got += sum(1 for m in msgs if m.error() is None)
+    elapsed = time.perf_counter() - start
+    c.close()
+    return got / elapsed
+
+
+def python_consumer_ceiling(bootstrap: str, topic: str, partitions: int, expected: int, cap: int = 400_000) -> float:
+    """Records per second the confluent-kafka Python consumer hands to Python once librdkafka holds
+    them all already (fetched beforehand, up to `cap`): the client's own ceiling, which no server
+    can lift. A consume row near it is bound by the client."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    want = min(expected, cap)
+    queued = [0]
+
+    def stats(raw: str) -> None:
+        parts = json.loads(raw)["topics"].get(topic, {}).get("partitions", {})
+        queued[0] = sum(p["fetchq_cnt"] for k, p in parts.items() if k != "-1")
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "queued.min.messages": want + 1,
+                  "queued.max.messages.kbytes": 2097151, "statistics.interval.ms": 50, "stats_cb": stats})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    deadline = time.monotonic() + 120
+    while got + queued[0] < want and time.monotonic() < deadline:
+        got += sum(1 for m in c.consume(1, 0.05) if m.error() is None)
+    start = time.perf_counter()
+    drained = 0
+    while got + drained < want and time.monotonic() < deadline:
+        drained += sum(1 for m in c.consume(10000, 1.0) if m.error() is None)
+    elapsed = time.perf_counter() - start
+    c.close()
+    return drained / elapsed
+
+
+def kcat_consume(bootstrap: str, topic: str, expected: int) -> float:
+    """librdkafka's C consumer (kcat), whose per-record cost is small: what the gateway serves when
+    the client is not the limit. Its process start-up counts against it; it stops at the last
+    record (`-c`), not after the empty long poll (fetch.wait.max.ms) that would tell it the end."""
+    start = time.perf_counter()
+    out = subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
+                          "-c", str(expected), "-f", "%o\n"], capture_output=True, text=True, timeout=300,
+                         check=True)
+    got = out.stdout.count("\n")
+    if got < expected:
+        raise RuntimeError(f"kcat read {got} of {expected} records")
+    return got / (time.perf_counter() - start)
+
+
+class CpuMeter:
+    """CPU seconds spent by this process (the client), the gateways and Redis during a measurement."""
+
+    def __init__(self, gateway_pids: list[int], redis_url: str) -> None:
+        self.pids = gateway_pids
+        self.redis = raw_client(redis_url)
+
+    def _redis_cpu(self) -> float:
+        info = self.redis.info("cpu")
+        nodes = [info] if "used_cpu_user" in info else list(info.values())  # a cluster: one per node
+        return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in nodes)
+
+    def _sample(self) -> tuple[float, float, float]:
+        gateway = 0.0
+        for pid in self.pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            gateway += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # a client run as a process
+        client = time.process_time() + children.ru_utime + children.ru_stime
+        return client, gateway, self._redis_cpu()
+
+    def measure(self, run: Callable[[], float]) -> tuple[float, str]:
+        before, t0 = self._sample(), time.perf_counter()
+        rate = run()
+        after, wall = self._sample(), time.perf_counter() - t0
+        client, gateway, rds = (a - b for a, b in zip(after, before, strict=True))
+        return rate, f"client {client:.2f} s, gateway {gateway:.2f} s, redis {rds:.2f} s in {wall:.2f} s"
+
+
+def _measure_consume(url: str, gateways: list[dict[str, int]], bootstrap: str, topic: str, partitions: int,
+                    size: int, sent: int, secs: float) -> list[Row]:
+    """Consume beside raw XRANGE of the same bytes, each the best of two runs, with the CPU each
+    process spent: a consumer that is the limit shows in its own column."""
+    read = best_of(2, lambda: raw_xrange_blobs(url, size, secs))
+    rows = [Row("raw redis: XRANGE of blobs", size, read)]
+    meter = CpuMeter([g["pid"] for g in gateways], url)
+    runs = [meter.measure(lambda: kafka_consume(bootstrap, topic, partitions, sent)) for _ in range(2)]
+    rate, cpu = max(runs)
+    rows.append(Row("kafka consume (confluent)", size, rate, "XRANGE", read, cpu=cpu))
+    # librdkafka stops fetching for fetch.queue.backoff.ms (1 s) whenever its prefetch queue is full
+    # (64 MB by default), which a server this fast fills in a fraction of that: the Python client
+    # then waits idle. Its documented setting for throughput:
+    quick = {"fetch.queue.backoff.ms": 10}
+    runs = [meter.measure(lambda: kafka_consume(bootstrap, topic, partitions, sent, **quick)) for _ in range(2)]
+    rate, cpu = max(runs)
+    rows.append(Row("  same, fetch.queue.backoff.ms=10", size, rate, "XRANGE", read, cpu=cpu))
+    ceiling = python_consumer_ceiling(bootstrap, topic, partitions, sent)
+    rows.append(Row("  its own ceiling (all prefetched)", size, ceiling, "XRANGE", read))
+    if shutil.which("kcat"):
+        runs = [meter.measure(lambda: kcat_consume(bootstrap, topic, sent)) for _ in range(2)]
+        rate, cpu = max(runs)
+        rows.append(Row("kafka consume (kcat, C)", size, rate, "XRANGE", read, cpu=cpu))
+    return rows
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.delete_topics([topic]).values():
+        f.result(30)
+
+
+def _measure_size(url: str, gateways: list[dict[str, int]], size: int, seconds: float, partitions: int) -> list[Row]:
+    """The rows of one message size, each the best of two runs: the machine's noise is not ours."""
+    base = best_of(2, lambda: raw_xadd_per_record(url, size, seconds, partitions=partitions))
+    rows = [Row("raw redis: pipelined XADD/record", size, base)]
+    blob = best_of(2, lambda: raw_xadd_blobs(url, size, seconds, partitions=partitions))
+    rows.append(Row("raw redis: XADD per 500-record blob", size, blob))
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    bootstrap = ",".join(f"127.0.0.1:{g['kafka']}" for g in gateways)
+    create_kafka_topic(bootstrap, topic, partitions)
+    runs = [kafka_produce(bootstrap, topic, size, seconds) for _ in range(2)]
+    rate, sent = max(r for r, _ in runs), sum(n for _, n in runs)
+    rows.append(Row("kafka produce (confluent, acks=all)", size, rate, "XADD/record", base))
+    rows.append(Row("  same, against the blob ceiling", size, rate, "XADD/blob", blob))
+    rows += _measure_consume(url, gateways, bootstrap, topic, partitions, size, sent, seconds)
+    _delete_topic(bootstrap, topic)  # the next size starts with Redis as small as this one did
+    return rows
+
+
+def measure_kafka(url: str, sizes: list[int], seconds: float, partitions: int, gateways: int) -> list[Row]:
+    """Every row of `gateway bench --kafka`, the clients bootstrapping from all `gateways`."""
+    rows: list[Row] = []
+    with running_gateways(url, gateways) as running:
+        for size in sizes:
+            rows += _measure_size(url, running, size, seconds, partitions)
+    return rows

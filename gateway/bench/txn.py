@@ -1,0 +1,84 @@
+"""`gateway bench --txn`: committed Kafka transactions per second and their latency, beside
+MULTI/EXEC of the same records to as many streams."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from gateway.bench.common import (
+    Row,
+    create_kafka_topic,
+    percentile,
+    raw_client,
+    running_gateway,
+    timed_loop,
+    timed_steps,
+)
+
+PER_TXN = 10
+SIZE = 100
+NOTE = f"(records/s column: transactions per second, {PER_TXN} records of {SIZE} B each)"
+
+
+def raw_multi_exec(url: str, partitions: int, per_txn: int, size: int, seconds: float) -> tuple[float, list[float]]:
+    """The raw-Redis counterpart of a transaction: MULTI/EXEC of the same records to N streams (one
+    hash tag for all, as a MULTI/EXEC stays within one slot of a cluster)."""
+    r = raw_client(url)
+    run = uuid.uuid4().hex
+    keys = [f"bench:txn:{{{run}}}:{p}" for p in range(partitions)]
+    value = os.urandom(size)
+
+    def step() -> int:
+        pipe = r.pipeline(transaction=True)
+        for i in range(per_txn):
+            pipe.xadd(keys[i % partitions], {"v": value})
+        pipe.execute()
+        return 1
+
+    try:
+        return timed_steps(seconds, step)
+    finally:
+        r.delete(*keys)
+        r.close()
+
+
+def kafka_transactions(bootstrap: str, topic: str, partitions: int, per_txn: int, size: int,
+                       seconds: float) -> tuple[float, list[float]]:
+    """Committed transactions per second with confluent-kafka, each touching every partition."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "linger.ms": 0})
+    p.init_transactions(30)
+    value = os.urandom(size)
+    latencies: list[float] = []
+
+    def step() -> int:
+        t0 = time.perf_counter()
+        p.begin_transaction()
+        for i in range(per_txn):
+            p.produce(topic, value=value, partition=i % partitions)
+        p.commit_transaction(30)
+        latencies.append((time.perf_counter() - t0) * 1000)
+        return 1
+
+    return timed_loop(seconds, step), latencies
+
+
+def measure_txn(url: str, seconds: float) -> list[Row]:
+    """Every row of `gateway bench --txn`: on 1 and 10 partitions, the raw baseline and the gateway."""
+    rows: list[Row] = []
+    with running_gateway(url) as ports:
+        bootstrap = f"127.0.0.1:{ports['kafka']}"
+        for partitions in (1, 10):
+            topic = f"bench-txn-{partitions}-{uuid.uuid4().hex[:6]}"
+            create_kafka_topic(bootstrap, topic, partitions)
+            base, base_lat = raw_multi_exec(url, partitions, PER_TXN, SIZE, seconds)
+            rows.append(Row(f"raw redis: MULTI/EXEC to {partitions} stream(s)", SIZE, base,
+                            p50_ms=percentile(base_lat, 0.5), p99_ms=percentile(base_lat, 0.99)))
+            rate, lat = kafka_transactions(bootstrap, topic, partitions, PER_TXN, SIZE, seconds)
+            rows.append(Row(f"kafka txns/s, {partitions} partition(s)", SIZE, rate, "MULTI/EXEC", base,
+                            percentile(lat, 0.5), percentile(lat, 0.99)))
+    return rows
