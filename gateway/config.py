@@ -1,69 +1,142 @@
-"""Gateway settings: one dataclass, each field settable by a CLI flag or a `GATEWAY_*` variable."""
+"""Gateway settings, each defined once: its `Config` field holds the type, default, help text and the
+check of its values, and the `gateway serve` flag (`--kafka-port`), the environment fallback
+(`GATEWAY_KAFKA_PORT`), their parsing and their errors all follow from that field (`SETTINGS`)."""
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, get_type_hints
+
+T = TypeVar("T")
+MiB = 1024 * 1024
+ENV_PREFIX = "GATEWAY_"
 
 
-def _env(name: str, default: Any) -> Any:
-    """The environment's value for `name`, converted to the default's type."""
-    raw = os.environ.get(f"GATEWAY_{name.upper()}")
-    if raw is None:
-        return default
-    if isinstance(default, bool):
-        return raw.strip().lower() in ("1", "true", "yes", "on")
-    if isinstance(default, int):
-        return int(raw)
-    if isinstance(default, float):
-        return float(raw)
-    if isinstance(default, Path):
-        return Path(raw)
-    return raw
+class ConfigError(ValueError):
+    """A setting's value is wrong; the message is one line naming the flag and the variable."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a setting's values must be: `test` says whether one is, `want` says it in words."""
+
+    test: Callable[[Any], bool]
+    want: str
+    choices: tuple[str, ...] = ()  # the words a value is made of, when they are few
+
+    def problem(self, value: Any) -> str | None:
+        try:
+            return None if self.test(value) else self.want
+        except (TypeError, AttributeError):  # not even of the setting's type
+            return self.want
+
+
+def between(low: int, high: int) -> Check:
+    return Check(lambda v: low <= v <= high, f"between {low} and {high}")
+
+
+def at_least(low: float) -> Check:
+    return Check(lambda v: v >= low, f"at least {low}")  # NaN is at least nothing
+
+
+def one_of(*choices: str) -> Check:
+    return Check(lambda v: v in choices, "one of " + ", ".join(choices), choices)
+
+
+def some_of(*choices: str) -> Check:
+    """A comma-separated list of choices (blank items ignored, as their users do)."""
+    return Check(lambda v: all(i.strip() in choices for i in v.split(",") if i.strip()),
+                 "a comma-separated list of " + ", ".join(choices), choices)
+
+
+PORT = between(0, 65535)  # 0: any free port
+POSITIVE = Check(lambda v: v > 0, "above 0")
+LOG_LEVEL = Check(lambda v: v.upper() in logging.getLevelNamesMapping(), "a logging level: DEBUG, INFO, WARNING, ERROR")
+
+
+def setting(default: T, help: str, *, check: Check | None = None, metavar: str = "", secret: bool = False) -> T:
+    """A `Config` field. A secret is set by its variable alone (a flag would show in `ps`) and left out
+    of the repr."""
+    meta = {"help": help, "check": check, "metavar": metavar, "secret": secret}
+    return field(default=default, repr=not secret, metadata=meta)
 
 
 @dataclass
 class Config:
-    host: str = "127.0.0.1"
-    kafka_port: int = 9092
-    native_port: int = 6650
-    admin_port: int = 8080
-    data_dir: Path = field(default_factory=lambda: Path("./data"))
-    redis_url: str = ""  # empty: start the embedded redis-server in data_dir
-    advertised_host: str = ""  # empty: the host (or 127.0.0.1 when bound to every address)
-    advertised_port: int = 0  # 0: the Kafka port
-    auto_create_topics: bool = True
-    default_partitions: int = 1
-    retention_check_interval: float = 30.0
-    max_frame_bytes: int = 100 * 1024 * 1024  # a larger request closes its connection
-    max_connections: int = 10_000  # per listener; connections beyond it are closed at once
-    idle_timeout: float = 600.0  # seconds without a request (or amid one frame) before closing; 0: never
-    tcp_keepalive: float = 60.0  # seconds of silence before keepalive probes find a vanished peer; 0: off
-    fetch_max_bytes: int = 55 * 1024 * 1024  # the largest Fetch response, whatever a client asks for
-    connection_buffer_bytes: int = 16 * 1024 * 1024  # native sends read ahead of their answers, per connection
-    node_id: int = -1  # -1: the id this advertised Kafka address had before, else a new one from Redis
-    lease_ms: int = 6000  # how long a dead gateway stays listed (and keeps its roles) before others take over
-    auth: bool = False  # require authentication (Kafka SASL, native credentials, admin basic/bearer) and ACLs
-    sasl_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
-    super_users: str = ""  # comma-separated user names allowed everything
-    admin_token: str = ""  # a bearer token the admin API accepts as a super user: the first user's way in
-    acl_cache_seconds: float = 2.0  # how long ACLs read from Redis are trusted before being read again
-    tls_cert_file: str = ""  # PEM certificate chain: with it every listener speaks TLS
-    tls_key_file: str = ""  # its private key (PEM)
-    redis_fsync: str = "everysec"  # embedded Redis's appendfsync: always, everysec or no
-    txn_default_timeout_ms: int = 60_000
-    txn_max_timeout_ms: int = 900_000
-    txn_reaper_interval: float = 1.0
-    watermark_snapshot_interval: float = 10.0
-    watermark_snapshot_marks: int = 128  # a partition's watermark lookup reads at most about this many markers
+    host: str = setting("127.0.0.1", "address to bind", metavar="HOST")
+    kafka_port: int = setting(9092, "Kafka protocol port", check=PORT, metavar="PORT")
+    native_port: int = setting(6650, "native protocol port", check=PORT, metavar="PORT")
+    admin_port: int = setting(8080, "admin HTTP port", check=PORT, metavar="PORT")
+    data_dir: Path = setting(Path("./data"), "embedded Redis's files", metavar="DIR")
+    redis_url: str = setting("", "use this Redis instead of an embedded one: redis://host:port/db, or "
+                             "redis+cluster://host:port for any node of a Redis Cluster", metavar="URL")
+    advertised_host: str = setting("", "host Kafka clients are told to use; empty: the host (or 127.0.0.1 when "
+                                   "bound to every address)", metavar="HOST")
+    advertised_port: int = setting(0, "port Kafka clients are told; 0: the Kafka port", check=PORT, metavar="PORT")
+    auto_create_topics: bool = setting(True, "create topics on first use")
+    default_partitions: int = setting(1, "partitions of an auto-created topic", check=POSITIVE)
+    retention_check_interval: float = setting(30.0, "seconds between retention passes", check=POSITIVE)
+    max_frame_bytes: int = setting(100 * MiB, "largest request frame; a larger one closes its connection",
+                                   check=POSITIVE, metavar="BYTES")
+    max_connections: int = setting(10_000, "open connections per listener; more are closed at once",
+                                   check=POSITIVE)
+    idle_timeout: float = setting(600.0, "seconds without a request (or amid one frame) before a connection "
+                                  "closes; 0: never", check=at_least(0))
+    tcp_keepalive: float = setting(60.0, "seconds of silence before TCP keepalive probes find a vanished peer; "
+                                   "0: off", check=at_least(0))
+    fetch_max_bytes: int = setting(55 * MiB, "largest Fetch response, whatever a client asks for",
+                                   check=POSITIVE, metavar="BYTES")
+    connection_buffer_bytes: int = setting(16 * MiB, "native sends read ahead of their answers, per connection",
+                                           check=POSITIVE, metavar="BYTES")
+    node_id: int = setting(-1, "this gateway's Kafka broker id, unique among the gateways on one Redis; -1: the "
+                           "id its advertised address had, else a new one", check=between(-1, 2**31 - 1))
+    lease_ms: int = setting(6000, "how long a gateway that died stays listed and keeps its background roles",
+                            check=POSITIVE, metavar="MS")
+    auth: bool = setting(False, "require authentication (Kafka SASL, native credentials, admin basic/bearer) "
+                         "and ACLs on every listener")
+    sasl_mechanisms: str = setting("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "Kafka SASL mechanisms offered",
+                                   check=some_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), metavar="MECH,...")
+    super_users: str = setting("", "comma-separated users allowed everything", metavar="USER,...")
+    admin_token: str = setting("", "a bearer token the admin API accepts as a super user: the first user's "
+                               "way in", secret=True)
+    acl_cache_seconds: float = setting(2.0, "how long ACLs read from Redis are trusted before being read again",
+                                       check=at_least(0))
+    tls_cert_file: str = setting("", "PEM certificate chain: with it every listener speaks TLS", metavar="FILE")
+    tls_key_file: str = setting("", "the certificate's private key (PEM)", metavar="FILE")
+    redis_fsync: str = setting("everysec", "embedded Redis's appendfsync", check=one_of("always", "everysec", "no"))
+    txn_default_timeout_ms: int = setting(60_000, "timeout of a transaction that names none", check=POSITIVE,
+                                          metavar="MS")
+    txn_max_timeout_ms: int = setting(900_000, "longest transaction timeout a client may ask for", check=POSITIVE,
+                                      metavar="MS")
+    txn_reaper_interval: float = setting(1.0, "seconds between passes aborting expired transactions",
+                                         check=POSITIVE)
+    watermark_snapshot_interval: float = setting(10.0, "seconds between background watermark snapshot passes",
+                                                 check=POSITIVE)
+    watermark_snapshot_marks: int = setting(128, "watermark markers between a partition's snapshots: a lookup "
+                                            "reads at most about this many", check=POSITIVE)
+    log_level: str = setting("INFO", "logging level", check=LOG_LEVEL, metavar="LEVEL")
+
+    def __post_init__(self) -> None:
+        for s in SETTINGS.values():
+            s.check(getattr(self, s.name))
+        key, cert = SETTINGS["tls_key_file"], SETTINGS["tls_cert_file"]
+        if self.tls_key_file and not self.tls_cert_file:
+            raise ConfigError(f"{key.label} needs {cert.label}")
+        longest = SETTINGS["txn_max_timeout_ms"]
+        if self.txn_default_timeout_ms > self.txn_max_timeout_ms:
+            raise ConfigError(f"{SETTINGS['txn_default_timeout_ms'].label} must be at most {longest.label} "
+                              f"({self.txn_max_timeout_ms}), not {self.txn_default_timeout_ms}")
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> Config:
-        """Defaults, then `GATEWAY_*` variables, then explicit overrides (CLI flags that were given)."""
-        base = cls()
-        values = {f.name: _env(f.name, getattr(base, f.name)) for f in fields(cls)}
+    def from_env(cls, environ: Mapping[str, str] | None = None, /, **overrides: Any) -> Config:
+        """Defaults, then `GATEWAY_*` variables (of `environ`, else the process's), then the overrides
+        that are not None (the CLI flags that were given)."""
+        env = os.environ if environ is None else environ
+        values = {s.name: s.parse(env[s.env]) for s in SETTINGS.values() if s.env in env}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -71,3 +144,80 @@ class Config:
     def kafka_advertised(self) -> tuple[str, int]:
         host = self.advertised_host or ("127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host)
         return host, self.advertised_port or self.kafka_port
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+_METAVARS: dict[type, str] = {bool: "true|false", int: "N", float: "SECONDS", Path: "PATH", str: "TEXT"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One `Config` field as the outside sees it: its flag, its variable, and the reading of their text."""
+
+    name: str
+    kind: type
+    default: Any
+    help: str
+    rule: Check | None
+    metavar: str
+    secret: bool
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def option(self) -> str | None:
+        return None if self.secret else "--" + self.name.replace("_", "-")
+
+    @property
+    def label(self) -> str:
+        return f"{self.option} ({self.env})" if self.option else self.env
+
+    def describe(self) -> str:
+        """The help line: what it is, its default and its variable."""
+        shown = self.show(self.default)
+        return f"{self.help} ({f'default {shown}; ' if shown else ''}env {self.env})"
+
+    def show(self, value: Any) -> str:
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, int) and self.name.endswith("_bytes") and value and value % MiB == 0:
+            return f"{value} = {value // MiB} MiB"
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return str(value)
+
+    def parse(self, raw: str) -> Any:
+        """The value a flag's or a variable's text stands for (`check` judges it after)."""
+        if self.kind is bool:
+            word = raw.strip().lower()
+            if word not in _TRUE + _FALSE:
+                raise ConfigError(f"{self.label} must be true or false, not {raw!r}")
+            return word in _TRUE
+        if self.kind in (int, float):
+            try:
+                return self.kind(raw)
+            except ValueError:
+                kind = "an integer" if self.kind is int else "a number"
+                raise ConfigError(f"{self.label} must be {kind}, not {raw!r}") from None
+        return self.kind(raw)
+
+    def check(self, value: Any) -> None:
+        problem = self.rule.problem(value) if self.rule else None
+        if problem:
+            shown = repr(value) if isinstance(value, str) else self.show(value)
+            raise ConfigError(f"{self.label} must be {problem}, not {shown}")
+
+
+def _settings() -> dict[str, Setting]:
+    hints = get_type_hints(Config)
+    out = {}
+    for f in fields(Config):
+        rule, kind = f.metadata["check"], hints[f.name]
+        metavar = f.metadata["metavar"] or "|".join(rule.choices if rule else ()) or _METAVARS[kind]
+        out[f.name] = Setting(f.name, kind, f.default, f.metadata["help"], rule, metavar, f.metadata["secret"])
+    return out
+
+
+SETTINGS: dict[str, Setting] = _settings()  # by field name, in the order `Config` defines them
