@@ -1,4 +1,5 @@
-"""`gateway serve | admin | bench`: every flag also settable as a `GATEWAY_*` environment variable."""
+"""`gateway serve | admin | bench`; serve's flags are the settings of `gateway.config`, each with its
+`GATEWAY_*` variable."""
 
 from __future__ import annotations
 
@@ -14,68 +15,41 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-from gateway.config import Config
+from gateway.config import SETTINGS, Config, ConfigError
 from gateway.errors import GatewayError
 
 
 def _serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the gateway", description="Run the gateway. Without --redis-url it "
-                       "starts an embedded redis-server (AOF on) with its files in the data dir.")
-    env = "(env GATEWAY_%s)"
-    p.add_argument("--host", help="address to bind " + env % "HOST")
-    p.add_argument("--kafka-port", type=int, help="Kafka protocol port, default 9092 " + env % "KAFKA_PORT")
-    p.add_argument("--native-port", type=int, help="native protocol port, default 6650 " + env % "NATIVE_PORT")
-    p.add_argument("--admin-port", type=int, help="admin HTTP port, default 8080 " + env % "ADMIN_PORT")
-    p.add_argument("--data-dir", type=Path, help="embedded Redis's files, default ./data " + env % "DATA_DIR")
-    p.add_argument("--redis-url", help="use this Redis instead of an embedded one: redis://host:port/db, or "
-                   "redis+cluster://host:port for any node of a Redis Cluster " + env % "REDIS_URL")
-    p.add_argument("--advertised-host", help="host Kafka clients are told to use " + env % "ADVERTISED_HOST")
-    p.add_argument("--advertised-port", type=int, help="port Kafka clients are told " + env % "ADVERTISED_PORT")
-    p.add_argument("--node-id", type=int, help="this gateway's Kafka broker id, unique among the gateways on one "
-                   "Redis; default: the id its advertised address had, else a new one " + env % "NODE_ID")
-    p.add_argument("--lease-ms", type=int, help="how long a gateway that died stays listed and keeps its "
-                   "background roles, default 6000 " + env % "LEASE_MS")
-    p.add_argument("--auto-create-topics", choices=("true", "false"),
-                   help="create topics on first use, default true " + env % "AUTO_CREATE_TOPICS")
-    p.add_argument("--default-partitions", type=int,
-                   help="partitions of an auto-created topic, default 1 " + env % "DEFAULT_PARTITIONS")
-    p.add_argument("--redis-fsync", choices=("always", "everysec", "no"),
-                   help="embedded Redis appendfsync, default everysec " + env % "REDIS_FSYNC")
-    p.add_argument("--max-frame-bytes", type=int, help="largest request frame, default 100 MiB " + env % "MAX_FRAME_BYTES")
-    p.add_argument("--max-connections", type=int,
-                   help="open connections per listener, default 10000 " + env % "MAX_CONNECTIONS")
-    p.add_argument("--idle-timeout", type=float,
-                   help="seconds without a request before a connection closes, default 600 " + env % "IDLE_TIMEOUT")
-    p.add_argument("--tcp-keepalive", type=float,
-                   help="seconds of silence before TCP keepalive probes, default 60 " + env % "TCP_KEEPALIVE")
-    p.add_argument("--fetch-max-bytes", type=int, help="largest Fetch response, default 55 MiB " + env % "FETCH_MAX_BYTES")
-    p.add_argument("--connection-buffer-bytes", type=int,
-                   help="native sends read ahead per connection, default 16 MiB " + env % "CONNECTION_BUFFER_BYTES")
-    p.add_argument("--auth", choices=("true", "false"),
-                   help="require authentication and ACLs on every listener, default false " + env % "AUTH")
-    p.add_argument("--sasl-mechanisms", help="Kafka SASL mechanisms offered, default PLAIN,SCRAM-SHA-256,"
-                   "SCRAM-SHA-512 " + env % "SASL_MECHANISMS")
-    p.add_argument("--super-users", help="comma-separated users allowed everything " + env % "SUPER_USERS")
-    p.add_argument("--acl-cache-seconds", type=float,
-                   help="how long ACLs read from Redis are trusted, default 2 " + env % "ACL_CACHE_SECONDS")
-    p.add_argument("--tls-cert-file", help="PEM certificate chain: every listener speaks TLS " + env % "TLS_CERT_FILE")
-    p.add_argument("--tls-key-file", help="the certificate's private key " + env % "TLS_KEY_FILE")
-    p.add_argument("--log-level", default=os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
+                       "starts an embedded redis-server (AOF on) with its files in the data dir. A flag not given "
+                       "falls back to its GATEWAY_* variable, then to its default.")
+    for s in SETTINGS.values():
+        if s.option:
+            p.add_argument(s.option, dest=s.name, metavar=s.metavar, help=s.describe().replace("%", "%%"))
+
+
+def serve_config(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Config:
+    """The flags given, over the `GATEWAY_*` variables (of `environ`, else the process's), over the
+    defaults: every text read and checked by its setting."""
+    given = {s.name: s.parse(raw) for s in SETTINGS.values() if (raw := getattr(args, s.name, None)) is not None}
+    return Config.from_env(environ, **given)
 
 
 def _admin_parser(sub: Any) -> None:
     p = sub.add_parser("admin", help="administer a running gateway over its admin HTTP port")
-    p.add_argument("--admin-url", default=os.environ.get("GATEWAY_ADMIN_URL", "http://127.0.0.1:8080"),
+    local = f"http://127.0.0.1:{SETTINGS['admin_port'].default}"
+    p.add_argument("--admin-url", default=os.environ.get("GATEWAY_ADMIN_URL", local),
                    help="the gateway's admin address (env GATEWAY_ADMIN_URL)")
     p.add_argument("--user", default=os.environ.get("GATEWAY_ADMIN_USER"),
                    help="with authentication on: an admin's user name (env GATEWAY_ADMIN_USER)")
     p.add_argument("--password", default=os.environ.get("GATEWAY_ADMIN_PASSWORD"),
                    help="that user's password (env GATEWAY_ADMIN_PASSWORD)")
-    p.add_argument("--token", default=os.environ.get("GATEWAY_ADMIN_TOKEN"),
-                   help="or a token: a user's, or the gateway's admin token (env GATEWAY_ADMIN_TOKEN)")
+    token_env = SETTINGS["admin_token"].env  # the gateway's own variable: where it runs, the CLI has it too
+    p.add_argument("--token", default=os.environ.get(token_env),
+                   help=f"or a token: a user's, or the gateway's admin token (env {token_env})")
     p.add_argument("--cafile", default=os.environ.get("GATEWAY_ADMIN_CAFILE"),
                    help="CA certificates to trust for an https admin URL (env GATEWAY_ADMIN_CAFILE)")
     groups = p.add_subparsers(dest="group", required=True)
@@ -276,25 +250,10 @@ def _ask_password(user: str) -> str:
     return first
 
 
-
-
-def serve(args: argparse.Namespace) -> None:
+def serve(config: Config) -> None:
     from gateway.server.gateway import Gateway
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides = {
-        k: getattr(args, k)
-        for k in ("host", "kafka_port", "native_port", "admin_port", "data_dir", "redis_url",
-                  "advertised_host", "advertised_port", "default_partitions", "redis_fsync", "max_frame_bytes",
-                  "max_connections", "idle_timeout", "tcp_keepalive", "fetch_max_bytes", "connection_buffer_bytes",
-                  "node_id", "lease_ms", "sasl_mechanisms", "super_users", "acl_cache_seconds",
-                  "tls_cert_file", "tls_key_file")
-    }
-    if args.auth is not None:
-        overrides["auth"] = args.auth == "true"
-    if args.auto_create_topics is not None:
-        overrides["auto_create_topics"] = args.auto_create_topics == "true"
-    config = Config.from_env(**overrides)
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         try:
             runner.run(Gateway(config).run())
@@ -323,9 +282,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "serve":
-        serve(args)
+        try:
+            config = serve_config(args)
+        except ConfigError as exc:
+            parser.exit(2, f"gateway serve: error: {exc}\n")
+        serve(config)
     elif args.command == "admin":
         json.dump(admin(args), sys.stdout, indent=2)
         print()
