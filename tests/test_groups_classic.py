@@ -23,6 +23,7 @@ from gateway.domain.groups.classic import (
     JoinRequest,
     JoinResult,
     Parked,
+    SyncRequest,
     SyncResult,
     describe,
 )
@@ -78,9 +79,8 @@ class Group:
 
     def sync(self, generation: int, member_id: str, assignments: dict[str, bytes] | None = None,
              instance: str | None = None) -> SyncResult | Parked:
-        return self.apply(
-            lambda g, now: self.machine.sync(g, now, generation, member_id, instance_id=instance, assignments=assignments)
-        )
+        req = SyncRequest(generation, member_id, instance, assignments=assignments)
+        return self.apply(lambda g, now: self.machine.sync(g, now, req))
 
     def heartbeat(self, generation: int, member_id: str, instance: str | None = None) -> None:
         self.apply(lambda g, now: self.machine.heartbeat(g, now, generation, member_id, instance))
@@ -112,14 +112,19 @@ class Group:
         self.synced(self.sync(a.generation, a.member_id, {a.member_id: b"A1"}))
         return a
 
-    def stable_two(self) -> tuple[JoinResult, JoinResult]:
-        """a leads generation 2 with b; both synced."""
-        a = self.stable_one()
+    def joined_two(self) -> tuple[JoinResult, JoinResult]:
+        """a leads generation 2 with b, which joined after a's first generation; neither synced."""
+        a = self.joined(self.join())
+        self.sync(a.generation, a.member_id, {a.member_id: b"A1"})
         b_join = self.join()
         a2 = self.joined(self.join(a.member_id))
-        b = self.joined(b_join)
+        return a2, self.joined(b_join)
+
+    def stable_two(self) -> tuple[JoinResult, JoinResult]:
+        """a leads generation 2 with b; both synced."""
+        a2, b = self.joined_two()
         b_sync = self.sync(2, b.member_id)
-        self.sync(2, a2.member_id, {a.member_id: b"pa", b.member_id: b"pb"})
+        self.sync(2, a2.member_id, {a2.member_id: b"pa", b.member_id: b"pb"})
         assert self.synced(b_sync).assignment == b"pb" and self.state == STABLE
         return a2, b
 
@@ -214,10 +219,7 @@ def test_a_silent_member_is_removed_at_its_session_end_and_the_group_rebalances(
 
 def test_a_member_waiting_at_a_barrier_stays_alive_until_its_client_goes_away() -> None:
     grp = Group()
-    a = grp.joined(grp.join())
-    b_join = grp.join()
-    grp.join(a.member_id)
-    b = grp.joined(b_join)
+    a, b = grp.joined_two()
     assert (b.generation, b.leader, grp.state) == (2, a.member_id, COMPLETING_REBALANCE)
     waiting = grp.sync(2, b.member_id)  # the leader has not synced yet
     assert isinstance(waiting, Parked)
@@ -237,10 +239,7 @@ def test_a_member_waiting_at_a_barrier_stays_alive_until_its_client_goes_away() 
 
 def test_a_follower_waiting_at_the_sync_barrier_learns_that_the_leader_died() -> None:
     grp = Group()
-    a = grp.joined(grp.join())
-    b_join = grp.join()
-    grp.join(a.member_id)
-    b = grp.joined(b_join)
+    _, b = grp.joined_two()
     grp.now = 1.0
     waiting = grp.sync(2, b.member_id)
     grp.now = 5.0  # the leader never syncs nor heartbeats

@@ -110,6 +110,18 @@ class JoinRequest:
 
 
 @dataclass(frozen=True)
+class SyncRequest:
+    """What a SyncGroup asks for; `assignments` (member id -> assignment) come from the leader."""
+
+    generation: int
+    member_id: str
+    instance_id: str | None = None
+    protocol_type: str | None = None
+    protocol: str | None = None
+    assignments: dict[str, bytes] | None = None
+
+
+@dataclass(frozen=True)
 class Parked:
     """The caller waits at a barrier: a later decision answers `ticket`."""
 
@@ -330,26 +342,16 @@ class ClassicGroup:
 
     # -- SyncGroup ------------------------------------------------------------------------------
 
-    def sync(
-        self,
-        g: GroupDoc | None,
-        now: float,
-        generation: int,
-        member_id: str,
-        *,
-        instance_id: str | None = None,
-        protocol_type: str | None = None,
-        protocol: str | None = None,
-        assignments: dict[str, bytes] | None = None,
-    ) -> Decision[SyncResult]:
-        """The member's assignment for `generation`; followers wait until the leader syncs."""
+    def sync(self, g: GroupDoc | None, now: float, req: SyncRequest) -> Decision[SyncResult]:
+        """The member's assignment for its generation; followers wait until the leader syncs."""
         fx = _Effects()
         if g is None:
             raise GroupError(GroupErrorKind.UNKNOWN_MEMBER_ID)
-        m = _check_member(g, member_id, instance_id)
-        if generation != g.generation:
+        member_id = req.member_id
+        m = _check_member(g, member_id, req.instance_id)
+        if req.generation != g.generation:
             raise GroupError(GroupErrorKind.ILLEGAL_GENERATION)
-        if (protocol_type and protocol_type != g.protocol_type) or (protocol and protocol != g.protocol):
+        if (req.protocol_type and req.protocol_type != g.protocol_type) or (req.protocol and req.protocol != g.protocol):
             raise GroupError(GroupErrorKind.INCONSISTENT_GROUP_PROTOCOL)
         if g.state == PREPARING_REBALANCE:
             raise GroupError(GroupErrorKind.REBALANCE_IN_PROGRESS)
@@ -360,7 +362,7 @@ class ClassicGroup:
             raise GroupError(GroupErrorKind.UNKNOWN_MEMBER_ID)
         parked = self._park(self.syncing, member_id, "SyncGroup", fx)
         if member_id == g.leader:
-            given = assignments or {}
+            given = req.assignments or {}
             for other in g.members.values():
                 other.assignment = given.get(other.member_id, b"")
             g.state = STABLE

@@ -29,6 +29,7 @@ from gateway.domain.groups.classic import (
     JoinRequest,
     JoinResult,
     Parked,
+    SyncRequest,
     SyncResult,
     describe,
 )
@@ -359,8 +360,7 @@ class GroupCoordinator:
         return await self._run(
             group_id,
             lambda g, group, now: group.sync(
-                g, now, generation, member_id,
-                instance_id=instance_id, protocol_type=protocol_type, protocol=protocol, assignments=assignments,
+                g, now, SyncRequest(generation, member_id, instance_id, protocol_type, protocol, assignments)
             ),
         )
 
