@@ -9,7 +9,7 @@ from collections.abc import Awaitable
 
 import pytest
 
-from gateway.domain.groups.coordinator import (
+from gateway.domain.groups import (
     COMPLETING_REBALANCE,
     EMPTY,
     PREPARING_REBALANCE,

@@ -23,7 +23,7 @@ from aiokafka.structs import OffsetAndMetadata as AioOffset
 from confluent_kafka.admin import AdminClient
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-from gateway.domain.groups.coordinator import coordinator_for
+from gateway.domain.groups import coordinator_for
 from gateway.server.gateway import Gateway
 from tests import conftest
 from tests.conftest import kafka_bootstrap, run_example, test_config

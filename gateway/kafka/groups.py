@@ -12,7 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.domain.groups.coordinator import GroupCoordinator, GroupError, coordinator_for
+from gateway.domain.groups import GroupCoordinator, GroupError, coordinator_for
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
 from gateway.kafka import codec

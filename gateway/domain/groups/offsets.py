@@ -1,0 +1,120 @@
+"""Committed offsets of a group (Kafka's OffsetCommit and OffsetFetch), whatever its protocol.
+
+The store's commit script checks the committer (member, generation, static instance) and writes in
+one step; here are the checks that need no group state (metadata size, partitions that exist) and
+the one that needs the assignment: a member of a stable consumer group commits only partitions it
+was given. Transactional offset commits go through the transaction coordinator instead.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Awaitable, Callable
+
+from gateway.domain.groups.classic import STABLE
+from gateway.domain.groups.errors import GroupError, GroupErrorKind
+from gateway.store.groups import CommittedOffset, GroupStore
+
+MAX_METADATA_BYTES = 4096  # Kafka's offset.metadata.max.bytes
+
+Partition = tuple[str, int]
+
+
+class OffsetManager:
+    """Checks commits before they are written; `partitions` (topic -> partition count, 0 when the
+    topic does not exist) makes commits to partitions that do not exist fail, as with Kafka."""
+
+    def __init__(self, store: GroupStore, partitions: Callable[[str], Awaitable[int]] | None = None) -> None:
+        self.store = store
+        self.partitions = partitions
+        self._assigned: dict[tuple[str, int, str], set[Partition] | None] = {}  # see `_owned`
+
+    async def check(
+        self, group_id: str, generation: int, member_id: str, offsets: dict[Partition, tuple[int, int, str | None]]
+    ) -> tuple[dict[Partition, GroupErrorKind | None], dict[Partition, CommittedOffset]]:
+        """The outcome per partition, and what may be written: (offset, leader epoch, metadata) of
+        the partitions that passed."""
+        if not group_id:
+            raise GroupError(GroupErrorKind.INVALID_GROUP_ID, "the group id is empty")
+        outcome: dict[Partition, GroupErrorKind | None] = {}
+        good: dict[Partition, CommittedOffset] = {}
+        now_ms = int(time.time() * 1000)
+        counts: dict[str, int] = {}
+        for (topic, partition), (offset, epoch, metadata) in offsets.items():
+            if self.partitions is not None and topic not in counts:
+                counts[topic] = await self.partitions(topic)
+            if metadata is not None and len(metadata.encode()) > MAX_METADATA_BYTES:
+                outcome[(topic, partition)] = GroupErrorKind.OFFSET_METADATA_TOO_LARGE
+            elif self.partitions is not None and not 0 <= partition < counts[topic]:
+                outcome[(topic, partition)] = GroupErrorKind.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                outcome[(topic, partition)] = None
+                good[(topic, partition)] = CommittedOffset(offset, epoch, metadata or "", now_ms)
+        if good and member_id:
+            owned = await self._owned(group_id, generation, member_id)
+            for tp in [tp for tp in good if owned is not None and tp not in owned]:
+                # a record fetched before the last rebalance: its partition is another member's now
+                outcome[tp] = GroupErrorKind.ILLEGAL_GENERATION
+                del good[tp]
+        return outcome, good
+
+    async def write(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: dict[Partition, CommittedOffset],
+    ) -> None:
+        """Store checked offsets; raises when the store refuses the committer."""
+        code = await self.store.commit(group_id, generation, member_id, instance_id, offsets)
+        if code:
+            raise GroupError(GroupErrorKind(code))
+
+    async def fetch(
+        self, group_id: str, parts: list[Partition] | None = None
+    ) -> dict[Partition, CommittedOffset | None]:
+        """Committed offsets; with `parts`, every asked partition appears (None: nothing committed)."""
+        found = await self.store.offsets(group_id, parts)
+        if parts is None:
+            return dict(sorted(found.items()))
+        return {p: found.get(p) for p in parts}
+
+    async def _owned(self, group_id: str, generation: int, member_id: str) -> set[Partition] | None:
+        """The partitions a consumer-group member was assigned in a stable `generation`, or None when
+        unknown (a rebalance under way, another protocol, no assignment): then any commit goes, as
+        with Kafka's classic coordinator. Kafka accepts a commit for a partition the member no
+        longer owns, so a client committing a record it fetched before a rebalance moves another
+        member's offset (a duplicate or a loss); refusing it closes that window."""
+        key = (group_id, generation, member_id)
+        if key in self._assigned:
+            return self._assigned[key]
+        g = await self.store.load(group_id)
+        m = g.members.get(member_id) if g is not None else None
+        if g is None or m is None or g.generation != generation or g.state != STABLE or g.protocol_type != "consumer":
+            return None
+        owned = consumer_assignment(m.assignment)
+        if len(self._assigned) >= 4096:
+            self._assigned.clear()
+        self._assigned[key] = owned
+        return owned
+
+
+def consumer_assignment(raw: bytes) -> set[Partition] | None:
+    """The partitions of a ConsumerProtocolAssignment (v0-v3), or None when it is not one."""
+    try:
+        pos = 2  # version
+        (topics,) = struct.unpack_from(">i", raw, pos)
+        pos += 4
+        out: set[Partition] = set()
+        for _ in range(topics):
+            (n,) = struct.unpack_from(">h", raw, pos)
+            topic = raw[pos + 2:pos + 2 + n].decode()
+            pos += 2 + n
+            (count,) = struct.unpack_from(">i", raw, pos)
+            out.update((topic, p) for p in struct.unpack_from(f">{count}i", raw, pos + 4))
+            pos += 4 + 4 * count
+        return out
+    except (struct.error, UnicodeDecodeError, ValueError):
+        return None
