@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from gateway.client import Client, StorageUnavailable
 from gateway.errors import ErrorCode
 from gateway.formats.frames import OutgoingEntry, frame, messages_frame, range_frame
+from gateway.native.dispatch import before_connect, in_order, load_handlers, lookup
 from gateway.pb import gateway_pb2 as pb
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import EmbeddedRedis
@@ -26,6 +27,14 @@ async def raw(gw):
 async def read_response(reader) -> pb.Response:
     (n,) = struct.unpack(">I", await reader.readexactly(4))
     return pb.Response.FromString(await reader.readexactly(n))
+
+
+def test_every_request_has_one_handler_and_only_connect_and_ping_come_before_authentication():
+    load_handlers()
+    bodies = [f.name for f in pb.Request.DESCRIPTOR.oneofs_by_name["body"].fields]
+    assert [b for b in bodies if (lookup(b) is None) == (in_order(b) is None)] == []
+    assert sorted(b for b in bodies if in_order(b) is not None) == ["send", "send_watermark"]
+    assert sorted(b for b in bodies if before_connect(b)) == ["connect", "ping"]
 
 
 async def healthy(gw) -> None:

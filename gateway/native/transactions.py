@@ -1,4 +1,5 @@
-"""One native connection's transactions (PIP-31) and its transaction key's epoch.
+"""One native connection's transactions (PIP-31) and its transaction key's epoch, and the requests
+that drive them: NewTransaction, EndTransaction and CommitTransactions.
 
 A connection with a transaction key holds the key for one epoch: its transactions are the key's
 (one at a time, FenceService), and every step carries that epoch, so once a newer connection takes
@@ -25,6 +26,8 @@ from gateway.errors import (
     ProducerFenced,
     TransactionNotFound,
 )
+from gateway.native.dispatch import Session, handles
+from gateway.pb import gateway_pb2 as pb
 
 
 @dataclass(frozen=True)
@@ -148,3 +151,31 @@ class TxnSession:
             state = await self.services.txn.end(txn_id, commit, self.epoch)
         self._txns.pop(txn_id, None)
         return state
+
+
+@handles("new_transaction")
+async def new_transaction(s: Session, req: pb.Request) -> pb.Response:
+    r = req.new_transaction
+    txn = await s.txns.begin(r.timeout_ms, r.group_key, r.group_commit_id)
+    created = pb.TransactionCreated(
+        txn_id=txn.txn_id, producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+        timeout_ms=txn.timeout_ms,
+    )
+    return pb.Response(transaction_created=created)
+
+
+@handles("end_transaction")
+async def end_transaction(s: Session, req: pb.Request) -> pb.Response:
+    r = req.end_transaction
+    await s.txns.end(r.txn_id, r.commit)
+    return pb.Response(success=pb.Success())
+
+
+@handles("commit_transactions")
+async def commit_transactions(s: Session, req: pb.Request) -> pb.Response:
+    r = req.commit_transactions
+    if not r.txn_ids:
+        raise InvalidRequest("no transactions to commit")
+    commit_id = r.commit_id if r.HasField("commit_id") else None
+    committed = await s.txns.commit_group(list(r.txn_ids), commit_id)
+    return pb.Response(transactions_committed=pb.TransactionsCommitted(duplicate=not committed))
