@@ -166,7 +166,7 @@ class LogService:
         if n > MAX_PARTITIONS:
             raise InvalidRequest(f"at most {MAX_PARTITIONS} partitions")
         info = TopicInfo(name, n, validate_config(config or {}), int(time.time() * 1000))
-        await self.store.log.create_topic(info)
+        info = await self.store.log.create_topic(info)
         self._topics[name] = info
         return info
 
@@ -196,27 +196,34 @@ class LogService:
     async def alter_config(
         self, name: str, changes: dict[str, str | None], *, incremental: bool = True
     ) -> TopicInfo:
-        """Set (or with None, reset) configs; non-incremental replaces the whole set (AlterConfigs)."""
-        info = await self.topic(name, create=False)
-        checked = validate_config(changes)
-        base = dict(info.config) if incremental else {}
-        for k, v in changes.items():
-            if v is None:
-                base.pop(k, None)
-            else:
-                base[k] = checked[k]
-        new = TopicInfo(info.name, info.partitions, base, info.created_ms)
-        await self.store.log.update_topic(new)
+        """Set (or with None, reset) configs; non-incremental replaces the whole set (AlterConfigs).
+        Applied to the topic as stored, in one step: a racing change is not lost."""
+
+        def changed(info: TopicInfo) -> dict[str, str]:
+            checked = validate_config(changes)
+            base = dict(info.config) if incremental else {}
+            for k, v in changes.items():
+                if v is None:
+                    base.pop(k, None)
+                else:
+                    base[k] = checked[k]
+            return base
+
+        new = await self.store.log.alter_config(name, changed)
         self._topics[name] = new
         return new
 
     async def add_partitions(self, name: str, total: int) -> TopicInfo:
-        info = await self.topic(name, create=False)
-        if total <= info.partitions:
-            raise InvalidRequest(f"topic {name!r} has {info.partitions} partitions; the count only grows")
-        if total > MAX_PARTITIONS:
-            raise InvalidRequest(f"at most {MAX_PARTITIONS} partitions")
-        grown = await self.store.log.add_partitions(info, total)
+        """Checked against the topic as stored when it grows: of two racing, one may be refused."""
+
+        def checked(info: TopicInfo) -> int:
+            if total <= info.partitions:
+                raise InvalidRequest(f"topic {name!r} has {info.partitions} partitions; the count only grows")
+            if total > MAX_PARTITIONS:
+                raise InvalidRequest(f"at most {MAX_PARTITIONS} partitions")
+            return total
+
+        grown = await self.store.log.add_partitions(name, checked)
         self._topics[name] = grown
         return grown
 
@@ -410,6 +417,7 @@ class LogService:
     async def enforce_retention(self, lease: Lease = NO_LEASE) -> int:
         """One pass over every partition; returns the number of entries removed. Under the retention
         role's `lease`: stops once the lease may have run out, and each trim carries its epoch."""
+        await self.store.log.finish_deletes()  # those a gateway stopped half-way
         removed = 0
         for info in await self.list_topics():
             cfg = effective_config(info)

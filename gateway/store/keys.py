@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 TOPICS = "gw:topics"
+"""Hash: topic name -> msgpack record of the topic (see `log.py`). The registry's other keys carry
+this name as their hash tag: a hash tag's slot is that of a key named like it, so they share its slot."""
+TOPIC_SEQ = "{gw:topics}:seq"
+"""Counter numbering the topics' incarnations and their records' versions."""
+TOPICS_DROPPING = "{gw:topics}:dropping"
+"""Hash: "<incarnation>:<topic>" -> partitions, for each deleted topic whose partitions are still to drop."""
 
 
 def partition_tag(topic: str, partition: int) -> str:
@@ -58,8 +64,9 @@ def subscriptions_of(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:subs"
 
 
-def partition_keys_pattern(topic: str, partition: int) -> str:
-    return f"{partition_tag(topic, partition)}:*"
+def topic_keys_pattern(topic: str) -> str:
+    """Every key of every partition of `topic` (a topic name holds no ':', '{' or '}')."""
+    return f"{{t:{topic}:*}}:*"
 
 
 PRODUCER_IDS = "gw:producer-ids"

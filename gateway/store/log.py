@@ -3,17 +3,36 @@
 A partition is a stream whose entry IDs are `<base offset>-1`, one entry per record batch with
 fields `b` (the batch as received), `n` (records), `t` (running maximum timestamp) and `c` (bytes
 in the log before it). Its meta hash holds `hw` (the next offset), `start` (the log start offset),
-`maxts` and `bytes`.
+`maxts`, `bytes` and `gen` (the incarnation of the topic it belongs to).
+
+Topics. The registry (`keys.TOPICS`, one slot) is the one source of truth: a topic exists when it
+has a record there, and every change of a record is one script (create, config, grow, delete). A
+partition's keys live in a slot of their own, so they follow the record without a shared step:
+- Each creation of a name is a new incarnation: a number `g` from a counter (which orders them)
+  and a random topic id (KIP-516's). A partition's meta hash is marked with its incarnation;
+  `partition-init-1` makes it only where none or an older one is, so a gateway that lost a race
+  (or woke late) never touches the winner's partitions, and an older incarnation's leftovers are
+  dropped, never reused.
+- Partitions are made after the record that counts them, and shown when all are made: the record
+  holds `p` (partitions shown) and, while some are being made, `n` (the count they are made for;
+  `p` is 0 for a topic being created). Any gateway that reads a record with `n` makes them (made
+  once, so it may race the creator) and settles it; a creator stopped half-way leaves a topic
+  that is either not shown yet or whole.
+- A delete removes the record and lists the incarnation in `keys.TOPICS_DROPPING`; then each
+  partition is frozen (`hw` goes: no script writes to it any more, readers see no partition), its
+  keys found by a scan and deleted with its meta hash. Each step is safe to repeat; deletions a
+  gateway stopped half-way are finished by `finish_deletes`.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 from redis.exceptions import ResponseError
 
 from gateway.errors import ErrorCode, StorageUnavailable, TopicExists, TopicNotFound, error_for
@@ -33,16 +52,24 @@ class TopicInfo:
     partitions: int
     config: dict[str, str] = field(default_factory=dict)
     created_ms: int = 0
+    topic_id: str = ""  # random, 16 bytes in hex, new with each incarnation; "" for older topics
+    generation: int = 0  # numbers the incarnations of a name, in the order they were created
 
-    def pack(self) -> bytes:
-        return msgpack.packb(
-            {"p": self.partitions, "c": self.config, "t": self.created_ms}, use_bin_type=True
-        )
+
+@dataclass(frozen=True)
+class _Record:
+    """A topic's registry record: its description, the partition count being made (None when
+    none is), and the record's version, which every change replaces."""
+
+    info: TopicInfo
+    pending: int | None
+    version: int
 
     @classmethod
-    def unpack(cls, name: str, raw: bytes) -> TopicInfo:
+    def unpack(cls, name: str, raw: bytes) -> _Record:
         d = msgpack.unpackb(raw, raw=False)
-        return cls(name, d["p"], dict(d["c"]), d["t"])
+        info = TopicInfo(name, d["p"], dict(d["c"] or {}), d["t"], d.get("id", ""), d.get("g", 0))
+        return cls(info, d.get("n"), d.get("v", 0))
 
 
 @dataclass(frozen=True)
@@ -110,6 +137,11 @@ def last_stable_offset(high_watermark: int, open_txns: list[bytes]) -> int:
     return min(firsts, default=high_watermark)
 
 
+def _dropping(gen: int, name: str) -> str:
+    """A deleted incarnation's field in `keys.TOPICS_DROPPING` (as topic-delete-2 writes it)."""
+    return f"{gen}:{name}"
+
+
 def _aborted(member: bytes, score: int) -> AbortedRange:
     pid, first = member.split(b":")
     return AbortedRange(int(pid), int(first), int(score))
@@ -154,57 +186,167 @@ class LogStore:
 
     # -- topics ---------------------------------------------------------------------------------
 
-    async def create_topic(self, info: TopicInfo) -> None:
-        """Partition metas first, the registry entry last: the entry is what makes the topic exist."""
-        async with storage_errors():
-            if await self.redis.hexists(keys.TOPICS, info.name):
-                raise TopicExists(f"topic {info.name!r} exists")
-            await self._create_partitions(info.name, range(info.partitions))
-            if not await self.redis.hsetnx(keys.TOPICS, info.name, info.pack()):
-                raise TopicExists(f"topic {info.name!r} exists")
-
-    async def _create_partitions(self, topic: str, partitions: range) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        for p in partitions:
-            pipe.delete(keys.log(topic, p), keys.producers(topic, p))
-            pipe.hset(keys.meta(topic, p), mapping={"hw": 0, "start": 0, "maxts": -1, "bytes": 0})
-        await pipe.execute()
+    async def create_topic(self, info: TopicInfo) -> TopicInfo:
+        """Register the topic (the step racing creates decide), then make and show its partitions;
+        returns it with its topic id and incarnation."""
+        reply = await self._call(
+            "topic-create-2", [keys.TOPICS, keys.TOPIC_SEQ],
+            # name, partitions, config, created, id
+            [info.name, info.partitions, msgpack.packb(info.config), info.created_ms, uuid.uuid4().hex],
+        )
+        if reply[0] == ErrorCode.TOPIC_EXISTS:
+            raise TopicExists(f"topic {info.name!r} exists")
+        created = _Record.unpack(info.name, reply[1])
+        settled = await self._settled(created)  # None: shown (by a gateway that settled it) and deleted
+        return settled.info if settled is not None else replace(created.info, partitions=info.partitions)
 
     async def get_topic(self, name: str) -> TopicInfo | None:
-        async with storage_errors():
-            raw = await self.redis.hget(keys.TOPICS, name)
-        return TopicInfo.unpack(name, raw) if raw is not None else None
+        rec = await self._current(name)
+        return rec.info if rec is not None else None
 
     async def list_topics(self) -> list[TopicInfo]:
         async with storage_errors():
-            raw = await self.redis.hgetall(keys.TOPICS)
-        return sorted((TopicInfo.unpack(k.decode(), v) for k, v in raw.items()), key=lambda t: t.name)
+            raw: dict[bytes, bytes] = await self.redis.hgetall(keys.TOPICS)  # type: ignore[assignment]
+        out = []
+        for k, v in raw.items():
+            rec = _Record.unpack(k.decode(), v)
+            settled = rec if rec.pending is None else await self._current(rec.info.name)
+            if settled is not None:
+                out.append(settled.info)
+        return sorted(out, key=lambda t: t.name)
 
-    async def update_topic(self, info: TopicInfo) -> None:
-        async with storage_errors():
-            if not await self.redis.hexists(keys.TOPICS, info.name):
-                raise TopicNotFound(f"topic {info.name!r} does not exist")
-            await self.redis.hset(keys.TOPICS, info.name, info.pack())
+    async def alter_config(self, name: str, change: Callable[[TopicInfo], dict[str, str]]) -> TopicInfo:
+        """Set the configs `change` computes (it may raise) from the topic as it is; computed
+        again when the topic changed before they were written."""
+        while True:
+            rec = await self._current(name)
+            if rec is None:
+                raise TopicNotFound(f"topic {name!r} does not exist")
+            config = change(rec.info)
+            reply = await self._call(
+                "topic-config-2", [keys.TOPICS, keys.TOPIC_SEQ],
+                [name, rec.version, msgpack.packb(config)],  # name, version, config
+            )
+            if reply[0] == ErrorCode.OK:
+                return _Record.unpack(name, reply[1]).info
+            if reply[0] == ErrorCode.TOPIC_NOT_FOUND:
+                raise TopicNotFound(f"topic {name!r} does not exist")
 
-    async def add_partitions(self, info: TopicInfo, new_total: int) -> TopicInfo:
-        async with storage_errors():
-            await self._create_partitions(info.name, range(info.partitions, new_total))
-            grown = TopicInfo(info.name, new_total, info.config, info.created_ms)
-            await self.redis.hset(keys.TOPICS, info.name, grown.pack())
-        return grown
+    async def add_partitions(self, name: str, total: Callable[[TopicInfo], int]) -> TopicInfo:
+        """Grow the topic to the partition count `total` gives (it may raise) for the topic as it
+        is; asked again when the topic changed before it grew."""
+        while True:
+            rec = await self._current(name)
+            if rec is None:
+                raise TopicNotFound(f"topic {name!r} does not exist")
+            reply = await self._call(
+                "topic-grow-2", [keys.TOPICS, keys.TOPIC_SEQ],
+                [name, rec.version, total(rec.info)],  # name, version, total
+            )
+            if reply[0] == ErrorCode.TOPIC_NOT_FOUND:
+                raise TopicNotFound(f"topic {name!r} does not exist")
+            if reply[0] == ErrorCode.OK:
+                grown = await self._settled(_Record.unpack(name, reply[1]))
+                if grown is None:
+                    raise TopicNotFound(f"topic {name!r} was deleted")
+                return grown.info
 
     async def delete_topic(self, name: str) -> None:
-        """The registry entry goes first, so a half-finished delete leaves no visible topic."""
+        """The record goes first, in one step: readers see the topic whole, or not at all. A
+        creation left half-way is finished first, so that it can be deleted."""
+        if await self._current(name) is None:
+            raise TopicNotFound(f"topic {name!r} does not exist")
+        reply = await self._call("topic-delete-2", [keys.TOPICS, keys.TOPICS_DROPPING], [name])  # name
+        if reply[0] != ErrorCode.OK:
+            raise TopicNotFound(f"topic {name!r} does not exist")
+        gen, partitions = int(reply[1]), int(reply[2])
+        await self._drop(name, gen, range(partitions))
+        await self._call("topic-dropped-1", [keys.TOPICS_DROPPING], [_dropping(gen, name)])  # field
+
+    async def finish_deletes(self) -> int:
+        """Drop the partitions of deleted topics whose gateway stopped before it was done; returns
+        how many deletions were finished."""
         async with storage_errors():
-            raw = await self.redis.hget(keys.TOPICS, name)
+            listed: dict[bytes, bytes] = await self.redis.hgetall(keys.TOPICS_DROPPING)  # type: ignore[assignment]
+        for field_, partitions in listed.items():
+            gen, name = field_.decode().split(":", 1)
+            await self._drop(name, int(gen), range(int(partitions)))
+            await self._call("topic-dropped-1", [keys.TOPICS_DROPPING], [field_])  # field
+        return len(listed)
+
+    async def _current(self, name: str) -> _Record | None:
+        """The topic's record with no partitions pending (made and shown here if need be)."""
+        while True:
+            async with storage_errors():
+                raw: bytes | None = await self.redis.hget(keys.TOPICS, name)  # type: ignore[assignment]
             if raw is None:
-                raise TopicNotFound(f"topic {name!r} does not exist")
-            info = TopicInfo.unpack(name, raw)
-            await self.redis.hdel(keys.TOPICS, name)
-            for p in range(info.partitions):
-                doomed = [k async for k in self.redis.scan_iter(match=keys.partition_keys_pattern(name, p))]
-                if doomed:
-                    await self.redis.delete(*doomed)
+                return None
+            rec = await self._settled(_Record.unpack(name, raw))
+            if rec is not None:
+                return rec
+
+    async def _settled(self, rec: _Record) -> _Record | None:
+        """`rec` once its pending partitions are made and shown; None when its incarnation is gone."""
+        name = rec.info.name
+        while rec.pending is not None:
+            gen, target = rec.info.generation, rec.pending
+            made = range(rec.info.partitions, target)
+            await self._make_partitions(name, gen, made)
+            reply = await self._call(
+                "topic-settle-2", [keys.TOPICS, keys.TOPIC_SEQ], [name, gen, target]  # name, gen, target
+            )
+            if reply[0] != ErrorCode.OK:
+                # deleted meanwhile: what was made here may have come after its partitions were dropped
+                await self._drop(name, gen, made)
+                return None
+            rec = _Record.unpack(name, reply[1])
+        return rec
+
+    async def _make_partitions(self, name: str, gen: int, partitions: range | list[int]) -> None:
+        """Make the partitions of incarnation `gen`; an older incarnation's are dropped first."""
+        replies = await self._call_all(
+            [("partition-init-1", [keys.meta(name, p)], [gen]) for p in partitions]  # gen
+        )
+        stale = [p for p, made in zip(partitions, replies, strict=True) if made == -1]
+        if stale:
+            await self._purge(name, gen - 1, stale)
+            await self._make_partitions(name, gen, stale)
+
+    async def _drop(self, name: str, gen: int, partitions: range) -> None:
+        """Drop the partitions of incarnation `gen` (and of older ones); a newer one's stay."""
+        replies = await self._call_all(
+            [("partition-drop-1", [keys.meta(name, p)], [gen]) for p in partitions]  # gen
+        )
+        frozen = [p for p, f in zip(partitions, replies, strict=True) if f == 1]
+        if frozen:
+            await self._purge(name, gen, frozen)
+
+    async def _purge(self, name: str, gen: int, partitions: list[int]) -> None:
+        """Delete frozen partitions with every key a scan finds of theirs (none is written once frozen)."""
+        found: dict[bytes, list[bytes]] = {keys.partition_tag(name, p).encode(): [] for p in partitions}
+        async with storage_errors():
+            async for key in self.redis.scan_iter(match=keys.topic_keys_pattern(name), count=1000):
+                found.get(key[: key.index(b"}") + 1], []).append(key)
+        await self._call_all([  # listed as msgpack strings: Redis's cmsgpack reads no bin type
+            ("partition-purge-1", [keys.meta(name, p)],
+             [gen, msgpack.packb(found[keys.partition_tag(name, p).encode()], use_bin_type=False)])  # gen, keys
+            for p in partitions
+        ])
+
+    async def _call(self, name: str, call_keys: list[str], args: list[Any]) -> Any:
+        async with storage_errors():
+            return await self.scripts.call(name, call_keys, args)
+
+    async def _call_all(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
+        """Several scripts in one round trip; the first error raised."""
+        if not calls:
+            return []
+        async with storage_errors():
+            replies = await self.scripts.call_many(calls)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return replies
 
     # -- appends --------------------------------------------------------------------------------
 
