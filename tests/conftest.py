@@ -21,7 +21,7 @@ from gateway.client import Client
 from gateway.config import Config
 from gateway.server.gateway import Gateway
 from gateway.store import Store
-from gateway.store.connection import CLUSTER_SCHEMES, is_cluster_url
+from gateway.store.connection import CLUSTER_SCHEMES, RedisClient, connect, is_cluster_url
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port
 
 
@@ -130,6 +130,17 @@ async def store(redis_url: str) -> AsyncIterator[Store]:
         yield s
     finally:
         await s.close()
+
+
+@pytest.fixture
+async def raw_redis(redis_url: str) -> AsyncIterator[RedisClient]:
+    """A client of the test's own on the test Redis, to look at keys under the store, whose own
+    client is private to it."""
+    r = connect(redis_url)
+    try:
+        yield r
+    finally:
+        await r.aclose()
 
 
 @pytest.fixture

@@ -101,7 +101,7 @@ async def test_due_messages_are_appended_at_once(env):
     assert (await svc.stats("t", 1)).messages == 1
 
 
-async def test_sealed_buckets_read_back_in_order_across_segments(env):
+async def test_sealed_buckets_read_back_in_order_across_segments(env, raw_redis):
     store, log = env
     clock = Clock()
     svc = service(store, log, clock, bucket_max=10, segment_entries=4)
@@ -119,7 +119,7 @@ async def test_sealed_buckets_read_back_in_order_across_segments(env):
     expected = [v for _, v in sorted(order)]
     assert await log_values(log, "t") == expected
     # emptied buckets and their segments are gone
-    assert [k async for k in store.redis.scan_iter(match=keys.delay_buckets("t", 0) + "*")] == []
+    assert [k async for k in raw_redis.scan_iter(match=keys.delay_buckets("t", 0) + "*")] == []
     assert (await svc.stats("t", 0)).buckets == 0
 
 
@@ -140,7 +140,7 @@ async def test_partially_moved_bucket_keeps_its_cursor(env):
     assert await log_values(log, "t") == [f"m{i:02}" for i in range(20)]
 
 
-async def test_bucket_cap_merges_the_smallest_adjacent_pair(env):
+async def test_bucket_cap_merges_the_smallest_adjacent_pair(env, raw_redis):
     store, log = env
     clock = Clock()
     svc = service(store, log, clock, bucket_max=10, bucket_span_ms=1000, max_buckets=3, segment_entries=4)
@@ -152,8 +152,8 @@ async def test_bucket_cap_merges_the_smallest_adjacent_pair(env):
         clock.ms += 1000
     await svc.schedule([DelayRequest("t", 0, msg("last"), T0 + 6000)])  # seals the fourth: over the cap
     buckets = keys.delay_buckets("t", 0)
-    ids = sorted(int(i) for i in await store.redis.zrange(buckets, 0, -1))
-    counts = [int(await store.redis.hget(f"{buckets}:{i}", "n")) for i in ids]
+    ids = sorted(int(i) for i in await raw_redis.zrange(buckets, 0, -1))
+    counts = [int(await raw_redis.hget(f"{buckets}:{i}", "n")) for i in ids]
     assert counts == [10, 5, 10]  # the 3 and the 2 merged
     clock.ms = T0 + 10_000
     assert await svc.scheduler().step() == 26
@@ -238,8 +238,7 @@ async def test_transaction_commit_schedules_and_abort_discards(env):
     store, log = env
     clock = Clock(now_ms())
     svc = service(store, log, clock)
-    coord = TransactionCoordinator(store)
-    coord.partition_settlers.append(svc.settle_txn)
+    coord = TransactionCoordinator(store, partition_settlers=[svc.settle_txn])
     committed, aborted = await coord.begin(), await coord.begin()
     for txn, name in ((committed, "c"), (aborted, "a")):
         await coord.add_partitions(txn, [("t", 0)])

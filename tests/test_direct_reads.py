@@ -18,10 +18,10 @@ REDIS_BACKENDS = ("single", "cluster")
 SIZES = [0, 1, 100, BIG - 1, BIG, BIG + 1, 256 * 1024 - 3, 256 * 1024 + 7, 3 * 1024 * 1024]
 
 
-async def test_replies_are_those_redis_gives(store):
+async def test_replies_are_those_redis_gives(raw_redis):
     """Bulk strings on both sides of the in-place threshold and of the receive buffer, nil,
     integers, empty and nested arrays, and an error reply that does not disturb its neighbours."""
-    r = store.redis
+    r = raw_redis
     key = "{direct}:s"
     values = [os.urandom(n) for n in SIZES]
     for i, v in enumerate(values):
@@ -50,8 +50,8 @@ async def test_replies_are_those_redis_gives(store):
     direct.close()
 
 
-async def test_many_pipelines_in_flight_get_their_own_replies(store):
-    r = store.redis
+async def test_many_pipelines_in_flight_get_their_own_replies(raw_redis):
+    r = raw_redis
     blobs = {f"{{direct}}:k{i}": os.urandom(BIG * (i % 4) + i) for i in range(24)}
     for k, v in blobs.items():
         await r.set(k, v)
@@ -83,7 +83,7 @@ async def test_direct_and_redis_py_reads_agree(gateway, client):
     await producer.send(big, txn=still_open)
     await still_open.flush()
     await producer.send(big)
-    log = gateway.services.store.log
+    log = gateway.store.log
     _, hw = await log.bounds("agree", 0)
     for offset in range(hw + 1):
         for committed_only in (False, True):

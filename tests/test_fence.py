@@ -20,8 +20,7 @@ class Gateway:
     def __init__(self, redis_url: str) -> None:
         self.store = Store.open(redis_url)
         self.log = LogService(self.store, auto_create=False)
-        self.txn = TransactionCoordinator(self.store)
-        self.txn.notify_partition = self.log.notifier.notify
+        self.txn = TransactionCoordinator(self.store, notify_partition=self.log.notifier.notify)
         self.fence = FenceService(self.store, self.txn)
 
 

@@ -89,7 +89,7 @@ async def test_metadata_lists_both_and_spreads_leaders_and_coordinators(two):
     assert set(await coordinators(a, 0, groups)) == {0}
 
 
-async def test_a_fetch_waiting_on_one_gateway_wakes_for_an_append_through_the_other(two, redis_url):
+async def test_a_fetch_waiting_on_one_gateway_wakes_for_an_append_through_the_other(two, raw_redis):
     a, b = two
     await a.services.log.create_topic("wake", 8)
     _, leaders = await metadata(b, "wake")
@@ -103,7 +103,7 @@ async def test_a_fetch_waiting_on_one_gateway_wakes_for_an_append_through_the_ot
         consumer.seek(tp, 0)
         got = asyncio.ensure_future(consumer.getone())
         flag = keys.wake("wake", p)
-        redis = b.services.store.redis
+        redis = raw_redis
         deadline = time.monotonic() + 10
         while not await redis.exists(flag):  # b's long poll is parked and has raised the log's flag
             assert time.monotonic() < deadline, "the fetch on b never waited"

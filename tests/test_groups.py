@@ -20,7 +20,6 @@ from gateway.domain.groups import (
     JoinResult,
 )
 from gateway.store import Store, keys
-from gateway.store.groups import GroupStore
 from tests.conftest import eventually
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
@@ -30,7 +29,7 @@ PROTO = [("range", b"meta-r"), ("roundrobin", b"meta-rr")]
 
 def make(store: Store, **kw) -> GroupCoordinator:
     kw.setdefault("min_session_timeout_ms", 100)
-    c = GroupCoordinator(GroupStore(store.redis, store.scripts), **kw)
+    c = GroupCoordinator(store.groups, **kw)
     c.start()
     return c
 
@@ -292,7 +291,7 @@ async def test_one_gateway_coordinates_a_group_and_hands_it_over_on_close(store)
 
 
 async def test_a_lapsed_lease_is_taken_over_and_members_that_never_come_expire(store):
-    crashed = GroupCoordinator(GroupStore(store.redis, store.scripts), min_session_timeout_ms=100, lease_ms=300)
+    crashed = GroupCoordinator(store.groups, min_session_timeout_ms=100, lease_ms=300)
     r = await stable_one(crashed, session=400)  # then it stops: no renewals, no timers, no release
     survivor = make(store, node_id=1, lease_ms=300)
     try:
@@ -303,10 +302,10 @@ async def test_a_lapsed_lease_is_taken_over_and_members_that_never_come_expire(s
         await survivor.close()
 
 
-async def test_a_coordinator_whose_lease_was_taken_cannot_save(coord, store):
+async def test_a_coordinator_whose_lease_was_taken_cannot_save(coord, raw_redis):
     a = await stable_one(coord)
     # another gateway took the lease (this one's lapsed unnoticed, say in a long pause)
-    await store.redis.set(keys.group_owner("g"), "7 elsewhere 9092")
+    await raw_redis.set(keys.group_owner("g"), "7 elsewhere 9092")
     assert await kind_of(coord.leave("g", [(a.member_id, None)])) is GroupErrorKind.NOT_COORDINATOR
     assert [m.member_id for m in (await coord.describe("g")).members] == [a.member_id]
     assert await coord.locate("g") == (7, "elsewhere", 9092)

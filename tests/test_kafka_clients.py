@@ -129,11 +129,11 @@ async def test_kafka_consumers_read_large_batches_whole(gateway, consumer):
     messages = [(None, os.urandom(1000) + i.to_bytes(4, "big")) for i in range(3000)]
     placed = await produce("confluent", bs, "large", messages, **{"linger.ms": 200, "batch.size": 1 << 20})
     assert [o for _, o in placed] == list(range(3000))
-    assert max(len(e.batch) for e in (await gateway.services.store.log.read("large", 0, 0, 64)).entries) > BIG
+    assert max(len(e.batch) for e in (await gateway.store.log.read("large", 0, 0, 64)).entries) > BIG
     for start, options in [(0, {}), (1234, {}), (0, isolation(consumer))]:
         got = await consume(consumer, bs, "large", 0, start, 3000 - start, **options)
         assert [(o, v) for _, o, _, v in got] == [(i, messages[i][1]) for i in range(start, 3000)]
-    assert gateway.services.store.log.direct._conns  # the large batches went the direct way
+    assert gateway.store.log.direct._conns  # the large batches went the direct way
 
 
 def isolation(client: str) -> dict[str, object]:

@@ -8,16 +8,15 @@ from gateway.domain.log import LogService
 from gateway.errors import SubscriptionNotFound
 from gateway.formats.records import build_batch
 from gateway.store import Store, keys
-from gateway.store.subscriptions import SubscriptionStore
 
 
 @pytest.fixture
-async def env(redis_url):
+async def env(redis_url, raw_redis):
     store = Store.open(redis_url)
     logs = LogService(store, auto_create=False)
     await logs.create_topic("t", 1)
     await logs.append([("t", 0, build_batch([(None, b"%d" % i, []) for i in range(10)]))])
-    yield logs, SubscriptionStore(store.redis, store.scripts), store.redis
+    yield logs, store.subscriptions, raw_redis
     await store.close()
 
 

@@ -285,7 +285,7 @@ async def test_runs_of_acked_batches_are_skipped_without_waiting(client):
     assert loop.time() - started < 0.8  # three reads of acked batches, none waiting for a poll
 
 
-async def test_unsubscribe_deletes_the_position(gateway, client):
+async def test_unsubscribe_deletes_the_position(gateway, client, raw_redis):
     c = await client.subscribe("unsub", "s", "shared", "earliest")
     other = await client.subscribe("unsub", "s", "shared", "earliest")
     await produce(client, "unsub", 2)
@@ -295,7 +295,7 @@ async def test_unsubscribe_deletes_the_position(gateway, client):
     m = await c.receive(5)
     await c.acknowledge(m)
     await c.unsubscribe()
-    redis = gateway.services.store.redis
+    redis = raw_redis
     assert await redis.keys("*sub:s*") == [] and await redis.keys("*acks:s*") == []
     c = await client.subscribe("unsub", "s", "shared", "latest")  # created afresh, at the end
     await assert_silent(c)

@@ -19,7 +19,6 @@ from gateway.formats.records import build_batch
 from gateway.server.gateway import Gateway
 from gateway.store import Store
 from gateway.store.delay import DelayItem
-from gateway.store.roles import RoleStore
 from tests.conftest import admin_url, test_config
 from tests.test_kafka_groups import eventually
 
@@ -57,7 +56,7 @@ def gateway_roles(store: Store, node: int, started: list[tuple[int, int]]) -> Ro
 
 async def test_one_holder_at_a_time_and_a_takeover_with_a_higher_epoch(store):
     # a gateway took the role, then died: no renewals, no release
-    assert await RoleStore(store.redis, store.scripts).hold("reaper", 7, "gone", -1, LEASE_MS) == 1
+    assert await store.roles.hold("reaper", 7, "gone", -1, LEASE_MS) == 1
     started: list[tuple[int, int]] = []
     a, b = gateway_roles(store, 0, started), gateway_roles(store, 1, started)
     tasks = [asyncio.create_task(r.run()) for r in (*a.roles, *b.roles)]

@@ -21,8 +21,8 @@ REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Re
 async def env(redis_url):
     store = Store.open(redis_url)
     logs = LogService(store, auto_create=False)
-    tc = TransactionCoordinator(store, default_timeout_ms=5_000, max_timeout_ms=10_000)
-    tc.notify_partition = logs.notifier.notify
+    tc = TransactionCoordinator(store, default_timeout_ms=5_000, max_timeout_ms=10_000,
+                                notify_partition=logs.notifier.notify)
     yield logs, tc
     await store.close()
 

@@ -121,9 +121,9 @@ async def test_open_transactions_marks_wait_in_snapshots_until_they_end(redis_ur
         await gw.stop()
 
 
-async def test_the_index_shrinks_with_the_log(redis_url):
+async def test_the_index_shrinks_with_the_log(redis_url, raw_redis):
     gw = await started(redis_url)
-    r = gw.services.store.redis
+    r = raw_redis
     try:
         async with await Client.connect(native_url(gw)) as client:
             await gw.services.log.create_topic("wms-trim", 1)

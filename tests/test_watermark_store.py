@@ -10,13 +10,12 @@ from gateway.domain.watermark import WatermarkService
 from gateway.errors import InvalidProducerEpoch
 from gateway.formats.records import build_control_batch
 from gateway.store import keys
-from gateway.store.txn import TxnStore
 
 REDIS_BACKENDS = ("single", "cluster")
 END = 1 << 40
 
 
-async def test_transactional_marks_count_by_outcome_before_and_after_settling(store):
+async def test_transactional_marks_count_by_outcome_before_and_after_settling(store, raw_redis):
     log = LogService(store)
     await log.create_topic("ws", 1)
     wm = WatermarkService(store, log)
@@ -27,7 +26,7 @@ async def test_transactional_marks_count_by_outcome_before_and_after_settling(st
     (p0,) = await wm.partitions("ws")
     assert p0.pending == 2
 
-    txns = TxnStore(store.redis, store.scripts)
+    txns = store.txn
     await txns.write_markers([("ws", 0)], 777, 0, True, build_control_batch(True, 777, 0))
     await txns.write_markers([("ws", 0)], 778, 0, False, build_control_batch(False, 778, 0))
     assert await wm.watermark("ws", {0: END}) == 50  # q committed, r aborted: read from the log's ranges
@@ -39,7 +38,7 @@ async def test_transactional_marks_count_by_outcome_before_and_after_settling(st
         await wm.settle_txn("ws", 0, "1:2", False)
         assert await wm.watermark("ws", {0: END}) == 50
         assert (await wm.at("ws", {0: 3}))[0].producers == {"p": 100, "q": 50}
-    marks = await store.redis.zrange(keys.wm_marks("ws", 0), 0, -1)
+    marks = await raw_redis.zrange(keys.wm_marks("ws", 0), 0, -1)
     assert [m.split(b" ", 2)[1] for m in marks] == [b"-", b"-"]  # r's is gone, q's counts on its own
 
 
@@ -48,7 +47,7 @@ async def test_a_stale_epoch_cannot_write_a_transactional_marker(store):
     await log.create_topic("ws-epoch", 1)
     wm = WatermarkService(store, log)
     await wm.send("ws-epoch", "q", 5, txn_id="1:1", producer_id=900, producer_epoch=3)
-    txns = TxnStore(store.redis, store.scripts)
+    txns = store.txn
     await txns.write_markers([("ws-epoch", 0)], 900, 3, False, build_control_batch(False, 900, 3))
     await txns.write_markers([("ws-epoch", 0)], 900, 4, False, build_control_batch(False, 900, 4))  # fences 3
     with pytest.raises(InvalidProducerEpoch):

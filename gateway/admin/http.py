@@ -83,7 +83,7 @@ class AdminApi:
 
     async def health(self, request: web.Request) -> web.Response:
         try:
-            redis_ok = await asyncio.wait_for(self.services.store.ping(), 2)
+            redis_ok = await asyncio.wait_for(self.services.log.ping(), 2)
         except Exception:
             redis_ok = False
         return web.json_response({"status": "ok" if redis_ok else "degraded", "redis": redis_ok},
@@ -111,7 +111,7 @@ class AdminApi:
 
     async def _describe(self, name: str) -> dict[str, Any]:
         info = await self.services.log.topic(name, create=False)
-        bounds = await self.services.store.log.bounds_many([(name, p) for p in range(info.partitions)])
+        bounds = await self.services.log.bounds_many([(name, p) for p in range(info.partitions)])
         return {
             "name": info.name,
             "partitions": [

@@ -40,7 +40,7 @@ class Metrics:
     async def gauges(self) -> list[Metric]:
         topics = await self.services.log.list_topics()
         parts = [(t.name, p) for t in topics for p in range(t.partitions)]
-        bounds = await self.services.store.log.bounds_many(parts) if parts else []
+        bounds = await self.services.log.bounds_many(parts) if parts else []
         hw = GaugeMetricFamily("gateway_partition_high_watermark", "Next offset of a partition",
                                labels=["topic", "partition"])
         start = GaugeMetricFamily("gateway_partition_log_start_offset", "First offset still kept",

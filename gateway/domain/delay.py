@@ -21,7 +21,7 @@ from gateway.domain.roles import NO_LEASE, Lease
 from gateway.errors import CorruptMessage, NotAllowed, StorageUnavailable
 from gateway.formats.records import BatchBuilder, iter_records, parse_header, split_batches
 from gateway.store import Store
-from gateway.store.delay import DelayConfig, DelayItem, DelayStats, DelayStore, Moved, Part, Scheduled
+from gateway.store.delay import DelayConfig, DelayItem, DelayStats, Moved, Part, Scheduled
 
 __all__ = ["DELIVER_AFTER_HEADER", "DELIVER_AT_HEADER", "DelayConfig", "DelayRequest", "DelayScheduler", "DelayService", "DelayStats", "Scheduled", "now_ms"]
 
@@ -69,7 +69,7 @@ class DelayService:
         notify_partition: Callable[[str, int], None] = lambda t, p: None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
-        self.index = DelayStore(store.redis, store.scripts, config)
+        self.index = store.delay if config is None else store.delay.shaped(config)
         self.notify_partition = notify_partition  # LogService.notifier.notify: wakes log readers
         self.clock = clock
         self._schedulers: list[DelayScheduler] = []

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from gateway.domain.txn import TransactionCoordinator, TxnId
 from gateway.errors import ConcurrentTransactions, InvalidRequest, NotAllowed
 from gateway.store import Store
-from gateway.store.fence import FenceStore, KeyState, Retry
+from gateway.store.fence import KeyState, Retry
 
 __all__ = ["FenceService", "KeyState", "full_key"]
 
@@ -44,7 +44,7 @@ class Connected:
 
 class FenceService:
     def __init__(self, store: Store, coordinator: TransactionCoordinator) -> None:
-        self.keys = FenceStore(store.redis, store.scripts)
+        self.keys = store.fence
         self.log_store = store.log
         self.coordinator = coordinator
         # live connections of this gateway per key: how to close each, and its epoch; those of an

@@ -29,7 +29,6 @@ from gateway.errors import (
 from gateway.formats.records import BatchHeader, iter_records, parse_header, split_batches
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, PartitionBounds, Slice, TopicInfo
-from gateway.store.wakeups import LogWakeups
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +144,16 @@ class Produced:
 
 
 class LogService:
-    def __init__(self, store: Store, *, auto_create: bool = True, default_partitions: int = 1) -> None:
+    def __init__(
+        self, store: Store, *, auto_create: bool = True, default_partitions: int = 1,
+        peers: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.store = store
         self.auto_create = auto_create
         self.default_partitions = default_partitions
         self.notifier = Notifier()
-        self.wakeups = LogWakeups(store.redis, self.notifier.notify)
-        self.peers: Callable[[], bool] = lambda: False  # whether other gateways write too (the registry's)
+        self.wakeups = store.open_wakeups(self.notifier.notify)
+        self.peers = peers  # whether other gateways write too (the registry's)
         self._topics: dict[str, TopicInfo] = {}
         self._avg_batch: dict[tuple[str, int], int] = {}  # recent stored batch size per partition
         self._ahead = ReadAhead(self._read)
@@ -361,6 +363,23 @@ class LogService:
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
         return await self.store.log.bounds(topic, partition)
+
+    async def bounds_many(self, parts: list[tuple[str, int]]) -> list[tuple[int, int] | None]:
+        """(log start offset, high watermark) of each partition, None for one that does not exist;
+        one round trip, for listings of every partition."""
+        return await self.store.log.bounds_many(parts)
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id never handed out before, by any gateway: the log's dedupe is keyed by it."""
+        return await self.store.log.allocate_producer_id()
+
+    async def ping(self) -> bool:
+        """Whether the storage under the logs answers (a health check)."""
+        return await self.store.ping()
+
+    async def close(self) -> None:
+        """Stop listening for other gateways' writes (before the store closes)."""
+        await self.wakeups.close()
 
     async def partition_bounds(self, topic: str) -> list[PartitionBounds]:
         """Offsets of every partition of an existing topic, last stable ones included."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.domain.fence import KAFKA_MAX_EPOCH, FenceService, KeyState
-from gateway.domain.txn import TransactionCoordinator, TxnId, TxnInfo
+from gateway.domain.txn import SubscriptionSettler, TransactionCoordinator, TxnId, TxnInfo
 from gateway.errors import (
     ConcurrentTransactions,
     GatewayError,
@@ -22,11 +22,10 @@ from gateway.errors import (
     TransactionNotFound,
 )
 from gateway.store import Store
-from gateway.store.groups import CommittedOffset, GroupStore
-from gateway.store.txn_offsets import TxnOffsetStore
+from gateway.store.groups import CommittedOffset
 
 __all__ = ["CommittedOffset", "InvalidProducerIdMapping", "ProducerState", "TransactionalProducers",
-           "UnknownMember"]
+           "UnknownMember", "group_offsets_settler"]
 
 OFFSETS_TOPIC = "__consumer_offsets"  # how a group appears among a transaction's subscriptions
 
@@ -66,13 +65,25 @@ class ProducerState:
         return KAFKA_STATES.get(self.txn.state, "Empty")
 
 
+def group_offsets_settler(store: Store) -> SubscriptionSettler:
+    """The coordinator's settler for the group offsets a Kafka transaction staged (TxnOffsetCommit):
+    applied or dropped when it ends, a roll-forward after a restart included, so the wiring
+    registers it whether or not this gateway serves Kafka's transactional producers."""
+    offsets = store.txn_offsets
+
+    async def settle(topic: str, partition: int, group_id: str, txn_id: str, commit: bool) -> None:
+        if topic == OFFSETS_TOPIC:
+            await offsets.settle(group_id, txn_id, commit)
+
+    return settle
+
+
 class TransactionalProducers:
     def __init__(self, store: Store, coordinator: TransactionCoordinator, fence: FenceService) -> None:
         self.coordinator = coordinator
         self.fence = fence
-        self.offsets = TxnOffsetStore(store.redis, store.scripts)
-        self.groups = GroupStore(store.redis, store.scripts)
-        coordinator.settlers.append(self._settle_offsets)
+        self.offsets = store.txn_offsets
+        self.groups = store.groups
 
     async def init(self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
         """(producer id, epoch) for a (re)starting transactional producer; fences the older one."""
@@ -162,10 +173,6 @@ class TransactionalProducers:
             raise UnknownMember("fenced_instance_id", f"instance {instance_id!r} belongs to another member")
         if generation != group.generation:
             raise UnknownMember("illegal_generation", f"generation {generation} is not {group.generation}")
-
-    async def _settle_offsets(self, topic: str, partition: int, sub: str, txn_id: str, commit: bool) -> None:
-        if topic == OFFSETS_TOPIC:
-            await self.offsets.settle(sub, txn_id, commit)
 
     async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> str:
         """Commit or abort; a retry of an end that already happened answers the same way."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from gateway.errors import GatewayError
 from gateway.store import Store
-from gateway.store.registry import GatewayEntry, RegistryStore, address
+from gateway.store.registry import GatewayEntry, address
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def owner(key: str, peers: Sequence[Peer]) -> Peer:
 
 class Registry:
     def __init__(self, store: Store, *, lease_ms: int = 6000, clock: Callable[[], float] = time.monotonic) -> None:
-        self.store = RegistryStore(store.redis, store.scripts)
+        self.store = store.registry
         self.lease_ms = lease_ms
         self.clock = clock
         self.instance = uuid.uuid4().hex  # tells this process from an earlier run with the same node id

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from gateway.errors import GatewayError
 from gateway.store import Store
-from gateway.store.roles import RoleHolder, RoleStore
+from gateway.store.roles import RoleHolder
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class RoleLeases:
 
     def __init__(self, store: Store, node_id: int, instance: str, *, lease_ms: int = 6000,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.store = RoleStore(store.redis, store.scripts)
+        self.store = store.roles
         self.node_id = node_id
         self.instance = instance
         self.lease_ms = lease_ms

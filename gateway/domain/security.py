@@ -31,7 +31,7 @@ from typing import Any
 
 from gateway.errors import AuthenticationFailed, GatewayError, InvalidRequest, NotAllowed
 from gateway.store import Store
-from gateway.store.security import AclEntry, SecurityStore, UserRecord
+from gateway.store.security import AclEntry, UserRecord
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ class SecurityService:
         admin_token: str = "",
         cache_seconds: float = 2.0,
     ) -> None:
-        self.store = SecurityStore(store.redis, store.scripts)
+        self.store = store.security
         self.enabled = enabled
         self.mechanisms = [m.strip() for m in mechanisms if m.strip()]
         unknown = set(self.mechanisms) - set(MECHANISMS)

@@ -24,7 +24,6 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -34,7 +33,7 @@ from gateway.domain.watermark import SubscriptionWatermark, WatermarkService
 from gateway.errors import ConsumerBusy, GatewayError, NotAllowed, SubscriptionNotFound
 from gateway.store import Store
 from gateway.store.log import Entry
-from gateway.store.subscriptions import PendingAckConflict, SubscriptionStore
+from gateway.store.subscriptions import PendingAckConflict
 
 log = logging.getLogger(__name__)
 
@@ -446,30 +445,22 @@ class SubscriptionService:
     """The subscriptions with consumers on this gateway, and the consumers' entry points."""
 
     def __init__(
-        self, log_service: LogService, store: SubscriptionStore, node_id: int = 0,
+        self, log_service: LogService, store: Store, node_id: int = 0,
         watermarks: WatermarkService | None = None,
     ) -> None:
+        """Gateways sharing a Redis need distinct node ids: a subscription is dispatched by one
+        gateway at a time, under a lease, so modes and acks mean the same across gateways. With
+        `watermarks`, each subscription keeps its watermark and tells its consumers."""
         self.log = log_service
-        self.store = store
+        self.store = store.subscriptions
+        # transactions' states ("COMMITTED", ...): lets a conflict with a transaction that has
+        # ended (its lock left behind by a race with its end) heal itself
+        self.txns = store.txn
         self.node_id = node_id
         self.watermarks = watermarks
         self._subs: dict[tuple[str, str], Subscription] = {}
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
-        # the state of a transaction ("COMMITTED", ...; None when unknown): lets a conflict with a
-        # transaction that has ended (its lock left behind by a race with its end) heal itself
-        self.txn_state: Callable[[str], Awaitable[str | None]] | None = None
-
-    @classmethod
-    def open(
-        cls, log_service: LogService, store: Store, node_id: int = 0, watermarks: WatermarkService | None = None
-    ) -> SubscriptionService:
-        """Built by a face from the shared services; the face never touches the store itself.
-
-        Gateways sharing a Redis need distinct node ids: a subscription is dispatched by one
-        gateway at a time, under a lease, so modes and acks mean the same across gateways. With
-        `watermarks`, each subscription keeps its watermark and tells its consumers."""
-        return cls(log_service, SubscriptionStore(store.redis, store.scripts), node_id, watermarks)
 
     async def renew(self, sub: Subscription) -> None:
         await self.store.lease(sub.topic, sub.name, self.node_id, LEASE_MS)
@@ -599,9 +590,10 @@ class SubscriptionService:
     async def heal(self, topic: str, name: str, conflict: PendingAckConflict, acking: set[int]) -> bool:
         """Settle the lock of a transaction that has ended; True when the conflict is gone. What the
         caller is acking is not redelivered meanwhile."""
-        if not conflict.holder or self.txn_state is None:
+        if not conflict.holder:
             return False
-        state = await self.txn_state(conflict.holder)
+        info = await self.txns.describe(conflict.holder)
+        state = info.state if info is not None else None
         if state not in (None, "COMMITTED", "ABORTED"):
             return False
         await self.settle_txn(topic, conflict.partition, name, conflict.holder, state == "COMMITTED", spare=acking)

@@ -13,13 +13,13 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest
 from gateway.formats.records import build_control_batch
 from gateway.store import Store
-from gateway.store.txn import Ending, TxnInfo, TxnStore, now_ms, part_member, sub_member
+from gateway.store.txn import Ending, TxnInfo, now_ms, part_member, sub_member
 
 __all__ = ["TransactionCoordinator", "TxnId", "TxnInfo", "now_ms"]
 
@@ -77,15 +77,21 @@ class TransactionCoordinator:
         default_timeout_ms: int = 60_000,
         max_timeout_ms: int = 900_000,
         keep_finished_ms: int = 3_600_000,
+        notify_partition: Callable[[str, int], None] = lambda t, p: None,
+        partition_settlers: Sequence[PartitionSettler] = (),
+        settlers: Sequence[SubscriptionSettler] = (),
     ) -> None:
-        self.txns = TxnStore(store.redis, store.scripts)
-        self.notify_partition: Callable[[str, int], None] = lambda t, p: None
+        """`notify_partition` wakes this gateway's readers of a partition given a marker; the
+        settlers settle what else a transaction held, on each partition (`partition_settlers`)
+        and on each subscription (`settlers`), every time it ends, a roll-forward included."""
+        self.txns = store.txn
+        self.notify_partition = notify_partition
         self.coordinator_id = coordinator_id
         self.default_timeout_ms = default_timeout_ms
         self.max_timeout_ms = max_timeout_ms
         self.keep_finished_ms = keep_finished_ms
-        self.settlers: list[SubscriptionSettler] = []
-        self.partition_settlers: list[PartitionSettler] = []
+        self.settlers = list(settlers)
+        self.partition_settlers = list(partition_settlers)
         self._ending: dict[str, asyncio.Task[str]] = {}
 
     def check_timeout(self, timeout_ms: int | None) -> int:

@@ -40,7 +40,6 @@ from gateway.formats.records import (
 from gateway.pb import watermark_pb2 as wpb
 from gateway.store import Store
 from gateway.store.log import Entry, Slice, TopicInfo
-from gateway.store.subscriptions import SubscriptionStore
 from gateway.store.watermark import (
     COUNTS,
     OPEN,
@@ -48,7 +47,6 @@ from gateway.store.watermark import (
     IndexRead,
     MarkAppend,
     SnapshotWrite,
-    WatermarkStore,
 )
 
 log = logging.getLogger(__name__)
@@ -207,8 +205,8 @@ class PositionsWatermark:
 
 class WatermarkService:
     def __init__(self, store: Store, log_service: LogService, *, snapshot_marks: int = 128) -> None:
-        self.index = WatermarkStore(store.redis, store.scripts)
-        self.subscriptions = SubscriptionStore(store.redis, store.scripts)
+        self.index = store.watermark
+        self.subscriptions = store.subscriptions
         self.log = log_service
         self.snapshot_marks = max(4, snapshot_marks)
         self._snapshotting: set[tuple[str, int]] = set()

@@ -30,7 +30,7 @@ async def init_producer_id(ctx: RequestContext, req: Any) -> Any:
         # KIP-360: an idempotent producer resets its sequences under the next epoch of its id
         return codec.build(cls, {"error_code": KafkaError.none, "producer_id": pid, "producer_epoch": epoch + 1})
     try:
-        new = await ctx.services.store.log.allocate_producer_id()
+        new = await ctx.services.log.allocate_producer_id()
     except Exception as exc:
         return codec.build(cls, {"error_code": kafka_error(exc), "producer_id": -1, "producer_epoch": -1})
     return codec.build(cls, {"error_code": KafkaError.none, "producer_id": new, "producer_epoch": 0})

@@ -1,14 +1,12 @@
 """The native listener: a TCP server whose connections speak the native protocol, plus the
-subscription and producer services they share."""
+subscription and producer services they share (the subscriptions built and closed by the wiring)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from gateway.domain.producers import ProducerService
 from gateway.domain.services import Services
-from gateway.domain.subscriptions import SubscriptionService
 from gateway.native.connection import Connection
 from gateway.native.dispatch import load_handlers
 from gateway.net import TcpListener, server_ssl_context
@@ -21,17 +19,9 @@ class NativeServer(TcpListener):
         cfg = services.config
         super().__init__("native", self._connection, max_connections=cfg.max_connections, keepalive=cfg.tcp_keepalive)
         self.services = services
-        self.subscriptions = SubscriptionService.open(
-            services.log, services.store, services.config.node_id, watermarks=services.watermark
-        )
-        self.producers = ProducerService(services.log, services.store)
-        self.subscriptions.txn_state = self._txn_state
-        services.txn.settlers.append(self.subscriptions.settle_txn)
+        self.subscriptions = services.subscriptions
+        self.producers = ProducerService(services.log)
         self._live: set[Connection] = set()
-
-    async def _txn_state(self, txn_id: str) -> str | None:
-        info = await self.services.txn.describe(txn_id)
-        return info.state if info is not None else None
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(self, reader, writer)
@@ -46,9 +36,6 @@ class NativeServer(TcpListener):
         for conn in list(self._live):
             conn.reader.feed_eof()
         await super().close(grace)
-        await self.subscriptions.close()
-        with contextlib.suppress(ValueError):
-            self.services.txn.settlers.remove(self.subscriptions.settle_txn)
 
 
 async def start_native_server(services: Services, host: str, port: int) -> NativeServer:

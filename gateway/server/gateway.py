@@ -7,6 +7,7 @@ time, cancel what remains, then stop Redis last.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from typing import Protocol
@@ -20,6 +21,7 @@ from gateway.errors import GatewayError
 from gateway.kafka.server import start_kafka_server
 from gateway.native.server import start_native_server
 from gateway.server.periodic import Periodic
+from gateway.server.wiring import wired_services
 from gateway.store import Store
 from gateway.store.embedded import EmbeddedRedis
 
@@ -36,7 +38,9 @@ class Gateway:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.embedded: EmbeddedRedis | None = None
+        self.store: Store | None = None  # the process's alone: the faces are given `services`
         self.services: Services | None = None
+        self._closing = contextlib.AsyncExitStack()  # the services, then the store
         self.listeners: dict[str, Listener] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._roles: list[Role] = []
@@ -53,22 +57,22 @@ class Gateway:
             # started from this thread, which lives as long as the process: the child's death signal follows it
             self.embedded.launch(owner=f"kafka port {cfg.kafka_port}, admin port {cfg.admin_port}")
             await asyncio.to_thread(self.embedded.wait_ready)
-        store = Store.open(self.redis_url)
+        self._closing = contextlib.AsyncExitStack()
+        store = self.store = Store.open(self.redis_url)
+        self._closing.push_async_callback(store.close)
         registry = Registry(store, lease_ms=cfg.lease_ms)
         host, port = cfg.kafka_advertised
         try:
             await self._wait_for_redis(store)
             # before anything uses it: transaction ids, group and subscription leases carry it
             cfg.node_id = await registry.claim(cfg.node_id, host, port, cfg.native_port, cfg.admin_port)
-            self.services = Services.open(cfg, store, registry)
+            self.services = await self._closing.enter_async_context(wired_services(cfg, store, registry))
             self.listeners["kafka"] = await start_kafka_server(self.services, cfg.host, cfg.kafka_port)
             self.listeners["native"] = await start_native_server(self.services, cfg.host, cfg.native_port)
             self.listeners["admin"] = await start_admin_server(self.services, cfg.host, cfg.admin_port)
             port = cfg.advertised_port or self.listeners["kafka"].port
             await registry.advertise(host, port, self.listeners["native"].port, self.listeners["admin"].port)
         except BaseException:
-            if self.services is None:
-                await store.close()
             await self.stop()
             raise
         self.services.groups.advertise(host, port)
@@ -119,9 +123,9 @@ class Gateway:
         self._tasks.clear()
         await asyncio.gather(*(lst.close(grace) for lst in self.listeners.values()), return_exceptions=True)
         self.listeners.clear()
-        if self.services is not None:
-            await self.services.close()
-            self.services = None
+        await self._closing.aclose()
+        self.services = None
+        self.store = None
         if self.embedded is not None:
             await asyncio.to_thread(self.embedded.stop)
             self.embedded = None

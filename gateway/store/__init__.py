@@ -2,30 +2,57 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from gateway.store.connection import RedisClient, connect
+from gateway.store.delay import DelayStore
+from gateway.store.fence import FenceStore
+from gateway.store.groups import GroupStore
 from gateway.store.log import LogStore
+from gateway.store.registry import RegistryStore
+from gateway.store.roles import RoleStore
 from gateway.store.scripts import Scripts
+from gateway.store.security import SecurityStore
+from gateway.store.subscriptions import SubscriptionStore
+from gateway.store.txn import TxnStore
+from gateway.store.txn_offsets import TxnOffsetStore
+from gateway.store.wakeups import LogWakeups
+from gateway.store.watermark import WatermarkStore
 
 
-@dataclass
 class Store:
-    """Everything persistent, behind one Redis client."""
+    """Everything persistent, behind one Redis client that no code outside this package sees.
 
-    redis: RedisClient
-    scripts: Scripts
-    log: LogStore
+    Each sub-store is built here once, over that client and one script cache; the domain is given
+    this object and picks the sub-stores it needs, so nothing else ever holds a raw client."""
+
+    def __init__(self, redis: RedisClient) -> None:
+        self._redis = redis
+        scripts = Scripts(redis)
+        self.log = LogStore(redis, scripts)
+        self.txn = TxnStore(redis, scripts)
+        self.txn_offsets = TxnOffsetStore(redis, scripts)
+        self.fence = FenceStore(redis, scripts)
+        self.delay = DelayStore(redis, scripts)
+        self.groups = GroupStore(redis, scripts)
+        self.subscriptions = SubscriptionStore(redis, scripts)
+        self.watermark = WatermarkStore(redis, scripts)
+        self.security = SecurityStore(redis, scripts)
+        self.roles = RoleStore(redis, scripts)
+        self.registry = RegistryStore(redis, scripts)
 
     @classmethod
     def open(cls, url: str) -> Store:
-        redis = connect(url)
-        scripts = Scripts(redis)
-        return cls(redis, scripts, LogStore(redis, scripts))
+        return cls(connect(url))
+
+    def open_wakeups(self, on_wake: Callable[[str, int], None]) -> LogWakeups:
+        """A listener for other gateways' writes to the logs, calling `on_wake(topic, partition)`.
+        It subscribes on connections of its own, so its owner closes it (before the store)."""
+        return LogWakeups(self._redis, on_wake)
 
     async def ping(self) -> bool:
-        return bool(await self.redis.ping())
+        return bool(await self._redis.ping())
 
     async def close(self) -> None:
         self.log.direct.close()
-        await self.redis.aclose()
+        await self._redis.aclose()

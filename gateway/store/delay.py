@@ -139,6 +139,11 @@ class DelayStore:
         self.scripts = scripts
         self.config = config or DelayConfig()
 
+    def shaped(self, config: DelayConfig) -> DelayStore:
+        """The same index, written in another shape: the shape is the delay service's setting, the
+        connection and scripts stay the store's."""
+        return DelayStore(self.redis, self.scripts, config)
+
     async def schedule(self, now_ms: int, batches: list[tuple[str, int, list[DelayItem]]]) -> list[Scheduled]:
         """Hold each partition's messages (those due by `now_ms` go to the log at once), and lower
         the partition's due hint, all in one round trip."""

@@ -110,6 +110,7 @@ class GroupCoordinator:
         clock: Callable[[], float] = time.monotonic,
         node_id: int = 0,
         lease_ms: int = 10_000,
+        prefers: Callable[[str], bool] = lambda group_id: True,
     ) -> None:
         self.store = store
         self.node_id = node_id
@@ -127,7 +128,7 @@ class GroupCoordinator:
         self._next_adoption = 0.0
         # whether this gateway is the one to take over a group nobody coordinates (with several
         # gateways, the one FindCoordinator names), so they do not all race for its lease
-        self.prefers: Callable[[str], bool] = lambda group_id: True
+        self.prefers = prefers
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -461,9 +462,12 @@ def _close_with(services: Any, coord: GroupCoordinator) -> None:
     services.close = close
 
 
-def open_coordinator(store: Store, log_service: LogService | None = None, *, node_id: int = 0) -> GroupCoordinator:
+def open_coordinator(
+    store: Store, log_service: LogService | None = None, *, node_id: int = 0,
+    prefers: Callable[[str], bool] = lambda group_id: True,
+) -> GroupCoordinator:
     """A coordinator over the gateway's store; given the log service, commits to partitions that do
-    not exist are refused, as Kafka does."""
+    not exist are refused, as Kafka does. `prefers`: see `GroupCoordinator.prefers`."""
     partitions = None
     if log_service is not None:
 
@@ -473,4 +477,4 @@ def open_coordinator(store: Store, log_service: LogService | None = None, *, nod
             except (TopicNotFound, PartitionNotFound):
                 return 0
 
-    return GroupCoordinator(GroupStore(store.redis, store.scripts), partitions=partitions, node_id=node_id)
+    return GroupCoordinator(store.groups, partitions=partitions, node_id=node_id, prefers=prefers)

@@ -1,0 +1,68 @@
+"""Building one gateway's services, the one place that knows how they depend on each other.
+
+Each service is given its collaborators through its constructor, in dependency order, and every
+hook a transaction's end calls is registered here, whichever listeners the gateway runs: a
+gateway without the native listener (or the one running the transaction reaper) settles native
+pending acks, and a roll-forward after a restart applies Kafka's staged group offsets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from gateway.config import Config
+from gateway.domain.delay import DelayService
+from gateway.domain.fence import FenceService
+from gateway.domain.groups.coordinator import open_coordinator
+from gateway.domain.log import LogService
+from gateway.domain.producer_txn import TransactionalProducers, group_offsets_settler
+from gateway.domain.registry import Registry
+from gateway.domain.roles import RoleLeases
+from gateway.domain.security import SecurityService
+from gateway.domain.services import Services
+from gateway.domain.subscriptions import SubscriptionService
+from gateway.domain.txn import TransactionCoordinator
+from gateway.domain.watermark import WatermarkService
+from gateway.store import Store
+
+
+@contextlib.asynccontextmanager
+async def wired_services(config: Config, store: Store, registry: Registry) -> AsyncIterator[Services]:
+    """The services over `store`, for a gateway whose node id `registry` has claimed
+    (`config.node_id`), for as long as the block runs. On the way out the registry lets the other
+    gateways know first (so they stop sending clients here), then the services close in the
+    reverse order of their building; the store, the caller's, closes after."""
+    async with contextlib.AsyncExitStack() as closing:
+        log = LogService(store, auto_create=config.auto_create_topics,
+                         default_partitions=config.default_partitions, peers=registry.peers)
+        closing.push_async_callback(log.close)
+        delay = DelayService(store, notify_partition=log.notifier.notify)
+        watermark = WatermarkService(store, log, snapshot_marks=config.watermark_snapshot_marks)
+        subscriptions = SubscriptionService(log, store, config.node_id, watermarks=watermark)
+        closing.push_async_callback(subscriptions.close)  # hands subscription leases over
+        txn = TransactionCoordinator(
+            store,
+            coordinator_id=config.node_id,
+            default_timeout_ms=config.txn_default_timeout_ms,
+            max_timeout_ms=config.txn_max_timeout_ms,
+            notify_partition=log.notifier.notify,
+            partition_settlers=[delay.settle_txn, watermark.settle_txn],
+            settlers=[group_offsets_settler(store), subscriptions.settle_txn],
+        )
+        fence = FenceService(store, txn)
+        txn_producers = TransactionalProducers(store, txn, fence)
+        groups = open_coordinator(
+            store, log, node_id=config.node_id,
+            prefers=lambda group_id: registry.group_coordinator(group_id).node_id == config.node_id,
+        )
+        closing.push_async_callback(groups.close)  # hands group leases over, answers waiting clients first
+        roles = RoleLeases(store, config.node_id, registry.instance, lease_ms=config.lease_ms)
+        security = SecurityService(
+            store, enabled=config.auth, mechanisms=config.sasl_mechanisms.split(","),
+            super_users=config.super_users.split(","), admin_token=config.admin_token,
+            cache_seconds=config.acl_cache_seconds,
+        )
+        closing.push_async_callback(registry.release)
+        yield Services(config, log, txn, fence, delay, groups, txn_producers, watermark, subscriptions,
+                       registry, roles, security)
