@@ -4,6 +4,10 @@
 names any node of a Redis Cluster, whose other nodes are discovered from it. Every key of a
 partition (and of a group, of the transaction coordinator) shares one hash tag, so each script
 runs in one slot and the rest of the store does not care which of the two it talks to.
+
+Outside the store, this module is the one door to a raw client, for what must look beneath the
+store on purpose: the benchmarks' raw-Redis baselines and tests reading keys. A `Store` never
+hands its own client out.
 """
 
 from __future__ import annotations
