@@ -23,7 +23,6 @@ from aiokafka.structs import OffsetAndMetadata as AioOffset
 from confluent_kafka.admin import AdminClient
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
-from gateway.domain.groups import coordinator_for
 from gateway.server.gateway import Gateway
 from tests import conftest
 from tests.conftest import kafka_bootstrap, run_example, test_config
@@ -226,7 +225,7 @@ async def test_three_clients_share_a_group_and_rebalance_without_loss_or_duplica
     seen = [(p, o) for p, o, _, _ in sink]
     assert len(seen) == len(set(seen)) == 700, "an offset was committed twice"
     assert sorted(v for *_, v, _ in sink) == sorted(v for _, v in values(0, 700))
-    committed = await coordinator_for(gateway.services).fetch_offsets("shop")
+    committed = await gateway.services.groups.fetch_offsets("shop")
     ends = {p: (await gateway.services.log.bounds(TOPIC, p))[1] for p in range(6)}
     assert {p: c.offset for (_, p), c in committed.items()} == ends
 
@@ -261,7 +260,7 @@ async def test_a_member_killed_without_leaving_loses_its_partitions_after_the_se
         killed_at = time.monotonic()
         await eventually(lambda: survivor.assigned == set(range(6)), what="reassignment after the session timeout")
         assert time.monotonic() - killed_at >= SESSION_MS / 1000 - 1.5
-        described = await coordinator_for(gateway.services).describe("g")
+        described = await gateway.services.groups.describe("g")
         assert len(described.members) == 1
     finally:
         if victim.poll() is None:
@@ -274,7 +273,7 @@ async def test_a_static_member_restarts_without_a_rebalance(gateway):
     bs = kafka_bootstrap(gateway)
     await gateway.services.log.create_topic(TOPIC, 6)
     sink: list[Seen] = []
-    coord = coordinator_for(gateway.services)
+    coord = gateway.services.groups
     static = ConfluentMember(bs, "g", sink, **{"group.instance.id": "warehouse-1"})
     other = KafkaPythonMember(bs, "g", sink)
     static.start()
@@ -316,7 +315,7 @@ async def test_committed_offsets_survive_a_gateway_restart(redis_url):
     gw = Gateway(test_config(redis_url, kafka_port=port))
     await gw.start()
     try:
-        described = await coordinator_for(gw.services).describe("durable")
+        described = await gw.services.groups.describe("durable")
         assert described is not None and described.protocol_type == "consumer"
         await produce("kafka-python", bs, TOPIC, values(90, 150))
         await eventually(lambda: exactly_once_each(sink, 150), what="the member carrying on after the restart")
@@ -396,7 +395,7 @@ async def test_the_consumer_group_example_resumes_after_its_commits(gateway):
                                    "--topic", "example", "--group", "readers", "--count", "12")
     assert code == 0, text
     assert "done: consumed 12, then 0 on rejoining" in text, text
-    committed = await coordinator_for(gateway.services).fetch_offsets("readers")
+    committed = await gateway.services.groups.fetch_offsets("readers")
     assert sum(c.offset for c in committed.values()) == 12
 
 
@@ -421,8 +420,8 @@ async def test_two_gateways_share_a_group_through_its_coordinator_and_hand_it_ov
         second.start()
         await eventually(lambda: len(first.assigned) == 3 and len(second.assigned) == 3, what="a 3/3 split")
         await eventually(lambda: exactly_once_each(sink, 100), what="the first 100 consumed")
-        assert coordinator_for(a.services).node_id == 0
-        assert await coordinator_for(b.services).locate("multi") == (0, "127.0.0.1", a.listeners["kafka"].port)
+        assert a.services.groups.node_id == 0
+        assert await b.services.groups.locate("multi") == (0, "127.0.0.1", a.listeners["kafka"].port)
         # a third member that can reach both; then the coordinating gateway goes away. (librdkafka
         # keeps its bootstrap servers; the Python clients only know the brokers Metadata listed)
         third = ConfluentMember(both, "multi", sink)
@@ -432,7 +431,7 @@ async def test_two_gateways_share_a_group_through_its_coordinator_and_hand_it_ov
         await first.close()  # its only gateway is going away
         await a.stop()
         await eventually(lambda: len(second.assigned) == 3 and len(third.assigned) == 3, what="a 3/3 split on b")
-        assert await coordinator_for(b.services).locate("multi") == (1, "127.0.0.1", b.listeners["kafka"].port)
+        assert await b.services.groups.locate("multi") == (1, "127.0.0.1", b.listeners["kafka"].port)
         await produce("kafka-python", kafka_bootstrap(b), TOPIC, values(100, 200))
         await eventually(lambda: exactly_once_each(sink, 200), what="all 200 consumed")
         await asyncio.gather(second.close(), third.close())

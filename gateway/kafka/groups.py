@@ -12,7 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.domain.groups import GroupCoordinator, GroupError, coordinator_for
+from gateway.domain.groups import GroupCoordinator, GroupError
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
 from gateway.kafka import codec
@@ -42,7 +42,7 @@ async def _authorize(ctx: RequestContext, group_id: str, operation: Operation) -
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
-    coord = coordinator_for(ctx.services)
+    coord = ctx.services.groups
     _, host, port = broker(ctx)
     coord.advertise(host, port)
     return coord

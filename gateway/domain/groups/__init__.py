@@ -17,7 +17,6 @@ from gateway.domain.groups.classic import (
 from gateway.domain.groups.coordinator import (
     GroupCoordinator,
     GroupListing,
-    coordinator_for,
     open_coordinator,
 )
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
@@ -42,5 +41,4 @@ __all__ = [
     "SyncResult",
     "consumer_assignment",
     "open_coordinator",
-    "coordinator_for",
 ]

@@ -436,32 +436,6 @@ class GroupCoordinator:
 # -- one coordinator per Services ---------------------------------------------------------------
 
 
-def coordinator_for(services: Any) -> GroupCoordinator:
-    """The coordinator of a `Services`: its `groups` attribute when wired there, else one created
-    on first use and kept on the instance; started (its timer role) on first use."""
-    coord = getattr(services, "groups", None)
-    if not isinstance(coord, GroupCoordinator):
-        coord = getattr(services, "_group_coordinator", None)
-    if not isinstance(coord, GroupCoordinator):
-        coord = open_coordinator(services.store, services.log, node_id=services.config.node_id)
-        services._group_coordinator = coord
-        _close_with(services, coord)
-    coord.start()
-    return coord
-
-
-def _close_with(services: Any, coord: GroupCoordinator) -> None:
-    """Until `Services.close` closes the coordinator itself, chain it onto this instance's close:
-    a stopped gateway must not keep expiring sessions that a successor now serves."""
-    close_services = services.close
-
-    async def close() -> None:
-        await coord.close()
-        await close_services()
-
-    services.close = close
-
-
 def open_coordinator(
     store: Store, log_service: LogService | None = None, *, node_id: int = 0,
     prefers: Callable[[str], bool] = lambda group_id: True,
