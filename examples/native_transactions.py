@@ -1,6 +1,6 @@
 """Consume-transform-produce exactly once with the native client's transactions.
 
-    python examples/native_transactions.py --url gateway://127.0.0.1:6650 --source words --sink shouts
+    python examples/native_transactions.py --url gateway://127.0.0.1:6650 --seed 30 --batch 10
 
 Reads `--source` on a failover subscription, upper-cases each value and writes it to `--sink`.
 Each batch of outputs and the cumulative acknowledgement of its inputs commit in one transaction,

@@ -7,7 +7,7 @@ window to another topic with the exactly-once sink as soon as the watermark has 
 a window closes because the sensors said so, not because a later reading happened to arrive.
 A line per micro-batch shows what Spark read, the watermark and the windows written.
 
-    python examples/spark_pipeline.py --url gateway://127.0.0.1:6650 --checkpoint /tmp/pipeline
+    python examples/spark_pipeline.py --url gateway://127.0.0.1:6650
 
 It needs the spark extra (`pip install -e .[spark]`) and Java 17 (JAVA_HOME).
 """
@@ -18,12 +18,14 @@ import argparse
 import asyncio
 import json
 import sys
+import tempfile
 import threading
 import time
 import uuid
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 
 from gateway.client import Client
 from gateway.spark import register
@@ -60,7 +62,7 @@ async def feed(url: str, topic: str, pause: float, done: threading.Event) -> Non
             await asyncio.sleep(0.1)
 
 
-async def written(url: str, topic: str) -> list[dict]:
+async def written(url: str, topic: str) -> list[dict[str, int]]:
     """The windows the query has committed to `topic` so far."""
     async with await Client.connect(url) as client:
         try:
@@ -73,7 +75,7 @@ async def written(url: str, topic: str) -> list[dict]:
         return sorted(out, key=lambda w: w["start"])
 
 
-def pipeline(spark: SparkSession, url: str, source: str, sink: str, checkpoint: str):  # -> StreamingQuery
+def pipeline(spark: SparkSession, url: str, source: str, sink: str, checkpoint: str) -> StreamingQuery:
     readings = (
         spark.readStream.format("gateway")
         .option("url", url).option("topic", source)
@@ -106,12 +108,31 @@ def pipeline(spark: SparkSession, url: str, source: str, sink: str, checkpoint: 
     )
 
 
+class BatchLines:
+    """A line for each micro-batch of a query. Each ended batch's progress is kept among the query's
+    recent ones, so none is missed however long apart the looks are."""
+
+    def __init__(self, query: StreamingQuery) -> None:
+        self.query = query
+        self.last = -1
+
+    def show(self) -> bool:
+        """A line for each batch that ended since the last look; True if there was any."""
+        new = [p for p in self.query.recentProgress if p["batchId"] > self.last]
+        for progress in new:
+            self.last = progress["batchId"]
+            watermark = progress.get("eventTime", {}).get("watermark", "-")
+            print(f"batch {self.last:3d}: {progress['numInputRows']:4d} rows read "
+                  f"({progress.get('processedRowsPerSecond', 0.0):7.1f}/s), watermark {watermark}", flush=True)
+        return bool(new)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default="gateway://127.0.0.1:6650")
     parser.add_argument("--source", default=f"readings-{uuid.uuid4().hex[:6]}")
     parser.add_argument("--sink", default=f"window-totals-{uuid.uuid4().hex[:6]}")
-    parser.add_argument("--checkpoint", default=f"/tmp/spark-pipeline-{uuid.uuid4().hex[:6]}")
+    parser.add_argument("--checkpoint", help="the query's checkpoint (default: a temporary one, removed at the end)")
     parser.add_argument("--timeout", type=float, default=240)
     args = parser.parse_args()
 
@@ -129,14 +150,16 @@ def main() -> int:
             await (await client.create_producer(args.source)).close()
 
     asyncio.run(create_source())
-    query = pipeline(spark, args.url, args.source, args.sink, args.checkpoint)
+    checkpoint_dir = tempfile.TemporaryDirectory(prefix="spark-pipeline-") if args.checkpoint is None else None
+    checkpoint = args.checkpoint if checkpoint_dir is None else checkpoint_dir.name
+    query = pipeline(spark, args.url, args.source, args.sink, checkpoint)
     print(f"query {query.id}: {args.source} -> windows of {WINDOW_SECONDS}s -> {args.sink}", flush=True)
     done = threading.Event()
     sensors = threading.Thread(target=asyncio.run, args=(feed(args.url, args.source, 1.0, done),), daemon=True)
     sensors.start()
 
     want = expected()
-    seen_batch = -1
+    batches = BatchLines(query)
     shown: set[int] = set()
     deadline = time.monotonic() + args.timeout
     try:
@@ -147,23 +170,21 @@ def main() -> int:
             if time.monotonic() > deadline:
                 print("timed out waiting for the windows", file=sys.stderr)
                 return 1
-            progress = query.lastProgress
-            if progress and progress["batchId"] != seen_batch:
-                seen_batch = progress["batchId"]
-                watermark = progress.get("eventTime", {}).get("watermark", "-")
-                print(f"batch {seen_batch:3d}: {progress['numInputRows']:4d} rows read "
-                      f"({progress.get('processedRowsPerSecond', 0.0):7.1f}/s), watermark {watermark}", flush=True)
-            for w in asyncio.run(written(args.url, args.sink)):
-                if w["start"] not in shown:
-                    shown.add(w["start"])
-                    print(f"  window [{w['start']}s, {w['start'] + WINDOW_SECONDS}s): "
-                          f"{w['readings']} readings, total {w['total']}", flush=True)
+            if batches.show():  # a batch's windows are in the sink before its progress is
+                for w in asyncio.run(written(args.url, args.sink)):
+                    if w["start"] not in shown:
+                        shown.add(w["start"])
+                        print(f"  window [{w['start']}s, {w['start'] + WINDOW_SECONDS}s): "
+                              f"{w['readings']} readings, total {w['total']}", flush=True)
             time.sleep(0.25)
     finally:
         done.set()
         query.stop()
+        batches.show()  # those that ended since the last look
         spark.stop()
         sensors.join(10)
+        if checkpoint_dir is not None:
+            checkpoint_dir.cleanup()
     got = {w["start"]: (w["readings"], w["total"]) for w in asyncio.run(written(args.url, args.sink))}
     ok = got == want and len(asyncio.run(written(args.url, args.sink))) == len(want)
     print("every window written once, with every reading" if ok else f"unexpected windows: {got}", flush=True)

@@ -3,9 +3,11 @@ modules that run on both (`REDIS_BACKENDS = ("single", "cluster")`), and gateway
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import redis as redis_sync
@@ -262,26 +265,51 @@ def gateway_process(tmp_path: Path) -> Iterator[GatewayProcess]:
             EmbeddedRedis(gp.data_dir).stop_leftover()
 
 
+T = TypeVar("T")
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-async def run_example(script: str, *args: str, timeout: float = 90.0) -> tuple[int, str]:
-    """Run an example as a user would, in its own process; awaited, never waited on, since the
-    gateway under test shares this event loop. Returns (exit code, everything it printed)."""
+def example_command(script: str) -> list[str]:
+    """The command an example's header tells its reader to run, split into words."""
+    doc = ast.get_docstring(ast.parse((EXAMPLES / script).read_text())) or ""
+    commands = [line.strip() for line in doc.splitlines() if line.strip().startswith(f"python examples/{script} ")]
+    assert len(commands) == 1, f"examples/{script} should show one command in its header"
+    return shlex.split(commands[0])
+
+
+async def run_example(script: str, gw: Gateway, timeout: float = 90.0) -> tuple[int, str]:
+    """Run the command in an example's header as a user would, in its own process, against `gw`:
+    the default addresses it names (Kafka's 127.0.0.1:9092, the native gateway://127.0.0.1:6650) are
+    replaced by `gw`'s, and nothing else, so what a test runs is what the example tells its reader.
+    Returns (exit code, everything it printed)."""
+    addresses = {"127.0.0.1:9092": kafka_bootstrap(gw), "gateway://127.0.0.1:6650": native_url(gw)}
+    python, path, *args = example_command(script)
+    assert (python, path) == ("python", f"examples/{script}")
+    return await run_program(sys.executable, str(EXAMPLES / script), *(addresses.get(a, a) for a in args),
+                             timeout=timeout)
+
+
+async def run_program(*argv: str, timeout: float, stdin: bytes | None = None, **options: Any) -> tuple[int, str]:
+    """Run a program to its end, awaited (a gateway under test may share this event loop), killed
+    at `timeout`; `options` go to the subprocess (cwd, env). Its output goes to a file, so a child
+    it leaves running in the background holds nothing up. Returns (exit code, everything it printed)."""
     import asyncio
 
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(EXAMPLES / script), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode is not None
-    return proc.returncode, out.decode()
+    with tempfile.TemporaryFile() as out:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=out, stderr=asyncio.subprocess.STDOUT, **options,
+        )
+        try:
+            await asyncio.wait_for(proc.communicate(stdin), timeout)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        assert proc.returncode is not None
+        out.seek(0)
+        return proc.returncode, out.read().decode()
 
 
 def java17_home() -> str:
@@ -346,12 +374,12 @@ async def eventually(
         await asyncio.sleep(0.02)
 
 
-async def in_spark(spark, work, *args, **kwargs):
+async def in_spark(spark: Any, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run blocking Spark calls in a thread, so the gateway sharing this event loop keeps serving.
     The session is made active in that thread's JVM twin: Spark finds Python data sources through
     it when starting a streaming write."""
 
-    def run():
+    def run() -> T:
         spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
         return work(*args, **kwargs)
 

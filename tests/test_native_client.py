@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,9 +10,7 @@ from gateway.client import Client, MessageId, Timeout, TopicNotFound
 from gateway.formats.partitioner import partition_for_key
 from gateway.formats.records import BatchBuilder
 from gateway.pb import gateway_pb2 as pb
-from tests.conftest import native_url
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import native_url, run_example
 
 
 @pytest.fixture
@@ -116,15 +111,9 @@ async def test_linger_fills_one_batch(gateway, client):
 
 
 async def test_example_runs_against_the_gateway(gateway):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(ROOT / "examples" / "native_produce_consume.py"),
-        "--url", native_url(gateway), "--count", "5",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, out.decode()
-    assert b"consumed 5 messages" in out
+    code, text = await run_example("native_produce_consume.py", gateway)
+    assert code == 0, text
+    assert "consumed 10 messages" in text, text
 
 
 async def test_client_reconnects_after_a_gateway_restart(redis_url):

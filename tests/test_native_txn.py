@@ -178,8 +178,7 @@ async def test_one_transaction_at_a_time_per_key(gateway):
 async def test_transactions_example_transforms_each_input_once(gateway):
     await gateway.services.log.create_topic("words", 2)
     await gateway.services.log.create_topic("shouts", 2)
-    code, text = await run_example("native_transactions.py", "--url", native_url(gateway), "--seed", "30",
-                                   "--batch", "7", "--idle-seconds", "1")
+    code, text = await run_example("native_transactions.py", gateway)
     assert code == 0, text
     assert "done: transformed 30" in text, text
     async with await Client.connect(native_url(gateway)) as client:

@@ -291,19 +291,20 @@ async def test_killed_mid_way_then_right_after_a_sink_commit_every_input_once(ga
 
 
 @pytest.mark.timeout(600)
-async def test_the_pipeline_example(gateway, client, tmp_path, monkeypatch):
+async def test_the_pipeline_example(gateway, client, monkeypatch):
     for name, value in spark_env().items():
         monkeypatch.setenv(name, value)
-    code, text = await run_example(
-        "spark_pipeline.py", "--url", native_url(gateway), "--source", "readings", "--sink", "totals",
-        "--checkpoint", str(tmp_path / "checkpoint"), timeout=500,
-    )
+    code, text = await run_example("spark_pipeline.py", gateway, timeout=500)
     assert code == 0, text[-5000:]
     windows = [line.strip() for line in text.splitlines() if line.startswith("  window")]
     assert windows == [f"window [{w * 10}s, {w * 10 + 10}s): 10 readings, total {1520 + 100 * w}" for w in range(4)]
     assert "every window written once, with every reading" in text
-    assert re.search(r"batch +\d+: +\d+ rows read .* watermark 2023-11-14", text)  # the progress display
-    assert len(await committed(client, "totals")) == 4
+    batches = [int(b) for b in re.findall(r"^batch +(\d+): +\d+ rows read .* watermark ", text, re.M)]
+    assert batches == list(range(len(batches))) and len(batches) > 1, text  # a line per micro-batch
+    assert re.search(r"^batch .* watermark 2023-11-14", text, re.M)  # the broker watermark moved Spark's
+    sink = re.search(r"^query \S+: \S+ -> windows of 10s -> (\S+)$", text, re.M)
+    assert sink, text
+    assert len(await committed(client, sink.group(1))) == 4
 
 
 async def test_source_and_sink_log_in_where_authentication_is_on(redis_url):

@@ -153,7 +153,7 @@ async def test_a_seek_moves_the_watermark_with_the_position(gateway, client):
 
 
 async def test_the_event_time_windows_example(gateway):
-    code, text = await run_example("native_watermarks.py", "--url", native_url(gateway), "--topic", "sensors")
+    code, text = await run_example("native_watermarks.py", gateway)
     assert code == 0, text
     assert text.splitlines() == [
         "window [0s, 10s): 4 readings, sum 10",

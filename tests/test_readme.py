@@ -1,0 +1,222 @@
+"""The README's code runs as written: each fenced block is read from README.md itself, so the text a
+reader copies is the text tested, and every example is run by a test with its header's command.
+
+The one change made to a block's text: the default addresses a user has (Kafka's `localhost:9092`,
+the native `gateway://localhost:6650`, the admin `http://127.0.0.1:8080`) become the test gateway's,
+since those ports may be taken where the suite runs. Beyond that:
+
+- Python programs run as a file in a process of their own, and their effect is checked.
+- Spark fragments run in the suite's Spark session, with the context the README names given by a
+  named preamble (`spark`, and for the sink `results` and `checkpoint`).
+- The security shell block runs in bash with the virtualenv's `gateway` on PATH, in a fresh
+  directory (its `./data`), with the listeners' ports and the admin URL set through the environment
+  fallbacks the README describes (GATEWAY_KAFKA_PORT, GATEWAY_NATIVE_PORT, GATEWAY_ADMIN_PORT,
+  GATEWAY_ADMIN_URL), a password on stdin for the command that asks for one, and `set -e` before it.
+- Not run here: `./dev serve` serves until Ctrl-C and `./dev test` is the whole suite (CI runs it);
+  the `gateway serve [...]` synopsis is not a command (its flags are checked against the CLI's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import select
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.client import AuthorizationFailed, Client
+from gateway.server.gateway import Gateway
+from gateway.store.embedded import EmbeddedRedis, free_port
+from tests.conftest import EXAMPLES, admin_url, in_spark, kafka_bootstrap, native_url, run_program
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+NOT_RUN = {
+    "./dev serve": "serves until Ctrl-C; ./dev test is the suite itself, which CI runs",
+    "gateway serve [": "a synopsis of the flags, not a command",
+}
+RUN = {
+    "from confluent_kafka import Producer": "test_kafka_producer_snippet",
+    'create_producer("orders")': "test_native_snippet_receives_what_it_sent_on_every_run",
+    "send_watermark": "test_watermark_snippet",
+    "register(spark)": "test_spark_snippets",
+    "F.window": "test_spark_snippets",
+    'writeStream.format("gateway")': "test_spark_snippets",
+    "GATEWAY_ADMIN_TOKEN=": "test_security_snippet",
+}
+
+
+def blocks() -> list[tuple[str, str]]:
+    """README.md's fenced code blocks: (info string, text)."""
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"^```(\w*)\n(.*?)^```$", text, re.M | re.S)
+
+
+def block(marker: str) -> str:
+    """The one README block that contains `marker`."""
+    found = [text for _, text in blocks() if marker in text]
+    assert len(found) == 1, f"README.md has {len(found)} blocks with {marker!r}, not one"
+    return found[0]
+
+
+def localized(text: str, kafka: str, native: str, admin: str) -> str:
+    """The snippet with the default addresses replaced by the test's: the only change made to it."""
+    ours = {"localhost:9092": kafka, "gateway://localhost:6650": native, "http://127.0.0.1:8080": admin}
+    return re.sub("|".join(map(re.escape, ours)), lambda m: ours[m.group()], text)
+
+
+def on(gw: Gateway, text: str) -> str:
+    """The snippet against the in-process gateway `gw`."""
+    return localized(text, kafka_bootstrap(gw), native_url(gw), admin_url(gw))
+
+
+async def run_snippet(text: str, gw: Gateway, tmp_path: Path, timeout: float = 60.0) -> str:
+    """Run a README program as a user would: saved to a file, run by Python; returns what it printed."""
+    program = tmp_path / "snippet.py"
+    program.write_text(on(gw, text))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    code, out = await run_program(sys.executable, str(program), timeout=timeout, cwd=tmp_path, env=env)
+    assert code == 0, out
+    return out
+
+
+def test_every_block_is_run_or_said_why_not() -> None:
+    for info, text in blocks():
+        claims = [m for m in [*RUN, *NOT_RUN] if m in text]
+        assert len(claims) == 1, f"a ```{info} block is claimed by {claims}, not by one test or reason:\n{text}"
+        assert info in ("python", "sh"), f"a ```{info} block: python or sh, so readers see it as code"
+    tests = set(globals())
+    assert set(RUN.values()) <= tests
+
+
+def test_every_example_is_run_by_a_test_with_its_header_command() -> None:
+    """run_example runs the command of the example's header; a test module names each example it runs."""
+    runners = [p.read_text() for p in TESTS.glob("test_*.py")]
+    runners = [text for text in runners if "run_example(" in text]
+    for script in sorted(p.name for p in EXAMPLES.glob("*.py")):
+        assert any(f'"{script}"' in text for text in runners), f"no test runs examples/{script} (with run_example)"
+
+
+@pytest.mark.kafka
+async def test_kafka_producer_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    await run_snippet(block("from confluent_kafka import Producer"), gateway, tmp_path)
+    async with await Client.connect(native_url(gateway)) as client:
+        [msg] = [m async for m in client.read_range("orders", 0, 0)]
+    assert (msg.key, msg.value) == (b"customer-7", b"hello")
+
+
+async def test_native_snippet_receives_what_it_sent_on_every_run(gateway: Gateway, tmp_path: Path) -> None:
+    """It subscribes before sending, so the first run (which creates the subscription at the end of
+    the topic) gets its message as the later ones do."""
+    snippet = block('create_producer("orders")')
+    for run in range(2):
+        out = await run_snippet(snippet, gateway, tmp_path)
+        assert out == f"sent orders-0@{run}, received b'hello' at orders-0@{run}\n"
+
+
+async def test_watermark_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    lines = (await run_snippet(block("send_watermark"), gateway, tmp_path)).splitlines()
+    watermark = lines[0]  # on_watermark, once the first reading is acknowledged: the sensor's
+    assert watermark.isdigit(), lines
+    # then last_watermark, a late reading, and the watermark at that reading (after the sensor's W_SET);
+    # on_watermark may print None among them, once the sensor went idle
+    assert [line for line in lines if line != "None"] == [watermark, watermark, "b'19.0' True", watermark]
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+async def test_spark_snippets(spark: Any, gateway: Gateway, client: Client, tmp_path: Path) -> None:
+    """The source, the watermark filter and the sink, in order in one namespace, as a program would
+    hold them; the sink's query runs until it has copied what the source read."""
+    producer = await client.create_producer("events")
+    for i in range(3):
+        await producer.send(f"e{i}".encode(), key=b"k")
+    namespace: dict[str, Any] = {"spark": spark}  # the SparkSession the section assumes
+
+    def run() -> None:
+        exec(on(gateway, block("register(spark)")), namespace)
+        exec(on(gateway, block("F.window")), namespace)
+        namespace["results"] = namespace["events"]  # any streaming DataFrame with a key and a value
+        namespace["checkpoint"] = str(tmp_path / "checkpoint")
+        exec(on(gateway, block('writeStream.format("gateway")')), namespace)
+        query = namespace["query"]
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+    await in_spark(spark, run)
+    assert namespace["windows"].isStreaming and namespace["windows"].columns == ["window", "count"]
+    [info] = await client.list_partitions("results")
+    copied = [(m.key, m.value) async for m in client.read_range("results", 0, 0)]
+    assert copied == [(b"k", f"e{i}".encode()) for i in range(3)] and info.last_stable_offset == info.high_watermark
+
+
+async def test_security_snippet(tmp_path: Path) -> None:
+    ports = {"GATEWAY_KAFKA_PORT": free_port(), "GATEWAY_NATIVE_PORT": free_port(), "GATEWAY_ADMIN_PORT": free_port()}
+    kafka, url = f"127.0.0.1:{ports['GATEWAY_KAFKA_PORT']}", f"gateway://127.0.0.1:{ports['GATEWAY_NATIVE_PORT']}"
+    admin = f"http://127.0.0.1:{ports['GATEWAY_ADMIN_PORT']}"
+    (tmp_path / "security.sh").write_text(localized(block("GATEWAY_ADMIN_TOKEN="), kafka, url, admin))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update({k: str(v) for k, v in ports.items()}, GATEWAY_ADMIN_URL=admin,
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p))
+    try:
+        code, out = await run_program("bash", "-c", "set -e; . ./security.sh", timeout=120,
+                                      stdin=b"admin-secret\n", cwd=tmp_path, env=env)
+        assert code == 0, out
+        answers = json_values(out)
+        assert answers[0] == {"status": "ok", "redis": True}  # the health check the snippet waits on
+        [token] = [a["token"] for a in answers if isinstance(a, dict) and a.get("user") == "alice"]
+        for login in ({"username": "alice", "password": "s3cret"}, {"token": token}):
+            async with await Client.connect(url, **login) as alice:
+                await (await alice.create_producer("orders")).send(b"by alice")  # write on orders
+                with pytest.raises(AuthorizationFailed):
+                    await alice.subscribe("orders", "billing-eu")  # read on billing-* groups, not the topic
+        async with await Client.connect(url, username="admin", password="admin-secret") as as_admin:
+            await as_admin.subscribe("orders", "audit")  # a super user may do anything
+    finally:  # the snippet leaves the gateway serving in the background
+        if (pid := serving(tmp_path)) is not None:
+            await stopped(pid)
+        EmbeddedRedis(tmp_path / "data").stop_leftover()
+
+
+def serving(cwd: Path) -> int | None:
+    """The pid of the gateway that holds the data dir `./data` of `cwd`, if one still runs there."""
+    try:
+        pid = int((cwd / "data" / "gateway.lock").read_text().split()[2].rstrip(","))
+        return pid if Path(os.readlink(f"/proc/{pid}/cwd")) == cwd.resolve() else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def json_values(text: str) -> list[Any]:
+    """The JSON objects printed among other lines (the gateway's, serving in the background)."""
+    decoder, values, at = json.JSONDecoder(), [], 0
+    while (at := text.find("{", at)) >= 0:
+        try:
+            value, at = decoder.raw_decode(text, at)
+            values.append(value)
+        except json.JSONDecodeError:
+            at += 1
+    return values
+
+
+async def stopped(pid: int, timeout: float = 30.0) -> None:
+    """SIGTERM a process that is not our child and wait for its exit (its pidfd turns readable)."""
+    fd = os.pidfd_open(pid)
+    try:
+        os.kill(pid, signal.SIGTERM)
+        ready, _, _ = await asyncio.to_thread(select.select, [fd], [], [], timeout)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        assert ready, f"the gateway {pid} did not stop within {timeout}s of SIGTERM"
+    finally:
+        os.close(fd)
