@@ -16,6 +16,7 @@ import cramjam
 import crc32c
 
 from gateway.errors import CorruptMessage
+from gateway.formats.varint import read_varint, write_varint
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -168,42 +169,6 @@ def _xerial_decompress(data: bytes) -> bytes:
         out += cramjam.snappy.decompress_raw(data[pos : pos + n])
         pos += n
     return bytes(out)
-
-
-# -- varints --------------------------------------------------------------------------------------
-
-
-def write_varint(out: bytearray, value: int) -> None:
-    v = (value << 1) ^ (value >> 63)
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """A zigzag varint at `pos`: (value, position after it). One and two bytes (deltas, lengths
-    under 8 KiB) take the short way: this is the inner loop of every record decoded."""
-    try:
-        b = buf[pos]
-        if b < 0x80:
-            return (b >> 1) ^ -(b & 1), pos + 1
-        c = buf[pos + 1]
-        if c < 0x80:
-            v = (b & 0x7F) | (c << 7)
-            return (v >> 1) ^ -(v & 1), pos + 2
-    except IndexError:
-        raise CorruptMessage("truncated varint") from None
-    shift = result = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise CorruptMessage("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
 
 
 def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
