@@ -7,7 +7,6 @@ The hot paths only ever look at the fixed 61-byte header (`parse_header`); recor
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from typing import NamedTuple
@@ -15,6 +14,7 @@ from typing import NamedTuple
 import cramjam
 import crc32c
 
+from gateway.clock import now_ms
 from gateway.errors import CorruptMessage
 from gateway.formats.varint import read_varint, write_varint
 
@@ -288,7 +288,7 @@ class BatchBuilder:
         timestamp: int | None = None,
     ) -> int:
         """Add a record; returns its offset delta within the batch."""
-        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        ts = now_ms() if timestamp is None else timestamp
         if self._count == 0:
             self._base_ts = ts
         self._max_ts = max(self._max_ts, ts)
@@ -380,7 +380,7 @@ def build_watermark_batch(
 def _control_batch(kind: int, value: bytes, producer_id: int, producer_epoch: int, transactional: bool) -> bytes:
     out = bytearray()
     encode_record(out, 0, 0, struct.pack(">hh", 0, kind), value)
-    now = int(time.time() * 1000)
+    now = now_ms()
     return assemble(
         bytes(out),
         attributes=ATTR_CONTROL | (ATTR_TRANSACTIONAL if transactional else 0),
