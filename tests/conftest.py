@@ -189,6 +189,10 @@ class GatewayProcess:
     proc: subprocess.Popen[str] | None = None
     banner: str = ""
     args: list[str] = field(default_factory=list)  # more `gateway serve` flags
+    command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "gateway"])  # the `gateway` to run
+    # its environment: this one, less the GATEWAY_* settings, so the flags alone decide
+    env: dict[str, str] = field(default_factory=lambda: {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")})
+    cwd: Path | None = None
 
     @property
     def native_url(self) -> str:
@@ -220,7 +224,7 @@ class GatewayProcess:
 
     def _start(self) -> None:
         args = [
-            sys.executable, "-m", "gateway", "serve",
+            *self.command, "serve",
             "--kafka-port", str(self.kafka_port),
             "--native-port", str(self.native_port),
             "--admin-port", str(self.admin_port),
@@ -229,8 +233,8 @@ class GatewayProcess:
         if self.redis_url:
             args += ["--redis-url", self.redis_url]
         args += self.args
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
+                                     cwd=self.cwd)
         assert self.proc.stdout is not None
         lines = []
         for line in self.proc.stdout:

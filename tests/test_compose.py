@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import yaml
@@ -36,8 +37,12 @@ def test_compose_runs_the_gateway_with_flags_the_cli_accepts():
     assert "--appendonly" in compose["services"]["redis"]["command"]
 
 
-def test_dockerfile_starts_gateway_serve():
+def test_dockerfile_builds_the_wheel_and_runs_gateway_serve_installed_from_it():
     text = (ROOT / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["gateway", "serve"]' in text
-    for path in ("gateway", "lua", "proto", "pyproject.toml"):
-        assert path in text and (ROOT / path).exists()
+    build, run = re.split(r"^FROM ", text, flags=re.M)[1:]
+    copied = {src for line in build.splitlines() if line.startswith("COPY ") for src in line.split()[1:-1]}
+    assert copied == {"gateway", "lua", "pyproject.toml", "README.md"}  # what the wheel is built from
+    assert all((ROOT / path).exists() for path in copied)
+    assert "pip wheel" in build and "COPY --from=build" in run and "pip install" in run
+    assert "-e " not in text and "COPY gateway" not in run, "the image runs the installed wheel, not the sources"

@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from gateway.domain.delay import DelayConfig, DelayRequest, DelayScheduler, DelayService, now_ms
+from gateway.clock import now_ms
+from gateway.domain.delay import DelayConfig, DelayRequest, DelayScheduler, DelayService
 from gateway.domain.log import LogService
 from gateway.domain.txn import TransactionCoordinator
 from gateway.formats.records import build_batch, iter_records

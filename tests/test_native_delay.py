@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from gateway.client import Client, Timeout
+from gateway.clock import now_ms
 from tests.conftest import native_url
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
@@ -18,10 +18,6 @@ async def client(gateway):
     c = await Client.connect(native_url(gateway))
     yield c
     await c.close()
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def test_delivered_in_time_order_at_their_time(client):

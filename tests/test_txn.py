@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 
+from gateway.clock import now_ms
 from gateway.domain.log import LogService, committed_entries
 from gateway.domain.txn import ABORTED, COMMITTED, InvalidTransactionTimeout, TransactionCoordinator
 from gateway.errors import InvalidTxnState, ProducerFenced
 from gateway.formats.records import BatchBuilder, build_control_batch, iter_records, parse_header
 from gateway.store import Store
-from gateway.store.txn import now_ms
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
 

@@ -10,10 +10,11 @@ from aiohttp import web
 from gateway.admin.body import json_body
 from gateway.admin.metrics import Metrics
 from gateway.admin.security import SecurityApi, authentication
+from gateway.clock import now_ms
 from gateway.domain.fence import KeyState, full_key
 from gateway.domain.log import effective_config
 from gateway.domain.services import Services
-from gateway.domain.txn import TxnId, TxnInfo, now_ms
+from gateway.domain.txn import TxnId, TxnInfo
 from gateway.domain.watermark import PositionsWatermark
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest, TransactionNotFound
 from gateway.net import server_ssl_context

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gateway.clock import now_ms
 from gateway.domain.services import Services
-from gateway.domain.txn import now_ms
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

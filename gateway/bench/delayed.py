@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 
 from gateway.bench.common import percentile
-from gateway.domain.delay import DelayRequest, DelayService, now_ms
+from gateway.clock import now_ms
+from gateway.domain.delay import DelayRequest, DelayService
 from gateway.domain.log import LogService
 from gateway.formats.records import build_batch, iter_records
 from gateway.store import Store

@@ -28,6 +28,7 @@ from gateway.bench.common import (
     streams,
     timed_steps,
 )
+from gateway.clock import now_ms
 from gateway.domain.watermark import Mark
 from gateway.formats.records import build_watermark_batch
 
@@ -44,7 +45,7 @@ SIZE = 100  # message bytes in the consume rows
 
 def _marker(producer: str = "producer-00") -> tuple[bytes, bytes]:
     """The bytes a W_SET puts in a log and in an index (as the gateway builds them)."""
-    body = Mark(0, producer, int(time.time() * 1000), int(time.time() * 1000)).encode()
+    body = Mark(0, producer, now_ms(), now_ms()).encode()
     return build_watermark_batch(False, body), body
 
 
@@ -158,7 +159,7 @@ async def gateway_send(port: int, topic: str, producers: int, seconds: float) ->
             sent = 0
             while time.perf_counter() < deadline:
                 t0 = time.perf_counter()
-                await producer.send_watermark(int(time.time() * 1000))
+                await producer.send_watermark(now_ms())
                 latencies.append((time.perf_counter() - t0) * 1000)
                 sent += 1
             return sent

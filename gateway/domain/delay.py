@@ -12,18 +12,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gateway.clock import now_ms
 from gateway.domain.roles import NO_LEASE, Lease
 from gateway.errors import CorruptMessage, NotAllowed, StorageUnavailable
 from gateway.formats.records import BatchBuilder, iter_records, parse_header, split_batches
 from gateway.store import Store
 from gateway.store.delay import DelayConfig, DelayItem, DelayStats, Moved, Part, Scheduled
 
-__all__ = ["DELIVER_AFTER_HEADER", "DELIVER_AT_HEADER", "DelayConfig", "DelayRequest", "DelayScheduler", "DelayService", "DelayStats", "Scheduled", "now_ms"]
+__all__ = ["DELIVER_AFTER_HEADER", "DELIVER_AT_HEADER", "DelayConfig", "DelayRequest", "DelayScheduler", "DelayService", "DelayStats", "Scheduled"]
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,6 @@ def deliver_at(headers: list[tuple[str, bytes | None]], now: int) -> int | None:
             continue
         return n if name == DELIVER_AT_HEADER else now + n
     return None
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

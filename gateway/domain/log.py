@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from gateway.clock import now_ms
 from gateway.domain.readahead import ReadAhead
 from gateway.domain.roles import NO_LEASE, Lease
 from gateway.errors import (
@@ -167,7 +167,7 @@ class LogService:
         n = self.default_partitions if partitions is None or partitions < 1 else partitions
         if n > MAX_PARTITIONS:
             raise InvalidRequest(f"at most {MAX_PARTITIONS} partitions")
-        info = TopicInfo(name, n, validate_config(config or {}), int(time.time() * 1000))
+        info = TopicInfo(name, n, validate_config(config or {}), now_ms())
         info = await self.store.log.create_topic(info)
         self._topics[name] = info
         return info

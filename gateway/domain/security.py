@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from gateway.clock import now_ms
 from gateway.errors import AuthenticationFailed, GatewayError, InvalidRequest, NotAllowed
 from gateway.store import Store
 from gateway.store.security import AclEntry, UserRecord
@@ -445,7 +446,7 @@ class SecurityService:
                 raise InvalidRequest("an empty password")
             for m in mechs:
                 creds[m] = (await asyncio.to_thread(ScramCredential.create, m, password, iterations)).format()
-        return await self.store.set_user(name, creds, _now_ms())
+        return await self.store.set_user(name, creds, now_ms())
 
     async def delete_user(self, name: str) -> bool:
         return await self.store.delete_user(name)
@@ -466,7 +467,7 @@ class SecurityService:
         """(id, token) for the user; the token is shown this once, only its digest is kept."""
         token_id = secrets.token_hex(6)
         token = secrets.token_urlsafe(32)
-        if not await self.store.add_token(name, token_id, _digest(token), _now_ms()):
+        if not await self.store.add_token(name, token_id, _digest(token), now_ms()):
             raise InvalidRequest(f"no user {name!r}")
         return token_id, token
 
@@ -491,7 +492,3 @@ class SecurityService:
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

@@ -16,12 +16,13 @@ import signal
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.clock import now_ms
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest
 from gateway.formats.records import build_control_batch
 from gateway.store import Store
-from gateway.store.txn import Ending, TxnInfo, now_ms, part_member, sub_member
+from gateway.store.txn import Ending, TxnInfo, part_member, sub_member
 
-__all__ = ["TransactionCoordinator", "TxnId", "TxnInfo", "now_ms"]
+__all__ = ["TransactionCoordinator", "TxnId", "TxnInfo"]
 
 log = logging.getLogger(__name__)
 

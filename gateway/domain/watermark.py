@@ -24,10 +24,10 @@ its latest snapshot, and a periodic pass snapshots those with a quarter of that.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gateway.clock import now_ms
 from gateway.domain.log import LogService, aborted, effective_config
 from gateway.errors import CorruptMessage, InvalidRequest, PartitionNotFound
 from gateway.formats.records import (
@@ -53,10 +53,6 @@ log = logging.getLogger(__name__)
 
 AHEAD = 256  # marks read past a position an ack jumped to, so the acks after it need not ask again
 IDLE_TIMEOUT = "watermark.idle.timeout.ms"  # the topic config; see `WatermarkService.idle_pass`
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 from google.protobuf.message import Message as ProtoMessage
 
 from gateway.errors import InvalidRequest, MessageTooLarge
+from gateway.formats.varint import uvarint
 
 PROTOCOL_VERSION = 1
 _LENGTH = struct.Struct(">I")
@@ -41,19 +42,8 @@ def frame(message: ProtoMessage) -> bytes:
 # -- hand-written encoder for Response{messages} -----------------------------------------------
 
 
-def _varint(n: int) -> bytes:
-    if n < 0:
-        n += 1 << 64
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _tag(field: int, wire_type: int) -> bytes:
-    return _varint(field << 3 | wire_type)
+    return uvarint(field << 3 | wire_type)
 
 
 _VARINT, _LEN = 0, 2
@@ -87,26 +77,26 @@ def _entries(field_tag: bytes, entries: Iterable[OutgoingEntry], chunks: list[by
     for e in entries:
         pre = bytearray()
         if e.partition:
-            pre += _ENTRY_PARTITION + _varint(e.partition)
+            pre += _ENTRY_PARTITION + uvarint(e.partition)
         if e.base_offset:
-            pre += _ENTRY_BASE + _varint(e.base_offset)
+            pre += _ENTRY_BASE + uvarint(e.base_offset)
         if len(e.batch):
-            pre += _ENTRY_BATCH + _varint(len(e.batch))
+            pre += _ENTRY_BATCH + uvarint(len(e.batch))
         post = bytearray()
-        packed = b"".join(_varint(s) for s in e.skip)
+        packed = b"".join(uvarint(s) for s in e.skip)
         if packed:
-            post += _ENTRY_SKIP + _varint(len(packed)) + packed
+            post += _ENTRY_SKIP + uvarint(len(packed)) + packed
         if e.redelivery_count:
-            post += _ENTRY_REDELIVERY + _varint(e.redelivery_count)
+            post += _ENTRY_REDELIVERY + uvarint(e.redelivery_count)
         size = len(pre) + len(e.batch) + len(post)
-        head = field_tag + _varint(size) + pre
+        head = field_tag + uvarint(size) + pre
         chunks += [head, e.batch, bytes(post)]
         added += len(head) + len(e.batch) + len(post)
     return added
 
 
 def _response(request_id: int, body_tag: bytes, chunks: list[bytes | memoryview], body_len: int) -> list[bytes | memoryview]:
-    head = (_RESPONSE_ID + _varint(request_id) if request_id else b"") + body_tag + _varint(body_len)
+    head = (_RESPONSE_ID + uvarint(request_id) if request_id else b"") + body_tag + uvarint(body_len)
     return [_LENGTH.pack(len(head) + body_len), head, *chunks]
 
 
@@ -115,7 +105,7 @@ def messages_frame(consumer_id: int, entries: Iterable[OutgoingEntry]) -> list[b
     chunks: list[bytes | memoryview] = []
     body_len = 0
     if consumer_id:
-        head = _MESSAGES_CONSUMER + _varint(consumer_id)
+        head = _MESSAGES_CONSUMER + uvarint(consumer_id)
         chunks.append(head)
         body_len += len(head)
     body_len += _entries(_MESSAGES_ENTRY, entries, chunks)
@@ -130,9 +120,9 @@ def range_frame(
     body_len = _entries(_RANGE_ENTRY, entries, chunks)
     tail = bytearray()
     if next_offset:
-        tail += _RANGE_NEXT + _varint(next_offset)
+        tail += _RANGE_NEXT + uvarint(next_offset)
     if last_stable_offset:
-        tail += _RANGE_STABLE + _varint(last_stable_offset)
+        tail += _RANGE_STABLE + uvarint(last_stable_offset)
     chunks.append(bytes(tail))
     return _response(request_id, _RESPONSE_RANGE, chunks, body_len + len(tail))
 

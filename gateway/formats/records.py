@@ -7,7 +7,6 @@ The hot paths only ever look at the fixed 61-byte header (`parse_header`); recor
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterable, Iterator
 from enum import IntEnum
 from typing import NamedTuple
@@ -15,7 +14,9 @@ from typing import NamedTuple
 import cramjam
 import crc32c
 
+from gateway.clock import now_ms
 from gateway.errors import CorruptMessage
+from gateway.formats.varint import read_varint, write_varint
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -170,42 +171,6 @@ def _xerial_decompress(data: bytes) -> bytes:
     return bytes(out)
 
 
-# -- varints --------------------------------------------------------------------------------------
-
-
-def write_varint(out: bytearray, value: int) -> None:
-    v = (value << 1) ^ (value >> 63)
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """A zigzag varint at `pos`: (value, position after it). One and two bytes (deltas, lengths
-    under 8 KiB) take the short way: this is the inner loop of every record decoded."""
-    try:
-        b = buf[pos]
-        if b < 0x80:
-            return (b >> 1) ^ -(b & 1), pos + 1
-        c = buf[pos + 1]
-        if c < 0x80:
-            v = (b & 0x7F) | (c << 7)
-            return (v >> 1) ^ -(v & 1), pos + 2
-    except IndexError:
-        raise CorruptMessage("truncated varint") from None
-    shift = result = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise CorruptMessage("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
 def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
     n, pos = read_varint(buf, pos)
     if n < 0:
@@ -323,7 +288,7 @@ class BatchBuilder:
         timestamp: int | None = None,
     ) -> int:
         """Add a record; returns its offset delta within the batch."""
-        ts = int(time.time() * 1000) if timestamp is None else timestamp
+        ts = now_ms() if timestamp is None else timestamp
         if self._count == 0:
             self._base_ts = ts
         self._max_ts = max(self._max_ts, ts)
@@ -415,7 +380,7 @@ def build_watermark_batch(
 def _control_batch(kind: int, value: bytes, producer_id: int, producer_epoch: int, transactional: bool) -> bytes:
     out = bytearray()
     encode_record(out, 0, 0, struct.pack(">hh", 0, kind), value)
-    now = int(time.time() * 1000)
+    now = now_ms()
     return assemble(
         bytes(out),
         attributes=ATTR_CONTROL | (ATTR_TRANSACTIONAL if transactional else 0),

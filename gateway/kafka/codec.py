@@ -20,9 +20,9 @@ from kio.schema.errors import ErrorCode as KafkaError
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
+from gateway.formats.varint import VarintError, read_uvarint
 from gateway.kafka import guard
 from gateway.kafka.errors import MalformedRequest
-from gateway.kafka.wire import read_uvarint
 
 _HEAD = struct.Struct(">hhi")
 _I32 = struct.Struct(">i")
@@ -74,11 +74,14 @@ def read_header(frame: bytes | memoryview) -> RequestHeader:
         pos += n
     cls = request_class(api_key, version)
     if cls is not None and cls.__header_schema__.__flexible__:
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count):
-            _, pos = read_uvarint(frame, pos)  # tag
-            size, pos = read_uvarint(frame, pos)
-            pos += size
+        try:
+            count, pos = read_uvarint(frame, pos)
+            for _ in range(count):
+                _, pos = read_uvarint(frame, pos)  # tag
+                size, pos = read_uvarint(frame, pos)
+                pos += size
+        except VarintError as exc:
+            raise MalformedRequest(str(exc)) from exc
         if pos > len(frame):
             raise MalformedRequest("tagged header fields run past the frame")
     return RequestHeader(api_key, version, correlation_id, client_id, pos)

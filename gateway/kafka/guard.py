@@ -17,8 +17,8 @@ from typing import Any
 
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
+from gateway.formats.varint import VarintError, read_uvarint
 from gateway.kafka.errors import MalformedRequest
-from gateway.kafka.wire import read_uvarint
 
 Skim = Callable[[bytes | memoryview, int], int]  # (buffer, offset) -> offset after the value
 
@@ -35,7 +35,7 @@ def check_request(cls: type[Any], buf: bytes | memoryview, offset: int) -> None:
     """Raise MalformedRequest when the body at `offset` claims more than it holds."""
     try:
         _entity(cls)[0](buf, offset)
-    except (IndexError, struct.error) as exc:
+    except (IndexError, struct.error, VarintError) as exc:
         raise MalformedRequest(f"request body ends early: {exc}") from exc
 
 

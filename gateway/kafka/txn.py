@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.clock import now_ms
 from gateway.domain.producer_txn import (
     CommittedOffset,
     InvalidProducerIdMapping,
@@ -18,7 +19,7 @@ from gateway.domain.producer_txn import (
     UnknownMember,
 )
 from gateway.domain.security import Operation, ResourceType
-from gateway.domain.txn import InvalidTransactionTimeout, now_ms
+from gateway.domain.txn import InvalidTransactionTimeout
 from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles

@@ -8,21 +8,12 @@ from __future__ import annotations
 
 import struct
 
-from gateway.kafka.errors import MalformedRequest
+from gateway.formats.varint import uvarint
 
 I16 = struct.Struct(">h")
 I32 = struct.Struct(">i")
 I64 = struct.Struct(">q")
 NO_TAGS = b"\x00"
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def array_len(n: int | None, flexible: bool) -> bytes:
@@ -43,17 +34,3 @@ def bytes_len(n: int | None, flexible: bool) -> bytes:
     if n is None:
         return uvarint(0) if flexible else I32.pack(-1)
     return uvarint(n + 1) if flexible else I32.pack(n)
-
-
-def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """An unsigned varint (compact lengths, tag counts) at `pos`: (value, position after it)."""
-    shift = result = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise MalformedRequest("truncated or overlong varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7

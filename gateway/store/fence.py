@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.clock import now_ms
 from gateway.errors import ErrorCode, error_for
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
-from gateway.store.txn import now_ms
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ partition's keys live in a slot of their own, so they follow the record without 
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -35,6 +34,7 @@ from typing import Any
 import msgpack  # type: ignore[import-untyped]
 from redis.exceptions import ResponseError
 
+from gateway.clock import now_ms
 from gateway.errors import ErrorCode, StorageUnavailable, TopicExists, TopicNotFound, error_for
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
@@ -540,7 +540,7 @@ class LogStore:
                 "trim-3",
                 [keys.log(topic, partition), keys.meta(topic, partition), keys.aborted_txns(topic, partition)],
                 # now_ms, retention_ms, retention_bytes, min_start, epoch
-                [int(time.time() * 1000), retention_ms, retention_bytes, min_start, role_epoch],
+                [now_ms(), retention_ms, retention_bytes, min_start, role_epoch],
             )
         if reply[0] != ErrorCode.OK:
             raise error_for(reply[0], f"{topic}-{partition}")

@@ -1,5 +1,8 @@
 """Loads `lua/`: resolves `--- @include "name"` lines, rejects cycles, checks each header.
 
+The scripts ship inside the package (`gateway/store/lua` links to `lua/` at the top of the
+repository) and are read through importlib.resources, so a wheel runs as a checkout does.
+
 Scripts are registered once and called by SHA; redis-py reloads them on NOSCRIPT (after a Redis
 restart or SCRIPT FLUSH), so callers never see that. On a Redis Cluster, EVALSHA goes to the node
 of its first key, and a load goes to every primary.
@@ -9,7 +12,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from redis.commands.core import AsyncScript
@@ -17,7 +21,7 @@ from redis.exceptions import NoScriptError
 
 from gateway.store.connection import RedisClient
 
-LUA_DIR = Path(__file__).resolve().parents[2] / "lua"
+LUA_DIR = files("gateway.store") / "lua"
 _INCLUDE = re.compile(r'^--- @include "([\w-]+)"\s*$', re.M)
 _NAME = re.compile(r"^([a-z0-9-]+)-(\d+)$")
 
@@ -26,14 +30,14 @@ class ScriptError(Exception):
     """A script in `lua/` is malformed; raised at load time, never at call time."""
 
 
-def resolve(name: str, directory: Path = LUA_DIR, _stack: tuple[str, ...] = ()) -> str:
+def resolve(name: str, directory: Traversable = LUA_DIR, _stack: tuple[str, ...] = ()) -> str:
     """The text of `name`.lua with its includes pulled in, each once."""
     path = directory / f"{name}.lua" if not _stack else directory / "includes" / f"{name}.lua"
     if name in _stack:
         raise ScriptError(f"include cycle: {' -> '.join((*_stack, name))}")
-    if not path.exists():
+    if not path.is_file():
         raise ScriptError(f"no script {path}")
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     return _INCLUDE.sub(lambda m: resolve(m.group(1), directory, (*_stack, name)), text)
 
 
@@ -50,7 +54,7 @@ _HEADER_KEY = re.compile(r"^\s*KEYS\[(\d+)\]\s+(\w+)", re.M)
 _HEADER_ARG = re.compile(r"^\s*ARGV\[(\d+)\]\s+(\w+)", re.M)
 
 
-def parse_spec(name: str, directory: Path = LUA_DIR) -> ScriptSpec:
+def parse_spec(name: str, directory: Traversable = LUA_DIR) -> ScriptSpec:
     """Read the header of a script: which KEYS and ARGV it documents, and how many keys its name says."""
     m = _NAME.match(name)
     if not m:
@@ -62,14 +66,15 @@ def parse_spec(name: str, directory: Path = LUA_DIR) -> ScriptSpec:
     return ScriptSpec(name, int(m.group(2)), keys, argv, source)
 
 
-def all_specs(directory: Path = LUA_DIR) -> dict[str, ScriptSpec]:
-    return {p.stem: parse_spec(p.stem, directory) for p in sorted(directory.glob("*.lua"))}
+def all_specs(directory: Traversable = LUA_DIR) -> dict[str, ScriptSpec]:
+    names = sorted(p.name.removesuffix(".lua") for p in directory.iterdir() if p.name.endswith(".lua"))
+    return {name: parse_spec(name, directory) for name in names}
 
 
 class Scripts:
     """Every script of `lua/`, registered on one Redis client and callable by name."""
 
-    def __init__(self, redis: RedisClient, directory: Path = LUA_DIR) -> None:
+    def __init__(self, redis: RedisClient, directory: Traversable = LUA_DIR) -> None:
         self.specs = all_specs(directory)
         self._redis = redis
         self._scripts: dict[str, AsyncScript] = {

@@ -7,10 +7,10 @@ moves the cursor over the contiguous run. One script call per partition, all pip
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.clock import now_ms
 from gateway.errors import ConsumerBusy, ErrorCode, TransactionConflict, error_for
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
@@ -75,7 +75,7 @@ class SubscriptionStore:
         self, topic: str, partitions: range, name: str, *, initial: str, mode: str
     ) -> list[Position]:
         """Create (at `initial`: 'earliest' or 'latest') or load the subscription on each partition."""
-        now = int(time.time() * 1000)
+        now = now_ms()
         calls = [
             # name, initial, mode, now_ms
             ("sub-open-4", topic, p, [*self._keys(topic, p, name)[:3], keys.subscriptions_of(topic, p)],

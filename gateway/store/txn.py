@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.clock import now_ms
 from gateway.errors import ErrorCode, InvalidTxnState, error_for
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
 
 SEP = "\x00"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def part_member(topic: str, partition: int) -> str:

@@ -9,9 +9,9 @@ was given. Transactional offset commits go through the transaction coordinator i
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Awaitable, Callable
 
+from gateway.clock import now_ms
 from gateway.domain.groups.classic import STABLE
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.store.groups import CommittedOffset, GroupStore
@@ -39,7 +39,7 @@ class OffsetManager:
             raise GroupError(GroupErrorKind.INVALID_GROUP_ID, "the group id is empty")
         outcome: dict[Partition, GroupErrorKind | None] = {}
         good: dict[Partition, CommittedOffset] = {}
-        now_ms = int(time.time() * 1000)
+        now = now_ms()
         counts: dict[str, int] = {}
         for (topic, partition), (offset, epoch, metadata) in offsets.items():
             if self.partitions is not None and topic not in counts:
@@ -50,7 +50,7 @@ class OffsetManager:
                 outcome[(topic, partition)] = GroupErrorKind.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 outcome[(topic, partition)] = None
-                good[(topic, partition)] = CommittedOffset(offset, epoch, metadata or "", now_ms)
+                good[(topic, partition)] = CommittedOffset(offset, epoch, metadata or "", now)
         if good and member_id:
             owned = await self._owned(group_id, generation, member_id)
             for tp in [tp for tp in good if owned is not None and tp not in owned]:
