@@ -350,3 +350,9 @@ async def test_authorized_operations_follow_the_acls(secure):  # noqa: F811
     admin = confluent_admin(secure, **ADMIN)
     assert await asyncio.to_thread(_authorized, admin, "orders", "billing") == (
         CLUSTER_OPERATIONS, TOPIC_OPERATIONS, GROUP_OPERATIONS)
+
+
+def test_the_cli_offers_every_operation():
+    from gateway.cli import ACL_OPERATIONS
+
+    assert sorted(ACL_OPERATIONS) == sorted(Operation)
