@@ -21,6 +21,12 @@ from typing import Any
 from gateway.config import SETTINGS, Config, ConfigError
 from gateway.errors import GatewayError
 
+ACL_OPERATIONS = ("read", "write", "describe", "admin", "all", "create", "delete", "alter", "describe-configs",
+                  "alter-configs", "cluster-action", "idempotent-write", "create-tokens", "describe-tokens",
+                  "two-phase-commit")
+"""The admin API's operation names (`gateway.domain.security.Operation`), listed here so the
+CLI starts without loading the domain."""
+
 
 def _serve_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="run the gateway", description="Run the gateway. Without --redis-url it "
@@ -100,13 +106,16 @@ def _admin_parser(sub: Any) -> None:
     ut = usub.add_parser("delete-token")
     ut.add_argument("name")
     ut.add_argument("id")
-    acls = groups.add_parser("acls", help="what principals may do: read, write, describe, admin, all")
+    acls = groups.add_parser("acls", help="what principals may (or may not) do: read, write, describe, admin, all, "
+                                          "or any other Kafka operation")
     asub = acls.add_subparsers(dest="action", required=True)
     asub.add_parser("list").add_argument("--principal", help="only this principal's, e.g. User:alice")
     for action in ("add", "remove"):
         a = asub.add_parser(action)
         a.add_argument("--principal", required=True, help="User:NAME, or User:* for every authenticated user")
-        a.add_argument("--operation", required=True, choices=("read", "write", "describe", "admin", "all"))
+        a.add_argument("--operation", required=True, choices=ACL_OPERATIONS)
+        a.add_argument("--host", default="*", help="only from this IP address (default * : anywhere)")
+        a.add_argument("--deny", action="store_true", help="deny rather than allow (a DENY wins over any ALLOW)")
         res = a.add_mutually_exclusive_group(required=True)
         res.add_argument("--topic")
         res.add_argument("--group", dest="group_id", help="a consumer group or native subscription")
@@ -236,6 +245,10 @@ def admin(args: argparse.Namespace) -> Any:
                                               ("cluster", "kafka-cluster" if args.cluster else None)) if v)
         acl = {"principal": args.principal, "resource_type": kind, "resource_name": name,
                "operation": args.operation, "pattern": "prefixed" if args.prefixed else "literal"}
+        if args.host != "*":
+            acl["host"] = args.host
+        if args.deny:
+            acl["permission"] = "deny"
         return _http("POST" if args.action == "add" else "DELETE", f"{base}/acls", acl)
     raise SystemExit(f"unknown admin command {args.group} {args.action}")
 

@@ -51,7 +51,8 @@ def authentication(security: SecurityService) -> Any:
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         if security.enabled and request.path not in OPEN_PATHS:
             principal = await principal_of(security, request.headers.get("Authorization", ""))
-            if not await security.authorize(principal, ResourceType.CLUSTER, CLUSTER_NAME, Operation.ADMIN):
+            if not await security.authorize(principal, ResourceType.CLUSTER, CLUSTER_NAME, Operation.ADMIN,
+                                            request.remote):
                 raise AuthorizationFailed(f"{principal} may not administer this gateway")
         return await handler(request)
 

@@ -7,11 +7,15 @@ a random secret kept as its SHA-256 digest. An unknown user goes through the sam
 one with a wrong password, so answers and timing do not tell which names exist.
 
 With authentication on, a principal may do what an ACL allows it and nothing else (super users
-everything). ACLs allow an operation on a resource: read, write, describe or admin (or all) on a
-topic, group, transactional id or the cluster, by literal name ("*": any) or by prefix; read, write
-and admin each imply describe. ACLs are read from Redis at most every `cache_seconds`, and each
-decision is remembered until then, so a request pays a dict lookup. Changes made through this
-gateway apply at once, through another gateway within `cache_seconds`.
+everything). The ACLs are Kafka's: an operation (Kafka's, or `admin` for the five that administer
+a resource) allowed or denied to a principal from a host ("*": any) on a topic, group,
+transactional id, delegation token, user or the cluster, by literal name ("*": any) or by prefix.
+A DENY that matches wins; an ALLOW of read, write, delete or alter implies describe, one of
+alter-configs describe-configs (Kafka's StandardAuthorizerData.findResult). The HTTP API and the
+Kafka face (CreateAcls, DescribeAcls, DeleteAcls) edit the same set. ACLs are read from Redis at
+most every `cache_seconds`, and each decision is remembered until then, so a request pays a dict
+lookup. Changes made through this gateway apply at once, through another gateway within
+`cache_seconds`.
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import ipaddress
 import logging
 import re
 import secrets
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -53,14 +58,30 @@ class ResourceType(StrEnum):
     GROUP = "group"  # a Kafka consumer group or a native subscription
     TRANSACTIONAL_ID = "transactional-id"
     CLUSTER = "cluster"
+    DELEGATION_TOKEN = "delegation-token"
+    USER = "user"
 
 
 class Operation(StrEnum):
+    """Kafka's ACL operations, plus `admin`: the admin API's name for what administers a resource
+    (create, delete, alter, alter-configs, describe-configs). An ACL for admin is stored as those
+    five; asking whether a principal may `admin` asks for all five."""
+
+    ALL = "all"
     READ = "read"
     WRITE = "write"
+    CREATE = "create"
+    DELETE = "delete"
+    ALTER = "alter"
     DESCRIBE = "describe"
-    ADMIN = "admin"  # create, delete, alter
-    ALL = "all"
+    CLUSTER_ACTION = "cluster-action"
+    DESCRIBE_CONFIGS = "describe-configs"
+    ALTER_CONFIGS = "alter-configs"
+    IDEMPOTENT_WRITE = "idempotent-write"
+    CREATE_TOKENS = "create-tokens"
+    DESCRIBE_TOKENS = "describe-tokens"
+    TWO_PHASE_COMMIT = "two-phase-commit"
+    ADMIN = "admin"
 
 
 class PatternType(StrEnum):
@@ -68,12 +89,33 @@ class PatternType(StrEnum):
     PREFIXED = "prefixed"
 
 
-_IMPLIED = {
-    Operation.ALL: frozenset(Operation),
-    Operation.READ: frozenset({Operation.READ, Operation.DESCRIBE}),
-    Operation.WRITE: frozenset({Operation.WRITE, Operation.DESCRIBE}),
-    Operation.ADMIN: frozenset({Operation.ADMIN, Operation.DESCRIBE}),
-    Operation.DESCRIBE: frozenset({Operation.DESCRIBE}),
+class Permission(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+ADMIN_OPERATIONS = (Operation.CREATE, Operation.DELETE, Operation.ALTER, Operation.ALTER_CONFIGS,
+                    Operation.DESCRIBE_CONFIGS)
+
+# What an ALLOW grants besides its own operation (StandardAuthorizerData's IMPLIES_DESCRIBE and
+# IMPLIES_DESCRIBE_CONFIGS); a DENY denies its own operation only, or everything for ALL.
+_IMPLIED_BY_ALLOW = {
+    Operation.READ: Operation.DESCRIBE, Operation.WRITE: Operation.DESCRIBE, Operation.DELETE: Operation.DESCRIBE,
+    Operation.ALTER: Operation.DESCRIBE, Operation.ALTER_CONFIGS: Operation.DESCRIBE_CONFIGS,
+}
+
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    # what each resource type has (Kafka's AclEntry.supportedOperations): the operations reported
+    # as authorized (KIP-430), and with authentication off all of them
+    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE, Operation.DELETE,
+                         Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE, Operation.DESCRIBE_CONFIGS,
+                         Operation.ALTER_CONFIGS),
+    ResourceType.CLUSTER: (Operation.CREATE, Operation.CLUSTER_ACTION, Operation.DESCRIBE_CONFIGS,
+                           Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE, Operation.ALTER, Operation.DESCRIBE),
+    ResourceType.TRANSACTIONAL_ID: (Operation.DESCRIBE, Operation.WRITE),
+    ResourceType.DELEGATION_TOKEN: (Operation.DESCRIBE,),
+    ResourceType.USER: (Operation.CREATE_TOKENS, Operation.DESCRIBE_TOKENS),
 }
 
 
@@ -81,21 +123,35 @@ def user_principal(name: str) -> str:
     return USER_PREFIX + name
 
 
+def _valid_host(host: str) -> bool:
+    if host == ANY:
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Acl:
-    """Allows `principal` ("User:alice", "User:*" for every authenticated user) `operation` on the
-    resources of a type whose name is `resource_name` (or starts with it, when prefixed)."""
+    """Allows (or denies) `principal` ("User:alice", "User:*" for every authenticated user)
+    `operation` on the resources of a type whose name is `resource_name` ("*": any) or starts with
+    it (prefixed), from `host` ("*": anywhere)."""
 
     principal: str
     resource_type: ResourceType
     resource_name: str
     operation: Operation
     pattern: PatternType = PatternType.LITERAL
+    host: str = ANY
+    permission: Permission = Permission.ALLOW
 
     def __post_init__(self) -> None:  # plain strings become the enums (ValueError for unknown ones)
         object.__setattr__(self, "resource_type", ResourceType(self.resource_type))
         object.__setattr__(self, "operation", Operation(self.operation))
         object.__setattr__(self, "pattern", PatternType(self.pattern))
+        object.__setattr__(self, "permission", Permission(self.permission))
 
     @classmethod
     def parse(cls, values: dict[str, Any]) -> Acl:
@@ -107,35 +163,114 @@ class Acl:
                 str(values.get("resource_name", CLUSTER_NAME if values["resource_type"] == "cluster" else "")),
                 values["operation"],
                 values.get("pattern", PatternType.LITERAL),
+                str(values.get("host", ANY)),
+                values.get("permission", Permission.ALLOW),
             )
         except (KeyError, ValueError) as exc:
             raise InvalidRequest(
                 f"an ACL needs principal, resource_type ({', '.join(ResourceType)}), resource_name, operation "
-                f"({', '.join(Operation)}) and optionally pattern ({', '.join(PatternType)}): {exc}"
+                f"({', '.join(Operation)}) and optionally pattern ({', '.join(PatternType)}), host (* or an IP "
+                f"address) and permission ({', '.join(Permission)}): {exc}"
             ) from None
-        if not acl.principal.startswith(USER_PREFIX) or acl.principal == USER_PREFIX:
-            raise InvalidRequest(f"a principal looks like User:NAME (or User:*), not {acl.principal!r}")
-        if not acl.resource_name:
-            raise InvalidRequest("the resource name may not be empty")
+        acl.validate()
         return acl
 
+    def validate(self) -> None:
+        """InvalidRequest for what no request may store (Kafka's AclControlManager.validateNewAcl and
+        AclApis: a non-empty name, the cluster's own name)."""
+        if not self.principal.startswith(USER_PREFIX) or self.principal == USER_PREFIX:
+            raise InvalidRequest(f"a principal looks like User:NAME (or User:*), not {self.principal!r}")
+        if not self.resource_name:
+            raise InvalidRequest("the resource name may not be empty")
+        if self.resource_type == ResourceType.CLUSTER and self.resource_name != CLUSTER_NAME:
+            raise InvalidRequest(f"the only valid name for the cluster resource is {CLUSTER_NAME}")
+        if not _valid_host(self.host):
+            raise InvalidRequest(f"a host is * or an IP address, not {self.host!r}")
+
     def to_json(self) -> dict[str, str]:
-        return {"principal": self.principal, "resource_type": self.resource_type.value,
-                "resource_name": self.resource_name, "pattern": self.pattern.value, "operation": self.operation.value}
+        """The admin API's form; host and permission only when they are not `*` and `allow`."""
+        out = {"principal": self.principal, "resource_type": self.resource_type.value,
+               "resource_name": self.resource_name, "pattern": self.pattern.value, "operation": self.operation.value}
+        if self.host != ANY:
+            out["host"] = self.host
+        if self.permission != Permission.ALLOW:
+            out["permission"] = self.permission.value
+        return out
 
     def entry(self) -> AclEntry:
-        return (self.principal, self.resource_type.value, self.pattern.value, self.resource_name, self.operation.value)
+        """As stored: the first five fields alone for an ALLOW from any host (the form ACLs had
+        before hosts and DENY existed, so those entries stay the same members of the set)."""
+        head = (self.principal, self.resource_type.value, self.pattern.value, self.resource_name,
+                self.operation.value)
+        if self.host == ANY and self.permission == Permission.ALLOW:
+            return head
+        return (*head, self.host, self.permission.value)
 
     @classmethod
     def from_entry(cls, e: AclEntry) -> Acl:
-        return cls(e[0], ResourceType(e[1]), e[3], Operation(e[4]), PatternType(e[2]))  # ValueError if unknown
+        extra = (e[5], e[6]) if len(e) >= 7 else ()
+        return cls(e[0], ResourceType(e[1]), e[3], Operation(e[4]), PatternType(e[2]), *extra)  # ValueError if unknown
 
-    def allows(self, resource: ResourceType, name: str, operation: Operation) -> bool:
-        if resource != self.resource_type or operation not in _IMPLIED[self.operation]:
+    def expand(self) -> list[Acl]:
+        """The Kafka ACLs this one stands for: itself, or one per operation of `admin`."""
+        if self.operation != Operation.ADMIN:
+            return [self]
+        return [replace(self, operation=op) for op in ADMIN_OPERATIONS]
+
+    def covers(self, resource: ResourceType, name: str) -> bool:
+        """Whether this ACL's pattern matches the resource (a literal "*" matches every name)."""
+        if resource != self.resource_type:
             return False
         if self.pattern == PatternType.PREFIXED:
             return name.startswith(self.resource_name)
         return self.resource_name in (name, ANY)
+
+    def decides(self, host: str | None, operation: Operation) -> Permission | None:
+        """What this ACL says about `operation` from `host` (resource and principal matched), as
+        Kafka's StandardAuthorizerData.findResult: None when it says nothing. An unknown host
+        (None) meets only the ACLs for any host, except DENYs, which hold for every host then."""
+        if self.host != ANY and self.host != host and not (host is None and self.permission == Permission.DENY):
+            return None
+        if self.operation in (Operation.ALL, operation):
+            return self.permission
+        if self.permission == Permission.ALLOW and _IMPLIED_BY_ALLOW.get(self.operation) == operation:
+            return self.permission
+        return None
+
+
+@dataclass(frozen=True)
+class AclFilter:
+    """Which ACLs a describe or delete means (Kafka's AclBindingFilter): None for any value; the
+    pattern `match` finds every ACL that applies to the named resource (literal, "*" or a prefix
+    of it), `any` every ACL whatever its pattern, with the name as given."""
+
+    resource_type: ResourceType | None = None
+    resource_name: str | None = None
+    pattern: str = "any"  # literal, prefixed, match, any
+    principal: str | None = None
+    host: str | None = None
+    operation: Operation | None = None
+    permission: Permission | None = None
+
+    def matches(self, acl: Acl) -> bool:
+        """ResourcePatternFilter.matches and AccessControlEntryFilter.matches together."""
+        if self.resource_type is not None and self.resource_type != acl.resource_type:
+            return False
+        if self.pattern not in ("any", "match") and self.pattern != acl.pattern:
+            return False
+        if self.resource_name is not None:
+            if self.pattern in ("any", acl.pattern.value):
+                if self.resource_name != acl.resource_name:
+                    return False
+            elif acl.pattern == PatternType.LITERAL:
+                if acl.resource_name not in (self.resource_name, ANY):
+                    return False
+            elif not self.resource_name.startswith(acl.resource_name):
+                return False
+        return ((self.principal is None or self.principal == acl.principal)
+                and (self.host is None or self.host == acl.host)
+                and (self.operation is None or self.operation == acl.operation)
+                and (self.permission is None or self.permission == acl.permission))
 
 
 # -- SCRAM (RFC 5802) ----------------------------------------------------------------------------
@@ -154,12 +289,18 @@ class ScramCredential:
 
     @classmethod
     def create(cls, mechanism: str, password: str, iterations: int = MIN_ITERATIONS) -> ScramCredential:
-        hash_name = SCRAM_HASHES[mechanism]
         salt = secrets.token_bytes(24)
-        salted = hashlib.pbkdf2_hmac(hash_name, password.encode(), salt, iterations)
-        client_key = _hmac(hash_name, salted, b"Client Key")
+        salted = hashlib.pbkdf2_hmac(SCRAM_HASHES[mechanism], password.encode(), salt, iterations)
+        return cls.from_salted(mechanism, salt, salted, iterations)
+
+    @classmethod
+    def from_salted(cls, mechanism: str, salt: bytes, salted_password: bytes, iterations: int) -> ScramCredential:
+        """From SaltedPassword = Hi(password, salt, iterations), what a client sends in Kafka's
+        AlterUserScramCredentials: the password itself never travels."""
+        hash_name = SCRAM_HASHES[mechanism]
+        client_key = _hmac(hash_name, salted_password, b"Client Key")
         return cls(salt, iterations, hashlib.new(hash_name, client_key).digest(),
-                   _hmac(hash_name, salted, b"Server Key"))
+                   _hmac(hash_name, salted_password, b"Server Key"))
 
     def format(self) -> str:
         """Kafka's text form of a SCRAM credential."""
@@ -349,7 +490,7 @@ class SecurityService:
         self.admin_token = admin_token
         self.cache_seconds = cache_seconds
         self._acls: dict[str, list[Acl]] = {}  # by principal
-        self._decisions: dict[tuple[str, ResourceType, str, Operation], bool] = {}
+        self._decisions: dict[tuple[str, str | None, ResourceType, str, Operation], bool] = {}
         self._expires = 0.0
         self._loaded = False
 
@@ -383,8 +524,11 @@ class SecurityService:
 
     # -- authorization ---------------------------------------------------------------------------
 
-    async def authorize(self, principal: str | None, resource: ResourceType, name: str, operation: Operation) -> bool:
-        """Whether `principal` may; always with authentication off, never for no principal."""
+    async def authorize(
+        self, principal: str | None, resource: ResourceType, name: str, operation: Operation, host: str | None = None
+    ) -> bool:
+        """Whether `principal`, connected from `host` (None: unknown), may; always with
+        authentication off, never for no principal. A DENY that matches wins over any ALLOW."""
         if not self.enabled:
             return True
         if principal is None:
@@ -393,16 +537,34 @@ class SecurityService:
             return True
         if time.monotonic() >= self._expires:
             await self._reload()
-        key = (principal, resource, name, operation)
+        key = (principal, host, resource, name, operation)
         decision = self._decisions.get(key)
         if decision is None:
             if len(self._decisions) >= _MAX_DECISIONS:
                 self._decisions.clear()
-            decision = self._decisions[key] = any(
-                acl.allows(resource, name, operation)
-                for acl in (*self._acls.get(principal, ()), *self._acls.get(USER_PREFIX + ANY, ()))
-            )
+            if operation == Operation.ADMIN:
+                decision = all([self._decide(principal, host, resource, name, op) for op in ADMIN_OPERATIONS])
+            else:
+                decision = self._decide(principal, host, resource, name, operation)
+            self._decisions[key] = decision
         return decision
+
+    def _decide(self, principal: str, host: str | None, resource: ResourceType, name: str, operation: Operation) -> bool:
+        allowed = False
+        for acl in (*self._acls.get(principal, ()), *self._acls.get(USER_PREFIX + ANY, ())):
+            if acl.covers(resource, name):
+                said = acl.decides(host, operation)
+                if said == Permission.DENY:
+                    return False
+                allowed = allowed or said == Permission.ALLOW
+        return allowed
+
+    async def authorized_operations(
+        self, principal: str | None, resource: ResourceType, name: str, host: str | None = None
+    ) -> list[Operation]:
+        """The operations of the resource's type the principal may do on it (KIP-430): every one with
+        authentication off or for a super user, as Kafka reports them."""
+        return [op for op in SUPPORTED_OPERATIONS[resource] if await self.authorize(principal, resource, name, op, host)]
 
     async def _reload(self) -> None:
         """Read the ACLs again; while Redis is away the last ones read stay in force (none: deny)."""
@@ -413,12 +575,9 @@ class SecurityService:
             self._expires = time.monotonic() + min(self.cache_seconds, 1.0)
             return
         by_principal: dict[str, list[Acl]] = {}
-        for e in entries:
-            try:
-                acl = Acl.from_entry(e)
-            except (ValueError, IndexError):
-                continue
-            by_principal.setdefault(acl.principal, []).append(acl)
+        for acl in _parse_entries(entries).values():
+            for one in acl.expand():
+                by_principal.setdefault(one.principal, []).append(one)
         self._acls = by_principal
         self._decisions = {}
         self._loaded = True
@@ -474,20 +633,76 @@ class SecurityService:
     async def delete_token(self, name: str, token_id: str) -> bool:
         return await self.store.delete_token(name, token_id)
 
-    async def acls(self, principal: str | None = None) -> list[Acl]:
-        found = [Acl.from_entry(e) for e in await self.store.acls()]
-        return sorted((a for a in found if principal is None or a.principal == principal),
-                      key=lambda a: (a.principal, a.resource_type, a.resource_name, a.pattern, a.operation))
+    async def set_credential(self, name: str, mechanism: str, credential: ScramCredential) -> None:
+        """Set one SCRAM credential of a user, creating the user if need be (Kafka's upsertion)."""
+        validate_user_name(name)
+        await self.store.set_credential(name, mechanism, credential.format(), _now_ms())
+
+    async def delete_credential(self, name: str, mechanism: str) -> bool:
+        """Remove one SCRAM credential of a user (the user and its tokens stay); False when it had none."""
+        return await self.store.delete_credential(name, mechanism)
+
+    async def credentials(self, name: str) -> dict[str, int]:
+        """The user's SCRAM mechanisms with their iteration counts ({} for no user or none)."""
+        record = await self.store.get_user(name)
+        if record is None:
+            return {}
+        return {m: ScramCredential.parse(c).iterations for m, c in sorted(record.credentials.items())}
+
+    async def acls(self, principal: str | None = None, acl_filter: AclFilter | None = None) -> list[Acl]:
+        """Stored ACLs (an `admin` one from before ACLs were kept per Kafka operation counts as its
+        five operations), of one principal or those a filter matches."""
+        found = [one for acl in _parse_entries(await self.store.acls()).values() for one in acl.expand()]
+        return sorted((a for a in found if (principal is None or a.principal == principal)
+                       and (acl_filter is None or acl_filter.matches(a))),
+                      key=lambda a: (a.principal, a.resource_type, a.resource_name, a.pattern, a.operation, a.host,
+                                     a.permission))
 
     async def add_acl(self, acl: Acl) -> bool:
-        added = await self.store.add_acl(acl.entry())
+        """Store the ACL (`admin`: its five operations); True when something was new."""
+        return any(await self.create_acls(acl.expand()))
+
+    async def create_acls(self, acls: list[Acl]) -> list[bool]:
+        """Store ACLs of Kafka operations in one step; per ACL, whether it was new."""
+        _, added = await self.store.change_acls([], [a.entry() for a in acls])
         self._changed()
         return added
 
     async def remove_acl(self, acl: Acl) -> bool:
-        removed = await self.store.remove_acl(acl.entry())
+        """Remove the ACL (`admin`: its five operations, and an `admin` entry stored as such)."""
+        wanted = set(acl.expand())
+        stored = _parse_entries(await self.store.acls())
+        gone = [e for e, a in stored.items() if a == acl or set(a.expand()) & wanted]
+        keep = [one.entry() for e in gone for one in stored[e].expand() if one not in wanted]
+        removed, _ = await self.store.change_acls(gone, keep)
         self._changed()
-        return removed
+        return any(removed)
+
+    async def delete_acls(self, filters: list[AclFilter]) -> list[list[Acl]]:
+        """Delete the ACLs each filter matches, all in one step (Kafka's DeleteAcls); per filter,
+        the ACLs it deleted. An `admin` entry stored as such is split: what no filter matched stays."""
+        stored = _parse_entries(await self.store.acls())
+        matched: list[list[tuple[AclEntry, Acl]]] = [
+            [(e, one) for e, acl in stored.items() for one in acl.expand() if f.matches(one)] for f in filters
+        ]
+        hit = {one for found in matched for _, one in found}
+        gone = sorted({e for found in matched for e, _ in found})
+        keep = [one.entry() for e in gone for one in stored[e].expand() if one not in hit]
+        removed, _ = await self.store.change_acls(gone, keep)
+        self._changed()
+        really = {e for e, r in zip(gone, removed, strict=True) if r}
+        return [[one for e, one in found if e in really] for found in matched]
+
+
+def _parse_entries(entries: list[AclEntry]) -> dict[AclEntry, Acl]:
+    """The stored entries that make ACLs this gateway knows (others, from a newer one, are skipped)."""
+    out: dict[AclEntry, Acl] = {}
+    for e in entries:
+        try:
+            out[e] = Acl.from_entry(e)
+        except (ValueError, IndexError, TypeError):
+            continue
+    return out
 
 
 def _digest(token: str) -> str:

@@ -75,7 +75,7 @@ async def delete_topics(ctx: RequestContext, req: Any) -> Any:
             results.append({"name": None, "error_code": KafkaError.unknown_topic_id})
             continue
         try:
-            if not await ctx.allowed(ResourceType.TOPIC, name, Operation.ADMIN):
+            if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DELETE):
                 raise AuthorizationFailed(f"not allowed to delete {name!r}")
             await ctx.services.log.delete_topic(name)
             results.append({"name": name, "error_code": KafkaError.none})
@@ -91,7 +91,7 @@ async def create_partitions(ctx: RequestContext, req: Any) -> Any:
     results = []
     for t in req.topics:
         try:
-            if not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.ADMIN):
+            if not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.ALTER):
                 raise AuthorizationFailed(f"not allowed to alter {t.name!r}")
             info = await log.topic(t.name, create=False)
             if t.count <= info.partitions:
@@ -113,7 +113,7 @@ async def delete_records(ctx: RequestContext, req: Any) -> Any:
     topics = []
     for t in req.topics:
         parts = []
-        allowed = await ctx.allowed(ResourceType.TOPIC, t.name, Operation.ADMIN)
+        allowed = await ctx.allowed(ResourceType.TOPIC, t.name, Operation.DELETE)
         for p in t.partitions:
             try:
                 if not allowed:

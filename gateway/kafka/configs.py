@@ -82,7 +82,7 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                                "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": []}
         try:
             if r.resource_type == RESOURCE_TOPIC:
-                if not await ctx.allowed(ResourceType.TOPIC, r.resource_name, Operation.DESCRIBE):
+                if not await ctx.allowed(ResourceType.TOPIC, r.resource_name, Operation.DESCRIBE_CONFIGS):
                     raise AuthorizationFailed(f"not allowed to describe {r.resource_name!r}")
                 info = await ctx.services.log.topic(r.resource_name, create=False)
                 res["configs"] = topic_config_entries(info.config, keys)
@@ -113,7 +113,7 @@ async def _alter(ctx: RequestContext, r: Any, changes: dict[str, str | None], in
     try:
         if r.resource_type != RESOURCE_TOPIC:
             res.update(error_code=KafkaError.invalid_request, error_message="only topic configs can change")
-        elif not await ctx.allowed(ResourceType.TOPIC, r.resource_name, Operation.ADMIN):
+        elif not await ctx.allowed(ResourceType.TOPIC, r.resource_name, Operation.ALTER_CONFIGS):
             res.update(error_code=KafkaError.topic_authorization_failed, error_message="not authorized")
         elif validate_only:
             await ctx.services.log.topic(r.resource_name, create=False)

@@ -47,7 +47,8 @@ class KafkaConnection:
         self.reader = reader
         self.writer = writer
         sock = writer.get_extra_info("sockname")
-        self.state = ConnectionState(str(writer.get_extra_info("peername")), int(sock[1]) if sock else 0)
+        peer = writer.get_extra_info("peername")
+        self.state = ConnectionState(str(peer), int(sock[1]) if sock else 0, host=peer[0] if peer else None)
         self.idle = True
         self.closing = False
         self._in_flight = 0

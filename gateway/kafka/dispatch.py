@@ -47,7 +47,8 @@ class ConnectionState:
     """What lives as long as one client connection; `extra` is for handlers' own per-connection data."""
 
     peer: str
-    local_port: int = 0  # the port the client reached, advertised when no other port is configured
+    local_port: int = 0
+    host: str | None = None  # the client's IP address, which ACLs for a host match  # the port the client reached, advertised when no other port is configured
     extra: dict[str, Any] = field(default_factory=dict)
     principal: str | None = None  # who authenticated (SASL); None before that, or with authentication off
     sasl: Any = None  # the SASL exchange under way (gateway.kafka.sasl)
@@ -70,7 +71,15 @@ class RequestContext:
 
     async def allowed(self, resource: ResourceType, name: str, operation: Operation) -> bool:
         """Whether this connection's principal may (always, with authentication off)."""
-        return await self.services.security.authorize(self.connection.principal, resource, name, operation)
+        return await self.services.security.authorize(
+            self.connection.principal, resource, name, operation, self.connection.host
+        )
+
+    async def authorized_operations(self, resource: ResourceType, name: str) -> list[Operation]:
+        """What this connection's principal may do on the resource (KIP-430's authorized operations)."""
+        return await self.services.security.authorized_operations(
+            self.connection.principal, resource, name, self.connection.host
+        )
 
 
 class Encoded(NamedTuple):

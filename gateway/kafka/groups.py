@@ -14,15 +14,15 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.groups import GroupCoordinator, GroupError
 from gateway.domain.security import Operation, ResourceType
-from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
+from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError, TopicNotFound
 from gateway.kafka import codec
+from gateway.kafka.authz import authorized_operations
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.metadata import broker, peer_address
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def group_error(exc: BaseException | None) -> KafkaError:
@@ -309,6 +309,9 @@ async def offset_fetch(ctx: RequestContext, req: Any) -> Any:
 
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
 async def describe_groups(ctx: RequestContext, req: Any) -> Any:
+    """KIP-430: with include_authorized_operations (v3+), each group found says what the principal
+    may do on it (Kafka sets it on the groups without an error only)."""
+    wants_operations = getattr(req, "include_authorized_operations", False)
     out = []
     for group_id in req.groups:
         try:
@@ -325,7 +328,9 @@ async def describe_groups(ctx: RequestContext, req: Any) -> Any:
                 "error_code": KafkaError.group_id_not_found if missing else KafkaError.none,
                 "error_message": f"group {group_id} not found" if missing else None,
                 "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
-                "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+                "authorized_operations": await authorized_operations(
+                    ctx, ResourceType.GROUP, group_id, wants_operations and not missing
+                ),
             })
             continue
         out.append({
@@ -339,7 +344,7 @@ async def describe_groups(ctx: RequestContext, req: Any) -> Any:
                  "client_host": m.client_host, "member_metadata": m.metadata, "member_assignment": m.assignment}
                 for m in d.members
             ],
-            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "authorized_operations": await authorized_operations(ctx, ResourceType.GROUP, group_id, wants_operations),
         })
     return _response(ctx, {"groups": out})
 
@@ -369,10 +374,45 @@ async def delete_groups(ctx: RequestContext, req: Any) -> Any:
     results = []
     for group_id in req.groups_names:
         try:
-            await _authorize(ctx, group_id, Operation.ADMIN)
+            await _authorize(ctx, group_id, Operation.DELETE)
             await _coordinator(ctx).delete(group_id)
             code = KafkaError.none
         except Exception as exc:
             code = group_error(exc)
         results.append({"group_id": group_id, "error_code": code})
     return _response(ctx, {"results": results})
+
+
+@handles(ApiKey.OFFSET_DELETE, 0, 0)
+async def offset_delete(ctx: RequestContext, req: Any) -> Any:
+    """As Kafka's KafkaApis.handleOffsetDeleteRequest: delete on the group (else a group-level
+    GROUP_AUTHORIZATION_FAILED), read on each topic (else TOPIC_AUTHORIZATION_FAILED on its
+    partitions), topics that do not exist UNKNOWN_TOPIC_OR_PARTITION; the rest go to the coordinator."""
+    codes: dict[tuple[str, int], KafkaError] = {}
+    try:
+        await _authorize(ctx, req.group_id, Operation.DELETE)
+        for t in req.topics:
+            code = KafkaError.none
+            if not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.READ):
+                code = KafkaError.topic_authorization_failed
+            elif not await _topic_exists(ctx, t.name):
+                code = KafkaError.unknown_topic_or_partition
+            codes.update({(t.name, p.partition_index): code for p in t.partitions})
+        wanted = [tp for tp, code in codes.items() if code == KafkaError.none]
+        outcome = await _coordinator(ctx).delete_offsets(req.group_id, wanted)
+    except Exception as exc:
+        return _response(ctx, {"error_code": group_error(exc), "topics": []})
+    codes.update({tp: KafkaError.none if e is None else KafkaError(int(e)) for tp, e in outcome.items()})
+    return _response(ctx, {"error_code": KafkaError.none, "topics": [
+        {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": codes[(t.name, p.partition_index)]}
+            for p in t.partitions]}
+        for t in req.topics]})
+
+
+async def _topic_exists(ctx: RequestContext, name: str) -> bool:
+    try:
+        await ctx.services.log.topic(name, create=False)
+    except TopicNotFound:
+        return False
+    return True

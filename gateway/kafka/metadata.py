@@ -9,15 +9,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.registry import Peer
-from gateway.domain.security import Operation, ResourceType
+from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.kafka import codec
-from gateway.kafka.authz import may_create_topic, may_describe_cluster
+from gateway.kafka.authz import authorized_operations, may_create_topic, may_describe_cluster
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error
 
 CLUSTER_ID = "redis-streams-gateway"
 LEADER_EPOCH = 0  # one leader forever: epochs never change
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def broker(ctx: RequestContext) -> tuple[int, str, int]:
@@ -62,7 +61,7 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
     topics: list[dict[str, Any]] = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
         infos = await log.list_topics()  # only those the principal may describe
-        topics = [_topic(ctx, info.name, info.partitions) for info in infos
+        topics = [await _topic(ctx, req, info.name, info.partitions) for info in infos
                   if await ctx.allowed(ResourceType.TOPIC, info.name, Operation.DESCRIBE)]
     else:
         create = ctx.services.config.auto_create_topics and getattr(req, "allow_auto_topic_creation", True)
@@ -84,7 +83,7 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
             except Exception as exc:
                 topics.append({"error_code": kafka_error(exc), "name": t.name})
                 continue
-            topics.append(_topic(ctx, info.name, info.partitions))
+            topics.append(await _topic(ctx, req, info.name, info.partitions))
     cls = codec.response_class(ApiKey.METADATA, ctx.api_version)
     return codec.build(
         cls,
@@ -94,19 +93,23 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
             "cluster_id": CLUSTER_ID,
             "controller_id": live[0][0],
             "topics": topics,
-            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "cluster_authorized_operations": await authorized_operations(
+                ctx, ResourceType.CLUSTER, CLUSTER_NAME, getattr(req, "include_cluster_authorized_operations", False)
+            ),
         },
     )
 
 
-def _topic(ctx: RequestContext, name: str, partitions: int) -> dict[str, Any]:
+async def _topic(ctx: RequestContext, req: Any, name: str, partitions: int) -> dict[str, Any]:
     return {
         "error_code": KafkaError.none,
         "name": name,
         "topic_id": None,
         "is_internal": False,
         "partitions": partition_entries([p.node_id for p in ctx.services.registry.leaders(name, partitions)]),
-        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "topic_authorized_operations": await authorized_operations(
+            ctx, ResourceType.TOPIC, name, getattr(req, "include_topic_authorized_operations", False)
+        ),
     }
 
 
@@ -127,6 +130,8 @@ async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
             "cluster_id": CLUSTER_ID,
             "controller_id": live[0][0],
             "brokers": [{"broker_id": n, "host": h, "port": p, "rack": None, "is_fenced": False} for n, h, p in live],
-            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "cluster_authorized_operations": await authorized_operations(
+                ctx, ResourceType.CLUSTER, CLUSTER_NAME, req.include_cluster_authorized_operations
+            ),
         },
     )

@@ -43,8 +43,9 @@ class Connection:
         self.services = server.services
         self.reader = reader
         self.writer = writer
+        peer = writer.get_extra_info("peername")
         self.session = Session(self.services, server.subscriptions, server.producers, TxnSession(self.services),
-                               write=self._write, on_fenced=self._fenced)
+                               write=self._write, on_fenced=self._fenced, host=peer[0] if peer else None)
         self._sends: asyncio.Queue[tuple[pb.Request, int]] = asyncio.Queue()
         self.queued_bytes = 0  # of the frames in `_sends`
         self._room = asyncio.Event()

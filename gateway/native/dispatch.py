@@ -60,6 +60,7 @@ class Session:
     producers: dict[int, Producer] = field(default_factory=dict)
     consumers: dict[int, Consumer] = field(default_factory=dict)
     principal: str | None = None  # who authenticated (Connect); None before, or with authentication off
+    host: str | None = None  # the client's IP address, which ACLs for a host match
     closing: bool = False  # set by a handler: close once its answer is written
     _next_handle: int = field(default=1, init=False)
 
@@ -74,7 +75,7 @@ class Session:
         return _owned(self.consumers, consumer_id, SubscriptionNotFound, "consumer")
 
     async def authorize(self, resource: ResourceType, name: str, operation: Operation) -> None:
-        if not await self.services.security.authorize(self.principal, resource, name, operation):
+        if not await self.services.security.authorize(self.principal, resource, name, operation, self.host):
             raise AuthorizationFailed(f"{self.principal} may not {operation} {resource} {name!r}")
 
 

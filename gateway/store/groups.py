@@ -214,6 +214,18 @@ class GroupStore:
             out[(topic, int(p))] = CommittedOffset.unpack(v)
         return out
 
+    async def delete_offsets(self, group_id: str, version: int, parts: list[tuple[str, int]]) -> bool:
+        """Delete committed offsets if the group is still at `version`; False when it moved on."""
+        if not parts:
+            return True
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "group-offsets-delete-2",
+                [keys.group_meta(group_id), keys.group_offsets(group_id)],
+                [version, _array([_field(t, p) for t, p in parts])],  # version, fields
+            )
+        return int(reply) == 0
+
     async def delete(self, group_id: str) -> int:
         """Remove an empty group and its offsets; returns 0, 68 (has members) or 69 (no such group)."""
         async with storage_errors():

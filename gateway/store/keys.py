@@ -253,7 +253,8 @@ SEC_USERS = "{gw:sec}:users"
 SEC_TOKENS = "{gw:sec}:tokens"
 """Hash: SHA-256 digest of a token (hex) -> the user it authenticates."""
 SEC_ACLS = "{gw:sec}:acls"
-"""Set of ACL entries, each a msgpack list (principal, resource type, pattern, name, operation)."""
+"""Set of ACL entries, each a msgpack list (principal, resource type, pattern, name, operation, and
+host and permission unless "*" and "allow")."""
 
 
 def sec_user(name: str) -> str:

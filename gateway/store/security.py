@@ -22,7 +22,15 @@ class UserRecord:
     created_ms: int = 0
 
 
-AclEntry = tuple[str, str, str, str, str]  # principal, resource type, pattern, resource name, operation
+AclEntry = tuple[str, ...]
+"""principal, resource type, pattern, resource name, operation, and host and permission unless they
+are "*" and "allow" (entries written before hosts and DENY existed have the first five alone)."""
+
+
+def _entries(entries: list[AclEntry]) -> bytes:
+    """A script's array of entries: each packed as stored, the array without msgpack's bin type
+    (which Redis's cmsgpack cannot read)."""
+    return bytes(msgpack.packb([msgpack.packb(list(e)) for e in entries], use_bin_type=False))
 
 
 def _text(value: bytes | str) -> str:
@@ -85,15 +93,37 @@ class SecurityStore:
             name = await self.redis.hget(keys.SEC_TOKENS, digest)
         return _text(name) if name is not None else None
 
+    async def set_credential(self, name: str, mechanism: str, credential: str, now_ms: int) -> None:
+        async with storage_errors():
+            await self.scripts.call(
+                "user-credential-2",
+                [keys.sec_user(name), keys.SEC_USERS],
+                [name, now_ms, MECHANISM_FIELDS[mechanism], credential],  # name, now, field, credential
+            )
+
+    async def delete_credential(self, name: str, mechanism: str) -> bool:
+        """False when the user had no such credential."""
+        async with storage_errors():
+            gone = await self.scripts.call(
+                "user-credential-2",
+                [keys.sec_user(name), keys.SEC_USERS],
+                [name, 0, MECHANISM_FIELDS[mechanism], ""],  # name, now, field, credential
+            )
+        return bool(gone)
+
     async def acls(self) -> list[AclEntry]:
         async with storage_errors():
             members = await self.redis.smembers(keys.SEC_ACLS)
         return [tuple(msgpack.unpackb(m)) for m in members]
 
-    async def add_acl(self, entry: AclEntry) -> bool:
+    async def change_acls(self, remove: list[AclEntry], add: list[AclEntry]) -> tuple[list[bool], list[bool]]:
+        """Remove and add entries in one step: (per removal whether it was there, per addition whether new)."""
+        if not remove and not add:
+            return [], []
         async with storage_errors():
-            return bool(await self.redis.sadd(keys.SEC_ACLS, msgpack.packb(list(entry))))
-
-    async def remove_acl(self, entry: AclEntry) -> bool:
-        async with storage_errors():
-            return bool(await self.redis.srem(keys.SEC_ACLS, msgpack.packb(list(entry))))
+            removed, added = await self.scripts.call(
+                "acl-change-1",
+                [keys.SEC_ACLS],
+                [_entries(remove), _entries(add)],  # remove, add
+            )
+        return [bool(r) for r in removed], [bool(a) for a in added]

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gateway.domain.groups.classic import (
+    DEAD,
+    EMPTY,
     Answer,
     ClassicGroup,
     Decision,
@@ -34,7 +36,7 @@ from gateway.domain.groups.classic import (
     describe,
 )
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
-from gateway.domain.groups.offsets import OffsetManager
+from gateway.domain.groups.offsets import OffsetManager, consumer_subscription
 from gateway.domain.log import LogService
 from gateway.errors import PartitionNotFound, TopicNotFound
 from gateway.store import Store
@@ -422,6 +424,30 @@ class GroupCoordinator:
             out.append(GroupListing(gid, g.protocol_type or "", g.state))
         return out
 
+    async def delete_offsets(
+        self, group_id: str, parts: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], GroupErrorKind | None]:
+        """Delete committed offsets (Kafka's OffsetDelete, as its OffsetMetadataManager.deleteOffsets):
+        GROUP_ID_NOT_FOUND for no group, NON_EMPTY_GROUP for a group of another protocol with
+        members; per partition GROUP_SUBSCRIBED_TO_TOPIC when a member of the consumer group
+        subscribes to its topic, else deleted (None, whether or not an offset was there)."""
+        rt = self._rt(group_id)
+        async with rt.lock:
+            await self._own(group_id, rt)
+            g = await self.store.load(group_id)
+            if g is None or g.state == DEAD:
+                raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"group {group_id} not found")
+            subscribed: set[str] = set()
+            if g.state != EMPTY:
+                if g.protocol_type != "consumer":
+                    raise GroupError(GroupErrorKind.NON_EMPTY_GROUP, f"group {group_id} has members")
+                subscribed = _subscribed_topics(g)
+            outcome = {p: GroupErrorKind.GROUP_SUBSCRIBED_TO_TOPIC if p[0] in subscribed else None for p in parts}
+            if not await self.store.delete_offsets(group_id, g.version, [p for p, e in outcome.items() if e is None]):
+                self._reset(group_id, "the group changed in Redis behind this coordinator")
+                raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "group changed concurrently; retry")
+        return outcome
+
     async def delete(self, group_id: str) -> None:
         """Delete an empty group and its offsets (Kafka's DeleteGroups)."""
         rt = self._rt(group_id)
@@ -431,6 +457,20 @@ class GroupCoordinator:
             if code:
                 raise GroupError(GroupErrorKind(code))
             rt.group.deleted()
+
+
+def _subscribed_topics(g: GroupDoc) -> set[str]:
+    """The topics the members of a consumer group subscribe to in its protocol (none while no
+    protocol is chosen or a subscription does not parse, as Kafka's ClassicGroup.computeSubscribedTopics)."""
+    if g.protocol is None:
+        return set()
+    out: set[str] = set()
+    for m in g.members.values():
+        topics = consumer_subscription(m.metadata(g.protocol))
+        if topics is None:
+            return set()
+        out |= topics
+    return out
 
 
 # -- one coordinator per Services ---------------------------------------------------------------

@@ -101,6 +101,24 @@ class OffsetManager:
         return owned
 
 
+def consumer_subscription(raw: bytes) -> set[str] | None:
+    """The topics of a ConsumerProtocolSubscription (any version: the topics come first), or None
+    when it is not one."""
+    try:
+        (topics,) = struct.unpack_from(">i", raw, 2)  # after the version
+        pos = 6
+        out: set[str] = set()
+        for _ in range(topics):
+            (n,) = struct.unpack_from(">h", raw, pos)
+            if n < 0 or pos + 2 + n > len(raw):
+                return None
+            out.add(raw[pos + 2:pos + 2 + n].decode())
+            pos += 2 + n
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
 def consumer_assignment(raw: bytes) -> set[Partition] | None:
     """The partitions of a ConsumerProtocolAssignment (v0-v3), or None when it is not one."""
     try:
