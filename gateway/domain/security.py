@@ -636,7 +636,7 @@ class SecurityService:
     async def set_credential(self, name: str, mechanism: str, credential: ScramCredential) -> None:
         """Set one SCRAM credential of a user, creating the user if need be (Kafka's upsertion)."""
         validate_user_name(name)
-        await self.store.set_credential(name, mechanism, credential.format(), _now_ms())
+        await self.store.set_credential(name, mechanism, credential.format(), now_ms())
 
     async def delete_credential(self, name: str, mechanism: str) -> bool:
         """Remove one SCRAM credential of a user (the user and its tokens stay); False when it had none."""
