@@ -9,6 +9,8 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 
+from gateway import telemetry
+
 log = logging.getLogger(__name__)
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -51,6 +53,7 @@ class TcpListener:
         self.max_connections = max_connections
         self.keepalive = keepalive
         self.refused = 0  # connections closed at once for being over the limit
+        self.stats = telemetry.listener(name)
         self.port = 0
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
@@ -70,12 +73,15 @@ class TcpListener:
         assert task is not None
         if self.max_connections and len(self._conns) >= self.max_connections:
             self.refused += 1
+            self.stats.refused += 1
             if self.refused == 1 or self.refused % 1000 == 0:
                 log.warning("%s: %d connections open, the limit; refused %d so far",
                             self.name, len(self._conns), self.refused)
             writer.transport.abort()
             return
         self._conns.add(task)
+        self.stats.accepted += 1
+        self.stats.open += 1
         sock = writer.get_extra_info("socket")
         if sock is not None:
             # responses go out as several writes (header, then record bytes): without this, Nagle
@@ -94,6 +100,7 @@ class TcpListener:
             log.exception("%s connection from %s failed", self.name, writer.get_extra_info("peername"))
         finally:
             self._conns.discard(task)
+            self.stats.open -= 1
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from aiohttp import web
 
+from gateway import telemetry
 from gateway.admin.body import json_body
 from gateway.admin.metrics import Metrics
 from gateway.admin.security import SecurityApi, authentication
@@ -32,11 +34,37 @@ _STATUS = {
 }
 
 
+_ERROR = web.RequestKey("error", str)  # the gateway's name of the error a request was answered with
+
+
+@web.middleware
+async def _counted(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The request metrics of the admin face: api is the method and route (GET /admin/v2/topics/{name}),
+    an error is a status of 400 or more, by the gateway's error name or else the status."""
+    resource = request.match_info.route.resource
+    stats = telemetry.api("admin", f"{request.method} {resource.canonical}" if resource is not None else "unmatched")
+    began = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        assert isinstance(response, web.StreamResponse)
+        status = response.status
+        return response
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    finally:
+        stats.done(time.perf_counter() - began)
+        if status >= 400:
+            stats.failed(request.get(_ERROR, f"HTTP_{status}"))
+
+
 @web.middleware
 async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         return await handler(request)
     except GatewayError as exc:
+        request[_ERROR] = exc.code.name
         status = _STATUS.get(exc.code, 400)
         return web.json_response(
             {"error": exc.code.name, "message": str(exc), "retriable": exc.retriable},
@@ -292,7 +320,7 @@ class AdminListener:
 
 async def start_admin_server(services: Services, host: str, port: int) -> AdminListener:
     api = AdminApi(services)
-    app = web.Application(middlewares=[_errors, authentication(services.security)])
+    app = web.Application(middlewares=[_counted, _errors, authentication(services.security)])
     app.add_routes(api.routes() + SecurityApi(services.security).routes())
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

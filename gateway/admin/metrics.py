@@ -1,26 +1,50 @@
-"""Prometheus metrics: counters the faces bump as they work, and gauges read from Redis per scrape."""
+"""Prometheus metrics: the faces' counters (`gateway.telemetry`) and gauges read through the domain
+services, all gathered per scrape. Every family is listed in the README's metrics table."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import accumulate
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from gateway import telemetry
 from gateway.clock import now_ms
 from gateway.domain.services import Services
 
-REGISTRY = CollectorRegistry(auto_describe=True)
+_LE = [str(b) for b in telemetry.LATENCY_BUCKETS] + ["+Inf"]
 
-REQUESTS = Counter("gateway_requests", "Requests handled", ["face", "api"], registry=REGISTRY)
-REQUEST_ERRORS = Counter("gateway_request_errors", "Requests answered with an error", ["face", "api"],
-                         registry=REGISTRY)
-PRODUCED_BYTES = Counter("gateway_produced_bytes", "Record batch bytes appended", ["face"], registry=REGISTRY)
-FETCHED_BYTES = Counter("gateway_fetched_bytes", "Record batch bytes sent to consumers", ["face"],
-                        registry=REGISTRY)
-LATENCY = Histogram("gateway_request_seconds", "Request handling time", ["face", "api"], registry=REGISTRY,
-                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
 
+def traffic_families() -> list[Metric]:
+    """Requests, errors and latency per face and api; bytes per face and topic; connections per listener."""
+    requests = CounterMetricFamily("gateway_requests", "Requests handled", labels=["face", "api"])
+    errors = CounterMetricFamily("gateway_request_errors", "Requests answered with an error, by error code",
+                                 labels=["face", "api", "code"])
+    latency = HistogramMetricFamily("gateway_request_seconds", "Request handling time", labels=["face", "api"])
+    for (face, api), st in sorted(telemetry.APIS.items()):
+        requests.add_metric([face, api], st.requests)
+        latency.add_metric([face, api], list(zip(_LE, accumulate(st.buckets), strict=True)), st.seconds)
+        for code, n in sorted(st.errors.items()):
+            errors.add_metric([face, api, code], n)
+    produced = CounterMetricFamily("gateway_produced_bytes", "Record batch bytes appended to the log",
+                                   labels=["face", "topic"])
+    fetched = CounterMetricFamily("gateway_fetched_bytes", "Record batch bytes sent to consumers",
+                                  labels=["face", "topic"])
+    for family, counts in ((produced, telemetry.PRODUCED), (fetched, telemetry.FETCHED)):
+        for (face, topic), n in sorted(counts.items()):
+            family.add_metric([face, topic], n)
+    opened = GaugeMetricFamily("gateway_connections", "Client connections open", labels=["listener"])
+    accepted = CounterMetricFamily("gateway_connections_accepted", "Client connections accepted",
+                                   labels=["listener"])
+    refused = CounterMetricFamily("gateway_connections_refused",
+                                  "Client connections closed at once for being over max_connections",
+                                  labels=["listener"])
+    for name, ls in sorted(telemetry.LISTENERS.items()):
+        opened.add_metric([name], ls.open)
+        accepted.add_metric([name], ls.accepted)
+        refused.add_metric([name], ls.refused)
+    return [requests, errors, latency, produced, fetched, opened, accepted, refused]
 
 
 class _Snapshot:
@@ -50,8 +74,24 @@ class Metrics:
                 start.add_metric([t, str(p)], b[0])
                 hw.add_metric([t, str(p)], b[1])
         count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
-        return [count, hw, start, *await self.delayed_gauges(parts), *await self.transaction_gauges(),
+        return [*traffic_families(), count, hw, start, *await self.delayed_gauges(parts),
+                *await self.transaction_gauges(), await self.lag_gauge(),
                 *await self.watermark_gauges([(t.name, t.partitions) for t in topics])]
+
+    async def lag_gauge(self) -> Metric:
+        """Per consumer group and partition: the high watermark less the committed offset (Kafka's
+        consumer lag), for every partition a group committed an offset for that still exists."""
+        lag = GaugeMetricFamily("gateway_consumer_group_lag", "Records between a group's committed offset and "
+                                "the high watermark", labels=["group", "topic", "partition"])
+        groups = self.services.groups
+        committed = [(g.group_id, tp, c.offset)
+                     for g in await groups.list_groups()
+                     for tp, c in (await groups.fetch_offsets(g.group_id)).items() if c is not None and c.offset >= 0]
+        bounds = await self.services.log.bounds_many([tp for _, tp, _ in committed]) if committed else []
+        for (group, (topic, partition), offset), b in zip(committed, bounds, strict=True):
+            if b is not None:
+                lag.add_metric([group, topic, str(partition)], max(0, b[1] - offset))
+        return lag
 
     async def delayed_gauges(self, parts: list[tuple[str, int]]) -> list[Metric]:
         labels = ["topic", "partition"]
@@ -117,5 +157,5 @@ class Metrics:
 
     async def render(self) -> tuple[bytes, str]:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Snapshot(await self.gauges()))  # type: ignore[arg-type]
-        return generate_latest(REGISTRY) + generate_latest(registry), CONTENT_TYPE_LATEST
+        registry.register(_Snapshot(await self.gauges()))
+        return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -189,3 +189,48 @@ def error_response(api_key: int, version: int, error: KafkaError) -> list[bytes 
     if cls is None:
         return None
     return [encode_body(build(cls, error=error))]
+
+
+# -- the error codes a response carries, for the request metrics ----------------------------------
+
+
+def response_errors(response: Any) -> set[KafkaError]:
+    """Every error code other than none anywhere in a kio response (top level, topics, partitions)."""
+    out: set[KafkaError] = set()
+    _collect_errors(response, out)
+    out.discard(KafkaError.none)
+    return out
+
+
+def _collect_errors(entity: Any, out: set[KafkaError]) -> None:
+    cls = type(entity)
+    plan = _ERROR_FIELDS.get(cls)
+    if plan is None:
+        plan = _ERROR_FIELDS[cls] = _error_fields(cls)
+    codes, nested = plan
+    for name in codes:
+        out.add(getattr(entity, name))
+    for name, many in nested:
+        value = getattr(entity, name)
+        if value is None:
+            continue
+        for child in value if many else (value,):
+            _collect_errors(child, out)
+
+
+_ErrorFields = tuple[tuple[str, ...], tuple[tuple[str, bool], ...]]
+_ERROR_FIELDS: dict[type[Any], _ErrorFields] = {}
+
+
+def _error_fields(cls: type[Any]) -> _ErrorFields:
+    """The error-code fields of an entity class, and its entity fields (with whether each is an array)."""
+    codes: list[str] = []
+    nested: list[tuple[str, bool]] = []
+    for f in fields(cls):
+        if f.metadata.get("kafka_type") == "error_code":
+            codes.append(f.name)
+            continue
+        shape = classify_field(f)
+        if isinstance(shape, EntityTupleField | EntityField):
+            nested.append((f.name, isinstance(shape, EntityTupleField)))
+    return tuple(codes), tuple(nested)

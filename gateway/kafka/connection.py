@@ -17,14 +17,18 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Collection
 
 from kio.schema.errors import ErrorCode as KafkaError
+from kio.schema.index import api_key_map
 
+from gateway import telemetry
 from gateway.domain.services import Services
 from gateway.kafka import codec, sasl
 from gateway.kafka.api_versions import unsupported_version_body
 from gateway.kafka.dispatch import ApiKey, ConnectionState, Encoded, RequestContext, lookup
+from gateway.kafka.errors import MalformedRequest
 
 log = logging.getLogger(__name__)
 
@@ -180,23 +184,69 @@ def _retrieved(task: asyncio.Task[Chunks]) -> None:
 async def handle(
     services: Services, state: ConnectionState, frame: bytes, *, sent: Callable[[], None] = lambda: None
 ) -> list[bytes | memoryview] | None:
-    """The framed response to one request frame, or None when the request wants no answer."""
+    """The framed response to one request frame, or None when the request wants no answer; counted
+    in the request metrics (by api, with the error codes its response carries, and its time)."""
+    began = time.perf_counter()
     header = codec.read_header(frame)
+    stats = _stats(header.api_key)
+    try:
+        chunks, errors = await _respond(services, state, frame, header, sent)
+    except MalformedRequest:
+        stats.failed("INVALID_REQUEST")
+        raise
+    except Exception:
+        stats.failed("UNKNOWN_SERVER_ERROR")
+        raise
+    finally:
+        stats.done(time.perf_counter() - began)
+    for code in errors:
+        stats.failed(_error_name(code))
+    return chunks
+
+
+async def _respond(
+    services: Services, state: ConnectionState, frame: bytes, header: codec.RequestHeader, sent: Callable[[], None]
+) -> tuple[list[bytes | memoryview] | None, Collection[KafkaError]]:
+    """The framed response (None: no answer), and the error codes in it."""
     key, version = header.api_key, header.api_version
     if not sasl.permitted(services.security, state, key):
         log.warning("kafka client %s sent api %d before authenticating; closing", state.peer, key)
         state.close = True
-        return None
+        return None, (KafkaError.illegal_sasl_state,)
     reg = lookup(key, version)
     if reg is None:
-        return _unsupported(header)
+        return _unsupported(header), (KafkaError.unsupported_version,)
     request = codec.decode_request(frame, header)
     ctx = RequestContext(services, state, key, version, header.correlation_id, header.client_id, sent)
     response = await reg.handler(ctx, request)
     if response is None:
-        return None
-    body = response.chunks if isinstance(response, Encoded) else [codec.encode_body(response)]
-    return codec.frame_response(header.correlation_id, codec.response_header_flexible(key, version), body)
+        return None, ()
+    if isinstance(response, Encoded):
+        body, errors = response.chunks, response.errors
+    else:
+        body, errors = [codec.encode_body(response)], codec.response_errors(response)
+    return codec.frame_response(header.correlation_id, codec.response_header_flexible(key, version), body), errors
+
+
+_STATS: dict[int, telemetry.ApiStats] = {}
+
+
+def _stats(api_key: int) -> telemetry.ApiStats:
+    """The metrics of an api key, by Kafka's name for it (ListOffsets); keys Kafka lacks share "Unknown"."""
+    stats = _STATS.get(api_key)
+    if stats is None:
+        name = api_key_map.get(api_key)
+        label = "".join(w.capitalize() for w in name.split("_")) if name else "Unknown"
+        stats = _STATS[api_key] = telemetry.api("kafka", label)
+    return stats
+
+
+def _error_name(code: int) -> str:
+    """Kafka's name of an error code (UNKNOWN_TOPIC_OR_PARTITION), or the number when it has none."""
+    try:
+        return KafkaError(code).name.upper()
+    except ValueError:
+        return str(code)
 
 
 def _unsupported(header: codec.RequestHeader) -> list[bytes | memoryview]:

@@ -11,7 +11,8 @@ How to add an API (e.g. the consumer-group module)::
 
 A handler receives the decoded kio request (the class picked from api key + version) and returns:
   - a kio response object of the same api key and version (encoded with kio), or
-  - an `Encoded` (body chunks from a hand-written encoder; the header is added for it), or
+  - an `Encoded` (body chunks from a hand-written encoder, and the error codes in them; the header
+    is added for it), or
   - None: send nothing (Produce with acks=0 is the only user).
 
 Every module of the `gateway.kafka` package is imported by `load_handlers()` when the listener
@@ -27,12 +28,13 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KafkaError
 from kio.schema.index import api_key_map
 
 from gateway.domain.security import Operation, ResourceType
@@ -83,9 +85,11 @@ class RequestContext:
 
 
 class Encoded(NamedTuple):
-    """A response body already encoded as chunks (written with `writelines`, records uncopied)."""
+    """A response body already encoded as chunks (written with `writelines`, records uncopied),
+    with the error codes it carries (other than none), which the request metrics count."""
 
     chunks: list[bytes | memoryview]
+    errors: Collection[KafkaError] = ()
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]

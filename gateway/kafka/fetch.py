@@ -17,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway import telemetry
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.formats.records import with_base_offset
@@ -88,7 +89,12 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
                                      for p in t.partitions]))
         else:
             topics.append((t.topic, [next(it) for _ in t.partitions]))
-    return Encoded(encode_fetch_response(ctx.api_version, topics))
+    codes: set[KafkaError] = set()
+    for name, answered in topics:
+        if size := sum(p.size for p in answered):
+            telemetry.fetched("kafka", name, size)
+        codes.update(p.error for p in answered if p.error != KafkaError.none)
+    return Encoded(encode_fetch_response(ctx.api_version, topics), codes)
 
 
 async def _read_all(

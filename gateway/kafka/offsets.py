@@ -63,7 +63,8 @@ async def list_offsets(ctx: RequestContext, req: Any) -> Encoded:
         (t.name, [await _lookup(ctx, t.name, p.partition_index, p.timestamp, committed) for p in t.partitions])
         for t in req.topics
     ]
-    return Encoded(encode_list_offsets_response(ctx.api_version, topics))
+    errors = {r.error for _, parts in topics for r in parts} - {KafkaError.none}
+    return Encoded(encode_list_offsets_response(ctx.api_version, topics), errors)
 
 
 def encode_list_offsets_response(version: int, topics: list[tuple[str, list[OffsetResult]]]) -> list[bytes | memoryview]:

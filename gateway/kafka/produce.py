@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway import telemetry
 from gateway.domain.log import Produced
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
@@ -57,17 +58,20 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
             appended = await ctx.services.log.append(items, sent=ctx.sent)
         except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
             appended = [Produced(t, p, exc) for t, p, _ in items]
-        for done in appended:
+        for (_, _, blob), done in zip(items, appended, strict=True):
             r = done.result
             if isinstance(r, Exception):
                 res = PartitionResult(done.partition, kafka_error(r), message=error_message(r))
             else:
                 res = PartitionResult(done.partition, base_offset=r.base_offset, log_start=r.log_start)
+                if not r.duplicate:
+                    telemetry.produced("kafka", done.topic, len(blob))
             results[(done.topic, done.partition)] = res
     if req.acks == 0:
         return None
     topics = [(name, [results[(name, i)] for i in parts]) for name, parts in order]
-    return Encoded(encode_produce_response(ctx.api_version, topics))
+    errors = {r.error for r in results.values()} - {KafkaError.none}
+    return Encoded(encode_produce_response(ctx.api_version, topics), errors)
 
 
 async def _hold_delayed(

@@ -18,8 +18,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 from typing import TYPE_CHECKING
 
+from gateway import telemetry
 from gateway.domain.security import FAILED_AUTHENTICATION_DELAY
 from gateway.errors import AuthenticationFailed, ErrorCode, GatewayError, InvalidRequest, NotAllowed
 from gateway.formats.frames import FrameTooLarge, frame, parse, read_frame
@@ -46,7 +48,7 @@ class Connection:
         peer = writer.get_extra_info("peername")
         self.session = Session(self.services, server.subscriptions, server.producers, TxnSession(self.services),
                                write=self._write, on_fenced=self._fenced, host=peer[0] if peer else None)
-        self._sends: asyncio.Queue[tuple[pb.Request, int]] = asyncio.Queue()
+        self._sends: asyncio.Queue[tuple[pb.Request, int, float]] = asyncio.Queue()  # request, size, arrival
         self.queued_bytes = 0  # of the frames in `_sends`
         self._room = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
@@ -67,9 +69,13 @@ class Connection:
                     log.info("native client %s sent nothing for %.0f s; closing",
                              self.writer.get_extra_info("peername"), cfg.idle_timeout)
                     return
+                began = time.perf_counter()
                 try:
                     req = parse(pb.Request(), payload)
                 except InvalidRequest as exc:
+                    unknown = _stats(None)
+                    unknown.done(time.perf_counter() - began)
+                    unknown.failed(exc.code.name)
                     await self._write([_error(0, exc)])
                     continue
                 assert isinstance(req, pb.Request)
@@ -107,11 +113,13 @@ class Connection:
             self._room.clear()
             await self._room.wait()
         self.queued_bytes += size
-        self._sends.put_nowait((req, size))
+        self._sends.put_nowait((req, size, time.perf_counter()))
 
     async def _handle(self, req: pb.Request) -> None:
         kind = req.WhichOneof("body")
         handler = dispatch.lookup(kind)
+        stats = _stats(kind)
+        began = time.perf_counter()
         resp: pb.Response | Encoded | None
         try:
             if handler is None:
@@ -121,6 +129,9 @@ class Connection:
             if not isinstance(exc, GatewayError):
                 log.exception("native %s request failed", kind)
             resp = _error_response(exc)
+            stats.failed(_code(exc).name)
+        finally:
+            stats.done(time.perf_counter() - began)
         if resp is None or not req.request_id:
             return
         if isinstance(resp, Encoded):
@@ -135,26 +146,32 @@ class Connection:
             while not self._sends.empty() and len(queued) < _SEND_BATCH:
                 queued.append(self._sends.get_nowait())
             try:
-                out = await self._in_order([req for req, _ in queued])
+                out = await self._in_order(queued)
                 await self._write(out)
             except ConnectionError:
                 return
             finally:
-                self.queued_bytes -= sum(size for _, size in queued)
+                self.queued_bytes -= sum(size for _, size, _ in queued)
                 self._room.set()
                 for _ in queued:
                     self._sends.task_done()
 
-    async def _in_order(self, reqs: list[pb.Request]) -> Chunks:
+    async def _in_order(self, queued: list[tuple[pb.Request, int, float]]) -> Chunks:
         """Answers in arrival order: each run of one kind goes to its handler whole, after the runs
-        before it, so a watermark never overtakes a message its producer sent earlier."""
+        before it, so a watermark never overtakes a message its producer sent earlier. A request's
+        time in the metrics runs from its arrival (its wait in the queue included)."""
         out: Chunks = []
-        for kind, run in itertools.groupby(reqs, key=lambda r: r.WhichOneof("body")):
+        for kind, run in itertools.groupby(queued, key=lambda q: q[0].WhichOneof("body")):
             handler = dispatch.in_order(kind)
             assert handler is not None
-            batch = list(run)
-            for req, ans in zip(batch, await handler(self.session, batch), strict=True):
+            items = list(run)
+            stats = _stats(kind)
+            answers = await handler(self.session, [req for req, _, _ in items])
+            now = time.perf_counter()
+            for (req, _, arrived), ans in zip(items, answers, strict=True):
+                stats.done(now - arrived)
                 if isinstance(ans, Exception):
+                    stats.failed(_code(ans).name)
                     out.append(_error(req.request_id, ans))
                 else:
                     ans.request_id = req.request_id
@@ -176,9 +193,17 @@ class Connection:
         self.writer.close()
 
 
+def _code(exc: BaseException) -> ErrorCode:
+    return exc.code if isinstance(exc, GatewayError) else ErrorCode.UNKNOWN
+
+
 def _error_response(exc: BaseException) -> pb.Response:
-    code = exc.code if isinstance(exc, GatewayError) else ErrorCode.UNKNOWN
-    return pb.Response(error=pb.Error(code=int(code), message=str(exc)))
+    return pb.Response(error=pb.Error(code=int(_code(exc)), message=str(exc)))
+
+
+def _stats(kind: str | None) -> telemetry.ApiStats:
+    """The metrics of a request kind (its body's name, e.g. send); a frame that is no request is "unknown"."""
+    return telemetry.api("native", kind or "unknown")
 
 
 def _error(request_id: int, exc: BaseException) -> bytes:

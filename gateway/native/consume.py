@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from gateway import telemetry
 from gateway.domain.security import Operation, ResourceType
 from gateway.domain.subscriptions import Delivery, Mode
 from gateway.errors import InvalidRequest
@@ -18,14 +19,16 @@ _MODES = {pb.EXCLUSIVE: Mode.EXCLUSIVE, pb.FAILOVER: Mode.FAILOVER, pb.SHARED: M
 class ConsumerFrames:
     """The connection as a `ConsumerSink`: what the service hands a consumer, written as frames."""
 
-    def __init__(self, write: Callable[[Chunks], Awaitable[None]]) -> None:
+    def __init__(self, write: Callable[[Chunks], Awaitable[None]], topic: str) -> None:
         self.write = write
+        self.topic = topic
 
     async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
         entries = [
             OutgoingEntry(d.partition, d.entry.base_offset, d.entry.batch, d.skip(), d.redelivery_count)
             for d in deliveries
         ]
+        telemetry.fetched("native", self.topic, sum(len(d.entry.batch) for d in deliveries))
         await self.write(messages_frame(consumer_id, entries))
 
     async def reset(self, consumer_id: int) -> None:
@@ -46,7 +49,7 @@ async def subscribe(s: Session, req: pb.Request) -> pb.Response:
     consumer = await s.subscriptions.subscribe(
         r.topic,
         r.subscription,
-        ConsumerFrames(s.write),
+        ConsumerFrames(s.write, r.topic),
         mode=_MODES.get(r.mode, Mode.EXCLUSIVE),
         initial_position="earliest" if r.initial_position == pb.EARLIEST else "latest",
         consumer_name=r.consumer_name,

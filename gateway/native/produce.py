@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway import telemetry
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.formats.records import parse_header
@@ -79,6 +80,8 @@ async def send(s: Session, reqs: list[pb.Request]) -> list[pb.Response | Excepti
                 txn_id = reqs[i].send.txn_id
                 answers[i] = as_expired(txn_id, res) if txn_id and isinstance(res, GatewayError) else res
             else:
+                if not res.duplicate:
+                    telemetry.produced("native", checked[i][0], len(checked[i][2]))
                 receipt = pb.SendReceipt(base_offset=res.base_offset, duplicate=res.duplicate)
                 answers[i] = pb.Response(send_receipt=receipt)
     return [answers[i] for i in range(len(reqs))]

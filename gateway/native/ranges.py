@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gateway import telemetry
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import InvalidRequest
 from gateway.formats.frames import OutgoingEntry, range_frame
@@ -33,4 +34,5 @@ async def read_range(s: Session, req: pb.Request) -> Encoded:
     max_bytes = min(r.max_bytes or _RANGE_BYTES, s.services.config.max_frame_bytes // 2)
     got = await s.services.log.read_range(r.topic, r.partition, r.start, r.end, max_bytes)
     entries = [OutgoingEntry(r.partition, e.base_offset, e.batch) for e in got.entries]
+    telemetry.fetched("native", r.topic, sum(len(e.batch) for e in got.entries))
     return Encoded(range_frame(req.request_id, entries, got.next_offset, got.last_stable_offset))

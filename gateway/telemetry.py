@@ -1,0 +1,82 @@
+"""What the faces count as they work: requests, errors and latency per API, bytes per topic,
+connections per listener.
+
+The counters are plain integers bumped on the event loop's thread, so the hot paths pay a dict
+lookup and a few additions per request (never per record), with no lock and no label resolution;
+`gateway.admin.metrics` turns them into Prometheus families when it is scraped. They belong to the
+process: gateways sharing one process (tests) share them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+"""Upper bounds (seconds) of the request latency histogram, +Inf after them."""
+
+
+class ApiStats:
+    """Requests of one API on one face: how many, which error codes they answered, how long they took."""
+
+    __slots__ = ("requests", "errors", "buckets", "seconds")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.errors: dict[str, int] = {}
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # per bucket, not cumulative; the last is +Inf
+        self.seconds = 0.0
+
+    def done(self, seconds: float) -> None:
+        """One request answered (or failed) after `seconds`."""
+        self.requests += 1
+        self.seconds += seconds
+        self.buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+
+    def failed(self, code: str) -> None:
+        """One request answered with error `code` (counted once per code it carried)."""
+        self.errors[code] = self.errors.get(code, 0) + 1
+
+
+class ListenerStats:
+    """Connections of one listener: open now, accepted since start, refused over the limit."""
+
+    __slots__ = ("open", "accepted", "refused")
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.accepted = 0
+        self.refused = 0
+
+
+APIS: dict[tuple[str, str], ApiStats] = {}
+"""(face, api) -> its stats."""
+PRODUCED: dict[tuple[str, str], int] = {}
+"""(face, topic) -> record batch bytes appended to the log."""
+FETCHED: dict[tuple[str, str], int] = {}
+"""(face, topic) -> record batch bytes sent to consumers."""
+LISTENERS: dict[str, ListenerStats] = {}
+
+
+def api(face: str, name: str) -> ApiStats:
+    """The stats of `name` on `face`; callers on hot paths keep the object rather than look it up."""
+    stats = APIS.get((face, name))
+    if stats is None:
+        stats = APIS[(face, name)] = ApiStats()
+    return stats
+
+
+def produced(face: str, topic: str, size: int) -> None:
+    key = (face, topic)
+    PRODUCED[key] = PRODUCED.get(key, 0) + size
+
+
+def fetched(face: str, topic: str, size: int) -> None:
+    key = (face, topic)
+    FETCHED[key] = FETCHED.get(key, 0) + size
+
+
+def listener(name: str) -> ListenerStats:
+    stats = LISTENERS.get(name)
+    if stats is None:
+        stats = LISTENERS[name] = ListenerStats()
+    return stats
