@@ -1,0 +1,109 @@
+"""The shape of a consumer group of KIP-848's protocol as stored: the group's epochs, its members
+(subscription, epochs, reconciliation state, assigned and pending-revocation partitions), the target
+assignment and what the target was computed from (partition counts, resolved regular expressions).
+
+Kept apart from the classic `GroupDoc` (`groups.py`): the two protocols share the group id space and
+the offsets, not the shape of the group. Each packs to msgpack; a member is one blob, so saving the
+group can write only the members that changed.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+
+Assignment = dict[str, frozenset[int]]
+
+
+def _pack_assignment(a: Assignment) -> dict[str, list[int]]:
+    return {t: sorted(ps) for t, ps in a.items()}
+
+
+def _unpack_assignment(raw: dict[str, list[int]]) -> Assignment:
+    return {t: frozenset(ps) for t, ps in raw.items()}
+
+
+@dataclass
+class ConsumerMemberDoc:
+    """One member. `state` is Kafka's `MemberState` (stable, unrevoked_partitions,
+    unreleased_partitions); `member_epoch` -2 marks a static member that left and may come back."""
+
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = 0
+    subscribed_topics: tuple[str, ...] = ()
+    subscribed_regex: str | None = None
+    server_assignor: str | None = None
+    member_epoch: int = 0
+    previous_epoch: int = 0
+    state: str = "stable"
+    assigned: Assignment = field(default_factory=dict)
+    pending_revocation: Assignment = field(default_factory=dict)
+
+    def copy(self) -> ConsumerMemberDoc:
+        return copy.copy(self)  # the collections held are immutable or replaced whole
+
+    def pack(self) -> bytes:
+        return _packb(
+            [
+                self.instance_id, self.rack_id, self.client_id, self.client_host, self.rebalance_timeout_ms,
+                list(self.subscribed_topics), self.subscribed_regex, self.server_assignor, self.member_epoch,
+                self.previous_epoch, self.state, _pack_assignment(self.assigned),
+                _pack_assignment(self.pending_revocation),
+            ]
+        )
+
+    @classmethod
+    def unpack(cls, member_id: str, raw: bytes) -> ConsumerMemberDoc:
+        (i, r, c, h, rt, topics, regex, assignor, epoch, prev, state, assigned, pending) = msgpack.unpackb(raw, raw=False)
+        return cls(
+            member_id, i, r, c, h, rt, tuple(topics), regex, assignor, epoch, prev, state,
+            _unpack_assignment(assigned), _unpack_assignment(pending),
+        )
+
+
+@dataclass
+class ConsumerGroupDoc:
+    """A consumer group as stored; `version` is what the next save compares against (0: new)."""
+
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ConsumerMemberDoc] = field(default_factory=dict)
+    target: dict[str, Assignment] = field(default_factory=dict)  # member id -> target assignment
+    partition_counts: dict[str, int] = field(default_factory=dict)  # subscribed topic -> partitions
+    regexes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # regex -> topics it matched
+    version: int = 0
+
+    def static_member(self, instance_id: str) -> ConsumerMemberDoc | None:
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+    def pack_meta(self) -> bytes:
+        """Everything but the members, which are stored one blob each."""
+        return _packb(
+            [
+                self.group_epoch, self.assignment_epoch,
+                {mid: _pack_assignment(a) for mid, a in self.target.items()},
+                self.partition_counts, {rx: list(ts) for rx, ts in self.regexes.items()},
+            ]
+        )
+
+    @classmethod
+    def unpack(cls, group_id: str, meta: bytes, members: dict[str, bytes], version: int) -> ConsumerGroupDoc:
+        epoch, assignment_epoch, target, counts, regexes = msgpack.unpackb(meta, raw=False)
+        return cls(
+            group_id, epoch, assignment_epoch,
+            {mid: ConsumerMemberDoc.unpack(mid, raw) for mid, raw in sorted(members.items())},
+            {mid: _unpack_assignment(a) for mid, a in target.items()},
+            dict(counts), {rx: tuple(ts) for rx, ts in regexes.items()}, version,
+        )
+
+
+def _packb(value: Any) -> bytes:
+    return bytes(msgpack.packb(value, use_bin_type=True))
