@@ -214,7 +214,7 @@ class GatewayProcess:
                 self._start()
                 return
             except RuntimeError as exc:
-                if self.banner or attempt == 2 or "address already in use" not in str(exc):
+                if self.banner or attempt == 2 or not re.search(r"port \d+ is in use", str(exc)):
                     raise
                 self.kafka_port, self.native_port, self.admin_port = free_port(), free_port(), free_port()
 

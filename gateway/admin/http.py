@@ -296,6 +296,10 @@ async def start_admin_server(services: Services, host: str, port: int) -> AdminL
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     cfg = services.config
-    site = web.TCPSite(runner, host, port, ssl_context=server_ssl_context(cfg.tls_cert_file, cfg.tls_key_file))
-    await site.start()
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=server_ssl_context(cfg.tls_cert_file, cfg.tls_key_file))
+        await site.start()
+    except BaseException:
+        await runner.cleanup()  # a port in use: the gateway stops, and nothing of this listener stays
+        raise
     return AdminListener(runner, site)
