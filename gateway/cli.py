@@ -58,7 +58,7 @@ def _admin_parser(sub: Any) -> None:
     tsub.add_parser("list")
     c = tsub.add_parser("create")
     c.add_argument("name")
-    c.add_argument("--partitions", type=int, default=0, help="default: the gateway's default partitions")
+    c.add_argument("--partitions", type=int, help="how many, at least 1 (default: the gateway's --default-partitions)")
     c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     d = tsub.add_parser("describe")
     d.add_argument("name")
@@ -186,7 +186,7 @@ def admin(args: argparse.Namespace) -> Any:
         if args.action == "create":
             cfg = _pairs(args.config)
             return _http("POST", f"{base}/topics",
-                         {"name": args.name, "partitions": args.partitions, "config": cfg})
+                         {"name": args.name, "partitions": args.partitions, "config": cfg})  # None: the default
         if args.action == "describe":
             return _http("GET", f"{base}/topics/{args.name}")
         if args.action == "alter-config":

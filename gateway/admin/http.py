@@ -15,7 +15,7 @@ from gateway.domain.log import effective_config
 from gateway.domain.services import Services
 from gateway.domain.txn import TxnId, TxnInfo, now_ms
 from gateway.domain.watermark import PositionsWatermark
-from gateway.errors import ErrorCode, GatewayError, InvalidRequest, TransactionNotFound
+from gateway.errors import ErrorCode, GatewayError, InvalidPartitions, InvalidRequest, TransactionNotFound
 from gateway.net import server_ssl_context
 
 _STATUS = {
@@ -103,7 +103,10 @@ class AdminApi:
         if not isinstance(name, str):
             raise InvalidRequest("'name' is required")
         config = {str(k): (None if v is None else str(v)) for k, v in (body.get("config") or {}).items()}
-        info = await self.services.log.create_topic(name, int(body.get("partitions", 0) or 0), config)
+        partitions = body.get("partitions")  # absent or null: the gateway's default
+        if partitions is not None and (not isinstance(partitions, int) or isinstance(partitions, bool)):
+            raise InvalidPartitions(f"'partitions' must be an integer, not {partitions!r}")
+        info = await self.services.log.create_topic(name, partitions, config)
         return web.json_response(await self._describe(info.name), status=201)
 
     async def describe_topic(self, request: web.Request) -> web.Response:
