@@ -62,19 +62,20 @@ def _admin_parser(sub: Any) -> None:
                    help="how many, at least 1 (default: the gateway's --default-partitions)")
     c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
                    help="a topic config, e.g. retention.ms=60000; repeat for more")
-    d = tsub.add_parser("describe", help="partitions with their offsets, and the effective config")
-    d.add_argument("name", help="the topic")
-    a = tsub.add_parser("alter-config", help="set or reset topic configs")
-    a.add_argument("name", help="the topic")
-    a.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                   help="a config to set; KEY= (empty) resets it to its default; repeat for more")
-    x = tsub.add_parser("delete", help="delete a topic and its messages")
-    x.add_argument("name", help="the topic")
-    w = tsub.add_parser("watermarks", help="watermarks per partition, subscription and consumer group")
-    w.add_argument("name", help="the topic")
-    wi = tsub.add_parser("mark-idle", help="take a producer that went away out of the topic's watermark set")
-    wi.add_argument("name", help="the topic")
-    wi.add_argument("producer", help="the producer's name")
+
+    def on_topic(action: str, what: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = tsub.add_parser(action, help=what)
+        parser.add_argument("name", help="the topic")
+        return parser
+
+    on_topic("describe", "partitions with their offsets, and the effective config")
+    on_topic("alter-config", "set or reset topic configs").add_argument(
+        "--config", action="append", default=[], metavar="KEY=VALUE",
+        help="a config to set; KEY= (empty) resets it to its default; repeat for more")
+    on_topic("delete", "delete a topic and its messages")
+    on_topic("watermarks", "watermarks per partition, subscription and consumer group")
+    on_topic("mark-idle", "take a producer that went away out of the topic's watermark set").add_argument(
+        "producer", help="the producer's name")
     groups.add_parser("gateways", help="the gateways on this Redis and the background role each runs")
     txns = groups.add_parser("transactions", help="list, describe and abort transactions")
     xsub = txns.add_subparsers(dest="action", required=True)

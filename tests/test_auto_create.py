@@ -14,17 +14,13 @@ from confluent_kafka import Consumer, KafkaError
 from gateway.client import Client
 from gateway.errors import TopicNotFound
 from gateway.server.gateway import Gateway
-from tests.conftest import kafka_bootstrap, native_url, test_config
+from tests.conftest import kafka_bootstrap, native_url, running_gateway, test_config
 
 
 @pytest.fixture(params=[True, False], ids=["auto-create", "no-auto-create"])
 async def gw(request: pytest.FixtureRequest, redis_url: str) -> AsyncIterator[Gateway]:
-    gateway = Gateway(test_config(redis_url, auto_create_topics=request.param))
-    await gateway.start()
-    try:
+    async with running_gateway(test_config(redis_url, auto_create_topics=request.param)) as gateway:
         yield gateway
-    finally:
-        await gateway.stop()
 
 
 @contextlib.asynccontextmanager
