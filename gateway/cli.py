@@ -61,89 +61,104 @@ def _admin_parser(sub: Any) -> None:
     groups = p.add_subparsers(dest="group", required=True)
     topics = groups.add_parser("topics", help="create, list, describe, alter and delete topics")
     tsub = topics.add_subparsers(dest="action", required=True)
-    tsub.add_parser("list")
-    c = tsub.add_parser("create")
-    c.add_argument("name")
-    c.add_argument("--partitions", type=int, default=0, help="default: the gateway's default partitions")
-    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    d = tsub.add_parser("describe")
-    d.add_argument("name")
-    a = tsub.add_parser("alter-config")
-    a.add_argument("name")
-    a.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
-                   help="KEY= (empty) resets a config to its default")
-    x = tsub.add_parser("delete")
-    x.add_argument("name")
-    w = tsub.add_parser("watermarks", help="watermarks per partition, subscription and consumer group")
-    w.add_argument("name")
-    wi = tsub.add_parser("mark-idle", help="take a producer that went away out of the topic's watermark set")
-    wi.add_argument("name")
-    wi.add_argument("producer", help="the producer's name")
+    tsub.add_parser("list", help="every topic with its partition count")
+    c = tsub.add_parser("create", help="create a topic")
+    c.add_argument("name", help="the topic's name: 1-249 of [a-zA-Z0-9._-]")
+    c.add_argument("--partitions", type=int,
+                   help="how many, at least 1 (default: the gateway's --default-partitions)")
+    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a topic config, e.g. retention.ms=60000; repeat for more")
+
+    def on_topic(action: str, what: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = tsub.add_parser(action, help=what)
+        parser.add_argument("name", help="the topic")
+        return parser
+
+    on_topic("describe", "partitions with their offsets, and the effective config")
+    on_topic("alter-config", "set or reset topic configs").add_argument(
+        "--config", action="append", default=[], metavar="KEY=VALUE",
+        help="a config to set; KEY= (empty) resets it to its default; repeat for more")
+    on_topic("delete", "delete a topic and its messages")
+    on_topic("watermarks", "watermarks per partition, subscription and consumer group")
+    on_topic("mark-idle", "take a producer that went away out of the topic's watermark set").add_argument(
+        "producer", help="the producer's name")
     groups.add_parser("gateways", help="the gateways on this Redis and the background role each runs")
     txns = groups.add_parser("transactions", help="list, describe and abort transactions")
     xsub = txns.add_subparsers(dest="action", required=True)
     xsub.add_parser("list", help="unfinished transactions with their age and partitions")
-    xd = xsub.add_parser("describe")
+    xd = xsub.add_parser("describe", help="one transaction: state, age, partitions and subscriptions")
     xd.add_argument("txn", help="transaction id, COORDINATOR:SEQUENCE")
     xa = xsub.add_parser("abort", help="abort a hanging transaction nobody else can end")
-    xa.add_argument("txn")
+    xa.add_argument("txn", help="transaction id, COORDINATOR:SEQUENCE")
     xsub.add_parser("list-transaction-keys", help="transaction keys with their epochs")
     xg = xsub.add_parser("get-transaction-key", help="a key's epoch, open transaction and age")
     xg.add_argument("key", help="KEY, or OWNER&KEY")
     xk = xsub.add_parser("delete-transaction-key", help="abort the key's transaction and remove the key")
-    xk.add_argument("key")
+    xk.add_argument("key", help="KEY, or OWNER&KEY")
     users = groups.add_parser("users", help="users, their passwords (SCRAM credentials) and tokens")
     usub = users.add_subparsers(dest="action", required=True)
-    usub.add_parser("list")
+    usub.add_parser("list", help="every user with its mechanisms and token ids")
     uc = usub.add_parser("create", help="create a user, or set its password")
-    uc.add_argument("name")
+    uc.add_argument("name", help="the user's name")
     uc.add_argument("--user-password", help="the password; asked for (or read from stdin) when not given")
     uc.add_argument("--no-password", action="store_true", help="a user that authenticates with tokens only")
     uc.add_argument("--mechanism", action="append", choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),
-                    help="credentials to keep, default both")
-    for action in ("describe", "delete", "create-token"):
-        usub.add_parser(action).add_argument("name")
-    ut = usub.add_parser("delete-token")
-    ut.add_argument("name")
-    ut.add_argument("id")
+                    help="credentials to keep, default both; repeat for both")
+    for action, what in (("describe", "a user's mechanisms and token ids"),
+                         ("delete", "delete a user and its tokens"),
+                         ("create-token", "issue a token for the user (shown once)")):
+        usub.add_parser(action, help=what).add_argument("name", help="the user's name")
+    ut = usub.add_parser("delete-token", help="revoke one of a user's tokens")
+    ut.add_argument("name", help="the user's name")
+    ut.add_argument("id", help="the token's id, as users describe shows it")
     acls = groups.add_parser("acls", help="what principals may (or may not) do: read, write, describe, admin, all, "
                                           "or any other Kafka operation")
     asub = acls.add_subparsers(dest="action", required=True)
-    asub.add_parser("list").add_argument("--principal", help="only this principal's, e.g. User:alice")
-    for action in ("add", "remove"):
-        a = asub.add_parser(action)
+    asub.add_parser("list", help="the ACLs").add_argument("--principal",
+                                                          help="only this principal's, e.g. User:alice")
+    for action, what in (("add", "allow a principal an operation on a resource"),
+                         ("remove", "remove such an ACL")):
+        a = asub.add_parser(action, help=what)
         a.add_argument("--principal", required=True, help="User:NAME, or User:* for every authenticated user")
-        a.add_argument("--operation", required=True, choices=ACL_OPERATIONS)
+        a.add_argument("--operation", required=True, choices=ACL_OPERATIONS,
+                       help="what it may (or, with --deny, may not) do")
         a.add_argument("--host", default="*", help="only from this IP address (default * : anywhere)")
         a.add_argument("--deny", action="store_true", help="deny rather than allow (a DENY wins over any ALLOW)")
         res = a.add_mutually_exclusive_group(required=True)
-        res.add_argument("--topic")
-        res.add_argument("--group", dest="group_id", help="a consumer group or native subscription")
-        res.add_argument("--transactional-id")
-        res.add_argument("--cluster", action="store_true")
+        res.add_argument("--topic", help="on this topic")
+        res.add_argument("--group", dest="group_id", help="on this consumer group or native subscription")
+        res.add_argument("--transactional-id", help="on this Kafka transactional id")
+        res.add_argument("--cluster", action="store_true",
+                         help="on the cluster: creating topics, the admin API")
         a.add_argument("--prefixed", action="store_true", help="the name is a prefix")
 
 
 def _bench_parser(sub: Any) -> None:
-    p = sub.add_parser("bench", help="measure the gateway beside raw Redis, in the same run")
+    p = sub.add_parser("bench", help="measure the gateway beside raw Redis, in the same run",
+                       description="Measure the gateway beside raw Redis, in the same run: native produce "
+                       "and latency unless a benchmark is chosen. Progress goes to stderr, the table to stdout.")
     p.add_argument("--redis-url", help="benchmark against this Redis (default: an embedded one in a temp dir)")
     p.add_argument("--cluster", action="store_true",
                    help="without --redis-url: a local Redis Cluster of three primaries instead of one Redis")
-    p.add_argument("--gateways", type=int, default=1, help="gateway processes side by side over the same Redis")
+    p.add_argument("--gateways", type=int, default=1,
+                   help="gateway processes side by side over the same Redis (default: %(default)s)")
     p.add_argument("--partitions", type=int, default=1,
-                   help="partitions of the benchmark topic (and raw streams of the baselines)")
-    p.add_argument("--seconds", type=float, default=5.0, help="time per measurement")
-    p.add_argument("--kafka", action="store_true", help="Kafka-protocol produce and consume with confluent-kafka")
-    p.add_argument("--sizes", default="100,1024", help="message sizes in bytes")
+                   help="partitions of the benchmark topic, and raw streams of the baselines "
+                   "(default: %(default)s)")
+    p.add_argument("--seconds", type=float, default=5.0, help="time per measurement (default: %(default)s)")
+    p.add_argument("--kafka", action="store_true",
+                   help="Kafka-protocol produce and consume with confluent-kafka")
+    p.add_argument("--sizes", default="100,1024", help="message sizes in bytes (default: %(default)s)")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
     p.add_argument("--watermarks", action="store_true",
                    help="broker watermarks: send_watermark, lookups, consuming past markers")
-    p.add_argument("--count", type=int, default=1_000_000, help="delayed messages for --delayed")
+    p.add_argument("--count", type=int, default=1_000_000,
+                   help="delayed messages for --delayed (default: %(default)s)")
     p.add_argument("--spark", action="store_true",
                    help="the Spark source, sink and a pipeline of both (the spark extra, Java 17)")
-    p.add_argument("--records", type=int, default=500_000, help="records for --spark")
-    p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark")
+    p.add_argument("--records", type=int, default=500_000, help="records for --spark (default: %(default)s)")
+    p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark (default: %(default)s)")
 
 
 def _pairs(items: list[str]) -> dict[str, str | None]:
@@ -195,7 +210,7 @@ def admin(args: argparse.Namespace) -> Any:
         if args.action == "create":
             cfg = _pairs(args.config)
             return _http("POST", f"{base}/topics",
-                         {"name": args.name, "partitions": args.partitions, "config": cfg})
+                         {"name": args.name, "partitions": args.partitions, "config": cfg})  # None: the default
         if args.action == "describe":
             return _http("GET", f"{base}/topics/{args.name}")
         if args.action == "alter-config":

@@ -158,6 +158,12 @@ class Timeout(GatewayError):
     code = ErrorCode.TIMEOUT
 
 
+class InvalidPartitions(GatewayError):
+    """A partition count a topic cannot have: below 1, above the limit, or not above its current count."""
+
+    code = ErrorCode.INVALID_PARTITIONS
+
+
 class InvalidConfig(GatewayError):
     """A configuration value is invalid."""
 

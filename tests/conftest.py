@@ -146,15 +146,22 @@ async def raw_redis(redis_url: str) -> AsyncIterator[RedisClient]:
         await r.aclose()
 
 
-@pytest.fixture
-async def gateway(redis_url: str) -> AsyncIterator[Gateway]:
-    """A whole gateway in this process, on free ports, over the test Redis."""
-    gw = Gateway(test_config(redis_url))
+@contextlib.asynccontextmanager
+async def running_gateway(cfg: Config) -> AsyncIterator[Gateway]:
+    """A whole gateway in this process on `cfg`, stopped on the way out."""
+    gw = Gateway(cfg)
     await gw.start()
     try:
         yield gw
     finally:
         await gw.stop()
+
+
+@pytest.fixture
+async def gateway(redis_url: str) -> AsyncIterator[Gateway]:
+    """A whole gateway in this process, on free ports, over the test Redis."""
+    async with running_gateway(test_config(redis_url)) as gw:
+        yield gw
 
 
 def native_url(gw: Gateway) -> str:
@@ -218,7 +225,7 @@ class GatewayProcess:
                 self._start()
                 return
             except RuntimeError as exc:
-                if self.banner or attempt == 2 or "address already in use" not in str(exc):
+                if self.banner or attempt == 2 or not re.search(r"port \d+ is in use", str(exc)):
                     raise
                 self.kafka_port, self.native_port, self.admin_port = free_port(), free_port(), free_port()
 

@@ -14,7 +14,7 @@ import pytest
 from redis.crc import key_slot
 
 from gateway.domain.log import LogService
-from gateway.errors import InvalidRequest, TopicExists, TopicNotFound
+from gateway.errors import InvalidPartitions, TopicExists, TopicNotFound
 from gateway.formats.records import build_batch, iter_records
 from gateway.server.gateway import Gateway
 from gateway.store import keys
@@ -169,7 +169,7 @@ async def test_racing_growth_ends_at_the_larger_count(two):
         await a.create_topic(name, 2)
         results = await asyncio.gather(a.add_partitions(name, 4), b.add_partitions(name, 6), return_exceptions=True)
         assert not isinstance(results[1], Exception), results
-        assert isinstance(results[0], TopicInfo | InvalidRequest), results  # refused when the 6 came first
+        assert isinstance(results[0], TopicInfo | InvalidPartitions), results  # refused when the 6 came first
         assert (await a.topic(name, create=False)).partitions == 6
         assert await produce(b, name, 6, b"x") == [0] * 6
 

@@ -18,7 +18,7 @@ from gateway.domain.log import effective_config
 from gateway.domain.services import Services
 from gateway.domain.txn import TxnId, TxnInfo
 from gateway.domain.watermark import PositionsWatermark
-from gateway.errors import ErrorCode, GatewayError, InvalidRequest, TransactionNotFound
+from gateway.errors import ErrorCode, GatewayError, InvalidPartitions, InvalidRequest, TransactionNotFound
 from gateway.net import server_ssl_context
 
 _STATUS = {
@@ -132,7 +132,10 @@ class AdminApi:
         if not isinstance(name, str):
             raise InvalidRequest("'name' is required")
         config = {str(k): (None if v is None else str(v)) for k, v in (body.get("config") or {}).items()}
-        info = await self.services.log.create_topic(name, int(body.get("partitions", 0) or 0), config)
+        partitions = body.get("partitions")  # absent or null: the gateway's default
+        if partitions is not None and (not isinstance(partitions, int) or isinstance(partitions, bool)):
+            raise InvalidPartitions(f"'partitions' must be an integer, not {partitions!r}")
+        info = await self.services.log.create_topic(name, partitions, config)
         return web.json_response(await self._describe(info.name), status=201)
 
     async def describe_topic(self, request: web.Request) -> web.Response:
@@ -325,6 +328,10 @@ async def start_admin_server(services: Services, host: str, port: int) -> AdminL
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     cfg = services.config
-    site = web.TCPSite(runner, host, port, ssl_context=server_ssl_context(cfg.tls_cert_file, cfg.tls_key_file))
-    await site.start()
+    try:
+        site = web.TCPSite(runner, host, port, ssl_context=server_ssl_context(cfg.tls_cert_file, cfg.tls_key_file))
+        await site.start()
+    except BaseException:
+        await runner.cleanup()  # a port in use: the gateway stops, and nothing of this listener stays
+        raise
     return AdminListener(runner, site)

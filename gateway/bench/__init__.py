@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from gateway.bench import delayed, kafka, native, spark, txn, watermarks
-from gateway.bench.common import Row, bench_redis, print_table
+from gateway.bench.common import Progress, Row, bench_redis, print_table
 
 
 def run_bench(args: argparse.Namespace) -> None:
@@ -23,7 +23,7 @@ def run_bench(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in str(args.sizes).split(",")]
     seconds = float(args.seconds)
     note = ""
-    with bench_redis(args.redis_url, args.cluster) as url:
+    with Progress(seconds), bench_redis(args.redis_url, args.cluster) as url:
         if args.delayed:
             print(delayed.format_metrics(delayed.measure_delayed(url, args.count)))
             return

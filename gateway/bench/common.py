@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -20,7 +21,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TextIO, TypeVar
 
 import redis
 from redis.typing import EncodableT, FieldT
@@ -45,6 +46,10 @@ class Row:
     p99_ms: float | None = None
     cpu: str = ""  # where the time went: CPU seconds per process
 
+    def __post_init__(self) -> None:
+        if Progress.active is not None:  # a row is made when its measurement ends
+            Progress.active.row_done(self)
+
     @property
     def mb_per_s(self) -> float:
         return self.records_per_s * self.size / 1e6
@@ -54,17 +59,100 @@ class Row:
         return f"{self.records_per_s / self.baseline_records_per_s:.2f}x" if self.baseline_records_per_s else ""
 
 
+_COLUMNS = (("measurement", "<"), ("size", ">"), ("records/s", ">"), ("MB/s", ">"), ("p50 ms", ">"),
+            ("p99 ms", ">"), ("vs baseline", "<"))
+
+
 def print_table(rows: list[Row]) -> None:
-    head = f"{'measurement':34} {'size':>6} {'records/s':>11} {'MB/s':>8} {'p50 ms':>8} {'p99 ms':>8}  vs baseline"
+    """The rows, each column as wide as its widest cell; a row's CPU split on a line of its own."""
+    cells = [[r.what, str(r.size), f"{r.records_per_s:,.0f}", f"{r.mb_per_s:.1f}",
+              "" if r.p50_ms is None else f"{r.p50_ms:.2f}", "" if r.p99_ms is None else f"{r.p99_ms:.2f}",
+              f"{r.ratio} of {r.baseline}" if r.baseline else ""] for r in rows]
+    widths = [max([len(name), *(len(c[i]) for c in cells)]) for i, (name, _) in enumerate(_COLUMNS)]
+
+    def line(values: list[str]) -> str:
+        padded = (f"{v:{align}{w}}" for v, (_, align), w in zip(values, _COLUMNS, widths, strict=True))
+        return "  ".join(padded).rstrip()
+
+    head = line([name for name, _ in _COLUMNS])
     print(head)
     print("-" * len(head))
-    for r in rows:
-        lat = (f"{r.p50_ms:8.2f} {r.p99_ms:8.2f}" if r.p50_ms is not None and r.p99_ms is not None
-               else f"{'':8} {'':8}")
-        vs = f"{r.ratio} of {r.baseline}" if r.baseline else ""
-        print(f"{r.what:34} {r.size:6d} {r.records_per_s:11,.0f} {r.mb_per_s:8.1f} {lat}  {vs}")
+    for r, c in zip(rows, cells, strict=True):
+        print(line(c))
         if r.cpu:
-            print(f"{'':34}   cpu: {r.cpu}")
+            print(f"{'':{widths[0]}}  cpu: {r.cpu}")
+
+
+CLEAR_LINE = "\r\033[K"  # back to the line's start, and erase it
+
+
+class Progress:
+    """What `gateway bench` shows while it measures, on stderr (stdout keeps the table alone): on a
+    terminal a bar for the row being measured, filling over `seconds` (then a block moving back and
+    forth while it runs longer), and a line for each row measured; elsewhere those lines alone."""
+
+    active: ClassVar[Progress | None] = None
+    WIDTH = 24
+
+    def __init__(self, seconds: float, stream: TextIO | None = None) -> None:
+        self.seconds = max(seconds, 0.1)
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.rows = 0
+        self.since = time.monotonic()
+        self.doing = ""  # set while not measuring (starting a process): no expected time then
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._drawer = threading.Thread(target=self._draw, name="bench progress", daemon=True)
+
+    def __enter__(self) -> Progress:
+        Progress.active = self
+        if self.tty:
+            self._drawer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        Progress.active = None
+        self._stop.set()
+        if self.tty:
+            self._drawer.join()
+            self._write(CLEAR_LINE)
+
+    @classmethod
+    def doing_else(cls, what: str) -> None:
+        """Say what runs between measurements (empty: measuring again); the next row's time starts now."""
+        if cls.active is not None:
+            with cls.active._lock:
+                cls.active.doing, cls.active.since = what, time.monotonic()
+
+    def row_done(self, row: Row) -> None:
+        with self._lock:
+            self.rows += 1
+            took = time.monotonic() - self.since
+            self.since = time.monotonic()
+            size = f", {row.size} B" if row.size else ""
+            clear = CLEAR_LINE if self.tty else ""
+            self._write(f"{clear}measured {row.what.strip()}{size} in {took:.1f} s\n")
+
+    def bar(self, elapsed: float) -> str:
+        if elapsed <= self.seconds and not self.doing:
+            filled = int(self.WIDTH * elapsed / self.seconds)
+            inside = "#" * filled + "-" * (self.WIDTH - filled)
+        else:  # longer than one measurement's time: still working, for how long no one knows
+            span = self.WIDTH - 3
+            at = int(elapsed * 8) % (2 * span)
+            at = at if at < span else 2 * span - at
+            inside = "-" * at + "###" + "-" * (span - at)
+        return f"[{inside}] {elapsed:5.1f} s  {self.doing or f'measuring row {self.rows + 1}'}"
+
+    def _draw(self) -> None:
+        while not self._stop.wait(0.1):
+            with self._lock:
+                self._write("\r" + self.bar(time.monotonic() - self.since))
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
 
 
 # -- timing ----------------------------------------------------------------------------------------
@@ -197,7 +285,9 @@ def bench_redis(redis_url: str | None, cluster: bool) -> Iterator[str]:
         return
     with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
         embedded = EmbeddedCluster(Path(tmp) / "cluster") if cluster else EmbeddedRedis(Path(tmp) / "redis")
+        Progress.doing_else("starting Redis Cluster" if cluster else "starting redis-server")
         embedded.start()
+        Progress.doing_else("")
         try:
             yield embedded.url
         finally:
@@ -208,6 +298,7 @@ def bench_redis(redis_url: str | None, cluster: bool) -> Iterator[str]:
 def running_gateway(redis_url: str) -> Iterator[dict[str, int]]:
     """A gateway process, as users run it, on free ports: its `kafka`, `native` and `admin` ports and its `pid`."""
     ports = {"kafka": free_port(), "native": free_port(), "admin": free_port()}
+    Progress.doing_else("starting a gateway")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--redis-url", redis_url, "--log-level", "WARNING",
          "--kafka-port", str(ports["kafka"]), "--native-port", str(ports["native"]),
@@ -220,6 +311,7 @@ def running_gateway(redis_url: str) -> Iterator[dict[str, int]]:
             break
     else:
         raise RuntimeError("the gateway did not start")
+    Progress.doing_else("")
     try:
         yield {**ports, "pid": proc.pid}
     finally:

@@ -19,6 +19,7 @@ from gateway.domain.roles import NO_LEASE, Lease
 from gateway.errors import (
     CorruptMessage,
     InvalidConfig,
+    InvalidPartitions,
     InvalidRequest,
     MessageTooLarge,
     OffsetOutOfRange,
@@ -143,6 +144,14 @@ class Produced:
     result: Append | Exception
 
 
+def check_partitions(n: int) -> None:
+    """A topic's partition count; Kafka's INVALID_PARTITIONS otherwise (never a quiet default)."""
+    if n < 1:
+        raise InvalidPartitions(f"a topic has at least 1 partition, not {n}")
+    if n > MAX_PARTITIONS:
+        raise InvalidPartitions(f"a topic has at most {MAX_PARTITIONS} partitions, not {n}")
+
+
 class LogService:
     def __init__(
         self, store: Store, *, auto_create: bool = True, default_partitions: int = 1,
@@ -163,10 +172,10 @@ class LogService:
     async def create_topic(
         self, name: str, partitions: int | None = None, config: dict[str, str | None] | None = None
     ) -> TopicInfo:
+        """`partitions` None: the gateway's default partitions."""
         validate_topic_name(name)
-        n = self.default_partitions if partitions is None or partitions < 1 else partitions
-        if n > MAX_PARTITIONS:
-            raise InvalidRequest(f"at most {MAX_PARTITIONS} partitions")
+        n = self.default_partitions if partitions is None else partitions
+        check_partitions(n)
         info = TopicInfo(name, n, validate_config(config or {}), now_ms())
         info = await self.store.log.create_topic(info)
         self._topics[name] = info
@@ -220,9 +229,8 @@ class LogService:
 
         def checked(info: TopicInfo) -> int:
             if total <= info.partitions:
-                raise InvalidRequest(f"topic {name!r} has {info.partitions} partitions; the count only grows")
-            if total > MAX_PARTITIONS:
-                raise InvalidRequest(f"at most {MAX_PARTITIONS} partitions")
+                raise InvalidPartitions(f"topic {name!r} has {info.partitions} partitions; the count only grows")
+            check_partitions(total)
             return total
 
         grown = await self.store.log.add_partitions(name, checked)

@@ -8,18 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from gateway.admin.http import start_admin_server
-from gateway.config import Config
+from gateway.config import SETTINGS, Config
 from gateway.domain.registry import Registry
 from gateway.domain.roles import Role
 from gateway.domain.services import Services
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, StorageUnavailable
 from gateway.kafka.server import start_kafka_server
 from gateway.native.server import start_native_server
+from gateway.net import server_ssl_context
 from gateway.server.periodic import Periodic
 from gateway.server.wiring import wired_services
 from gateway.store import Store
@@ -27,11 +33,20 @@ from gateway.store.embedded import EmbeddedRedis
 
 log = logging.getLogger(__name__)
 
+REDIS_REACH_TIMEOUT = 4.0
+"""Seconds a Redis named by --redis-url has to answer at start-up (longer while it says it is loading)."""
+EMBEDDED_READY_TIMEOUT = 15.0
+"""Seconds the embedded redis-server has to answer (longer while it loads its AOF)."""
+
 
 class Listener(Protocol):
-    port: int
+    @property
+    def port(self) -> int: ...
 
     async def close(self, grace: float) -> None: ...
+
+
+StartListener = Callable[[Services, str, int], Awaitable[Listener]]
 
 
 class Gateway:
@@ -51,25 +66,31 @@ class Gateway:
         return self.config.redis_url or (self.embedded.url if self.embedded else "")
 
     async def start(self) -> None:
+        """Every failure a user can act on (a port in use, a Redis out of reach, a certificate that
+        does not load) is a `GatewayError` of one line naming the setting to change, raised after
+        whatever was started is stopped again."""
         cfg = self.config
+        self._check_tls()
         if not cfg.redis_url:
             self.embedded = EmbeddedRedis(cfg.data_dir, fsync=cfg.redis_fsync)
             # started from this thread, which lives as long as the process: the child's death signal follows it
             self.embedded.launch(owner=f"kafka port {cfg.kafka_port}, admin port {cfg.admin_port}")
-            await asyncio.to_thread(self.embedded.wait_ready)
         self._closing = contextlib.AsyncExitStack()
-        store = self.store = Store.open(self.redis_url)
-        self._closing.push_async_callback(store.close)
-        registry = Registry(store, lease_ms=cfg.lease_ms)
         host, port = cfg.kafka_advertised
         try:
+            if self.embedded is not None:
+                await asyncio.to_thread(self.embedded.wait_ready, EMBEDDED_READY_TIMEOUT)
+            store = self.store = Store.open(self.redis_url)
+            self._closing.push_async_callback(store.close)
             await self._wait_for_redis(store)
+            registry = Registry(store, lease_ms=cfg.lease_ms)
             # before anything uses it: transaction ids, group and subscription leases carry it
             cfg.node_id = await registry.claim(cfg.node_id, host, port, cfg.native_port, cfg.admin_port)
             self.services = await self._closing.enter_async_context(wired_services(cfg, store, registry))
-            self.listeners["kafka"] = await start_kafka_server(self.services, cfg.host, cfg.kafka_port)
-            self.listeners["native"] = await start_native_server(self.services, cfg.host, cfg.native_port)
-            self.listeners["admin"] = await start_admin_server(self.services, cfg.host, cfg.admin_port)
+            starts: dict[str, StartListener] = {
+                "kafka": start_kafka_server, "native": start_native_server, "admin": start_admin_server}
+            for name, start in starts.items():
+                self.listeners[name] = await self._listen(name, start, self.services)
             port = cfg.advertised_port or self.listeners["kafka"].port
             await registry.advertise(host, port, self.listeners["native"].port, self.listeners["admin"].port)
         except BaseException:
@@ -93,16 +114,49 @@ class Gateway:
         ]
         self._tasks += [asyncio.create_task(role.run()) for role in self._roles]
 
-    async def _wait_for_redis(self, store: Store, timeout: float = 30.0) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            try:
-                await store.ping()
-                return
-            except Exception as exc:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise GatewayError(f"cannot reach Redis at {self.redis_url}: {exc}") from exc
-                await asyncio.sleep(0.2)
+    async def _wait_for_redis(self, store: Store) -> None:
+        """A Redis the user named gets a few seconds to answer, so a wrong URL is reported while they
+        wait; the embedded one, which answered PING already, gets its whole ready timeout."""
+        given = bool(self.config.redis_url)
+        try:
+            await store.wait_reachable(self.redis_url, REDIS_REACH_TIMEOUT if given else EMBEDDED_READY_TIMEOUT)
+        except StorageUnavailable as exc:
+            fix = f"check {SETTINGS['redis_url'].label}" if given else f"see {self.config.data_dir}/redis.log"
+            raise GatewayError(f"{exc}: {fix}") from None
+
+    async def _listen(self, name: str, start: StartListener, services: Services) -> Listener:
+        """Start one listener; a port or address it cannot have is named with the flag that sets it."""
+        cfg = self.config
+        setting = SETTINGS[f"{name}_port"]
+        port = getattr(cfg, setting.name)
+        try:
+            return await start(services, cfg.host, port)
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else (exc.strerror or str(exc))
+            host = SETTINGS["host"]
+            if exc.errno == errno.EADDRINUSE:
+                problem, fix = f"{name} port {port} is in use", f"choose another with {setting.label}"
+            elif exc.errno == errno.EACCES:
+                problem, fix = f"{name} port {port}: {reason}", f"choose another with {setting.label}"
+            elif exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+                problem, fix = f"cannot listen on {cfg.host}: {reason}", f"choose another with {host.label}"
+            else:
+                problem, fix = f"cannot listen on {cfg.host} port {port} ({name}): {reason}", \
+                    f"check {host.label} and {setting.label}"
+            raise GatewayError(f"{problem}: {fix}") from None
+
+    def _check_tls(self) -> None:
+        """Load the certificate once before starting anything, so a wrong path is one line, not a
+        traceback from the first listener."""
+        cfg = self.config
+        try:
+            server_ssl_context(cfg.tls_cert_file, cfg.tls_key_file)
+        except (OSError, ssl.SSLError) as exc:
+            cert, key = SETTINGS["tls_cert_file"], SETTINGS["tls_key_file"]
+            reason = exc.strerror or getattr(exc, "reason", None) or str(exc)
+            raise GatewayError(f"cannot load the TLS certificate {cfg.tls_cert_file} (key "
+                               f"{cfg.tls_key_file or 'in the same file'}): {reason}: check {cert.label} "
+                               f"and {key.label}") from None
 
     def describe(self) -> str:
         ports = {name: lst.port for name, lst in self.listeners.items()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.store.connection import RedisClient, connect
+from gateway.store.connection import RedisClient, connect, wait_reachable
 from gateway.store.delay import DelayStore
 from gateway.store.fence import FenceStore
 from gateway.store.groups import GroupStore
@@ -52,6 +52,10 @@ class Store:
 
     async def ping(self) -> bool:
         return bool(await self._redis.ping())
+
+    async def wait_reachable(self, url: str, timeout: float) -> None:
+        """Until Redis answers; `StorageUnavailable` after `timeout` seconds of no answer."""
+        await wait_reachable(self._redis, url, timeout)
 
     async def close(self) -> None:
         self.log.direct.close()

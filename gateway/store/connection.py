@@ -12,6 +12,8 @@ hands its own client out.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -21,6 +23,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from gateway.errors import StorageUnavailable
+
+log = logging.getLogger(__name__)
 
 UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, rexc.ClusterDownError, OSError)
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -57,3 +61,27 @@ async def storage_errors() -> AsyncIterator[None]:
         yield
     except UNAVAILABLE as exc:
         raise StorageUnavailable(f"redis unavailable: {exc}") from exc
+
+
+async def wait_reachable(redis: RedisClient, url: str, timeout: float) -> None:
+    """PING until Redis answers, quietly: for `timeout` seconds, and for as long as it answers that it
+    is still loading its data (a slow start, not an absent server). Then `StorageUnavailable` saying
+    why, in one line."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    problem = "no answer"
+    while (left := deadline - loop.time()) > 0:
+        try:
+            async with asyncio.timeout(left):
+                await redis.ping()
+            return
+        except TimeoutError:
+            break
+        except rexc.BusyLoadingError:
+            if problem != "loading":
+                log.info("Redis at %s is loading its data; waiting for it", url)
+            problem, deadline = "loading", loop.time() + timeout
+        except (rexc.RedisError, rexc.RedisClusterException, OSError) as exc:  # the latter is no RedisError
+            problem = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+        await asyncio.sleep(min(0.2, max(0.0, deadline - loop.time())))
+    raise StorageUnavailable(f"cannot reach Redis at {url}: {problem}")

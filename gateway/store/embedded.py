@@ -75,7 +75,11 @@ class EmbeddedRedis:
         """Take the data dir and start the server; call it from the thread that lives as long as the
         process (the main one), since the child's death signal follows the thread that started it.
         `owner` says who holds the dir, for a second gateway's refusal."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise GatewayError(f"cannot use data dir {self.data_dir}: {exc.strerror}: "
+                               "give this gateway another --data-dir") from None
         self._take_data_dir(owner)
         try:
             self._wait_for_leftover()
@@ -145,27 +149,41 @@ class EmbeddedRedis:
         self.proc = subprocess.Popen(args, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, timeout: float = 15.0) -> None:
-        """Until the server answers PING; a server that exits or stays silent is an error."""
+        """Until the server answers PING; a server that exits, or stays silent for `timeout` seconds, is
+        an error. While it answers that it is loading its AOF it is slow, not stuck: it is waited for."""
         assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                log = (self.data_dir / "redis.log").read_text()[-2000:] if (self.data_dir / "redis.log").exists() else ""
+                code = self.proc.returncode
                 self.stop()
-                raise GatewayError(f"embedded redis-server exited with {self.proc.returncode}: {log}")
-            if self._ping():
+                raise GatewayError(f"embedded redis-server exited with {code}: {self._last_log_line()}: "
+                                   f"see {self.data_dir / 'redis.log'}")
+            answer = self._ping()
+            if answer.startswith(b"+PONG"):
                 return
+            if answer.startswith(b"-LOADING"):
+                deadline = time.monotonic() + timeout
             time.sleep(0.02)
         self.stop()
-        raise GatewayError("embedded redis-server did not become ready")
+        raise GatewayError(f"embedded redis-server did not answer within {timeout:g} s: "
+                           f"see {self.data_dir / 'redis.log'}")
 
-    def _ping(self) -> bool:
+    def _last_log_line(self) -> str:
+        try:
+            lines = (self.data_dir / "redis.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return "no log"
+        return next((line.strip() for line in reversed(lines) if line.strip()), "an empty log")
+
+    def _ping(self) -> bytes:
+        """The server's first answer to PING, or b"" when it does not answer."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
                 s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
+                return s.recv(64)
         except OSError:
-            return False
+            return b""
 
     def stop_leftover(self) -> None:
         """For a test harness that owns the data dir: stop a server its killed gateway left behind."""
