@@ -18,6 +18,7 @@ import contextlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -25,6 +26,7 @@ from gateway.domain.services import Services
 from gateway.kafka import codec, sasl
 from gateway.kafka.api_versions import unsupported_version_body
 from gateway.kafka.dispatch import ApiKey, ConnectionState, Encoded, RequestContext, lookup
+from gateway.kafka.errors import MalformedRequest
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +86,8 @@ class KafkaConnection:
                 answers.put_nowait(task)
                 earlier = {t for t in earlier if not t.done()} | {task}
                 # on to the next request once this one is answered, or its appends are on their way
-                if not await _unless_done(asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED),
-                                          writing):
+                either: set[asyncio.Future[Any]] = {task, started}
+                if not await _unless_done(asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED), writing):
                     return
                 if task.done() and (task.cancelled() or task.exception() is not None):
                     return
@@ -136,7 +138,7 @@ class KafkaConnection:
         while (task := await answers.get()) is not None:
             try:
                 chunks = await task
-            except codec.MalformedRequest as exc:
+            except MalformedRequest as exc:
                 log.warning("kafka client %s sent a malformed request (%s); closing", self.state.peer, exc)
                 self.writer.close()
                 return
@@ -157,7 +159,7 @@ class KafkaConnection:
                 self.writer.close()  # shut down while this answer was pending: the reader waits no more
 
 
-async def _unless_done(step: Awaitable[object], other: asyncio.Future[None]) -> bool:
+async def _unless_done(step: Awaitable[Any], other: asyncio.Future[None]) -> bool:
     """Await `step`; False (and `step` cancelled) when `other` finishes first."""
     task = asyncio.ensure_future(step)
     await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
@@ -195,7 +197,7 @@ async def handle(
     response = await reg.handler(ctx, request)
     if response is None:
         return None
-    body = response.chunks if isinstance(response, Encoded) else [codec.encode_body(response)]
+    body: list[bytes | memoryview] = response.chunks if isinstance(response, Encoded) else [codec.encode_body(response)]
     return codec.frame_response(header.correlation_id, codec.response_header_flexible(key, version), body)
 
 
