@@ -117,5 +117,5 @@ class Metrics:
 
     async def render(self) -> tuple[bytes, str]:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Snapshot(await self.gauges()))  # type: ignore[arg-type]
+        registry.register(_Snapshot(await self.gauges()))
         return generate_latest(REGISTRY) + generate_latest(registry), CONTENT_TYPE_LATEST
