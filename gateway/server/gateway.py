@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 
 
 class Listener(Protocol):
-    port: int
+    @property
+    def port(self) -> int: ...
 
     async def close(self, grace: float) -> None: ...
 
