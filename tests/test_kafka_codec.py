@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as KafkaError
+from kio.schema.index import api_key_map
 from kio.serial import entity_writer
 from kio.static.primitive import Records
 
@@ -25,6 +26,10 @@ load_handlers()
 
 def kio_body(api_key: int, version: int, values: dict) -> bytes:
     return codec.encode_body(codec.build(codec.response_class(api_key, version), values))
+
+
+def test_api_keys_name_every_api_of_kio_and_no_other():
+    assert {key.value: key.name.lower() for key in ApiKey} == api_key_map
 
 
 def versions(api_key: int) -> list[int]:

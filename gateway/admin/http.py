@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from gateway import telemetry
 from gateway.admin.body import json_body
@@ -60,7 +61,7 @@ async def _counted(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 @web.middleware
-async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except GatewayError as exc:
@@ -313,9 +314,9 @@ class AdminListener:
     def __init__(self, runner: web.AppRunner, site: web.TCPSite) -> None:
         self.runner = runner
         self.site = site
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[union-attr]
-        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        server = cast("asyncio.Server | None", site._server)  # aiohttp declares the AbstractServer
+        assert server is not None and server.sockets
+        self.port = int(server.sockets[0].getsockname()[1])
 
     async def close(self, grace: float = 5.0) -> None:
         await self.runner.cleanup()

@@ -157,9 +157,9 @@ class Producer:
             raise ValueError("give deliver_at or deliver_after, not both")
         k, partition, hs = self._prepare(key, partition, headers, event_time, txn)
         if txn is not None and deliver_at is None and deliver_after is None:
-            fut = self._send_in_txn(txn, partition, _to_bytes(value), k, hs, want_id=True)
-            assert fut is not None
-            return fut
+            in_txn = self._send_in_txn(txn, partition, _to_bytes(value), k, hs, want_id=True)
+            assert in_txn is not None
+            return in_txn
         if deliver_at is not None or deliver_after is not None:
             delay = pb.Send(deliver_at_ms=_epoch_ms(deliver_at), deliver_after_ms=_millis(deliver_after))
             task = asyncio.ensure_future(self._send_alone(partition, _to_bytes(value), k, hs, txn, delay))

@@ -198,8 +198,8 @@ class TransactionCoordinator:
             if group is first:
                 _crash_point("after-first-marker")
         for topic, partition, sub in ending.subscriptions:
-            for settle in self.settlers:
-                await settle(topic, partition, sub, txn_id, commit)
+            for settle_sub in self.settlers:
+                await settle_sub(topic, partition, sub, txn_id, commit)
         _crash_point("before-finish")
         return await self.txns.finish(txn_id, self.keep_finished_ms)
 

@@ -69,7 +69,7 @@ async def _exists(ctx: RequestContext, name: str) -> bool:
 @handles(ApiKey.DELETE_TOPICS, 1, 6)
 async def delete_topics(ctx: RequestContext, req: Any) -> Any:
     names = list(req.topic_names) if ctx.api_version < 6 else [t.name for t in req.topics]
-    results = []
+    results: list[dict[str, Any]] = []
     for name in names:
         if name is None:
             results.append({"name": None, "error_code": KafkaError.unknown_topic_id})

@@ -46,16 +46,25 @@ def request_class(api_key: int, version: int) -> type[Any] | None:
 
 
 @cache
-def response_class(api_key: int, version: int) -> type[Any] | None:
+def find_response_class(api_key: int, version: int) -> type[Any] | None:
+    """kio's response class for key and version, or None when kio (the protocol) has none."""
     try:
         return load_response_schema(api_key, version)
     except (KioIndexError, ImportError, AttributeError):
         return None
 
 
+def response_class(api_key: int, version: int) -> type[Any]:
+    """kio's response class of a registered handler's key and version (registration checked it exists)."""
+    cls = find_response_class(api_key, version)
+    if cls is None:
+        raise LookupError(f"kio has no response for api {api_key} v{version}")
+    return cls
+
+
 def response_header_flexible(api_key: int, version: int) -> bool:
     """Whether the response header carries tagged fields (ApiVersions never does: clients parse it blind)."""
-    cls = response_class(api_key, version)
+    cls = find_response_class(api_key, version)
     return cls is not None and bool(cls.__header_schema__.__flexible__)
 
 
@@ -185,7 +194,7 @@ def _zero(f: Any, error: KafkaError | None) -> Any:
 
 def error_response(api_key: int, version: int, error: KafkaError) -> list[bytes | memoryview] | None:
     """The body of a response carrying `error` everywhere, or None when kio has no such response."""
-    cls = response_class(api_key, version)
+    cls = find_response_class(api_key, version)
     if cls is None:
         return None
     return [encode_body(build(cls, error=error))]

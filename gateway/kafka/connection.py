@@ -19,6 +19,7 @@ import logging
 import struct
 import time
 from collections.abc import Awaitable, Callable, Collection
+from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 from kio.schema.index import api_key_map
@@ -88,8 +89,8 @@ class KafkaConnection:
                 answers.put_nowait(task)
                 earlier = {t for t in earlier if not t.done()} | {task}
                 # on to the next request once this one is answered, or its appends are on their way
-                if not await _unless_done(asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED),
-                                          writing):
+                either: set[asyncio.Future[Any]] = {task, started}
+                if not await _unless_done(asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED), writing):
                     return
                 if task.done() and (task.cancelled() or task.exception() is not None):
                     return
@@ -140,7 +141,7 @@ class KafkaConnection:
         while (task := await answers.get()) is not None:
             try:
                 chunks = await task
-            except codec.MalformedRequest as exc:
+            except MalformedRequest as exc:
                 log.warning("kafka client %s sent a malformed request (%s); closing", self.state.peer, exc)
                 self.writer.close()
                 return
@@ -161,7 +162,7 @@ class KafkaConnection:
                 self.writer.close()  # shut down while this answer was pending: the reader waits no more
 
 
-async def _unless_done(step: Awaitable[object], other: asyncio.Future[None]) -> bool:
+async def _unless_done(step: Awaitable[Any], other: asyncio.Future[None]) -> bool:
     """Await `step`; False (and `step` cancelled) when `other` finishes first."""
     task = asyncio.ensure_future(step)
     await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)

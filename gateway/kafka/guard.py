@@ -31,7 +31,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 
 
-def check_request(cls: type[Any], buf: bytes | memoryview, offset: int) -> None:
+def check_request(cls: type, buf: bytes | memoryview, offset: int) -> None:  # `type`: mypy finds type[Any] unhashable
     """Raise MalformedRequest when the body at `offset` claims more than it holds."""
     try:
         _entity(cls)[0](buf, offset)

@@ -31,7 +31,7 @@ class PartitionResult:
 
 @handles(ApiKey.PRODUCE, 3, 12)
 async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
-    items: list[tuple[str, int, bytes]] = []
+    items: list[tuple[str, int, bytes | memoryview]] = []
     results: dict[tuple[str, int], PartitionResult] = {}
     order: list[tuple[str, list[int]]] = []
     tid = getattr(req, "transactional_id", None)
@@ -77,15 +77,15 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
 async def _hold_delayed(
     ctx: RequestContext,
     req: Any,
-    items: list[tuple[str, int, bytes]],
+    items: list[tuple[str, int, bytes | memoryview]],
     delayed: set[str],
     results: dict[tuple[str, int], PartitionResult],
-) -> list[tuple[str, int, bytes]]:
+) -> list[tuple[str, int, bytes | memoryview]]:
     """On delay-enabled topics, records with a delay header wait in the delayed index; the rest of
     each batch is appended now. A partition whose records were all held answers offset -1: they get
     their offsets when they are delivered."""
     txn_id = await _current_txn(ctx, getattr(req, "transactional_id", None))
-    now: list[tuple[str, int, bytes]] = []
+    now: list[tuple[str, int, bytes | memoryview]] = []
     for topic, partition, blob in items:
         if topic not in delayed:
             now.append((topic, partition, blob))

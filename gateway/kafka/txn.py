@@ -26,7 +26,7 @@ from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 
 # KIP-588: from these versions on, a fenced producer is told PRODUCER_FENCED, before that INVALID_PRODUCER_EPOCH
-_FENCED_SINCE = {
+_FENCED_SINCE: dict[int, int] = {
     ApiKey.INIT_PRODUCER_ID: 4,
     ApiKey.ADD_PARTITIONS_TO_TXN: 2,
     ApiKey.ADD_OFFSETS_TO_TXN: 2,

@@ -25,7 +25,7 @@ import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -101,8 +101,8 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     col = batch.column(i)
     if pa.types.is_timestamp(col.type):
         millis = pc.divide(pc.cast(pc.cast(col, pa.timestamp("us")), pa.int64()), 1000)
-        return millis.to_pylist()
-    return col.to_pylist()
+        return cast("list[Any]", millis.to_pylist())
+    return cast("list[Any]", col.to_pylist())
 
 
 class _Rows:
@@ -256,12 +256,12 @@ class GatewayBatchWriter(DataSourceArrowWriter):
             txn_id, rows = write_batches(session, self.opts, iterator)
         return TaskCommit(txn_id, rows, "", "", -1)
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         ids = [m.txn_id for m in messages if isinstance(m, TaskCommit)]
         if ids:
             blocking.call(self.opts.gateway, lambda client: client.commit_transactions(ids))
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         abort_all(self.opts.gateway, [m.txn_id for m in messages if isinstance(m, TaskCommit)])
 
 

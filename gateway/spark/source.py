@@ -242,7 +242,7 @@ class GatewayBatchReader(DataSourceReader):
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
 
-    def partitions(self) -> list[RangePartition]:  # type: ignore[override]
+    def partitions(self) -> list[RangePartition]:
         bounds = fetch_bounds(self.opts.gateway, self.opts.topics)
         start = resolve(self.opts.starting, bounds, "earliest")
         end = resolve(self.opts.ending, bounds, "latest")
@@ -301,7 +301,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = None
         self._target = self._available()
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:  # type: ignore[override]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         parts: list[InputPartition] = list(plan(start, end, self.opts))
         if self.opts.emit_watermarks:
             parts.append(WatermarkPartition(self.opts.gateway, end))

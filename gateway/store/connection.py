@@ -16,6 +16,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
@@ -39,7 +40,7 @@ def is_cluster_url(url: str) -> bool:
 
 def connect(url: str, *, max_connections: int = 64) -> RedisClient:
     """A client that retries a dropped connection briefly, then lets the caller see the outage."""
-    options = {
+    options: dict[str, Any] = {
         "decode_responses": False,
         "max_connections": max_connections,  # per node on a cluster
         "socket_connect_timeout": 2,

@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 
 Assignment = dict[str, frozenset[int]]
 

@@ -9,7 +9,7 @@ on one key; hints there may be early (harmless: a move step finds nothing) but a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 
@@ -189,7 +189,7 @@ class DelayStore:
     async def due_partitions(self, now_ms: int, limit: int = 256) -> list[Part]:
         async with storage_errors():
             raw = await self.redis.zrangebyscore(keys.DELAY_DUE, "-inf", now_ms, start=0, num=limit)
-        return [parse_member(m) for m in raw]
+        return [parse_member(m) for m in cast("list[bytes]", raw)]
 
     async def earliest_due(self) -> int | None:
         """The next delivery time over every partition (possibly early), or None."""
@@ -271,8 +271,8 @@ class DelayStore:
             for (bid, _), (seg, nseg) in zip(bucket_list, ranges, strict=True):
                 bucket = f"{buckets}:{bid.decode()}"
                 pipe.memory_usage(bucket, samples=0)
-                for k in range(int(seg or 0), int(nseg or 0)):
-                    pipe.memory_usage(f"{bucket}:{k}", samples=0)
+                for segment in range(int(seg or 0), int(nseg or 0)):
+                    pipe.memory_usage(f"{bucket}:{segment}", samples=0)
             bucket_mem = await pipe.execute()
         index = sum(m or 0 for m in mem[:3]) + sum(m or 0 for m in bucket_mem)
         heads = [int(bucket_list[0][1])] if bucket_list else []

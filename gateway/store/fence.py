@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from gateway.clock import now_ms
 from gateway.errors import ErrorCode, error_for
@@ -49,7 +49,7 @@ class FenceStore:
 
     async def get(self, name: str) -> KeyState | None:
         async with storage_errors():
-            h = await self.redis.hgetall(keys.txn_key(name))
+            h = cast("dict[bytes, bytes]", await self.redis.hgetall(keys.txn_key(name)))
         if not h:
             return None
         return KeyState(name, int(h[b"epoch"]), int(h[b"pid"]), h.get(b"txn", b"").decode(),
@@ -62,7 +62,7 @@ class FenceStore:
 
     async def names(self) -> list[str]:
         async with storage_errors():
-            return sorted(m.decode() for m in await self.redis.smembers(keys.TXN_KEYS))
+            return sorted(m.decode() for m in cast("set[bytes]", await self.redis.smembers(keys.TXN_KEYS)))
 
     async def connect(
         self, name: str, epoch: int, seen_txn: str, new_pid: int, max_epoch: int, incarnation: str = ""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors

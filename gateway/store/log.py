@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 from redis.exceptions import ResponseError
 
 from gateway.clock import now_ms
@@ -480,6 +480,7 @@ class LogStore:
             hw, start = await self.redis.hmget(keys.meta(topic, partition), "hw", "start")
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
+        assert start is not None  # a partition's meta holds both from its creation
         return int(start), int(hw)
 
     async def stable_bounds(self, topic: str, partitions: int) -> list[PartitionBounds]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors

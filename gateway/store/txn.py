@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from gateway.clock import now_ms
 from gateway.errors import ErrorCode, InvalidTxnState, error_for
@@ -175,7 +175,7 @@ class TxnStore:
         """Unfinished transactions whose deadline has passed, or that wait to be rolled forward."""
         async with storage_errors():
             raw = await self.redis.zrangebyscore(keys.TXN_OPEN, "-inf", now, start=0, num=limit)
-        return [r.decode() for r in raw]
+        return [r.decode() for r in cast("list[bytes]", raw)]
 
     async def describe(self, txn_id: str) -> TxnInfo | None:
         pipe = self.redis.pipeline(transaction=False)
@@ -195,4 +195,4 @@ class TxnStore:
     async def unfinished(self) -> list[str]:
         async with storage_errors():
             raw = await self.redis.zrange(keys.TXN_OPEN, 0, -1)
-        return [r.decode() for r in raw]
+        return [r.decode() for r in cast("list[bytes]", raw)]

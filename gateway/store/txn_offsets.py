@@ -3,6 +3,8 @@ transaction ends, then applied or dropped by one script in the group's slot."""
 
 from __future__ import annotations
 
+from redis.typing import EncodableT, FieldT
+
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.groups import CommittedOffset, _field
@@ -17,7 +19,7 @@ class TxnOffsetStore:
     async def stage(self, group_id: str, txn_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
         if not offsets:
             return
-        mapping = {_field(t, p): c.pack() for (t, p), c in offsets.items()}
+        mapping: dict[FieldT, EncodableT] = {_field(t, p): c.pack() for (t, p), c in offsets.items()}
         async with storage_errors():
             await self.redis.hset(keys.group_txn_offsets(group_id, txn_id), mapping=mapping)
 

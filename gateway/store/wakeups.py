@@ -82,8 +82,8 @@ class LogWakeups:
         for p in todo:
             self._armed[p] = until
         pipe = self.redis.pipeline(transaction=False)
-        for t, p in todo:
-            pipe.set(keys.wake(t, p), b"1", px=self.flag_ms)
+        for topic, partition in todo:
+            pipe.set(keys.wake(topic, partition), b"1", px=self.flag_ms)
         try:
             async with storage_errors():
                 await pipe.execute()
@@ -129,7 +129,8 @@ class LogWakeups:
             return name, self._shards[name]
         async with storage_errors():
             await self.redis.initialize()
-        node = self.redis.get_node_from_key(channel)
+        node = self.redis.get_node_from_key(channel.decode())
+        assert node is not None  # initialize() maps every slot to a node, or raises
         if node.name not in self._shards:
             pool = ConnectionPool(connection_class=node.connection_class, max_connections=2, **node.connection_kwargs)
             owner = Redis(connection_pool=pool)
