@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import confluent_kafka as ck
 import pytest
@@ -27,17 +26,19 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.topic_configs import LONG_MAX, TOPIC_CONFIGS, Change, Op
 from gateway.errors import MessageTooLarge
-from gateway.formats.records import build_batch
+from gateway.formats.records import ATTR_TIMESTAMP_LOG_APPEND, build_batch, parse_header
 from gateway.kafka.dispatch import ApiKey, load_handlers
 from gateway.server.gateway import Gateway
-from tests.conftest import kafka_bootstrap, test_config
+from tests import test_gateways
+from tests.conftest import kafka_bootstrap
 from tests.kafka_wire import call
-from tests.test_kafka_groups import eventually
+from tests.test_gateways import ask
 
 pytestmark = pytest.mark.kafka
 TIMEOUT = 20
 
 load_handlers()
+two = test_gateways.two  # the fixture: two gateways on one Redis, each seeing the other
 
 # What real programs send when they create their topics (partitions, replication factor, configs).
 REAL_WORLD: dict[str, tuple[int, int, dict[str, str]]] = {
@@ -224,30 +225,6 @@ async def test_list_offsets_every_special_timestamp_at_every_version(gateway, ti
     assert got == [(KafkaError.none, off, ts) for off, ts in wanted.values()]
 
 
-@pytest.fixture
-async def two(redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
-    a, b = Gateway(test_config(redis_url, lease_ms=1500)), Gateway(test_config(redis_url, lease_ms=1500))
-    await a.start()
-    await b.start()
-    try:
-        def both_listed() -> bool:
-            return all({p.node_id for p in gw.services.registry.live()} == {0, 1} for gw in (a, b))
-
-        await eventually(both_listed, what="each gateway seeing the other")
-        yield a, b
-    finally:
-        await b.stop()
-        await a.stop()
-
-
-async def ask(gw: Gateway, api_key: int, version: int, values: dict) -> object:
-    conn = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
-    try:
-        return await call(conn, api_key, version, values)
-    finally:
-        conn[1].close()
-
-
 async def alter_cluster_defaults(gw: Gateway, *ops: tuple[str, int, str | None]) -> tuple[int, str | None]:
     """IncrementalAlterConfigs on the default broker resource (name "", kafka-configs' --entity-default),
     which the Python clients cannot name."""
@@ -379,8 +356,11 @@ async def test_log_append_time_stamps_batches_with_the_broker_time(gateway):
     assert len(seen) == 3 and len(delivered) == 3
     for kind, ts in seen + delivered:
         assert kind == ck.TIMESTAMP_LOG_APPEND_TIME and before <= ts <= after
-    # a CreateTime topic keeps the producer's timestamps, batch bytes untouched
     log = gateway.services.log
+    for entry in (await log.read("stamped", 0, 0)).entries:  # stamped, and the CRC computed again
+        h = parse_header(entry.batch, verify_crc=True)
+        assert h.attributes & ATTR_TIMESTAMP_LOG_APPEND and before <= h.max_timestamp <= after
+    # a CreateTime topic keeps the producer's timestamps, batch bytes untouched
     await log.create_topic("created", 1)
     batch = build_batch([(None, b"x", [])], timestamp=1000)
     await log.append([("created", 0, batch)])
