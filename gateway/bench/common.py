@@ -334,11 +334,11 @@ def create_topic(admin_port: int, topic: str, partitions: int) -> None:
     urllib.request.urlopen(req, timeout=30).close()
 
 
-def create_kafka_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_kafka_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
     """A topic made with a Kafka admin client, as a Kafka user would."""
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
-    for f in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+    for f in admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
         f.result(30)

@@ -188,7 +188,18 @@ def _measure_size(url: str, gateways: list[dict[str, int]], size: int, seconds: 
     rows.append(Row("  same, against the blob ceiling", size, rate, "XADD/blob", blob))
     rows += _measure_consume(url, gateways, bootstrap, topic, partitions, size, sent, seconds)
     _delete_topic(bootstrap, topic)  # the next size starts with Redis as small as this one did
+    rows.append(_log_append_time_row(bootstrap, size, seconds, partitions, rate))
     return rows
+
+
+def _log_append_time_row(bootstrap: str, size: int, seconds: float, partitions: int, create_time: float) -> Row:
+    """Produce to a LogAppendTime topic, whose batches the gateway stamps (a copy and a CRC each),
+    against the same produce to a CreateTime topic, stored untouched."""
+    topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
+    create_kafka_topic(bootstrap, topic, partitions, {"message.timestamp.type": "LogAppendTime"})
+    rate = max(kafka_produce(bootstrap, topic, size, seconds)[0] for _ in range(2))
+    _delete_topic(bootstrap, topic)
+    return Row("kafka produce, LogAppendTime topic", size, rate, "CreateTime", create_time)
 
 
 def measure_kafka(url: str, sizes: list[int], seconds: float, partitions: int, gateways: int) -> list[Row]:

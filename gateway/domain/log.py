@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -16,9 +17,18 @@ from dataclasses import dataclass
 from gateway.clock import now_ms
 from gateway.domain.readahead import ReadAhead
 from gateway.domain.roles import NO_LEASE, Lease
+from gateway.domain.topic_configs import (
+    BROKER_DEFAULTS,
+    TOPIC_CONFIGS,
+    Change,
+    Op,
+    apply,
+    check_together,
+    resolve,
+    validate_topic_config,
+)
 from gateway.errors import (
     CorruptMessage,
-    InvalidConfig,
     InvalidPartitions,
     InvalidRequest,
     MessageTooLarge,
@@ -27,7 +37,13 @@ from gateway.errors import (
     TopicExists,
     TopicNotFound,
 )
-from gateway.formats.records import BatchHeader, iter_records, parse_header, split_batches
+from gateway.formats.records import (
+    BatchHeader,
+    iter_records,
+    parse_header,
+    split_batches,
+    stamp_log_append_time,
+)
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, PartitionBounds, Slice, TopicInfo
 
@@ -38,55 +54,12 @@ DIRECT_READ_BATCH = 32 * 1024  # average batch size from which reads skip redis-
 RANGE_ENTRIES = 128  # batches looked at per range read at most; markers and aborted ones count
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 MAX_PARTITIONS = 10_000  # per topic: every Metadata answer lists them all
+CLUSTER_CONFIG_TTL = 1.0  # seconds a gateway trusts the cluster-wide defaults it read before reading again
 
 
-@dataclass(frozen=True)
-class ConfigSpec:
-    default: str
-    minimum: int | None = None  # for integer configs
-    choices: tuple[str, ...] = ()
-    doc: str = ""
-
-    def check(self, name: str, value: str) -> str:
-        if self.choices:
-            if value not in self.choices:
-                raise InvalidConfig(f"{name} must be one of {', '.join(self.choices)}")
-            return value
-        try:
-            n = int(value)
-        except ValueError:
-            raise InvalidConfig(f"{name} must be an integer, not {value!r}") from None
-        if self.minimum is not None and n < self.minimum:
-            raise InvalidConfig(f"{name} must be at least {self.minimum}")
-        return str(n)
-
-
-TOPIC_CONFIGS: dict[str, ConfigSpec] = {
-    "retention.ms": ConfigSpec("604800000", -1, doc="delete batches older than this; -1 keeps all"),
-    "retention.bytes": ConfigSpec("-1", -1, doc="keep at most this many bytes per partition; -1 no limit"),
-    "max.message.bytes": ConfigSpec("1048588", 0, doc="the largest record batch accepted"),
-    "cleanup.policy": ConfigSpec("delete", choices=("delete",), doc="only deletion is supported"),
-    "message.timestamp.type": ConfigSpec("CreateTime", choices=("CreateTime",), doc="producer time"),
-    "min.insync.replicas": ConfigSpec("1", 1, doc="Redis replication decides durability"),
-    "delayed.delivery.enable": ConfigSpec("false", choices=("true", "false"), doc="honour delay headers"),
-    "watermark.idle.timeout.ms": ConfigSpec(
-        "-1", -1, doc="mark idle a watermark producer silent this long; -1 (or 0) never"),
-}
-
-
-def validate_config(config: dict[str, str | None]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, value in config.items():
-        spec = TOPIC_CONFIGS.get(name)
-        if spec is None:
-            raise InvalidConfig(f"unknown topic config {name!r}")
-        if value is not None:
-            out[name] = spec.check(name, value)
-    return out
-
-
-def effective_config(info: TopicInfo) -> dict[str, str]:
-    return {name: info.config.get(name, spec.default) for name, spec in TOPIC_CONFIGS.items()}
+def effective_config(info: TopicInfo, cluster: dict[str, str] | None = None) -> dict[str, str]:
+    """Every config of the topic: its own, else the cluster-wide default, else Kafka's."""
+    return resolve(info.config, cluster or {})
 
 
 def validate_topic_name(name: str) -> None:
@@ -142,6 +115,7 @@ class Produced:
     topic: str
     partition: int
     result: Append | Exception
+    log_append_time: int = -1  # the time the batches were stamped with, on LogAppendTime topics
 
 
 def check_partitions(n: int) -> None:
@@ -166,6 +140,8 @@ class LogService:
         self._topics: dict[str, TopicInfo] = {}
         self._avg_batch: dict[tuple[str, int], int] = {}  # recent stored batch size per partition
         self._ahead = ReadAhead(self._read)
+        self._cluster: tuple[float, dict[str, str]] = (-CLUSTER_CONFIG_TTL, {})  # (read at, configs)
+        self._resolved: dict[str, tuple[TopicInfo, dict[str, str], dict[str, str]]] = {}
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -176,7 +152,7 @@ class LogService:
         validate_topic_name(name)
         n = self.default_partitions if partitions is None else partitions
         check_partitions(n)
-        info = TopicInfo(name, n, validate_config(config or {}), now_ms())
+        info = TopicInfo(name, n, validate_topic_config(config or {}), now_ms())
         info = await self.store.log.create_topic(info)
         self._topics[name] = info
         return info
@@ -202,26 +178,57 @@ class LogService:
     async def delete_topic(self, name: str) -> None:
         await self.store.log.delete_topic(name)
         self._topics.pop(name, None)
+        self._resolved.pop(name, None)
         self._ahead.forget(name)
 
     async def alter_config(
-        self, name: str, changes: dict[str, str | None], *, incremental: bool = True
+        self, name: str, changes: dict[str, str | None] | list[Change], *, incremental: bool = True,
+        validate_only: bool = False,
     ) -> TopicInfo:
-        """Set (or with None, reset) configs; non-incremental replaces the whole set (AlterConfigs).
-        Applied to the topic as stored, in one step: a racing change is not lost."""
+        """Apply `changes` (a dict: set, or with None reset); non-incremental replaces the whole set
+        (AlterConfigs). Applied to the topic as stored, in one step: a racing change is not lost.
+        `validate_only` checks the changes and keeps nothing."""
+        ops = _changes(changes)
 
         def changed(info: TopicInfo) -> dict[str, str]:
-            checked = validate_config(changes)
-            base = dict(info.config) if incremental else {}
-            for k, v in changes.items():
-                if v is None:
-                    base.pop(k, None)
-                else:
-                    base[k] = checked[k]
-            return base
+            new = apply(info.config, ops, TOPIC_CONFIGS, incremental=incremental)
+            check_together(resolve(new, {}))
+            return new
 
+        if validate_only:
+            info = await self.topic(name, create=False)
+            changed(info)
+            return info
         new = await self.store.log.alter_config(name, changed)
         self._topics[name] = new
+        return new
+
+    async def cluster_config(self, *, fresh: bool = False) -> dict[str, str]:
+        """The cluster-wide broker configs an admin set (shared by every gateway through Redis); read
+        again once `CLUSTER_CONFIG_TTL` has passed, or at once when `fresh`."""
+        at, configs = self._cluster
+        now = time.monotonic()
+        if fresh or now - at >= CLUSTER_CONFIG_TTL:
+            _, configs = await self.store.cluster_config.get()
+            self._cluster = (now, configs)
+        return configs
+
+    async def alter_cluster_config(
+        self, changes: list[Change], *, incremental: bool = True, validate_only: bool = False
+    ) -> dict[str, str]:
+        """Change the cluster-wide defaults (broker names: log.retention.ms, ...), as one step; only
+        those Kafka changes at run time (`BROKER_DEFAULTS`), others are refused as Kafka does."""
+
+        def static(name: str) -> Exception:
+            return InvalidRequest(f"Cannot update these configs dynamically: {name}")
+
+        def changed(current: dict[str, str]) -> dict[str, str]:
+            return apply(current, changes, BROKER_DEFAULTS, incremental=incremental, unknown=static)
+
+        if validate_only:
+            return changed(await self.cluster_config(fresh=True))
+        new = await self.store.cluster_config.alter(changed)
+        self._cluster = (time.monotonic(), new)
         return new
 
     async def add_partitions(self, name: str, total: int) -> TopicInfo:
@@ -248,9 +255,17 @@ class LogService:
                 return False
         return info.config.get("delayed.delivery.enable") == "true"
 
-    async def max_message_bytes(self, topic: str) -> int:
+    async def topic_config(self, topic: str) -> dict[str, str]:
+        """Every config of an existing topic as it applies now, from the cached description (resolved
+        again only when it or the cluster-wide defaults changed: the produce path asks each time)."""
         info = self._topics.get(topic) or await self.topic(topic, create=False)
-        return int(info.config.get("max.message.bytes", TOPIC_CONFIGS["max.message.bytes"].default))
+        cluster = await self.cluster_config()
+        seen = self._resolved.get(topic)
+        if seen is not None and seen[0] is info and seen[1] is cluster:
+            return seen[2]
+        cfg = effective_config(info, cluster)
+        self._resolved[topic] = (info, cluster, cfg)
+        return cfg
 
     # -- produce --------------------------------------------------------------------------------
 
@@ -260,17 +275,21 @@ class LogService:
         """Append record blobs (one or more batches each) to partitions in one round trip.
 
         Each blob is checked (magic, length, CRC, size limit) before anything is written, so a bad
-        batch is refused alone and never half-stored. `sent`: see `LogStore.append`.
+        batch is refused alone and never half-stored. On a LogAppendTime topic each batch is stamped
+        with the time of its append (the one case where a batch header changes here); other topics'
+        batches are stored untouched. `sent`: see `LogStore.append`.
         """
         requests: list[AppendRequest] = []
         owners: list[int] = []  # index into `items` of each request
         refused: dict[int, Exception] = {}
+        stamped: dict[int, int] = {}  # append time of the blobs of LogAppendTime topics
         for i, (topic, partition, blob) in enumerate(items):
             try:
                 batches = split_batches(blob)
                 if not batches:
                     raise CorruptMessage("no record batch in the request")
-                limit = await self.max_message_bytes(topic)
+                cfg = await self.topic_config(topic)
+                limit = int(cfg["max.message.bytes"])
                 for h, _ in batches:
                     if h.size > limit:
                         raise MessageTooLarge(f"batch of {h.size} bytes over max.message.bytes {limit}")
@@ -278,6 +297,9 @@ class LogService:
                         raise CorruptMessage("record count does not match the last offset delta")
                     if h.control:  # markers are the coordinator's: a forged one would end transactions
                         raise InvalidRequest("clients cannot write control batches")
+                if cfg["message.timestamp.type"] == "LogAppendTime":
+                    stamped[i] = now_ms()
+                    batches = [stamp_log_append_time(h, view, stamped[i]) for h, view in batches]
             except Exception as exc:
                 refused[i] = exc
                 continue
@@ -293,7 +315,7 @@ class LogService:
                     outcome[i] = res
                 if not isinstance(res, Exception):
                     self.notifier.notify(req.topic, req.partition)
-        return [Produced(t, p, outcome[i]) for i, (t, p, _) in enumerate(items)]
+        return [Produced(t, p, outcome[i], stamped.get(i, -1)) for i, (t, p, _) in enumerate(items)]
 
     @staticmethod
     def _request(topic: str, partition: int, h: BatchHeader, view: memoryview) -> AppendRequest:
@@ -433,6 +455,12 @@ class LogService:
                     return rec.offset, rec.timestamp
             after = entry.next_offset  # its late records are below the log start
 
+    async def max_timestamp(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with the partition's largest timestamp (ListOffsets'
+        MAX_TIMESTAMP), or None when it holds no record (or retention removed that one)."""
+        ts = await self.store.log.max_timestamp(topic, partition)
+        return None if ts < 0 else await self.offset_for_time(topic, partition, ts)
+
     async def delete_records(self, topic: str, partition: int, before: int) -> int:
         """Move the log start to `before` (-1: the high watermark); returns the new log start."""
         start, _ = await self.store.log.trim(topic, partition, min_start=-2 if before == -1 else before)
@@ -446,8 +474,11 @@ class LogService:
         role's `lease`: stops once the lease may have run out, and each trim carries its epoch."""
         await self.store.log.finish_deletes()  # those a gateway stopped half-way
         removed = 0
+        cluster = await self.cluster_config(fresh=True)
         for info in await self.list_topics():
-            cfg = effective_config(info)
+            cfg = effective_config(info, cluster)
+            if "delete" not in cfg["cleanup.policy"].split(","):
+                continue  # an empty policy keeps everything
             for p in range(info.partitions):
                 if not lease.held():
                     return removed
@@ -491,3 +522,10 @@ def aborted(sl: Slice, h: BatchHeader, base_offset: int) -> bool:
     return h.transactional and any(
         a.producer_id == h.producer_id and a.first_offset <= base_offset < a.marker_offset for a in sl.aborted
     )
+
+
+def _changes(changes: dict[str, str | None] | list[Change]) -> list[Change]:
+    """A dict of values (None: reset) as the operations it stands for."""
+    if isinstance(changes, list):
+        return changes
+    return [Change(k, Op.SET if v is not None else Op.DELETE, v) for k, v in changes.items()]

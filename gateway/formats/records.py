@@ -22,7 +22,11 @@ HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 # Offsets inside the header, for the few fields patched or read in place.
 LENGTH_END = 12  # base offset (8) + batch length (4): what the batch length does not count
+CRC_AT = 17
 CRC_START = 21  # the CRC covers everything from the attributes on
+ATTRIBUTES = struct.Struct(">h")  # at CRC_START
+MAX_TIMESTAMP = struct.Struct(">q")
+MAX_TIMESTAMP_AT = 35
 
 ATTR_COMPRESSION = 0x07
 ATTR_TIMESTAMP_LOG_APPEND = 0x08
@@ -111,6 +115,20 @@ def parse_header(buf: bytes | memoryview, pos: int = 0, *, verify_crc: bool = Tr
     if verify_crc and crc32c.crc32c(memoryview(buf)[pos + CRC_START : pos + h.size]) != h.crc:
         raise CorruptMessage("record batch CRC mismatch")
     return h
+
+
+def stamp_log_append_time(h: BatchHeader, batch: memoryview, now: int) -> tuple[BatchHeader, memoryview]:
+    """A copy of `batch` marked as stamped with log append time `now`, as Kafka's
+    `DefaultRecordBatch.setMaxTimestamp(LOG_APPEND_TIME, now)` does: the timestamp-type attribute
+    set, the max timestamp replaced and the CRC computed again; records keep their deltas, and
+    readers take every record's timestamp from the max timestamp."""
+    out = bytearray(batch)
+    attributes = h.attributes | ATTR_TIMESTAMP_LOG_APPEND
+    ATTRIBUTES.pack_into(out, CRC_START, attributes)
+    MAX_TIMESTAMP.pack_into(out, MAX_TIMESTAMP_AT, now)
+    crc = crc32c.crc32c(memoryview(out)[CRC_START:])
+    struct.pack_into(">I", out, CRC_AT, crc)
+    return h._replace(attributes=attributes, max_timestamp=now, crc=crc), memoryview(out)
 
 
 def split_batches(buf: bytes | memoryview, *, verify_crc: bool = True) -> list[tuple[BatchHeader, memoryview]]:

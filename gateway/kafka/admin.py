@@ -6,8 +6,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.domain.log import validate_config
 from gateway.domain.security import Operation, ResourceType
+from gateway.domain.topic_configs import validate_topic_config
 from gateway.errors import AuthorizationFailed
 from gateway.kafka import codec
 from gateway.kafka.authz import may_create_topic
@@ -15,7 +15,45 @@ from gateway.kafka.configs import topic_config_entries
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error
 
-REPLICATION_FACTOR = 1  # Redis, not the gateway, replicates
+DEFAULT_REPLICATION_FACTOR = 1  # what -1 stands for; Redis, not the gateways, replicates (configs.REPLICATION_DOC)
+
+
+class Refused(Exception):
+    """A topic Kafka refuses to create, with the error it answers."""
+
+    def __init__(self, error: KafkaError, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def _replication(ctx: RequestContext, t: Any) -> tuple[int | None, int]:
+    """(partitions a manual assignment gives, else None; the replication factor to report). Any factor
+    is accepted and any assignment naming live gateways (every gateway serves every partition), with
+    Kafka's checks of their form (ReplicationControlManager.createTopic)."""
+    assignment = KafkaError.invalid_replica_assignment
+    if not t.assignments:
+        if t.replication_factor == 0 or t.replication_factor < -1:
+            raise Refused(KafkaError.invalid_replication_factor,
+                          "Replication factor must be larger than 0, or -1 to use the default value.")
+        return None, DEFAULT_REPLICATION_FACTOR if t.replication_factor == -1 else t.replication_factor
+    if t.num_partitions != -1 or t.replication_factor != -1:
+        raise Refused(KafkaError.invalid_request, "A manual partition assignment was specified, but numPartitions "
+                      "or replicationFactor was not set to -1.")
+    live = {p.node_id for p in ctx.services.registry.live()} | {ctx.services.config.node_id}
+    indexes = sorted(a.partition_index for a in t.assignments)
+    if indexes != list(range(len(indexes))):
+        raise Refused(assignment, "partitions should be a consecutive 0-based integer sequence")
+    for a in t.assignments:
+        if not a.broker_ids:
+            raise Refused(assignment, "The manual partition assignment includes an empty replica list.")
+        if len(set(a.broker_ids)) != len(a.broker_ids):
+            raise Refused(assignment, f"The manual partition assignment of partition {a.partition_index} "
+                          "includes a broker more than once.")
+        for b in a.broker_ids:
+            if b not in live:
+                raise Refused(assignment, f"The manual partition assignment includes broker {b}, but no such "
+                              "broker is registered.")
+    return len(indexes), len(t.assignments[0].broker_ids)
 
 
 @handles(ApiKey.CREATE_TOPICS, 2, 7)
@@ -32,25 +70,24 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
                 res.update(error_code=KafkaError.topic_authorization_failed, error_message="not authorized")
             elif bad_name is not None:
                 res.update(error_code=bad_name, error_message=f"illegal topic name {t.name!r}")
-            elif t.replication_factor not in (-1, REPLICATION_FACTOR) or t.assignments:
-                res.update(error_code=KafkaError.invalid_replication_factor,
-                           error_message="replication is Redis's: use replication factor 1 or -1, no assignments")
             elif t.num_partitions == 0 or t.num_partitions < -1:
                 res.update(error_code=KafkaError.invalid_partitions, error_message="partitions must be at least 1")
             else:
-                partitions = log.default_partitions if t.num_partitions == -1 else t.num_partitions
+                assigned, factor = _replication(ctx, t)
+                partitions = assigned or (log.default_partitions if t.num_partitions == -1 else t.num_partitions)
                 if req.validate_only:
-                    validate_config(configs)
+                    info_config = validate_topic_config(configs)
                     if await _exists(ctx, t.name):
                         res.update(error_code=KafkaError.topic_already_exists,
                                    error_message=f"topic {t.name!r} exists")
-                    info_config = {k: v for k, v in configs.items() if v is not None}
                 else:
                     info = await log.create_topic(t.name, partitions, configs)
                     partitions, info_config = info.partitions, info.config
                 if res["error_code"] == KafkaError.none:
-                    res.update(num_partitions=partitions, replication_factor=REPLICATION_FACTOR,
-                               configs=topic_config_entries(info_config))
+                    res.update(num_partitions=partitions, replication_factor=factor,
+                               configs=topic_config_entries(info_config, await log.cluster_config()))
+        except Refused as exc:
+            res.update(error_code=exc.error, error_message=str(exc))
         except Exception as exc:
             res.update(error_code=kafka_error(exc), error_message=error_message(exc))
         results.append(res)

@@ -1,6 +1,13 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topic configs (gateway.domain.log.TOPIC_CONFIGS).
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers.
 
-The broker resource answers a few read-only values so admin tools can show something true.
+Topic configs are `gateway.domain.topic_configs.TOPIC_CONFIGS` (every one of Kafka 4.2's); each is
+reported with the source of its value and its synonyms as Kafka's `ConfigHelper` does: the topic's
+own value (DYNAMIC_TOPIC_CONFIG), else the cluster-wide default an admin set under the broker name
+(DYNAMIC_DEFAULT_BROKER_CONFIG, kept in Redis for every gateway), else Kafka's default
+(DEFAULT_CONFIG). A broker resource named by a node id lists the gateway's settings under Kafka's
+names (STATIC_BROKER_CONFIG, read-only) and the cluster-wide defaults; the default broker resource
+(name "") holds the defaults an admin set, and is the one that changes: gateways share them, so no
+gateway keeps configs of its own.
 """
 
 from __future__ import annotations
@@ -9,63 +16,104 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.domain.log import TOPIC_CONFIGS, validate_config
-from gateway.domain.security import Operation, ResourceType
-from gateway.errors import AuthorizationFailed
+from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
+from gateway.domain.topic_configs import BROKER_DEFAULTS, TOPIC_CONFIGS, Change, ConfigDef, Kind, Op
+from gateway.errors import AuthorizationFailed, InvalidRequest
 from gateway.kafka import codec
-from gateway.kafka.authz import may_describe_cluster
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-TYPE_BOOLEAN, TYPE_STRING, TYPE_LONG = 1, 2, 5
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+REPLICATION_DOC = (
+    "Any replication factor is accepted, and each partition lists every live gateway as its replicas "
+    "and ISR, the partition's leader first: every gateway serves every partition. The number copies "
+    "nothing here: durability is Redis's, its persistence (appendfsync) and its own replicas."
+)
 
 
-def _type(name: str) -> int:
-    spec = TOPIC_CONFIGS[name]
-    if spec.choices == ("true", "false"):
-        return TYPE_BOOLEAN
-    return TYPE_STRING if spec.choices else TYPE_LONG
+Synonym = tuple[str, str, int]  # name, value, source
 
 
-def topic_config_entries(config: dict[str, str], keys: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every known topic config (or those in `keys`) with its effective value and where it comes from."""
+def _entry(name: str, kind: Kind, doc: str | None, synonyms: list[Synonym], *,
+           read_only: bool = False) -> dict[str, Any]:
+    """A config whose value and source are those of its first synonym (the one that applies)."""
+    _, value, source = synonyms[0]
+    return {"name": name, "value": value, "read_only": read_only, "config_source": source, "is_sensitive": False,
+            "synonyms": [{"name": n, "value": v, "source": s} for n, v, s in synonyms], "config_type": kind,
+            "documentation": doc}
+
+
+def _synonyms(spec: ConfigDef, own: str | None, cluster: dict[str, str]) -> list[Synonym]:
+    """Where the value could come from, the one that applies first (Kafka's order): the topic's own,
+    the cluster-wide default, Kafka's default (under the broker name where Kafka has one)."""
+    out = [] if own is None else [(spec.name, own, SOURCE_TOPIC)]
+    if spec.broker is not None and spec.broker in cluster:
+        out.append((spec.broker, cluster[spec.broker], SOURCE_DYNAMIC_DEFAULT_BROKER))
+    out.append((spec.broker or spec.name, spec.default, SOURCE_DEFAULT))
+    return out
+
+
+def topic_config_entries(config: dict[str, str], cluster: dict[str, str],
+                         keys: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every topic config (or those in `keys`) with the value that applies and where it comes from."""
     out = []
     for name, spec in TOPIC_CONFIGS.items():
         if keys is not None and name not in keys:
             continue
-        explicit = name in config
-        source = SOURCE_TOPIC if explicit else SOURCE_DEFAULT
-        value = config[name] if explicit else spec.default
-        out.append({
-            "name": name, "value": value, "read_only": False, "config_source": source, "is_sensitive": False,
-            "synonyms": [{"name": name, "value": value, "source": source}], "config_type": _type(name),
-            "documentation": spec.doc or None,
-        })
+        out.append(_entry(name, spec.kind, spec.doc, _synonyms(spec, config.get(name), cluster)))
     return out
 
 
-def _broker_entries(ctx: RequestContext, keys: list[str] | None) -> list[dict[str, Any]]:
+def _static_broker_configs(ctx: RequestContext) -> dict[str, tuple[str, Kind, str]]:
+    """The gateway's own settings under Kafka's names: (value, type, documentation)."""
     cfg = ctx.services.config
     host, port = cfg.kafka_advertised
-    values = {
-        "broker.id": (str(cfg.node_id), TYPE_LONG),
-        "num.partitions": (str(cfg.default_partitions), TYPE_LONG),
-        "auto.create.topics.enable": (str(cfg.auto_create_topics).lower(), TYPE_BOOLEAN),
-        "socket.request.max.bytes": (str(cfg.max_frame_bytes), TYPE_LONG),
-        "advertised.listeners": (f"{_protocol(cfg)}://{host}:{port or ctx.connection.local_port}", TYPE_STRING),
+    listener = f"{_protocol(cfg)}://{host}:{port or ctx.connection.local_port}"
+    return {
+        "broker.id": (str(cfg.node_id), Kind.INT, "This gateway's node id (--node-id)."),
+        "node.id": (str(cfg.node_id), Kind.INT, "This gateway's node id (--node-id)."),
+        "num.partitions": (str(cfg.default_partitions), Kind.INT, "Partitions of an auto-created topic "
+                           "(--default-partitions)."),
+        "auto.create.topics.enable": (str(cfg.auto_create_topics).lower(), Kind.BOOLEAN,
+                                      "Create topics on first use (--auto-create-topics)."),
+        "default.replication.factor": ("1", Kind.INT, REPLICATION_DOC),
+        "socket.request.max.bytes": (str(cfg.max_frame_bytes), Kind.INT, "Largest request (--max-frame-bytes)."),
+        "advertised.listeners": (listener, Kind.LIST, "Where clients reach this gateway (--advertised-host, "
+                                 "--advertised-port)."),
+        "transaction.max.timeout.ms": (str(cfg.txn_max_timeout_ms), Kind.INT, "Longest transaction timeout "
+                                       "a producer may ask for (--txn-max-timeout-ms)."),
+        "log.retention.check.interval.ms": (str(int(cfg.retention_check_interval * 1000)), Kind.LONG,
+                                            "Time between retention passes (--retention-check-interval)."),
     }
-    return [
-        {"name": k, "value": v, "read_only": True, "config_source": SOURCE_STATIC_BROKER, "is_sensitive": False,
-         "synonyms": [], "config_type": t, "documentation": None}
-        for k, (v, t) in values.items()
-        if keys is None or k in keys
-    ]
+
+
+async def _broker_entries(ctx: RequestContext, name: str, keys: list[str] | None) -> list[dict[str, Any]]:
+    cluster = await ctx.services.log.cluster_config(fresh=True)
+
+    def wanted(key: str) -> bool:
+        return keys is None or key in keys
+
+    out = []
+    if name == "":  # the cluster-wide defaults: those set
+        for broker, value in cluster.items():
+            spec = BROKER_DEFAULTS.get(broker)
+            if spec is not None and wanted(broker):
+                out.append(_entry(broker, spec.kind, spec.doc, [(broker, value, SOURCE_DYNAMIC_DEFAULT_BROKER)]))
+        return out
+    if name != str(ctx.services.config.node_id) and name not in {str(p.node_id) for p in ctx.services.registry.live()}:
+        raise InvalidRequest(f"no broker {name!r}: name a live gateway's node id, or \"\" for the cluster")
+    for key, (value, kind, doc) in _static_broker_configs(ctx).items():
+        if wanted(key):
+            out.append(_entry(key, kind, doc, [(key, value, SOURCE_STATIC_BROKER)], read_only=True))
+    for broker, spec in BROKER_DEFAULTS.items():
+        if wanted(broker):
+            out.append(_entry(broker, spec.kind, spec.doc, _synonyms(spec, None, cluster)))
+    return out
 
 
 def _protocol(cfg: Any) -> str:
@@ -85,12 +133,13 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                 if not await ctx.allowed(ResourceType.TOPIC, r.resource_name, Operation.DESCRIBE_CONFIGS):
                     raise AuthorizationFailed(f"not allowed to describe {r.resource_name!r}")
                 info = await ctx.services.log.topic(r.resource_name, create=False)
-                res["configs"] = topic_config_entries(info.config, keys)
+                cluster = await ctx.services.log.cluster_config(fresh=True)
+                res["configs"] = topic_config_entries(info.config, cluster, keys)
             elif r.resource_type == RESOURCE_BROKER:
-                if not await may_describe_cluster(ctx):
+                if not await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.DESCRIBE_CONFIGS):
                     res.update(error_code=KafkaError.cluster_authorization_failed, error_message="not authorized")
                 else:
-                    res["configs"] = _broker_entries(ctx, keys)
+                    res["configs"] = await _broker_entries(ctx, r.resource_name, keys)
             else:
                 res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs")
         except Exception as exc:
@@ -106,20 +155,27 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                        {"throttle_time": 0, "results": results})
 
 
-async def _alter(ctx: RequestContext, r: Any, changes: dict[str, str | None], incremental: bool,
+async def _alter(ctx: RequestContext, r: Any, changes: list[Change], incremental: bool,
                  validate_only: bool) -> dict[str, Any]:
     res: dict[str, Any] = {"error_code": KafkaError.none, "error_message": None,
                            "resource_type": r.resource_type, "resource_name": r.resource_name}
+    log = ctx.services.log
     try:
-        if r.resource_type != RESOURCE_TOPIC:
-            res.update(error_code=KafkaError.invalid_request, error_message="only topic configs can change")
-        elif not await ctx.allowed(ResourceType.TOPIC, r.resource_name, Operation.ALTER_CONFIGS):
-            res.update(error_code=KafkaError.topic_authorization_failed, error_message="not authorized")
-        elif validate_only:
-            await ctx.services.log.topic(r.resource_name, create=False)
-            validate_config(changes)
+        if r.resource_type == RESOURCE_TOPIC:
+            if not await ctx.allowed(ResourceType.TOPIC, r.resource_name, Operation.ALTER_CONFIGS):
+                res.update(error_code=KafkaError.topic_authorization_failed, error_message="not authorized")
+            else:
+                await log.alter_config(r.resource_name, changes, incremental=incremental, validate_only=validate_only)
+        elif r.resource_type == RESOURCE_BROKER:
+            if not await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.ALTER_CONFIGS):
+                res.update(error_code=KafkaError.cluster_authorization_failed, error_message="not authorized")
+            elif r.resource_name != "":
+                raise InvalidRequest("gateways keep no configs of their own: alter the cluster-wide defaults, "
+                                     "the broker resource named \"\" (--entity-default)")
+            else:
+                await log.alter_cluster_config(changes, incremental=incremental, validate_only=validate_only)
         else:
-            await ctx.services.log.alter_config(r.resource_name, changes, incremental=incremental)
+            res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs change")
     except Exception as exc:
         res.update(error_code=kafka_error(exc), error_message=error_message(exc))
     return res
@@ -129,7 +185,7 @@ async def _alter(ctx: RequestContext, r: Any, changes: dict[str, str | None], in
 async def alter_configs(ctx: RequestContext, req: Any) -> Any:
     """The whole set is replaced: configs not named go back to their defaults, as in Kafka."""
     results = [
-        await _alter(ctx, r, {c.name: c.value for c in r.configs}, False, req.validate_only)
+        await _alter(ctx, r, [Change(c.name, Op.SET, c.value) for c in r.configs], False, req.validate_only)
         for r in req.resources
     ]
     return codec.build(codec.response_class(ApiKey.ALTER_CONFIGS, ctx.api_version),
@@ -138,19 +194,13 @@ async def alter_configs(ctx: RequestContext, req: Any) -> Any:
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, req: Any) -> Any:
+    """SET, DELETE, and on list configs APPEND and SUBTRACT (`topic_configs.apply`)."""
     results = []
     for r in req.resources:
-        changes: dict[str, str | None] = {}
-        bad = None
-        for c in r.configs:
-            if c.config_operation == OP_SET:
-                changes[c.name] = c.value
-            elif c.config_operation == OP_DELETE:
-                changes[c.name] = None
-            else:
-                bad = f"{c.name}: APPEND and SUBTRACT apply to list configs, and no topic config is a list"
-        if bad is not None:
-            results.append({"error_code": KafkaError.invalid_config, "error_message": bad,
+        try:
+            changes = [Change(c.name, Op(c.config_operation), c.value) for c in r.configs]
+        except ValueError:
+            results.append({"error_code": KafkaError.invalid_request, "error_message": "unknown config operation",
                             "resource_type": r.resource_type, "resource_name": r.resource_name})
             continue
         results.append(await _alter(ctx, r, changes, True, req.validate_only))

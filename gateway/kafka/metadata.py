@@ -38,15 +38,18 @@ def brokers(ctx: RequestContext) -> list[tuple[int, str, int]]:
     return [peer_address(ctx, p) for p in ctx.services.registry.live()]
 
 
-def partition_entries(leaders: list[int]) -> list[dict[str, Any]]:
+def partition_entries(leaders: list[int], serving: list[int]) -> list[dict[str, Any]]:
+    """Each partition's replicas and ISR are the gateways that serve it, which is every live one (the
+    leader first): the replication factor a topic was created with copies nothing here (Redis keeps
+    the data), so they say who answers for the partition, never how many copies exist."""
     return [
         {
             "error_code": KafkaError.none,
             "partition_index": p,
             "leader_id": node,
             "leader_epoch": LEADER_EPOCH,
-            "replica_nodes": (node,),
-            "isr_nodes": (node,),
+            "replica_nodes": (replicas := (node, *(n for n in serving if n != node))),
+            "isr_nodes": replicas,
             "offline_replicas": (),
         }
         for p, node in enumerate(leaders)
@@ -106,8 +109,9 @@ async def _topic(ctx: RequestContext, req: Any, name: str, partitions: int) -> d
         "name": name,
         "topic_id": None,
         "is_internal": False,
-        "partitions": partition_entries([p.node_id for p in ctx.services.registry.leaders(name, partitions)]),
-        "topic_authorized_operations": await authorized_operations(
+        "partitions": partition_entries([p.node_id for p in ctx.services.registry.leaders(name, partitions)],
+                                        [p.node_id for p in ctx.services.registry.live()]),
+                "topic_authorized_operations": await authorized_operations(
             ctx, ResourceType.TOPIC, name, getattr(req, "include_topic_authorized_operations", False)
         ),
     }

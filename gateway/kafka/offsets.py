@@ -1,4 +1,10 @@
-"""ListOffsets (earliest, latest, by time) and OffsetForLeaderEpoch (one epoch, 0, ending at the hw)."""
+"""ListOffsets (by time and every special timestamp of Kafka 4.2) and OffsetForLeaderEpoch (one epoch,
+0, ending at the hw).
+
+Special timestamps (KIP-734 max timestamp, KIP-405's earliest-local and latest-tiered, from
+ListOffsetsRequest.json): there is no tiered storage, so the whole log is local: earliest-local is
+the log start and latest-tiered finds nothing (offset -1), as Kafka answers for a topic without
+remote storage."""
 
 from __future__ import annotations
 
@@ -46,6 +52,9 @@ async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, comm
             return OffsetResult(partition, offset=hw)
         if ts == LATEST_TIERED:
             return OffsetResult(partition)
+        if ts == MAX_TIMESTAMP:
+            top = await log.max_timestamp(topic, partition)
+            return OffsetResult(partition) if top is None else OffsetResult(partition, timestamp=top[1], offset=top[0])
         if ts < 0:
             return OffsetResult(partition, KafkaError.invalid_request)
         found = await log.offset_for_time(topic, partition, ts)
@@ -56,7 +65,7 @@ async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, comm
         return OffsetResult(partition, kafka_error(exc))
 
 
-@handles(ApiKey.LIST_OFFSETS, 1, 6)
+@handles(ApiKey.LIST_OFFSETS, 1, 10)
 async def list_offsets(ctx: RequestContext, req: Any) -> Encoded:
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     topics = [

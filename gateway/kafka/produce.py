@@ -27,6 +27,7 @@ class PartitionResult:
     base_offset: int = -1
     log_start: int = -1
     message: str | None = None
+    log_append_time: int = -1  # on LogAppendTime topics, the time the batches were stamped with
 
 
 @handles(ApiKey.PRODUCE, 3, 12)
@@ -63,7 +64,8 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
             if isinstance(r, Exception):
                 res = PartitionResult(done.partition, kafka_error(r), message=error_message(r))
             else:
-                res = PartitionResult(done.partition, base_offset=r.base_offset, log_start=r.log_start)
+                res = PartitionResult(done.partition, base_offset=r.base_offset, log_start=r.log_start,
+                                      log_append_time=done.log_append_time)
                 if not r.duplicate:
                     telemetry.produced("kafka", done.topic, len(blob))
             results[(done.topic, done.partition)] = res
@@ -118,7 +120,7 @@ def encode_produce_response(version: int, topics: list[tuple[str, list[Partition
         out += string(name, flex)
         out += array_len(len(parts), flex)
         for p in parts:
-            out += I32.pack(p.index) + I16.pack(p.error) + I64.pack(p.base_offset) + I64.pack(-1)
+            out += I32.pack(p.index) + I16.pack(p.error) + I64.pack(p.base_offset) + I64.pack(p.log_append_time)
             if version >= 5:
                 out += I64.pack(p.log_start)
             if version >= 8:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gateway.store.cluster_config import ClusterConfigStore
 from gateway.store.connection import RedisClient, connect, wait_reachable
 from gateway.store.delay import DelayStore
 from gateway.store.fence import FenceStore
@@ -40,6 +41,7 @@ class Store:
         self.security = SecurityStore(redis, scripts)
         self.roles = RoleStore(redis, scripts)
         self.registry = RegistryStore(redis, scripts)
+        self.cluster_config = ClusterConfigStore(redis, scripts)
 
     @classmethod
     def open(cls, url: str) -> Store:

@@ -260,3 +260,8 @@ host and permission unless "*" and "allow")."""
 def sec_user(name: str) -> str:
     """Hash: SCRAM credentials by mechanism, "created" (ms), "token:<id>" -> "<digest> <created ms>"."""
     return f"{{gw:sec}}:user:{name}"
+
+
+CLUSTER_CONFIG = "gw:cluster-config"
+"""String: msgpack {v: version, c: broker config name -> value}, the cluster-wide defaults of topic
+configs (log.retention.ms, message.max.bytes, ...) that an admin set; every gateway reads them."""

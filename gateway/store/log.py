@@ -483,6 +483,14 @@ class LogStore:
         assert start is not None  # a partition's meta holds both from its creation
         return int(start), int(hw)
 
+    async def max_timestamp(self, topic: str, partition: int) -> int:
+        """The largest timestamp of a data batch ever appended to the partition (`maxts`); -1: none."""
+        async with storage_errors():
+            hw, maxts = await self.redis.hmget(keys.meta(topic, partition), "hw", "maxts")
+        if hw is None:
+            raise TopicNotFound(f"{topic}-{partition} does not exist")
+        return -1 if maxts is None else int(maxts)
+
     async def stable_bounds(self, topic: str, partitions: int) -> list[PartitionBounds]:
         """Every partition's offsets, the last stable one included, in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
