@@ -38,7 +38,8 @@ def versions(api_key: int) -> list[int]:
     return list(range(reg.min_version, reg.max_version + 1))
 
 
-errors = st.sampled_from([KafkaError.none, KafkaError.unknown_topic_or_partition, KafkaError.corrupt_message])
+errors = st.sampled_from([KafkaError.none, KafkaError.unknown_topic_or_partition, KafkaError.corrupt_message,
+                          KafkaError.unknown_topic_id, KafkaError.inconsistent_topic_id])
 names = st.text(alphabet="abcxyz._-0123456789", min_size=1, max_size=20)
 i64s = st.integers(-1, 2**40)
 
@@ -80,8 +81,10 @@ def _batch(n: int, base: int) -> tuple[bytes, list[bytes | memoryview]]:
         max_size=4,
     ),
     topic=names,
+    topic_id=st.none() | st.uuids(),
 )
-def test_fetch_response_matches_kio(version, parts, topic):
+def test_fetch_response_matches_kio(version, parts, topic, topic_id):
+    """Every version, v13+ naming topics by id (None: the zero id, for an id that named none)."""
     ours = []
     for index, err, hw, nbatches, aborted in parts:
         fp = FetchPartition(index, err, hw, hw, 0, aborted)
@@ -92,7 +95,7 @@ def test_fetch_response_matches_kio(version, parts, topic):
         ours.append(fp)
     expected = kio_body(ApiKey.FETCH, version, {
         "throttle_time": 0, "error_code": KafkaError.none, "session_id": 0,
-        "responses": [{"topic": topic, "partitions": [
+        "responses": [{"topic": topic, "topic_id": topic_id, "partitions": [
             {"partition_index": p.index, "error_code": p.error, "high_watermark": p.high_watermark,
              "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start,
              "aborted_transactions": None if p.aborted is None else [
@@ -101,7 +104,7 @@ def test_fetch_response_matches_kio(version, parts, topic):
              "records": b"".join(bytes(c) for c in p.records)}
             for p in ours]}],
     })
-    chunks = encode_fetch_response(version, [(topic, ours)])
+    chunks = encode_fetch_response(version, [(topic_id if version >= 13 else topic, ours)])
     assert b"".join(bytes(c) for c in chunks) == expected
     # record bytes are passed through as the very objects read from storage, not copies
     record_chunks = [c for p in ours for c in p.records]

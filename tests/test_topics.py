@@ -204,7 +204,7 @@ async def test_a_delete_stopped_after_its_record_hides_the_topic_and_is_finished
     a, b = two
     await a.create_topic("gone", 4)
     assert await produce(a, "gone", 4, b"old") == [0] * 4
-    gen = (await raw.call("topic-delete-2", [keys.TOPICS, keys.TOPICS_DROPPING], ["gone"]))[1]
+    gen = (await raw.call("topic-delete-2", [keys.TOPICS, keys.TOPICS_DROPPING], ["gone", ""]))[1]
     if frozen:
         for p in range(4):
             assert await raw.call("partition-drop-1", [keys.meta("gone", p)], [gen]) == 1
@@ -271,6 +271,17 @@ async def test_topic_config_script(raw):
     assert await raw.call("topic-config-2", REGISTRY, ["t", rec["v"], msgpack.packb({})]) == [1]  # stale now
 
 
+async def test_topic_id_script_gives_an_older_topic_one_id_once(raw):
+    rec = await created(raw, "t", 2)
+    del rec["id"]  # as topics were stored before topic ids
+    await raw.redis.hset(keys.TOPICS, "t", msgpack.packb(rec))
+    assert await raw.call("topic-id-2", REGISTRY, ["none", "cd" * 16]) == [2]
+    code, packed = await raw.call("topic-id-2", REGISTRY, ["t", "cd" * 16])
+    given = msgpack.unpackb(packed, raw=False)
+    assert code == 0 and given["id"] == "cd" * 16 and (given["g"], given["p"]) == (rec["g"], 2)
+    assert await raw.call("topic-id-2", REGISTRY, ["t", "ef" * 16]) == [0, packed]  # the first writer's stays
+
+
 async def test_topic_grow_script(raw):
     rec = await created(raw, "t", 2)
     assert await raw.call("topic-grow-2", REGISTRY, ["none", 0, 4]) == [2]
@@ -284,15 +295,16 @@ async def test_topic_grow_script(raw):
 async def test_topic_delete_and_dropped_scripts(raw):
     dropping = [keys.TOPICS, keys.TOPICS_DROPPING]
     await raw.call("topic-create-2", REGISTRY, ["pending", 1, msgpack.packb({}), 1, "ab" * 16])
-    assert await raw.call("topic-delete-2", dropping, ["pending"]) == [2]  # not shown yet
-    assert await raw.call("topic-delete-2", dropping, ["none"]) == [2]
+    assert await raw.call("topic-delete-2", dropping, ["pending", ""]) == [2]  # not shown yet
+    assert await raw.call("topic-delete-2", dropping, ["none", ""]) == [2]
     rec = await created(raw, "t", 2)
     await raw.call("topic-grow-2", REGISTRY, ["t", rec["v"], 5])
-    assert await raw.call("topic-delete-2", dropping, ["t"]) == [0, rec["g"], 5]  # pending ones too
+    assert await raw.call("topic-delete-2", dropping, ["t", "cd" * 16]) == [2]  # another incarnation's id
+    assert await raw.call("topic-delete-2", dropping, ["t", "ab" * 16]) == [0, rec["g"], 5]  # pending ones too
     assert await raw.record("t") is None
     field = f"{rec['g']}:t"
     assert await raw.redis.hgetall(keys.TOPICS_DROPPING) == {field.encode(): b"5"}
-    assert await raw.call("topic-delete-2", dropping, ["t"]) == [2]
+    assert await raw.call("topic-delete-2", dropping, ["t", ""]) == [2]
     assert await raw.call("topic-dropped-1", [keys.TOPICS_DROPPING], [field]) == 1
     assert await raw.call("topic-dropped-1", [keys.TOPICS_DROPPING], [field]) == 0
 

@@ -138,6 +138,7 @@ class LogService:
         self.wakeups = store.open_wakeups(self.notifier.notify)
         self.peers = peers  # whether other gateways write too (the registry's)
         self._topics: dict[str, TopicInfo] = {}
+        self._by_id: dict[str, TopicInfo] = {}  # topics by id, as last seen: an id names one incarnation
         self._avg_batch: dict[tuple[str, int], int] = {}  # recent stored batch size per partition
         self._ahead = ReadAhead(self._read)
         self._cluster: tuple[float, dict[str, str]] = (-CLUSTER_CONFIG_TTL, {})  # (read at, configs)
@@ -154,7 +155,7 @@ class LogService:
         check_partitions(n)
         info = TopicInfo(name, n, validate_topic_config(config or {}), now_ms())
         info = await self.store.log.create_topic(info)
-        self._topics[name] = info
+        self._remember(info)
         return info
 
     async def topic(self, name: str, *, create: bool | None = None) -> TopicInfo:
@@ -169,16 +170,43 @@ class LogService:
                 info = await self.store.log.get_topic(name)
                 if info is None:
                     raise TopicNotFound(f"topic {name!r} does not exist") from exc
-        self._topics[name] = info
+        self._remember(info)
         return info
 
-    async def list_topics(self) -> list[TopicInfo]:
-        return await self.store.log.list_topics()
+    def _remember(self, info: TopicInfo) -> None:
+        old = self._topics.get(info.name)
+        if old is not None and old.topic_id != info.topic_id:
+            self._by_id.pop(old.topic_id, None)  # an incarnation gone: its id names nothing now
+        self._topics[info.name] = info
+        if info.topic_id:
+            self._by_id[info.topic_id] = info
 
-    async def delete_topic(self, name: str) -> None:
-        await self.store.log.delete_topic(name)
-        self._topics.pop(name, None)
+    async def list_topics(self) -> list[TopicInfo]:
+        topics = await self.store.log.list_topics()
+        for info in topics:
+            self._remember(info)
+        return topics
+
+    async def topic_by_id(self, topic_id: str, *, fresh: bool = False) -> TopicInfo | None:
+        """The topic (incarnation) this id names, None when it names none any more or never did.
+        What was seen before is believed unless `fresh`: readers check each partition they read is
+        of the incarnation (`Slice.generation`), and come back with `fresh` when it is not."""
+        info = None if fresh else self._by_id.get(topic_id)
+        if info is None:
+            self._by_id.pop(topic_id, None)
+            info = await self.store.log.topic_by_id(topic_id)
+            if info is not None:
+                self._remember(info)
+        return info
+
+    async def delete_topic(self, name: str, topic_id: str = "") -> None:
+        """Delete the topic; with `topic_id`, only while the name is still that incarnation's."""
+        await self.store.log.delete_topic(name, topic_id)
         self._resolved.pop(name, None)
+        forgotten = self._topics.pop(name, None)
+        if forgotten is not None:
+            self._by_id.pop(forgotten.topic_id, None)
+        self._by_id.pop(topic_id, None)
         self._ahead.forget(name)
 
     async def alter_config(
@@ -200,7 +228,7 @@ class LogService:
             changed(info)
             return info
         new = await self.store.log.alter_config(name, changed)
-        self._topics[name] = new
+        self._remember(new)
         return new
 
     async def cluster_config(self, *, fresh: bool = False) -> dict[str, str]:
@@ -241,7 +269,7 @@ class LogService:
             return total
 
         grown = await self.store.log.add_partitions(name, checked)
-        self._topics[name] = grown
+        self._remember(grown)
         return grown
 
     async def delayed_topic(self, topic: str) -> bool:

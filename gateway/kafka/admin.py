@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.security import Operation, ResourceType
 from gateway.domain.topic_configs import validate_topic_config
-from gateway.errors import AuthorizationFailed
+from gateway.errors import AuthorizationFailed, TopicNotFound
 from gateway.kafka import codec
 from gateway.kafka.authz import may_create_topic
 from gateway.kafka.configs import topic_config_entries
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error
+from gateway.kafka.metadata import topic_uuid
 
 DEFAULT_REPLICATION_FACTOR = 1  # what -1 stands for; Redis, not the gateways, replicates (configs.REPLICATION_DOC)
 
@@ -83,6 +85,7 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
                 else:
                     info = await log.create_topic(t.name, partitions, configs)
                     partitions, info_config = info.partitions, info.config
+                    res.update(topic_id=topic_uuid(info.topic_id))
                 if res["error_code"] == KafkaError.none:
                     res.update(num_partitions=partitions, replication_factor=factor,
                                configs=topic_config_entries(info_config, await log.cluster_config()))
@@ -105,21 +108,41 @@ async def _exists(ctx: RequestContext, name: str) -> bool:
 
 @handles(ApiKey.DELETE_TOPICS, 1, 6)
 async def delete_topics(ctx: RequestContext, req: Any) -> Any:
-    names = list(req.topic_names) if ctx.api_version < 6 else [t.name for t in req.topics]
-    results: list[dict[str, Any]] = []
-    for name in names:
-        if name is None:
-            results.append({"name": None, "error_code": KafkaError.unknown_topic_id})
-            continue
-        try:
-            if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DELETE):
-                raise AuthorizationFailed(f"not allowed to delete {name!r}")
-            await ctx.services.log.delete_topic(name)
-            results.append({"name": name, "error_code": KafkaError.none})
-        except Exception as exc:
-            results.append({"name": name, "error_code": kafka_error(exc), "error_message": error_message(exc)})
+    """From v6 a topic may be named by id (KIP-516); Kafka 4.2's `handleDeleteTopicsRequest` is
+    followed: a name and an id both is INVALID_REQUEST, an id no topic has UNKNOWN_TOPIC_ID, and a
+    topic the principal may not describe is not named back. A delete by id deletes that
+    incarnation only, never a topic created under its name since."""
+    wanted = [(name, None) for name in req.topic_names] if ctx.api_version < 6 else [
+        (t.name, t.topic_id) for t in req.topics]
+    results = [await _delete_topic(ctx, name, topic_id) for name, topic_id in wanted]
     return codec.build(codec.response_class(ApiKey.DELETE_TOPICS, ctx.api_version),
                        {"throttle_time": 0, "responses": results})
+
+
+async def _delete_topic(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
+    log = ctx.services.log
+    if name is not None and topic_id is not None:
+        return {"name": name, "topic_id": topic_id, "error_code": KafkaError.invalid_request,
+                "error_message": "You may not specify both topic name and topic id."}
+    by_id = name is None
+    if name is None:
+        info = None if topic_id is None else await log.topic_by_id(topic_id.hex, fresh=True)
+        if info is None:
+            return {"name": None, "topic_id": topic_id, "error_code": KafkaError.unknown_topic_id}
+        if not await ctx.allowed(ResourceType.TOPIC, info.name, Operation.DESCRIBE):
+            return {"name": None, "topic_id": topic_id, "error_code": KafkaError.topic_authorization_failed}
+        name = info.name
+    try:
+        if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DELETE):
+            raise AuthorizationFailed(f"not allowed to delete {name!r}")
+        if topic_id is None:
+            topic_id = topic_uuid((await log.topic(name, create=False)).topic_id)
+        await log.delete_topic(name, topic_id.hex if topic_id is not None else "")
+        return {"name": name, "topic_id": topic_id, "error_code": KafkaError.none}
+    except Exception as exc:
+        if by_id and isinstance(exc, TopicNotFound):  # deleted (maybe made again) since it was looked up
+            return {"name": None, "topic_id": topic_id, "error_code": KafkaError.unknown_topic_id}
+        return {"name": name, "topic_id": topic_id, "error_code": kafka_error(exc), "error_message": error_message(exc)}
 
 
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)

@@ -7,13 +7,25 @@ in this process, and by those of other gateways once armed) until `min_bytes` ar
 response's session id 0 tells clients to send full fetches. The last stable offset comes from
 the log; read_committed fetches stop below it and list the aborted
 transactions whose batches they may hold.
+
+From v13 (KIP-516) topics are named by id, as Kafka 4.2's `KafkaApis.handleFetchRequest` does it:
+an id no topic has is answered UNKNOWN_TOPIC_ID for each of its partitions (before authorization),
+and a partition whose log is not the incarnation the id named (`ReplicaManager.readFromLog`'s
+`hasConsistentTopicId` check) INCONSISTENT_TOPIC_ID. Here the id's incarnation is checked against
+the mark each read returns (`Slice.generation`): a topic deleted, or deleted and created again
+under its name, is looked up afresh, and its old id answered UNKNOWN_TOPIC_ID, so a client
+refreshes its metadata and never reads the new topic's data as the old one's. v14-v18 change
+nothing a consumer sends or is sent here: follower fields (replica state, directory id, high
+watermark) are ignored, and the leader hints of v16 (node endpoints) are for NOT_LEADER errors,
+which a gateway serving every partition never answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -23,7 +35,7 @@ from gateway.errors import GatewayError
 from gateway.formats.records import with_base_offset
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
-from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, bytes_len, string
+from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, bytes_len, topic_key
 
 READ_COMMITTED = 1
 MAX_ENTRIES = 64  # batches read per partition per round trip; the client asks again for more
@@ -43,18 +55,46 @@ class FetchPartition:
     size: int = 0
 
 
-@handles(ApiKey.FETCH, 4, 12)
+class FetchTopic(NamedTuple):
+    """A topic of the request: as named (a name, or from v13 an id), the name it resolved to, the
+    incarnation an id named (None when named by name), and the error of all its partitions."""
+
+    key: str | uuid.UUID | None
+    name: str
+    generation: int | None
+    error: KafkaError
+
+
+async def _topics(ctx: RequestContext, req: Any) -> list[FetchTopic]:
+    out = []
+    for t in req.topics:
+        generation = None
+        if ctx.api_version < 13:
+            key, name = t.topic, t.topic
+        else:
+            key = t.topic_id
+            info = None if key is None else await ctx.services.log.topic_by_id(key.hex)
+            if info is None:
+                out.append(FetchTopic(key, "", None, KafkaError.unknown_topic_id))
+                continue
+            name, generation = info.name, info.generation
+        allowed = await ctx.allowed(ResourceType.TOPIC, name, Operation.READ)
+        out.append(FetchTopic(key, name, generation, KafkaError.none if allowed else KafkaError.topic_authorization_failed))
+    return out
+
+
+@handles(ApiKey.FETCH, 4, 18)
 async def fetch(ctx: RequestContext, req: Any) -> Encoded:
     log = ctx.services.log
-    denied = {t.topic for t in req.topics if not await ctx.allowed(ResourceType.TOPIC, t.topic, Operation.READ)}
-    wanted = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
-              for t in req.topics if t.topic not in denied for p in t.partitions]
+    named = await _topics(ctx, req)
+    wanted = [(n.name, p.partition, p.fetch_offset, p.partition_max_bytes, n.generation)
+              for n, t in zip(named, req.topics, strict=True) if n.error == KafkaError.none for p in t.partitions]
     max_wait = min(req.max_wait.total_seconds(), MAX_WAIT)
     max_bytes = min(req.max_bytes, ctx.services.config.fetch_max_bytes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     committed = req.isolation_level == READ_COMMITTED
-    watched = list(dict.fromkeys((t, p) for t, p, _, _ in wanted))
+    watched = list(dict.fromkeys((t, p) for t, p, _, _, _ in wanted))
     armed = False
     while True:
         remaining = deadline - loop.time()
@@ -81,37 +121,58 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
         if not await waiter:
             parts = await _read_all(ctx, wanted, max_bytes, committed)
             break
-    topics: list[tuple[str, list[FetchPartition]]] = []
+    topics: list[tuple[str | uuid.UUID | None, list[FetchPartition]]] = []
     it = iter(parts)
-    for t in req.topics:
-        if t.topic in denied:
-            topics.append((t.topic, [FetchPartition(p.partition, KafkaError.topic_authorization_failed)
-                                     for p in t.partitions]))
+    for n, t in zip(named, req.topics, strict=True):
+        if n.error != KafkaError.none:
+            topics.append((n.key, [FetchPartition(p.partition, n.error) for p in t.partitions]))
         else:
-            topics.append((t.topic, [next(it) for _ in t.partitions]))
+            answered = [next(it) for _ in t.partitions]
+            if n.generation is not None:
+                await _check_incarnation(ctx, n, answered)
+            topics.append((n.key, answered))
     codes: set[KafkaError] = set()
-    for name, answered in topics:
+    for n, (_, answered) in zip(named, topics, strict=True):
         if size := sum(p.size for p in answered):
-            telemetry.fetched("kafka", name, size)
+            telemetry.fetched("kafka", n.name, size)
         codes.update(p.error for p in answered if p.error != KafkaError.none)
     return Encoded(encode_fetch_response(ctx.api_version, topics), codes)
 
 
+async def _check_incarnation(ctx: RequestContext, topic: FetchTopic, parts: list[FetchPartition]) -> None:
+    """Partitions of a topic named by id that were not of its incarnation, or were gone: the id
+    looked up afresh; when it names no topic any more, UNKNOWN_TOPIC_ID (the client's metadata is
+    stale), else INCONSISTENT_TOPIC_ID for a log of another incarnation."""
+    stale = [p for p in parts if p.error in (KafkaError.inconsistent_topic_id, KafkaError.unknown_topic_or_partition)]
+    if not stale:
+        return
+    assert isinstance(topic.key, uuid.UUID)
+    info = await ctx.services.log.topic_by_id(topic.key.hex, fresh=True)
+    if info is None or info.generation != topic.generation:
+        for p in stale:
+            p.error = KafkaError.unknown_topic_id
+
+
 async def _read_all(
-    ctx: RequestContext, wanted: list[tuple[str, int, int, int]], max_bytes: int, committed: bool
+    ctx: RequestContext, wanted: list[tuple[str, int, int, int, int | None]], max_bytes: int, committed: bool
 ) -> list[FetchPartition]:
-    """One read per partition, all concurrently; then cut to the byte limits in request order."""
+    """One read per partition, all concurrently; then cut to the byte limits in request order. A
+    partition of a topic named by id whose log is of another incarnation gets INCONSISTENT_TOPIC_ID
+    and nothing of that log."""
     log = ctx.services.log
     slices = await asyncio.gather(
         *(log.read(t, p, offset, MAX_ENTRIES, read_committed=committed, max_bytes=min(part_max, max_bytes))
-          for t, p, offset, part_max in wanted),
+          for t, p, offset, part_max, _ in wanted),
         return_exceptions=True,
     )
     out: list[FetchPartition] = []
     budget = max_bytes
-    for (_, p, offset, part_max), sl in zip(wanted, slices, strict=True):
+    for (_, p, offset, part_max, generation), sl in zip(wanted, slices, strict=True):
         if isinstance(sl, BaseException):
             out.append(FetchPartition(p, kafka_error(sl)))
+            continue
+        if generation is not None and sl.generation != generation:
+            out.append(FetchPartition(p, KafkaError.inconsistent_topic_id))
             continue
         fp = FetchPartition(p, high_watermark=sl.high_watermark, last_stable_offset=sl.stable,
                             log_start=sl.log_start, aborted=[] if committed else None)
@@ -139,16 +200,19 @@ async def _read_all(
     return out
 
 
-def encode_fetch_response(version: int, topics: list[tuple[str, list[FetchPartition]]]) -> list[bytes | memoryview]:
-    """FetchResponse v4-v12 body as chunks (record bytes uncopied), equal to kio's encoding."""
+def encode_fetch_response(
+    version: int, topics: list[tuple[str | uuid.UUID | None, list[FetchPartition]]]
+) -> list[bytes | memoryview]:
+    """FetchResponse v4-v18 body as chunks (record bytes uncopied), equal to kio's encoding. Topics
+    are keyed by name up to v12, by id from v13 (None: the zero id)."""
     flex = version >= 12
     chunks: list[bytes | memoryview] = []
     out = bytearray(I32.pack(0))  # throttle time
     if version >= 7:
         out += I16.pack(KafkaError.none) + I32.pack(0)  # error code, session id
     out += array_len(len(topics), flex)
-    for name, parts in topics:
-        out += string(name, flex)
+    for key, parts in topics:
+        out += topic_key(key, version >= 13, flex)
         out += array_len(len(parts), flex)
         for p in parts:
             out += I32.pack(p.index) + I16.pack(p.error) + I64.pack(p.high_watermark) + I64.pack(p.last_stable_offset)

@@ -4,6 +4,7 @@ clients are told to go, so the load spreads and moves off a gateway that dies.""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
@@ -64,15 +65,13 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
     topics: list[dict[str, Any]] = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
         infos = await log.list_topics()  # only those the principal may describe
-        topics = [await _topic(ctx, req, info.name, info.partitions) for info in infos
+        topics = [await _topic(ctx, req, info.name, info.partitions, info.topic_id) for info in infos
                   if await ctx.allowed(ResourceType.TOPIC, info.name, Operation.DESCRIBE)]
     else:
         create = ctx.services.config.auto_create_topics and getattr(req, "allow_auto_topic_creation", True)
         for t in wanted:
             if t.name is None:
-                # a name is nullable in the response only from v12
-                name = None if ctx.api_version >= 12 else ""
-                topics.append({"error_code": KafkaError.unknown_topic_id, "name": name, "topic_id": t.topic_id})
+                topics.append(await _topic_by_id(ctx, req, t.topic_id))
                 continue
             bad_name = topic_name_error(t.name)
             if bad_name is not None:
@@ -86,7 +85,7 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
             except Exception as exc:
                 topics.append({"error_code": kafka_error(exc), "name": t.name})
                 continue
-            topics.append(await _topic(ctx, req, info.name, info.partitions))
+            topics.append(await _topic(ctx, req, info.name, info.partitions, info.topic_id))
     cls = codec.response_class(ApiKey.METADATA, ctx.api_version)
     return codec.build(
         cls,
@@ -103,11 +102,31 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
     )
 
 
-async def _topic(ctx: RequestContext, req: Any, name: str, partitions: int) -> dict[str, Any]:
+async def _topic_by_id(ctx: RequestContext, req: Any, topic_id: uuid.UUID | None) -> dict[str, Any]:
+    """A topic asked for by id (v12+, KIP-516), as Kafka 4.2's `handleTopicMetadataRequest`
+    answers: UNKNOWN_TOPIC_ID with no name for an id no topic has, and no name either for one the
+    principal may not describe (the id itself is not secret); never created. Before v12 a topic
+    must have a name (Kafka refuses the request: INVALID_REQUEST)."""
+    if ctx.api_version < 12:
+        return {"error_code": KafkaError.invalid_request, "name": "", "topic_id": topic_id}
+    info = None if topic_id is None else await ctx.services.log.topic_by_id(topic_id.hex)
+    if info is None:
+        return {"error_code": KafkaError.unknown_topic_id, "name": None, "topic_id": topic_id}
+    if not await ctx.allowed(ResourceType.TOPIC, info.name, Operation.DESCRIBE):
+        return {"error_code": KafkaError.topic_authorization_failed, "name": None, "topic_id": topic_id}
+    return await _topic(ctx, req, info.name, info.partitions, info.topic_id)
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID | None:
+    """A topic's id (hex) as the wire carries it; None, the zero id, for none."""
+    return uuid.UUID(hex=topic_id) if topic_id else None
+
+
+async def _topic(ctx: RequestContext, req: Any, name: str, partitions: int, topic_id: str) -> dict[str, Any]:
     return {
         "error_code": KafkaError.none,
         "name": name,
-        "topic_id": None,
+        "topic_id": topic_uuid(topic_id),
         "is_internal": False,
         "partitions": partition_entries([p.node_id for p in ctx.services.registry.leaders(name, partitions)],
                                         [p.node_id for p in ctx.services.registry.live()]),

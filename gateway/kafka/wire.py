@@ -7,6 +7,7 @@ checked byte for byte against kio's encoder in the tests.
 from __future__ import annotations
 
 import struct
+import uuid
 
 from gateway.formats.varint import uvarint
 
@@ -27,6 +28,13 @@ def string(s: str | None, flexible: bool) -> bytes:
         return uvarint(0) if flexible else I16.pack(-1)
     b = s.encode()
     return (uvarint(len(b) + 1) if flexible else I16.pack(len(b))) + b
+
+
+def topic_key(key: str | uuid.UUID | None, by_id: bool, flexible: bool) -> bytes:
+    """A topic as a response names it: by name, or (KIP-516 versions) by its 16-byte id."""
+    if by_id:
+        return key.bytes if isinstance(key, uuid.UUID) else bytes(16)
+    return string(key if isinstance(key, str) else None, flexible)
 
 
 def bytes_len(n: int | None, flexible: bool) -> bytes:

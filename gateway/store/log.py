@@ -9,8 +9,11 @@ Topics. The registry (`keys.TOPICS`, one slot) is the one source of truth: a top
 has a record there, and every change of a record is one script (create, config, grow, delete). A
 partition's keys live in a slot of their own, so they follow the record without a shared step:
 - Each creation of a name is a new incarnation: a number `g` from a counter (which orders them)
-  and a random topic id (KIP-516's). A partition's meta hash is marked with its incarnation;
-  `partition-init-1` makes it only where none or an older one is, so a gateway that lost a race
+  and a random topic id (KIP-516's); a record stored before ids existed gets one on first read
+  (`topic-id-2`: the first writer's id stays), so every gateway names a topic by the same id. A
+  partition's meta hash is marked with its incarnation, and reads return the mark, so a reader
+  naming a topic by id can check the data is of the incarnation the id names.
+  `partition-init-1` makes a partition only where none or an older one is, so a gateway that lost a race
   (or woke late) never touches the winner's partitions, and an older incarnation's leftovers are
   dropped, never reused.
 - Partitions are made after the record that counts them, and shown when all are made: the record
@@ -110,6 +113,7 @@ class Slice:
     log_start: int
     last_stable_offset: int = -1  # below the first open transaction's first offset; -1: not read
     aborted: list[AbortedRange] = field(default_factory=list)  # read only for read-committed readers
+    generation: int = 0  # the incarnation of the topic the partition belongs to
 
     @property
     def stable(self) -> int:
@@ -210,7 +214,7 @@ class LogStore:
         out = []
         for k, v in raw.items():
             rec = _Record.unpack(k.decode(), v)
-            settled = rec if rec.pending is None else await self._current(rec.info.name)
+            settled = rec if rec.pending is None and rec.info.topic_id else await self._current(rec.info.name)
             if settled is not None:
                 out.append(settled.info)
         return sorted(out, key=lambda t: t.name)
@@ -251,12 +255,23 @@ class LogStore:
                     raise TopicNotFound(f"topic {name!r} was deleted")
                 return grown.info
 
-    async def delete_topic(self, name: str) -> None:
+    async def topic_by_id(self, topic_id: str) -> TopicInfo | None:
+        """The topic whose current incarnation has this id, or None (a look through the whole
+        registry: callers keep what they found, an id never names another topic)."""
+        for info in await self.list_topics():
+            if info.topic_id == topic_id:
+                return info
+        return None
+
+    async def delete_topic(self, name: str, topic_id: str = "") -> None:
         """The record goes first, in one step: readers see the topic whole, or not at all. A
-        creation left half-way is finished first, so that it can be deleted."""
+        creation left half-way is finished first, so that it can be deleted. With `topic_id`, only
+        the incarnation of that id is deleted, never one created under the name since."""
         if await self._current(name) is None:
             raise TopicNotFound(f"topic {name!r} does not exist")
-        reply = await self._call("topic-delete-2", [keys.TOPICS, keys.TOPICS_DROPPING], [name])  # name
+        reply = await self._call(
+            "topic-delete-2", [keys.TOPICS, keys.TOPICS_DROPPING], [name, topic_id]  # name, id
+        )
         if reply[0] != ErrorCode.OK:
             raise TopicNotFound(f"topic {name!r} does not exist")
         gen, partitions = int(reply[1]), int(reply[2])
@@ -282,6 +297,10 @@ class LogStore:
             if raw is None:
                 return None
             rec = await self._settled(_Record.unpack(name, raw))
+            if rec is not None and not rec.info.topic_id:
+                # stored before topic ids: the first gateway to ask gives it one, then read it again
+                await self._call("topic-id-2", [keys.TOPICS, keys.TOPIC_SEQ], [name, uuid.uuid4().hex])  # name, id
+                continue
             if rec is not None:
                 return rec
 
@@ -436,7 +455,7 @@ class LogStore:
         log = keys.log(topic, partition)
         commands: list[tuple[Any, ...]] = [
             ("XREVRANGE", log, f"{offset}-1", "-", "COUNT", 1),
-            ("HMGET", keys.meta(topic, partition), "hw", "start"),
+            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen"),
             ("HVALS", keys.open_txns(topic, partition)),
         ]
         if with_aborted:
@@ -454,7 +473,7 @@ class LogStore:
             replies[0] = _direct_entries(replies[0])
             if max_entries > 1:
                 replies[-1] = _direct_entries(replies[-1])
-        before, (hw, start), open_txns, *rest = replies
+        before, (hw, start, gen), open_txns, *rest = replies
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
         aborted = rest.pop(0) if with_aborted else []
@@ -472,7 +491,7 @@ class LogStore:
             assert first is not None
             entries.insert(0, first)
         ranges = [_aborted(m, int(float(score))) for m, score in _pairs(aborted)]
-        return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges)
+        return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0))
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
