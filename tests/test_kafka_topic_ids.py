@@ -5,10 +5,13 @@ Fetch v13+, DeleteTopics v6) never take one incarnation for another."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import confluent_kafka as ck
 import msgpack
 import pytest
 from kio.schema.errors import ErrorCode as KafkaError
@@ -17,7 +20,8 @@ from gateway.formats.records import build_batch, iter_records
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
 from gateway.server.gateway import Gateway
 from gateway.store import keys
-from tests.conftest import test_config
+from tests.conftest import kafka_bootstrap, test_config
+from tests.kafka_clients import TIMEOUT
 from tests.kafka_wire import call
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
@@ -178,3 +182,57 @@ async def test_delete_topics_by_id(two):
     named = await topic_id(a, "named")
     resp = await ask(b, ApiKey.DELETE_TOPICS, 6, {"timeout": 5000, "topics": [{"name": "named", "topic_id": None}]})
     assert [(r.name, r.topic_id, r.error_code) for r in resp.responses] == [("named", named, KafkaError.none)]
+
+
+class _Lines(logging.Handler):
+    """librdkafka's log lines, as its `logger` hands them over."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+async def test_librdkafka_fetches_by_id_and_is_told_when_the_topic_was_made_again(gateway):
+    """confluent-kafka sends Fetch v16 (topic ids) to a gateway that gives topics ids; once the
+    topic is deleted and made again its old id is refused, and the client reads on only after it
+    has looked the topic up again."""
+    log = gateway.services.log
+    await log.create_topic("cycle", 1)
+    for i in range(3):
+        await produce(gateway, "cycle", b"old-%d" % i)
+    lines = _Lines()
+    logger = logging.getLogger("tests.librdkafka")
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    consumer = ck.Consumer({"bootstrap.servers": kafka_bootstrap(gateway), "group.id": "ids",
+                            "enable.auto.commit": False, "debug": "protocol,fetch"}, logger=logger)
+    got: list[tuple[int, bytes]] = []
+
+    def poll_until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while not done() and time.monotonic() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and m.error() is None:
+                got.append((m.offset(), m.value()))
+
+    try:
+        consumer.assign([ck.TopicPartition("cycle", 0, 0)])
+        await asyncio.to_thread(poll_until, lambda: len(got) == 3)
+        assert got == [(i, b"old-%d" % i) for i in range(3)]
+        assert any("Sent FetchRequest (v16" in line for line in lines.lines)
+
+        await log.delete_topic("cycle")
+        await log.create_topic("cycle", 1)
+        for i in range(5):
+            await produce(gateway, "cycle", b"new-%d" % i)
+        before = len(lines.lines)
+        await asyncio.to_thread(poll_until, lambda: len(got) == 5)
+        refused = [line for line in lines.lines[before:] if "Fetch failed" in line]
+        assert refused and all("UNKNOWN_TOPIC_ID" in line for line in refused)
+        # librdkafka goes on from its position in the topic the name has now, as against Kafka
+        assert got[3:] == [(3, b"new-3"), (4, b"new-4")]
+    finally:
+        await asyncio.to_thread(consumer.close)
