@@ -9,7 +9,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import confluent_kafka as ck
 import msgpack
@@ -22,7 +21,7 @@ from gateway.server.gateway import Gateway
 from gateway.store import keys
 from tests.conftest import kafka_bootstrap, test_config
 from tests.kafka_clients import TIMEOUT
-from tests.kafka_wire import call
+from tests.test_gateways import ask
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
 
@@ -43,14 +42,6 @@ async def two(redis_url: str) -> AsyncIterator[tuple[Gateway, Gateway]]:
     finally:
         await b.stop()
         await a.stop()
-
-
-async def ask(gw: Gateway, api_key: int, version: int, values: dict[str, Any]) -> Any:
-    conn = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
-    try:
-        return await call(conn, api_key, version, values)
-    finally:
-        conn[1].close()
 
 
 async def topic_id(gw: Gateway, name: str, version: int = 12) -> uuid.UUID:
