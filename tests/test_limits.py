@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
 from gateway.domain.log import MAX_PARTITIONS
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidPartitions
 from gateway.formats.frames import frame as native_frame
 from gateway.formats.records import BatchBuilder, build_batch
 from gateway.kafka.dispatch import ApiKey
@@ -207,8 +207,8 @@ async def test_native_sends_read_ahead_are_bounded_while_redis_stalls(redis_url)
 async def test_a_topic_grows_to_at_most_max_partitions(gateway):
     log = gateway.services.log
     await log.create_topic("wide", 2)
-    with pytest.raises(InvalidRequest, match="at most"):
+    with pytest.raises(InvalidPartitions, match="at most"):
         await log.add_partitions("wide", MAX_PARTITIONS + 1)
-    with pytest.raises(InvalidRequest, match="at most"):
+    with pytest.raises(InvalidPartitions, match="at most"):
         await log.create_topic("wider", MAX_PARTITIONS + 1)
     assert (await log.topic("wide")).partitions == 2
