@@ -4,6 +4,7 @@ clients are told to go, so the load spreads and moves off a gateway that dies.""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
@@ -61,11 +62,16 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
     topics: list[dict[str, Any]] = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
         infos = await log.list_topics()  # only those the principal may describe
-        topics = [await _topic(ctx, req, info.name, info.partitions) for info in infos
+        topics = [await _topic(ctx, req, info) for info in infos
                   if await ctx.allowed(ResourceType.TOPIC, info.name, Operation.DESCRIBE)]
     else:
         create = ctx.services.config.auto_create_topics and getattr(req, "allow_auto_topic_creation", True)
         for t in wanted:
+            if t.name is None and t.topic_id is not None:  # v12+: a topic by its id (the consumer protocol's)
+                found = next((i for i in await log.list_topics() if i.topic_id == t.topic_id.hex), None)
+                if found is not None and await ctx.allowed(ResourceType.TOPIC, found.name, Operation.DESCRIBE):
+                    topics.append(await _topic(ctx, req, found))
+                    continue
             if t.name is None:
                 # a name is nullable in the response only from v12
                 name = None if ctx.api_version >= 12 else ""
@@ -83,7 +89,7 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
             except Exception as exc:
                 topics.append({"error_code": kafka_error(exc), "name": t.name})
                 continue
-            topics.append(await _topic(ctx, req, info.name, info.partitions))
+            topics.append(await _topic(ctx, req, info))
     cls = codec.response_class(ApiKey.METADATA, ctx.api_version)
     return codec.build(
         cls,
@@ -100,11 +106,13 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
     )
 
 
-async def _topic(ctx: RequestContext, req: Any, name: str, partitions: int) -> dict[str, Any]:
+async def _topic(ctx: RequestContext, req: Any, info: Any) -> dict[str, Any]:
+    """One topic's entry; `info` is the log's TopicInfo (its topic id hex, "" for a topic older than ids)."""
+    name, partitions = info.name, info.partitions
     return {
         "error_code": KafkaError.none,
         "name": name,
-        "topic_id": None,
+        "topic_id": uuid.UUID(hex=info.topic_id) if info.topic_id else None,
         "is_internal": False,
         "partitions": partition_entries([p.node_id for p in ctx.services.registry.leaders(name, partitions)]),
         "topic_authorized_operations": await authorized_operations(
