@@ -96,7 +96,8 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
     })
 
 
-@handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
+# Not registered yet: confluent-kafka's AdminClient.describe_consumer_groups did not complete against
+# it in the one end-to-end try, and only what works end to end is advertised. DescribeGroups answers.
 async def consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
     topics = await TopicIds.read(ctx)
     out: list[dict[str, Any]] = []
