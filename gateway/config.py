@@ -101,6 +101,12 @@ class Config:
                            "id its advertised address had, else a new one", check=between(-1, 2**31 - 1))
     lease_ms: int = setting(6000, "how long a gateway that died stays listed and keeps its background roles",
                             check=POSITIVE, metavar="MS")
+    group_consumer_session_timeout_ms: int = setting(
+        45_000, "how long a member of a consumer group (group.protocol=consumer) lives without heartbeats",
+        check=POSITIVE, metavar="MS")
+    group_consumer_heartbeat_interval_ms: int = setting(
+        5_000, "how often members of a consumer group (group.protocol=consumer) are told to heartbeat",
+        check=POSITIVE, metavar="MS")
     auth: bool = setting(False, "require authentication (Kafka SASL, native credentials, admin basic/bearer) "
                          "and ACLs on every listener")
     sasl_mechanisms: str = setting("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "Kafka SASL mechanisms offered",

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.domain.fence import KAFKA_MAX_EPOCH, FenceService, KeyState
+from gateway.domain.groups.consumer import validate_offset_commit
+from gateway.domain.groups.errors import GroupError
 from gateway.domain.txn import SubscriptionSettler, TransactionCoordinator, TxnId, TxnInfo
 from gateway.errors import (
     ConcurrentTransactions,
@@ -84,6 +86,7 @@ class TransactionalProducers:
         self.fence = fence
         self.offsets = store.txn_offsets
         self.groups = store.groups
+        self.consumer_groups = store.consumer_groups
 
     async def init(self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
         """(producer id, epoch) for a (re)starting transactional producer; fences the older one."""
@@ -165,7 +168,15 @@ class TransactionalProducers:
         await self.offsets.stage(group_id, info.txn_id, offsets)
 
     async def _check_member(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
-        """KIP-447: a zombie of an older generation must not commit offsets with its transaction."""
+        """KIP-447: a zombie of an older generation must not commit offsets with its transaction;
+        in a consumer group (KIP-848), `generation` is the member epoch."""
+        consumer = await self.consumer_groups.load(group_id)
+        if consumer is not None:
+            try:
+                validate_offset_commit(consumer, member_id, generation, transactional=True)
+            except GroupError as exc:
+                raise UnknownMember(exc.kind.name.lower(), str(exc)) from exc
+            return
         group = await self.groups.load(group_id)
         if group is None or member_id not in group.members:
             raise UnknownMember("unknown_member_id", f"{member_id!r} is not a member of {group_id!r}")

@@ -238,6 +238,7 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
             req.member_id,
             {k: v for k, v in offsets.items() if k not in codes},
             instance_id=getattr(req, "group_instance_id", None),
+            api_version=ctx.api_version,
         ) if len(codes) < len(offsets) else {}
         codes.update({k: KafkaError.none if e is None else KafkaError(int(e)) for k, e in outcome.items()})
     except Exception as exc:
@@ -254,13 +255,15 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
     })
 
 
-async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any) -> tuple[list[dict[str, Any]], KafkaError]:
+async def _fetch_group(
+    ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None, member_epoch: int = -1
+) -> tuple[list[dict[str, Any]], KafkaError]:
     """One group's committed offsets as response topics (partition field names are the same in
-    every version), and the group-level error."""
+    every version), and the group-level error. A consumer group's member (v9+) fetches in its epoch."""
     parts = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     try:
         await _authorize(ctx, group_id, Operation.DESCRIBE)
-        found = await _coordinator(ctx).fetch_offsets(group_id, parts)
+        found = await _coordinator(ctx).fetch_offsets(group_id, parts, member_id=member_id, member_epoch=member_epoch)
     except Exception as exc:
         return [], group_error(exc)
     by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -288,7 +291,9 @@ async def offset_fetch(ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version >= 8:
         groups = []
         for g in req.groups:
-            topics, error = await _fetch_group(ctx, g.group_id, g.topics)
+            topics, error = await _fetch_group(
+                ctx, g.group_id, g.topics, getattr(g, "member_id", None), getattr(g, "member_epoch", -1)
+            )
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return _response(ctx, {"groups": groups})
     topics, error = await _fetch_group(ctx, req.group_id, req.topics)
@@ -353,8 +358,6 @@ async def describe_groups(ctx: RequestContext, req: Any) -> Any:
 async def list_groups(ctx: RequestContext, req: Any) -> Any:
     states = set(getattr(req, "states_filter", ()) or ())
     types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
-    if types and "classic" not in types:
-        return _response(ctx, {"error_code": KafkaError.none, "groups": []})
     try:
         listed = await _coordinator(ctx).list_groups(states or None)
     except Exception as exc:
@@ -362,9 +365,10 @@ async def list_groups(ctx: RequestContext, req: Any) -> Any:
     return _response(ctx, {
         "error_code": KafkaError.none,
         "groups": [
-            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state, "group_type": "classic"}
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
+             "group_type": g.group_type}
             for g in listed
-            if await ctx.allowed(ResourceType.GROUP, g.group_id, Operation.DESCRIBE)
+            if (not types or g.group_type in types) and await ctx.allowed(ResourceType.GROUP, g.group_id, Operation.DESCRIBE)
         ],
     })
 

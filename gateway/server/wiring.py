@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from gateway.config import Config
 from gateway.domain.delay import DelayService
 from gateway.domain.fence import FenceService
+from gateway.domain.groups.consumer import ConsumerGroupConfig
 from gateway.domain.groups.coordinator import open_coordinator
 from gateway.domain.log import LogService
 from gateway.domain.producer_txn import TransactionalProducers, group_offsets_settler
@@ -54,6 +55,10 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
         txn_producers = TransactionalProducers(store, txn, fence)
         groups = open_coordinator(
             store, log, node_id=config.node_id,
+            consumer_config=ConsumerGroupConfig(
+                session_timeout_ms=config.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            ),
             prefers=lambda group_id: registry.group_coordinator(group_id).node_id == config.node_id,
         )
         closing.push_async_callback(groups.close)  # hands group leases over, answers waiting clients first

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from gateway.store.cluster_config import ClusterConfigStore
 from gateway.store.connection import RedisClient, connect, wait_reachable
+from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.delay import DelayStore
 from gateway.store.fence import FenceStore
 from gateway.store.groups import GroupStore
@@ -36,6 +37,7 @@ class Store:
         self.fence = FenceStore(redis, scripts)
         self.delay = DelayStore(redis, scripts)
         self.groups = GroupStore(redis, scripts)
+        self.consumer_groups = ConsumerGroupStore(redis, scripts)
         self.subscriptions = SubscriptionStore(redis, scripts)
         self.watermark = WatermarkStore(redis, scripts)
         self.security = SecurityStore(redis, scripts)

@@ -15,6 +15,11 @@ from typing import Any
 
 import msgpack
 
+from gateway.store import keys
+from gateway.store.connection import RedisClient, storage_errors
+from gateway.store.groups import CommittedOffset, _array, _field, _pairs
+from gateway.store.scripts import Scripts
+
 Assignment = dict[str, frozenset[int]]
 
 
@@ -107,3 +112,74 @@ class ConsumerGroupDoc:
 
 def _packb(value: Any) -> bytes:
     return bytes(msgpack.packb(value, use_bin_type=True))
+
+
+class ConsumerGroupStore:
+    """A consumer group's keys sit under the group's hash tag beside the classic group's and the
+    committed offsets, which both protocols share; every change is one script in that slot."""
+
+    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
+        self.redis = redis
+        self.scripts = scripts
+
+    async def load(self, group_id: str) -> ConsumerGroupDoc | None:
+        """The stored consumer group, or None when there is none of this id."""
+        async with storage_errors():
+            flat_meta, flat_members = await self.scripts.call(
+                "group-load-2", [keys.group_consumer(group_id), keys.group_consumer_members(group_id)], []
+            )
+        meta = _pairs(flat_meta)
+        if not meta:
+            return None
+        members = {mid.decode(): raw for mid, raw in _pairs(flat_members).items()}
+        return ConsumerGroupDoc.unpack(group_id, meta[b"doc"], members, int(meta[b"v"]))
+
+    async def save(self, g: ConsumerGroupDoc, node: int = 0) -> int:
+        """Write the group if it is still at `g.version`, no other gateway holds its lease and no
+        classic group of its id has members; bumps the version. Returns 0 when saved, else the
+        refusing code of cgroup-save-6 (1 version moved, 16 not coordinator, 69 a classic group)."""
+        gid = g.group_id
+        members: list[Any] = []
+        for m in g.members.values():
+            members += [m.member_id, m.pack()]
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "cgroup-save-6",
+                [keys.group_consumer(gid), keys.group_consumer_members(gid), keys.group_owner(gid),
+                 keys.group_meta(gid), keys.group_members(gid), keys.group_instances(gid)],
+                [g.version, g.pack_meta(), _array(members), node],  # version, doc, members, node
+            )
+            if g.version == 0 and reply[0] == 0:
+                await self.redis.sadd(keys.GROUPS, gid)
+        if reply[0] == 0:
+            g.version = int(reply[1])
+        return int(reply[0])
+
+    async def commit(
+        self, group_id: str, version: int, node: int, offsets: dict[tuple[str, int], CommittedOffset]
+    ) -> int:
+        """Store offsets the coordinator checked against the group at `version`; 0 when written,
+        1 when the group moved on, 16 when another gateway coordinates it."""
+        pairs: list[Any] = []
+        for (topic, partition), c in offsets.items():
+            pairs += [_field(topic, partition), c.pack()]
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "cgroup-commit-3",
+                [keys.group_consumer(group_id), keys.group_offsets(group_id), keys.group_owner(group_id)],
+                [version, node, _array(pairs)],  # version, node, offsets
+            )
+        return int(reply)
+
+    async def delete(self, group_id: str, *, offsets: bool) -> int:
+        """Remove a consumer group without members (and its offsets, with `offsets`); returns 0,
+        68 (it has members) or 69 (no such group)."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "cgroup-delete-3",
+                [keys.group_consumer(group_id), keys.group_consumer_members(group_id), keys.group_offsets(group_id)],
+                [1 if offsets else 0],
+            )
+            if offsets and int(reply) == 0:
+                await self.redis.srem(keys.GROUPS, group_id)
+        return int(reply)

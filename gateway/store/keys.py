@@ -96,6 +96,16 @@ def group_instances(group_id: str) -> str:
     return f"{group_tag(group_id)}:instances"
 
 
+def group_consumer(group_id: str) -> str:
+    """Hash of a KIP-848 consumer group: v (version), doc (packed epochs, target assignment, ...)."""
+    return f"{group_tag(group_id)}:cmeta"
+
+
+def group_consumer_members(group_id: str) -> str:
+    """Hash of a KIP-848 consumer group's members: member id -> packed member."""
+    return f"{group_tag(group_id)}:cmembers"
+
+
 def group_offsets(group_id: str) -> str:
     """Hash: "topic:partition" -> msgpack of (offset, leader epoch, metadata, commit time)."""
     return f"{group_tag(group_id)}:offsets"

@@ -36,7 +36,8 @@ from typing import Generic, TypeVar
 from gateway.domain.groups.assignors import ASSIGNORS, MemberSpec
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.domain.groups.topic_regex import matching, topic_pattern
-from gateway.store.consumer_groups import Assignment, ConsumerGroupDoc, ConsumerMemberDoc
+from gateway.store.consumer_groups import Assignment as Assignment  # re-exported for the Kafka face
+from gateway.store.consumer_groups import ConsumerGroupDoc, ConsumerMemberDoc
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -30,16 +30,35 @@ from gateway.domain.groups.classic import (
     GroupDescription,
     JoinRequest,
     JoinResult,
+    MemberDescription,
     Parked,
     SyncRequest,
     SyncResult,
     describe,
 )
+from gateway.domain.groups.consumer import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupDescription,
+    HeartbeatRequest,
+    HeartbeatResult,
+    Step,
+    group_state,
+    validate_offset_commit,
+    validate_offset_fetch,
+)
+from gateway.domain.groups.consumer import describe as describe_consumer
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
-from gateway.domain.groups.offsets import OffsetManager, consumer_subscription
+from gateway.domain.groups.offsets import (
+    OffsetManager,
+    consumer_subscription,
+    encode_consumer_assignment,
+    encode_consumer_subscription,
+)
 from gateway.domain.log import LogService
 from gateway.errors import PartitionNotFound, TopicNotFound
 from gateway.store import Store
+from gateway.store.consumer_groups import ConsumerGroupDoc, ConsumerGroupStore
 from gateway.store.groups import CommittedOffset, GroupDoc, GroupStore
 
 log = logging.getLogger(__name__)
@@ -47,11 +66,16 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 
+CLASSIC = "classic"
+CONSUMER = "consumer"
+
+
 @dataclass(frozen=True)
 class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = CLASSIC
 
 
 @dataclass
@@ -59,6 +83,7 @@ class _Runtime:
     """A group in this process: its state machine, and what only the driver can hold."""
 
     group: ClassicGroup
+    consumer: ConsumerGroup  # the same id's side in KIP-848's protocol: a group is of one type at a time
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: dict[int, asyncio.Future[Any]] = field(default_factory=dict)  # ticket -> waiting request
     lease_until: float = 0.0  # while this process holds the group's coordinator lease
@@ -113,8 +138,12 @@ class GroupCoordinator:
         node_id: int = 0,
         lease_ms: int = 10_000,
         prefers: Callable[[str], bool] = lambda group_id: True,
+        consumer_store: ConsumerGroupStore | None = None,
+        consumer_config: ConsumerGroupConfig | None = None,
     ) -> None:
         self.store = store
+        self.consumer_store = consumer_store or ConsumerGroupStore(store.redis, store.scripts)
+        self.consumer_config = consumer_config or ConsumerGroupConfig()
         self.node_id = node_id
         self.lease_ms = lease_ms
         self.address = "127.0.0.1 0"  # "<host> <port>" of the Kafka listener, set by the face
@@ -194,7 +223,7 @@ class GroupCoordinator:
                 if self._closing:
                     return
                 try:
-                    await self._run(gid, lambda g, group, now: group.expire(g, now))
+                    await self._expire(gid)
                 except GroupError as exc:
                     if exc.kind is not GroupErrorKind.NOT_COORDINATOR:
                         log.warning("group %s: expiry failed (%s); retrying shortly", gid, exc)
@@ -211,6 +240,20 @@ class GroupCoordinator:
                 async with asyncio.timeout(max(0.0, nxt - self.clock())):
                     await self._wake.wait()
 
+    async def _expire(self, group_id: str) -> None:
+        """Run what is due in whichever protocol's machine has a deadline passed."""
+        rt = self._rt(group_id)
+        now = self.clock()
+        classic_due = rt.group.next_deadline()
+        if classic_due is not None and classic_due <= now:
+            await self._run(group_id, lambda g, group, now: group.expire(g, now))
+        consumer_due = rt.consumer.next_deadline()
+        if consumer_due is not None and consumer_due <= now:
+            await self._run_consumer(group_id, lambda g, group, now: group.expire(g, now))
+        elif classic_due is None or classic_due > now:
+            async with rt.lock:
+                await self._own(group_id, rt)  # only the lease was due for renewal
+
     async def _adopt_stored_groups(self) -> None:
         """Take over groups with members whose coordinator is gone (a previous run of this gateway,
         or another gateway whose lease lapsed): arm their sessions and rebalance deadlines."""
@@ -221,11 +264,12 @@ class GroupCoordinator:
                 if not self.prefers(gid) and gid not in self._groups:
                     continue
                 rt = self._rt(gid)
-                if rt.group.armed:
+                if rt.group.armed or rt.consumer.armed:
                     continue
                 async with rt.lock:
                     g = await self.store.load(gid)
                     if g is None or not g.members:
+                        await self._adopt_consumer_group(gid, rt)
                         continue
                     try:
                         await self._own(gid, rt)
@@ -237,9 +281,22 @@ class GroupCoordinator:
         except Exception:
             log.exception("could not adopt stored groups; trying again later")
 
+    async def _adopt_consumer_group(self, group_id: str, rt: _Runtime) -> None:
+        cg = await self.consumer_store.load(group_id)
+        if cg is None or not cg.members:
+            return
+        try:
+            await self._own(group_id, rt)
+        except GroupError:
+            return
+        log.info("group %s: adopted with %d members", group_id, len(cg.members))
+        rt.consumer.arm(cg, self.clock())
+        self._wake.set()
+
     def _next_deadline(self, rt: _Runtime) -> float | None:
-        due = rt.group.next_deadline()
-        if rt.lease_until and rt.group.sessions:
+        candidates = [d for d in (rt.group.next_deadline(), rt.consumer.next_deadline()) if d is not None]
+        due = min(candidates) if candidates else None
+        if rt.lease_until and (rt.group.sessions or rt.consumer.sessions):
             renew = rt.lease_until - self.lease_ms / 1000 / 3  # renew with a third left
             due = renew if due is None else min(due, renew)
         return due
@@ -250,15 +307,21 @@ class GroupCoordinator:
         rt = self._groups.get(group_id)
         if rt is None:
             group = ClassicGroup(group_id, initial_rebalance_delay=self.initial_rebalance_delay)
-            rt = self._groups[group_id] = _Runtime(group)
+            rt = self._groups[group_id] = _Runtime(group, ConsumerGroup(group_id, self.consumer_config))
         return rt
 
-    async def _run(self, group_id: str, event: Callable[[GroupDoc | None, ClassicGroup, float], Decision[R]]) -> R:
-        """Load, transition, save, answer; then wait at the barrier if the caller must."""
+    async def _run(
+        self, group_id: str, event: Callable[[GroupDoc | None, ClassicGroup, float], Decision[R]],
+        *, joining: bool = False,
+    ) -> R:
+        """Load, transition, save, answer; then wait at the barrier if the caller must. A member
+        `joining` finds the id free of a consumer group with members (an empty one gives way)."""
         rt = self._rt(group_id)
         try:
             async with rt.lock:
                 await self._own(group_id, rt)
+                if joining:
+                    await self._claim_for_classic(group_id)
                 g = await self.store.load(group_id)
                 if g is not None:
                     rt.group.arm(g, self.clock())
@@ -303,8 +366,61 @@ class GroupCoordinator:
         if rt is None:
             return
         rt.group.reset()
+        rt.consumer.reset()
         rt.fail(why)
         rt.lease_until = 0.0
+
+    async def _claim_for_classic(self, group_id: str) -> None:
+        """Kafka's classicGroupJoin: a consumer group with members is joined only by migrating it,
+        which this gateway does not do (INCONSISTENT_GROUP_PROTOCOL); an empty one is replaced by
+        the classic group, its committed offsets kept."""
+        cg = await self.consumer_store.load(group_id)
+        if cg is None:
+            return
+        if cg.members:
+            raise GroupError(
+                GroupErrorKind.INCONSISTENT_GROUP_PROTOCOL,
+                f"group {group_id} is a consumer group of the consumer protocol; classic members cannot join it",
+            )
+        await self.consumer_store.delete(group_id, offsets=False)
+        self._rt(group_id).consumer.reset()
+
+    async def _run_consumer(
+        self, group_id: str, event: Callable[[ConsumerGroupDoc | None, ConsumerGroup, float], Step[R]],
+        *, joining: bool = False,
+    ) -> R:
+        """Load, transition, save, then answer: the consumer protocol's `_run` (nothing waits). A
+        heartbeat (`joining`) is refused while a classic group of the id has members: Kafka's
+        getOrMaybeCreateConsumerGroup without online upgrade answers GROUP_ID_NOT_FOUND."""
+        rt = self._rt(group_id)
+        try:
+            async with rt.lock:
+                await self._own(group_id, rt)
+                if joining:
+                    classic = await self.store.load(group_id)
+                    if classic is not None and classic.members:
+                        raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+                g = await self.consumer_store.load(group_id)
+                if g is not None:
+                    rt.consumer.arm(g, self.clock())
+                step = event(g, rt.consumer, self.clock())
+                if step.save and step.group is not None:
+                    refused = await self.consumer_store.save(step.group, self.node_id)
+                    self._refused(group_id, refused)
+                return step.reply
+        finally:
+            self._wake.set()
+
+    def _refused(self, group_id: str, code: int) -> None:
+        """Raise for a consumer group's save or commit the store refused (0: it did not)."""
+        if code == GroupErrorKind.NOT_COORDINATOR:
+            self._reset(group_id, "another gateway took the group's lease")
+            raise GroupError(GroupErrorKind.NOT_COORDINATOR, f"group {group_id} moved to another gateway")
+        if code == GroupErrorKind.GROUP_ID_NOT_FOUND:
+            raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"group {group_id} is not a consumer group")
+        if code:
+            self._reset(group_id, "the group changed in Redis behind this coordinator")
+            raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "group changed concurrently; retry")
 
     # -- the classic protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup ----------------------
 
@@ -345,7 +461,8 @@ class GroupCoordinator:
             client_host,
         )
         return await self._run(
-            group_id, lambda g, group, now: group.join(g, now, member_id, req, require_known=require_known_member_id)
+            group_id, lambda g, group, now: group.join(g, now, member_id, req, require_known=require_known_member_id),
+            joining=True,
         )
 
     async def sync(
@@ -379,6 +496,25 @@ class GroupCoordinator:
         """Remove members (member id, instance id); one outcome per member, None when it left."""
         return await self._run(group_id, lambda g, group, now: group.leave(g, now, members))
 
+    # -- KIP-848's protocol: ConsumerGroupHeartbeat -----------------------------------------------
+
+    async def consumer_heartbeat(
+        self, group_id: str, req: HeartbeatRequest, topics: Mapping[str, int], *, api_version: int = 1
+    ) -> HeartbeatResult:
+        """Join, heartbeat, reconcile or leave a consumer group; `topics` is every topic with its
+        partition count, against which subscriptions are resolved."""
+        if not group_id:
+            raise GroupError(GroupErrorKind.INVALID_REQUEST, "GroupId can't be empty.")
+        return await self._run_consumer(
+            group_id, lambda g, group, now: group.heartbeat(g, now, req, topics, api_version=api_version),
+            joining=True,
+        )
+
+    async def describe_consumer(self, group_id: str) -> ConsumerGroupDescription | None:
+        """ConsumerGroupDescribe's view, None when the id is not a consumer group."""
+        g = await self.consumer_store.load(group_id)
+        return describe_consumer(g, self._rt(group_id).consumer.assignor(g)) if g is not None else None
+
     # -- offsets --------------------------------------------------------------------------------
 
     async def commit_offsets(
@@ -389,9 +525,13 @@ class GroupCoordinator:
         offsets: dict[tuple[str, int], tuple[int, int, str | None]],
         *,
         instance_id: str | None = None,
+        api_version: int = 9,
     ) -> dict[tuple[str, int], GroupErrorKind | None]:
         """Commit (offset, leader epoch, metadata) per partition; a refusal of the committer raises,
-        a bad partition is reported in its own slot. A commit keeps the member's session."""
+        a bad partition is reported in its own slot. A commit keeps a classic member's session; a
+        consumer group's member commits in its current epoch (`generation` is the member epoch)."""
+        if await self.consumer_store.load(group_id) is not None:
+            return await self._commit_consumer(group_id, generation, member_id, offsets, api_version)
         outcome, good = await self.offsets.check(group_id, generation, member_id, offsets)
         if good:
             await self._own(group_id, self._rt(group_id))
@@ -401,27 +541,72 @@ class GroupCoordinator:
             rt.group.seen(member_id, self.clock())
         return outcome
 
+    async def _commit_consumer(
+        self,
+        group_id: str,
+        member_epoch: int,
+        member_id: str,
+        offsets: dict[tuple[str, int], tuple[int, int, str | None]],
+        api_version: int,
+    ) -> dict[tuple[str, int], GroupErrorKind | None]:
+        """Kafka's OffsetMetadataManager.commitOffset for a consumer group: the member and epoch
+        are checked against the group as stored, and the offsets written only if it did not move."""
+        outcome, good = await self.offsets.check(group_id, member_epoch, "", offsets)
+        rt = self._rt(group_id)
+        async with rt.lock:
+            await self._own(group_id, rt)
+            g = await self.consumer_store.load(group_id)
+            if g is None:
+                raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, f"group {group_id} changed type; retry")
+            validate_offset_commit(g, member_id, member_epoch, api_version=api_version)
+            if good:
+                self._refused(group_id, await self.consumer_store.commit(group_id, g.version, self.node_id, good))
+        return outcome
+
     async def fetch_offsets(
-        self, group_id: str, parts: list[tuple[str, int]] | None = None
+        self, group_id: str, parts: list[tuple[str, int]] | None = None,
+        *, member_id: str | None = None, member_epoch: int = -1,
     ) -> dict[tuple[str, int], CommittedOffset | None]:
-        """Committed offsets; with `parts`, every asked partition appears (None: nothing committed)."""
+        """Committed offsets; with `parts`, every asked partition appears (None: nothing committed).
+        A member of a consumer group (OffsetFetch v9+) fetches in its current epoch."""
+        if member_id is not None or member_epoch >= 0:
+            g = await self.consumer_store.load(group_id)
+            if g is not None:
+                validate_offset_fetch(g, member_id, member_epoch)
         return await self.offsets.fetch(group_id, parts)
 
     # -- administration -------------------------------------------------------------------------
 
     async def describe(self, group_id: str) -> GroupDescription | None:
+        """DescribeGroups' view; a consumer group as Kafka's ConsumerGroup.asDescribedGroup shows it
+        (protocol type "consumer", the assignor as protocol, the classic encodings of members)."""
+        cg = await self.describe_consumer(group_id)
+        if cg is not None:
+            return GroupDescription(group_id, cg.state, CONSUMER, cg.assignor, [
+                MemberDescription(
+                    m.member_id, m.instance_id, m.client_id, m.client_host,
+                    encode_consumer_subscription(list(m.subscribed_topics)), encode_consumer_assignment(m.assignment),
+                )
+                for m in cg.members
+            ])
         g = await self.store.load(group_id)
         return describe(g) if g is not None else None
 
     async def list_groups(self, states: set[str] | None = None) -> list[GroupListing]:
+        """Groups of both types; `states` matches either type's state names, in any case."""
+        wanted = {s.lower() for s in states or ()}
         out = []
         for gid in await self.store.group_ids():
-            g = await self.store.load(gid)
-            if g is None:
-                continue
-            if states and g.state not in states and g.state.lower() not in {s.lower() for s in states}:
-                continue
-            out.append(GroupListing(gid, g.protocol_type or "", g.state))
+            cg = await self.consumer_store.load(gid)
+            if cg is not None:
+                listing = GroupListing(gid, CONSUMER, group_state(cg).value, CONSUMER)
+            else:
+                g = await self.store.load(gid)
+                if g is None:
+                    continue
+                listing = GroupListing(gid, g.protocol_type or "", g.state)
+            if not wanted or listing.state.lower() in wanted:
+                out.append(listing)
         return out
 
     async def delete_offsets(
@@ -434,6 +619,9 @@ class GroupCoordinator:
         rt = self._rt(group_id)
         async with rt.lock:
             await self._own(group_id, rt)
+            cg = await self.consumer_store.load(group_id)
+            if cg is not None:
+                return await self._delete_consumer_offsets(cg, parts)
             g = await self.store.load(group_id)
             if g is None or g.state == DEAD:
                 raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"group {group_id} not found")
@@ -448,11 +636,28 @@ class GroupCoordinator:
                 raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "group changed concurrently; retry")
         return outcome
 
+    async def _delete_consumer_offsets(
+        self, g: ConsumerGroupDoc, parts: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], GroupErrorKind | None]:
+        """OffsetDelete on a consumer group: partitions of topics its members subscribe to stay."""
+        subscribed = set(g.partition_counts)
+        outcome = {p: GroupErrorKind.GROUP_SUBSCRIBED_TO_TOPIC if p[0] in subscribed else None for p in parts}
+        if not await self.store.delete_offsets(g.group_id, 0, [p for p, e in outcome.items() if e is None]):
+            raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "group changed concurrently; retry")
+        return outcome
+
     async def delete(self, group_id: str) -> None:
         """Delete an empty group and its offsets (Kafka's DeleteGroups)."""
         rt = self._rt(group_id)
         async with rt.lock:
             await self._own(group_id, rt)
+            code = await self.consumer_store.delete(group_id, offsets=True)
+            if code != GroupErrorKind.GROUP_ID_NOT_FOUND:
+                if code:
+                    raise GroupError(GroupErrorKind(code))
+                rt.consumer.reset()
+                await self.store.delete(group_id)  # the classic meta a commit from outside may have left
+                return
             code = await self.store.delete(group_id)
             if code:
                 raise GroupError(GroupErrorKind(code))
@@ -478,7 +683,7 @@ def _subscribed_topics(g: GroupDoc) -> set[str]:
 
 def open_coordinator(
     store: Store, log_service: LogService | None = None, *, node_id: int = 0,
-    prefers: Callable[[str], bool] = lambda group_id: True,
+    prefers: Callable[[str], bool] = lambda group_id: True, consumer_config: ConsumerGroupConfig | None = None,
 ) -> GroupCoordinator:
     """A coordinator over the gateway's store; given the log service, commits to partitions that do
     not exist are refused, as Kafka does. `prefers`: see `GroupCoordinator.prefers`."""
@@ -491,4 +696,7 @@ def open_coordinator(
             except (TopicNotFound, PartitionNotFound):
                 return 0
 
-    return GroupCoordinator(store.groups, partitions=partitions, node_id=node_id, prefers=prefers)
+    return GroupCoordinator(
+        store.groups, partitions=partitions, node_id=node_id, prefers=prefers,
+        consumer_store=store.consumer_groups, consumer_config=consumer_config,
+    )

@@ -136,3 +136,21 @@ def consumer_assignment(raw: bytes) -> set[Partition] | None:
         return out
     except (struct.error, UnicodeDecodeError, ValueError):
         return None
+
+
+def _string(value: str) -> bytes:
+    raw = value.encode()
+    return struct.pack(">h", len(raw)) + raw
+
+
+def encode_consumer_subscription(topics: list[str]) -> bytes:
+    """A ConsumerProtocolSubscription v0 of `topics` (no user data)."""
+    return struct.pack(">hi", 0, len(topics)) + b"".join(_string(t) for t in topics) + struct.pack(">i", -1)
+
+
+def encode_consumer_assignment(partitions: dict[str, frozenset[int]]) -> bytes:
+    """A ConsumerProtocolAssignment v0 of `partitions` (no user data)."""
+    out = bytearray(struct.pack(">hi", 0, len(partitions)))
+    for topic, ps in sorted(partitions.items()):
+        out += _string(topic) + struct.pack(f">i{len(ps)}i", len(ps), *sorted(ps))
+    return bytes(out + struct.pack(">i", -1))
