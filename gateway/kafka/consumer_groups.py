@@ -96,9 +96,11 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
     })
 
 
-# Not registered yet: confluent-kafka's AdminClient.describe_consumer_groups did not complete against
-# it in the one end-to-end try, and only what works end to end is advertised. DescribeGroups answers.
+@handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
 async def consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
+    """As Kafka's GroupMetadataManager.consumerGroupDescribe: an id that is not a consumer group
+    (unknown, or a classic group) answers GROUP_ID_NOT_FOUND in its own slot, which is what makes
+    librdkafka's and the Java admin client's describe fall back to DescribeGroups for it."""
     topics = await TopicIds.read(ctx)
     out: list[dict[str, Any]] = []
     empty = {"group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}
