@@ -1,7 +1,8 @@
 """Consumer groups of KIP-848's protocol with real clients: confluent-kafka consumers with
 `group.protocol=consumer` joining and leaving under load (every record consumed once, no partition
 owned by two members at a time), a killed member fenced, a static member restarted, a regex
-subscription, the range assignor, and the AdminClient's describe of consumer and classic groups."""
+subscription, the range assignor, the AdminClient's describe of consumer and classic groups, and
+ConsumerGroupDescribe v1 on the wire."""
 
 from __future__ import annotations
 
@@ -20,12 +21,15 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka import ConsumerGroupState, ConsumerGroupType
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.services import Services
+from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from tests import conftest
 from tests.conftest import kafka_bootstrap, test_config
 from tests.kafka_clients import produce
+from tests.kafka_wire import call
 
 pytestmark = pytest.mark.kafka
 
@@ -281,3 +285,25 @@ async def test_describe_consumer_groups_with_admin_client(redis_url: str) -> Non
         assert nobody.state == ConsumerGroupState.DEAD and nobody.members == []
         await a.close()
         await b.close()
+
+
+async def test_consumer_group_describe_v1_on_the_wire(redis_url: str) -> None:
+    """v1 (the Java admin client's, which no client here sends) adds each member's type."""
+    async with running(redis_url) as gw:
+        await services(gw).log.create_topic(TOPIC, 2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
+        try:
+            joined = await call((reader, writer), ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+                "group_id": "gw1", "member_id": "", "member_epoch": 0, "rebalance_timeout": 30000,
+                "subscribed_topic_names": [TOPIC], "topic_partitions": []})
+            assert joined.error_code == KafkaError.none
+            resp = await call((reader, writer), ApiKey.CONSUMER_GROUP_DESCRIBE, 1,
+                              {"group_ids": ["gw1", "none"], "include_authorized_operations": False})
+        finally:
+            writer.close()
+        found, missing = resp.groups
+        assert (found.error_code, found.group_state, found.assignor_name) == (KafkaError.none, "Stable", "uniform")
+        [m] = found.members
+        assert (m.member_id, m.member_type, m.client_id) == (joined.member_id, 1, "test")
+        assert [(t.topic_name, list(t.partitions)) for t in m.assignment.topic_partitions] == [(TOPIC, [0, 1])]
+        assert missing.error_code == KafkaError.group_id_not_found

@@ -74,7 +74,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
                 rack_id=req.rack_id,
                 rebalance_timeout_ms=_ms(req.rebalance_timeout),
                 subscribed_topics=None if req.subscribed_topic_names is None else list(req.subscribed_topic_names),
-                subscribed_regex=req.subscribed_topic_regex,
+                subscribed_regex=getattr(req, "subscribed_topic_regex", None),  # v1+
                 server_assignor=req.server_assignor,
                 owned=topics.by_name(req.topic_partitions),
                 client_id=ctx.client_id or "",
