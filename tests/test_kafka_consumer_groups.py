@@ -286,6 +286,19 @@ async def test_describe_consumer_groups_with_admin_client(redis_url: str) -> Non
         await a.close()
         await b.close()
 
+        async def describe() -> tuple[ConsumerGroupState, list[str | None]]:
+            got = await asyncio.to_thread(admin.describe_consumer_groups(["gd"], request_timeout=10)["gd"].result, 15)
+            assert got.type == ConsumerGroupType.CONSUMER
+            return got.state, [m.group_instance_id for m in got.members]
+
+        async def empty() -> bool:
+            return await describe() == (ConsumerGroupState.EMPTY, [])
+
+        # the static member left for now (Kafka's Reconciling, which librdkafka names UNKNOWN) until its
+        # session ends; then the group is empty
+        assert (await describe())[1] == ["ib"]
+        await eventually(empty, what="the static member's session ended")
+
 
 async def test_consumer_group_describe_v1_on_the_wire(redis_url: str) -> None:
     """v1 (the Java admin client's, which no client here sends) adds each member's type."""
