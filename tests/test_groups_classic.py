@@ -418,3 +418,11 @@ def test_only_the_first_rebalance_waits_for_the_initial_delay() -> None:
     b_join = group.join()
     a2 = group.joined(group.join(a.member_id))  # everyone rejoined: no waiting
     assert a2.generation == group.joined(b_join).generation == 2
+
+
+def test_the_driver_arming_a_group_begun_here_keeps_its_initial_delay() -> None:
+    group = Group(initial_rebalance_delay=3.0)
+    group.join(req=request(rebalance=300_000))
+    assert group.stored is not None
+    group.machine.arm(group.stored, 0.5)  # the next event's load: first sight of the stored group
+    assert group.machine.next_deadline() == 3.0

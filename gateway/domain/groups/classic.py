@@ -204,7 +204,7 @@ class ClassicGroup:
         self.armed = True
         for m in g.members.values():
             self.sessions[m.member_id] = (now, m.session_timeout_ms / 1000)
-        if g.state == PREPARING_REBALANCE:
+        if g.state == PREPARING_REBALANCE and self.rebalance_deadline is None:  # not one begun here
             self.rebalance_deadline = now + _rebalance_timeout(g)
 
     def seen(self, member_id: str, now: float) -> None:
