@@ -107,6 +107,10 @@ class Config:
     group_consumer_heartbeat_interval_ms: int = setting(
         5_000, "how often members of a consumer group (group.protocol=consumer) are told to heartbeat",
         check=POSITIVE, metavar="MS")
+    group_initial_rebalance_delay_ms: int = setting(
+        3_000, "how long the first rebalance of a new classic group waits for more members to join, so "
+        "that members starting together share the first assignment (Kafka's group.initial.rebalance.delay.ms)",
+        check=at_least(0), metavar="MS")
     auth: bool = setting(False, "require authentication (Kafka SASL, native credentials, admin basic/bearer) "
                          "and ACLs on every listener")
     sasl_mechanisms: str = setting("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "Kafka SASL mechanisms offered",

@@ -116,6 +116,9 @@ def test_config(redis_url: str, **overrides: object) -> Config:
         admin_port=0,
         redis_url=redis_url,
         retention_check_interval=3600,
+        # Kafka's 3 s wait before a new group's first rebalance would add 3 s to every test forming a
+        # classic group; tests of that wait set it themselves
+        group_initial_rebalance_delay_ms=0,
     )
     for k, v in overrides.items():
         setattr(cfg, k, v)

@@ -189,6 +189,35 @@ async def test_inconsistent_protocols_are_refused(coord):
     assert await kind_of(join(coord, session=10)) is GroupErrorKind.INVALID_SESSION_TIMEOUT
 
 
+async def test_a_commit_is_checked_for_its_generation_before_the_group_state(coord):
+    """Kafka's ClassicGroup.validateOffsetCommit: the member, then its generation, then the state, so
+    a stale commit during a rebalance is ILLEGAL_GENERATION (the client drops its generation) and
+    only a current one waiting for its assignment is REBALANCE_IN_PROGRESS."""
+    one = {("t", 0): (1, -1, "")}
+    a = await stable_one(coord)
+    b_join = asyncio.ensure_future(join(coord))
+    await eventually(lambda: _is(coord, PREPARING_REBALANCE))
+    assert await kind_of(coord.commit_offsets("g", 0, a.member_id, one)) is GroupErrorKind.ILLEGAL_GENERATION
+    await coord.commit_offsets("g", 1, a.member_id, one)  # the current generation goes on, as Kafka's
+    await join(coord, a.member_id)
+    b = await b_join
+    assert await state(coord) == COMPLETING_REBALANCE
+    assert await kind_of(coord.commit_offsets("g", 1, b.member_id, one)) is GroupErrorKind.ILLEGAL_GENERATION
+    assert await kind_of(coord.commit_offsets("g", 2, b.member_id, one)) is GroupErrorKind.REBALANCE_IN_PROGRESS
+    assert await kind_of(coord.commit_offsets("g", 2, "gone", one)) is GroupErrorKind.UNKNOWN_MEMBER_ID
+    assert await kind_of(coord.commit_offsets("g", -1, "", one)) is GroupErrorKind.UNKNOWN_MEMBER_ID
+
+
+async def test_a_members_commit_to_a_group_that_does_not_exist(coord):
+    """Kafka's OffsetMetadataManager.validateOffsetCommit: GROUP_ID_NOT_FOUND from v9, and
+    ILLEGAL_GENERATION before; without a generation the commit creates the group."""
+    one = {("t", 0): (1, -1, "")}
+    assert await kind_of(coord.commit_offsets("new", 3, "m", one)) is GroupErrorKind.GROUP_ID_NOT_FOUND
+    assert await kind_of(coord.commit_offsets("new", 3, "m", one, api_version=8)) is GroupErrorKind.ILLEGAL_GENERATION
+    await coord.commit_offsets("new", -1, "m", one)  # a member id with no generation: fine while Empty
+    assert (await coord.fetch_offsets("new", [("t", 0)]))[("t", 0)].offset == 1
+
+
 async def test_commits_follow_kafkas_rules_and_are_durable(coord, store):
     await coord.commit_offsets("g", -1, "", {("t", 0): (10, 3, "meta"), ("t", 1): (20, -1, None)})
     fetched = await coord.fetch_offsets("g", [("t", 0), ("t", 1), ("t", 2)])

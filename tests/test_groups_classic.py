@@ -42,8 +42,8 @@ def request(
 
 
 class Group:
-    def __init__(self) -> None:
-        self.machine = ClassicGroup("g")
+    def __init__(self, initial_rebalance_delay: float = 0.0) -> None:
+        self.machine = ClassicGroup("g", initial_rebalance_delay=initial_rebalance_delay)
         self.stored: GroupDoc | None = None
         self.now = 0.0
         self.answers: dict[int, Answer] = {}
@@ -359,3 +359,70 @@ def test_forgetting_the_group_returns_the_waiting_requests_to_fail() -> None:
     grp.machine.arm(grp.stored, 10.0)  # seen afresh: every member gets a new session and deadline
     assert grp.machine.sessions == {a.member_id: (10.0, 5.0), b_id: (10.0, 5.0)}
     assert grp.machine.rebalance_deadline == 15.0
+
+
+def test_members_starting_together_share_the_first_generation_after_the_initial_delay() -> None:
+    """Kafka's group.initial.rebalance.delay.ms: the first rebalance of an empty group waits the
+    delay, and once more for each window in which someone joined."""
+    group = Group(initial_rebalance_delay=3.0)
+    a_join = group.join(req=request(rebalance=10_000))
+    assert group.state == PREPARING_REBALANCE and group.answer(a_join) is None
+    group.now = 1.0
+    b_join = group.join(req=request(rebalance=10_000))
+    group.expire()
+    assert group.answer(a_join) is None and group.answer(b_join) is None
+    group.now = 3.0  # b joined during the delay: one more delay
+    group.expire()
+    assert group.answer(a_join) is None and group.machine.next_deadline() == 6.0
+    group.now = 6.0
+    group.expire()
+    a, b = group.joined(a_join), group.joined(b_join)
+    assert a.generation == b.generation == 1 and a.leader == b.leader == a.member_id
+    assert {m.member_id for m in a.members} == {a.member_id, b.member_id}
+
+
+def test_a_lone_first_member_waits_the_initial_delay_only() -> None:
+    group = Group(initial_rebalance_delay=3.0)
+    a_join = group.join(req=request(rebalance=10_000))
+    group.now = 2.9
+    group.expire()
+    assert group.answer(a_join) is None
+    group.now = 3.0
+    group.expire()
+    assert group.joined(a_join).generation == 1 and group.state == COMPLETING_REBALANCE
+
+
+def test_the_initial_delay_is_capped_by_the_rebalance_timeout() -> None:
+    group = Group(initial_rebalance_delay=3.0)
+    a_join = group.join(req=request(rebalance=5_000))
+    group.now = 1.0
+    group.join(req=request(rebalance=5_000))
+    group.now = 3.0
+    group.expire()  # extended by what is left of the rebalance timeout: 2 s
+    assert group.machine.next_deadline() == 5.0
+    group.now = 4.0
+    c_join = group.join(req=request(rebalance=5_000))
+    group.now = 5.0
+    group.expire()  # c joined, but the rebalance timeout is spent
+    a, c = group.joined(a_join), group.joined(c_join)
+    assert a.generation == c.generation == 1 and len(a.members) == 3
+
+
+def test_only_the_first_rebalance_waits_for_the_initial_delay() -> None:
+    group = Group(initial_rebalance_delay=3.0)
+    a_join = group.join()
+    group.now = 3.0
+    group.expire()
+    a = group.joined(a_join)
+    group.synced(group.sync(a.generation, a.member_id, {a.member_id: b"A1"}))
+    b_join = group.join()
+    a2 = group.joined(group.join(a.member_id))  # everyone rejoined: no waiting
+    assert a2.generation == group.joined(b_join).generation == 2
+
+
+def test_the_driver_arming_a_group_begun_here_keeps_its_initial_delay() -> None:
+    group = Group(initial_rebalance_delay=3.0)
+    group.join(req=request(rebalance=300_000))
+    assert group.stored is not None
+    group.machine.arm(group.stored, 0.5)  # the next event's load: first sight of the stored group
+    assert group.machine.next_deadline() == 3.0

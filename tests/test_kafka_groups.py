@@ -443,3 +443,57 @@ async def test_two_gateways_share_a_group_through_its_coordinator_and_hand_it_ov
                     await m.close()
         await a.stop()
         await b.stop()
+
+
+async def test_consumers_starting_together_share_the_first_assignment(redis_url):
+    """With Kafka's group.initial.rebalance.delay.ms (3 s by default) the first rebalance of a new
+    group waits for the members starting together: each gets its share at once, and none has to
+    give partitions back in a second rebalance (with no delay the first would own everything)."""
+    gw = Gateway(test_config(redis_url, group_initial_rebalance_delay_ms=3000))
+    await gw.start()
+    stop = threading.Event()
+    events: dict[str, list[tuple[str, set[int]]]] = {"a": [], "b": []}
+
+    def member(name: str) -> None:
+        c = ck.Consumer({
+            "bootstrap.servers": kafka_bootstrap(gw), "group.id": "together", "session.timeout.ms": SESSION_MS,
+            "heartbeat.interval.ms": HEARTBEAT_MS, "partition.assignment.strategy": "cooperative-sticky",
+        })
+        seen = events[name]
+        c.subscribe(
+            [TOPIC],
+            on_assign=lambda _, parts: seen.append(("assigned", {p.partition for p in parts})),
+            on_revoke=lambda _, parts: seen.append(("revoked", {p.partition for p in parts})),
+        )
+        try:
+            while not stop.is_set():
+                c.poll(0.1)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=member, args=(n,), daemon=True) for n in events]
+    try:
+        await gw.services.log.create_topic(TOPIC, 4)
+        threads[0].start()  # b starts once a waits in the group, so without the delay a would own everything first
+        await eventually(lambda: _members(gw, "together"), what="a in the group")
+        threads[1].start()
+
+        def owned(name: str) -> set[int]:
+            mine: set[int] = set()
+            for kind, parts in events[name]:
+                mine = mine | parts if kind == "assigned" else mine - parts
+            return mine
+
+        await eventually(lambda: len(owned("a")) == len(owned("b")) == 2, timeout=30, what="a 2/2 split")
+        assert owned("a") | owned("b") == {0, 1, 2, 3}
+        assert all(not parts for name in events for kind, parts in events[name] if kind == "revoked"), events
+    finally:
+        stop.set()
+        for t in threads:
+            await asyncio.to_thread(t.join)
+        await gw.stop()
+
+
+async def _members(gw: Gateway, group_id: str) -> int:
+    d = await gw.services.groups.describe(group_id)
+    return len(d.members) if d else 0

@@ -60,6 +60,7 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
                 heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             ),
             prefers=lambda group_id: registry.group_coordinator(group_id).node_id == config.node_id,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
         )
         closing.push_async_callback(groups.close)  # hands group leases over, answers waiting clients first
         roles = RoleLeases(store, config.node_id, registry.instance, lease_ms=config.lease_ms)

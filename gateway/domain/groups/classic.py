@@ -167,7 +167,9 @@ class ClassicGroup:
         self.syncing: dict[str, int] = {}  # member id -> ticket waiting at the sync barrier
         self.abandoned: set[int] = set()  # waiting tickets whose client went away
         self.rebalance_deadline: float | None = None
-        self.join_not_before = 0.0
+        # the first rebalance of an empty group, while it waits for more members (see `_initial`)
+        self.initial_remaining: float | None = None
+        self.new_member_added = False
         self.armed = False
         self._tickets = itertools.count(1)
 
@@ -202,7 +204,7 @@ class ClassicGroup:
         self.armed = True
         for m in g.members.values():
             self.sessions[m.member_id] = (now, m.session_timeout_ms / 1000)
-        if g.state == PREPARING_REBALANCE:
+        if g.state == PREPARING_REBALANCE and self.rebalance_deadline is None:  # not one begun here
             self.rebalance_deadline = now + _rebalance_timeout(g)
 
     def seen(self, member_id: str, now: float) -> None:
@@ -226,6 +228,7 @@ class ClassicGroup:
         self.sessions.clear()
         self.pending.clear()
         self.rebalance_deadline = None
+        self.initial_remaining = None
         self.armed = False
         return tickets
 
@@ -319,6 +322,8 @@ class ClassicGroup:
         return self._park_and_rebalance(g, now, m, fx)
 
     def _add_member(self, g: GroupDoc, now: float, m: MemberDoc, fx: _Effects) -> Parked:
+        if self.initial_remaining is not None:
+            self.new_member_added = True  # Kafka's ClassicGroup.add, while the first rebalance waits
         m.seq = g.next_seq
         g.next_seq += 1
         g.members[m.member_id] = m
@@ -439,7 +444,8 @@ class ClassicGroup:
                 self._remove_and_rebalance(g, now, mid, fx)
         if g.state == PREPARING_REBALANCE:
             due = self.rebalance_deadline is not None and self.rebalance_deadline <= now
-            self._try_complete_join(g, now, fx, deadline=due)
+            if not (due and self.initial_remaining is not None and self._extend_initial(now)):
+                self._try_complete_join(g, now, fx, deadline=due)
         return fx.decide(g, None)
 
     # -- the transitions ------------------------------------------------------------------------
@@ -483,16 +489,42 @@ class ClassicGroup:
         for m in g.members.values():
             m.assignment = b""
         if g.state == EMPTY and self.initial_rebalance_delay > 0:
-            self.join_not_before = now + self.initial_rebalance_delay
-        self.rebalance_deadline = now + max(_rebalance_timeout(g), self.initial_rebalance_delay)
+            self._initial(g, now)
+        else:
+            self.rebalance_deadline = now + _rebalance_timeout(g)
         g.state = PREPARING_REBALANCE
         fx.save = True
 
+    def _initial(self, g: GroupDoc, now: float) -> None:
+        """The first rebalance of an empty group waits `initial_rebalance_delay` (Kafka's
+        group.initial.rebalance.delay.ms) so that members starting together share the first
+        generation, rather than each one's arrival forcing another: Kafka's
+        GroupMetadataManager.prepareRebalance schedules tryCompleteInitialRebalanceElseSchedule
+        after the delay, with the rest of the group's rebalance timeout to extend it by."""
+        self.initial_remaining = max(_rebalance_timeout(g) - self.initial_rebalance_delay, 0.0)
+        self.new_member_added = False
+        self.rebalance_deadline = now + self.initial_rebalance_delay
+
+    def _extend_initial(self, now: float) -> bool:
+        """The initial delay ran out: when a member joined during it and the rebalance timeout
+        leaves time, wait once more (the delay, or what is left of the timeout) and say so; else
+        the join completes (Kafka's tryCompleteInitialRebalanceElseSchedule)."""
+        remaining = self.initial_remaining
+        if not self.new_member_added or not remaining:
+            return False
+        self.new_member_added = False
+        self.initial_remaining = max(remaining - self.initial_rebalance_delay, 0.0)
+        self.rebalance_deadline = now + min(self.initial_rebalance_delay, remaining)
+        return True
+
     def _try_complete_join(self, g: GroupDoc, now: float, fx: _Effects, *, deadline: bool = False) -> None:
+        """The join barrier falls when every member has rejoined, or at the deadline; the first
+        rebalance of an empty group falls at its delay's end only (Kafka's
+        GroupMetadataManager.maybeCompleteJoinPhase: not while the previous state was Empty)."""
         if g.state != PREPARING_REBALANCE:
             return
         if not deadline:
-            if self.pending or now < self.join_not_before:
+            if self.pending or self.initial_remaining is not None:
                 return
             if any(mid not in self.joining for mid in g.members):
                 return
@@ -505,7 +537,7 @@ class ClassicGroup:
             self._drop(g, mid, fx)
         g.generation += 1
         self.rebalance_deadline = None
-        self.join_not_before = 0.0
+        self.initial_remaining = None
         fx.save = True
         if not g.members:
             g.state, g.protocol, g.leader = EMPTY, None, None

@@ -535,7 +535,14 @@ class GroupCoordinator:
         outcome, good = await self.offsets.check(group_id, generation, member_id, offsets)
         if good:
             await self._own(group_id, self._rt(group_id))
-            await self.offsets.write(group_id, generation, member_id, instance_id, good)
+            try:
+                await self.offsets.write(group_id, generation, member_id, instance_id, good)
+            except GroupError as exc:
+                # Kafka's OffsetMetadataManager.validateOffsetCommit: a member's commit to a group
+                # that does not exist is GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before
+                if exc.kind is GroupErrorKind.GROUP_ID_NOT_FOUND and api_version < 9:
+                    raise GroupError(GroupErrorKind.ILLEGAL_GENERATION) from exc
+                raise
         rt = self._groups.get(group_id)
         if rt is not None:
             rt.group.seen(member_id, self.clock())
@@ -684,6 +691,7 @@ def _subscribed_topics(g: GroupDoc) -> set[str]:
 def open_coordinator(
     store: Store, log_service: LogService | None = None, *, node_id: int = 0,
     prefers: Callable[[str], bool] = lambda group_id: True, consumer_config: ConsumerGroupConfig | None = None,
+    initial_rebalance_delay_ms: int = 0,
 ) -> GroupCoordinator:
     """A coordinator over the gateway's store; given the log service, commits to partitions that do
     not exist are refused, as Kafka does. `prefers`: see `GroupCoordinator.prefers`."""
@@ -699,4 +707,5 @@ def open_coordinator(
     return GroupCoordinator(
         store.groups, partitions=partitions, node_id=node_id, prefers=prefers,
         consumer_store=store.consumer_groups, consumer_config=consumer_config,
+        initial_rebalance_delay_ms=initial_rebalance_delay_ms,
     )
