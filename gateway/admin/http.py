@@ -35,7 +35,7 @@ _STATUS = {
 }
 
 
-_ERROR = web.RequestKey("error", str)  # the gateway's name of the error a request was answered with
+_ERROR = "gateway.error"  # the gateway's name of the error a request was answered with (RequestKey needs aiohttp 3.11)
 
 
 @web.middleware
