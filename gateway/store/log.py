@@ -447,8 +447,9 @@ class LogStore:
             for i in needed:
                 online = await self._replicas_online(keys.log(requests[i].topic, requests[i].partition))
                 if online < requests[i].replicas:
-                    out[i] = NotEnoughReplicas(f"{requests[i].topic}-{requests[i].partition}: {online} replicas "
-                                               f"online, min.insync.replicas needs {requests[i].replicas}")
+                    out[i] = NotEnoughReplicas(f"{requests[i].topic}-{requests[i].partition}: {online} Redis replicas "
+                                               f"online, {requests[i].replicas} needed (min.insync.replicas "
+                                               f"{requests[i].replicas + 1})")
             if sent is None:  # WAIT needs the appending connection: only the ordered path has one
                 for i in needed:
                     out[i] = out[i] or StorageUnavailable("replicated appends need an ordered connection")
@@ -548,8 +549,8 @@ class LogStore:
                     if acked < replicas[i] and stored:
                         self._online.pop(self.replicated.address(calls[i][1][0]), None)  # read it again
                         replies[i] = NotEnoughReplicasAfterAppend(
-                            f"{calls[i][1][0]}: on {acked} replicas within {timeout_ms} ms, "
-                            f"min.insync.replicas needs {replicas[i]}")
+                            f"{calls[i][1][0]}: on {acked} Redis replicas within {timeout_ms} ms, "
+                            f"{replicas[i]} needed (min.insync.replicas {replicas[i] + 1})")
         return replies
 
     # -- reads ----------------------------------------------------------------------------------
