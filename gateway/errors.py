@@ -43,6 +43,8 @@ class ErrorCode(IntEnum):
     GROUP_ERROR = 27
     AUTHENTICATION_FAILED = 28
     AUTHORIZATION_FAILED = 29
+    NOT_ENOUGH_REPLICAS = 30
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 31
 
     @property
     def retriable(self) -> bool:
@@ -55,6 +57,8 @@ _RETRIABLE = frozenset(
         ErrorCode.TIMEOUT,
         ErrorCode.CONCURRENT_TRANSACTIONS,
         ErrorCode.OUT_OF_ORDER_SEQUENCE,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     }
 )
 
@@ -222,6 +226,18 @@ class ProducerFenced(GatewayError):
     """A newer producer epoch exists."""
 
     code = ErrorCode.PRODUCER_FENCED
+
+
+class NotEnoughReplicas(GatewayError):
+    """Fewer replicas are connected than the topic's min.insync.replicas needs: nothing was written."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+
+
+class NotEnoughReplicasAfterAppend(GatewayError):
+    """Written, but not on enough replicas in time; an idempotent retry is answered as the original."""
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
 _BY_CODE: dict[ErrorCode, type[GatewayError]] = {

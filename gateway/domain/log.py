@@ -298,14 +298,18 @@ class LogService:
     # -- produce --------------------------------------------------------------------------------
 
     async def append(
-        self, items: list[tuple[str, int, bytes | memoryview]], *, sent: Callable[[], None] | None = None
+        self, items: list[tuple[str, int, bytes | memoryview]], *, sent: Callable[[], None] | None = None,
+        acks: int = 1, timeout_ms: int = 30_000,
     ) -> list[Produced]:
         """Append record blobs (one or more batches each) to partitions in one round trip.
 
         Each blob is checked (magic, length, CRC, size limit) before anything is written, so a bad
         batch is refused alone and never half-stored. On a LogAppendTime topic each batch is stamped
         with the time of its append (the one case where a batch header changes here); other topics'
-        batches are stored untouched. `sent`: see `LogStore.append`.
+        batches are stored untouched. `sent`: see `LogStore.append`. With `acks` -1 (all), a topic's
+        `min.insync.replicas` counts Redis itself and its replicas, as Kafka counts the leader and
+        its followers: the batches are acknowledged once Redis's WAIT says N-1 replicas hold them,
+        within most of `timeout_ms` (the answer must reach the client before it gives up).
         """
         requests: list[AppendRequest] = []
         owners: list[int] = []  # index into `items` of each request
@@ -325,6 +329,7 @@ class LogService:
                         raise CorruptMessage("record count does not match the last offset delta")
                     if h.control:  # markers are the coordinator's: a forged one would end transactions
                         raise InvalidRequest("clients cannot write control batches")
+                replicas = int(cfg["min.insync.replicas"]) - 1 if acks == -1 else 0
                 if cfg["message.timestamp.type"] == "LogAppendTime":
                     stamped[i] = now_ms()
                     batches = [stamp_log_append_time(h, view, stamped[i]) for h, view in batches]
@@ -332,11 +337,11 @@ class LogService:
                 refused[i] = exc
                 continue
             for h, view in batches:
-                requests.append(self._request(topic, partition, h, view))
+                requests.append(self._request(topic, partition, h, view, replicas))
                 owners.append(i)
         outcome: dict[int, Append | Exception] = dict(refused)
         if requests:
-            appended = await self.store.log.append(requests, sent=sent)
+            appended = await self.store.log.append(requests, sent=sent, timeout_ms=timeout_ms * 4 // 5)
             for i, req, res in zip(owners, requests, appended, strict=True):
                 # several batches in one blob: the first batch's offset stands, unless one failed
                 if i not in outcome or (isinstance(res, Exception) and not isinstance(outcome[i], Exception)):
@@ -346,7 +351,7 @@ class LogService:
         return [Produced(t, p, outcome[i], stamped.get(i, -1)) for i, (t, p, _) in enumerate(items)]
 
     @staticmethod
-    def _request(topic: str, partition: int, h: BatchHeader, view: memoryview) -> AppendRequest:
+    def _request(topic: str, partition: int, h: BatchHeader, view: memoryview, replicas: int) -> AppendRequest:
         return AppendRequest(
             topic,
             partition,
@@ -357,6 +362,7 @@ class LogService:
             h.producer_epoch,
             h.base_sequence,
             h.transactional and not h.control,
+            replicas,
         )
 
     # -- reads ----------------------------------------------------------------------------------

@@ -209,8 +209,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
            why="compaction", broker="log.cleaner.min.cleanable.ratio", low=0, high=1),
     _topic("min.compaction.lag.ms", _L, 0, "The least time a record stays uncompacted.",
            why="compaction", broker="log.cleaner.min.compaction.lag.ms", low=0),
-    _topic("min.insync.replicas", _I, 1, "Replicas that must have a write before acks=all succeeds.",
-           why="replicas", broker="min.insync.replicas", low=1),
+    _topic("min.insync.replicas", _I, 1, "Copies that must hold a write before acks=all succeeds: Redis "
+           "and N-1 of its replicas (Redis's WAIT, within the request's timeout; fewer replicas online "
+           "refuse the write up front).", effective=True, broker="min.insync.replicas", low=1),
     _topic("preallocate", _B, False, "Preallocate segment files on disk.", why="segment",
            broker="log.preallocate"),
     _topic("remote.log.copy.disable", _B, False, "Stop copying segments to tiered storage.", why="remote"),

@@ -48,6 +48,8 @@ _BY_CODE: dict[ErrorCode, KafkaError] = {
     ErrorCode.INVALID_PARTITIONS: KafkaError.invalid_partitions,
     ErrorCode.AUTHENTICATION_FAILED: KafkaError.sasl_authentication_failed,
     ErrorCode.AUTHORIZATION_FAILED: KafkaError.topic_authorization_failed,  # other resources map their own
+    ErrorCode.NOT_ENOUGH_REPLICAS: KafkaError.not_enough_replicas,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: KafkaError.not_enough_replicas_after_append,
 }
 
 

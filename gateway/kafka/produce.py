@@ -1,7 +1,9 @@
 """Produce: record batches go to the log as the client sent them, never decoded here.
 
-acks=0 gets no response at all; acks=1 and acks=-1 are the same here, since Redis's own
-persistence and replication decide durability. The response is hand-encoded (the hot path).
+acks=0 gets no response at all; acks=1 is answered once Redis has the batches; acks=-1 (all) on a
+topic with min.insync.replicas N also waits for N-1 Redis replicas to hold them (Redis's WAIT),
+answering NOT_ENOUGH_REPLICAS (nothing written) or NOT_ENOUGH_REPLICAS_AFTER_APPEND as Kafka's
+leader does (ReplicaManager/Partition.appendRecordsToLeader). The response is hand-encoded (the hot path).
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
         items = await _hold_delayed(ctx, req, items, delayed, results)
     if items:
         try:
-            appended = await ctx.services.log.append(items, sent=ctx.sent)
+            appended = await ctx.services.log.append(items, sent=ctx.sent, acks=req.acks,
+                                                      timeout_ms=int(req.timeout.total_seconds() * 1000))
         except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
             appended = [Produced(t, p, exc) for t, p, _ in items]
         for (_, _, blob), done in zip(items, appended, strict=True):

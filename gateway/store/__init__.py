@@ -63,4 +63,6 @@ class Store:
 
     async def close(self) -> None:
         self.log.direct.close()
+        self.log.ordered.close()
+        self.log.replicated.close()
         await self._redis.aclose()

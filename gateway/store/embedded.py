@@ -53,12 +53,14 @@ class EmbeddedRedis:
     """A redis-server child process bound to loopback on a free port."""
 
     def __init__(
-        self, data_dir: Path, *, port: int | None = None, fsync: str = "everysec", cluster: bool = False
+        self, data_dir: Path, *, port: int | None = None, fsync: str = "everysec", cluster: bool = False,
+        replica_of: int | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
         self.fsync = fsync
         self.cluster = cluster  # a node in cluster mode, to be joined by `EmbeddedCluster`
+        self.replica_of = replica_of  # the port of a loopback primary this server replicates
         self.proc: subprocess.Popen[bytes] | None = None
         self._lock: int | None = None  # the data dir's lock file, open while this process owns the dir
 
@@ -146,6 +148,8 @@ class EmbeddedRedis:
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", str(self.data_dir / "nodes.conf"),
                      "--cluster-node-timeout", "5000", "--cluster-port", str(free_port())]
+        if self.replica_of is not None:
+            args += ["--replicaof", "127.0.0.1", str(self.replica_of)]
         self.proc = subprocess.Popen(args, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, timeout: float = 15.0) -> None:

@@ -29,6 +29,7 @@ partition's keys live in a slot of their own, so they follow the record without 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -38,7 +39,15 @@ import msgpack
 from redis.exceptions import ResponseError
 
 from gateway.clock import now_ms
-from gateway.errors import ErrorCode, StorageUnavailable, TopicExists, TopicNotFound, error_for
+from gateway.errors import (
+    ErrorCode,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    StorageUnavailable,
+    TopicExists,
+    TopicNotFound,
+    error_for,
+)
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.resp import DirectConnections, RespConnection, RespError
@@ -47,6 +56,7 @@ from gateway.store.scripts import Scripts
 APPEND = "append-4"
 # error replies of a node busy, loading, failing over or handing a slot on: the script did not run
 _PASSING = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "BUSY", "MASTERDOWN", "READONLY")
+_REPLICAS_FRESH = 1.0  # seconds a node's count of online replicas is trusted before it is read again
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,50 @@ class AppendRequest:
     producer_epoch: int = -1
     base_sequence: int = -1
     transactional: bool = False
+    replicas: int = 0  # replicas that must hold the batch (Redis's WAIT) before it is acknowledged
+
+
+class _Waits:
+    """Redis's WAIT on the connections that append for acks=all: at most one in flight on each, and
+    every append sent while one is in flight shares the next. WAIT blocks its connection in Redis,
+    so appends sent meanwhile run only after it returns, and the next WAIT, sent then, covers them:
+    a producer's pipelined requests share WAITs instead of queueing one each."""
+
+    def __init__(self) -> None:
+        self._next: dict[RespConnection, tuple[asyncio.Future[int], list[int], list[int]]] = {}
+        self._flying: set[RespConnection] = set()
+
+    def after(self, conn: RespConnection, replicas: int, timeout_ms: int) -> asyncio.Future[int]:
+        """The number of replicas that hold everything `conn` wrote so far (a WAIT's answer)."""
+        group = self._next.get(conn)
+        if group is None:
+            group = self._next[conn] = (asyncio.get_running_loop().create_future(), [], [])
+        group[1].append(replicas)
+        group[2].append(timeout_ms)
+        if conn not in self._flying:
+            self._send(conn)
+        return group[0]
+
+    def _send(self, conn: RespConnection) -> None:
+        group = self._next.pop(conn, None)
+        if group is None:
+            self._flying.discard(conn)
+            return
+        self._flying.add(conn)
+        fut, replicas, timeouts = group
+        # timeout 0 would block for ever: WAIT's timeout is at least a millisecond
+        sent = conn.pipeline([("WAIT", max(replicas), max(1, min(timeouts)))])
+        sent.add_done_callback(lambda done: self._answered(conn, fut, done))
+
+    def _answered(self, conn: RespConnection, fut: asyncio.Future[int], done: asyncio.Future[list[Any]]) -> None:
+        if not fut.done():
+            exc = done.exception()
+            reply = None if exc is not None else done.result()[0]
+            if exc is not None or not isinstance(reply, int):
+                fut.set_exception(StorageUnavailable(f"redis: WAIT failed ({exc or reply}); retry"))
+            else:
+                fut.set_result(reply)
+        self._send(conn)
 
 
 class LogStore:
@@ -187,6 +241,12 @@ class LogStore:
         self.scripts = scripts
         self.direct = DirectConnections(redis, name="gateway-direct-read")
         self.ordered = DirectConnections(redis, name="gateway-append", preload=(scripts.specs[APPEND].source,))
+        # appends that wait for replicas have connections of their own: their WAITs never hold up
+        # the others (a producer's acks is fixed, so its requests stay on one connection, in order)
+        self.replicated = DirectConnections(
+            redis, name="gateway-append-replicated", preload=(scripts.specs[APPEND].source,))
+        self._waits = _Waits()
+        self._online: dict[tuple[str, int], tuple[float, int]] = {}  # node -> (read at, online replicas)
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -370,12 +430,30 @@ class LogStore:
     # -- appends --------------------------------------------------------------------------------
 
     async def append(
-        self, requests: list[AppendRequest], *, sent: Callable[[], None] | None = None
+        self, requests: list[AppendRequest], *, sent: Callable[[], None] | None = None, timeout_ms: int = 30_000
     ) -> list[Append | Exception]:
         """Append batches, one script call each, all in one round trip. With `sent`, the calls go
         on the nodes' ordered connections when they can, and `sent()` is called once they are on
         their way: appends sent later run after them, so the caller may start its next append
-        before this one's replies are in (a producer's pipelined requests, kept in order)."""
+        before this one's replies are in (a producer's pipelined requests, kept in order).
+
+        A request with `replicas` is refused (NotEnoughReplicas, nothing written) while its node
+        has fewer replicas online, and is answered once Redis's WAIT on the connection that
+        appended it says that many hold it, within `timeout_ms`; else NotEnoughReplicasAfterAppend.
+        WAIT counts the writes of its own connection, so these go only on the ordered ones."""
+        out: list[Append | Exception | None] = [None] * len(requests)
+        needed = [i for i, r in enumerate(requests) if r.replicas]
+        if needed:
+            for i in needed:
+                online = await self._replicas_online(keys.log(requests[i].topic, requests[i].partition))
+                if online < requests[i].replicas:
+                    out[i] = NotEnoughReplicas(f"{requests[i].topic}-{requests[i].partition}: {online} Redis replicas "
+                                               f"online, {requests[i].replicas} needed (min.insync.replicas "
+                                               f"{requests[i].replicas + 1})")
+            if sent is None:  # WAIT needs the appending connection: only the ordered path has one
+                for i in needed:
+                    out[i] = out[i] or StorageUnavailable("replicated appends need an ordered connection")
+        todo = [i for i, o in enumerate(out) if o is None]
         calls = [
             (
                 APPEND,
@@ -385,33 +463,55 @@ class LogStore:
                 [r.batch, r.count, r.max_timestamp, r.producer_id, r.producer_epoch, r.base_sequence,
                  1 if r.transactional else 0],
             )
-            for r in requests
+            for r in (requests[i] for i in todo)
         ]
-        replies = await self._append_ordered(calls, sent) if sent is not None else None
-        if replies is None:
+        replicas = [requests[i].replicas for i in todo]
+        replies = await self._append_ordered(calls, sent, replicas, timeout_ms) if sent is not None else None
+        if replies is None and not any(replicas):
             async with storage_errors():
-                replies = await self.scripts.call_many(calls)
-        out: list[Append | Exception] = []
-        for r, reply in zip(requests, replies, strict=True):
+                replies = await self.scripts.call_many(calls) if calls else []
+        elif replies is None:
+            replies = [StorageUnavailable("redis: no connection for a replicated append; retry")] * len(calls)
+        for i, reply in zip(todo, replies, strict=True):
+            r = requests[i]
             if isinstance(reply, Exception):
-                out.append(reply)
+                out[i] = reply
             elif reply[0] == ErrorCode.OK:
-                out.append(Append(int(reply[1]), int(reply[2])))
+                out[i] = Append(int(reply[1]), int(reply[2]))
             elif reply[0] == ErrorCode.DUPLICATE_SEQUENCE:
-                out.append(Append(int(reply[1]), int(reply[2]), duplicate=True))
+                out[i] = Append(int(reply[1]), int(reply[2]), duplicate=True)
             else:
-                out.append(error_for(reply[0], f"{r.topic}-{r.partition}"))
-        return out
+                out[i] = error_for(reply[0], f"{r.topic}-{r.partition}")
+        return [o for o in out if o is not None]
+
+    async def _replicas_online(self, key: str) -> int:
+        """The replicas of `key`'s node that are online (INFO replication), read again after a second."""
+        addr = self.replicated.address(key)
+        now = asyncio.get_running_loop().time()
+        seen = self._online.get(addr)
+        if seen is not None and now - seen[0] < _REPLICAS_FRESH:
+            return seen[1]
+        async with storage_errors():
+            if hasattr(self.redis, "get_node_from_key"):
+                info = await self.redis.info("replication", target_nodes=self.redis.get_node_from_key(key))
+            else:
+                info = await self.redis.info("replication")
+        online = sum(1 for k, v in info.items()
+                     if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online")
+        self._online[addr] = (now, online)
+        return online
 
     async def _append_ordered(
-        self, calls: list[tuple[str, list[str], list[Any]]], sent: Callable[[], None]
+        self, calls: list[tuple[str, list[str], list[Any]]], sent: Callable[[], None], replicas: list[int],
+        timeout_ms: int,
     ) -> list[Any] | None:
         """The replies of `calls` sent on the ordered connections, or None (nothing sent) when a
         node's connection cannot be had: the caller then goes through redis-py, and is done when
-        its replies are in."""
+        its replies are in. Calls with `replicas` go on the replicated connections, each node's
+        followed by a WAIT for the most any of them needs."""
         conns: list[RespConnection] = []
-        for _, call_keys, _ in calls:
-            conn = await self.ordered.connection(call_keys[0])
+        for (_, call_keys, _), needs in zip(calls, replicas, strict=True):
+            conn = await (self.replicated if needs else self.ordered).connection(call_keys[0])
             if conn is None:
                 return None
             conns.append(conn)
@@ -423,6 +523,10 @@ class LogStore:
             conn: conn.pipeline([("EVALSHA", sha, len(calls[i][1]), *calls[i][1], *calls[i][2]) for i in idx])
             for conn, idx in pending.items()
         }  # all written before the first await: nothing sent after us can overtake
+        waits = {
+            conn: self._waits.after(conn, max(replicas[i] for i in idx), timeout_ms)
+            for conn, idx in pending.items() if replicas[idx[0]]
+        }
         sent()
         replies: list[Any] = [None] * len(calls)
         async with storage_errors():
@@ -438,6 +542,15 @@ class LogStore:
                     elif isinstance(reply, RespError):
                         reply = ResponseError(str(reply))
                     replies[i] = reply
+            for conn, wait in waits.items():
+                acked = await wait
+                for i in pending[conn]:
+                    stored = isinstance(replies[i], list) and replies[i][0] in (ErrorCode.OK, ErrorCode.DUPLICATE_SEQUENCE)
+                    if acked < replicas[i] and stored:
+                        self._online.pop(self.replicated.address(calls[i][1][0]), None)  # read it again
+                        replies[i] = NotEnoughReplicasAfterAppend(
+                            f"{calls[i][1][0]}: on {acked} Redis replicas within {timeout_ms} ms, "
+                            f"{replicas[i]} needed (min.insync.replicas {replicas[i] + 1})")
         return replies
 
     # -- reads ----------------------------------------------------------------------------------

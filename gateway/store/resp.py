@@ -248,13 +248,14 @@ class DirectConnections:
 
     async def connection(self, key: str) -> RespConnection | None:
         """The usable connection to `key`'s node, or None when none can be had now."""
-        addr = self._address(key)
+        addr = self.address(key)
         conn = self._conns.get(addr)
         if conn is not None and conn.usable:
             return conn
         return await self._open(addr)
 
-    def _address(self, key: str) -> tuple[str, int]:
+    def address(self, key: str) -> tuple[str, int]:
+        """The node that holds `key`."""
         if self._cluster:
             node = self._redis.get_node_from_key(key)
             return str(node.host), int(node.port)

@@ -1,0 +1,167 @@
+"""acks=all and min.insync.replicas over a real Redis replica: the produce is answered once Redis's
+WAIT says the replicas hold the batches; with too few replicas online it is refused before anything
+is written; a replica that stops answering makes the produce fail after the append, and the
+idempotent producer's retry stores nothing twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+import redis as redis_sync
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from gateway.server.gateway import Gateway
+from gateway.store import keys
+from gateway.store.embedded import EmbeddedRedis
+from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
+from tests.test_metrics import moved, samples, scrape
+
+TIMEOUT = 30.0
+
+
+@dataclass
+class Pair:
+    primary: EmbeddedRedis
+    replica: EmbeddedRedis
+
+    def replica_client(self) -> redis_sync.Redis:
+        return redis_sync.Redis(port=self.replica.port)
+
+    def primary_info(self) -> dict[str, Any]:
+        with redis_sync.Redis(port=self.primary.port) as r:
+            return r.info("replication")  # type: ignore[no-any-return]
+
+    async def linked(self) -> None:
+        """Until the replica has synced, written its AOF anew (it refuses SIGTERM meanwhile), and the
+        primary counts it online."""
+        def up() -> bool:
+            with self.replica_client() as r:
+                info = r.info()
+            linked = info.get("master_link_status") == "up" and not info.get("aof_rewrite_in_progress") and not (
+                info.get("aof_rewrite_scheduled"))
+            slave = self.primary_info().get("slave0")
+            return linked and isinstance(slave, dict) and slave.get("state") == "online"
+        await eventually(up, TIMEOUT, "the replica's link up")
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[Pair]:
+    primary = EmbeddedRedis(tmp_path / "primary")
+    primary.start()
+    with redis_sync.Redis(port=primary.port) as r:  # the replica's full sync starts at once, not after 5 s
+        r.config_set("repl-diskless-sync-delay", 0)
+    replica = EmbeddedRedis(tmp_path / "replica", replica_of=primary.port)
+    try:
+        replica.start()
+        yield Pair(primary, replica)
+    finally:
+        if replica.proc is not None and replica.proc.poll() is None:
+            os.kill(replica.proc.pid, signal.SIGCONT)  # stopped by a failed test: SIGTERM needs it running
+        replica.stop()
+        primary.stop()
+
+
+@pytest.fixture
+async def gateway(pair: Pair) -> AsyncIterator[Gateway]:
+    await pair.linked()
+    async with running_gateway(test_config(pair.primary.url)) as gw:
+        yield gw
+
+
+def _create(bs: str, topic: str, min_insync: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bs})
+    for f in admin.create_topics([NewTopic(topic, 1, config={"min.insync.replicas": str(min_insync)})]).values():
+        f.result(TIMEOUT)
+
+
+def _produce(bs: str, values: list[bytes], topic: str = "t", on_delivery: Any = None,
+             **conf: Any) -> list[tuple[ck.KafkaError | None, int]]:
+    """Each value's delivery: its error (None: delivered) and offset."""
+    out: list[tuple[ck.KafkaError | None, int]] = []
+
+    def delivered(err: ck.KafkaError | None, msg: ck.Message) -> None:
+        out.append((err, msg.offset()))
+        if on_delivery is not None:
+            on_delivery(err, msg)
+
+    producer = ck.Producer({"bootstrap.servers": bs, "linger.ms": 0, **conf})
+    for v in values:
+        producer.produce(topic, v, on_delivery=delivered)
+    assert producer.flush(TIMEOUT) == 0
+    return out
+
+
+def _high_watermark(pair: Pair, topic: str = "t") -> int:
+    with redis_sync.Redis(port=pair.primary.port) as r:
+        return int(r.hget(keys.meta(topic, 0), "hw"))  # type: ignore[arg-type]
+
+
+async def test_acks_all_is_answered_once_the_replica_holds_the_records(pair, gateway):
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 2)
+    on_replica: list[int] = []
+    replica = pair.replica_client()
+
+    def seen(err: ck.KafkaError | None, msg: ck.Message) -> None:  # at the moment of acknowledgement
+        on_replica.append(int(replica.hget(keys.meta("t", 0), "hw") or 0))  # type: ignore[arg-type]
+
+    out = await asyncio.to_thread(_produce, bs, [b"a", b"b", b"c"], on_delivery=seen, acks="all")
+    replica.close()
+    assert [err for err, _ in out] == [None] * 3
+    assert all(hw > offset for (_, offset), hw in zip(out, on_replica, strict=True))
+
+
+async def test_too_few_replicas_refuse_acks_all_before_writing(pair, gateway):
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 2)
+    pair.replica.stop()
+    await eventually(lambda: pair.primary_info()["connected_slaves"] == 0, TIMEOUT, "the replica gone")
+    once = {"acks": "all", "enable.idempotence": False, "retries": 0}
+
+    def refused() -> bool:  # the gateway reads the replica count again within a second
+        [(err, _)] = _produce(bs, [b"x"], **once)
+        return err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS
+    await eventually(lambda: asyncio.to_thread(refused), TIMEOUT, "NOT_ENOUGH_REPLICAS")
+    before = _high_watermark(pair)
+    [(err, _)] = await asyncio.to_thread(_produce, bs, [b"y"], **once)
+    assert err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS
+    assert _high_watermark(pair) == before  # nothing written
+    [(err, offset)] = await asyncio.to_thread(_produce, bs, [b"z"], acks=1)
+    assert err is None and offset == before
+
+    pair.replica.start()
+    await pair.linked()
+    [(err, offset)] = await asyncio.to_thread(_produce, bs, [b"w"], acks="all")  # retried until read again
+    assert err is None and offset == before + 1
+
+
+async def test_a_stalled_replica_fails_the_append_and_the_retry_stores_it_once(pair, gateway):
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 2)
+    assert pair.replica.proc is not None
+    before = await scrape(gateway)  # the counts are the process's
+    os.kill(pair.replica.proc.pid, signal.SIGSTOP)
+    values = [f"v{i}".encode() for i in range(5)]
+    producing = asyncio.create_task(asyncio.to_thread(
+        _produce, bs, values, acks="all", **{"enable.idempotence": True, "request.timeout.ms": 1000}))
+
+    async def failed_after_append() -> bool:
+        return moved(samples(before), samples(await scrape(gateway)), "gateway_request_errors_total",
+                     face="kafka", api="Produce", code="NOT_ENOUGH_REPLICAS_AFTER_APPEND") > 0
+    await eventually(failed_after_append, TIMEOUT, "NOT_ENOUGH_REPLICAS_AFTER_APPEND answered")
+    assert not producing.done()  # the client retries
+    os.kill(pair.replica.proc.pid, signal.SIGCONT)
+    out = await producing
+    assert [err for err, _ in out] == [None] * 5
+    assert sorted(offset for _, offset in out) == list(range(5))
+    with pair.replica_client() as r:
+        stored = r.xrange(keys.log("t", 0))
+    assert sum(int(f[b"n"]) for _, f in stored) == 5 == _high_watermark(pair)
