@@ -36,7 +36,7 @@ async def test_replies_are_those_redis_gives(raw_redis):
         ("GET", "{direct}:str"),
     ]
     direct = DirectConnections(r, name="gateway-direct-read")
-    conn = await direct._open(direct._address("{direct}:s"))
+    conn = await direct._open(direct.address("{direct}:s"))
     assert conn is not None
     replies = await conn.pipeline(commands)
     entries = replies[0]
