@@ -35,20 +35,24 @@ _STATUS = {
 }
 
 
-_ERROR = "gateway.error"  # the gateway's name of the error a request was answered with (RequestKey needs aiohttp 3.11)
-
-
 @web.middleware
-async def _counted(request: web.Request, handler: Any) -> web.StreamResponse:
-    """The request metrics of the admin face: api is the method and route (GET /admin/v2/topics/{name}),
-    an error is a status of 400 or more, by the gateway's error name or else the status."""
+async def _answered(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every admin request counted (api: method and route, e.g. GET /admin/v2/topics/{name}) and a
+    GatewayError answered as JSON with its code; an error is a status of 400 or more, counted by the
+    gateway's error name, else by the status."""
     resource = request.match_info.route.resource
     stats = telemetry.api("admin", f"{request.method} {resource.canonical}" if resource is not None else "unmatched")
     began = time.perf_counter()
-    status = 500
+    status, error = 500, ""
     try:
-        response = await handler(request)
-        assert isinstance(response, web.StreamResponse)
+        try:
+            response = await handler(request)
+        except GatewayError as exc:
+            error, status = exc.code.name, _STATUS.get(exc.code, 400)
+            return web.json_response(
+                {"error": error, "message": str(exc), "retriable": exc.retriable},
+                status=status, headers={"WWW-Authenticate": 'Basic realm="gateway"'} if status == 401 else None,
+            )
         status = response.status
         return response
     except web.HTTPException as exc:
@@ -57,20 +61,7 @@ async def _counted(request: web.Request, handler: Any) -> web.StreamResponse:
     finally:
         stats.done(time.perf_counter() - began)
         if status >= 400:
-            stats.failed(request.get(_ERROR, f"HTTP_{status}"))
-
-
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except GatewayError as exc:
-        request[_ERROR] = exc.code.name
-        status = _STATUS.get(exc.code, 400)
-        return web.json_response(
-            {"error": exc.code.name, "message": str(exc), "retriable": exc.retriable},
-            status=status, headers={"WWW-Authenticate": 'Basic realm="gateway"'} if status == 401 else None,
-        )
+            stats.failed(error or f"HTTP_{status}")
 
 
 class AdminApi:
@@ -324,7 +315,7 @@ class AdminListener:
 
 async def start_admin_server(services: Services, host: str, port: int) -> AdminListener:
     api = AdminApi(services)
-    app = web.Application(middlewares=[_counted, _errors, authentication(services.security)])
+    app = web.Application(middlewares=[_answered, authentication(services.security)])
     app.add_routes(api.routes() + SecurityApi(services.security).routes())
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
