@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 from gateway.domain.groups.classic import (
@@ -268,29 +269,23 @@ class GroupCoordinator:
                     continue
                 async with rt.lock:
                     g = await self.store.load(gid)
-                    if g is None or not g.members:
-                        await self._adopt_consumer_group(gid, rt)
+                    if g is not None and g.members:
+                        await self._adopt(gid, rt, partial(rt.group.arm, g), len(g.members))
                         continue
-                    try:
-                        await self._own(gid, rt)
-                    except GroupError:
-                        continue
-                    log.info("group %s: adopted with %d members", gid, len(g.members))
-                    rt.group.arm(g, self.clock())
-                    self._wake.set()
+                    cg = await self.consumer_store.load(gid)
+                    if cg is not None and cg.members:
+                        await self._adopt(gid, rt, partial(rt.consumer.arm, cg), len(cg.members))
         except Exception:
             log.exception("could not adopt stored groups; trying again later")
 
-    async def _adopt_consumer_group(self, group_id: str, rt: _Runtime) -> None:
-        cg = await self.consumer_store.load(group_id)
-        if cg is None or not cg.members:
-            return
+    async def _adopt(self, group_id: str, rt: _Runtime, arm: Callable[[float], None], members: int) -> None:
+        """Lease a stored group with members (of either protocol) and arm its deadlines from now."""
         try:
             await self._own(group_id, rt)
         except GroupError:
             return
-        log.info("group %s: adopted with %d members", group_id, len(cg.members))
-        rt.consumer.arm(cg, self.clock())
+        log.info("group %s: adopted with %d members", group_id, members)
+        arm(self.clock())
         self._wake.set()
 
     def _next_deadline(self, rt: _Runtime) -> float | None:
