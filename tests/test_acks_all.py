@@ -18,9 +18,11 @@ import pytest
 import redis as redis_sync
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gateway.domain.fence import full_key
 from gateway.server.gateway import Gateway
 from gateway.store import keys
 from gateway.store.embedded import EmbeddedRedis
+from gateway.store.groups import CommittedOffset
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.test_metrics import moved, samples, scrape
 
@@ -165,3 +167,90 @@ async def test_a_stalled_replica_fails_the_append_and_the_retry_stores_it_once(p
     with pair.replica_client() as r:
         stored = r.xrange(keys.log("t", 0))
     assert sum(int(f[b"n"]) for _, f in stored) == 5 == _high_watermark(pair)
+
+
+# -- state changes a client is told are done wait for the replica too ---------------------------------
+
+@pytest.fixture
+async def quick_gateway(pair: Pair) -> AsyncIterator[Gateway]:
+    """State changes give up on a stalled replica after a fraction of a second, not Kafka's 5 s."""
+    await pair.linked()
+    async with running_gateway(test_config(pair.primary.url, state_replication_timeout_ms=300)) as gw:
+        yield gw
+
+
+def _committed_on_replica(pair: Pair, group: str, topic: str = "t") -> int | None:
+    with pair.replica_client() as r:
+        raw = r.hget(keys.group_offsets(group), f"{topic}:0")
+    return None if raw is None else CommittedOffset.unpack(raw).offset  # type: ignore[arg-type]
+
+
+def _transact_and_commit(bs: str, pair: Pair) -> dict[str, Any]:
+    """A transaction that produces and commits offsets, then a plain consumer's commit; what the
+    replica holds the moment each is answered."""
+    seen: dict[str, Any] = {}
+    with pair.replica_client() as replica:
+        producer = ck.Producer({"bootstrap.servers": bs, "transactional.id": "tx", "linger.ms": 0})
+        producer.init_transactions(TIMEOUT)
+        seen["epoch"] = replica.hget(keys.txn_key(full_key("", "tx")), "epoch")
+        producer.begin_transaction()
+        producer.produce("t", b"a")
+        consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "g", "enable.auto.commit": False})
+        producer.send_offsets_to_transaction([ck.TopicPartition("t", 0, 7)], consumer.consumer_group_metadata(),
+                                             TIMEOUT)
+        producer.commit_transaction(TIMEOUT)
+        seen["txn offsets"] = _committed_on_replica(pair, "g")
+        seen["replica hw"] = int(replica.hget(keys.meta("t", 0), "hw") or 0)  # type: ignore[arg-type]
+        consumer.commit(offsets=[ck.TopicPartition("t", 0, 9)], asynchronous=False)
+        seen["offsets"] = _committed_on_replica(pair, "g")
+        consumer.close()
+    return seen
+
+
+async def test_state_changes_are_on_the_replica_when_answered(pair, gateway):
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 1)
+    seen = await asyncio.to_thread(_transact_and_commit, bs, pair)
+    assert seen["epoch"] is not None  # InitProducerId: the fencing epoch
+    assert seen["txn offsets"] == 7  # TxnOffsetCommit applied at EndTxn
+    assert seen["replica hw"] == 2  # the record and its commit marker
+    assert seen["offsets"] == 9  # OffsetCommit
+
+
+async def test_a_stalled_replica_fails_state_changes_retriably_until_it_returns(pair, quick_gateway):
+    gw = quick_gateway
+    bs = kafka_bootstrap(gw)
+    await asyncio.to_thread(_create, bs, "t", 1)
+    producer = ck.Producer({"bootstrap.servers": bs, "transactional.id": "tx", "linger.ms": 0})
+
+    def begin() -> None:
+        producer.init_transactions(TIMEOUT)
+        producer.begin_transaction()
+        producer.produce("t", b"a")
+        assert producer.flush(TIMEOUT) == 0
+    await asyncio.to_thread(begin)
+    assert pair.replica.proc is not None
+    before = await scrape(gw)
+    os.kill(pair.replica.proc.pid, signal.SIGSTOP)
+
+    def commit() -> None:
+        consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "g", "enable.auto.commit": False})
+        try:
+            consumer.commit(offsets=[ck.TopicPartition("t", 0, 5)], asynchronous=False)
+        finally:
+            consumer.close()
+    committing = asyncio.create_task(asyncio.to_thread(commit))
+    ending = asyncio.create_task(asyncio.to_thread(producer.commit_transaction, TIMEOUT))
+
+    async def refused() -> bool:
+        got = samples(await scrape(gw))
+        return all(moved(samples(before), got, "gateway_request_errors_total", face="kafka", api=api,
+                         code="COORDINATOR_NOT_AVAILABLE") > 0 for api in ("OffsetCommit", "EndTxn"))
+    await eventually(refused, TIMEOUT, "COORDINATOR_NOT_AVAILABLE answered")
+    assert not committing.done() and not ending.done()  # the clients retry
+    os.kill(pair.replica.proc.pid, signal.SIGCONT)
+    await committing
+    await ending
+    assert _committed_on_replica(pair, "g") == 5
+    with pair.replica_client() as r:
+        assert int(r.hget(keys.meta("t", 0), "hw")) == 2  # type: ignore[arg-type]  # the record, its marker
