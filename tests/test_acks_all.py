@@ -18,12 +18,13 @@ import pytest
 import redis as redis_sync
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gateway.client import Client, NotEnoughReplicas
 from gateway.domain.fence import full_key
 from gateway.server.gateway import Gateway
 from gateway.store import keys
 from gateway.store.embedded import EmbeddedRedis
 from gateway.store.groups import CommittedOffset
-from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
+from tests.conftest import eventually, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.test_metrics import moved, samples, scrape
 
 TIMEOUT = 30.0
@@ -254,3 +255,16 @@ async def test_a_stalled_replica_fails_state_changes_retriably_until_it_returns(
     assert _committed_on_replica(pair, "g") == 5
     with pair.replica_client() as r:
         assert int(r.hget(keys.meta("t", 0), "hw")) == 2  # type: ignore[arg-type]  # the record, its marker
+
+
+async def test_a_native_producer_with_acks_all_waits_for_the_replica(pair, gateway):
+    await asyncio.to_thread(_create, kafka_bootstrap(gateway), "t", 2)
+    async with await Client.connect(native_url(gateway)) as client:
+        producer = await client.create_producer("t", acks="all", send_timeout=1.5)
+        ids = [await producer.send(v) for v in (b"a", b"b")]
+        with pair.replica_client() as r:
+            assert int(r.hget(keys.meta("t", 0), "hw")) == 2  # type: ignore[arg-type]
+        assert [m.offset for m in ids] == [0, 1]
+        pair.replica.stop()
+        with pytest.raises(NotEnoughReplicas):  # retried for its send timeout; the last try refused
+            await producer.send(b"c")
