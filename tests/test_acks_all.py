@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import confluent_kafka as ck
 import pytest
 import redis as redis_sync
@@ -24,8 +25,8 @@ from gateway.server.gateway import Gateway
 from gateway.store import keys
 from gateway.store.embedded import EmbeddedRedis
 from gateway.store.groups import CommittedOffset
-from tests.conftest import eventually, kafka_bootstrap, native_url, running_gateway, test_config
-from tests.test_metrics import moved, samples, scrape
+from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, running_gateway, test_config
+from tests.test_metrics import moved, samples, scrape, value
 
 TIMEOUT = 30.0
 
@@ -268,3 +269,21 @@ async def test_a_native_producer_with_acks_all_waits_for_the_replica(pair, gatew
         pair.replica.stop()
         with pytest.raises(NotEnoughReplicas):  # retried for its send timeout; the last try refused
             await producer.send(b"c")
+
+
+async def test_replicas_are_shown_and_a_min_insync_they_cannot_meet_is_logged_at_start_up(pair, gateway, caplog):
+    await asyncio.to_thread(_create, kafka_bootstrap(gateway), "t", 2)
+    async with aiohttp.ClientSession() as http, http.get(admin_url(gateway) + "/admin/v2/replication") as r:
+        [primary] = await r.json()
+    assert primary["primary"] == f"127.0.0.1:{pair.primary.port}" and primary["replicas_online"] == 1
+    assert [(rep["state"], rep["address"]) for rep in primary["replicas"]] == [
+        ("online", f"127.0.0.1:{pair.replica.port}")]
+    got = samples(await scrape(gateway))
+    assert value(got, "gateway_redis_replicas", primary=primary["primary"]) == 1
+    assert any(name == "gateway_redis_replica_lag_bytes" for name, _ in got)
+
+    pair.replica.stop()
+    await eventually(lambda: pair.primary_info()["connected_slaves"] == 0, TIMEOUT, "the replica gone")
+    async with running_gateway(test_config(pair.primary.url)):
+        pass
+    assert "topic t: min.insync.replicas 2 needs 1 Redis replicas" in caplog.text

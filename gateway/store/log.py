@@ -435,6 +435,10 @@ class LogStore:
                 out[i] = error_for(reply[0], f"{r.topic}-{r.partition}")
         return [o for o in out if o is not None]
 
+    async def replicas_online(self, topic: str, partition: int) -> int:
+        """The replicas online of the Redis primary holding the partition (read again after a second)."""
+        return await self.replication.online(keys.log(topic, partition))
+
     async def _append_ordered(
         self, calls: list[tuple[str, list[str], list[Any]]], sent: Callable[[], None], replicas: list[int],
         timeout_ms: int,
