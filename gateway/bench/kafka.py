@@ -18,27 +18,40 @@ from gateway.bench.common import (
     Row,
     best_of,
     create_kafka_topic,
+    percentile,
     raw_client,
     raw_xadd_blobs,
     raw_xadd_per_record,
+    raw_xadd_waited,
     raw_xrange_blobs,
+    running_gateway,
     running_gateways,
+    with_replica,
 )
 
 
-def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float) -> tuple[float, int]:
-    """Records per second produced with acks=all, and how many were sent."""
-    from confluent_kafka import Producer
+def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float, acks: str = "all",
+                  latencies: list[float] | None = None) -> tuple[float, int]:
+    """Records per second produced (acks=all unless told), and how many were sent; with
+    `latencies`, each record's milliseconds from produce() to its delivery report are added to it."""
+    from confluent_kafka import KafkaError, Message, Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
     value = os.urandom(size)
     sent = 0
+
+    def timed(t0: float) -> Callable[[KafkaError | None, Message], None]:
+        return lambda err, msg: latencies.append((time.perf_counter() - t0) * 1000)  # type: ignore[union-attr]
+
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         for _ in range(1000):
             while True:
                 try:
-                    p.produce(topic, value)
+                    if latencies is None:
+                        p.produce(topic, value)
+                    else:
+                        p.produce(topic, value, on_delivery=timed(time.perf_counter()))
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it
                     p.poll(0.01)
@@ -200,6 +213,35 @@ def _log_append_time_row(bootstrap: str, size: int, seconds: float, partitions: 
     rate = max(kafka_produce(bootstrap, topic, size, seconds)[0] for _ in range(2))
     _delete_topic(bootstrap, topic)
     return Row("kafka produce, LogAppendTime topic", size, rate, "CreateTime", create_time)
+
+
+ACKS_NOTE = ("(produce on Redis with one replica: raw rows are pipelines of 100 XADDs, p99 per round trip; "
+             "kafka rows are confluent-kafka, linger.ms 5, p99 from produce() to the delivery report)")
+
+
+def measure_acks(url: str, sizes: list[int], seconds: float, partitions: int) -> list[Row]:
+    """`gateway bench --kafka --acks all`: what waiting for a replica costs, in raw Redis (XADD, then
+    XADD+WAIT 1) and through the gateway (acks=1, then acks=all with min.insync.replicas 1 and 2)."""
+    rows: list[Row] = []
+    with with_replica(url), running_gateway(url) as ports:
+        bootstrap = f"127.0.0.1:{ports['kafka']}"
+        for size in sizes:
+            base, base_lat = raw_xadd_waited(url, size, seconds, 0, partitions=partitions)
+            rows.append(Row("raw redis: XADD x100", size, base, p50_ms=percentile(base_lat, 0.5),
+                            p99_ms=percentile(base_lat, 0.99)))
+            waited, waited_lat = raw_xadd_waited(url, size, seconds, 1, partitions=partitions)
+            rows.append(Row("raw redis: XADD x100 + WAIT 1", size, waited, "XADD", base,
+                            percentile(waited_lat, 0.5), percentile(waited_lat, 0.99)))
+            for acks, min_insync in (("1", 1), ("all", 1), ("all", 2)):
+                topic = f"bench-acks-{uuid.uuid4().hex[:8]}"
+                create_kafka_topic(bootstrap, topic, partitions, {"min.insync.replicas": str(min_insync)})
+                latencies: list[float] = []
+                rate, _ = kafka_produce(bootstrap, topic, size, seconds, acks, latencies)
+                rows.append(Row(f"kafka acks={acks}, min.insync.replicas {min_insync}", size, rate,
+                                "XADD+WAIT" if min_insync > 1 else "XADD", waited if min_insync > 1 else base,
+                                percentile(latencies, 0.5), percentile(latencies, 0.99)))
+                _delete_topic(bootstrap, topic)
+    return rows
 
 
 def measure_kafka(url: str, sizes: list[int], seconds: float, partitions: int, gateways: int) -> list[Row]:
