@@ -184,7 +184,7 @@ async def quick_gateway(pair: Pair) -> AsyncIterator[Gateway]:
 def _committed_on_replica(pair: Pair, group: str, topic: str = "t") -> int | None:
     with pair.replica_client() as r:
         raw = r.hget(keys.group_offsets(group), f"{topic}:0")
-    return None if raw is None else CommittedOffset.unpack(raw).offset  # type: ignore[arg-type]
+    return None if raw is None else CommittedOffset.unpack(raw).offset
 
 
 def _transact_and_commit(bs: str, pair: Pair) -> dict[str, Any]:
@@ -202,14 +202,14 @@ def _transact_and_commit(bs: str, pair: Pair) -> dict[str, Any]:
                                              TIMEOUT)
         producer.commit_transaction(TIMEOUT)
         seen["txn offsets"] = _committed_on_replica(pair, "g")
-        seen["replica hw"] = int(replica.hget(keys.meta("t", 0), "hw") or 0)  # type: ignore[arg-type]
+        seen["replica hw"] = int(replica.hget(keys.meta("t", 0), "hw") or 0)
         consumer.commit(offsets=[ck.TopicPartition("t", 0, 9)], asynchronous=False)
         seen["offsets"] = _committed_on_replica(pair, "g")
         consumer.close()
     return seen
 
 
-async def test_state_changes_are_on_the_replica_when_answered(pair, gateway):
+async def test_state_changes_are_on_the_replica_when_answered(pair: Pair, gateway: Gateway) -> None:
     bs = kafka_bootstrap(gateway)
     await asyncio.to_thread(_create, bs, "t", 1)
     seen = await asyncio.to_thread(_transact_and_commit, bs, pair)
@@ -219,7 +219,8 @@ async def test_state_changes_are_on_the_replica_when_answered(pair, gateway):
     assert seen["offsets"] == 9  # OffsetCommit
 
 
-async def test_a_stalled_replica_fails_state_changes_retriably_until_it_returns(pair, quick_gateway):
+async def test_a_stalled_replica_fails_state_changes_retriably_until_it_returns(
+        pair: Pair, quick_gateway: Gateway) -> None:
     gw = quick_gateway
     bs = kafka_bootstrap(gw)
     await asyncio.to_thread(_create, bs, "t", 1)
@@ -255,23 +256,24 @@ async def test_a_stalled_replica_fails_state_changes_retriably_until_it_returns(
     await ending
     assert _committed_on_replica(pair, "g") == 5
     with pair.replica_client() as r:
-        assert int(r.hget(keys.meta("t", 0), "hw")) == 2  # type: ignore[arg-type]  # the record, its marker
+        assert int(r.hget(keys.meta("t", 0), "hw")) == 2  # the record, its marker
 
 
-async def test_a_native_producer_with_acks_all_waits_for_the_replica(pair, gateway):
+async def test_a_native_producer_with_acks_all_waits_for_the_replica(pair: Pair, gateway: Gateway) -> None:
     await asyncio.to_thread(_create, kafka_bootstrap(gateway), "t", 2)
     async with await Client.connect(native_url(gateway)) as client:
         producer = await client.create_producer("t", acks="all", send_timeout=1.5)
         ids = [await producer.send(v) for v in (b"a", b"b")]
         with pair.replica_client() as r:
-            assert int(r.hget(keys.meta("t", 0), "hw")) == 2  # type: ignore[arg-type]
+            assert int(r.hget(keys.meta("t", 0), "hw")) == 2
         assert [m.offset for m in ids] == [0, 1]
         pair.replica.stop()
         with pytest.raises(NotEnoughReplicas):  # retried for its send timeout; the last try refused
             await producer.send(b"c")
 
 
-async def test_replicas_are_shown_and_a_min_insync_they_cannot_meet_is_logged_at_start_up(pair, gateway, caplog):
+async def test_replicas_are_shown_and_a_min_insync_they_cannot_meet_is_logged_at_start_up(
+        pair: Pair, gateway: Gateway, caplog: pytest.LogCaptureFixture) -> None:
     await asyncio.to_thread(_create, kafka_bootstrap(gateway), "t", 2)
     async with aiohttp.ClientSession() as http, http.get(admin_url(gateway) + "/admin/v2/replication") as r:
         [primary] = await r.json()
