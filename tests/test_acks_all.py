@@ -259,14 +259,19 @@ async def test_a_stalled_replica_fails_state_changes_retriably_until_it_returns(
         assert int(r.hget(keys.meta("t", 0), "hw")) == 2  # the record, its marker
 
 
-async def test_a_native_producer_with_acks_all_waits_for_the_replica(pair: Pair, gateway: Gateway) -> None:
+async def test_native_acks_all_and_subscription_acks_wait_for_the_replica(pair: Pair, gateway: Gateway) -> None:
     await asyncio.to_thread(_create, kafka_bootstrap(gateway), "t", 2)
     async with await Client.connect(native_url(gateway)) as client:
+        consumer = await client.subscribe("t", "s")
         producer = await client.create_producer("t", acks="all", send_timeout=1.5)
         ids = [await producer.send(v) for v in (b"a", b"b")]
         with pair.replica_client() as r:
             assert int(r.hget(keys.meta("t", 0), "hw")) == 2
         assert [m.offset for m in ids] == [0, 1]
+        for _ in ids:  # a subscription's acks are state changes: on the replica when acknowledged
+            await consumer.acknowledge(await consumer.receive(timeout=TIMEOUT))
+        with pair.replica_client() as r:
+            assert int(r.hget(keys.subscription("t", 0, "s"), "cursor")) == 2
         pair.replica.stop()
         with pytest.raises(NotEnoughReplicas):  # retried for its send timeout; the last try refused
             await producer.send(b"c")
