@@ -23,7 +23,7 @@ from gateway.client import Client, NotEnoughReplicas
 from gateway.domain.fence import full_key
 from gateway.server.gateway import Gateway
 from gateway.store import keys
-from gateway.store.embedded import EmbeddedRedis
+from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from gateway.store.groups import CommittedOffset
 from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.test_metrics import moved, samples, scrape, value
@@ -187,6 +187,14 @@ def _committed_on_replica(pair: Pair, group: str, topic: str = "t") -> int | Non
     return None if raw is None else CommittedOffset.unpack(raw).offset
 
 
+def _commit(bs: str, offset: int, group: str = "g") -> None:
+    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[ck.TopicPartition("t", 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
 def _transact_and_commit(bs: str, pair: Pair) -> dict[str, Any]:
     """A transaction that produces and commits offsets, then a plain consumer's commit; what the
     replica holds the moment each is answered."""
@@ -203,9 +211,9 @@ def _transact_and_commit(bs: str, pair: Pair) -> dict[str, Any]:
         producer.commit_transaction(TIMEOUT)
         seen["txn offsets"] = _committed_on_replica(pair, "g")
         seen["replica hw"] = int(replica.hget(keys.meta("t", 0), "hw") or 0)
-        consumer.commit(offsets=[ck.TopicPartition("t", 0, 9)], asynchronous=False)
-        seen["offsets"] = _committed_on_replica(pair, "g")
         consumer.close()
+        _commit(bs, 9)
+        seen["offsets"] = _committed_on_replica(pair, "g")
     return seen
 
 
@@ -236,13 +244,7 @@ async def test_a_stalled_replica_fails_state_changes_retriably_until_it_returns(
     before = await scrape(gw)
     os.kill(pair.replica.proc.pid, signal.SIGSTOP)
 
-    def commit() -> None:
-        consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "g", "enable.auto.commit": False})
-        try:
-            consumer.commit(offsets=[ck.TopicPartition("t", 0, 5)], asynchronous=False)
-        finally:
-            consumer.close()
-    committing = asyncio.create_task(asyncio.to_thread(commit))
+    committing = asyncio.create_task(asyncio.to_thread(_commit, bs, 5))
     ending = asyncio.create_task(asyncio.to_thread(producer.commit_transaction, TIMEOUT))
 
     async def refused() -> bool:
@@ -294,3 +296,58 @@ async def test_replicas_are_shown_and_a_min_insync_they_cannot_meet_is_logged_at
     async with running_gateway(test_config(pair.primary.url)):
         pass
     assert "topic t: min.insync.replicas 2 needs 1 Redis replicas" in caplog.text
+
+
+async def test_on_a_cluster_state_changes_wait_for_the_replica_of_their_slots_primary(tmp_path: Path) -> None:
+    cluster = EmbeddedCluster(tmp_path / "cluster")
+    replica = EmbeddedRedis(tmp_path / "replica", cluster=True)
+    cluster.start()
+    try:
+        replica.start()
+        with redis_sync.Redis(port=cluster.nodes[0].port) as r:
+            slot = int(r.execute_command("CLUSTER", "KEYSLOT", keys.group_offsets("g")))
+            owner = next(int(s[2][1]) for s in r.execute_command("CLUSTER", "SLOTS") if s[0] <= slot <= s[1])
+        with redis_sync.Redis(port=owner) as r:
+            r.config_set("repl-diskless-sync-delay", 0)
+            owner_id = r.execute_command("CLUSTER", "MYID").decode()
+            bus = next(line.split()[1].split("@")[1].split(",")[0]
+                       for line in r.execute_command("CLUSTER", "NODES").decode().splitlines() if "myself" in line)
+        with redis_sync.Redis(port=replica.port) as r:
+            r.execute_command("CLUSTER", "MEET", "127.0.0.1", owner, bus)
+            await eventually(lambda: owner_id in r.execute_command("CLUSTER", "NODES").decode(), TIMEOUT, "the meet")
+            r.execute_command("CLUSTER", "REPLICATE", owner_id)
+
+        def online() -> bool:
+            with redis_sync.Redis(port=owner) as r:
+                slave = r.info("replication").get("slave0")
+            return isinstance(slave, dict) and slave.get("state") == "online"
+        await eventually(online, TIMEOUT, "the replica online")
+
+        def on_replica() -> int | None:
+            with redis_sync.Redis(port=replica.port) as r:
+                r.execute_command("READONLY")
+                raw = r.hget(keys.group_offsets("g"), "t:0")
+            return None if raw is None else CommittedOffset.unpack(raw).offset
+
+        async with running_gateway(test_config(cluster.url, state_replication_timeout_ms=300)) as gw:
+            bs = kafka_bootstrap(gw)
+            await asyncio.to_thread(_create, bs, "t", 1)
+            await asyncio.to_thread(_commit, bs, 5)
+            assert on_replica() == 5
+            before = await scrape(gw)
+            assert replica.proc is not None
+            os.kill(replica.proc.pid, signal.SIGSTOP)
+            try:
+                committing = asyncio.create_task(asyncio.to_thread(_commit, bs, 6))
+
+                async def refused() -> bool:
+                    return moved(samples(before), samples(await scrape(gw)), "gateway_request_errors_total",
+                                 face="kafka", api="OffsetCommit", code="COORDINATOR_NOT_AVAILABLE") > 0
+                await eventually(refused, TIMEOUT, "COORDINATOR_NOT_AVAILABLE answered")
+            finally:
+                os.kill(replica.proc.pid, signal.SIGCONT)
+            await committing
+            assert on_replica() == 6
+    finally:
+        replica.stop()
+        cluster.stop()

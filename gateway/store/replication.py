@@ -199,6 +199,7 @@ class Replication:
         """Every primary's replicas, read now (for the admin API and metrics)."""
         async with storage_errors():
             if hasattr(self.redis, "get_primaries"):
+                await self.redis.initialize()  # the nodes are known once it has run a command
                 nodes = self.redis.get_primaries()
                 infos = await asyncio.gather(*(self.redis.info("replication", target_nodes=n) for n in nodes))
                 found = [(f"{n.host}:{n.port}", i) for n, i in zip(nodes, infos, strict=True)]
