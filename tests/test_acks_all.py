@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from gateway.client import Client, NotEnoughReplicas
 from gateway.domain.fence import full_key
 from gateway.server.gateway import Gateway
-from gateway.store import keys
+from gateway.store import Store, keys
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from gateway.store.groups import CommittedOffset
 from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, running_gateway, test_config
@@ -351,3 +351,21 @@ async def test_on_a_cluster_state_changes_wait_for_the_replica_of_their_slots_pr
     finally:
         replica.stop()
         cluster.stop()
+
+
+async def test_concurrent_state_changes_share_their_waits(pair: Pair) -> None:
+    await pair.linked()
+
+    def waits() -> int:
+        with redis_sync.Redis(port=pair.primary.port) as r:
+            return int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+    store = Store.open(pair.primary.url)
+    try:
+        before = waits()
+        codes = await asyncio.gather(*(store.groups.commit(f"g{i}", -1, "", None, {("t", 0): CommittedOffset(i)})
+                                       for i in range(20)))
+        assert codes == [0] * 20
+        assert [_committed_on_replica(pair, f"g{i}") for i in range(20)] == list(range(20))
+        assert waits() - before < 20  # commits sent while a WAIT is in flight share the next one
+    finally:
+        await store.close()

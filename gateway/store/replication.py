@@ -162,6 +162,7 @@ class Replication:
         self.waits = Waits()
         self._online: dict[tuple[str, int], tuple[float, int]] = {}  # node -> (read at, online replicas)
         self._most: dict[tuple[str, int], int] = {}  # node -> most replicas ever seen online
+        self._reading: dict[tuple[str, int], asyncio.Future[int]] = {}  # node -> its INFO being read
         self.state_min_insync = 2
         self.state_timeout_ms = 5_000
 
@@ -170,12 +171,20 @@ class Replication:
         self.state_min_insync, self.state_timeout_ms = state_min_insync, state_timeout_ms
 
     async def online(self, key: str) -> int:
-        """The replicas of `key`'s node that are online (INFO replication), read again after a second."""
+        """The replicas of `key`'s node that are online (INFO replication), read again after a second;
+        callers asking meanwhile share one read."""
         addr = self.connections.address(key)
         now = asyncio.get_running_loop().time()
         seen = self._online.get(addr)
         if seen is not None and now - seen[0] < _REPLICAS_FRESH:
             return seen[1]
+        reading = self._reading.get(addr)
+        if reading is None:
+            reading = self._reading[addr] = asyncio.ensure_future(self._read_online(key, addr, now))
+            reading.add_done_callback(lambda _: self._reading.pop(addr, None))
+        return await asyncio.shield(reading)
+
+    async def _read_online(self, key: str, addr: tuple[str, int], now: float) -> int:
         async with storage_errors():
             if hasattr(self.redis, "get_node_from_key"):
                 info = await self.redis.info("replication", target_nodes=self.redis.get_node_from_key(key))
