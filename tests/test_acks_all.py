@@ -214,6 +214,14 @@ def _transact_and_commit(bs: str, pair: Pair) -> dict[str, Any]:
         consumer.close()
         _commit(bs, 9)
         seen["offsets"] = _committed_on_replica(pair, "g")
+        member = ck.Consumer({"bootstrap.servers": bs, "group.id": "g848", "group.protocol": "consumer",
+                              "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        member.subscribe(["t"])
+        while (msg := member.poll(0.1)) is None or msg.error() is not None:
+            pass
+        member.commit(msg, asynchronous=False)  # KIP-848's OffsetCommit, with the member's epoch
+        seen["member offsets"] = _committed_on_replica(pair, "g848")
+        member.close()
     return seen
 
 
@@ -225,6 +233,7 @@ async def test_state_changes_are_on_the_replica_when_answered(pair: Pair, gatewa
     assert seen["txn offsets"] == 7  # TxnOffsetCommit applied at EndTxn
     assert seen["replica hw"] == 2  # the record and its commit marker
     assert seen["offsets"] == 9  # OffsetCommit
+    assert seen["member offsets"] == 1  # a KIP-848 member's OffsetCommit: past the record it read
 
 
 async def test_a_stalled_replica_fails_state_changes_retriably_until_it_returns(
