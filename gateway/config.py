@@ -133,6 +133,15 @@ class Config:
                                                  check=POSITIVE)
     watermark_snapshot_marks: int = setting(128, "watermark markers between a partition's snapshots: a lookup "
                                             "reads at most about this many", check=POSITIVE)
+    state_min_insync_replicas: int = setting(
+        2, "copies, the Redis primary's included, that a state change a client is told is done (committed "
+        "offsets, transaction ends and markers, producer fencing, subscription acks, delayed-message moves) "
+        "is on before the answer (Kafka's transaction.state.log.min.isr): Redis's WAIT for one fewer "
+        "replicas, never more than the primary has had since start, so a single Redis waits for none; 1: "
+        "never wait", check=between(1, 64))
+    state_replication_timeout_ms: int = setting(
+        5_000, "how long a state change waits for its replicas before a retriable error (Kafka's "
+        "offsets.commit.timeout.ms)", check=POSITIVE, metavar="MS")
     log_level: str = setting("INFO", "logging level", check=LOG_LEVEL, metavar="LEVEL")
 
     def __post_init__(self) -> None:

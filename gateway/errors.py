@@ -240,6 +240,9 @@ class NotEnoughReplicasAfterAppend(GatewayError):
     code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
 
+AWAY = (StorageUnavailable, NotEnoughReplicas, NotEnoughReplicasAfterAppend)
+"""Redis, or the replicas a write waits for, away for now: background work retries these quietly."""
+
 _BY_CODE: dict[ErrorCode, type[GatewayError]] = {
     cls.code: cls
     for cls in list(globals().values())

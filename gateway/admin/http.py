@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import asdict
 from typing import Any, cast
 
 from aiohttp import web
@@ -82,6 +83,7 @@ class AdminApi:
             web.get("/admin/v2/topics/{name}/watermarks", self.watermarks),
             web.post("/admin/v2/topics/{name}/watermarks/{producer}/idle", self.mark_idle),
             web.get("/admin/v2/gateways", self.gateways),
+            web.get("/admin/v2/replication", self.replication),
             web.get("/admin/v2/transactions", self.list_transactions),
             web.get("/admin/v2/transactions/transaction-keys", self.list_keys),
             web.get("/admin/v2/transactions/transaction-keys/{key}", self.get_key),
@@ -101,6 +103,14 @@ class AdminApi:
             "roles": [{"role": r.name, "node_id": None if h is None else h.node_id,
                        "epoch": None if h is None else h.epoch} for r, h in zip(svc.roles.roles, holders, strict=True)],
         })
+
+    async def replication(self, request: web.Request) -> web.Response:
+        """Each Redis primary with its replicas: online or not, and how far behind (bytes of its
+        replication stream not acknowledged, seconds since the last acknowledgement)."""
+        return web.json_response([
+            {"primary": p.address, "offset": p.offset, "replicas_online": p.online,
+             "replicas": [asdict(r) for r in p.replicas]}
+            for p in await self.services.log.replication()])
 
     async def health(self, request: web.Request) -> web.Response:
         try:

@@ -74,9 +74,25 @@ class Metrics:
                 start.add_metric([t, str(p)], b[0])
                 hw.add_metric([t, str(p)], b[1])
         count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
-        return [*traffic_families(), count, hw, start, *await self.delayed_gauges(parts),
+        return [*traffic_families(), count, hw, start, *await self.replication_gauges(), *await self.delayed_gauges(parts),
                 *await self.transaction_gauges(), await self.lag_gauge(),
                 *await self.watermark_gauges([(t.name, t.partitions) for t in topics])]
+
+    async def replication_gauges(self) -> list[Metric]:
+        """Per Redis primary, its replicas online; per replica, how far behind it is (the primary's
+        replication offset less the one the replica acknowledged, and seconds since it did)."""
+        online = GaugeMetricFamily("gateway_redis_replicas", "Replicas online of a Redis primary", labels=["primary"])
+        labels = ["primary", "replica", "state"]
+        behind = GaugeMetricFamily("gateway_redis_replica_lag_bytes",
+                                   "Replication bytes a replica has not acknowledged", labels=labels)
+        silent = GaugeMetricFamily("gateway_redis_replica_lag_seconds",
+                                   "Seconds since a replica last acknowledged", labels=labels)
+        for primary in await self.services.log.replication():
+            online.add_metric([primary.address], primary.online)
+            for r in primary.replicas:
+                behind.add_metric([primary.address, r.address, r.state], r.lag_bytes)
+                silent.add_metric([primary.address, r.address, r.state], r.lag_seconds)
+        return [online, behind, silent]
 
     async def lag_gauge(self) -> Metric:
         """Per consumer group and partition: the high watermark less the committed offset (Kafka's

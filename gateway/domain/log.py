@@ -34,6 +34,7 @@ from gateway.errors import (
     MessageTooLarge,
     OffsetOutOfRange,
     PartitionNotFound,
+    StorageUnavailable,
     TopicExists,
     TopicNotFound,
 )
@@ -46,6 +47,7 @@ from gateway.formats.records import (
 )
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, PartitionBounds, Slice, TopicInfo
+from gateway.store.replication import PrimaryStatus
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +158,7 @@ class LogService:
         info = TopicInfo(name, n, validate_topic_config(config or {}), now_ms())
         info = await self.store.log.create_topic(info)
         self._remember(info)
+        await self.warn_unmet_min_insync([info])
         return info
 
     async def topic(self, name: str, *, create: bool | None = None) -> TopicInfo:
@@ -229,6 +232,7 @@ class LogService:
             return info
         new = await self.store.log.alter_config(name, changed)
         self._remember(new)
+        await self.warn_unmet_min_insync([new])
         return new
 
     async def cluster_config(self, *, fresh: bool = False) -> dict[str, str]:
@@ -436,6 +440,33 @@ class LogService:
     async def allocate_producer_id(self) -> int:
         """A producer id never handed out before, by any gateway: the log's dedupe is keyed by it."""
         return await self.store.log.allocate_producer_id()
+
+    # -- replication ----------------------------------------------------------------------------
+
+    async def replication(self) -> list[PrimaryStatus]:
+        """Each Redis primary's replicas, and how far behind each one is."""
+        return await self.store.replication.primaries()
+
+    async def warn_unmet_min_insync(self, topics: list[TopicInfo] | None = None) -> int:
+        """Log a warning for each topic (of `topics`, else all) whose `min.insync.replicas` the Redis
+        replicas online cannot meet: acks=all produces to it are refused until they can. Returns how
+        many; Redis being away is no reason to warn, and warns of nothing."""
+        short = 0
+        try:
+            for info in await self.list_topics() if topics is None else topics:
+                need = int((await self.topic_config(info.name))["min.insync.replicas"]) - 1
+                if need <= 0:
+                    continue
+                online = [await self.store.log.replicas_online(info.name, p) for p in range(info.partitions)]
+                if min(online, default=need) < need:
+                    short += 1
+                    log.warning("topic %s: min.insync.replicas %d needs %d Redis replicas, but %d of its %d "
+                                "partitions' primaries have fewer online (as few as %d): acks=all produces to "
+                                "them are refused with NOT_ENOUGH_REPLICAS", info.name, need + 1, need,
+                                sum(1 for n in online if n < need), info.partitions, min(online))
+        except StorageUnavailable as exc:
+            log.info("could not compare topics' min.insync.replicas with the Redis replicas online: %s", exc)
+        return short
 
     async def ping(self) -> bool:
         """Whether the storage under the logs answers (a health check)."""

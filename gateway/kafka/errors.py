@@ -53,6 +53,13 @@ _BY_CODE: dict[ErrorCode, KafkaError] = {
 }
 
 
+REPLICAS_SHORT = frozenset({ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
+"""A coordinator's state change that its replicas did not take: Kafka's coordinators answer it with
+COORDINATOR_NOT_AVAILABLE, which clients retry (Kafka 4.2: GroupCoordinatorService's
+handleOperationException for offset commits, TransactionStateManager.appendTransactionToLog's
+transform of the log append error for InitProducerId, EndTxn and the other transaction requests)."""
+
+
 def kafka_error(exc: BaseException | ErrorCode | None) -> KafkaError:
     """The Kafka error code for a gateway error (or code); anything unexpected is UNKNOWN_SERVER_ERROR."""
     if exc is None:

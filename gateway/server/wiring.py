@@ -35,9 +35,11 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
     gateways know first (so they stop sending clients here), then the services close in the
     reverse order of their building; the store, the caller's, closes after."""
     async with contextlib.AsyncExitStack() as closing:
+        store.replication.configure(config.state_min_insync_replicas, config.state_replication_timeout_ms)
         log = LogService(store, auto_create=config.auto_create_topics,
                          default_partitions=config.default_partitions, peers=registry.peers)
         closing.push_async_callback(log.close)
+        await log.warn_unmet_min_insync()  # acks=all produces to such topics are refused: say so at once
         delay = DelayService(store, notify_partition=log.notifier.notify)
         watermark = WatermarkService(store, log, snapshot_marks=config.watermark_snapshot_marks)
         subscriptions = SubscriptionService(log, store, config.node_id, watermarks=watermark)

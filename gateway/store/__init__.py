@@ -12,6 +12,7 @@ from gateway.store.fence import FenceStore
 from gateway.store.groups import GroupStore
 from gateway.store.log import LogStore
 from gateway.store.registry import RegistryStore
+from gateway.store.replication import DurableScripts, Replication
 from gateway.store.roles import RoleStore
 from gateway.store.scripts import Scripts
 from gateway.store.security import SecurityStore
@@ -30,8 +31,11 @@ class Store:
 
     def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
-        scripts = Scripts(redis)
-        self.log = LogStore(redis, scripts)
+        plain = Scripts(redis)
+        self.replication = Replication(redis, plain, plain.specs.values())
+        # the state changes a client is told are done wait for the replicas (see `replication`)
+        scripts = DurableScripts(plain, self.replication)
+        self.log = LogStore(redis, scripts, self.replication)
         self.txn = TxnStore(redis, scripts)
         self.txn_offsets = TxnOffsetStore(redis, scripts)
         self.fence = FenceStore(redis, scripts)
@@ -64,5 +68,5 @@ class Store:
     async def close(self) -> None:
         self.log.direct.close()
         self.log.ordered.close()
-        self.log.replicated.close()
+        self.replication.close()
         await self._redis.aclose()

@@ -107,6 +107,14 @@ def _array(items: list[Any]) -> bytes:
     return bytes(msgpack.packb(items, use_bin_type=False))
 
 
+def packed_offsets(offsets: dict[tuple[str, int], CommittedOffset]) -> bytes:
+    """Offsets as a script reads them: a msgpack array of field, record, field, record, ..."""
+    pairs: list[Any] = []
+    for (topic, partition), c in offsets.items():
+        pairs += [_field(topic, partition), c.pack()]
+    return _array(pairs)
+
+
 def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 

@@ -29,14 +29,12 @@ partition's keys live in a slot of their own, so they follow the record without 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
-from redis.exceptions import ResponseError
 
 from gateway.clock import now_ms
 from gateway.errors import (
@@ -50,13 +48,11 @@ from gateway.errors import (
 )
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.resp import DirectConnections, RespConnection, RespError
+from gateway.store.replication import Replication
+from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
 
 APPEND = "append-4"
-# error replies of a node busy, loading, failing over or handing a slot on: the script did not run
-_PASSING = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "BUSY", "MASTERDOWN", "READONLY")
-_REPLICAS_FRESH = 1.0  # seconds a node's count of online replicas is trusted before it is read again
 
 
 @dataclass(frozen=True)
@@ -192,61 +188,16 @@ class AppendRequest:
     replicas: int = 0  # replicas that must hold the batch (Redis's WAIT) before it is acknowledged
 
 
-class _Waits:
-    """Redis's WAIT on the connections that append for acks=all: at most one in flight on each, and
-    every append sent while one is in flight shares the next. WAIT blocks its connection in Redis,
-    so appends sent meanwhile run only after it returns, and the next WAIT, sent then, covers them:
-    a producer's pipelined requests share WAITs instead of queueing one each."""
-
-    def __init__(self) -> None:
-        self._next: dict[RespConnection, tuple[asyncio.Future[int], list[int], list[int]]] = {}
-        self._flying: set[RespConnection] = set()
-
-    def after(self, conn: RespConnection, replicas: int, timeout_ms: int) -> asyncio.Future[int]:
-        """The number of replicas that hold everything `conn` wrote so far (a WAIT's answer)."""
-        group = self._next.get(conn)
-        if group is None:
-            group = self._next[conn] = (asyncio.get_running_loop().create_future(), [], [])
-        group[1].append(replicas)
-        group[2].append(timeout_ms)
-        if conn not in self._flying:
-            self._send(conn)
-        return group[0]
-
-    def _send(self, conn: RespConnection) -> None:
-        group = self._next.pop(conn, None)
-        if group is None:
-            self._flying.discard(conn)
-            return
-        self._flying.add(conn)
-        fut, replicas, timeouts = group
-        # timeout 0 would block for ever: WAIT's timeout is at least a millisecond
-        sent = conn.pipeline([("WAIT", max(replicas), max(1, min(timeouts)))])
-        sent.add_done_callback(lambda done: self._answered(conn, fut, done))
-
-    def _answered(self, conn: RespConnection, fut: asyncio.Future[int], done: asyncio.Future[list[Any]]) -> None:
-        if not fut.done():
-            exc = done.exception()
-            reply = None if exc is not None else done.result()[0]
-            if exc is not None or not isinstance(reply, int):
-                fut.set_exception(StorageUnavailable(f"redis: WAIT failed ({exc or reply}); retry"))
-            else:
-                fut.set_result(reply)
-        self._send(conn)
-
-
 class LogStore:
-    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts, replication: Replication) -> None:
         self.redis = redis
         self.scripts = scripts
         self.direct = DirectConnections(redis, name="gateway-direct-read")
         self.ordered = DirectConnections(redis, name="gateway-append", preload=(scripts.specs[APPEND].source,))
-        # appends that wait for replicas have connections of their own: their WAITs never hold up
-        # the others (a producer's acks is fixed, so its requests stay on one connection, in order)
-        self.replicated = DirectConnections(
-            redis, name="gateway-append-replicated", preload=(scripts.specs[APPEND].source,))
-        self._waits = _Waits()
-        self._online: dict[tuple[str, int], tuple[float, int]] = {}  # node -> (read at, online replicas)
+        # appends that wait for replicas have connections of their own, shared with the state changes
+        # that wait (`replication`): their WAITs never hold up the others (a producer's acks is
+        # fixed, so its requests stay on one connection, in order)
+        self.replication = replication
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -445,7 +396,7 @@ class LogStore:
         needed = [i for i, r in enumerate(requests) if r.replicas]
         if needed:
             for i in needed:
-                online = await self._replicas_online(keys.log(requests[i].topic, requests[i].partition))
+                online = await self.replication.online(keys.log(requests[i].topic, requests[i].partition))
                 if online < requests[i].replicas:
                     out[i] = NotEnoughReplicas(f"{requests[i].topic}-{requests[i].partition}: {online} Redis replicas "
                                                f"online, {requests[i].replicas} needed (min.insync.replicas "
@@ -484,22 +435,9 @@ class LogStore:
                 out[i] = error_for(reply[0], f"{r.topic}-{r.partition}")
         return [o for o in out if o is not None]
 
-    async def _replicas_online(self, key: str) -> int:
-        """The replicas of `key`'s node that are online (INFO replication), read again after a second."""
-        addr = self.replicated.address(key)
-        now = asyncio.get_running_loop().time()
-        seen = self._online.get(addr)
-        if seen is not None and now - seen[0] < _REPLICAS_FRESH:
-            return seen[1]
-        async with storage_errors():
-            if hasattr(self.redis, "get_node_from_key"):
-                info = await self.redis.info("replication", target_nodes=self.redis.get_node_from_key(key))
-            else:
-                info = await self.redis.info("replication")
-        online = sum(1 for k, v in info.items()
-                     if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online")
-        self._online[addr] = (now, online)
-        return online
+    async def replicas_online(self, topic: str, partition: int) -> int:
+        """The replicas online of the Redis primary holding the partition (read again after a second)."""
+        return await self.replication.online(keys.log(topic, partition))
 
     async def _append_ordered(
         self, calls: list[tuple[str, list[str], list[Any]]], sent: Callable[[], None], replicas: list[int],
@@ -511,7 +449,7 @@ class LogStore:
         followed by a WAIT for the most any of them needs."""
         conns: list[RespConnection] = []
         for (_, call_keys, _), needs in zip(calls, replicas, strict=True):
-            conn = await (self.replicated if needs else self.ordered).connection(call_keys[0])
+            conn = await (self.replication.connections if needs else self.ordered).connection(call_keys[0])
             if conn is None:
                 return None
             conns.append(conn)
@@ -524,7 +462,7 @@ class LogStore:
             for conn, idx in pending.items()
         }  # all written before the first await: nothing sent after us can overtake
         waits = {
-            conn: self._waits.after(conn, max(replicas[i] for i in idx), timeout_ms)
+            conn: self.replication.waits.after(conn, max(replicas[i] for i in idx), timeout_ms)
             for conn, idx in pending.items() if replicas[idx[0]]
         }
         sent()
@@ -532,22 +470,13 @@ class LogStore:
         async with storage_errors():
             for conn, fut in futures.items():
                 for i, reply in zip(pending[conn], await fut, strict=True):
-                    if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT"):
-                        conn.close()  # its scripts were flushed: the next connection loads them again
-                        reply = StorageUnavailable("redis lost the gateway's scripts; retry")
-                    elif isinstance(reply, RespError) and str(reply).startswith(_PASSING):
-                        if str(reply).startswith(("MOVED", "ASK")):
-                            self.ordered.relocate()
-                        reply = StorageUnavailable(f"redis: {reply}; retry")
-                    elif isinstance(reply, RespError):
-                        reply = ResponseError(str(reply))
-                    replies[i] = reply
+                    replies[i] = self.replication.reply(conn, reply)
             for conn, wait in waits.items():
                 acked = await wait
                 for i in pending[conn]:
                     stored = isinstance(replies[i], list) and replies[i][0] in (ErrorCode.OK, ErrorCode.DUPLICATE_SEQUENCE)
                     if acked < replicas[i] and stored:
-                        self._online.pop(self.replicated.address(calls[i][1][0]), None)  # read it again
+                        self.replication.forget(calls[i][1][0])  # read its replicas again
                         replies[i] = NotEnoughReplicasAfterAppend(
                             f"{calls[i][1][0]}: on {acked} Redis replicas within {timeout_ms} ms, "
                             f"{replicas[i]} needed (min.insync.replicas {replicas[i] + 1})")
