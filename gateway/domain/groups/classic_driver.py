@@ -8,8 +8,9 @@ the join or sync barrier if it must.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway.domain.groups.classic import (
     ClassicGroup,
@@ -25,6 +26,30 @@ from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.store.groups import GroupDoc
 
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class JoinCall:
+    member_id: str
+    request: JoinRequest
+    require_known: bool
+
+
+@dataclass(frozen=True)
+class HeartbeatCall:
+    generation: int
+    member_id: str
+    instance_id: str | None
+
+
+@dataclass(frozen=True)
+class LeaveCall:
+    members: list[tuple[str, str | None]]
+
+
+# a classic request as made, for a driver that serves it from a group of another protocol
+ClassicCall = JoinCall | SyncRequest | HeartbeatCall | LeaveCall
+NOT_SERVED: Any = object()
 
 
 class ClassicDriver(GroupDriver):
@@ -43,9 +68,14 @@ class ClassicDriver(GroupDriver):
             return partial(rt.group.arm, g), len(g.members)
         return await super()._adoptable(group_id, rt)
 
+    async def _serve_elsewhere(self, group_id: str, rt: _Runtime, call: ClassicCall) -> Any:
+        """The answer to a classic request when the id is a group of another protocol that serves
+        classic members (online migration), else NOT_SERVED. Runs under the group's lock."""
+        return NOT_SERVED
+
     async def _run(
         self, group_id: str, event: Callable[[GroupDoc | None, ClassicGroup, float], Decision[R]],
-        *, joining: bool = False,
+        *, joining: bool = False, call: ClassicCall | None = None,
     ) -> R:
         """Load, transition, save, answer; then wait at the barrier if the caller must. A member
         `joining` finds the id free of a consumer group with members (an empty one gives way)."""
@@ -53,6 +83,11 @@ class ClassicDriver(GroupDriver):
         try:
             async with rt.lock:
                 await self._own(group_id, rt)
+                if call is not None:
+                    served = await self._serve_elsewhere(group_id, rt, call)
+                    if served is not NOT_SERVED:
+                        result: R = served
+                        return result
                 if joining:
                     await self._claim_for_classic(group_id)
                 g = await self.store.load(group_id)
@@ -68,8 +103,8 @@ class ClassicDriver(GroupDriver):
             self._wake.set()  # deadlines may have moved
         if isinstance(reply, Parked):
             assert waiting is not None
-            result: R = await waiting
-            return result
+            answer: R = await waiting
+            return answer
         return reply
 
     async def _claim_for_classic(self, group_id: str) -> None:
@@ -127,7 +162,7 @@ class ClassicDriver(GroupDriver):
         )
         return await self._run(
             group_id, lambda g, group, now: group.join(g, now, member_id, req, require_known=require_known_member_id),
-            joining=True,
+            joining=True, call=JoinCall(member_id, req, require_known_member_id),
         )
 
     async def sync(
@@ -142,24 +177,23 @@ class ClassicDriver(GroupDriver):
         assignments: dict[str, bytes] | None = None,
     ) -> SyncResult:
         """The member's assignment for `generation`; parks followers until the leader's sync."""
-        return await self._run(
-            group_id,
-            lambda g, group, now: group.sync(
-                g, now, SyncRequest(generation, member_id, instance_id, protocol_type, protocol, assignments)
-            ),
-        )
+        req = SyncRequest(generation, member_id, instance_id, protocol_type, protocol, assignments)
+        return await self._run(group_id, lambda g, group, now: group.sync(g, now, req), call=req)
 
     async def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None = None
     ) -> None:
         """Keep the member's session; raises REBALANCE_IN_PROGRESS when it must rejoin."""
-        await self._run(group_id, lambda g, group, now: group.heartbeat(g, now, generation, member_id, instance_id))
+        await self._run(
+            group_id, lambda g, group, now: group.heartbeat(g, now, generation, member_id, instance_id),
+            call=HeartbeatCall(generation, member_id, instance_id),
+        )
 
     async def leave(
         self, group_id: str, members: list[tuple[str, str | None]]
     ) -> list[GroupErrorKind | None]:
         """Remove members (member id, instance id); one outcome per member, None when it left."""
-        return await self._run(group_id, lambda g, group, now: group.leave(g, now, members))
+        return await self._run(group_id, lambda g, group, now: group.leave(g, now, members), call=LeaveCall(members))
 
     # -- offsets --------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from gateway.domain.groups.consumer import describe as describe_consumer
 from gateway.domain.groups.driver import Adoption, GroupDriver, _Runtime
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.store.consumer_groups import ConsumerGroupDoc
+from gateway.store.groups import GroupDoc
 
 R = TypeVar("R")
 
@@ -53,20 +54,41 @@ class ConsumerDriver(GroupDriver):
         try:
             async with rt.lock:
                 await self._own(group_id, rt)
+                g = await self.consumer_store.load(group_id)
+                replacing = None
                 if joining:
                     classic = await self.store.load(group_id)
                     if classic is not None and classic.members:
-                        raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
-                g = await self.consumer_store.load(group_id)
+                        g, replacing = self._upgrade(group_id, rt, classic), classic.version
                 if g is not None:
                     rt.consumer.arm(g, self.clock())
-                step = event(g, rt.consumer, self.clock())
-                if step.save and step.group is not None:
-                    refused = await self.consumer_store.save(step.group, self.node_id)
-                    self._refused(group_id, refused)
-                return step.reply
+                return await self._step_consumer(group_id, rt, g, event, replacing)
         finally:
             self._wake.set()
+
+    async def _step_consumer(
+        self, group_id: str, rt: _Runtime, g: ConsumerGroupDoc | None,
+        event: Callable[[ConsumerGroupDoc | None, ConsumerGroup, float], Step[R]], replacing: int | None = None,
+    ) -> R:
+        """Apply the event to the loaded group and save it; under the group's lock."""
+        mixed = g is not None and any(not m.classic for m in g.members.values())
+        step = event(g, rt.consumer, self.clock())
+        if step.save and step.group is not None:
+            await self._save_consumer(group_id, rt, step.group, replacing=replacing, had_consumer_members=mixed)
+        return step.reply
+
+    def _upgrade(self, group_id: str, rt: _Runtime, classic: GroupDoc) -> ConsumerGroupDoc:
+        """The consumer group a classic group with members becomes when a member joins with
+        ConsumerGroupHeartbeat; without online migration, Kafka's getOrMaybeCreateConsumerGroup
+        answers GROUP_ID_NOT_FOUND."""
+        raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+
+    async def _save_consumer(
+        self, group_id: str, rt: _Runtime, g: ConsumerGroupDoc, *, replacing: int | None, had_consumer_members: bool
+    ) -> None:
+        """Save the group (`replacing`: the version of the classic group it converts, with online
+        migration; `had_consumer_members`: whether members of this protocol were there before)."""
+        self._refused(group_id, await self.consumer_store.save(g, self.node_id))
 
     # -- ConsumerGroupHeartbeat, ConsumerGroupDescribe --------------------------------------------
 

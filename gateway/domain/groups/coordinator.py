@@ -1,20 +1,20 @@
 """The group coordinator: the driver of the group protocols over state kept in Redis.
 
 `GroupCoordinator` joins the shared driver (`driver.GroupDriver`: locks, leases, timers, adoption)
-with each protocol's driving (`classic_driver`, `consumer_driver`), and holds what spans protocols:
+with each protocol's driving (`classic_driver`, `consumer_driver`) and the moves between them
+(`migration_driver`), and holds what spans protocols:
 offsets committed to a group of either type, describing, listing and deleting groups.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gateway.domain.groups.classic import DEAD, EMPTY, GroupDescription, MemberDescription, describe
-from gateway.domain.groups.classic_driver import ClassicDriver
 from gateway.domain.groups.consumer import ConsumerGroupConfig, group_state, validate_offset_fetch
-from gateway.domain.groups.consumer_driver import ConsumerDriver
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
+from gateway.domain.groups.migration_driver import MigrationDriver
 from gateway.domain.groups.offsets import (
     consumer_subscription,
     encode_consumer_assignment,
@@ -37,7 +37,7 @@ class GroupListing:
     group_type: str = CLASSIC
 
 
-class GroupCoordinator(ClassicDriver, ConsumerDriver):
+class GroupCoordinator(MigrationDriver):
     """Coordinates the groups of both protocols whose lease this gateway holds (see `GroupDriver`)."""
 
     # -- offsets --------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def open_coordinator(
 ) -> GroupCoordinator:
     """A coordinator over the gateway's store; given the log service, commits to partitions that do
     not exist are refused, as Kafka does. `prefers`: see `GroupCoordinator.prefers`."""
-    partitions = None
+    partitions = topics = None
     if log_service is not None:
 
         async def partitions(topic: str) -> int:
@@ -183,8 +183,12 @@ def open_coordinator(
             except (TopicNotFound, PartitionNotFound):
                 return 0
 
+        async def topics() -> Mapping[str, int]:
+            """Topics by name as the consumer protocol knows them: those with an id."""
+            return {t.name: t.partitions for t in await log_service.list_topics() if t.topic_id}
+
     return GroupCoordinator(
         store.groups, partitions=partitions, node_id=node_id, prefers=prefers,
         consumer_store=store.consumer_groups, consumer_config=consumer_config,
-        initial_rebalance_delay_ms=initial_rebalance_delay_ms,
+        initial_rebalance_delay_ms=initial_rebalance_delay_ms, topics=topics,
     )

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,8 +97,10 @@ class GroupDriver:
         prefers: Callable[[str], bool] = lambda group_id: True,
         consumer_store: ConsumerGroupStore | None = None,
         consumer_config: ConsumerGroupConfig | None = None,
+        topics: Callable[[], Awaitable[Mapping[str, int]]] | None = None,
     ) -> None:
         self.store = store
+        self.topics = topics  # every topic with its partition count, as ConsumerGroupHeartbeat sees them
         self.consumer_store = consumer_store or ConsumerGroupStore(store.redis, store.scripts)
         self.consumer_config = consumer_config or ConsumerGroupConfig()
         self.node_id = node_id
