@@ -19,6 +19,7 @@ from gateway.domain.groups.consumer import ConsumerGroupConfig, HeartbeatRequest
 from gateway.domain.groups.offsets import encode_consumer_assignment, encode_consumer_subscription
 from gateway.store import Store
 from gateway.store.consumer_groups import ConsumerMemberDoc
+from tests.conftest import eventually
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
 
@@ -38,14 +39,14 @@ async def coordinator(store: Store, policy: str = "bidirectional") -> GroupCoord
     return c
 
 
-async def classic_join(c: GroupCoordinator, member_id: str = "") -> JoinResult:
+async def classic_join(c: GroupCoordinator, member_id: str = "", rebalance_timeout_ms: int = 10_000) -> JoinResult:
     return await c.join("g", member_id, protocol_type="consumer", protocols=SUBSCRIPTION,
-                        session_timeout_ms=10_000, rebalance_timeout_ms=10_000)
+                        session_timeout_ms=10_000, rebalance_timeout_ms=rebalance_timeout_ms)
 
 
-async def stable_classic_member(c: GroupCoordinator) -> JoinResult:
+async def stable_classic_member(c: GroupCoordinator, rebalance_timeout_ms: int = 10_000) -> JoinResult:
     """A one-member classic group, stable, owning every partition of t."""
-    j = await classic_join(c)
+    j = await classic_join(c, rebalance_timeout_ms=rebalance_timeout_ms)
     assignment = {"t": frozenset(range(4))}
     await c.sync("g", j.generation, j.member_id, assignments={j.member_id: encode_consumer_assignment(assignment)})
     return j
@@ -114,6 +115,26 @@ async def test_the_last_consumer_member_leaving_downgrades_the_group(store: Stor
         assert await error_of(c.heartbeat("g", j.generation, j.member_id)) is GroupErrorKind.ILLEGAL_GENERATION
         back = await classic_join(c, j.member_id)
         assert back.leader == j.member_id
+    finally:
+        await c.close()
+
+
+async def test_a_classic_member_that_does_not_rejoin_is_fenced_at_its_rebalance_timeout(store: Store) -> None:
+    c = await coordinator(store)
+    try:
+        j = await stable_classic_member(c, rebalance_timeout_ms=300)
+        r = await consumer_join(c)
+        assert await error_of(c.heartbeat("g", j.generation, j.member_id)) is GroupErrorKind.REBALANCE_IN_PROGRESS
+
+        epoch = [r.member_epoch]
+
+        async def all_partitions() -> bool:
+            got = await c.consumer_heartbeat("g", HeartbeatRequest("m-new", epoch[0], owned={}), TOPICS)
+            epoch[0] = got.member_epoch
+            return got.assignment is not None and got.assignment.get("t") == frozenset(range(4))
+
+        await eventually(all_partitions, what="the classic member fenced and its partitions given")
+        assert await error_of(c.heartbeat("g", j.generation, j.member_id)) is GroupErrorKind.UNKNOWN_MEMBER_ID
     finally:
         await c.close()
 

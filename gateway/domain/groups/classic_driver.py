@@ -70,7 +70,8 @@ class ClassicDriver(GroupDriver):
 
     async def _serve_elsewhere(self, group_id: str, rt: _Runtime, call: ClassicCall) -> Any:
         """The answer to a classic request when the id is a group of another protocol that serves
-        classic members (online migration), else NOT_SERVED. Runs under the group's lock."""
+        classic members (online migration), else NOT_SERVED. Runs under the group's lock, asked only
+        when the id has no classic group with members (the protocols never both have members)."""
         return NOT_SERVED
 
     async def _run(
@@ -83,14 +84,14 @@ class ClassicDriver(GroupDriver):
         try:
             async with rt.lock:
                 await self._own(group_id, rt)
-                if call is not None:
+                g = await self.store.load(group_id)
+                if call is not None and (g is None or not g.members):  # a classic group with members is one
                     served = await self._serve_elsewhere(group_id, rt, call)
                     if served is not NOT_SERVED:
                         result: R = served
                         return result
                 if joining:
                     await self._claim_for_classic(group_id)
-                g = await self.store.load(group_id)
                 if g is not None:
                     rt.group.arm(g, self.clock())
                 decision = event(g, rt.group, self.clock())

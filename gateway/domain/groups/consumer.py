@@ -149,12 +149,15 @@ class ConsumerGroup:
         self.config = config or ConsumerGroupConfig()
         self.sessions: dict[str, float] = {}  # member id -> when its session ends
         self.revocations: dict[str, tuple[float, int]] = {}  # member id -> (deadline, epoch it revokes in)
+        # a classic member (online migration) told to rejoin, or that joined and must sync: by when
+        # (its rebalance timeout; Kafka's consumer group join and sync timeouts)
+        self.classic_deadlines: dict[str, float] = {}
         self.armed = False
 
     # -- what the driver asks -------------------------------------------------------------------
 
     def next_deadline(self) -> float | None:
-        candidates = [*self.sessions.values(), *(d for d, _ in self.revocations.values())]
+        candidates = [*self.sessions.values(), *(d for d, _ in self.revocations.values()), *self.classic_deadlines.values()]
         return min(candidates) if candidates else None
 
     def arm(self, g: ConsumerGroupDoc, now: float) -> None:
@@ -171,6 +174,7 @@ class ConsumerGroup:
         """Forget this process's view of the group (another gateway coordinates it now)."""
         self.sessions.clear()
         self.revocations.clear()
+        self.classic_deadlines.clear()
         self.armed = False
 
     # -- ConsumerGroupHeartbeat -----------------------------------------------------------------
@@ -355,6 +359,7 @@ class ConsumerGroup:
         if g is None:
             self.sessions.clear()
             self.revocations.clear()
+            self.classic_deadlines.clear()
             return Step(None, None, False)
         save = False
         for mid, until in list(self.sessions.items()):
@@ -372,6 +377,14 @@ class ConsumerGroup:
                 log.info("group %s: member %s did not revoke within its rebalance timeout; fenced", g.group_id, mid)
                 self.fence(g, mid)
                 save = True
+        for mid, until in list(self.classic_deadlines.items()):
+            if mid not in g.members:
+                del self.classic_deadlines[mid]
+            elif until <= now:
+                log.info("group %s: classic member %s did not rejoin or sync within its rebalance timeout; fenced",
+                         g.group_id, mid)
+                self.fence(g, mid)
+                save = True
         return Step(g, None, save)
 
     # -- the transitions ------------------------------------------------------------------------
@@ -383,6 +396,7 @@ class ConsumerGroup:
         g.target.pop(member_id, None)
         self.sessions.pop(member_id, None)
         self.revocations.pop(member_id, None)
+        self.classic_deadlines.pop(member_id, None)
         g.group_epoch += 1
         if not g.members:  # an empty group has nothing to assign (KAFKA-20442)
             g.assignment_epoch = g.group_epoch

@@ -138,6 +138,7 @@ def join(
     )
     owned = _owned(req.protocols)  # eager members give up everything before they rejoin
     reconciled, changed_group = machine.step(g, now, member, updated, replaced, topics, owned)
+    machine.classic_deadlines[member_id] = now + reconciled.rebalance_timeout_ms / 1000  # to sync by
     result = JoinResult(reconciled.member_epoch, CONSUMER_PROTOCOL_TYPE, req.protocols[0][0], "", member_id)
     return Step(g, result, changed_group or reconciled != member)
 
@@ -152,7 +153,8 @@ def sync(machine: ConsumerGroup, g: ConsumerGroupDoc, now: float, req: SyncReque
         raise GroupError(GroupErrorKind.INCONSISTENT_GROUP_PROTOCOL, f"protocol {req.protocol} is not {protocol}")
     # Kafka's throwIfRebalanceInProgress: a member revoking has rejoined already
     if g.group_epoch > m.member_epoch and m.state != MemberState.UNREVOKED_PARTITIONS:
-        raise GroupError(GroupErrorKind.REBALANCE_IN_PROGRESS, "the group rebalances; rejoin")
+        raise _rejoin(machine, m, now)
+    machine.classic_deadlines.pop(m.member_id, None)
     machine.touch(m, now)
     return Step(g, SyncResult(CONSUMER_PROTOCOL_TYPE, protocol, encode_consumer_assignment(m.assigned)), False)
 
@@ -168,8 +170,14 @@ def heartbeat(
         or m.state == MemberState.UNREVOKED_PARTITIONS
         or (m.state == MemberState.UNRELEASED_PARTITIONS and not _waiting_on_unreleased(g, m))
     ):
-        raise GroupError(GroupErrorKind.REBALANCE_IN_PROGRESS, "the group rebalances; rejoin")
+        raise _rejoin(machine, m, now)
     return Step(g, None, False)
+
+
+def _rejoin(machine: ConsumerGroup, m: ConsumerMemberDoc, now: float) -> GroupError:
+    """REBALANCE_IN_PROGRESS, the member to rejoin within its rebalance timeout or be fenced."""
+    machine.classic_deadlines.setdefault(m.member_id, now + m.rebalance_timeout_ms / 1000)
+    return GroupError(GroupErrorKind.REBALANCE_IN_PROGRESS, "the group rebalances; rejoin")
 
 
 def leave(
