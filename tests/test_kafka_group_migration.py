@@ -24,6 +24,9 @@ eventually = functools.partial(conftest.eventually, timeout=45.0)
 
 CLASSIC = {"group.protocol": "classic", "session.timeout.ms": 6000, "heartbeat.interval.ms": 200}
 CONSUMER: dict[str, object] = {}
+# eager classic members give up every partition before they rejoin; cooperative ones list what they
+# own in their JoinGroup and give up only what the consumer group's assignment takes away
+STRATEGIES = ["range,roundrobin", "cooperative-sticky"]
 
 
 @contextlib.asynccontextmanager
@@ -77,12 +80,14 @@ async def group_type(gw: Gateway, group: str) -> str:
     return listed[group]
 
 
-async def test_rolling_upgrade_and_downgrade(redis_url: str) -> None:
+@pytest.mark.parametrize("strategy", STRATEGIES)
+async def test_rolling_upgrade_and_downgrade(redis_url: str, strategy: str) -> None:
+    classic = {**CLASSIC, "partition.assignment.strategy": strategy}
     async with running(redis_url) as gw:
         assert gw.services is not None
         await gw.services.log.create_topic(TOPIC, 6)
         bs, log = kafka_bootstrap(gw), Log()
-        members = {n: Member(n, bs, "gm", log, [TOPIC], **CLASSIC).start() for n in ("a0", "b0", "c0")}
+        members = {n: Member(n, bs, "gm", log, [TOPIC], **classic).start() for n in ("a0", "b0", "c0")}
 
         async def settled(what: str) -> None:
             await eventually(lambda: all(len(m.owned) == 2 for m in members.values()), what=what)
@@ -99,7 +104,7 @@ async def test_rolling_upgrade_and_downgrade(redis_url: str) -> None:
             # downgrade: back to the classic protocol the same way
             for old, new in (("a1", "a2"), ("b1", "b2"), ("c1", "c2")):
                 await members.pop(old).close()
-                members[new] = Member(new, bs, "gm", log, [TOPIC], **CLASSIC).start()
+                members[new] = Member(new, bs, "gm", log, [TOPIC], **classic).start()
                 await settled(f"classic {new} in place of {old}")
             assert await group_type(gw, "gm") == "classic"
             sent = await load.stop()
