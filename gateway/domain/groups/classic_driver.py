@@ -109,9 +109,9 @@ class ClassicDriver(GroupDriver):
         return reply
 
     async def _claim_for_classic(self, group_id: str) -> None:
-        """Kafka's classicGroupJoin: a consumer group with members is joined only by migrating it,
-        which this gateway does not do (INCONSISTENT_GROUP_PROTOCOL); an empty one is replaced by
-        the classic group, its committed offsets kept."""
+        """Kafka's classicGroupJoin: a consumer group with members is joined only through online
+        migration (`_serve_elsewhere`), else refused (INCONSISTENT_GROUP_PROTOCOL); an empty one is
+        replaced by the classic group, its committed offsets kept."""
         cg = await self.consumer_store.load(group_id)
         if cg is None:
             return
