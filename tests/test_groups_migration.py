@@ -78,6 +78,8 @@ async def test_a_consumer_member_upgrades_the_group_and_the_classic_member_rejoi
         r = await consumer_join(c)
         assert await group_type(c) == "consumer"
         assert r.assignment == {}  # every partition is still the classic member's
+        d = await c.describe_consumer("g")
+        assert d is not None and {m.member_id: m.classic for m in d.members} == {j.member_id: True, "m-new": False}
         # the classic member's heartbeat tells it to rejoin; its old generation still commits
         assert await error_of(c.heartbeat("g", j.generation, j.member_id)) is GroupErrorKind.REBALANCE_IN_PROGRESS
         await c.commit_offsets("g", j.generation, j.member_id, {("t", 1): (7, -1, "")}, api_version=8)

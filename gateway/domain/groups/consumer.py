@@ -117,6 +117,7 @@ class ConsumerMemberDescription:
     subscribed_regex: str | None
     assignment: Assignment
     target_assignment: Assignment
+    classic: bool = False  # a member of the classic protocol (online migration)
 
 
 @dataclass(frozen=True)
@@ -612,6 +613,7 @@ def describe(g: ConsumerGroupDoc, assignor: str) -> ConsumerGroupDescription:
             ConsumerMemberDescription(
                 m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
                 m.subscribed_topics, m.subscribed_regex, dict(m.assigned), dict(g.target.get(m.member_id, {})),
+                m.classic,
             )
             for m in g.members.values()
         ],
