@@ -107,6 +107,10 @@ class Config:
     group_consumer_heartbeat_interval_ms: int = setting(
         5_000, "how often members of a consumer group (group.protocol=consumer) are told to heartbeat",
         check=POSITIVE, metavar="MS")
+    group_consumer_migration_policy: str = setting(
+        "bidirectional", "whether a classic group moves to the consumer protocol as its members roll over "
+        "(upgrade), back when the last one of that protocol leaves (downgrade), both, or neither (Kafka's "
+        "group.consumer.migration.policy)", check=one_of("disabled", "upgrade", "downgrade", "bidirectional"))
     group_initial_rebalance_delay_ms: int = setting(
         3_000, "how long the first rebalance of a new classic group waits for more members to join, so "
         "that members starting together share the first assignment (Kafka's group.initial.rebalance.delay.ms)",

@@ -60,6 +60,7 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
             consumer_config=ConsumerGroupConfig(
                 session_timeout_ms=config.group_consumer_session_timeout_ms,
                 heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+                migration_policy=config.group_consumer_migration_policy,
             ),
             prefers=lambda group_id: registry.group_coordinator(group_id).node_id == config.node_id,
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
