@@ -45,6 +45,7 @@ class ErrorCode(IntEnum):
     AUTHORIZATION_FAILED = 29
     NOT_ENOUGH_REPLICAS = 30
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 31
+    INVALID_RECORD = 32
 
     @property
     def retriable(self) -> bool:
@@ -238,6 +239,12 @@ class NotEnoughReplicasAfterAppend(GatewayError):
     """Written, but not on enough replicas in time; an idempotent retry is answered as the original."""
 
     code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+class InvalidRecord(GatewayError):
+    """A record the topic cannot take (a record without a key on a compacted topic): the batch is refused."""
+
+    code = ErrorCode.INVALID_RECORD
 
 
 _BY_CODE: dict[ErrorCode, type[GatewayError]] = {

@@ -30,6 +30,7 @@ from gateway.domain.topic_configs import (
 from gateway.errors import (
     CorruptMessage,
     InvalidPartitions,
+    InvalidRecord,
     InvalidRequest,
     MessageTooLarge,
     OffsetOutOfRange,
@@ -40,6 +41,7 @@ from gateway.errors import (
 from gateway.formats.records import (
     BatchHeader,
     iter_records,
+    keyless_record,
     parse_header,
     split_batches,
     stamp_log_append_time,
@@ -329,6 +331,8 @@ class LogService:
                         raise CorruptMessage("record count does not match the last offset delta")
                     if h.control:  # markers are the coordinator's: a forged one would end transactions
                         raise InvalidRequest("clients cannot write control batches")
+                if "compact" in cfg["cleanup.policy"].split(","):
+                    _check_keys(topic, partition, batches)
                 replicas = int(cfg["min.insync.replicas"]) - 1 if acks == -1 else 0
                 if cfg["message.timestamp.type"] == "LogAppendTime":
                     stamped[i] = now_ms()
@@ -530,6 +534,16 @@ class LogService:
         n = await self.enforce_retention(lease)
         if n:
             log.info("retention removed %d batches", n)
+
+
+def _check_keys(topic: str, partition: int, batches: list[tuple[BatchHeader, memoryview]]) -> None:
+    """A compacted topic keeps the latest record of each key, so it refuses a record without one,
+    and with it the whole blob, as Kafka's `LogValidator.validateKey` does (INVALID_RECORD). Other
+    topics never pay for this scan."""
+    for _, view in batches:
+        if keyless_record(view) >= 0:
+            raise InvalidRecord(f"Compacted topic cannot accept message without key in topic partition "
+                                f"{topic}-{partition}.")
 
 
 def _hidden(e: Entry, sl: Slice) -> bool:

@@ -32,6 +32,7 @@ ATTR_COMPRESSION = 0x07
 ATTR_TIMESTAMP_LOG_APPEND = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+ATTR_DELETE_HORIZON = 0x40  # KIP-534: the base timestamp is the time the batch's tombstones may go
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
@@ -229,6 +230,97 @@ def iter_records(batch: bytes | memoryview, base_offset: int | None = None) -> I
         pos = end
 
 
+def keyless_record(batch: bytes | memoryview) -> int:
+    """The index of the batch's first record without a key, -1 when every record has one: what a
+    compacted topic refuses. Only the lengths in front of each key are read (a compressed body is
+    decompressed first, as Kafka's LogValidator does)."""
+    h = parse_header(batch, verify_crc=False)
+    body = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
+    pos = 0
+    for i in range(h.record_count):
+        length, pos = read_varint(body, pos)
+        end = pos + length
+        _, pos = read_varint(body, pos + 1)  # after the attributes: the timestamp delta
+        _, pos = read_varint(body, pos)  # the offset delta
+        key_length, _ = read_varint(body, pos)
+        if key_length < 0:
+            return i
+        if length < 0 or end > len(body):
+            raise CorruptMessage("record runs past the batch")
+        pos = end
+    return -1
+
+
+class RawRecord(NamedTuple):
+    """One record of a batch as the cleaner sees it: what decides its fate, and its bytes from the key
+    on (key, value, headers), carried over unchanged when the batch is rewritten."""
+
+    offset_delta: int
+    timestamp: int
+    key: bytes | None
+    tombstone: bool
+    attributes: int
+    tail: bytes
+
+
+def raw_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[RawRecord]]:
+    """A batch's header and its records, keys decoded and values left as bytes."""
+    h = parse_header(batch, verify_crc=False)
+    body = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
+    view = memoryview(body)
+    out: list[RawRecord] = []
+    pos = 0
+    for _ in range(h.record_count):
+        length, pos = read_varint(body, pos)
+        end = pos + length
+        if length < 0 or end > len(body):
+            raise CorruptMessage("record runs past the batch")
+        attributes = body[pos]
+        ts_delta, pos = read_varint(body, pos + 1)
+        off_delta, pos = read_varint(body, pos)
+        tail = pos
+        key, pos = _read_bytes(body, pos)
+        value_length, _ = read_varint(body, pos)
+        out.append(RawRecord(off_delta, h.base_timestamp + ts_delta, key, value_length < 0, attributes,
+                             bytes(view[tail:end])))
+        pos = end
+    return h, out
+
+
+def rewrite_batch(h: BatchHeader, kept: list[RawRecord], *, delete_horizon: int = -1) -> bytes:
+    """The batch with only `kept` of its records, as Kafka's cleaner rewrites one
+    (`MemoryRecords.filterTo`): same base offset, producer id, epoch and base sequence, records keep
+    their offset deltas, and the last offset delta is kept (`overrideLastOffset`), so the batch still
+    spans all its offsets and a reader moves past it to the next. With `delete_horizon` (KIP-534) the
+    base timestamp becomes that time and the horizon attribute is set: the batch's tombstones may go
+    once it has passed. Compressed with the batch's codec; the CRC is computed anew."""
+    horizon = delete_horizon if delete_horizon >= 0 else (
+        h.base_timestamp if h.attributes & ATTR_DELETE_HORIZON else -1)
+    base_ts = horizon if horizon >= 0 else h.base_timestamp
+    body = bytearray()
+    for r in kept:
+        rec = bytearray((r.attributes,))
+        write_varint(rec, r.timestamp - base_ts)
+        write_varint(rec, r.offset_delta)
+        rec += r.tail
+        write_varint(body, len(rec))
+        body += rec
+    if h.attributes & ATTR_TIMESTAMP_LOG_APPEND or not kept:
+        max_ts = h.max_timestamp
+    else:
+        max_ts = max(r.timestamp for r in kept)
+    attributes = h.attributes | (ATTR_DELETE_HORIZON if horizon >= 0 else 0)
+    return assemble(compress(h.compression, bytes(body)), attributes=attributes,
+                    last_offset_delta=h.last_offset_delta, base_timestamp=base_ts, max_timestamp=max_ts,
+                    producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                    record_count=len(kept), base_offset=h.base_offset, leader_epoch=h.leader_epoch)
+
+
+def delete_horizon(h: BatchHeader) -> int:
+    """When a cleaned batch's tombstones may go (KIP-534), -1 when the cleaner has not set it."""
+    return h.base_timestamp if h.attributes & ATTR_DELETE_HORIZON else -1
+
+
 def encode_record(
     out: bytearray,
     offset_delta: int,
@@ -347,6 +439,7 @@ def assemble(
     base_sequence: int,
     record_count: int,
     base_offset: int = 0,
+    leader_epoch: int = 0,
 ) -> bytes:
     """Put the header (with its CRC) in front of an encoded, possibly compressed, record body."""
     tail = struct.pack(
@@ -362,7 +455,7 @@ def assemble(
     )
     crc = crc32c.crc32c(body, crc32c.crc32c(tail))
     length = HEADER_SIZE - LENGTH_END + len(body)
-    return struct.pack(">qiibI", base_offset, length, 0, 2, crc) + tail + body
+    return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc) + tail + body
 
 
 def build_batch(
