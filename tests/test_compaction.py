@@ -4,11 +4,13 @@ its gaps, with real Kafka clients."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gateway.domain.compaction import LogCleaner, Policy
 from gateway.errors import InvalidRecord
 from gateway.formats.records import (
     ATTR_DELETE_HORIZON,
@@ -22,7 +24,8 @@ from gateway.formats.records import (
     rewrite_batch,
 )
 from gateway.server.gateway import Gateway
-from tests.conftest import kafka_bootstrap
+from tests.conftest import kafka_bootstrap, running_gateway, test_config
+from tests.kafka_clients import Stored, consume, produce
 
 pytestmark = pytest.mark.kafka
 TIMEOUT = 20
@@ -79,3 +82,49 @@ async def test_a_record_without_a_key_is_refused_with_its_batch(gateway: Gateway
     assert isinstance(done.result, InvalidRecord)
     assert str(done.result) == "Compacted topic cannot accept message without key in topic partition table-0."
     assert await gateway.services.log.bounds("table", 0) == (0, 0)
+
+
+@pytest.fixture
+async def quiet(redis_url: str) -> AsyncIterator[Gateway]:
+    """A gateway whose cleaner role waits an hour: the tests run the passes themselves."""
+    async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
+        yield gw
+
+
+def _cleaner(gw: Gateway) -> LogCleaner:
+    assert gw.cleaner is not None
+    return gw.cleaner
+
+
+async def _create(gw: Gateway, topic: str, **config: str) -> None:
+    await gw.services.log.create_topic(topic, 1, {"cleanup.policy": "compact", **config})
+
+
+async def _changelog(bs: str, topic: str, updates: int, keys: int) -> list[Stored]:
+    """`updates` records over `keys` keys in batches of 25, then one record of its own (the active
+    head, which no pass cleans); returns what each consumer should read back after a clean."""
+    messages = [(b"k%d" % (i % keys), b"v%d" % i) for i in range(updates)]
+    placed = await produce("confluent", bs, topic, messages, **{"batch.num.messages": 25})
+    [(_, head)] = await produce("confluent", bs, topic, [(b"head", b"h")])
+    latest: dict[bytes | None, Stored] = {}
+    for (p, offset), (key, value) in zip(placed, messages, strict=True):
+        latest[key] = (p, offset, key, value)
+    return sorted(latest.values(), key=lambda s: s[1]) + [(0, head, b"head", b"h")]
+
+
+@pytest.mark.parametrize("redis_url", ["single", "cluster"], indirect=True)
+async def test_a_changelog_compacts_to_the_latest_value_per_key(quiet: Gateway) -> None:
+    bs = kafka_bootstrap(quiet)
+    await _create(quiet, "changelog")
+    expected = await _changelog(bs, "changelog", 400, 12)
+    done = await _cleaner(quiet).clean("changelog", 0, Policy.of(await quiet.services.log.topic_config("changelog")))
+    assert done is not None and done.records_dropped == 400 - 12
+    for client in ("confluent", "aiokafka"):
+        assert await consume(client, bs, "changelog", 0, 0, len(expected)) == expected, client
+    # from inside batches that went whole, from a record that went and from the middle of a batch
+    for client, start in (("confluent", 100), ("aiokafka", 380), ("confluent", expected[2][1])):
+        survivors = [s for s in expected if s[1] >= start]
+        assert await consume(client, bs, "changelog", 0, start, len(survivors)) == survivors, (client, start)
+    # a second pass with nothing new to clean leaves the log as it is
+    assert await _cleaner(quiet).clean("changelog", 0, Policy.of(await quiet.services.log.topic_config("changelog"))) is None
+    assert await quiet.services.log.bounds("changelog", 0) == (0, 401)

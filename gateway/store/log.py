@@ -568,27 +568,19 @@ class LogStore:
         log = keys.log(topic, partition)
         commands: list[tuple[Any, ...]] = [
             ("XREVRANGE", log, f"{offset}-1", "-", "COUNT", 1),
-            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen"),
+            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen", "cb", "cg"),
             ("HVALS", keys.open_txns(topic, partition)),
         ]
         if with_aborted:
             commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
         if max_entries > 1:
             commands.append(("XRANGE", log, f"({offset}-1", "+", "COUNT", max_entries - 1))
-        replies = await self.direct.pipeline(log, commands) if direct else None
-        if replies is None:
-            pipe = self.redis.pipeline(transaction=False)
-            for command in commands:
-                pipe.execute_command(*command)
-            async with storage_errors():
-                replies = await pipe.execute()
-        else:
-            replies[0] = _direct_entries(replies[0])
-            if max_entries > 1:
-                replies[-1] = _direct_entries(replies[-1])
-        before, (hw, start, gen), open_txns, *rest = replies
+        replies = await self._pipeline(log, commands, direct, streams=(0, len(commands) - 1 if max_entries > 1 else 0))
+        before, (hw, start, gen, cb, cg), open_txns, *rest = replies
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
+        if cb is not None and offset < int(cb):
+            return await self._read_cleaned(topic, partition, offset, max_entries, with_aborted, direct, int(cg))
         aborted = rest.pop(0) if with_aborted else []
         first = _entry(before[0]) if before else None
         holds = first is not None and first.next_offset > offset
@@ -605,6 +597,55 @@ class LogStore:
             entries.insert(0, first)
         ranges = [_aborted(m, int(float(score))) for m, score in _pairs(aborted)]
         return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0))
+
+    async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]) -> list[Any]:
+        """The replies of `commands` (all in `log`'s slot) in one round trip; `direct` receives them
+        without copies (`resp`), through redis-py when that path cannot serve. Stream replies (at
+        `streams`) come in redis-py's shape either way."""
+        replies = await self.direct.pipeline(log, commands) if direct else None
+        if replies is None:
+            pipe = self.redis.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            async with storage_errors():
+                return list(await pipe.execute())
+        for i in set(streams):
+            replies[i] = _direct_entries(replies[i])
+        return replies
+
+    async def _read_cleaned(
+        self, topic: str, partition: int, offset: int, max_entries: int, with_aborted: bool, direct: bool, cg: int
+    ) -> Slice:
+        """A read below a compacted partition's clean boundary: the cleaned stream of the current
+        generation from the batch holding `offset` (or the first after it: cleaning leaves gaps), then
+        the main stream's first batches, which start at the boundary. The meta hash is read after the
+        streams: when a cleaner pass switched generations meanwhile (`cg` moved), it is read again."""
+        log, meta = keys.log(topic, partition), keys.meta(topic, partition)
+        while True:
+            clean = keys.clean_log(topic, partition, cg)
+            commands: list[tuple[Any, ...]] = [
+                ("XREVRANGE", clean, f"{offset}-1", "-", "COUNT", 1),
+                ("XRANGE", clean, f"({offset}-1", "+", "COUNT", max_entries),
+                ("XRANGE", log, "-", "+", "COUNT", max_entries),
+                ("HMGET", meta, "hw", "start", "gen", "cb", "cg"),
+                ("HVALS", keys.open_txns(topic, partition)),
+            ]
+            if with_aborted:
+                commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
+            before, after, dirty, (hw, start, gen, cb, now_cg), open_txns, *rest = await self._pipeline(
+                log, commands, direct, streams=(0, 1, 2))
+            if hw is None:
+                raise TopicNotFound(f"{topic}-{partition} does not exist")
+            if int(now_cg or 0) == cg:
+                break
+            cg = int(now_cg or 0)
+        boundary = int(cb or 0)
+        entries = [_entry(e) for e in before if _entry(e).next_offset > offset]
+        entries += [_entry(e) for e in after if int(e[0].split(b"-", 1)[0]) < boundary]
+        entries += [_entry(e) for e in dirty if int(e[0].split(b"-", 1)[0]) >= boundary]
+        ranges = [_aborted(m, int(float(score))) for m, score in _pairs(rest[0] if with_aborted else [])]
+        return Slice(entries[:max_entries], int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges,
+                     int(gen or 0))
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
