@@ -10,8 +10,9 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from gateway.domain.compaction import LogCleaner, Policy
-from gateway.errors import InvalidRecord
+from gateway.domain.compaction import LogCleaner, PassResult, Policy
+from gateway.domain.topic_configs import Change, Op
+from gateway.errors import InvalidConfig, InvalidRecord
 from gateway.formats.records import (
     ATTR_DELETE_HORIZON,
     BatchBuilder,
@@ -128,3 +129,127 @@ async def test_a_changelog_compacts_to_the_latest_value_per_key(quiet: Gateway) 
     # a second pass with nothing new to clean leaves the log as it is
     assert await _cleaner(quiet).clean("changelog", 0, Policy.of(await quiet.services.log.topic_config("changelog"))) is None
     assert await quiet.services.log.bounds("changelog", 0) == (0, 401)
+
+
+async def _pass(gw: Gateway, topic: str) -> PassResult | None:
+    return await _cleaner(gw).clean(topic, 0, Policy.of(await gw.services.log.topic_config(topic)))
+
+
+async def test_tombstones_go_after_delete_retention_and_not_before(quiet: Gateway) -> None:
+    bs = kafka_bootstrap(quiet)
+    for topic, retention in (("soon", "0"), ("later", "3600000")):
+        await _create(quiet, topic, **{"delete.retention.ms": retention})
+        placed = await produce("confluent", bs, topic, [(b"a", b"1"), (b"b", b"2"), (b"a", None)])
+        await produce("confluent", bs, topic, [(b"head", b"h")])
+        done = await _pass(quiet, topic)  # the first pass over the tombstone keeps it and sets its horizon
+        assert done is not None and done.records_dropped == 1
+        assert await consume("confluent", bs, topic, 0, 0, 3) == [
+            (0, placed[1][1], b"b", b"2"), (0, placed[2][1], b"a", None), (0, 3, b"head", b"h")]
+    assert await _pass(quiet, "later") is None  # its horizon is an hour away: nothing is due
+    assert await consume("aiokafka", bs, "later", 0, 0, 3) == [(0, 1, b"b", b"2"), (0, 2, b"a", None),
+                                                              (0, 3, b"head", b"h")]
+    done = await _pass(quiet, "soon")
+    assert done is not None and done.records_dropped == 1
+    assert await consume("aiokafka", bs, "soon", 0, 0, 2) == [(0, 1, b"b", b"2"), (0, 3, b"head", b"h")]
+
+
+def _transactions(bs: str) -> list[tuple[int, bytes]]:
+    p = ck.Producer({"bootstrap.servers": bs, "transactional.id": "table-writer"})
+    p.init_transactions(TIMEOUT)
+    offsets: list[tuple[int, bytes]] = []
+    for records, commit in (([(b"k1", b"a"), (b"k2", b"b")], True), ([(b"k1", b"x"), (b"k3", b"y")], False),
+                            ([(b"k4", b"c")], True)):
+        p.begin_transaction()
+        for key, value in records:
+            p.produce("txns", value, key, on_delivery=lambda _e, m: offsets.append((m.offset(), m.value())))
+        p.flush(TIMEOUT)
+        (p.commit_transaction if commit else p.abort_transaction)(TIMEOUT)
+    return offsets
+
+
+async def test_aborted_transactions_go_and_read_committed_reads_are_unchanged(quiet: Gateway) -> None:
+    bs = kafka_bootstrap(quiet)
+    await _create(quiet, "txns")
+    offsets = dict((v, o) for o, v in await asyncio.to_thread(_transactions, bs))
+    [(_, head)] = await produce("confluent", bs, "txns", [(b"head", b"h")])
+    committed = [(0, offsets[b"a"], b"k1", b"a"), (0, offsets[b"b"], b"k2", b"b"), (0, offsets[b"c"], b"k4", b"c"),
+                 (0, head, b"head", b"h")]
+    rc = {"isolation.level": "read_committed"}
+    assert await consume("confluent", bs, "txns", 0, 0, 4, **rc) == committed
+    assert len(await consume("aiokafka", bs, "txns", 0, 0, 6)) == 6  # the aborted two, read uncommitted
+    done = await _pass(quiet, "txns")
+    assert done is not None and done.records_dropped == 2  # k1=x did not supersede the committed k1=a
+    assert await consume("confluent", bs, "txns", 0, 0, 4, **rc) == committed
+    assert await consume("aiokafka", bs, "txns", 0, 0, 4, isolation_level="read_committed") == committed
+    assert await consume("aiokafka", bs, "txns", 0, 0, 4) == committed  # the aborted data is gone
+    # the transactional producer's state survived: it goes on where it was
+    more = await asyncio.to_thread(_transactions, bs)
+    assert [o for o, _ in more] == [head + 1 + i for i in (0, 1, 3, 4, 6)]
+
+
+async def test_a_pass_stopped_half_way_changes_nothing_and_the_next_finishes(quiet: Gateway) -> None:
+    bs = kafka_bootstrap(quiet)
+    await _create(quiet, "halfway")
+    expected = await _changelog(bs, "halfway", 200, 5)
+    everything = await consume("confluent", bs, "halfway", 0, 0, 201)
+    store = quiet.services.log.store.cleaner
+    # what a pass killed after its first writes leaves behind: a part of the next generation
+    await store.begin("halfway", 0, -1, 0)
+    batches = [b async for b in store.scan("halfway", 0)]
+    await store.add("halfway", 0, -1, 1, batches[:3])
+    assert await consume("aiokafka", bs, "halfway", 0, 0, 201) == everything
+    assert await _pass(quiet, "halfway") is not None
+    assert await consume("aiokafka", bs, "halfway", 0, 0, len(expected)) == expected
+
+
+async def test_a_reader_during_cleaning_sees_every_survivor_once(quiet: Gateway) -> None:
+    bs = kafka_bootstrap(quiet)
+    logs = quiet.services.log
+    await _create(quiet, "busy", **{"min.cleanable.dirty.ratio": "0.01"})
+    seen: list[tuple[int, bytes | None, bytes | None]] = []
+
+    async def read_all(upto: int) -> None:
+        offset = len(seen) and seen[-1][0] + 1
+        while offset < upto:
+            sl = await logs.read("busy", 0, offset, 2)
+            for e in sl.entries:
+                seen.extend((r.offset, r.key, r.value) for r in iter_records(e.batch, e.base_offset)
+                            if r.offset >= offset)
+            offset = sl.entries[-1].next_offset if sl.entries else offset
+
+    expected: list[Stored] = []
+    for _ in range(3):  # three generations switch under the reader
+        expected = await _changelog(bs, "busy", 150, 7)
+        hw = (await logs.bounds("busy", 0))[1]
+        await asyncio.gather(read_all(hw), _pass(quiet, "busy"))
+    offsets = [o for o, _, _ in seen]
+    assert offsets == sorted(set(offsets))  # each once, in order
+    assert {(0, o, k, v) for o, k, v in seen} >= set(expected)  # every survivor, maybe superseded ones too
+    assert await consume("confluent", bs, "busy", 0, 0, len(expected)) == expected  # the last round's survivors
+
+
+async def test_delayed_delivery_is_refused_on_compacted_topics(quiet: Gateway) -> None:
+    logs = quiet.services.log
+    with pytest.raises(InvalidConfig, match="delayed.delivery.enable cannot be true"):
+        await logs.create_topic("late", 1, {"cleanup.policy": "compact", "delayed.delivery.enable": "true"})
+    await logs.create_topic("late", 1, {"delayed.delivery.enable": "true"})
+    with pytest.raises(InvalidConfig, match="delayed.delivery.enable cannot be true"):
+        await logs.alter_config("late", [Change("cleanup.policy", Op.APPEND, "compact")])
+
+
+async def test_the_policy_changes_both_ways_on_a_live_topic(quiet: Gateway) -> None:
+    bs = kafka_bootstrap(quiet)
+    logs = quiet.services.log
+    await logs.create_topic("live", 1)
+    await produce("confluent", bs, "live", [(None, b"keyless is fine here")])
+    await logs.alter_config("live", [Change("cleanup.policy", Op.APPEND, "compact")])
+    assert (await logs.topic_config("live"))["cleanup.policy"] == "delete,compact"
+    expected = await _changelog(bs, "live", 60, 3)
+    assert await _pass(quiet, "live") is not None
+    # a record without a key, from before the policy had compact, goes as Kafka's cleaner drops one
+    assert await consume("aiokafka", bs, "live", 0, 0, 4) == expected
+    await logs.alter_config("live", [Change("cleanup.policy", Op.SUBTRACT, "compact")])
+    await produce("confluent", bs, "live", [(None, b"keyless again")])
+    await logs.alter_config("live", {"retention.ms": "0"})
+    await logs.enforce_retention()  # the cleaned part goes too: every batch is past retention
+    assert await logs.bounds("live", 0) == (63, 63)

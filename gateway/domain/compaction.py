@@ -41,9 +41,9 @@ ADD_BYTES = 4 * 1024 * 1024  # rewritten batches sent to Redis per round trip
 LONG_MAX = 2**63 - 1
 
 
-def digest(key: bytes | None) -> bytes:
+def digest(key: bytes) -> bytes:
     """A key as the offset map holds it: 16 bytes whatever its size."""
-    return hashlib.blake2b(key or b"", digest_size=16).digest()
+    return hashlib.blake2b(key, digest_size=16).digest()
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,8 @@ class LogCleaner:
             if offsets and len(offsets) + len(records) > self.max_keys:
                 return offsets, b.base_offset
             for r in records:
-                offsets[digest(r.key)] = b.base_offset + r.offset_delta
+                if r.key is not None:
+                    offsets[digest(r.key)] = b.base_offset + r.offset_delta
         return offsets, last.base_offset
 
     async def _below(self, topic: str, partition: int, st: CleanState, end: int) -> AsyncIterator[StoredBatch]:
@@ -219,9 +220,9 @@ class LogCleaner:
         _, records = raw_records(b.batch)
         horizon = delete_horizon(h)
         expired = 0 <= horizon <= now
-        kept: list[RawRecord] = [
-            r for r in records
-            if offsets.get(digest(r.key), -1) <= b.base_offset + r.offset_delta and not (r.tombstone and expired)
+        kept: list[RawRecord] = [  # a record without a key goes, as in Kafka's `shouldRetainRecord`
+            r for r in records if r.key is not None
+            and offsets.get(digest(r.key), -1) <= b.base_offset + r.offset_delta and not (r.tombstone and expired)
         ]
         res.records_dropped += len(records) - len(kept)
         if not kept:

@@ -273,6 +273,10 @@ def check_together(values: Mapping[str, str]) -> None:
     if low is not None and high is not None and int(low) > int(high):
         raise InvalidConfig(f"conflict topic config setting min.compaction.lag.ms ({low}) > "
                             f"max.compaction.lag.ms ({high})")
+    if values.get("delayed.delivery.enable") == "true" and "compact" in values.get("cleanup.policy", "").split(","):
+        # the gateway's own rule: a held record would enter the log past the produce-time key check,
+        # and a delay has no meaning for a table of latest values
+        raise InvalidConfig("delayed.delivery.enable cannot be true on a topic whose cleanup.policy has compact")
 
 
 @dataclass(frozen=True)
