@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
@@ -25,7 +26,9 @@ from gateway.formats.records import (
     rewrite_batch,
 )
 from gateway.server.gateway import Gateway
-from tests.conftest import kafka_bootstrap, running_gateway, test_config
+from gateway.store import keys
+from gateway.store.connection import RedisClient
+from tests.conftest import GatewayProcess, eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_clients import Stored, consume, produce
 
 pytestmark = pytest.mark.kafka
@@ -255,3 +258,38 @@ async def test_the_policy_changes_both_ways_on_a_live_topic(quiet: Gateway) -> N
     await logs.alter_config("live", {"retention.ms": "0"})
     await logs.enforce_retention()  # the cleaned part goes too: every batch is past retention
     assert await logs.bounds("live", 0) == (63, 63)
+
+
+async def test_a_gateway_killed_mid_clean_leaves_a_log_the_next_one_cleans(
+    redis_url: str, raw_redis: RedisClient, tmp_path: Path
+) -> None:
+    async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
+        bs = kafka_bootstrap(gw)
+        await _create(gw, "big")
+        value = b"x" * 2000  # some 12 MB: the pass sends its rewritten batches in several groups
+        placed = await produce("confluent", bs, "big", [(b"k%d" % (i % 2000), value + b"%d" % i) for i in range(6000)],
+                               **{"batch.num.messages": 20})
+        [(_, head)] = await produce("confluent", bs, "big", [(b"head", b"h")])
+    everything = [(0, placed[i][1], b"k%d" % (i % 2000), value + b"%d" % i) for i in range(6000)]
+    everything.append((0, head, b"head", b"h"))
+    expected = sorted({b"k%d" % (i % 2000): (0, placed[i][1], b"k%d" % (i % 2000), value + b"%d" % i)
+                       for i in range(6000)}.values(), key=lambda s: s[1]) + [(0, head, b"head", b"h")]
+    meta = keys.meta("big", 0)
+    args = ["--cleaner-interval", "0.05", "--lease-ms", "1500"]
+    first = GatewayProcess(tmp_path / "one", redis_url=redis_url, args=args)
+    second = GatewayProcess(tmp_path / "two", redis_url=redis_url, args=args)
+    try:
+        await asyncio.to_thread(first.start)
+        # killed once a pass has begun: its generation is being built (12 MB to read and rewrite)
+        await eventually(lambda: raw_redis.hget(meta, "clean_epoch"), TIMEOUT, "a pass building its generation")
+        first.kill()
+        if await raw_redis.hget(meta, "cg") is None:  # killed before its switch: readers see the log as it was
+            async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
+                assert await consume("confluent", kafka_bootstrap(gw), "big", 0, 0, 6001) == everything
+        await asyncio.to_thread(second.start)
+        await eventually(lambda: raw_redis.hget(meta, "cg"), TIMEOUT, "a pass of the next gateway")
+        assert await consume("confluent", second.kafka_bootstrap, "big", 0, 0, len(expected)) == expected
+    finally:
+        for gp in (first, second):
+            if gp.proc is not None and gp.proc.poll() is None:
+                gp.stop()
