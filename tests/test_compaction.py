@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -28,7 +29,14 @@ from gateway.formats.records import (
 from gateway.server.gateway import Gateway
 from gateway.store import keys
 from gateway.store.connection import RedisClient
-from tests.conftest import GatewayProcess, eventually, kafka_bootstrap, running_gateway, test_config
+from tests.conftest import (
+    GatewayProcess,
+    admin_url,
+    eventually,
+    kafka_bootstrap,
+    running_gateway,
+    test_config,
+)
 from tests.kafka_clients import Stored, consume, produce
 
 pytestmark = pytest.mark.kafka
@@ -320,3 +328,14 @@ async def test_the_cleaner_role_compacts_while_producers_write(redis_url: str) -
         await eventually(compacted, TIMEOUT, "the cleaner role's passes")
         assert await consume("aiokafka", bs, "roles", 0, 0, len(expected)) == expected
         assert _cleaner(gw).passes >= 1
+
+
+async def test_cleaner_passes_are_counted_on_the_metrics(quiet: Gateway) -> None:
+    await _create(quiet, "counted")
+    await _changelog(kafka_bootstrap(quiet), "counted", 50, 2)
+    done = await _pass(quiet, "counted")
+    assert done is not None and done.bytes_removed > 0
+    async with aiohttp.ClientSession() as http, http.get(f"{admin_url(quiet)}/metrics") as resp:
+        text = await resp.text()
+    assert 'gateway_cleaner_passes_total{topic="counted"} 1.0' in text
+    assert f'gateway_cleaner_bytes_removed_total{{topic="counted"}} {float(done.bytes_removed)}' in text

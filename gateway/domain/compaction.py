@@ -20,6 +20,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from gateway import telemetry
 from gateway.clock import now_ms
 from gateway.domain.log import LogService, effective_config
 from gateway.domain.roles import NO_LEASE, Lease
@@ -87,8 +88,7 @@ class LogCleaner:
         self.logs = logs
         self.store = logs.store.cleaner
         self.max_keys = max_keys
-        self.passes = 0  # this gateway's, for the metrics
-        self.bytes_removed = 0
+        self.passes = 0  # this gateway's
 
     async def clean_pass(self, lease: Lease = NO_LEASE) -> int:
         """One pass over every partition of every compacted topic; returns the bytes removed."""
@@ -145,7 +145,7 @@ class LogCleaner:
         await self.store.switch(topic, partition, lease.epoch, gen, boundary=end, start=start,
                                 reclaimed=res.bytes_removed, now=now, size=size, horizon=horizon)
         self.passes += 1
-        self.bytes_removed += res.bytes_removed
+        telemetry.cleaned(topic, res.bytes_read, res.bytes_removed)
         log.info("cleaned %s-%d below %d: %d bytes read, %d removed", topic, partition, end, res.bytes_read,
                  res.bytes_removed)
         return res
