@@ -19,6 +19,7 @@ from gateway.formats.records import (
     ATTR_DELETE_HORIZON,
     BatchBuilder,
     Compression,
+    build_batch,
     delete_horizon,
     iter_records,
     keyless_record,
@@ -339,3 +340,26 @@ async def test_cleaner_passes_are_counted_on_the_metrics(quiet: Gateway) -> None
         text = await resp.text()
     assert 'gateway_cleaner_passes_total{topic="counted"} 1.0' in text
     assert f'gateway_cleaner_bytes_removed_total{{topic="counted"}} {float(done.bytes_removed)}' in text
+
+
+async def test_offsets_for_times_look_below_the_clean_boundary(quiet: Gateway) -> None:
+    logs = quiet.services.log
+    await _create(quiet, "timed")
+    for ts, records in ((1000, [(b"a", b"1"), (b"b", b"1")]), (2000, [(b"a", b"2")]), (3000, [(b"c", b"3")]),
+                        (4000, [(b"d", b"4")])):
+        [done] = await logs.append([("timed", 0, build_batch([(k, v, []) for k, v in records], timestamp=ts))])
+        assert not isinstance(done.result, Exception)
+    assert await _pass(quiet, "timed") is not None
+    assert [r[1] for r in await _records(quiet, "timed")] == [1, 2, 3, 4]  # offset 0 (a=1) went
+    found = [await logs.offset_for_time("timed", 0, ts) for ts in (500, 1500, 2500, 3500, 4500)]
+    assert found == [(1, 1000), (2, 2000), (3, 3000), (4, 4000), None]
+
+    def offsets_for_times() -> list[int]:
+        consumer = ck.Consumer({"bootstrap.servers": kafka_bootstrap(quiet), "group.id": "times"})
+        try:
+            return [consumer.offsets_for_times([ck.TopicPartition("timed", 0, ts)], timeout=TIMEOUT)[0].offset
+                    for ts in (500, 1500, 3500)]  # one partition once per request
+        finally:
+            consumer.close()
+
+    assert await asyncio.to_thread(offsets_for_times) == [1, 2, 4]

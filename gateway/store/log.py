@@ -48,6 +48,7 @@ from gateway.errors import (
     TopicNotFound,
     error_for,
 )
+from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.resp import DirectConnections, RespConnection, RespError
@@ -691,6 +692,9 @@ class LogStore:
     async def entry_for_time(self, topic: str, partition: int, ts: int, after: int = -1) -> tuple[int, Entry | None]:
         """The log start, and the first data batch (never a control one) from the one holding
         `after` (-1: the log start) on whose records reach `ts`, or None when none does."""
+        found_cleaned, after = await self._cleaned_for_time(topic, partition, ts, after)
+        if found_cleaned is not None:
+            return found_cleaned
         while True:
             async with storage_errors():
                 reply: list[Any] = await self.scripts.call(
@@ -704,6 +708,32 @@ class LogStore:
                 after = int(reply[3])
                 continue
             return start, None if found < 0 else Entry(found, int(reply[3]), reply[4])
+
+    async def _cleaned_for_time(
+        self, topic: str, partition: int, ts: int, after: int
+    ) -> tuple[tuple[int, Entry] | None, int]:
+        """`entry_for_time` below a compacted partition's clean boundary, where the cleaned stream has
+        gaps the script's bisection does not expect: its batches in order, a few at a time, until one
+        reaches `ts` ((log start, entry), after); else (None, where the main stream's search starts)."""
+        async with storage_errors():
+            start, cb, cg = await self.redis.hmget(keys.meta(topic, partition), "start", "cb", "cg")
+        if cb is None or max(after, int(start or 0)) >= int(cb):
+            return None, after
+        clean, low = keys.clean_log(topic, partition, int(cg or 0)), max(after, int(start or 0))
+        async with storage_errors():
+            holding: Any = await self.redis.xrevrange(clean, f"{low}-1", "-", count=1)
+        lower = f"{holding[0][0].decode()}" if holding else "-"
+        while True:
+            async with storage_errors():
+                entries: Any = await self.redis.xrange(clean, lower, "+", count=64)
+            for raw in entries:
+                e = _entry(raw)
+                h = parse_header(e.batch, verify_crc=False)
+                if not h.control and h.max_timestamp >= ts:
+                    return (int(start or 0), e), after
+            if len(entries) < 64:
+                return None, max(after, int(cb))
+            lower = "(" + entries[-1][0].decode()
 
     async def trim(
         self,
