@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 
 import aiohttp
 import confluent_kafka as ck
@@ -363,3 +364,21 @@ async def test_offsets_for_times_look_below_the_clean_boundary(quiet: Gateway) -
             consumer.close()
 
     assert await asyncio.to_thread(offsets_for_times) == [1, 2, 4]
+
+
+async def test_the_admin_api_shows_each_partitions_cleaner_state(quiet: Gateway) -> None:
+    await _create(quiet, "shown")
+    await _changelog(kafka_bootstrap(quiet), "shown", 40, 2)
+
+    async def described() -> dict[str, Any]:
+        async with aiohttp.ClientSession() as http, http.get(f"{admin_url(quiet)}/admin/v2/topics/shown") as resp:
+            assert resp.status == 200
+            return cast(dict[str, Any], (await resp.json())["partitions"][0]["cleaner"])
+
+    before = await described()
+    assert (before["clean_boundary"], before["dirty_ratio"], before["passes"], before["last_clean_ms"]) == (0, 1.0, 0, None)
+    done = await _pass(quiet, "shown")
+    assert done is not None
+    after = await described()
+    assert (after["clean_boundary"], after["passes"], after["bytes_reclaimed"]) == (40, 1, done.bytes_removed)
+    assert after["dirty_ratio"] < 0.5 and after["last_clean_ms"] is not None

@@ -237,3 +237,28 @@ class LogCleaner:
         batch = rewrite_batch(h, kept, delete_horizon=horizon if tombstones else -1)
         res.bytes_removed += len(b.batch) - len(batch)
         return StoredBatch(b.base_offset, b.span, b.max_ts, batch), horizon if tombstones else -1
+
+
+@dataclass(frozen=True)
+class CleanerView:
+    """A compacted partition's cleaner state, as the admin API shows it."""
+
+    clean_boundary: int  # offsets below it have been cleaned
+    dirty_ratio: float  # dirty bytes over all bytes, as a pass judges it against min.cleanable.dirty.ratio
+    passes: int
+    bytes_reclaimed: int
+    last_clean_ms: int | None
+    tombstone_horizon_ms: int | None  # when the earliest kept tombstones may go
+
+
+async def cleaner_view(logs: LogService, topic: str, partition: int) -> CleanerView | None:
+    """The partition's cleaner state, None when the partition does not exist."""
+    store = logs.store.cleaner
+    st = await store.state(topic, partition)
+    if st is None:
+        return None
+    first = await store.edge(topic, partition)
+    dirty = st.appended_bytes - first.appended_before if first is not None else 0
+    ratio = dirty / (dirty + st.clean_bytes) if dirty + st.clean_bytes else 0.0
+    return CleanerView(st.boundary, round(ratio, 4), st.passes, st.reclaimed,
+                       st.cleaned_at if st.cleaned_at >= 0 else None, st.horizon if st.horizon >= 0 else None)
