@@ -24,6 +24,7 @@ from gateway import telemetry
 from gateway.clock import now_ms
 from gateway.domain.log import LogService, effective_config
 from gateway.domain.roles import NO_LEASE, Lease
+from gateway.errors import NotAllowed, TopicNotFound
 from gateway.formats.records import (
     BatchHeader,
     RawRecord,
@@ -101,7 +102,13 @@ class LogCleaner:
             for p in range(info.partitions):
                 if not lease.held():
                     return removed
-                done = await self.clean(info.name, p, Policy.of(cfg), lease)
+                try:
+                    done = await self.clean(info.name, p, Policy.of(cfg), lease)
+                except TopicNotFound:
+                    break  # deleted meanwhile
+                except NotAllowed:  # a newer holder of the role has touched the partition
+                    log.warning("log cleaner: %s-%d was cleaned under a newer lease; this pass stops", info.name, p)
+                    return removed
                 if done is not None:
                     removed += done.bytes_removed
         return removed
@@ -114,8 +121,8 @@ class LogCleaner:
         now = now_ms()
         if not await self._due(topic, partition, st, policy, now):
             return None
-        offsets, end = await self._offset_map(topic, partition, st, policy, now)
         aborted = await self.store.aborted(topic, partition)
+        offsets, end = await self._offset_map(topic, partition, st, policy, now, aborted)
         gen = st.generation + 1
         await self.store.begin(topic, partition, lease.epoch, st.generation)
         res = PassResult(cleaned_to=end)
@@ -158,13 +165,15 @@ class LogCleaner:
     async def _due(self, topic: str, partition: int, st: CleanState, policy: Policy, now: int) -> bool:
         """Kafka's conditions: the cleanable dirty ratio reached min.cleanable.dirty.ratio, or a dirty
         record waited max.compaction.lag.ms; or a cleaned batch's delete horizon passed (KIP-534); or
-        retention has something to remove."""
+        retention has something to remove from the cleaned part (the retention role's trim leaves the
+        cleaned part to the cleaner unless all of it goes)."""
         if 0 <= st.horizon <= now:
             return True
-        first = await self.store.edge(topic, partition, generation=st.generation if st.boundary else None)
-        if first is not None and policy.retention_ms >= 0 and 0 <= first.max_ts < now - policy.retention_ms:
-            return True
-        dirty = first if not st.boundary else await self.store.edge(topic, partition)
+        if st.boundary and policy.retention_ms >= 0:
+            first = await self.store.edge(topic, partition, generation=st.generation)
+            if first is not None and 0 <= first.max_ts < now - policy.retention_ms:
+                return True
+        dirty = await self.store.edge(topic, partition)
         last = await self.store.edge(topic, partition, last=True)
         if dirty is None or last is None or not self._cleanable(dirty, st, policy, now, last.base_offset):
             return False
@@ -173,13 +182,12 @@ class LogCleaner:
         size = st.appended_bytes - dirty.appended_before
         return size > 0 and size >= policy.min_ratio * (size + st.clean_bytes)
 
-    async def _offset_map(self, topic: str, partition: int, st: CleanState, policy: Policy,
-                          now: int) -> tuple[dict[bytes, int], int]:
+    async def _offset_map(self, topic: str, partition: int, st: CleanState, policy: Policy, now: int,
+                          aborted: list[AbortedRange]) -> tuple[dict[bytes, int], int]:
         """The latest offset of each key in the cleanable dirty section, data of aborted transactions
         left out, and where that section ends (a batch base). At most `max_keys` keys: the section
         ends at the batch where the map filled, and the next pass goes on from there."""
         offsets: dict[bytes, int] = {}
-        aborted = await self.store.aborted(topic, partition)
         last = await self.store.edge(topic, partition, last=True)
         if last is None:
             return offsets, st.boundary
