@@ -202,21 +202,33 @@ def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
 # -- records --------------------------------------------------------------------------------------
 
 
-def iter_records(batch: bytes | memoryview, base_offset: int | None = None) -> Iterator[Record]:
-    """Decode the records of one batch; `base_offset` overrides the one stored in the batch."""
+def _decoded(batch: bytes | memoryview) -> tuple[BatchHeader, bytes]:
+    """A batch's header and its record bytes, decompressed."""
     h = parse_header(batch, verify_crc=False)
-    base = h.base_offset if base_offset is None else base_offset
-    body = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
-    log_append = bool(h.attributes & ATTR_TIMESTAMP_LOG_APPEND)
+    return h, decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
+
+
+def _record_fields(body: bytes, count: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """Per record: attributes, timestamp delta, offset delta, where its key starts, where it ends."""
     pos = 0
-    for _ in range(h.record_count):
+    for _ in range(count):
         length, pos = read_varint(body, pos)
         end = pos + length
         if length < 0 or end > len(body):
             raise CorruptMessage("record runs past the batch")
-        pos += 1  # record attributes, unused
-        ts_delta, pos = read_varint(body, pos)
+        attributes = body[pos]
+        ts_delta, pos = read_varint(body, pos + 1)
         off_delta, pos = read_varint(body, pos)
+        yield attributes, ts_delta, off_delta, pos, end
+        pos = end
+
+
+def iter_records(batch: bytes | memoryview, base_offset: int | None = None) -> Iterator[Record]:
+    """Decode the records of one batch; `base_offset` overrides the one stored in the batch."""
+    h, body = _decoded(batch)
+    base = h.base_offset if base_offset is None else base_offset
+    log_append = bool(h.attributes & ATTR_TIMESTAMP_LOG_APPEND)
+    for _, ts_delta, off_delta, pos, _ in _record_fields(body, h.record_count):
         key, pos = _read_bytes(body, pos)
         value, pos = _read_bytes(body, pos)
         n_headers, pos = read_varint(body, pos)
@@ -227,27 +239,16 @@ def iter_records(batch: bytes | memoryview, base_offset: int | None = None) -> I
             headers.append(((hk or b"").decode("utf-8", "replace"), hv))
         timestamp = h.max_timestamp if log_append else h.base_timestamp + ts_delta
         yield Record(base + off_delta, timestamp, key, value, headers)
-        pos = end
 
 
 def keyless_record(batch: bytes | memoryview) -> int:
     """The index of the batch's first record without a key, -1 when every record has one: what a
     compacted topic refuses. Only the lengths in front of each key are read (a compressed body is
     decompressed first, as Kafka's LogValidator does)."""
-    h = parse_header(batch, verify_crc=False)
-    body = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
-    pos = 0
-    for i in range(h.record_count):
-        length, pos = read_varint(body, pos)
-        end = pos + length
-        _, pos = read_varint(body, pos + 1)  # after the attributes: the timestamp delta
-        _, pos = read_varint(body, pos)  # the offset delta
-        key_length, _ = read_varint(body, pos)
-        if key_length < 0:
+    h, body = _decoded(batch)
+    for i, (_, _, _, pos, _) in enumerate(_record_fields(body, h.record_count)):
+        if read_varint(body, pos)[0] < 0:
             return i
-        if length < 0 or end > len(body):
-            raise CorruptMessage("record runs past the batch")
-        pos = end
     return -1
 
 
@@ -265,25 +266,14 @@ class RawRecord(NamedTuple):
 
 def raw_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[RawRecord]]:
     """A batch's header and its records, keys decoded and values left as bytes."""
-    h = parse_header(batch, verify_crc=False)
-    body = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
+    h, body = _decoded(batch)
     view = memoryview(body)
     out: list[RawRecord] = []
-    pos = 0
-    for _ in range(h.record_count):
-        length, pos = read_varint(body, pos)
-        end = pos + length
-        if length < 0 or end > len(body):
-            raise CorruptMessage("record runs past the batch")
-        attributes = body[pos]
-        ts_delta, pos = read_varint(body, pos + 1)
-        off_delta, pos = read_varint(body, pos)
-        tail = pos
-        key, pos = _read_bytes(body, pos)
+    for attributes, ts_delta, off_delta, tail, end in _record_fields(body, h.record_count):
+        key, pos = _read_bytes(body, tail)
         value_length, _ = read_varint(body, pos)
         out.append(RawRecord(off_delta, h.base_timestamp + ts_delta, key, value_length < 0, attributes,
                              bytes(view[tail:end])))
-        pos = end
     return h, out
 
 
