@@ -31,6 +31,7 @@ from gateway.formats.records import (
     delete_horizon,
     parse_header,
     raw_records,
+    record_keys,
     rewrite_batch,
 )
 from gateway.store.compaction import CleanState, StoredBatch
@@ -194,14 +195,14 @@ class LogCleaner:
         async for b in self.store.scan(topic, partition):
             if not self._cleanable(b, st, policy, now, last.base_offset):
                 return offsets, b.base_offset
-            h, records = raw_records(b.batch)
+            h = parse_header(b.batch, verify_crc=False)
             if h.control or _is_aborted(h, b.base_offset, aborted):
                 continue
-            if offsets and len(offsets) + len(records) > self.max_keys:
+            if offsets and len(offsets) + h.record_count > self.max_keys:
                 return offsets, b.base_offset
-            for r in records:
-                if r.key is not None:
-                    offsets[digest(r.key)] = b.base_offset + r.offset_delta
+            for delta, key in record_keys(b.batch)[1]:
+                if key is not None:
+                    offsets[digest(key)] = b.base_offset + delta
         return offsets, last.base_offset
 
     async def _below(self, topic: str, partition: int, st: CleanState, end: int) -> AsyncIterator[StoredBatch]:

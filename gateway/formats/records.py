@@ -209,18 +209,37 @@ def _decoded(batch: bytes | memoryview) -> tuple[BatchHeader, bytes]:
 
 
 def _record_fields(body: bytes, count: int) -> Iterator[tuple[int, int, int, int, int]]:
-    """Per record: attributes, timestamp delta, offset delta, where its key starts, where it ends."""
-    pos = 0
-    for _ in range(count):
-        length, pos = read_varint(body, pos)
-        end = pos + length
-        if length < 0 or end > len(body):
-            raise CorruptMessage("record runs past the batch")
-        attributes = body[pos]
-        ts_delta, pos = read_varint(body, pos + 1)
-        off_delta, pos = read_varint(body, pos)
-        yield attributes, ts_delta, off_delta, pos, end
-        pos = end
+    """Per record: attributes, timestamp delta, offset delta, where its key starts, where it ends.
+    Lengths of up to two bytes and one-byte deltas (the usual ones) are decoded in place: every
+    produce to a compacted topic and every record the cleaner reads go through here."""
+    pos, size = 0, len(body)
+    try:
+        for _ in range(count):
+            c = body[pos]
+            if c < 0x80:
+                length, pos = (c >> 1) ^ -(c & 1), pos + 1
+            elif (d := body[pos + 1]) < 0x80:
+                n = (c & 0x7F) | (d << 7)
+                length, pos = (n >> 1) ^ -(n & 1), pos + 2
+            else:
+                length, pos = read_varint(body, pos)
+            end = pos + length
+            if length < 0 or end > size:
+                raise CorruptMessage("record runs past the batch")
+            attributes, b = body[pos], body[pos + 1]
+            if b < 0x80:
+                ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                ts_delta, pos = read_varint(body, pos + 1)
+            b = body[pos]
+            if b < 0x80:
+                off_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                off_delta, pos = read_varint(body, pos)
+            yield attributes, ts_delta, off_delta, pos, end
+            pos = end
+    except IndexError:
+        raise CorruptMessage("record runs past the batch") from None
 
 
 def iter_records(batch: bytes | memoryview, base_offset: int | None = None) -> Iterator[Record]:
@@ -243,12 +262,29 @@ def iter_records(batch: bytes | memoryview, base_offset: int | None = None) -> I
 
 def keyless_record(batch: bytes | memoryview) -> int:
     """The index of the batch's first record without a key, -1 when every record has one: what a
-    compacted topic refuses. Only the lengths in front of each key are read (a compressed body is
-    decompressed first, as Kafka's LogValidator does)."""
+    compacted topic refuses. Only the length in front of each key is looked at (a compressed body is
+    decompressed first, as Kafka's LogValidator does): a null key's length is -1, the one byte 0x01.
+    Every produce to a compacted topic pays this walk, so it skips the deltas byte by byte rather
+    than decode them (about 0.6 us a record here)."""
     h, body = _decoded(batch)
-    for i, (_, _, _, pos, _) in enumerate(_record_fields(body, h.record_count)):
-        if read_varint(body, pos)[0] < 0:
-            return i
+    pos, size = 0, len(body)
+    try:
+        for i in range(h.record_count):
+            length, pos = read_varint(body, pos)
+            end = pos + length
+            if length < 0 or end > size:
+                raise CorruptMessage("record runs past the batch")
+            pos += 1  # the attributes
+            while body[pos] & 0x80:  # the timestamp delta
+                pos += 1
+            pos += 1
+            while body[pos] & 0x80:  # the offset delta
+                pos += 1
+            if body[pos + 1] == 1:
+                return i
+            pos = end
+    except IndexError:
+        raise CorruptMessage("record runs past the batch") from None
     return -1
 
 
@@ -275,6 +311,13 @@ def raw_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[RawRecord]
         out.append(RawRecord(off_delta, h.base_timestamp + ts_delta, key, value_length < 0, attributes,
                              bytes(view[tail:end])))
     return h, out
+
+
+def record_keys(batch: bytes | memoryview) -> tuple[BatchHeader, list[tuple[int, bytes | None]]]:
+    """A batch's header and the (offset delta, key) of each record: what the cleaner's offset map needs."""
+    h, body = _decoded(batch)
+    return h, [(off_delta, _read_bytes(body, key_at)[0]) for _, _, off_delta, key_at, _ in
+               _record_fields(body, h.record_count)]
 
 
 def rewrite_batch(h: BatchHeader, kept: list[RawRecord], *, delete_horizon: int = -1) -> bytes:
