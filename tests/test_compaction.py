@@ -13,6 +13,7 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gateway.clock import now_ms
 from gateway.domain.compaction import LogCleaner, PassResult, Policy
 from gateway.domain.topic_configs import Change, Op
 from gateway.errors import InvalidConfig, InvalidRecord
@@ -382,3 +383,29 @@ async def test_the_admin_api_shows_each_partitions_cleaner_state(quiet: Gateway)
     after = await described()
     assert (after["clean_boundary"], after["passes"], after["bytes_reclaimed"]) == (40, 1, done.bytes_removed)
     assert after["dirty_ratio"] < 0.5 and after["last_clean_ms"] is not None
+
+
+async def test_more_keys_than_the_map_holds_are_cleaned_over_several_passes(quiet: Gateway) -> None:
+    await _create(quiet, "wide", **{"min.cleanable.dirty.ratio": "0"})
+    expected = await _changelog(kafka_bootstrap(quiet), "wide", 300, 30)
+    small = LogCleaner(quiet.services.log, max_keys=40)  # two 25-record batches fill it
+    policy = Policy.of(await quiet.services.log.topic_config("wide"))
+    ends = []
+    while (done := await small.clean("wide", 0, policy)) is not None:
+        ends.append(done.cleaned_to)
+    assert ends[0] == 25 and ends[-1] == 300 and len(ends) > 2  # each pass as far as its map reached
+    assert await _records(quiet, "wide") == expected
+
+
+async def test_compact_delete_applies_retention_to_the_cleaned_part(quiet: Gateway) -> None:
+    logs = quiet.services.log
+    await logs.create_topic("both", 1, {"cleanup.policy": "compact,delete", "retention.ms": "-1"})
+    for ts, key in ((1000, b"a"), (2000, b"b"), (3000, b"c"), (now_ms(), b"d")):
+        await logs.append([("both", 0, build_batch([(key, b"v", [])], timestamp=ts))])
+    assert await _pass(quiet, "both") is not None
+    await logs.alter_config("both", {"retention.ms": str(now_ms() - 2500)})  # a and b are past it
+    await logs.enforce_retention()
+    assert await logs.bounds("both", 0) == (0, 4)  # the retention role leaves the cleaned part to the cleaner
+    assert await _pass(quiet, "both") is not None
+    assert await logs.bounds("both", 0) == (2, 4)
+    assert [(r[1], r[2]) for r in await _records(quiet, "both")] == [(2, b"c"), (3, b"d")]
