@@ -13,6 +13,7 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gateway.client import Client
 from gateway.clock import now_ms
 from gateway.domain.compaction import LogCleaner, PassResult, Policy
 from gateway.domain.topic_configs import Change, Op
@@ -37,6 +38,7 @@ from tests.conftest import (
     admin_url,
     eventually,
     kafka_bootstrap,
+    native_url,
     running_gateway,
     test_config,
 )
@@ -409,3 +411,25 @@ async def test_compact_delete_applies_retention_to_the_cleaned_part(quiet: Gatew
     assert await _pass(quiet, "both") is not None
     assert await logs.bounds("both", 0) == (2, 4)
     assert [(r[1], r[2]) for r in await _records(quiet, "both")] == [(2, b"c"), (3, b"d")]
+
+
+async def test_a_native_subscription_reads_a_compacted_log_and_its_acks_cross_the_gaps(quiet: Gateway) -> None:
+    await _create(quiet, "native")
+    expected = await _changelog(kafka_bootstrap(quiet), "native", 100, 4)
+    assert await _pass(quiet, "native") is not None
+    client = await Client.connect(native_url(quiet))
+    try:
+        consumer = await client.subscribe("native", "s", "shared", "earliest")
+        got = [await consumer.receive(5) for _ in expected]
+        assert [(m.offset, m.key, m.value) for m in got] == [(o, k, v) for _, o, k, v in expected]
+        for m in got:
+            await consumer.acknowledge(m)
+        await consumer.close()
+
+        async def caught_up() -> bool:  # every offset acked: the removed ones with the records read
+            positions = await quiet.services.log.store.subscriptions.positions("native", range(1))
+            return positions["s"][0] == 101
+
+        await eventually(caught_up, TIMEOUT, "the subscription's cursor at the end of the log")
+    finally:
+        await client.close()

@@ -536,6 +536,14 @@ class LogService:
             log.info("retention removed %d batches", n)
 
 
+def absent_offsets(e: Entry) -> set[int]:
+    """The offsets a batch spans but holds no record for: those the log cleaner removed from it
+    (it keeps a rewritten batch's span). Only a batch with fewer records than offsets is decoded."""
+    if parse_header(e.batch, verify_crc=False).record_count == e.count:
+        return set()
+    return set(range(e.base_offset, e.next_offset)) - {r.offset for r in iter_records(e.batch, e.base_offset)}
+
+
 def _check_keys(topic: str, partition: int, batches: list[tuple[BatchHeader, memoryview]]) -> None:
     """A compacted topic keeps the latest record of each key, so it refuses a record without one,
     and with it the whole blob, as Kafka's `LogValidator.validateKey` does (INVALID_RECORD). Other
