@@ -175,6 +175,12 @@ class InvalidConfig(GatewayError):
     code = ErrorCode.INVALID_CONFIG
 
 
+class InvalidRecord(GatewayError):
+    """A record the topic cannot take (a record without a key on a compacted topic): the batch is refused."""
+
+    code = ErrorCode.INVALID_RECORD
+
+
 class UnsupportedVersion(GatewayError):
     """Version not supported."""
 
@@ -239,12 +245,6 @@ class NotEnoughReplicasAfterAppend(GatewayError):
     """Written, but not on enough replicas in time; an idempotent retry is answered as the original."""
 
     code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-
-
-class InvalidRecord(GatewayError):
-    """A record the topic cannot take (a record without a key on a compacted topic): the batch is refused."""
-
-    code = ErrorCode.INVALID_RECORD
 
 
 _BY_CODE: dict[ErrorCode, type[GatewayError]] = {
