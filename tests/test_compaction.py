@@ -433,3 +433,30 @@ async def test_a_native_subscription_reads_a_compacted_log_and_its_acks_cross_th
         await eventually(caught_up, TIMEOUT, "the subscription's cursor at the end of the log")
     finally:
         await client.close()
+
+
+def _table(records: list[Stored]) -> dict[bytes | None, bytes]:
+    """What an application keeps of a changelog: the latest value per key, a tombstone deleting it."""
+    table: dict[bytes | None, bytes] = {}
+    for _, _, key, value in records:
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+    return table
+
+
+async def test_a_table_rebuilt_from_the_compacted_topic_after_a_restart_is_the_same(redis_url: str) -> None:
+    messages: list[tuple[bytes | None, bytes | None]] = [
+        (b"user-%d" % (i % 15), None if i % 7 == 0 else b"v%d" % i) for i in range(200)]
+    async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
+        bs = kafka_bootstrap(gw)
+        await _create(gw, "users")
+        await produce("confluent", bs, "users", messages, **{"batch.num.messages": 20})
+        await produce("confluent", bs, "users", [(b"head", b"h")])
+        before = _table(await consume("aiokafka", bs, "users", 0, 0, 201))
+        assert await _pass(gw, "users") is not None
+    async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
+        survivors = await _records(gw, "users")
+        assert len(survivors) < 30  # 15 keys and the head, tombstones kept until their horizon
+        assert _table(await consume("confluent", kafka_bootstrap(gw), "users", 0, 0, len(survivors))) == before
