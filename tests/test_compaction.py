@@ -460,3 +460,19 @@ async def test_a_table_rebuilt_from_the_compacted_topic_after_a_restart_is_the_s
         survivors = await _records(gw, "users")
         assert len(survivors) < 30  # 15 keys and the head, tombstones kept until their horizon
         assert _table(await consume("confluent", kafka_bootstrap(gw), "users", 0, 0, len(survivors))) == before
+
+
+async def test_event_time_watermarks_are_unchanged_by_cleaning(quiet: Gateway) -> None:
+    logs, wm = quiet.services.log, quiet.services.watermark
+    await _create(quiet, "marked")
+    await logs.append([("marked", 0, build_batch([(b"a", b"1", [])]))])
+    [marker] = await wm.send("marked", "sensor", 5000)
+    await logs.append([("marked", 0, build_batch([(b"a", b"2", [])]))])
+    await logs.append([("marked", 0, build_batch([(b"head", b"h", [])]))])
+    seen = {o: (await wm.at("marked", {0: o}))[0].watermark for o in (0, 1, 2, 3, -1)}
+    assert seen[-1] == 5000 and marker == 1
+    assert await _pass(quiet, "marked") is not None
+    assert {o: (await wm.at("marked", {0: o}))[0].watermark for o in (0, 1, 2, 3, -1)} == seen
+    # the marker stays at its offset; Kafka consumers skip it as ever
+    assert await consume("aiokafka", kafka_bootstrap(quiet), "marked", 0, 0, 2) == [(0, 2, b"a", b"2"),
+                                                                                 (0, 3, b"head", b"h")]
