@@ -476,3 +476,25 @@ async def test_event_time_watermarks_are_unchanged_by_cleaning(quiet: Gateway) -
     # the marker stays at its offset; Kafka consumers skip it as ever
     assert await consume("aiokafka", kafka_bootstrap(quiet), "marked", 0, 0, 2) == [(0, 2, b"a", b"2"),
                                                                                  (0, 3, b"head", b"h")]
+
+
+async def test_the_cleaner_hands_over_between_gateways(redis_url: str) -> None:
+    cfg = {"cleaner_interval": 0.05, "lease_ms": 1500}
+
+    async def compacted(expected: list[Stored], gw: Gateway) -> bool:
+        return await _records(gw, "handed") == expected
+
+    a = Gateway(test_config(redis_url, **cfg))
+    await a.start()
+    try:
+        async with running_gateway(test_config(redis_url, **cfg)) as b:
+            await _create(a, "handed")
+            first = await _changelog(kafka_bootstrap(a), "handed", 100, 5)
+            await eventually(lambda: compacted(first, a), TIMEOUT, "the first gateway's passes")
+            assert _cleaner(a).passes >= 1 and _cleaner(b).passes == 0  # one gateway holds the role
+            await a.stop()  # a clean stop hands the role on at once
+            second = await _changelog(kafka_bootstrap(b), "handed", 100, 5)
+            await eventually(lambda: compacted([first[-1], *second], b), TIMEOUT, "the second gateway's passes")
+            assert _cleaner(b).passes >= 1
+    finally:
+        await a.stop()
