@@ -85,6 +85,8 @@ class Config:
     auto_create_topics: bool = setting(True, "create topics on first use")
     default_partitions: int = setting(1, "partitions of an auto-created topic", check=POSITIVE)
     retention_check_interval: float = setting(30.0, "seconds between retention passes", check=POSITIVE)
+    cleaner_interval: float = setting(15.0, "seconds between log cleaner passes over compacted topics",
+                                      check=POSITIVE)
     max_frame_bytes: int = setting(100 * MiB, "largest request frame; a larger one closes its connection",
                                    check=POSITIVE, metavar="BYTES")
     max_connections: int = setting(10_000, "open connections per listener; more are closed at once",

@@ -45,6 +45,7 @@ class ErrorCode(IntEnum):
     AUTHORIZATION_FAILED = 29
     NOT_ENOUGH_REPLICAS = 30
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 31
+    INVALID_RECORD = 32
 
     @property
     def retriable(self) -> bool:
@@ -172,6 +173,12 @@ class InvalidConfig(GatewayError):
     """A configuration value is invalid."""
 
     code = ErrorCode.INVALID_CONFIG
+
+
+class InvalidRecord(GatewayError):
+    """A record the topic cannot take (a record without a key on a compacted topic): the batch is refused."""
+
+    code = ErrorCode.INVALID_RECORD
 
 
 class UnsupportedVersion(GatewayError):

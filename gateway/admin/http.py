@@ -15,6 +15,7 @@ from gateway.admin.body import json_body
 from gateway.admin.metrics import Metrics
 from gateway.admin.security import SecurityApi, authentication
 from gateway.clock import now_ms
+from gateway.domain.compaction import cleaner_view
 from gateway.domain.fence import KeyState, full_key
 from gateway.domain.log import effective_config
 from gateway.domain.services import Services
@@ -146,12 +147,17 @@ class AdminApi:
     async def _describe(self, name: str) -> dict[str, Any]:
         info = await self.services.log.topic(name, create=False)
         bounds = await self.services.log.bounds_many([(name, p) for p in range(info.partitions)])
+        partitions: list[dict[str, Any]] = [
+            {"partition": p, "log_start_offset": b[0] if b else None, "high_watermark": b[1] if b else None}
+            for p, b in enumerate(bounds)
+        ]
+        if "compact" in effective_config(info).get("cleanup.policy", "").split(","):
+            for p, out in enumerate(partitions):  # the log cleaner's state (docs/compaction.md)
+                view = await cleaner_view(self.services.log, name, p)
+                out["cleaner"] = None if view is None else asdict(view)
         return {
             "name": info.name,
-            "partitions": [
-                {"partition": p, "log_start_offset": b[0] if b else None, "high_watermark": b[1] if b else None}
-                for p, b in enumerate(bounds)
-            ],
+            "partitions": partitions,
             "config": effective_config(info),
             "created_ms": info.created_ms,
         }

@@ -44,7 +44,18 @@ def traffic_families() -> list[Metric]:
         opened.add_metric([name], ls.open)
         accepted.add_metric([name], ls.accepted)
         refused.add_metric([name], ls.refused)
-    return [requests, errors, latency, produced, fetched, opened, accepted, refused]
+    return [requests, errors, latency, produced, fetched, opened, accepted, refused, *cleaner_families()]
+
+
+def cleaner_families() -> list[Metric]:
+    """The log cleaner's passes over compacted topics run by this process, and the bytes they read and removed."""
+    names = (("passes", "Log cleaner passes over a partition"), ("bytes_read", "Bytes of batches log cleaner passes read"),
+             ("bytes_removed", "Bytes log cleaner passes removed from the log"))
+    families = [CounterMetricFamily(f"gateway_cleaner_{name}", doc, labels=["topic"]) for name, doc in names]
+    for topic, counts in sorted(telemetry.CLEANED.items()):
+        for family, n in zip(families, counts, strict=True):
+            family.add_metric([topic], n)
+    return list(families)
 
 
 class _Snapshot:

@@ -30,6 +30,7 @@ from gateway.domain.topic_configs import (
 from gateway.errors import (
     CorruptMessage,
     InvalidPartitions,
+    InvalidRecord,
     InvalidRequest,
     MessageTooLarge,
     OffsetOutOfRange,
@@ -41,6 +42,7 @@ from gateway.errors import (
 from gateway.formats.records import (
     BatchHeader,
     iter_records,
+    keyless_record,
     parse_header,
     split_batches,
     stamp_log_append_time,
@@ -333,6 +335,8 @@ class LogService:
                         raise CorruptMessage("record count does not match the last offset delta")
                     if h.control:  # markers are the coordinator's: a forged one would end transactions
                         raise InvalidRequest("clients cannot write control batches")
+                if "compact" in cfg["cleanup.policy"].split(","):
+                    _check_keys(topic, partition, batches)
                 replicas = int(cfg["min.insync.replicas"]) - 1 if acks == -1 else 0
                 if cfg["message.timestamp.type"] == "LogAppendTime":
                     stamped[i] = now_ms()
@@ -561,6 +565,24 @@ class LogService:
         n = await self.enforce_retention(lease)
         if n:
             log.info("retention removed %d batches", n)
+
+
+def absent_offsets(e: Entry) -> set[int]:
+    """The offsets a batch spans but holds no record for: those the log cleaner removed from it
+    (it keeps a rewritten batch's span). Only a batch with fewer records than offsets is decoded."""
+    if parse_header(e.batch, verify_crc=False).record_count == e.count:
+        return set()
+    return set(range(e.base_offset, e.next_offset)) - {r.offset for r in iter_records(e.batch, e.base_offset)}
+
+
+def _check_keys(topic: str, partition: int, batches: list[tuple[BatchHeader, memoryview]]) -> None:
+    """A compacted topic keeps the latest record of each key, so it refuses a record without one,
+    and with it the whole blob, as Kafka's `LogValidator.validateKey` does (INVALID_RECORD). Other
+    topics never pay for this scan."""
+    for _, view in batches:
+        if keyless_record(view) >= 0:
+            raise InvalidRecord(f"Compacted topic cannot accept message without key in topic partition "
+                                f"{topic}-{partition}.")
 
 
 def _hidden(e: Entry, sl: Slice) -> bool:

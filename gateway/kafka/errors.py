@@ -50,6 +50,7 @@ _BY_CODE: dict[ErrorCode, KafkaError] = {
     ErrorCode.AUTHORIZATION_FAILED: KafkaError.topic_authorization_failed,  # other resources map their own
     ErrorCode.NOT_ENOUGH_REPLICAS: KafkaError.not_enough_replicas,
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: KafkaError.not_enough_replicas_after_append,
+    ErrorCode.INVALID_RECORD: KafkaError.invalid_record,
 }
 
 

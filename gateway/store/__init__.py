@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.store.cluster_config import ClusterConfigStore
+from gateway.store.compaction import CleanerStore
 from gateway.store.connection import RedisClient, connect, wait_reachable
 from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.delay import DelayStore
@@ -48,6 +49,7 @@ class Store:
         self.roles = RoleStore(redis, scripts)
         self.registry = RegistryStore(redis, scripts)
         self.cluster_config = ClusterConfigStore(redis, scripts)
+        self.cleaner = CleanerStore(redis, scripts)
 
     @classmethod
     def open(cls, url: str) -> Store:

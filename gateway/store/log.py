@@ -46,6 +46,7 @@ from gateway.errors import (
     TopicNotFound,
     error_for,
 )
+from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.replication import Replication
@@ -497,27 +498,19 @@ class LogStore:
         log = keys.log(topic, partition)
         commands: list[tuple[Any, ...]] = [
             ("XREVRANGE", log, f"{offset}-1", "-", "COUNT", 1),
-            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen"),
+            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen", "cb", "cg"),
             ("HVALS", keys.open_txns(topic, partition)),
         ]
         if with_aborted:
             commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
         if max_entries > 1:
             commands.append(("XRANGE", log, f"({offset}-1", "+", "COUNT", max_entries - 1))
-        replies = await self.direct.pipeline(log, commands) if direct else None
-        if replies is None:
-            pipe = self.redis.pipeline(transaction=False)
-            for command in commands:
-                pipe.execute_command(*command)
-            async with storage_errors():
-                replies = await pipe.execute()
-        else:
-            replies[0] = _direct_entries(replies[0])
-            if max_entries > 1:
-                replies[-1] = _direct_entries(replies[-1])
-        before, (hw, start, gen), open_txns, *rest = replies
+        replies = await self._pipeline(log, commands, direct, streams=(0, len(commands) - 1 if max_entries > 1 else 0))
+        before, (hw, start, gen, cb, cg), open_txns, *rest = replies
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
+        if cb is not None and offset < int(cb):
+            return await self._read_cleaned(topic, partition, offset, max_entries, with_aborted, direct, int(cg))
         aborted = rest.pop(0) if with_aborted else []
         first = _entry(before[0]) if before else None
         holds = first is not None and first.next_offset > offset
@@ -534,6 +527,55 @@ class LogStore:
             entries.insert(0, first)
         ranges = [_aborted(m, int(float(score))) for m, score in _pairs(aborted)]
         return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0))
+
+    async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]) -> list[Any]:
+        """The replies of `commands` (all in `log`'s slot) in one round trip; `direct` receives them
+        without copies (`resp`), through redis-py when that path cannot serve. Stream replies (at
+        `streams`) come in redis-py's shape either way."""
+        replies = await self.direct.pipeline(log, commands) if direct else None
+        if replies is None:
+            pipe = self.redis.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            async with storage_errors():
+                return list(await pipe.execute())
+        for i in set(streams):
+            replies[i] = _direct_entries(replies[i])
+        return replies
+
+    async def _read_cleaned(
+        self, topic: str, partition: int, offset: int, max_entries: int, with_aborted: bool, direct: bool, cg: int
+    ) -> Slice:
+        """A read below a compacted partition's clean boundary: the cleaned stream of the current
+        generation from the batch holding `offset` (or the first after it: cleaning leaves gaps), then
+        the main stream's first batches, which start at the boundary. The meta hash is read after the
+        streams: when a cleaner pass switched generations meanwhile (`cg` moved), it is read again."""
+        log, meta = keys.log(topic, partition), keys.meta(topic, partition)
+        while True:
+            clean = keys.clean_log(topic, partition, cg)
+            commands: list[tuple[Any, ...]] = [
+                ("XREVRANGE", clean, f"{offset}-1", "-", "COUNT", 1),
+                ("XRANGE", clean, f"({offset}-1", "+", "COUNT", max_entries),
+                ("XRANGE", log, "-", "+", "COUNT", max_entries),
+                ("HMGET", meta, "hw", "start", "gen", "cb", "cg"),
+                ("HVALS", keys.open_txns(topic, partition)),
+            ]
+            if with_aborted:
+                commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
+            before, after, dirty, (hw, start, gen, cb, now_cg), open_txns, *rest = await self._pipeline(
+                log, commands, direct, streams=(0, 1, 2))
+            if hw is None:
+                raise TopicNotFound(f"{topic}-{partition} does not exist")
+            if int(now_cg or 0) == cg:
+                break
+            cg = int(now_cg or 0)
+        boundary = int(cb or 0)
+        entries = [_entry(e) for e in before if _entry(e).next_offset > offset]
+        entries += [_entry(e) for e in after if int(e[0].split(b"-", 1)[0]) < boundary]
+        entries += [_entry(e) for e in dirty if int(e[0].split(b"-", 1)[0]) >= boundary]
+        ranges = [_aborted(m, int(float(score))) for m, score in _pairs(rest[0] if with_aborted else [])]
+        return Slice(entries[:max_entries], int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges,
+                     int(gen or 0))
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
@@ -579,6 +621,9 @@ class LogStore:
     async def entry_for_time(self, topic: str, partition: int, ts: int, after: int = -1) -> tuple[int, Entry | None]:
         """The log start, and the first data batch (never a control one) from the one holding
         `after` (-1: the log start) on whose records reach `ts`, or None when none does."""
+        found_cleaned, after = await self._cleaned_for_time(topic, partition, ts, after)
+        if found_cleaned is not None:
+            return found_cleaned
         while True:
             async with storage_errors():
                 reply: list[Any] = await self.scripts.call(
@@ -592,6 +637,32 @@ class LogStore:
                 after = int(reply[3])
                 continue
             return start, None if found < 0 else Entry(found, int(reply[3]), reply[4])
+
+    async def _cleaned_for_time(
+        self, topic: str, partition: int, ts: int, after: int
+    ) -> tuple[tuple[int, Entry] | None, int]:
+        """`entry_for_time` below a compacted partition's clean boundary, where the cleaned stream has
+        gaps the script's bisection does not expect: its batches in order, a few at a time, until one
+        reaches `ts` ((log start, entry), after); else (None, where the main stream's search starts)."""
+        async with storage_errors():
+            start, cb, cg = await self.redis.hmget(keys.meta(topic, partition), "start", "cb", "cg")
+        if cb is None or max(after, int(start or 0)) >= int(cb):
+            return None, after
+        clean, low = keys.clean_log(topic, partition, int(cg or 0)), max(after, int(start or 0))
+        async with storage_errors():
+            holding: Any = await self.redis.xrevrange(clean, f"{low}-1", "-", count=1)
+        lower = f"{holding[0][0].decode()}" if holding else "-"
+        while True:
+            async with storage_errors():
+                entries: Any = await self.redis.xrange(clean, lower, "+", count=64)
+            for raw in entries:
+                e = _entry(raw)
+                h = parse_header(e.batch, verify_crc=False)
+                if not h.control and h.max_timestamp >= ts:
+                    return (int(start or 0), e), after
+            if len(entries) < 64:
+                return None, max(after, int(cb))
+            lower = "(" + entries[-1][0].decode()
 
     async def trim(
         self,
