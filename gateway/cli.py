@@ -279,25 +279,18 @@ def _ask_password(user: str) -> str:
 
 
 def serve(config: Config) -> None:
-    from gateway.server.gateway import Gateway
+    """One gateway, or with `--workers` above 1 their supervisor (`gateway.server.workers`)."""
+    from gateway.server.gateway import Gateway, loop_factory
+    from gateway.server.workers import LOG_FORMAT, Supervisor
 
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    logging.basicConfig(level=config.log_level.upper(), format=LOG_FORMAT)
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         try:
-            runner.run(Gateway(config).run())
+            runner.run(Supervisor(config).run() if config.workers > 1 else Gateway(config).run())
         except KeyboardInterrupt:
             pass
         except GatewayError as exc:  # a start-up failure the user can act on: one line, no traceback
             raise SystemExit(f"gateway: {exc}") from None
-
-
-def _loop_factory() -> Any:
-    """uvloop where it is installed: about three times asyncio's round trips per second."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 def build_parser() -> argparse.ArgumentParser:
