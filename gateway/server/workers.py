@@ -145,7 +145,7 @@ class Supervisor:
         """The banner: where each worker listens (the workers' lines above give each one's node id)."""
         redis = self.config.redis_url or f"embedded redis-server in {self.config.data_dir} ({self.embedded and self.embedded.url})"
         return (f"gateway listening on {self.config.host} with {len(self.workers)} workers: "
-                + "; ".join(f"worker {w.index} pid {w.proc and w.proc.pid} {w.banner}" for w in self.workers)
+                + "; ".join(f"worker {w.index} (pid {w.proc and w.proc.pid}): {w.banner}" for w in self.workers)
                 + f"; storage: {redis}")
 
     async def _start(self, w: Worker) -> str | None:
