@@ -148,7 +148,10 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--seconds", type=float, default=5.0, help="time per measurement (default: %(default)s)")
     p.add_argument("--kafka", action="store_true",
                    help="Kafka-protocol produce and consume with confluent-kafka")
-    p.add_argument("--sizes", default="100,1024", help="message sizes in bytes (default: %(default)s)")
+    p.add_argument("--sizes", help="message sizes in bytes (default: 100,1024), with --peer 100,1024,16384")
+    p.add_argument("--peer", action="store_true",
+                   help="the Kafka workload through the gateway and through Tansu (the peer extra), beside raw "
+                   "Redis: produce, consume and transactions")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
     p.add_argument("--watermarks", action="store_true",
