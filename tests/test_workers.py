@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from gateway.store.embedded import EmbeddedRedis
 from tests.conftest import GatewayProcess
+from tests.test_gateway_failover import consume_all
 
 pytestmark = [pytest.mark.kafka]
 PARTITIONS = 8
@@ -121,25 +122,6 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     assert p.flush(90) == 0 and errors == []
 
 
-def consume_all(bootstrap: str, topic: str) -> list[bytes]:
-    """Every record of the topic, read to each partition's end."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False})
-    try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), 20)[1] for p in range(PARTITIONS)}
-        c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        got: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for m in c.consume(1000, 0.5):
-                assert m.error() is None and (value := m.value()) is not None, m.error()
-                got.append(value)
-            if all(tp.offset >= ends[tp.partition] for tp in c.position(c.assignment())):
-                return got
-        raise AssertionError(f"read {len(got)} records, not to the end of every partition")
-    finally:
-        c.close()
-
-
 def batch(name: str) -> list[bytes]:
     return [f"{name}-{i:03d}".encode() for i in range(PER_BATCH)]
 
@@ -149,7 +131,7 @@ def test_metadata_spreads_partitions_and_a_round_trip_loses_and_duplicates_nothi
     create(first, "spread")
     assert spread(first, "spread", {0, 1}) == spread(f"127.0.0.1:{workers.kafka_port + 1}", "spread", {0, 1})
     produce(first, "spread", batch("a"))
-    assert sorted(consume_all(first, "spread")) == batch("a")
+    assert sorted(consume_all(first, "spread", PARTITIONS)) == batch("a")
 
 
 def test_a_killed_worker_is_served_for_then_restarted_with_its_partitions(workers: Workers) -> None:
@@ -170,7 +152,7 @@ def test_a_killed_worker_is_served_for_then_restarted_with_its_partitions(worker
     workers.wait_line(rf"worker 1 \(pid (?!{dead}\))\d+\): node id {its_id},")  # restarted: its ports, its id
     assert spread(bootstrap, topic, {0, 1}) == led  # its share is back
     produce(bootstrap, topic, batch("after"))
-    assert sorted(consume_all(bootstrap, topic)) == sorted(batch("before") + batch("during") + batch("after"))
+    assert sorted(consume_all(bootstrap, topic, PARTITIONS)) == sorted(batch("before") + batch("during") + batch("after"))
 
 
 def test_sigterm_stops_every_worker_and_the_embedded_redis(workers: Workers) -> None:
