@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -165,10 +166,26 @@ def test_sigterm_stops_every_worker_and_the_embedded_redis(workers: Workers) -> 
     assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []  # each stopped and reaped
 
 
+def serve(data_dir: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway", "serve", "--data-dir", str(data_dir), *flags],
+                          capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")})
+
+
 def test_workers_past_the_last_port_is_one_line(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "gateway", "serve", "--workers", "4", "--kafka-port", "65534",
-                          "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60,
-                         env={k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")})
-    assert run.returncode == 1
+    run = serve(tmp_path, "--workers", "4", "--kafka-port", "65534")
+    assert (run.returncode, run.stdout) == (1, "")
     assert run.stderr == ("gateway: --workers (GATEWAY_WORKERS) 4 needs kafka ports 65534-65537, past 65535: "
                           "choose a lower --kafka-port (GATEWAY_KAFKA_PORT)\n")
+
+
+def test_a_worker_that_cannot_start_stops_all_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]  # worker 1's: the configured Kafka port + 1
+        run = serve(tmp_path, "--workers", "2", "--kafka-port", str(port - 1), "--native-port", "0",
+                    "--admin-port", "0", "--log-level", "WARNING")
+    assert (run.returncode, run.stdout) == (1, "")
+    assert run.stderr == (f"gateway: worker 1: kafka port {port} is in use: choose another with --kafka-port "
+                          "(GATEWAY_KAFKA_PORT)\n")

@@ -133,6 +133,8 @@ class Supervisor:
             failures = [f for f in starting.result() if f]
             if failures:
                 raise GatewayError(failures[0])
+            for w in self.workers:
+                self._announce(w)
             print(self.describe(), flush=True)
             await asyncio.gather(*(self._supervise(w) for w in self.workers))
         finally:
@@ -166,8 +168,11 @@ class Supervisor:
         if kind != "ready":
             return f"worker {w.index}: {text}"
         w.banner = text
-        print(f"worker {w.index} (pid {proc.pid}): {text}", flush=True)
         return None
+
+    @staticmethod
+    def _announce(w: Worker) -> None:
+        print(f"worker {w.index} (pid {w.proc and w.proc.pid}): {w.banner}", flush=True)
 
     async def _supervise(self, w: Worker) -> None:
         """Until the supervisor stops: wait for `w` to die, and start it again after its back-off."""
@@ -190,6 +195,7 @@ class Supervisor:
                     return
                 failure = await self._start(w)
                 if failure is None:
+                    self._announce(w)
                     break
                 w.backoff = min(w.backoff * 2, MAX_BACKOFF)
                 log.warning("%s: trying again in %g s", failure, w.backoff)
