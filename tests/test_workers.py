@@ -179,11 +179,25 @@ def test_workers_past_the_last_port_is_one_line(tmp_path: Path) -> None:
                           "choose a lower --kafka-port (GATEWAY_KAFKA_PORT)\n")
 
 
+def bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def test_a_worker_that_cannot_start_stops_all_with_one_line(tmp_path: Path) -> None:
-    with socket.socket() as taken:
+    for _ in range(20):  # a port taken, worker 1's (the configured Kafka port + 1), below a free one
+        taken = socket.socket()
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = taken.getsockname()[1]  # worker 1's: the configured Kafka port + 1
+        port = taken.getsockname()[1]
+        if bindable(port - 1):
+            break
+        taken.close()
+    with taken:
         run = serve(tmp_path, "--workers", "2", "--kafka-port", str(port - 1), "--native-port", "0",
                     "--admin-port", "0", "--log-level", "WARNING")
     assert (run.returncode, run.stdout) == (1, "")

@@ -83,6 +83,9 @@ def _worker(config: Config, index: int, ready: Connection) -> None:
 
 @dataclasses.dataclass
 class Worker:
+    """One worker as the supervisor knows it: its settings, its current process, when that started
+    (a death soon after doubles the back-off) and the line it announced itself with."""
+
     index: int
     config: Config
     proc: BaseProcess | None = None
