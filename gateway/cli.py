@@ -151,7 +151,10 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--acks", choices=("1", "all"), default="1",
                    help="with --kafka, all: produce with acks=1 and acks=all (min.insync.replicas 1 and 2) "
                    "on Redis with one replica, beside raw XADD and XADD+WAIT (default: %(default)s)")
-    p.add_argument("--sizes", default="100,1024", help="message sizes in bytes (default: %(default)s)")
+    p.add_argument("--sizes", help="message sizes in bytes (default: 100,1024), with --peer 100,1024,16384")
+    p.add_argument("--peer", action="store_true",
+                   help="the Kafka workload through the gateway and through Tansu (the peer extra), beside raw "
+                   "Redis: produce, consume and transactions")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
     p.add_argument("--watermarks", action="store_true",
@@ -282,25 +285,18 @@ def _ask_password(user: str) -> str:
 
 
 def serve(config: Config) -> None:
-    from gateway.server.gateway import Gateway
+    """One gateway, or with `--workers` above 1 their supervisor (`gateway.server.workers`)."""
+    from gateway.server.gateway import Gateway, loop_factory
+    from gateway.server.workers import LOG_FORMAT, Supervisor
 
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    logging.basicConfig(level=config.log_level.upper(), format=LOG_FORMAT)
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         try:
-            runner.run(Gateway(config).run())
+            runner.run(Supervisor(config).run() if config.workers > 1 else Gateway(config).run())
         except KeyboardInterrupt:
             pass
         except GatewayError as exc:  # a start-up failure the user can act on: one line, no traceback
             raise SystemExit(f"gateway: {exc}") from None
-
-
-def _loop_factory() -> Any:
-    """uvloop where it is installed: about three times asyncio's round trips per second."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -103,6 +103,10 @@ class Config:
                            "id its advertised address had, else a new one", check=between(-1, 2**31 - 1))
     lease_ms: int = setting(6000, "how long a gateway that died stays listed and keeps its background roles",
                             check=POSITIVE, metavar="MS")
+    workers: int = setting(1, "gateway processes on this machine, started, supervised and stopped together as "
+                           "nodes of one cluster: worker i listens on the Kafka and native ports + i (a port 0 "
+                           "stays any free port), worker 0 alone serves the admin port; all share the Redis",
+                           check=between(1, 1024), metavar="N")
     group_consumer_session_timeout_ms: int = setting(
         45_000, "how long a member of a consumer group (group.protocol=consumer) lives without heartbeats",
         check=POSITIVE, metavar="MS")

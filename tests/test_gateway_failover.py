@@ -91,20 +91,20 @@ def wait_for(check, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def consume_all(bootstrap: str) -> list[bytes]:
+def consume_all(bootstrap: str, topic: str = TOPIC, partitions: int = PARTITIONS) -> list[bytes]:
     """Every committed record of the topic, read through one gateway up to each partition's end."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False,
                   "isolation.level": "read_committed"})
     try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(TOPIC, p), 10)[1] for p in range(PARTITIONS)}
-        c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(partitions)}
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         got: list[bytes] = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             for m in c.consume(1000, 0.5):
                 assert m.error() is None, m.error()
                 got.append(m.value())
-            done = c.position([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+            done = c.position([TopicPartition(topic, p) for p in range(partitions)])
             if all(tp.offset >= ends[tp.partition] for tp in done):
                 return got
         raise AssertionError(f"read {len(got)} records, not to the end of every partition")

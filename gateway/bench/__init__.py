@@ -6,7 +6,7 @@ directory unless `--redis-url` names one (`--cluster`: a local three-primary Red
 printed beside its raw-Redis baseline, spread over as many streams as the topic has partitions,
 and the ratio between them.
 
-One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`), each on
+One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `peer`), each on
 `common` alone; this one only picks among them.
 """
 
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 
-from gateway.bench import delayed, kafka, native, spark, txn, watermarks
+from gateway.bench import delayed, kafka, native, peer, spark, txn, watermarks
 from gateway.bench.common import Progress, Row, bench_redis, print_table
 
 
 def run_bench(args: argparse.Namespace) -> None:
     """Run the benchmark the options of `gateway bench` ask for and print its table."""
-    sizes = [int(s) for s in str(args.sizes).split(",")]
+    sizes = [int(s) for s in str(args.sizes or (peer.SIZES if args.peer else "100,1024")).split(",")]
     seconds = float(args.seconds)
     note = ""
     with Progress(seconds), bench_redis(args.redis_url, args.cluster) as url:
@@ -37,6 +37,8 @@ def run_bench(args: argparse.Namespace) -> None:
             rows, note = txn.measure_txn(url, seconds), txn.NOTE
         elif args.kafka and args.acks == "all":
             rows, note = kafka.measure_acks(url, sizes, seconds, args.partitions), kafka.ACKS_NOTE
+        elif args.peer:
+            rows, note = peer.measure_peer(url, sizes, seconds), peer.NOTE
         elif args.kafka:
             rows = kafka.measure_kafka(url, sizes, seconds, args.partitions, args.gateways)
         else:

@@ -32,6 +32,8 @@ from gateway.kafka.dispatch import ApiKey, ConnectionState, Encoded, RequestCont
 from gateway.kafka.errors import MalformedRequest
 
 log = logging.getLogger(__name__)
+timing = logging.getLogger("gateway.kafka.timing")
+"""Each request's handling time, at DEBUG (`--log-level DEBUG`): where a client's wait goes."""
 
 _SIZE = struct.Struct(">i")
 _MIN_FRAME = 10  # api key, version, correlation id, client id length
@@ -199,7 +201,11 @@ async def handle(
         stats.failed("UNKNOWN_SERVER_ERROR")
         raise
     finally:
-        stats.done(time.perf_counter() - began)
+        took = time.perf_counter() - began
+        stats.done(took)
+        if timing.isEnabledFor(logging.DEBUG):
+            timing.debug("%s v%d correlation %d from %s %s: %.3f ms", api_key_map.get(header.api_key, header.api_key),
+                         header.api_version, header.correlation_id, header.client_id, state.peer, took * 1000)
     for code in errors:
         stats.failed(_error_name(code))
     return chunks

@@ -40,6 +40,15 @@ EMBEDDED_READY_TIMEOUT = 15.0
 """Seconds the embedded redis-server has to answer (longer while it loads its AOF)."""
 
 
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where it is installed: about three times asyncio's round trips per second."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 class Listener(Protocol):
     @property
     def port(self) -> int: ...
@@ -51,8 +60,9 @@ StartListener = Callable[[Services, str, int], Awaitable[Listener]]
 
 
 class Gateway:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, admin: bool = True) -> None:
         self.config = config
+        self.admin = admin  # the admin listener: off in all workers of `gateway serve --workers` but the first
         self.embedded: EmbeddedRedis | None = None
         self.store: Store | None = None  # the process's alone: the faces are given `services`
         self.services: Services | None = None
@@ -87,14 +97,18 @@ class Gateway:
             await self._wait_for_redis(store)
             registry = Registry(store, lease_ms=cfg.lease_ms)
             # before anything uses it: transaction ids, group and subscription leases carry it
-            cfg.node_id = await registry.claim(cfg.node_id, host, port, cfg.native_port, cfg.admin_port)
+            cfg.node_id = await registry.claim(cfg.node_id, host, port, cfg.native_port,
+                                               cfg.admin_port if self.admin else 0)
             self.services = await self._closing.enter_async_context(wired_services(cfg, store, registry))
             starts: dict[str, StartListener] = {
                 "kafka": start_kafka_server, "native": start_native_server, "admin": start_admin_server}
+            if not self.admin:
+                del starts["admin"]
             for name, start in starts.items():
                 self.listeners[name] = await self._listen(name, start, self.services)
             port = cfg.advertised_port or self.listeners["kafka"].port
-            await registry.advertise(host, port, self.listeners["native"].port, self.listeners["admin"].port)
+            admin = self.listeners["admin"].port if "admin" in self.listeners else 0
+            await registry.advertise(host, port, self.listeners["native"].port, admin)
         except BaseException:
             await self.stop()
             raise
@@ -191,10 +205,11 @@ class Gateway:
             self.embedded = None
         self._stopped.set()
 
-    async def run(self) -> None:
-        """Serve until SIGINT or SIGTERM, then shut down cleanly."""
+    async def run(self, announce: Callable[[str], None] | None = None) -> None:
+        """Serve until SIGINT or SIGTERM, then shut down cleanly; once listening, `describe()` goes to
+        `announce` (default: stdout)."""
         await self.start()
-        print(self.describe(), flush=True)
+        (announce or (lambda line: print(line, flush=True)))(self.describe())
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -26,7 +26,8 @@ from gateway.errors import GatewayError
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """Have the kernel send this process SIGTERM when the thread that started it ends (Linux)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
@@ -150,7 +151,7 @@ class EmbeddedRedis:
                      "--cluster-node-timeout", "5000", "--cluster-port", str(free_port())]
         if self.replica_of is not None:
             args += ["--replicaof", "127.0.0.1", str(self.replica_of)]
-        self.proc = subprocess.Popen(args, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(args, preexec_fn=die_with_parent, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, timeout: float = 15.0) -> None:
         """Until the server answers PING; a server that exits, or stays silent for `timeout` seconds, is
