@@ -83,6 +83,11 @@ def _admin_parser(sub: Any) -> None:
     on_topic("mark-idle", "take a producer that went away out of the topic's watermark set").add_argument(
         "producer", help="the producer's name")
     groups.add_parser("gateways", help="the gateways on this Redis and the background role each runs")
+    cgroups = groups.add_parser("groups", help="consumer groups of both protocols (classic and consumer)")
+    gsub = cgroups.add_subparsers(dest="action", required=True)
+    gsub.add_parser("list", help="every group with its type, state, epoch, members and lag per topic")
+    gsub.add_parser("describe", help="a group's epochs, members with their partitions, committed offsets "
+                    "and lag").add_argument("group_id", metavar="group", help="the group's id")
     txns = groups.add_parser("transactions", help="list, describe and abort transactions")
     xsub = txns.add_subparsers(dest="action", required=True)
     xsub.add_parser("list", help="unfinished transactions with their age and partitions")
@@ -225,6 +230,11 @@ def admin(args: argparse.Namespace) -> Any:
         if args.action == "mark-idle":
             producer = urllib.parse.quote(args.producer, safe="")
             return _http("POST", f"{base}/topics/{args.name}/watermarks/{producer}/idle", {})
+    if args.group == "groups":
+        if args.action == "list":
+            return _http("GET", f"{base}/groups")
+        if args.action == "describe":
+            return _http("GET", f"{base}/groups/{urllib.parse.quote(args.group_id, safe='')}")
     if args.group == "transactions":
         if args.action == "list":
             return _http("GET", f"{base}/transactions")
