@@ -161,6 +161,10 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
     p.add_argument("--watermarks", action="store_true",
                    help="broker watermarks: send_watermark, lookups, consuming past markers")
+    p.add_argument("--groups", action="store_true",
+                   help="seconds for a consumer group to settle after one member joins: classic against "
+                   "the consumer protocol (KIP-848)")
+    p.add_argument("--members", default="3,10,30", help="group sizes for --groups (default: %(default)s)")
     p.add_argument("--count", type=int, default=1_000_000,
                    help="delayed messages for --delayed (default: %(default)s)")
     p.add_argument("--spark", action="store_true",
