@@ -1,7 +1,8 @@
-"""OffsetCommit v10 and OffsetFetch v10 name topics by id: offsets land on the topic the id names
-now, an id no topic has (a topic deleted, or made again under its name) is UNKNOWN_TOPIC_ID, and
-what v10 commits v9 reads by name. No client of the suite sends v10 yet (confluent-kafka 2.16 stops
-at v9, kafka-python 3.0 at v8; Kafka 4.2's Java consumer sends it), so these speak the wire."""
+"""Produce v13, OffsetCommit v10 and OffsetFetch v10 name topics by id: records and offsets land
+on the topic the id names now, an id no topic has (a topic deleted, or made again under its name)
+is UNKNOWN_TOPIC_ID, and what goes in by id comes out by name. No client of the suite sends these
+versions (confluent-kafka 2.16 stops at Produce v10 and OffsetCommit/OffsetFetch v9, kafka-python
+3.0 at Produce v9 and OffsetCommit v8; Kafka 4.2's Java clients send them), so these speak the wire."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.formats.records import build_batch
 from gateway.kafka.dispatch import ApiKey
 from tests.test_gateways import ask
 from tests.test_kafka_topic_ids import topic_id
@@ -80,3 +82,34 @@ async def test_the_id_of_a_topic_made_again_is_refused(gateway):
     assert await commit(gateway, [(new, [(0, 2)])]) == [(new, [(0, KafkaError.none)])]
     assert await fetch(gateway, [(new, [0])]) == [(new, [(0, 2, KafkaError.none)])]
     assert await commit(gateway, [(None, [(0, 1)])]) == [(None, [(0, KafkaError.unknown_topic_id)])]
+
+
+async def produce(gw, topics: list[tuple[uuid.UUID | None, list[int]]], value: bytes) -> list:
+    resp = await ask(gw, ApiKey.PRODUCE, 13, {
+        "transactional_id": None, "acks": -1, "timeout": 5000,
+        "topic_data": [{"topic_id": tid, "partition_data": [
+            {"index": p, "records": build_batch([(None, value, [])])} for p in ps]} for tid, ps in topics],
+    })
+    return [(t.topic_id, [(p.index, p.error_code, p.base_offset) for p in t.partition_responses])
+            for t in resp.responses]
+
+
+async def test_produce_by_topic_id(gateway):
+    log = gateway.services.log
+    await log.create_topic("ids-p", 2)
+    old, nobody = await topic_id(gateway, "ids-p"), uuid.uuid4()
+    assert await produce(gateway, [(old, [1]), (nobody, [0]), (None, [0])], b"first") == [
+        (old, [(1, KafkaError.none, 0)]),
+        (nobody, [(0, KafkaError.unknown_topic_id, -1)]),
+        (None, [(0, KafkaError.unknown_topic_id, -1)]),
+    ]
+    assert await produce(gateway, [(old, [1, 2])], b"second") == [
+        (old, [(1, KafkaError.none, 1), (2, KafkaError.unknown_topic_or_partition, -1)])]
+    assert await log.bounds("ids-p", 1) == (0, 2)
+
+    await log.delete_topic("ids-p")
+    await log.create_topic("ids-p", 2)
+    new = await topic_id(gateway, "ids-p")
+    assert await produce(gateway, [(old, [1])], b"stale") == [(old, [(1, KafkaError.unknown_topic_id, -1)])]
+    assert await log.bounds("ids-p", 1) == (0, 0)  # the old incarnation's id wrote nothing to the new one
+    assert await produce(gateway, [(new, [1])], b"fresh") == [(new, [(1, KafkaError.none, 0)])]
