@@ -11,10 +11,13 @@ import pytest
 from kafka import KafkaAdminClient
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.security import Operation, ResourceType
 from gateway.kafka.dispatch import ApiKey
 from tests.conftest import kafka_bootstrap
+from tests.kafka_clients import sasl
 from tests.test_gateways import ask
 from tests.test_kafka_topic_ids import topic_id
+from tests.test_security import allow, secure  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.kafka
 
@@ -97,3 +100,29 @@ async def test_kafka_python_pages_through_the_topics(gateway, topics):
 
     assert await asyncio.to_thread(walk) == [
         (name, str(topics[name]), p) for name in sorted(SIZES) for p in range(SIZES[name])]
+
+
+async def test_a_topic_the_principal_may_not_describe(secure):  # noqa: F811
+    """Named: TOPIC_AUTHORIZATION_FAILED with the zero id, after the others and outside the paging;
+    when listing every topic it is simply left out."""
+    for name, n in SIZES.items():
+        await secure.services.log.create_topic(name, n)
+    await allow(secure, "User:alice", ResourceType.TOPIC, "alpha", Operation.DESCRIBE)
+    await allow(secure, "User:alice", ResourceType.TOPIC, "gamma", Operation.DESCRIBE)
+
+    def as_alice(names: list[str]) -> list[tuple[str, int, object, list[int]]]:
+        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap(secure),
+                                 **sasl("kafka-python", "SCRAM-SHA-256", "alice", "alice-secret"))
+        try:
+            page = admin.describe_topic_partitions(names, response_partition_limit=4)
+        finally:
+            admin.close()
+        return [(t["name"], t["error_code"], t["topic_id"], [p["partition_index"] for p in t["partitions"]])
+                for t in page["topics"]]
+
+    named = await asyncio.to_thread(as_alice, ["beta", "gamma", "alpha"])
+    assert [(n, e, [*ps]) for n, e, _, ps in named] == [
+        ("alpha", KafkaError.none, [0, 1, 2]), ("gamma", KafkaError.none, [0]),
+        ("beta", KafkaError.topic_authorization_failed, [])]
+    assert named[2][2] in (None, uuid.UUID(int=0))
+    assert [n for n, *_ in await asyncio.to_thread(as_alice, [])] == ["alpha", "gamma"]
