@@ -8,7 +8,7 @@ import contextlib
 import functools
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 import confluent_kafka as ck
@@ -57,14 +57,14 @@ class Member:
                         self.committed.set()
         self.consumer.close()
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[Member]:
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Member]:
         self.thread.start()
         try:
             yield self
         finally:
             self.stop.set()
-            self.thread.join(30)
+            await asyncio.to_thread(self.thread.join, 30)  # its close talks to the gateway on this loop
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ async def get(gw, path: str) -> tuple[int, object]:
 @pytest.mark.parametrize("protocol", ["consumer", "classic"])
 async def test_a_group_is_described_with_members_partitions_offsets_and_lag(gateway, watched, protocol):
     group = f"{protocol}-watchers"
-    with Member(kafka_bootstrap(gateway), group, protocol).running() as member:
+    async with Member(kafka_bootstrap(gateway), group, protocol).running() as member:
         async def stable() -> object:
             if not member.committed.is_set():  # before the look, or the look may precede the commit
                 return False
