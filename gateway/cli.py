@@ -83,6 +83,11 @@ def _admin_parser(sub: Any) -> None:
     on_topic("mark-idle", "take a producer that went away out of the topic's watermark set").add_argument(
         "producer", help="the producer's name")
     groups.add_parser("gateways", help="the gateways on this Redis and the background role each runs")
+    cgroups = groups.add_parser("groups", help="consumer groups of both protocols (classic and consumer)")
+    gsub = cgroups.add_subparsers(dest="action", required=True)
+    gsub.add_parser("list", help="every group with its type, state, epoch, members and lag per topic")
+    gsub.add_parser("describe", help="a group's epochs, members with their partitions, committed offsets "
+                    "and lag").add_argument("group_id", metavar="group", help="the group's id")
     txns = groups.add_parser("transactions", help="list, describe and abort transactions")
     xsub = txns.add_subparsers(dest="action", required=True)
     xsub.add_parser("list", help="unfinished transactions with their age and partitions")
@@ -159,6 +164,10 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
     p.add_argument("--watermarks", action="store_true",
                    help="broker watermarks: send_watermark, lookups, consuming past markers")
+    p.add_argument("--groups", action="store_true",
+                   help="seconds for a consumer group to settle after one member joins: classic against "
+                   "the consumer protocol (KIP-848)")
+    p.add_argument("--members", default="3,10,30", help="group sizes for --groups (default: %(default)s)")
     p.add_argument("--count", type=int, default=1_000_000,
                    help="delayed messages for --delayed (default: %(default)s)")
     p.add_argument("--spark", action="store_true",
@@ -228,6 +237,11 @@ def admin(args: argparse.Namespace) -> Any:
         if args.action == "mark-idle":
             producer = urllib.parse.quote(args.producer, safe="")
             return _http("POST", f"{base}/topics/{args.name}/watermarks/{producer}/idle", {})
+    if args.group == "groups":
+        if args.action == "list":
+            return _http("GET", f"{base}/groups")
+        if args.action == "describe":
+            return _http("GET", f"{base}/groups/{urllib.parse.quote(args.group_id, safe='')}")
     if args.group == "transactions":
         if args.action == "list":
             return _http("GET", f"{base}/transactions")

@@ -28,8 +28,8 @@ async def conn(gateway):
 def test_advertised_ranges():
     expected = {
         ApiKey.FIND_COORDINATOR: (0, 6), ApiKey.JOIN_GROUP: (0, 9), ApiKey.SYNC_GROUP: (0, 5),
-        ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5), ApiKey.OFFSET_COMMIT: (2, 9),
-        ApiKey.OFFSET_FETCH: (1, 9), ApiKey.DESCRIBE_GROUPS: (0, 6), ApiKey.LIST_GROUPS: (0, 5),
+        ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 5), ApiKey.OFFSET_COMMIT: (2, 10),
+        ApiKey.OFFSET_FETCH: (1, 10), ApiKey.DESCRIBE_GROUPS: (0, 6), ApiKey.LIST_GROUPS: (0, 5),
         ApiKey.DELETE_GROUPS: (0, 2),
     }
     for key, (lo, hi) in expected.items():

@@ -17,6 +17,8 @@ from gateway.admin.security import SecurityApi, authentication
 from gateway.clock import now_ms
 from gateway.domain.compaction import cleaner_view
 from gateway.domain.fence import KeyState, full_key
+from gateway.domain.groups import GroupError, GroupErrorKind
+from gateway.domain.groups.admin import GroupView
 from gateway.domain.log import effective_config
 from gateway.domain.services import Services
 from gateway.domain.txn import TxnId, TxnInfo
@@ -51,6 +53,8 @@ async def _answered(request: web.Request, handler: Handler) -> web.StreamRespons
             response = await handler(request)
         except GatewayError as exc:
             error, status = exc.code.name, _STATUS.get(exc.code, 400)
+            if isinstance(exc, GroupError):
+                error, status = exc.kind.name, 404 if exc.kind is GroupErrorKind.GROUP_ID_NOT_FOUND else 400
             return web.json_response(
                 {"error": error, "message": str(exc), "retriable": exc.retriable},
                 status=status, headers={"WWW-Authenticate": 'Basic realm="gateway"'} if status == 401 else None,
@@ -70,6 +74,7 @@ class AdminApi:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.metrics = Metrics(services)
+        self.group_admin = self.metrics.group_admin
 
     def routes(self) -> list[web.RouteDef]:
         return [
@@ -85,6 +90,8 @@ class AdminApi:
             web.post("/admin/v2/topics/{name}/watermarks/{producer}/idle", self.mark_idle),
             web.get("/admin/v2/gateways", self.gateways),
             web.get("/admin/v2/replication", self.replication),
+            web.get("/admin/v2/groups", self.list_groups),
+            web.get("/admin/v2/groups/{group}", self.describe_group),
             web.get("/admin/v2/transactions", self.list_transactions),
             web.get("/admin/v2/transactions/transaction-keys", self.list_keys),
             web.get("/admin/v2/transactions/transaction-keys/{key}", self.get_key),
@@ -236,6 +243,21 @@ class AdminApi:
         return web.json_response(await self._describe(request.match_info["name"]))
 
 
+    async def list_groups(self, request: web.Request) -> web.Response:
+        """Groups of both protocols: type, state, epoch, member count and lag summed per topic."""
+        return web.json_response([
+            {"group_id": v.group_id, "type": v.group_type, "protocol_type": v.protocol_type, "state": v.state,
+             "group_epoch": v.group_epoch, "members": len(v.members), "lag": v.lag_by_topic()}
+            for v in await self.group_admin.all()
+        ])
+
+    async def describe_group(self, request: web.Request) -> web.Response:
+        group_id = request.match_info["group"]
+        view = await self.group_admin.describe(group_id)
+        if view is None:
+            raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"no group {group_id!r}")
+        return web.json_response(_group_json(view))
+
     async def list_transactions(self, request: web.Request) -> web.Response:
         """Unfinished transactions with their age and partitions: where a hanging one shows."""
         infos = await self.services.txn.open_transactions()
@@ -301,6 +323,32 @@ class AdminApi:
 
 def _readers_json(r: PositionsWatermark) -> dict[str, Any]:
     return {"name": r.name, "watermark_ms": r.watermark, "offsets": {str(p): o for p, o in r.positions.items()}}
+
+
+def _group_json(v: GroupView) -> dict[str, Any]:
+    return {
+        "group_id": v.group_id,
+        "type": v.group_type,
+        "protocol_type": v.protocol_type,
+        "state": v.state,
+        "group_epoch": v.group_epoch,
+        "assignment_epoch": v.assignment_epoch,
+        "assignor": v.assignor,
+        "members": [{
+            "member_id": m.member_id,
+            "instance_id": m.instance_id,
+            "client_id": m.client_id,
+            "client_host": m.client_host,
+            "member_epoch": m.member_epoch,
+            "subscribed_topics": m.subscribed_topics,
+            "subscribed_regex": m.subscribed_regex,
+            "assigned": m.assigned,
+            "target": m.target,
+        } for m in v.members],
+        "offsets": [{"topic": o.topic, "partition": o.partition, "committed": o.committed,
+                     "high_watermark": o.high_watermark, "lag": o.lag, "metadata": o.metadata} for o in v.offsets],
+        "lag": v.lag_by_topic(),
+    }
 
 
 def _txn_json(info: TxnInfo) -> dict[str, Any]:

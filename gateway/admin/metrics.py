@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from gateway import telemetry
 from gateway.clock import now_ms
+from gateway.domain.groups.admin import GroupAdmin
 from gateway.domain.services import Services
 
 _LE = [str(b) for b in telemetry.LATENCY_BUCKETS] + ["+Inf"]
@@ -71,6 +72,7 @@ class _Snapshot:
 class Metrics:
     def __init__(self, services: Services) -> None:
         self.services = services
+        self.group_admin = GroupAdmin(services.groups, services.log)
 
     async def gauges(self) -> list[Metric]:
         topics = await self.services.log.list_topics()
@@ -86,7 +88,7 @@ class Metrics:
                 hw.add_metric([t, str(p)], b[1])
         count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
         return [*traffic_families(), count, hw, start, *await self.replication_gauges(), *await self.delayed_gauges(parts),
-                *await self.transaction_gauges(), await self.lag_gauge(),
+                *await self.transaction_gauges(), *await self.group_gauges(),
                 *await self.watermark_gauges([(t.name, t.partitions) for t in topics])]
 
     async def replication_gauges(self) -> list[Metric]:
@@ -105,20 +107,28 @@ class Metrics:
                 silent.add_metric([primary.address, r.address, r.state], r.lag_seconds)
         return [online, behind, silent]
 
-    async def lag_gauge(self) -> Metric:
-        """Per consumer group and partition: the high watermark less the committed offset (Kafka's
-        consumer lag), for every partition a group committed an offset for that still exists."""
+    async def group_gauges(self) -> list[Metric]:
+        """Per group of either protocol: members and epoch (a classic group's generation), labelled by
+        group and type; lag per committed partition (Kafka's consumer lag) and summed per topic.
+        The per-topic sum is the family to alert on: its series grow with groups x topics, not with
+        partitions, and a `drop` of the per-partition family in the scrape config keeps only it."""
+        members = GaugeMetricFamily("gateway_consumer_group_members", "Members of a group",
+                                    labels=["group", "type"])
+        epoch = GaugeMetricFamily("gateway_consumer_group_epoch",
+                                  "Epoch of a consumer group, generation of a classic group", labels=["group", "type"])
         lag = GaugeMetricFamily("gateway_consumer_group_lag", "Records between a group's committed offset and "
                                 "the high watermark", labels=["group", "topic", "partition"])
-        groups = self.services.groups
-        committed = [(g.group_id, tp, c.offset)
-                     for g in await groups.list_groups()
-                     for tp, c in (await groups.fetch_offsets(g.group_id)).items() if c is not None and c.offset >= 0]
-        bounds = await self.services.log.bounds_many([tp for _, tp, _ in committed]) if committed else []
-        for (group, (topic, partition), offset), b in zip(committed, bounds, strict=True):
-            if b is not None:
-                lag.add_metric([group, topic, str(partition)], max(0, b[1] - offset))
-        return lag
+        topic_lag = GaugeMetricFamily("gateway_consumer_group_topic_lag", "A group's lag summed over the "
+                                      "partitions of a topic it committed offsets for", labels=["group", "topic"])
+        for v in await self.group_admin.all():
+            members.add_metric([v.group_id, v.group_type], len(v.members))
+            epoch.add_metric([v.group_id, v.group_type], v.group_epoch)
+            for o in v.offsets:
+                if o.lag is not None:
+                    lag.add_metric([v.group_id, o.topic, str(o.partition)], o.lag)
+            for topic, n in sorted(v.lag_by_topic().items()):
+                topic_lag.add_metric([v.group_id, topic], n)
+        return [members, epoch, lag, topic_lag]
 
     async def delayed_gauges(self, parts: list[tuple[str, int]]) -> list[Metric]:
         labels = ["topic", "partition"]

@@ -6,7 +6,11 @@ directory unless `--redis-url` names one (`--cluster`: a local three-primary Red
 printed beside its raw-Redis baseline, spread over as many streams as the topic has partitions,
 and the ratio between them.
 
+<<<<<<< HEAD
 One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `peer`), each on
+=======
+One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `groups`), each on
+>>>>>>> s5-groupadmin
 `common` alone; this one only picks among them.
 """
 
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from gateway.bench import delayed, kafka, native, peer, spark, txn, watermarks
+from gateway.bench import delayed, groups, kafka, native, peer, spark, txn, watermarks
 from gateway.bench.common import Progress, Row, bench_redis, print_table
 
 
@@ -26,6 +30,9 @@ def run_bench(args: argparse.Namespace) -> None:
     with Progress(seconds), bench_redis(args.redis_url, args.cluster) as url:
         if args.delayed:
             print(delayed.format_metrics(delayed.measure_delayed(url, args.count)))
+            return
+        if args.groups:
+            print(groups.format_rows(groups.measure_groups(url, [int(n) for n in str(args.members).split(",")])))
             return
         rows: list[Row]
         if args.watermarks:

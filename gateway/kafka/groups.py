@@ -2,12 +2,15 @@
 
 FindCoordinator names the gateway holding a group's lease (this one when nobody holds it; see
 `gateway.domain.groups.coordinator`), and this gateway for transactions.
-OffsetCommit stops at v9 and OffsetFetch at v9: v10 addresses topics by id, which this gateway
-does not assign. Errors of the group protocol (`GroupError.kind`) carry Kafka's own codes.
+OffsetCommit v10 and OffsetFetch v10 name topics by id (KIP-516's follow-up to KIP-848), each id
+looked up afresh so an offset never lands on a topic made again under the name; an id no topic
+has is UNKNOWN_TOPIC_ID, as Kafka 4.2's KafkaApis answers. Errors of the group protocol
+(`GroupError.kind`) carry Kafka's own codes.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
@@ -19,7 +22,7 @@ from gateway.kafka import codec
 from gateway.kafka.authz import authorized_operations
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import REPLICAS_SHORT, error_message, kafka_error
-from gateway.kafka.metadata import broker, peer_address
+from gateway.kafka.metadata import broker, peer_address, topic_uuid
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -217,16 +220,36 @@ async def leave_group(ctx: RequestContext, req: Any) -> Any:
 # -- OffsetCommit, OffsetFetch ------------------------------------------------------------------
 
 
-@handles(ApiKey.OFFSET_COMMIT, 2, 9)
+TOPIC_IDS_VERSION = 10
+"""OffsetCommit and OffsetFetch name topics by id from this version on."""
+
+
+async def _names(ctx: RequestContext, topics: Any) -> list[str | None]:
+    """The name of each topic of the request: as given before v10, else of the topic its id names
+    now (None for an id no topic has, or the zero id)."""
+    if ctx.api_version < TOPIC_IDS_VERSION:
+        return [t.name for t in topics]
+    out: list[str | None] = []
+    for t in topics:
+        info = None if t.topic_id is None else await ctx.services.log.topic_by_id(t.topic_id.hex, fresh=True)
+        out.append(None if info is None else info.name)
+    return out
+
+
+@handles(ApiKey.OFFSET_COMMIT, 2, 10)
 async def offset_commit(ctx: RequestContext, req: Any) -> Any:
+    """As Kafka's KafkaApis.handleOffsetCommitRequest; from v10 a topic whose id names no topic
+    answers UNKNOWN_TOPIC_ID on its partitions, and the rest are committed."""
+    names = await _names(ctx, req.topics)
     offsets = {
-        (t.name, p.partition_index): (
+        (name, p.partition_index): (
             p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata
         )
-        for t in req.topics
+        for t, name in zip(req.topics, names, strict=True) if name is not None
         for p in t.partitions
     }
     codes: dict[tuple[str, int], KafkaError] = {}
+    group_code: KafkaError | None = None
     for topic in {t for t, _ in offsets}:  # the others are committed; these get their own error
         if not await ctx.allowed(ResourceType.TOPIC, topic, Operation.READ):
             codes.update({k: KafkaError.topic_authorization_failed for k in offsets if k[0] == topic})
@@ -242,25 +265,31 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
         ) if len(codes) < len(offsets) else {}
         codes.update({k: KafkaError.none if e is None else KafkaError(int(e)) for k, e in outcome.items()})
     except Exception as exc:
-        code = group_error(exc)
-        codes = dict.fromkeys(offsets, code)
+        group_code = group_error(exc)  # Kafka's getErrorResponse: on every partition of the request
+
+    def code(name: str | None, partition: int) -> KafkaError:
+        if group_code is not None:
+            return group_code
+        return KafkaError.unknown_topic_id if name is None else codes[(name, partition)]
+
     return _response(ctx, {
         "topics": [
-            {"name": t.name, "partitions": [
-                {"partition_index": p.partition_index, "error_code": codes[(t.name, p.partition_index)]}
+            {"name": name, "topic_id": getattr(t, "topic_id", None), "partitions": [
+                {"partition_index": p.partition_index, "error_code": code(name, p.partition_index)}
                 for p in t.partitions
             ]}
-            for t in req.topics
+            for t, name in zip(req.topics, names, strict=True)
         ],
     })
 
 
 async def _fetch_group(
-    ctx: RequestContext, group_id: str, topics: Any, member_id: str | None = None, member_epoch: int = -1
+    ctx: RequestContext, group_id: str, parts: list[tuple[str, int]] | None, member_id: str | None = None,
+    member_epoch: int = -1,
 ) -> tuple[list[dict[str, Any]], KafkaError]:
-    """One group's committed offsets as response topics (partition field names are the same in
-    every version), and the group-level error. A consumer group's member (v9+) fetches in its epoch."""
-    parts = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    """One group's committed offsets of `parts` (all of them when None) as response topics
+    (partition field names are the same in every version), and the group-level error. A consumer
+    group's member (v9+) fetches in its epoch."""
     try:
         await _authorize(ctx, group_id, Operation.DESCRIBE)
         found = await _coordinator(ctx).fetch_offsets(group_id, parts, member_id=member_id, member_epoch=member_epoch)
@@ -271,10 +300,7 @@ async def _fetch_group(
     for (topic, partition), c in found.items():
         if topic in hidden:
             if parts is not None:  # asked for by name: say why there is nothing; else leave it out
-                by_topic.setdefault(topic, []).append({
-                    "partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
-                    "metadata": "", "error_code": KafkaError.topic_authorization_failed,
-                })
+                by_topic.setdefault(topic, []).append(_unfetched(partition, KafkaError.topic_authorization_failed))
             continue
         by_topic.setdefault(topic, []).append({
             "partition_index": partition,
@@ -286,17 +312,55 @@ async def _fetch_group(
     return [{"name": name, "partitions": ps} for name, ps in by_topic.items()], KafkaError.none
 
 
-@handles(ApiKey.OFFSET_FETCH, 1, 9)
+def _unfetched(partition: int, error: KafkaError) -> dict[str, Any]:
+    return {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1, "metadata": "",
+            "error_code": error}
+
+
+async def _fetch_group_by_id(
+    ctx: RequestContext, group_id: str, topics: Any, member_id: str | None, member_epoch: int
+) -> tuple[list[dict[str, Any]], KafkaError]:
+    """OffsetFetch v10's group: topics asked for by id, answered by id; an id no topic has is
+    UNKNOWN_TOPIC_ID on its partitions. All of the group's offsets (no topics) carry the id of the
+    topic of each name now (the zero id for a topic gone)."""
+    ids: dict[str, uuid.UUID | None] = {}
+    unknown: list[dict[str, Any]] = []
+    parts: list[tuple[str, int]] | None = None
+    if topics is not None:
+        parts = []
+        for t, name in zip(topics, await _names(ctx, topics), strict=True):
+            if name is None:
+                unknown.append({"topic_id": t.topic_id,
+                                "partitions": [_unfetched(p, KafkaError.unknown_topic_id) for p in t.partition_indexes]})
+            else:
+                ids[name] = t.topic_id
+                parts += [(name, p) for p in t.partition_indexes]
+    found, error = await _fetch_group(ctx, group_id, parts, member_id, member_epoch)
+    if error != KafkaError.none:
+        return [], error
+    for t in found:
+        if t["name"] not in ids:
+            try:
+                ids[t["name"]] = topic_uuid((await ctx.services.log.topic(t["name"], create=False)).topic_id)
+            except TopicNotFound:
+                ids[t["name"]] = None
+        t["topic_id"] = ids[t["name"]]
+    return found + unknown, error
+
+
+@handles(ApiKey.OFFSET_FETCH, 1, 10)
 async def offset_fetch(ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version >= 8:
         groups = []
         for g in req.groups:
-            topics, error = await _fetch_group(
-                ctx, g.group_id, g.topics, getattr(g, "member_id", None), getattr(g, "member_epoch", -1)
-            )
+            member_id, member_epoch = getattr(g, "member_id", None), getattr(g, "member_epoch", -1)
+            if ctx.api_version >= TOPIC_IDS_VERSION:
+                topics, error = await _fetch_group_by_id(ctx, g.group_id, g.topics, member_id, member_epoch)
+            else:
+                topics, error = await _fetch_group(ctx, g.group_id, _parts(g.topics), member_id, member_epoch)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return _response(ctx, {"groups": groups})
-    topics, error = await _fetch_group(ctx, req.group_id, req.topics)
+    topics, error = await _fetch_group(ctx, req.group_id, _parts(req.topics))
     if ctx.api_version < 2 and error != KafkaError.none:
         # v1 has no group-level error: it goes on every partition asked for
         topics = [
@@ -307,6 +371,10 @@ async def offset_fetch(ctx: RequestContext, req: Any) -> Any:
             for t in req.topics or ()
         ]
     return _response(ctx, {"topics": topics, "error_code": error})
+
+
+def _parts(topics: Any) -> list[tuple[str, int]] | None:
+    return None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
 
 
 # -- DescribeGroups, ListGroups, DeleteGroups ---------------------------------------------------

@@ -4,10 +4,16 @@ acks=0 gets no response at all; acks=1 is answered once Redis has the batches; a
 topic with min.insync.replicas N also waits for N-1 Redis replicas to hold them (Redis's WAIT),
 answering NOT_ENOUGH_REPLICAS (nothing written) or NOT_ENOUGH_REPLICAS_AFTER_APPEND as Kafka's
 leader does (ReplicaManager/Partition.appendRecordsToLeader). The response is hand-encoded (the hot path).
+
+From v13 topics are named by id (KIP-516): each id is looked up afresh, one read per topic of the
+request, so records never go to a topic made again under the name of the one the producer meant;
+an id no topic has is UNKNOWN_TOPIC_ID on its partitions, as Kafka 4.2's KafkaApis answers, and
+the response names topics by the ids asked for.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +25,7 @@ from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
-from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string
+from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string, topic_key
 
 
 @dataclass(frozen=True)
@@ -32,27 +38,41 @@ class PartitionResult:
     log_append_time: int = -1  # on LogAppendTime topics, the time the batches were stamped with
 
 
-@handles(ApiKey.PRODUCE, 3, 12)
+TOPIC_IDS_VERSION = 13
+
+
+@handles(ApiKey.PRODUCE, 3, 13)
 async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
     items: list[tuple[str, int, bytes | memoryview]] = []
     results: dict[tuple[str, int], PartitionResult] = {}
-    order: list[tuple[str, list[int]]] = []
+    order: list[tuple[str | uuid.UUID | None, str, list[int]]] = []  # as the response names it, name
     tid = getattr(req, "transactional_id", None)
     txn_denied = tid is not None and not await ctx.allowed(ResourceType.TRANSACTIONAL_ID, tid, Operation.WRITE)
-    for topic in req.topic_data:
-        order.append((topic.name, [p.index for p in topic.partition_data]))
+    for n, topic in enumerate(req.topic_data):
+        if ctx.api_version >= TOPIC_IDS_VERSION:
+            info = None if topic.topic_id is None else await ctx.services.log.topic_by_id(topic.topic_id.hex,
+                                                                                         fresh=True)
+            name = f"\0{n}" if info is None else info.name  # an id no topic has: a key no topic name can be
+            order.append((topic.topic_id, name, [p.index for p in topic.partition_data]))
+            if info is None:
+                results.update({(name, p.index): PartitionResult(p.index, KafkaError.unknown_topic_id)
+                                for p in topic.partition_data})
+                continue
+        else:
+            name = topic.name
+            order.append((name, name, [p.index for p in topic.partition_data]))
         denied = (KafkaError.transactional_id_authorization_failed if txn_denied
-                  else None if await ctx.allowed(ResourceType.TOPIC, topic.name, Operation.WRITE)
+                  else None if await ctx.allowed(ResourceType.TOPIC, name, Operation.WRITE)
                   else KafkaError.topic_authorization_failed)
         for p in topic.partition_data:
             if denied is not None:
-                results[(topic.name, p.index)] = PartitionResult(p.index, denied)
+                results[(name, p.index)] = PartitionResult(p.index, denied)
             elif req.acks not in (0, 1, -1):
-                results[(topic.name, p.index)] = PartitionResult(p.index, KafkaError.invalid_required_acks)
+                results[(name, p.index)] = PartitionResult(p.index, KafkaError.invalid_required_acks)
             elif p.records is None:
-                results[(topic.name, p.index)] = PartitionResult(p.index, KafkaError.corrupt_message)
+                results[(name, p.index)] = PartitionResult(p.index, KafkaError.corrupt_message)
             else:
-                items.append((topic.name, p.index, p.records))
+                items.append((name, p.index, p.records))
     delayed = {t for t in {t for t, _, _ in items} if await ctx.services.log.delayed_topic(t)}
     if delayed:
         items = await _hold_delayed(ctx, req, items, delayed, results)
@@ -74,7 +94,7 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
             results[(done.topic, done.partition)] = res
     if req.acks == 0:
         return None
-    topics = [(name, [results[(name, i)] for i in parts]) for name, parts in order]
+    topics = [(key, [results[(name, i)] for i in parts]) for key, name, parts in order]
     errors = {r.error for r in results.values()} - {KafkaError.none}
     return Encoded(encode_produce_response(ctx.api_version, topics), errors)
 
@@ -115,12 +135,15 @@ async def _current_txn(ctx: RequestContext, transactional_id: str | None) -> str
     return state.txn if state is not None and state.txn else None
 
 
-def encode_produce_response(version: int, topics: list[tuple[str, list[PartitionResult]]]) -> list[bytes | memoryview]:
-    """ProduceResponse v3-v12 body, equal to kio's encoding of the same values."""
+def encode_produce_response(
+    version: int, topics: list[tuple[str | uuid.UUID | None, list[PartitionResult]]]
+) -> list[bytes | memoryview]:
+    """ProduceResponse v3-v13 body, equal to kio's encoding of the same values; a topic is its
+    name, or from v13 its id."""
     flex = version >= 9
     out = bytearray(array_len(len(topics), flex))
-    for name, parts in topics:
-        out += string(name, flex)
+    for key, parts in topics:
+        out += topic_key(key, version >= TOPIC_IDS_VERSION, flex)
         out += array_len(len(parts), flex)
         for p in parts:
             out += I32.pack(p.index) + I16.pack(p.error) + I64.pack(p.base_offset) + I64.pack(p.log_append_time)

@@ -1,0 +1,139 @@
+"""What an operator sees of a group of either protocol: its type, state and epochs, its members
+with their subscriptions and partitions, and per committed partition the offset and the lag.
+
+Read-only and built from what the coordinator and the store already answer (ConsumerGroupDescribe's
+view of a consumer group; the stored classic group with its members' ConsumerProtocol subscription
+and assignment decoded), so the admin API, the CLI and the metrics show the state Redis holds,
+whichever gateway coordinates the group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.domain.groups.classic import COMPLETING_REBALANCE, STABLE
+from gateway.domain.groups.coordinator import CLASSIC, CONSUMER, GroupCoordinator
+from gateway.domain.groups.offsets import consumer_assignment, consumer_subscription
+from gateway.domain.log import LogService
+
+Assigned = dict[str, list[int]]
+
+
+@dataclass(frozen=True)
+class MemberView:
+    """One member. `member_epoch` and `target` belong to the consumer protocol (None for a classic
+    member, whose partitions are those of the group's generation)."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    member_epoch: int | None
+    subscribed_topics: list[str]
+    subscribed_regex: str | None
+    assigned: Assigned
+    target: Assigned | None = None
+
+
+@dataclass(frozen=True)
+class OffsetView:
+    """A committed offset; `lag` is Kafka's consumer lag, the high watermark less the committed
+    offset (None when the partition no longer exists)."""
+
+    topic: str
+    partition: int
+    committed: int
+    high_watermark: int | None
+    lag: int | None
+    metadata: str = ""
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """A group. `group_epoch` is a consumer group's epoch or a classic group's generation;
+    `assignment_epoch` exists for consumer groups only; `assignor` is the server-side assignor of a
+    consumer group, the protocol the members agreed on (e.g. range) of a classic one."""
+
+    group_id: str
+    group_type: str
+    protocol_type: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int | None
+    assignor: str | None
+    members: list[MemberView] = field(default_factory=list)
+    offsets: list[OffsetView] = field(default_factory=list)
+
+    def lag_by_topic(self) -> dict[str, int]:
+        """The lag summed over each topic's committed partitions that still exist."""
+        out: dict[str, int] = {}
+        for o in self.offsets:
+            if o.lag is not None:
+                out[o.topic] = out.get(o.topic, 0) + o.lag
+        return out
+
+
+def _assigned(partitions: dict[str, frozenset[int]] | set[tuple[str, int]] | None) -> Assigned:
+    out: dict[str, set[int]] = {}
+    if isinstance(partitions, dict):
+        for t, ps in partitions.items():
+            out.setdefault(t, set()).update(ps)
+    else:
+        for t, p in partitions or ():
+            out.setdefault(t, set()).add(p)
+    return {t: sorted(ps) for t, ps in sorted(out.items()) if ps}
+
+
+class GroupAdmin:
+    """Views of the groups stored on this Redis, with their lag read from the log."""
+
+    def __init__(self, groups: GroupCoordinator, log: LogService) -> None:
+        self.groups = groups
+        self.log = log
+
+    async def all(self) -> list[GroupView]:
+        """Every group, by id (a classic group Kafka would list as Dead is left out)."""
+        views = [await self.describe(g.group_id) for g in await self.groups.list_groups()]
+        return [v for v in views if v is not None]
+
+    async def describe(self, group_id: str) -> GroupView | None:
+        """The group of this id, of either type; None when there is none."""
+        offsets = await self._offsets(group_id)
+        cg = await self.groups.describe_consumer(group_id)
+        if cg is not None:
+            return GroupView(
+                group_id, CONSUMER, CONSUMER, cg.state, cg.group_epoch, cg.assignment_epoch, cg.assignor,
+                [MemberView(m.member_id, m.instance_id, m.client_id, m.client_host, m.member_epoch,
+                            sorted(m.subscribed_topics), m.subscribed_regex, _assigned(m.assignment),
+                            _assigned(m.target_assignment))
+                 for m in cg.members],
+                offsets,
+            )
+        g = await self.groups.store.load(group_id)
+        if g is None:
+            return None
+        # the members' subscriptions and assignments are ConsumerProtocol bytes only for consumers;
+        # the assignment is the current generation's once the leader has sent it
+        is_consumer = g.protocol_type == "consumer"
+        assigned = g.state == STABLE and is_consumer
+        members = [
+            MemberView(
+                m.member_id, m.instance_id, m.client_id, m.client_host, None,
+                sorted(consumer_subscription(m.metadata(g.protocol)) or ()) if is_consumer else [], None,
+                _assigned(consumer_assignment(m.assignment)) if assigned else {},
+            )
+            for m in g.members.values()
+        ]
+        protocol = g.protocol if g.state in (STABLE, COMPLETING_REBALANCE) else None
+        return GroupView(group_id, CLASSIC, g.protocol_type or "", g.state, g.generation, None, protocol,
+                         members, offsets)
+
+    async def _offsets(self, group_id: str) -> list[OffsetView]:
+        committed = sorted(((tp, c) for tp, c in (await self.groups.fetch_offsets(group_id)).items()
+                            if c is not None and c.offset >= 0), key=lambda item: item[0])
+        bounds = await self.log.bounds_many([tp for tp, _ in committed]) if committed else []
+        return [
+            OffsetView(t, p, c.offset, None if b is None else b[1], None if b is None else max(0, b[1] - c.offset),
+                       c.metadata)
+            for ((t, p), c), b in zip(committed, bounds, strict=True)
+        ]
