@@ -107,6 +107,9 @@ class Config:
     group_consumer_heartbeat_interval_ms: int = setting(
         5_000, "how often members of a consumer group (group.protocol=consumer) are told to heartbeat",
         check=POSITIVE, metavar="MS")
+    group_share_min_record_lock_duration_ms: int = setting(
+        15_000, "the shortest share.record.lock.duration.ms a share group may set (Kafka's "
+        "group.share.min.record.lock.duration.ms)", check=POSITIVE, metavar="MS")
     group_initial_rebalance_delay_ms: int = setting(
         3_000, "how long the first rebalance of a new classic group waits for more members to join, so "
         "that members starting together share the first assignment (Kafka's group.initial.rebalance.delay.ms)",

@@ -24,6 +24,7 @@ import itertools
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -114,6 +115,10 @@ class Subscription:
         self.watermark_sent: int | None = None  # what the consumers were told last
         self._watermark_lock = asyncio.Lock()
         self._renew_at = time.monotonic() + _RENEW_EVERY  # also when added partitions are looked for
+        # deliveries after which a record is archived (acknowledged undelivered) rather than
+        # redelivered, 0 for none: a share group's share.delivery.count.limit; `on_archive` hears of it
+        self.delivery_limit = 0
+        self.on_archive: Callable[[Delivery], Awaitable[None]] | None = None
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -269,6 +274,18 @@ class Subscription:
         if split:
             self.wake.set()
 
+    def renew(self, consumer: Consumer, offsets: dict[int, list[int]]) -> None:
+        """Restart the ack timeout of the deliveries holding these offsets, where `consumer` holds them."""
+        if consumer.ack_timeout <= 0:
+            return
+        deadline = time.monotonic() + consumer.ack_timeout
+        for p, offs in offsets.items():
+            for d in {self.outstanding[p].get(o) for o in offs} - {None}:
+                assert d is not None
+                if d.consumer is consumer:
+                    d.deadline = deadline
+                    heapq.heappush(self._deadlines, (deadline, next(self._tie), d))
+
     def _check_partition(self, p: int) -> None:
         if not 0 <= p < self.partitions:
             raise NotAllowed(f"{self.topic} has no partition {p}")
@@ -352,13 +369,16 @@ class Subscription:
         if not targets:
             return False
         batch: list[Delivery] = []
+        archived: list[Delivery] = []
         while self.redeliver and len(batch) < 64:
             d = self.redeliver.popleft()
             # offsets acked meanwhile (or claimed by a newer delivery) drop out
             d.offsets = {o for o in d.offsets if o >= self.cursor.get(d.partition, 0)
                          and o not in self.outstanding[d.partition]}
             if d.offsets:
-                batch.append(d)
+                (archived if 0 < self.delivery_limit <= d.redelivery_count else batch).append(d)
+        if archived:
+            await self._archive(archived)
         if not batch:
             before = dict(self.read_pos)
             batch = await self._read(sum(c.permits for c in targets))
@@ -366,6 +386,16 @@ class Subscription:
                 return self.read_pos != before  # skipped acked or hidden entries: read on at once
         await self._hand_out(batch, targets)
         return True
+
+    async def _archive(self, deliveries: list[Delivery]) -> None:
+        """Records delivered `delivery_limit` times go no more: acknowledged, after `on_archive`."""
+        for d in deliveries:
+            if self.on_archive is not None:
+                await self.on_archive(d)
+        offsets: dict[int, list[int]] = {}
+        for d in deliveries:
+            offsets.setdefault(d.partition, []).extend(sorted(d.offsets))
+        await self.acknowledge(offsets, {})
 
     async def _read(self, budget: int) -> list[Delivery]:
         """New batches from the partitions' read positions, as many as the permits allow."""

@@ -15,6 +15,7 @@ from gateway.store.registry import RegistryStore
 from gateway.store.roles import RoleStore
 from gateway.store.scripts import Scripts
 from gateway.store.security import SecurityStore
+from gateway.store.share_groups import ShareGroupStore
 from gateway.store.subscriptions import SubscriptionStore
 from gateway.store.txn import TxnStore
 from gateway.store.txn_offsets import TxnOffsetStore
@@ -44,6 +45,7 @@ class Store:
         self.roles = RoleStore(redis, scripts)
         self.registry = RegistryStore(redis, scripts)
         self.cluster_config = ClusterConfigStore(redis, scripts)
+        self.share_groups = ShareGroupStore(redis, scripts)
 
     @classmethod
     def open(cls, url: str) -> Store:

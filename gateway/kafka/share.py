@@ -1,0 +1,252 @@
+"""KIP-932's share-group APIs: ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch, ShareAcknowledge.
+
+Thin translations over the share coordinator (`gateway.domain.groups.share_coordinator`), as Kafka
+4.2's KafkaApis.handleShareGroupHeartbeat / handleShareFetchRequest / handleShareAcknowledgeRequest:
+topics travel by id; a topic id no topic has is UNKNOWN_TOPIC_ID for each of its partitions; the
+session errors (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH) and an unknown member are
+answered at the top level, acknowledgements refused per partition (INVALID_RECORD_STATE). A
+ShareFetch returns whole stored batches and, per batch, the ranges of it the member acquired with
+their delivery counts; the client skips the records outside them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.domain.groups.share import ShareError, ShareErrorKind
+from gateway.domain.groups.share_coordinator import LOCK_DURATION, AckBatch, ShareCoordinator, TopicPartition
+from gateway.domain.security import Operation, ResourceType
+from gateway.domain.topic_configs import Change
+from gateway.formats.records import with_base_offset
+from gateway.kafka.authz import authorized_operations
+from gateway.kafka.consumer_groups import TopicIds
+from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+from gateway.kafka.errors import error_message
+from gateway.kafka.fetch import MAX_WAIT
+from gateway.kafka.groups import _authorize, _client_host, _response, group_error
+from gateway.kafka.metadata import LEADER_EPOCH, broker
+
+SOURCE_GROUP = 8  # DescribeConfigs' DYNAMIC_GROUP_CONFIG
+SOURCE_DEFAULT = 5
+ASSIGNOR = "simple"  # Kafka's share-group assignor; every member is given every partition here
+
+
+def share_error(exc: BaseException) -> KafkaError:
+    if isinstance(exc, ShareError):
+        return KafkaError(int(exc.kind))
+    return group_error(exc)
+
+
+def _share(ctx: RequestContext) -> ShareCoordinator:
+    return ctx.services.share
+
+
+@handles(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1)
+async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
+    failed = {"member_id": None, "member_epoch": 0, "heartbeat_interval": 0}
+    try:
+        await _authorize(ctx, req.group_id, Operation.READ)
+        for name in req.subscribed_topic_names or ():
+            if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DESCRIBE):
+                return _response(ctx, {"error_code": KafkaError.topic_authorization_failed,
+                                       "error_message": f"not allowed to describe topic {name!r}", **failed})
+        topics = await TopicIds.read(ctx)
+        r = await _share(ctx).heartbeat(
+            req.group_id, req.member_id, req.member_epoch,
+            None if req.subscribed_topic_names is None else list(req.subscribed_topic_names),
+            rack_id=req.rack_id, client_id=ctx.client_id or "", client_host=_client_host(ctx),
+        )
+    except Exception as exc:
+        return _response(ctx, {"error_code": group_error(exc), "error_message": error_message(exc), **failed})
+    return _response(ctx, {
+        "error_code": KafkaError.none,
+        "member_id": r.member_id,
+        "member_epoch": r.member_epoch,
+        "heartbeat_interval": _share(ctx).heartbeat_interval_ms,
+        "assignment": None if r.assignment is None else {"topic_partitions": topics.by_id(r.assignment)},
+    })
+
+
+@handles(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1)
+async def share_group_describe(ctx: RequestContext, req: Any) -> Any:
+    """An id that is not a share group here answers GROUP_ID_NOT_FOUND in its slot, as Kafka does."""
+    topics = await TopicIds.read(ctx)
+    out: list[dict[str, Any]] = []
+    empty = {"group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}
+    for group_id in req.group_ids:
+        try:
+            await _authorize(ctx, group_id, Operation.DESCRIBE)
+        except Exception as exc:
+            out.append({"group_id": group_id, "error_code": group_error(exc), "error_message": error_message(exc),
+                        **empty})
+            continue
+        g = _share(ctx).describe(group_id)
+        if g is None:
+            if group_id in await _share(ctx).known():
+                out.append({"group_id": group_id, "error_code": KafkaError.none, **empty,
+                            "group_state": "Empty", "assignor_name": ASSIGNOR})
+            else:
+                out.append({"group_id": group_id, "error_code": KafkaError.group_id_not_found,
+                            "error_message": f"Group {group_id} not found.", **empty})
+            continue
+        out.append({
+            "group_id": group_id,
+            "error_code": KafkaError.none,
+            "group_state": g.state,
+            "group_epoch": g.epoch,
+            "assignment_epoch": g.epoch,
+            "assignor_name": ASSIGNOR,
+            "members": [
+                {"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.epoch, "client_id": m.client_id,
+                 "client_host": m.client_host, "subscribed_topic_names": list(m.subscribed),
+                 "assignment": {"topic_partitions": topics.by_id(m.assignment, named=True)}}
+                for m in g.members.values()
+            ],
+            "authorized_operations": await authorized_operations(
+                ctx, ResourceType.GROUP, group_id, req.include_authorized_operations
+            ),
+        })
+    return _response(ctx, {"groups": out})
+
+
+async def _names(ctx: RequestContext, topic_ids: list[uuid.UUID | None]) -> dict[uuid.UUID | None, str | None]:
+    """Topic ids to names; None for an id no topic has or one the client may not read."""
+    out: dict[uuid.UUID | None, str | None] = {}
+    for tid in topic_ids:
+        info = None if tid is None else await ctx.services.log.topic_by_id(tid.hex)
+        allowed = info is not None and await ctx.allowed(ResourceType.TOPIC, info.name, Operation.READ)
+        out[tid] = info.name if info is not None and allowed else None
+    return out
+
+
+def _acks(topics: Any, names: dict[uuid.UUID | None, str | None]) -> dict[TopicPartition, list[AckBatch]]:
+    acks: dict[TopicPartition, list[AckBatch]] = {}
+    for t in topics:
+        name = names.get(t.topic_id)
+        if name is None:
+            continue
+        for p in t.partitions:
+            if p.acknowledgement_batches:
+                acks[(name, p.partition_index)] = [
+                    (b.first_offset, b.last_offset, list(b.acknowledge_types)) for b in p.acknowledgement_batches
+                ]
+    return acks
+
+
+def _leader(ctx: RequestContext) -> dict[str, int]:
+    return {"leader_id": broker(ctx)[0], "leader_epoch": LEADER_EPOCH}
+
+
+async def _lock_ms(ctx: RequestContext, group_id: str) -> int:
+    share = _share(ctx)
+    return int(share.value(await share.configs(group_id), LOCK_DURATION))
+
+
+def _unknown_topic(t: Any, ctx: RequestContext) -> list[dict[str, Any]]:
+    """The partitions of a request's topic whose id names no topic the client may read."""
+    return [{"partition_index": p.partition_index, "error_code": KafkaError.unknown_topic_id,
+             "current_leader": _leader(ctx)} for p in t.partitions]
+
+
+@handles(ApiKey.SHARE_FETCH, 1, 2)
+async def share_fetch(ctx: RequestContext, req: Any) -> Any:
+    cls_values: dict[str, Any] = {"throttle_time": 0, "error_code": KafkaError.none, "responses": []}
+    group_id = req.group_id or ""
+    try:
+        await _authorize(ctx, group_id, Operation.READ)
+    except Exception as exc:
+        return _response(ctx, {**cls_values, "error_code": group_error(exc), "error_message": error_message(exc)})
+    wanted = [t.topic_id for t in req.topics] + [t.topic_id for t in req.forgotten_topics_data]
+    names = await _names(ctx, wanted)
+    add = [(n, p.partition_index) for t in req.topics if (n := names[t.topic_id]) is not None for p in t.partitions]
+    forget = [(n, p) for t in req.forgotten_topics_data if (n := names[t.topic_id]) is not None for p in t.partitions]
+    try:
+        fetched = await _share(ctx).fetch(
+            group_id, req.member_id or "", req.share_session_epoch, add, forget, _acks(req.topics, names),
+            max_records=req.max_records, max_bytes=min(req.max_bytes, ctx.services.config.fetch_max_bytes),
+            max_wait=min(req.max_wait.total_seconds(), MAX_WAIT),
+        )
+    except Exception as exc:
+        return _response(ctx, {**cls_values, "error_code": share_error(exc), "error_message": error_message(exc)})
+    cls_values["acquisition_lock_timeout"] = await _lock_ms(ctx, group_id)
+    if fetched is None:
+        return _response(ctx, cls_values)
+    by_id = {name: tid for tid, name in names.items() if name is not None}
+    topics: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
+    for t in req.topics:
+        if names[t.topic_id] is None:
+            topics[t.topic_id] = _unknown_topic(t, ctx)
+    for tp in sorted(set(fetched.records) | set(fetched.ack_errors)):
+        topic, p = tp
+        batches = fetched.records.get(tp, [])
+        ack_error = fetched.ack_errors.get(tp)
+        topics.setdefault(by_id.get(topic), []).append({
+            "partition_index": p,
+            "error_code": KafkaError.none,
+            "acknowledge_error_code": KafkaError.none if ack_error is None else int(ack_error),
+            "current_leader": _leader(ctx),
+            "records": b"".join(bytes(c) for a in batches for c in with_base_offset(a.entry.batch, a.entry.base_offset)),
+            "acquired_records": [{"first_offset": f, "last_offset": la, "delivery_count": n}
+                                 for a in batches for f, la, n in a.ranges],
+        })
+    cls_values["responses"] = [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()]
+    return _response(ctx, cls_values)
+
+
+@handles(ApiKey.SHARE_ACKNOWLEDGE, 1, 2)
+async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
+    values: dict[str, Any] = {"throttle_time": 0, "error_code": KafkaError.none, "responses": []}
+    group_id = req.group_id or ""
+    try:
+        await _authorize(ctx, group_id, Operation.READ)
+        names = await _names(ctx, [t.topic_id for t in req.topics])
+        if req.share_session_epoch == 0:
+            raise ShareError(ShareErrorKind.INVALID_SHARE_SESSION_EPOCH,
+                             "a ShareAcknowledge cannot open a share session")
+        errors = await _share(ctx).acknowledge(group_id, req.member_id or "", _acks(req.topics, names),
+                                               session_epoch=req.share_session_epoch)
+    except Exception as exc:
+        return _response(ctx, {**values, "error_code": share_error(exc), "error_message": error_message(exc)})
+    values["acquisition_lock_timeout"] = await _lock_ms(ctx, group_id)
+    responses = []
+    for t in req.topics:
+        name = names.get(t.topic_id)
+        if name is None:
+            responses.append({"topic_id": t.topic_id, "partitions": _unknown_topic(t, ctx)})
+            continue
+        responses.append({"topic_id": t.topic_id, "partitions": [
+            {"partition_index": p.partition_index,
+             "error_code": KafkaError(int(errors[(name, p.partition_index)])) if (name, p.partition_index) in errors
+             else KafkaError.none,
+             "current_leader": _leader(ctx)} for p in t.partitions]})
+    values["responses"] = responses
+    return _response(ctx, values)
+
+
+# -- group configs (DescribeConfigs, IncrementalAlterConfigs on GROUP resources) --------------------
+
+
+async def describe_group_configs(ctx: RequestContext, group_id: str, keys: list[str] | None) -> list[dict[str, Any]]:
+    """The share group configs, each set one as a group config (DYNAMIC_GROUP_CONFIG), else Kafka's default."""
+    await _authorize(ctx, group_id, Operation.DESCRIBE_CONFIGS)
+    share = _share(ctx)
+    configs = await share.configs(group_id, fresh=True)
+    out = []
+    for name, spec in share.specs.items():
+        if keys is not None and name not in keys:
+            continue
+        source = SOURCE_GROUP if name in configs else SOURCE_DEFAULT
+        value = configs.get(name, spec.default)
+        out.append({"name": name, "value": value, "read_only": False, "config_source": source, "is_sensitive": False,
+                    "synonyms": [{"name": name, "value": value, "source": source}], "config_type": spec.kind,
+                    "documentation": spec.doc})
+    return out
+
+
+async def alter_group_configs(ctx: RequestContext, group_id: str, changes: list[Change], incremental: bool,
+                              validate_only: bool) -> None:
+    await _authorize(ctx, group_id, Operation.ALTER_CONFIGS)
+    await _share(ctx).alter_configs(group_id, changes, incremental=incremental, validate_only=validate_only)
