@@ -175,6 +175,10 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
     if fetched is None:
         return _response(ctx, cls_values)
     by_id = {name: tid for tid, name in names.items() if name is not None}
+    for topic, _ in set(fetched.records) | set(fetched.ack_errors):
+        if topic not in by_id:  # a topic of the session the request did not name
+            info = await ctx.services.log.topic(topic, create=False)
+            by_id[topic] = uuid.UUID(hex=info.topic_id) if info.topic_id else None
     topics: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
     for t in req.topics:
         if names[t.topic_id] is None:

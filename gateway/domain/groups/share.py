@@ -163,9 +163,7 @@ class ShareGroup:
         self, member_id: str, epoch: int, add: Iterable[tuple[str, int]], forget: Iterable[tuple[str, int]]
     ) -> ShareSession | None:
         """The member's session after a ShareFetch with `epoch`; None when the request closes it."""
-        if epoch == JOIN_EPOCH:
-            if member_id not in self.members:
-                raise GroupError(GroupErrorKind.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
+        if epoch == JOIN_EPOCH:  # from a member whose heartbeat may not have arrived yet, as Kafka allows
             session = self.sessions[member_id] = ShareSession(epoch=1)
         else:
             found = self.sessions.get(member_id)

@@ -32,7 +32,6 @@ from gateway.clock import now_ms
 from gateway.domain.groups.share import (
     CLOSE_SESSION_EPOCH,
     HeartbeatResult,
-    ShareError,
     ShareErrorKind,
     ShareGroup,
 )
@@ -307,7 +306,7 @@ class ShareCoordinator:
     def _group(self, group_id: str) -> ShareGroup:
         group = self.groups.get(group_id)
         if group is None:
-            raise ShareError(ShareErrorKind.SHARE_SESSION_NOT_FOUND, f"share group {group_id} has no sessions here")
+            group = self.groups[group_id] = ShareGroup(group_id)
         return group
 
     async def fetch(

@@ -1,0 +1,381 @@
+"""Share groups (KIP-932) with confluent-kafka's ShareConsumer, and with native shared consumers on
+the same queue: records split among consumers with none lost and none accepted twice, RELEASE and
+lock expiry redelivering with a higher delivery count, REJECT and the delivery limit archiving,
+share.auto.offset.reset, read_committed over an aborted transaction, and a gateway killed with
+records locked losing no acknowledgement."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka import AcknowledgeType
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+from gateway.client import Client
+from gateway.domain.services import Services
+from gateway.server.gateway import Gateway
+from tests import conftest
+from tests.conftest import GatewayProcess, kafka_bootstrap, native_url, running_gateway, test_config
+from tests.kafka_clients import produce
+
+pytestmark = pytest.mark.kafka
+
+TOPIC = "jobs"
+LOCK_MS = 500
+TIMEOUT = 30.0
+SETTINGS = {"group_share_min_record_lock_duration_ms": LOCK_MS, "group_consumer_heartbeat_interval_ms": 250,
+            "group_consumer_session_timeout_ms": 5000}
+
+
+@pytest.fixture
+async def gw(redis_url: str) -> AsyncIterator[Gateway]:
+    """A gateway whose share groups may lock records for as little as LOCK_MS."""
+    async with running_gateway(test_config(redis_url, **SETTINGS)) as g:
+        yield g
+
+
+async def group_configs(bs: str, group: str, **configs: str) -> None:
+    """IncrementalAlterConfigs SET on the GROUP resource (names with dots given with underscores)."""
+    admin = AdminClient({"bootstrap.servers": bs})
+    entries = [ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+               for k, v in configs.items()]
+    (f,) = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)]).values()
+    await asyncio.to_thread(f.result, TIMEOUT)
+
+
+async def fill(bs: str, n: int, start: int = 0, topic: str = TOPIC) -> None:
+    """`n` records "r<i>", in many small batches so that consumers can share them."""
+    await produce("confluent", bs, topic, [(None, b"r%d" % i) for i in range(start, start + n)],
+                  **{"linger.ms": 0, "batch.num.messages": 25})
+
+
+def share_consumer(bs: str, group: str, explicit: bool = True) -> ck.ShareConsumer:
+    c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group,
+                          "share.acknowledgement.mode": "explicit" if explicit else "implicit"})
+    c.subscribe([TOPIC])
+    return c
+
+
+def poll_until(c: ck.ShareConsumer, done: Callable[[list[ck.Message]], bool],
+               act: Callable[[ck.Message], object] | None = None) -> list[ck.Message]:
+    """Poll (acknowledging each record with `act`, committing after each poll) until `done` holds
+    for everything polled so far; fails at the deadline."""
+    seen: list[ck.Message] = []
+    deadline = time.monotonic() + TIMEOUT
+    while not done(seen):
+        assert time.monotonic() < deadline, f"gave up after {len(seen)} records"
+        batch = [m for m in c.poll(0.5) if m.error() is None]
+        seen += batch
+        if act is not None and batch:
+            for m in batch:
+                act(m)
+            c.commit_sync(TIMEOUT)
+    return seen
+
+
+def values(msgs: list[ck.Message]) -> list[bytes]:
+    return [v for m in msgs if isinstance(v := m.value(), bytes)]
+
+
+def offset(m: ck.Message) -> int:
+    o = m.offset()
+    assert o is not None
+    return o
+
+
+def count(m: ck.Message) -> int:
+    n = m.delivery_count()
+    assert n is not None
+    return n
+
+
+def services(gw: Gateway) -> Services:
+    assert gw.services is not None, "the gateway is started"
+    return gw.services
+
+
+async def test_three_share_consumers_split_a_partition_none_lost_none_twice(gw: Gateway) -> None:
+    bs, n = kafka_bootstrap(gw), 3000
+    await group_configs(bs, "split", share_auto_offset_reset="earliest")
+    await fill(bs, n)
+    accepted: list[list[int]] = [[], [], []]
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        c = share_consumer(bs, "split")
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while sum(map(len, accepted)) < n and time.monotonic() < deadline:
+                batch = [m for m in c.poll(0.2) if m.error() is None]
+                for m in batch:
+                    c.acknowledge(m)
+                if batch and all(r is None for r in c.commit_sync(TIMEOUT).values()):
+                    with lock:
+                        accepted[i] += [offset(m) for m in batch]
+        finally:
+            c.close()
+
+    await asyncio.gather(*(asyncio.to_thread(work, i) for i in range(3)))
+    everything = sorted(o for a in accepted for o in a)
+    assert everything == list(range(n))  # none lost, none accepted twice
+    assert sum(1 for a in accepted if a) >= 2  # the queue was shared
+
+
+async def test_release_redelivers_with_a_higher_delivery_count(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "rel", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+
+    def run() -> tuple[list[ck.Message], list[ck.Message]]:
+        c = share_consumer(bs, "rel")
+        try:
+            first = poll_until(c, lambda s: len(s) >= 1, lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
+            again = poll_until(c, lambda s: {offset(m) for m in first} <= {offset(m) for m in s},
+                               lambda m: c.acknowledge(m))
+            return first, again
+        finally:
+            c.close()
+
+    first, again = await asyncio.to_thread(run)
+    counts = {offset(m): count(m) for m in again}
+    assert all(count(m) == 1 for m in first)
+    assert all(counts[offset(m)] == 2 for m in first)
+
+
+async def test_reject_never_redelivers(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "rej", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+
+    def run() -> tuple[list[ck.Message], list[ck.Message]]:
+        c = share_consumer(bs, "rej")
+        try:
+            rejected = poll_until(c, lambda s: len(s) >= 10, lambda m: c.acknowledge(m, AcknowledgeType.REJECT))
+            produce_sync(bs, [b"after"])
+            later = poll_until(c, lambda s: b"after" in values(s), lambda m: c.acknowledge(m))
+            return rejected, later
+        finally:
+            c.close()
+
+    rejected, later = await asyncio.to_thread(run)
+    assert sorted(offset(m) for m in rejected) == list(range(10))
+    assert values(later) == [b"after"]
+
+
+def produce_sync(bs: str, vals: list[bytes]) -> None:
+    p = ck.Producer({"bootstrap.servers": bs})
+    for v in vals:
+        p.produce(TOPIC, v)
+    assert p.flush(TIMEOUT) == 0
+
+
+async def test_a_consumer_that_stops_polling_loses_its_locks(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "locks", share_auto_offset_reset="earliest", share_record_lock_duration_ms=str(LOCK_MS))
+    await fill(bs, 20)
+
+    def run() -> tuple[list[ck.Message], list[ck.Message]]:
+        idle = share_consumer(bs, "locks")
+        busy = share_consumer(bs, "locks")
+        try:
+            held = poll_until(idle, lambda s: len(s) >= 1)  # never acknowledged, never polled again
+            taken = poll_until(busy, lambda s: {offset(m) for m in held} <= {offset(m) for m in s},
+                               lambda m: busy.acknowledge(m))
+            return held, taken
+        finally:
+            busy.close()
+            idle.close()
+
+    held, taken = await asyncio.to_thread(run)
+    counts = {offset(m): count(m) for m in taken}
+    assert all(counts[offset(m)] >= 2 for m in held)
+
+
+async def test_the_delivery_limit_archives(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "limit", share_auto_offset_reset="earliest", share_delivery_count_limit="2")
+    await fill(bs, 5)
+
+    def run() -> list[ck.Message]:
+        c = share_consumer(bs, "limit")
+        try:
+            # the first batch, released twice: its second delivery is its last
+            first = poll_until(c, lambda s: len(s) >= 1, lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
+            offsets = {offset(m) for m in first}
+            seen = poll_until(c, lambda s: offsets <= {offset(m) for m in s if count(m) == 2},
+                              lambda m: c.acknowledge(m, AcknowledgeType.RELEASE if offset(m) in offsets
+                                                      else AcknowledgeType.ACCEPT))
+            produce_sync(bs, [b"after"])
+            return seen + poll_until(c, lambda s: b"after" in values(s), lambda m: c.acknowledge(m))
+        finally:
+            c.close()
+
+    seen = await asyncio.to_thread(run)
+    assert max(count(m) for m in seen) == 2
+    assert services(gw).share.stats["limit"].archived >= 1
+
+
+async def test_auto_offset_reset_latest_and_earliest(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await fill(bs, 5)
+    await group_configs(bs, "early", share_auto_offset_reset="earliest")
+
+    def first_value(group: str) -> bytes:
+        c = share_consumer(bs, group, explicit=False)
+        try:
+            return values(poll_until(c, lambda s: len(s) >= 1))[0]
+        finally:
+            c.close()
+
+    assert await asyncio.to_thread(first_value, "early") == b"r0"
+    # "late" (latest, Kafka's default) starts at the end: the record after its subscription is its first
+    stop = threading.Event()
+    got: list[bytes] = []
+
+    def late() -> None:
+        c = share_consumer(bs, "late", explicit=False)
+        try:
+            got.extend(values(poll_until(c, lambda s: len(s) >= 1 or stop.is_set())))
+        finally:
+            c.close()
+
+    thread = asyncio.create_task(asyncio.to_thread(late))
+    subs = services(gw).subscriptions.store
+    await conftest.eventually(lambda: _has_sub(subs, "late"), timeout=TIMEOUT, what="the late group's subscription")
+    await produce("confluent", bs, TOPIC, [(None, b"fresh")])
+    await thread
+    assert got == [b"fresh"]
+
+
+async def _has_sub(subs: object, name: str) -> bool:
+    from gateway.store.subscriptions import SubscriptionStore
+
+    assert isinstance(subs, SubscriptionStore)
+    return name in await subs.positions(TOPIC, range(1))
+
+
+async def test_read_committed_hides_an_aborted_transaction(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "txn", share_auto_offset_reset="earliest", share_isolation_level="read_committed")
+
+    def write() -> None:
+        p = ck.Producer({"bootstrap.servers": bs, "transactional.id": "share-t"})
+        p.init_transactions(TIMEOUT)
+        p.begin_transaction()
+        for v in (b"no1", b"no2"):
+            p.produce(TOPIC, v)
+        p.abort_transaction(TIMEOUT)
+        p.begin_transaction()
+        for v in (b"yes1", b"yes2"):
+            p.produce(TOPIC, v)
+        p.commit_transaction(TIMEOUT)
+
+    await asyncio.to_thread(write)
+
+    def read() -> list[bytes]:
+        c = share_consumer(bs, "txn", explicit=False)
+        try:
+            return values(poll_until(c, lambda s: b"yes2" in values(s)))
+        finally:
+            c.close()
+
+    assert await asyncio.to_thread(read) == [b"yes1", b"yes2"]
+
+
+async def test_kafka_and_native_consumers_share_one_queue(gw: Gateway) -> None:
+    bs, n = kafka_bootstrap(gw), 300
+    await group_configs(bs, "both", share_auto_offset_reset="earliest")
+    await fill(bs, n)
+    native_got: list[int] = []
+    kafka_got: list[int] = []
+    client = await Client.connect(native_url(gw))
+    try:
+        consumer = await client.subscribe(TOPIC, "both", mode="shared", initial_position="earliest",
+                                          receiver_queue_size=25)
+        first = await consumer.receive(timeout=TIMEOUT)  # the native side holds a batch before Kafka's joins
+        await consumer.acknowledge(first)
+        native_got.append(first.message_id.offset)
+
+        async def native() -> None:
+            while len(native_got) + len(kafka_got) < n:
+                try:
+                    msg = await consumer.receive(timeout=0.2)
+                except TimeoutError:
+                    continue
+                await consumer.acknowledge(msg)
+                native_got.append(msg.message_id.offset)
+
+        def kafka() -> None:
+            c = share_consumer(bs, "both")
+            try:
+                deadline = time.monotonic() + TIMEOUT
+                while len(native_got) + len(kafka_got) < n and time.monotonic() < deadline:
+                    batch = [m for m in c.poll(0.2) if m.error() is None]
+                    for m in batch:
+                        c.acknowledge(m)
+                    if batch and all(r is None for r in c.commit_sync(TIMEOUT).values()):
+                        kafka_got.extend(offset(m) for m in batch)
+            finally:
+                c.close()
+
+        await asyncio.wait_for(asyncio.gather(native(), asyncio.to_thread(kafka)), TIMEOUT)
+    finally:
+        await client.close()
+    assert sorted(native_got + kafka_got) == list(range(n))
+    assert native_got and kafka_got
+
+
+def test_a_killed_gateway_loses_no_acknowledgement(gateway_process: GatewayProcess) -> None:
+    """Records accepted before the kill never come back; those locked at the kill are delivered again."""
+    gp = gateway_process
+    gp.args = ["--group-share-min-record-lock-duration-ms", str(LOCK_MS),
+               "--group-consumer-heartbeat-interval-ms", "250"]
+    gp.start()
+    bs, n = gp.kafka_bootstrap, 200
+    asyncio.run(group_configs(bs, "crash", share_auto_offset_reset="earliest"))
+    asyncio.run(fill(bs, n))
+    accepted: set[int] = set()
+    after: set[int] = set()
+    c = share_consumer(bs, "crash")
+
+    def step(into: set[int]) -> set[int]:
+        """One poll, every record accepted; the offsets polled (`into` gets those the gateway confirmed)."""
+        try:
+            batch = [m for m in c.poll(0.2) if m.error() is None]
+        except ck.KafkaException:
+            return set()
+        for m in batch:
+            c.acknowledge(m)
+        polled = {offset(m) for m in batch}
+        if batch and all(r is None for r in c.commit_sync(TIMEOUT).values()):
+            into.update(polled)
+        return polled
+
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(accepted) < n:
+            assert time.monotonic() < deadline
+            step(accepted)
+        asyncio.run(fill(bs, n, start=n))
+        locked: set[int] = set()
+        while not locked:  # acquired, and the gateway dies before their acknowledgement
+            assert time.monotonic() < deadline
+            batch = [m for m in c.poll(0.2) if m.error() is None]
+            for m in batch:
+                c.acknowledge(m)
+            locked = {offset(m) for m in batch}
+        gp.kill()
+        gp.start()
+        deadline = time.monotonic() + 2 * TIMEOUT
+        while not locked <= after or len(accepted | after) < 2 * n:
+            assert time.monotonic() < deadline, f"{len(accepted)} + {len(after)} of {2 * n}"
+            after |= step(set())
+    finally:
+        c.close()
+    assert not accepted & after  # what was accepted before the kill never came back
+    assert accepted | after == set(range(2 * n))
