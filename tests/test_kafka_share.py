@@ -7,23 +7,30 @@ records locked losing no acknowledgement."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
 from confluent_kafka import AcknowledgeType
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
 from gateway.domain.services import Services
+from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from tests import conftest
 from tests.conftest import GatewayProcess, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.kafka_clients import produce
+from tests.kafka_wire import call
 
 pytestmark = pytest.mark.kafka
+Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 TOPIC = "jobs"
 LOCK_MS = 500
@@ -379,3 +386,132 @@ def test_a_killed_gateway_loses_no_acknowledgement(gateway_process: GatewayProce
         c.close()
     assert not accepted & after  # what was accepted before the kill never came back
     assert accepted | after == set(range(2 * n))
+
+
+# -- on the wire: sessions, record states, describe, configs, offsets, listings -----------------
+
+
+@contextlib.asynccontextmanager
+async def wire(gw: Gateway) -> AsyncIterator[Conn]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+
+
+async def join(conn: Conn, group: str, member: str) -> Any:
+    r = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+        "group_id": group, "member_id": member, "member_epoch": 0, "subscribed_topic_names": [TOPIC]})
+    assert r.error_code == KafkaError.none, r
+    return r
+
+
+async def share_fetch(conn: Conn, group: str, member: str, epoch: int, tid: uuid.UUID | None,
+                      acks: list[dict[str, Any]] | None = None) -> Any:
+    return await call(conn, ApiKey.SHARE_FETCH, 1, {
+        "group_id": group, "member_id": member, "share_session_epoch": epoch, "max_wait": 2000, "min_bytes": 1,
+        "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100,
+        "topics": [] if tid is None else [{"topic_id": tid, "partitions": [
+            {"partition_index": 0, "acknowledgement_batches": acks or []}]}],
+        "forgotten_topics_data": []})
+
+
+async def test_share_sessions_and_record_states_on_the_wire(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "w", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+    tid = uuid.UUID(hex=(await services(gw).log.topic(TOPIC)).topic_id)
+    async with wire(gw) as conn:
+        joined = await join(conn, "w", "m1")
+        assert [(t.topic_id, list(t.partitions)) for t in joined.assignment.topic_partitions] == [(tid, [0])]
+        assert (await share_fetch(conn, "w", "m1", 3, tid)).error_code == KafkaError.share_session_not_found
+        got = await share_fetch(conn, "w", "m1", 0, tid)
+        (part,) = got.responses[0].partitions
+        acquired = [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired_records]
+        assert acquired[0][0] == 0 and all(n == 1 for _, _, n in acquired) and part.records
+        assert got.acquisition_lock_timeout.total_seconds() == 30
+        assert (await share_fetch(conn, "w", "m1", 5, None)).error_code == KafkaError.invalid_share_session_epoch
+        first, last = acquired[0][0], acquired[-1][1]
+        # an offset not acquired by the member: the partition's acknowledgements are refused whole
+        bad = await call(conn, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+            "group_id": "w", "member_id": "m1", "share_session_epoch": 1, "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": first, "last_offset": last + 50, "acknowledge_types": [1]}]}]}]})
+        assert bad.responses[0].partitions[0].error_code == KafkaError.invalid_record_state
+        ok = await call(conn, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+            "group_id": "w", "member_id": "m1", "share_session_epoch": 2, "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": first, "last_offset": last, "acknowledge_types": [1]}]}]}]})
+        assert ok.error_code == KafkaError.none and ok.responses[0].partitions[0].error_code == KafkaError.none
+        described = await call(conn, ApiKey.SHARE_GROUP_DESCRIBE, 1, {"group_ids": ["w", "nobody"]})
+        w, nobody = described.groups
+        assert (w.group_state, [m.member_id for m in w.members]) == ("Stable", ["m1"])
+        assert w.members[0].assignment.topic_partitions[0].topic_name == TOPIC
+        assert nobody.error_code == KafkaError.group_id_not_found
+        offsets = await call(conn, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {"groups": [{"group_id": "w", "topics": None}]})
+        (p,) = offsets.groups[0].topics[0].partitions
+        assert (p.start_offset, p.lag) == (last + 1, 10 - last - 1)
+        # offsets change only while the group is empty
+        busy = await call(conn, ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": "w", "topics": [
+            {"topic_name": TOPIC, "partitions": [{"partition_index": 0, "start_offset": 0}]}]})
+        assert busy.error_code == KafkaError.non_empty_group
+        left = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {"group_id": "w", "member_id": "m1", "member_epoch": -1})
+        assert left.member_epoch == -1
+
+
+async def test_share_group_offsets_listing_and_deletion(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "adm", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+
+    def consume_all(explicit: bool) -> list[ck.Message]:
+        c = share_consumer(bs, "adm", explicit=explicit)
+        try:
+            return poll_until(c, lambda s: len(s) >= 1 and offset(s[-1]) == 9,
+                              (lambda m: c.acknowledge(m)) if explicit else None)
+        finally:
+            c.close()
+
+    assert [offset(m) for m in await asyncio.to_thread(consume_all, True)] == list(range(10))
+    async with wire(gw) as conn:
+        async def start() -> dict[int, int]:
+            r = await call(conn, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, {"groups": [{"group_id": "adm", "topics": [
+                {"topic_name": TOPIC, "partitions": [0]}]}]})
+            return {p.partition_index: p.start_offset for t in r.groups[0].topics for p in t.partitions}
+
+        assert await start() == {0: 10}
+        listed = await call(conn, ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+        assert [(g.group_id, g.group_type, g.protocol_type) for g in listed.groups] == [("adm", "share", "share")]
+        altered = await call(conn, ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": "adm", "topics": [
+            {"topic_name": TOPIC, "partitions": [{"partition_index": 0, "start_offset": 4}]}]})
+        assert altered.error_code == KafkaError.none
+        assert await start() == {0: 4}
+        again = await asyncio.to_thread(consume_all, False)  # from the altered start, in implicit mode
+        assert [offset(m) for m in again] == list(range(4, 10))
+        deleted = await call(conn, ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, {"group_id": "adm", "topics": [
+            {"topic_name": TOPIC}]})
+        assert deleted.error_code == KafkaError.none
+        assert await start() == {0: -1}
+        gone = await call(conn, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["adm"]})
+        assert gone.results[0].error_code == KafkaError.none
+        listed = await call(conn, ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+        assert listed.groups == ()
+
+
+async def test_share_group_configs_are_checked_and_described(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    admin = AdminClient({"bootstrap.servers": bs})
+    for name, value in [("share.record.lock.duration.ms", "100"), ("share.delivery.count.limit", "11"),
+                        ("share.auto.offset.reset", "by_duration:yesterday"), ("share.isolation.level", "dirty"),
+                        ("share.no.such.thing", "1")]:
+        with pytest.raises(ck.KafkaException) as refused:
+            await group_configs(bs, "cfg", **{name.replace(".", "_"): value})
+        assert refused.value.args[0].code() == ck.KafkaError.INVALID_CONFIG, name
+    await group_configs(bs, "cfg", share_auto_offset_reset="by_duration:PT1H30M", share_delivery_count_limit="3")
+    (f,) = admin.describe_configs([ConfigResource(ResourceType.GROUP, "cfg")]).values()
+    described = await asyncio.to_thread(f.result, TIMEOUT)
+    assert described["share.auto.offset.reset"].value == "by_duration:PT1H30M"
+    assert described["share.delivery.count.limit"].value == "3"
+    assert described["share.record.lock.duration.ms"].value == "30000"
+    assert described["share.record.lock.duration.ms"].is_default

@@ -492,6 +492,10 @@ class SubscriptionService:
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
 
+    def active(self, topic: str, name: str) -> bool:
+        """Whether the subscription has consumers on this gateway."""
+        return (topic, name) in self._subs
+
     async def renew(self, sub: Subscription) -> None:
         await self.store.lease(sub.topic, sub.name, self.node_id, LEASE_MS)
 

@@ -254,3 +254,64 @@ async def alter_group_configs(ctx: RequestContext, group_id: str, changes: list[
                               validate_only: bool) -> None:
     await _authorize(ctx, group_id, Operation.ALTER_CONFIGS)
     await _share(ctx).alter_configs(group_id, changes, incremental=incremental, validate_only=validate_only)
+
+
+# -- share group offsets -----------------------------------------------------------------------
+
+
+@handles(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1)
+async def describe_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+    """Start offsets per partition (and from v1 the lag: records at or past the start offset), as
+    Kafka's GroupCoordinatorService.describeShareGroupOffsets; a topic the client may not describe is
+    left out, and a partition the group never read has start offset -1."""
+    topics = await TopicIds.read(ctx)
+    out = []
+    for g in req.groups:
+        try:
+            await _authorize(ctx, g.group_id, Operation.DESCRIBE)
+            wanted = None if g.topics is None else {t.topic_name: list(t.partitions) for t in g.topics}
+            offsets = await _share(ctx).start_offsets(g.group_id, wanted)
+        except Exception as exc:
+            out.append({"group_id": g.group_id, "error_code": group_error(exc), "error_message": error_message(exc),
+                        "topics": []})
+            continue
+        described = []
+        for name, parts in offsets.items():
+            if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DESCRIBE):
+                continue
+            ends = {p: (await ctx.services.log.bounds(name, p))[1] for p in parts} if ctx.api_version >= 1 else {}
+            described.append({"topic_name": name, "topic_id": topics.ids.get(name), "partitions": [
+                {"partition_index": p, "start_offset": start, "leader_epoch": LEADER_EPOCH,
+                 "lag": -1 if start < 0 or p not in ends else max(0, ends[p] - start)}
+                for p, start in parts.items()]})
+        out.append({"group_id": g.group_id, "error_code": KafkaError.none, "topics": described})
+    return _response(ctx, {"groups": out})
+
+
+@handles(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0)
+async def alter_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+    """Only while the group has no members (else GROUP_NOT_EMPTY for the whole request), as Kafka."""
+    topics = await TopicIds.read(ctx)
+    try:
+        await _authorize(ctx, req.group_id, Operation.READ)
+        await _share(ctx).alter_offsets(req.group_id, {
+            t.topic_name: {p.partition_index: p.start_offset for p in t.partitions} for t in req.topics})
+    except Exception as exc:
+        return _response(ctx, {"error_code": group_error(exc), "error_message": error_message(exc), "responses": []})
+    return _response(ctx, {"error_code": KafkaError.none, "responses": [
+        {"topic_name": t.topic_name, "topic_id": topics.ids.get(t.topic_name),
+         "partitions": [{"partition_index": p.partition_index, "error_code": KafkaError.none} for p in t.partitions]}
+        for t in req.topics]})
+
+
+@handles(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0)
+async def delete_share_group_offsets(ctx: RequestContext, req: Any) -> Any:
+    topics = await TopicIds.read(ctx)
+    try:
+        await _authorize(ctx, req.group_id, Operation.DELETE)
+        await _share(ctx).delete_offsets(req.group_id, [t.topic_name for t in req.topics])
+    except Exception as exc:
+        return _response(ctx, {"error_code": group_error(exc), "error_message": error_message(exc), "responses": []})
+    return _response(ctx, {"error_code": KafkaError.none, "responses": [
+        {"topic_name": t.topic_name, "topic_id": topics.ids.get(t.topic_name), "error_code": KafkaError.none}
+        for t in req.topics]})

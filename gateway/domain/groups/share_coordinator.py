@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from gateway.clock import now_ms
+from gateway.domain.groups.coordinator import GroupListing
+from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.domain.groups.share import (
     CLOSE_SESSION_EPOCH,
     HeartbeatResult,
@@ -38,7 +40,7 @@ from gateway.domain.groups.share import (
 from gateway.domain.log import LogService
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, SubscriptionService
 from gateway.domain.topic_configs import Change, ConfigDef, Kind, apply
-from gateway.errors import InvalidConfig
+from gateway.errors import InvalidConfig, TopicNotFound
 from gateway.store import Store
 from gateway.store.log import Entry
 
@@ -48,6 +50,7 @@ AUTO_OFFSET_RESET = "share.auto.offset.reset"
 LOCK_DURATION = "share.record.lock.duration.ms"
 DELIVERY_LIMIT = "share.delivery.count.limit"
 ISOLATION_LEVEL = "share.isolation.level"
+SHARE = "share"  # ListGroups' protocol type and group type of a share group
 MAX_LOCK_DURATION_MS = 3_600_000  # Kafka's bound on group.share.max.record.lock.duration.ms
 _ISO_DURATION = re.compile(
     r"^([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?$", re.I
@@ -293,13 +296,71 @@ class ShareCoordinator:
     async def known(self) -> set[str]:
         return set(self.groups) | await self.store.known()
 
-    async def forget(self, group_id: str) -> None:
-        """DeleteGroups: the group (which must have no members) and its configs are gone."""
+    async def list_groups(self, states: set[str] | None = None) -> list[GroupListing]:
+        """ListGroups' share groups: those with members here, and every one Redis knows of."""
+        out = []
+        for group_id in sorted(await self.known()):
+            group = self.groups.get(group_id)
+            state = group.state if group is not None else "Empty"
+            if states is None or state in states:
+                out.append(GroupListing(group_id, SHARE, state, SHARE))
+        return out
+
+    async def delete_group(self, group_id: str) -> bool:
+        """DeleteGroups of a share group (False when `group_id` is none): it must have no members;
+        what it read of every topic (its subscriptions) and its configs are gone."""
+        if group_id not in await self.known():
+            return False
+        await self.delete_offsets(group_id, list(await self.start_offsets(group_id, None)))
         self.groups.pop(group_id, None)
         self._configs.pop(group_id, None)
         self.stats.pop(group_id, None)
         await self.store.configs(group_id).alter(lambda _: {})
         await self.store.remember(group_id, present=False)
+        return True
+
+    # -- offsets (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets) -----
+
+    async def start_offsets(self, group_id: str, topics: Mapping[str, list[int]] | None) -> dict[str, dict[int, int]]:
+        """Per topic the group reads (or of `topics`), each partition's start offset: the cursor of
+        its subscription, below which every record is acknowledged or archived; -1 where it has none."""
+        names = list(topics) if topics is not None else [t.name for t in await self.log.list_topics()]
+        out: dict[str, dict[int, int]] = {}
+        for topic in names:
+            try:
+                partitions = (await self.log.topic(topic, create=False)).partitions
+            except TopicNotFound:
+                continue
+            cursors = (await self.subscriptions.store.positions(topic, range(partitions))).get(group_id)
+            if cursors is None and topics is None:
+                continue
+            wanted = topics[topic] if topics is not None and topics[topic] else range(partitions)
+            out[topic] = {p: (cursors or {}).get(p, -1) for p in wanted}
+        return out
+
+    def _check_empty(self, group_id: str, topics: Iterable[str]) -> None:
+        group = self.groups.get(group_id)
+        if (group is not None and group.members) or any(self.subscriptions.active(t, group_id) for t in topics):
+            raise GroupError(GroupErrorKind.NON_EMPTY_GROUP, f"share group {group_id} has members")
+
+    async def alter_offsets(self, group_id: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        """Move the group's start offsets (its subscriptions' cursors, made if need be); the group
+        must have no members."""
+        self._check_empty(group_id, offsets)
+        for topic, targets in offsets.items():
+            info = await self.log.topic(topic, create=False)
+            await self.subscriptions.store.open(topic, range(info.partitions), group_id, initial="earliest",
+                                                mode=Mode.SHARED.value)
+            await self.subscriptions.store.seek(topic, group_id, dict(targets))
+        await self.store.remember(group_id)
+
+    async def delete_offsets(self, group_id: str, topics: Iterable[str]) -> None:
+        """Forget what the group has read of these topics (their subscriptions); it must have no members."""
+        topics = list(topics)
+        self._check_empty(group_id, topics)
+        for topic in topics:
+            info = await self.log.topic(topic, create=False)
+            await self.subscriptions.store.delete(topic, range(info.partitions), group_id)
 
     # -- fetch and acknowledge -------------------------------------------------------------------
 
