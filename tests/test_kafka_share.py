@@ -22,7 +22,9 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
 from gateway.domain.services import Services
+from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey
+from gateway.kafka.share import SharePartition, encode_share_fetch_response
 from gateway.server.gateway import Gateway
 from tests import conftest
 from tests.conftest import GatewayProcess, kafka_bootstrap, native_url, running_gateway, test_config
@@ -515,3 +517,30 @@ async def test_share_group_configs_are_checked_and_described(gw: Gateway) -> Non
     assert described["share.delivery.count.limit"].value == "3"
     assert described["share.record.lock.duration.ms"].value == "30000"
     assert described["share.record.lock.duration.ms"].is_default
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_share_fetch_encoder_matches_kio(version: int) -> None:
+    """The hand-written ShareFetch response (record bytes as chunks) is kio's encoding byte for byte."""
+    tid = uuid.uuid4()
+    batch = b"\x00" * 8 + b"batch-bytes"
+    parts = [SharePartition(0, 3, records=[batch[:5], memoryview(batch)[5:]], size=len(batch),
+                            acquired=[(0, 4, 1), (7, 9, 2)]),
+             SharePartition(1, 3, error=KafkaError.unknown_topic_id, ack_error=KafkaError.invalid_record_state)]
+    ours = b"".join(encode_share_fetch_response(KafkaError.none, None, 30000, [(tid, parts), (None, [])]))
+    theirs = codec.encode_body(codec.build(codec.response_class(ApiKey.SHARE_FETCH, version), {
+        "throttle_time": 0, "error_code": KafkaError.none, "acquisition_lock_timeout": 30000, "responses": [
+            {"topic_id": tid, "partitions": [
+                {"partition_index": 0, "error_code": KafkaError.none, "acknowledge_error_code": 0,
+                 "current_leader": {"leader_id": 3, "leader_epoch": 0}, "records": batch,
+                 "acquired_records": [{"first_offset": 0, "last_offset": 4, "delivery_count": 1},
+                                      {"first_offset": 7, "last_offset": 9, "delivery_count": 2}]},
+                {"partition_index": 1, "error_code": KafkaError.unknown_topic_id,
+                 "acknowledge_error_code": int(KafkaError.invalid_record_state),
+                 "current_leader": {"leader_id": 3, "leader_epoch": 0}, "records": b"", "acquired_records": []}]},
+            {"topic_id": uuid.UUID(int=0), "partitions": []}],
+        "node_endpoints": []}))
+    failed = b"".join(encode_share_fetch_response(KafkaError.share_session_not_found, "gone", 0, []))
+    assert ours == theirs
+    assert failed == codec.encode_body(codec.build(codec.response_class(ApiKey.SHARE_FETCH, version), {
+        "error_code": KafkaError.share_session_not_found, "error_message": "gone", "responses": []}))

@@ -12,6 +12,7 @@ their delivery counts; the client skips the records outside them.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
@@ -23,11 +24,12 @@ from gateway.domain.topic_configs import Change
 from gateway.formats.records import with_base_offset
 from gateway.kafka.authz import authorized_operations
 from gateway.kafka.consumer_groups import TopicIds
-from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message
 from gateway.kafka.fetch import MAX_WAIT
 from gateway.kafka.groups import _authorize, _client_host, _response, group_error
 from gateway.kafka.metadata import LEADER_EPOCH, broker
+from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, bytes_len, string, topic_key
 
 SOURCE_GROUP = 8  # DescribeConfigs' DYNAMIC_GROUP_CONFIG
 SOURCE_DEFAULT = 5
@@ -151,14 +153,17 @@ def _unknown_topic(t: Any, ctx: RequestContext) -> list[dict[str, Any]]:
              "current_leader": _leader(ctx)} for p in t.partitions]
 
 
+def _failed(error: KafkaError, exc: BaseException) -> Encoded:
+    return Encoded(encode_share_fetch_response(error, error_message(exc), 0, []), (error,))
+
+
 @handles(ApiKey.SHARE_FETCH, 1, 2)
-async def share_fetch(ctx: RequestContext, req: Any) -> Any:
-    cls_values: dict[str, Any] = {"throttle_time": 0, "error_code": KafkaError.none, "responses": []}
+async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
     group_id = req.group_id or ""
     try:
         await _authorize(ctx, group_id, Operation.READ)
     except Exception as exc:
-        return _response(ctx, {**cls_values, "error_code": group_error(exc), "error_message": error_message(exc)})
+        return _failed(group_error(exc), exc)
     wanted = [t.topic_id for t in req.topics] + [t.topic_id for t in req.forgotten_topics_data]
     names = await _names(ctx, wanted)
     add = [(n, p.partition_index) for t in req.topics if (n := names[t.topic_id]) is not None for p in t.partitions]
@@ -170,34 +175,73 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Any:
             max_wait=min(req.max_wait.total_seconds(), MAX_WAIT),
         )
     except Exception as exc:
-        return _response(ctx, {**cls_values, "error_code": share_error(exc), "error_message": error_message(exc)})
-    cls_values["acquisition_lock_timeout"] = await _lock_ms(ctx, group_id)
+        return _failed(share_error(exc), exc)
+    lock_ms = await _lock_ms(ctx, group_id)
     if fetched is None:
-        return _response(ctx, cls_values)
+        return Encoded(encode_share_fetch_response(KafkaError.none, None, lock_ms, []))
     by_id = {name: tid for tid, name in names.items() if name is not None}
     for topic, _ in set(fetched.records) | set(fetched.ack_errors):
         if topic not in by_id:  # a topic of the session the request did not name
             info = await ctx.services.log.topic(topic, create=False)
             by_id[topic] = uuid.UUID(hex=info.topic_id) if info.topic_id else None
-    topics: dict[uuid.UUID | None, list[dict[str, Any]]] = {}
+    leader = broker(ctx)[0]
+    topics: dict[uuid.UUID | None, list[SharePartition]] = {}
     for t in req.topics:
         if names[t.topic_id] is None:
-            topics[t.topic_id] = _unknown_topic(t, ctx)
+            topics[t.topic_id] = [SharePartition(p.partition_index, leader, KafkaError.unknown_topic_id)
+                                  for p in t.partitions]
     for tp in sorted(set(fetched.records) | set(fetched.ack_errors)):
         topic, p = tp
-        batches = fetched.records.get(tp, [])
         ack_error = fetched.ack_errors.get(tp)
-        topics.setdefault(by_id.get(topic), []).append({
-            "partition_index": p,
-            "error_code": KafkaError.none,
-            "acknowledge_error_code": KafkaError.none if ack_error is None else int(ack_error),
-            "current_leader": _leader(ctx),
-            "records": b"".join(bytes(c) for a in batches for c in with_base_offset(a.entry.batch, a.entry.base_offset)),
-            "acquired_records": [{"first_offset": f, "last_offset": la, "delivery_count": n}
-                                 for a in batches for f, la, n in a.ranges],
-        })
-    cls_values["responses"] = [{"topic_id": tid, "partitions": parts} for tid, parts in topics.items()]
-    return _response(ctx, cls_values)
+        part = SharePartition(p, leader, ack_error=KafkaError.none if ack_error is None else KafkaError(int(ack_error)))
+        for a in fetched.records.get(tp, []):
+            part.records += with_base_offset(a.entry.batch, a.entry.base_offset)
+            part.size += len(a.entry.batch)
+            part.acquired += a.ranges
+        topics.setdefault(by_id.get(topic), []).append(part)
+    codes = {p.error for ps in topics.values() for p in ps} | {p.ack_error for ps in topics.values() for p in ps}
+    codes.discard(KafkaError.none)
+    return Encoded(encode_share_fetch_response(KafkaError.none, None, lock_ms, list(topics.items())), codes)
+
+
+@dataclass
+class SharePartition:
+    """One partition of a ShareFetch response: the stored batches as chunks, uncopied."""
+
+    index: int
+    leader: int
+    error: KafkaError = KafkaError.none
+    ack_error: KafkaError = KafkaError.none
+    records: list[bytes | memoryview] = field(default_factory=list)
+    size: int = 0
+    acquired: list[tuple[int, int, int]] = field(default_factory=list)  # first, last, delivery count
+
+
+def encode_share_fetch_response(
+    error: KafkaError, message: str | None, lock_ms: int, topics: list[tuple[uuid.UUID | None, list[SharePartition]]]
+) -> list[bytes | memoryview]:
+    """ShareFetchResponse v1-v2 body as chunks (the versions are alike), equal to kio's encoding."""
+    chunks: list[bytes | memoryview] = []
+    out = bytearray(I32.pack(0) + I16.pack(error) + string(message, True) + I32.pack(lock_ms))
+    out += array_len(len(topics), True)
+    for tid, parts in topics:
+        out += topic_key(tid, True, True) + array_len(len(parts), True)
+        for p in parts:
+            out += I32.pack(p.index) + I16.pack(p.error) + string(None, True) + I16.pack(p.ack_error)
+            out += string(None, True) + I32.pack(p.leader) + I32.pack(LEADER_EPOCH) + NO_TAGS
+            out += bytes_len(p.size, True)
+            if p.records:
+                chunks.append(bytes(out))
+                chunks.extend(p.records)
+                out = bytearray()
+            out += array_len(len(p.acquired), True)
+            for first, last, count in p.acquired:
+                out += I64.pack(first) + I64.pack(last) + I16.pack(count) + NO_TAGS
+            out += NO_TAGS
+        out += NO_TAGS
+    out += array_len(0, True) + NO_TAGS  # node endpoints: for NOT_LEADER errors, never answered here
+    chunks.append(bytes(out))
+    return chunks
 
 
 @handles(ApiKey.SHARE_ACKNOWLEDGE, 1, 2)
