@@ -460,6 +460,14 @@ async def test_share_sessions_and_record_states_on_the_wire(gw: Gateway) -> None
         assert busy.error_code == KafkaError.non_empty_group
         left = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {"group_id": "w", "member_id": "m1", "member_epoch": -1})
         assert left.member_epoch == -1
+        # a consumer group's id is not a share group's
+        cg = await call(conn, ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+            "group_id": "cg", "member_id": "", "member_epoch": 0, "rebalance_timeout": 5000,
+            "subscribed_topic_names": [TOPIC], "topic_partitions": []})
+        assert cg.error_code == KafkaError.none
+        clash = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+            "group_id": "cg", "member_id": "m1", "member_epoch": 0, "subscribed_topic_names": [TOPIC]})
+        assert clash.error_code == KafkaError.group_id_not_found
 
 
 async def test_share_group_offsets_listing_and_deletion(gw: Gateway) -> None:

@@ -17,7 +17,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.domain.groups.share import ShareError, ShareErrorKind
+from gateway.domain.groups.errors import GroupError, GroupErrorKind
+from gateway.domain.groups.share import JOIN_EPOCH, ShareError, ShareErrorKind
 from gateway.domain.groups.share_coordinator import LOCK_DURATION, AckBatch, ShareCoordinator, TopicPartition
 from gateway.domain.security import Operation, ResourceType
 from gateway.domain.topic_configs import Change
@@ -27,7 +28,7 @@ from gateway.kafka.consumer_groups import TopicIds
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message
 from gateway.kafka.fetch import MAX_WAIT
-from gateway.kafka.groups import _authorize, _client_host, _response, group_error
+from gateway.kafka.groups import _authorize, _client_host, _coordinator, _response, group_error
 from gateway.kafka.metadata import LEADER_EPOCH, broker
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, bytes_len, string, topic_key
 
@@ -55,6 +56,8 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
             if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DESCRIBE):
                 return _response(ctx, {"error_code": KafkaError.topic_authorization_failed,
                                        "error_message": f"not allowed to describe topic {name!r}", **failed})
+        if req.member_epoch == JOIN_EPOCH and await _coordinator(ctx).describe(req.group_id) is not None:
+            raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a share group.")
         topics = await TopicIds.read(ctx)
         r = await _share(ctx).heartbeat(
             req.group_id, req.member_id, req.member_epoch,
