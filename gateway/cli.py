@@ -151,13 +151,17 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--sizes", default="100,1024", help="message sizes in bytes (default: %(default)s)")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
+    p.add_argument("--share", action="store_true",
+                   help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
+                   "(--records of the first --sizes)")
     p.add_argument("--watermarks", action="store_true",
                    help="broker watermarks: send_watermark, lookups, consuming past markers")
     p.add_argument("--count", type=int, default=1_000_000,
                    help="delayed messages for --delayed (default: %(default)s)")
     p.add_argument("--spark", action="store_true",
                    help="the Spark source, sink and a pipeline of both (the spark extra, Java 17)")
-    p.add_argument("--records", type=int, default=500_000, help="records for --spark (default: %(default)s)")
+    p.add_argument("--records", type=int, default=500_000,
+                   help="records for --spark and --share (default: %(default)s)")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark (default: %(default)s)")
 
 
