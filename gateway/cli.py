@@ -83,6 +83,8 @@ def _admin_parser(sub: Any) -> None:
     on_topic("mark-idle", "take a producer that went away out of the topic's watermark set").add_argument(
         "producer", help="the producer's name")
     groups.add_parser("gateways", help="the gateways on this Redis and the background role each runs")
+    shares = groups.add_parser("share-groups", help="share groups: members, start offsets, records in flight")
+    shares.add_argument("group_id", metavar="GROUP", nargs="?", help="describe this group (default: list them all)")
     txns = groups.add_parser("transactions", help="list, describe and abort transactions")
     xsub = txns.add_subparsers(dest="action", required=True)
     xsub.add_parser("list", help="unfinished transactions with their age and partitions")
@@ -208,6 +210,9 @@ def admin(args: argparse.Namespace) -> Any:
 
     if args.group == "gateways":
         return _http("GET", f"{base}/gateways")
+    if args.group == "share-groups":
+        group = "" if args.group_id is None else "/" + urllib.parse.quote(args.group_id, safe="")
+        return _http("GET", f"{base}/share-groups{group}")
     if args.group == "topics":
         if args.action == "list":
             return _http("GET", f"{base}/topics")

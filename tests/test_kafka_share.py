@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
 import confluent_kafka as ck
 import pytest
 from confluent_kafka import AcknowledgeType
@@ -27,7 +31,14 @@ from gateway.kafka.dispatch import ApiKey
 from gateway.kafka.share import SharePartition, encode_share_fetch_response
 from gateway.server.gateway import Gateway
 from tests import conftest
-from tests.conftest import GatewayProcess, kafka_bootstrap, native_url, running_gateway, test_config
+from tests.conftest import (
+    GatewayProcess,
+    admin_url,
+    kafka_bootstrap,
+    native_url,
+    running_gateway,
+    test_config,
+)
 from tests.kafka_clients import produce
 from tests.kafka_wire import call
 
@@ -552,3 +563,35 @@ def test_share_fetch_encoder_matches_kio(version: int) -> None:
     assert ours == theirs
     assert failed == codec.encode_body(codec.build(codec.response_class(ApiKey.SHARE_FETCH, version), {
         "error_code": KafkaError.share_session_not_found, "error_message": "gone", "responses": []}))
+
+
+async def test_share_groups_in_the_admin_api_cli_and_metrics(gw: Gateway) -> None:
+    """A record released twice and one held: the admin face counts them in flight by delivery count."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "seen", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+    c = share_consumer(bs, "seen")
+    try:
+        first = await asyncio.to_thread(poll_until, c, lambda s: len(s) >= 1,
+                                        lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
+        held = await asyncio.to_thread(poll_until, c, lambda s: any(count(m) == 2 for m in s))
+        async with aiohttp.ClientSession() as http:
+            async with http.get(admin_url(gw) + "/admin/v2/share-groups/seen") as r:
+                assert r.status == 200
+                view = await r.json()
+            async with http.get(admin_url(gw) + "/metrics") as r:
+                metrics = await r.text()
+            async with http.get(admin_url(gw) + "/admin/v2/share-groups/nobody") as r:
+                assert r.status == 404
+        (part,) = view["partitions"]
+        assert view["state"] == "Stable" and len(view["members"]) == 1
+        assert part["start_offset"] == 0 and part["in_flight"] == len(held)
+        assert part["delivery_counts"]["2"] == sum(1 for m in held if count(m) == 2) >= len(first)
+        assert 'gateway_share_group_members{group="seen"} 1.0' in metrics
+        assert f'gateway_share_group_in_flight{{group="seen",partition="0",topic="{TOPIC}"}} {float(len(held))}' in metrics
+        listed = await asyncio.to_thread(subprocess.run, [
+            sys.executable, "-m", "gateway", "admin", "--admin-url", admin_url(gw), "share-groups"],
+            capture_output=True, text=True, timeout=60)
+        assert json.loads(listed.stdout) == {"share_groups": [{"group": "seen", "state": "Stable"}]}
+    finally:
+        await asyncio.to_thread(c.close)  # the gateway answers its leave on this event loop

@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from gateway import telemetry
+from gateway.admin.share import share_group_families
 from gateway.clock import now_ms
 from gateway.domain.services import Services
 
@@ -76,7 +77,8 @@ class Metrics:
         count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
         return [*traffic_families(), count, hw, start, *await self.delayed_gauges(parts),
                 *await self.transaction_gauges(), await self.lag_gauge(),
-                *await self.watermark_gauges([(t.name, t.partitions) for t in topics])]
+                *await self.watermark_gauges([(t.name, t.partitions) for t in topics]),
+                *await share_group_families(self.services.share)]
 
     async def lag_gauge(self) -> Metric:
         """Per consumer group and partition: the high watermark less the committed offset (Kafka's

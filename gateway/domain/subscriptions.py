@@ -23,7 +23,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -495,6 +495,14 @@ class SubscriptionService:
     def active(self, topic: str, name: str) -> bool:
         """Whether the subscription has consumers on this gateway."""
         return (topic, name) in self._subs
+
+    def in_flight(self, topic: str, name: str) -> dict[int, Counter[int]]:
+        """What the subscription has delivered and not had acknowledged, on this gateway: per
+        partition, how many offsets at each delivery count (1 for a first delivery)."""
+        sub = self._subs.get((topic, name))
+        if sub is None:
+            return {}
+        return {p: Counter(d.redelivery_count + 1 for d in held.values()) for p, held in sub.outstanding.items()}
 
     async def renew(self, sub: Subscription) -> None:
         await self.store.lease(sub.topic, sub.name, self.node_id, LEASE_MS)

@@ -36,6 +36,7 @@ from gateway.domain.groups.share import (
     HeartbeatResult,
     ShareErrorKind,
     ShareGroup,
+    ShareMember,
 )
 from gateway.domain.log import LogService
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, SubscriptionService
@@ -132,6 +133,22 @@ class Stats:
 
     rejected: int = 0
     archived: int = 0
+
+
+@dataclass(frozen=True)
+class ShareGroupView:
+    """A share group for the admin face: its members, per topic and partition its start offset and
+    the records in flight (delivered, not yet acknowledged) by delivery count, and what this gateway
+    saw rejected and archived."""
+
+    group_id: str
+    state: str
+    epoch: int
+    members: list[ShareMember]
+    start_offsets: dict[str, dict[int, int]]
+    in_flight: dict[str, dict[int, dict[int, int]]]  # topic -> partition -> delivery count -> records
+    rejected: int
+    archived: int
 
 
 class _Member:
@@ -289,6 +306,22 @@ class ShareCoordinator:
             return
         for consumer in member.consumers.values():
             await self.subscriptions.unsubscribe_consumer(consumer)
+
+    async def view(self, group_id: str) -> ShareGroupView | None:
+        """What the admin face shows of a share group; None when there is no such group."""
+        group = self.groups.get(group_id)
+        if group is None and group_id not in await self.store.known():
+            return None
+        starts = await self.start_offsets(group_id, None)
+        stats = self.stats.get(group_id, Stats())
+        in_flight: dict[str, dict[int, dict[int, int]]] = {}
+        for topic in starts:
+            held = self.subscriptions.in_flight(topic, group_id)
+            in_flight[topic] = {p: dict(sorted(counts.items())) for p, counts in held.items() if counts}
+        return ShareGroupView(
+            group_id, group.state if group is not None else "Empty", group.epoch if group is not None else 0,
+            [] if group is None else list(group.members.values()), starts, in_flight, stats.rejected, stats.archived,
+        )
 
     def describe(self, group_id: str) -> ShareGroup | None:
         return self.groups.get(group_id)
