@@ -163,7 +163,7 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--spark", action="store_true",
                    help="the Spark source, sink and a pipeline of both (the spark extra, Java 17)")
     p.add_argument("--records", type=int, default=500_000,
-                   help="records for --spark and --share (default: %(default)s)")
+                   help="records for --spark (default: %(default)s) and for --share")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark (default: %(default)s)")
 
 

@@ -595,3 +595,49 @@ async def test_share_groups_in_the_admin_api_cli_and_metrics(gw: Gateway) -> Non
         assert json.loads(listed.stdout) == {"share_groups": [{"group": "seen", "state": "Stable"}]}
     finally:
         await asyncio.to_thread(c.close)  # the gateway answers its leave on this event loop
+
+
+async def test_rejected_and_over_the_limit_records_go_to_the_dead_letter_topic(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "dl", share_auto_offset_reset="earliest", share_delivery_count_limit="2",
+                        share_dead_letter_topic="jobs-dlq")
+    await produce("confluent", bs, TOPIC, [(b"k1", b"bad")])
+    await produce("confluent", bs, TOPIC, [(b"k2", b"flaky")])
+    await produce("confluent", bs, TOPIC, [(b"k3", b"after")])
+
+    def run() -> None:
+        c = share_consumer(bs, "dl")
+        try:
+            def act(m: ck.Message) -> None:
+                kind = {b"bad": AcknowledgeType.REJECT, b"flaky": AcknowledgeType.RELEASE}.get(m.value() or b"")
+                c.acknowledge(m, kind or AcknowledgeType.ACCEPT)
+            poll_until(c, lambda s: b"after" in values(s) and values(s).count(b"flaky") == 2, act)
+        finally:
+            c.close()
+
+    await asyncio.to_thread(run)
+    dead = await asyncio.to_thread(lambda: dead_letters(bs))
+    assert [(key, reason, n) for key, reason, n, _ in dead] == [(b"k1", "rejected", "1"), (b"k2", "delivery-limit", "2")]
+    assert all(origin == (TOPIC, "0") for _, _, _, origin in dead)
+    stats = services(gw).share.stats["dl"]  # counted once the write's reply is in, which the reader may beat
+    await conftest.eventually(lambda: stats.dead_lettered == 2, timeout=TIMEOUT, what="both counted")
+    assert (stats.rejected, stats.archived) == (1, 1)
+
+
+def dead_letters(bs: str) -> list[tuple[bytes | None, str, str, tuple[str, str]]]:
+    """Key, reason, delivery count and origin of each record of the dead-letter topic, in order."""
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": "dlq-reader", "enable.auto.commit": False})
+    c.assign([ck.TopicPartition("jobs-dlq", 0, 0)])
+    out = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while len(out) < 2 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error() is not None:
+                continue
+            h = {k: (v or b"").decode() for k, v in m.headers() or []}
+            out.append((m.key(), h["share.dlq.reason"], h["share.dlq.delivery.count"],
+                        (h["share.dlq.topic"], h["share.dlq.partition"])))
+    finally:
+        c.close()
+    return out

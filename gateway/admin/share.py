@@ -33,7 +33,7 @@ class ShareGroupsApi:
 
     async def describe_group(self, request: web.Request) -> web.Response:
         """One share group: members, per partition its start offset, records in flight by delivery
-        count, and the records this gateway saw rejected and archived."""
+        count, and the records this gateway saw rejected, archived and dead-lettered."""
         group = request.match_info["group"]
         view = await self.share.view(group)
         if view is None:
@@ -56,6 +56,7 @@ def view_json(v: ShareGroupView) -> dict[str, Any]:
         ],
         "rejected": v.rejected,
         "archived": v.archived,
+        "dead_lettered": v.dead_lettered,
     }
 
 
@@ -72,6 +73,8 @@ async def share_group_families(share: ShareCoordinator) -> list[Metric]:
                                    labels=["group"])
     archived = CounterMetricFamily("gateway_share_group_archived", "Records archived at the delivery count limit",
                                    labels=["group"])
+    dead = CounterMetricFamily("gateway_share_group_dead_lettered", "Records copied to the group's dead-letter topic",
+                               labels=["group"])
     for listing in await share.list_groups():
         v = await share.view(listing.group_id)
         if v is None:
@@ -79,6 +82,7 @@ async def share_group_families(share: ShareCoordinator) -> list[Metric]:
         members.add_metric([v.group_id], len(v.members))
         rejected.add_metric([v.group_id], v.rejected)
         archived.add_metric([v.group_id], v.archived)
+        dead.add_metric([v.group_id], v.dead_lettered)
         by_count: dict[int, int] = {}
         for t, parts in v.start_offsets.items():
             for p, offset in parts.items():
@@ -89,4 +93,4 @@ async def share_group_families(share: ShareCoordinator) -> list[Metric]:
                     by_count[n] = by_count.get(n, 0) + c
         for n, c in sorted(by_count.items()):
             counts.add_metric([v.group_id, str(n)], c)
-    return [members, start, locked, counts, rejected, archived]
+    return [members, start, locked, counts, rejected, archived, dead]

@@ -365,20 +365,21 @@ class Subscription:
 
     async def _dispatch_once(self) -> bool:
         self._expire()
+        if self.delivery_limit and any(d.redelivery_count >= self.delivery_limit for d in self.redeliver):
+            over = [d for d in self.redeliver if d.redelivery_count >= self.delivery_limit]
+            self.redeliver = deque(d for d in self.redeliver if d.redelivery_count < self.delivery_limit)
+            for d in over:
+                self._unclaimed(d)
+            await self._archive([d for d in over if d.offsets])  # whether or not anyone is there to take more
         targets = self._targets()
         if not targets:
             return False
         batch: list[Delivery] = []
-        archived: list[Delivery] = []
         while self.redeliver and len(batch) < 64:
             d = self.redeliver.popleft()
-            # offsets acked meanwhile (or claimed by a newer delivery) drop out
-            d.offsets = {o for o in d.offsets if o >= self.cursor.get(d.partition, 0)
-                         and o not in self.outstanding[d.partition]}
+            self._unclaimed(d)
             if d.offsets:
-                (archived if 0 < self.delivery_limit <= d.redelivery_count else batch).append(d)
-        if archived:
-            await self._archive(archived)
+                batch.append(d)
         if not batch:
             before = dict(self.read_pos)
             batch = await self._read(sum(c.permits for c in targets))
@@ -387,8 +388,14 @@ class Subscription:
         await self._hand_out(batch, targets)
         return True
 
+    def _unclaimed(self, d: Delivery) -> None:
+        """Drop the offsets of a delivery to redo that were acked meanwhile (or claimed by a newer delivery)."""
+        d.offsets = {o for o in d.offsets if o >= self.cursor.get(d.partition, 0) and o not in self.outstanding[d.partition]}
+
     async def _archive(self, deliveries: list[Delivery]) -> None:
         """Records delivered `delivery_limit` times go no more: acknowledged, after `on_archive`."""
+        if not deliveries:
+            return
         for d in deliveries:
             if self.on_archive is not None:
                 await self.on_archive(d)

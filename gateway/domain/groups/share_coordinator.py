@@ -42,6 +42,7 @@ from gateway.domain.log import LogService
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, SubscriptionService
 from gateway.domain.topic_configs import Change, ConfigDef, Kind, apply
 from gateway.errors import InvalidConfig, TopicNotFound
+from gateway.formats.records import build_batch, iter_records
 from gateway.store import Store
 from gateway.store.log import Entry
 
@@ -51,8 +52,10 @@ AUTO_OFFSET_RESET = "share.auto.offset.reset"
 LOCK_DURATION = "share.record.lock.duration.ms"
 DELIVERY_LIMIT = "share.delivery.count.limit"
 ISOLATION_LEVEL = "share.isolation.level"
+DEAD_LETTER_TOPIC = "share.dead.letter.topic"  # this gateway's own: not a Kafka group config
 SHARE = "share"  # ListGroups' protocol type and group type of a share group
 MAX_LOCK_DURATION_MS = 3_600_000  # Kafka's bound on group.share.max.record.lock.duration.ms
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _ISO_DURATION = re.compile(
     r"^([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?$", re.I
 )
@@ -79,6 +82,12 @@ def _auto_offset_reset(value: str) -> str | None:
     return "String must be one of: latest, earliest, by_duration:<ISO-8601 duration>"
 
 
+def _topic_name(value: str) -> str | None:
+    if value and not _TOPIC_NAME.match(value):
+        return "a topic name is at most 249 of the characters [a-zA-Z0-9._-]"
+    return None
+
+
 def share_group_configs(min_lock_ms: int) -> dict[str, ConfigDef]:
     """Kafka's GroupConfig share configs, the lock duration bounded below by this gateway's minimum."""
     return {c.name: c for c in (
@@ -92,6 +101,11 @@ def share_group_configs(min_lock_ms: int) -> dict[str, ConfigDef]:
         ConfigDef(DELIVERY_LIMIT, Kind.INT, "5",
                   "Deliveries of a record after which it is archived instead of delivered again.",
                   effective=True, low=2, high=10),
+        ConfigDef(DEAD_LETTER_TOPIC, Kind.STRING, "",
+                  "Beyond Kafka: a topic that receives every record rejected or archived at the delivery "
+                  "limit, with headers saying why, how often it was delivered and where it came from; "
+                  "empty: such records are archived silently, as in Kafka.",
+                  effective=True, rule=_topic_name),
         ConfigDef(ISOLATION_LEVEL, Kind.STRING, "read_uncommitted",
                   "read_committed hides aborted and open transactions; a share group on this gateway "
                   "reads committed records only, whichever is set (see the README).",
@@ -133,6 +147,7 @@ class Stats:
 
     rejected: int = 0
     archived: int = 0
+    dead_lettered: int = 0
 
 
 @dataclass(frozen=True)
@@ -149,6 +164,7 @@ class ShareGroupView:
     in_flight: dict[str, dict[int, dict[int, int]]]  # topic -> partition -> delivery count -> records
     rejected: int
     archived: int
+    dead_lettered: int
 
 
 class _Member:
@@ -321,6 +337,7 @@ class ShareCoordinator:
         return ShareGroupView(
             group_id, group.state if group is not None else "Empty", group.epoch if group is not None else 0,
             [] if group is None else list(group.members.values()), starts, in_flight, stats.rejected, stats.archived,
+            stats.dead_lettered,
         )
 
     def describe(self, group_id: str) -> ShareGroup | None:
@@ -467,6 +484,7 @@ class ShareCoordinator:
 
         async def archived(d: Delivery) -> None:
             stats.archived += len(d.offsets)
+            await self._dead_letter(member.group_id, topic, d, sorted(d.offsets), "delivery-limit", d.redelivery_count)
 
         sub.on_archive = archived
         if seek_to is not None:
@@ -495,6 +513,7 @@ class ShareCoordinator:
             release: dict[int, list[int]] = {}
             renew: dict[int, list[int]] = {}
             rejected = 0
+            rejects: dict[int, list[int]] = {}
             for p, batches in parts.items():
                 sorted_out = _sort(batches)
                 if sorted_out is None or not 0 <= p < sub.partitions or not all(
@@ -508,10 +527,15 @@ class ShareCoordinator:
                         and d.consumer is consumer]
                 done[p] = sorted_out.get(AckType.ACCEPT, []) + sorted_out.get(AckType.REJECT, []) + gaps
                 rejected += len(sorted_out.get(AckType.REJECT, []))
+                if sorted_out.get(AckType.REJECT):
+                    rejects[p] = sorted_out[AckType.REJECT]
                 if AckType.RELEASE in sorted_out:
                     release[p] = sorted_out[AckType.RELEASE]
                 if AckType.RENEW in sorted_out:
                     renew[p] = sorted_out[AckType.RENEW]
+            for p, offs in rejects.items():
+                for d, which in _by_delivery(sub.outstanding[p], offs):
+                    await self._dead_letter(group_id, topic, d, which, "rejected", d.redelivery_count + 1)
             if any(done.values()):
                 await sub.acknowledge({p: o for p, o in done.items() if o}, {})
             if release:
@@ -524,6 +548,28 @@ class ShareCoordinator:
             await self._drop(group_id, member_id)  # the session's last acknowledgements: release the rest
         return errors
 
+    async def _dead_letter(self, group_id: str, topic: str, d: Delivery, offsets: list[int], reason: str,
+                           deliveries: int) -> None:
+        """Copy these records of a delivery to the group's dead-letter topic, if it has one, each with
+        headers saying why, how often it was delivered and where it came from. Written before the
+        acknowledgement that archives them: a gateway dying in between dead-letters them again."""
+        dlq = self.value(self._configs.get(group_id, {}), DEAD_LETTER_TOPIC)
+        if not dlq:
+            return
+        wanted = set(offsets)
+        why = [("share.dlq.reason", reason.encode()), ("share.dlq.delivery.count", str(deliveries).encode()),
+               ("share.dlq.group", group_id.encode()), ("share.dlq.topic", topic.encode()),
+               ("share.dlq.partition", str(d.partition).encode())]
+        records = [(r.key, r.value, [*r.headers, *why, ("share.dlq.offset", str(r.offset).encode())])
+                   for r in iter_records(d.entry.batch, d.entry.base_offset) if r.offset in wanted]
+        if not records:
+            return
+        info = await self.log.topic(dlq)
+        (produced,) = await self.log.append([(dlq, d.partition % info.partitions, build_batch(records))])
+        if isinstance(produced.result, Exception):
+            raise produced.result
+        self.stats.setdefault(group_id, Stats()).dead_lettered += len(records)
+
     async def close(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
@@ -532,6 +578,16 @@ class ShareCoordinator:
         for group_id, member_id in list(self._members):
             with contextlib.suppress(Exception):
                 await self._drop(group_id, member_id)
+
+
+def _by_delivery(held: Mapping[int, Delivery], offsets: list[int]) -> list[tuple[Delivery, list[int]]]:
+    """The offsets grouped by the delivery holding each."""
+    out: dict[int, tuple[Delivery, list[int]]] = {}
+    for o in offsets:
+        d = held.get(o)
+        if d is not None:
+            out.setdefault(id(d), (d, []))[1].append(o)
+    return list(out.values())
 
 
 def _sort(batches: list[AckBatch]) -> dict[AckType, list[int]] | None:
