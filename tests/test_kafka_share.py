@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import confluent_kafka as ck
@@ -44,6 +44,7 @@ from tests.kafka_wire import call
 
 pytestmark = pytest.mark.kafka
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+T = TypeVar("T")
 
 TOPIC = "jobs"
 LOCK_MS = 500
@@ -96,6 +97,18 @@ def poll_until(c: ck.ShareConsumer, done: Callable[[list[ck.Message]], bool],
                 act(m)
             c.commit_sync(TIMEOUT)
     return seen
+
+
+async def with_consumer(bs: str, group: str, body: Callable[[ck.ShareConsumer], T], explicit: bool = True) -> T:
+    """`body` run in a thread with a share consumer of `group`, closed after it."""
+    def run() -> T:
+        c = share_consumer(bs, group, explicit)
+        try:
+            return body(c)
+        finally:
+            c.close()
+
+    return await asyncio.to_thread(run)
 
 
 def values(msgs: list[ck.Message]) -> list[bytes]:
@@ -151,17 +164,13 @@ async def test_release_redelivers_with_a_higher_delivery_count(gw: Gateway) -> N
     await group_configs(bs, "rel", share_auto_offset_reset="earliest")
     await fill(bs, 10)
 
-    def run() -> tuple[list[ck.Message], list[ck.Message]]:
-        c = share_consumer(bs, "rel")
-        try:
-            first = poll_until(c, lambda s: len(s) >= 1, lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
-            again = poll_until(c, lambda s: {offset(m) for m in first} <= {offset(m) for m in s},
-                               lambda m: c.acknowledge(m))
-            return first, again
-        finally:
-            c.close()
+    def run(c: ck.ShareConsumer) -> tuple[list[ck.Message], list[ck.Message]]:
+        first = poll_until(c, lambda s: len(s) >= 1, lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
+        again = poll_until(c, lambda s: {offset(m) for m in first} <= {offset(m) for m in s},
+                           lambda m: c.acknowledge(m))
+        return first, again
 
-    first, again = await asyncio.to_thread(run)
+    first, again = await with_consumer(bs, "rel", run)
     counts = {offset(m): count(m) for m in again}
     assert all(count(m) == 1 for m in first)
     assert all(counts[offset(m)] == 2 for m in first)
@@ -172,17 +181,12 @@ async def test_reject_never_redelivers(gw: Gateway) -> None:
     await group_configs(bs, "rej", share_auto_offset_reset="earliest")
     await fill(bs, 10)
 
-    def run() -> tuple[list[ck.Message], list[ck.Message]]:
-        c = share_consumer(bs, "rej")
-        try:
-            rejected = poll_until(c, lambda s: len(s) >= 10, lambda m: c.acknowledge(m, AcknowledgeType.REJECT))
-            produce_sync(bs, [b"after"])
-            later = poll_until(c, lambda s: b"after" in values(s), lambda m: c.acknowledge(m))
-            return rejected, later
-        finally:
-            c.close()
+    def run(c: ck.ShareConsumer) -> tuple[list[ck.Message], list[ck.Message]]:
+        rejected = poll_until(c, lambda s: len(s) >= 10, lambda m: c.acknowledge(m, AcknowledgeType.REJECT))
+        produce_sync(bs, [b"after"])
+        return rejected, poll_until(c, lambda s: b"after" in values(s), lambda m: c.acknowledge(m))
 
-    rejected, later = await asyncio.to_thread(run)
+    rejected, later = await with_consumer(bs, "rej", run)
     assert sorted(offset(m) for m in rejected) == list(range(10))
     assert values(later) == [b"after"]
 
@@ -221,21 +225,17 @@ async def test_the_delivery_limit_archives(gw: Gateway) -> None:
     await group_configs(bs, "limit", share_auto_offset_reset="earliest", share_delivery_count_limit="2")
     await fill(bs, 5)
 
-    def run() -> list[ck.Message]:
-        c = share_consumer(bs, "limit")
-        try:
-            # the first batch, released twice: its second delivery is its last
-            first = poll_until(c, lambda s: len(s) >= 1, lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
-            offsets = {offset(m) for m in first}
-            seen = poll_until(c, lambda s: offsets <= {offset(m) for m in s if count(m) == 2},
-                              lambda m: c.acknowledge(m, AcknowledgeType.RELEASE if offset(m) in offsets
-                                                      else AcknowledgeType.ACCEPT))
-            produce_sync(bs, [b"after"])
-            return seen + poll_until(c, lambda s: b"after" in values(s), lambda m: c.acknowledge(m))
-        finally:
-            c.close()
+    def run(c: ck.ShareConsumer) -> list[ck.Message]:
+        # the first batch, released twice: its second delivery is its last
+        first = poll_until(c, lambda s: len(s) >= 1, lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
+        offsets = {offset(m) for m in first}
+        seen = poll_until(c, lambda s: offsets <= {offset(m) for m in s if count(m) == 2},
+                          lambda m: c.acknowledge(m, AcknowledgeType.RELEASE if offset(m) in offsets
+                                                  else AcknowledgeType.ACCEPT))
+        produce_sync(bs, [b"after"])
+        return seen + poll_until(c, lambda s: b"after" in values(s), lambda m: c.acknowledge(m))
 
-    seen = await asyncio.to_thread(run)
+    seen = await with_consumer(bs, "limit", run)
     assert max(count(m) for m in seen) == 2
     assert services(gw).share.stats["limit"].archived >= 1
 
@@ -245,14 +245,8 @@ async def test_auto_offset_reset_latest_and_earliest(gw: Gateway) -> None:
     await fill(bs, 5)
     await group_configs(bs, "early", share_auto_offset_reset="earliest")
 
-    def first_value(group: str) -> bytes:
-        c = share_consumer(bs, group, explicit=False)
-        try:
-            return values(poll_until(c, lambda s: len(s) >= 1))[0]
-        finally:
-            c.close()
-
-    assert await asyncio.to_thread(first_value, "early") == b"r0"
+    first = await with_consumer(bs, "early", lambda c: values(poll_until(c, lambda s: len(s) >= 1))[0], False)
+    assert first == b"r0"
     # "late" (latest, Kafka's default) starts at the end: the record after its subscription is its first
     stop = threading.Event()
     got: list[bytes] = []
@@ -297,14 +291,8 @@ async def test_read_committed_hides_an_aborted_transaction(gw: Gateway) -> None:
 
     await asyncio.to_thread(write)
 
-    def read() -> list[bytes]:
-        c = share_consumer(bs, "txn", explicit=False)
-        try:
-            return values(poll_until(c, lambda s: b"yes2" in values(s)))
-        finally:
-            c.close()
-
-    assert await asyncio.to_thread(read) == [b"yes1", b"yes2"]
+    read = await with_consumer(bs, "txn", lambda c: values(poll_until(c, lambda s: b"yes2" in values(s))), False)
+    assert read == [b"yes1", b"yes2"]
 
 
 async def test_kafka_and_native_consumers_share_one_queue(gw: Gateway) -> None:
@@ -605,17 +593,14 @@ async def test_rejected_and_over_the_limit_records_go_to_the_dead_letter_topic(g
     await produce("confluent", bs, TOPIC, [(b"k2", b"flaky")])
     await produce("confluent", bs, TOPIC, [(b"k3", b"after")])
 
-    def run() -> None:
-        c = share_consumer(bs, "dl")
-        try:
-            def act(m: ck.Message) -> None:
-                kind = {b"bad": AcknowledgeType.REJECT, b"flaky": AcknowledgeType.RELEASE}.get(m.value() or b"")
-                c.acknowledge(m, kind or AcknowledgeType.ACCEPT)
-            poll_until(c, lambda s: b"after" in values(s) and values(s).count(b"flaky") == 2, act)
-        finally:
-            c.close()
+    def run(c: ck.ShareConsumer) -> None:
+        def act(m: ck.Message) -> None:
+            kind = {b"bad": AcknowledgeType.REJECT, b"flaky": AcknowledgeType.RELEASE}.get(m.value() or b"")
+            c.acknowledge(m, kind or AcknowledgeType.ACCEPT)
 
-    await asyncio.to_thread(run)
+        poll_until(c, lambda s: b"after" in values(s) and values(s).count(b"flaky") == 2, act)
+
+    await with_consumer(bs, "dl", run)
     dead = await asyncio.to_thread(lambda: dead_letters(bs))
     assert [(key, reason, n) for key, reason, n, _ in dead] == [(b"k1", "rejected", "1"), (b"k2", "delivery-limit", "2")]
     assert all(origin == (TOPIC, "0") for _, _, _, origin in dead)
@@ -628,15 +613,16 @@ def dead_letters(bs: str) -> list[tuple[bytes | None, str, str, tuple[str, str]]
     """Key, reason, delivery count and origin of each record of the dead-letter topic, in order."""
     c = ck.Consumer({"bootstrap.servers": bs, "group.id": "dlq-reader", "enable.auto.commit": False})
     c.assign([ck.TopicPartition("jobs-dlq", 0, 0)])
-    out = []
+    out: list[tuple[bytes | None, str, str, tuple[str, str]]] = []
     deadline = time.monotonic() + TIMEOUT
     try:
         while len(out) < 2 and time.monotonic() < deadline:
             m = c.poll(0.5)
             if m is None or m.error() is not None:
                 continue
-            h = {k: (v or b"").decode() for k, v in m.headers() or []}
-            out.append((m.key(), h["share.dlq.reason"], h["share.dlq.delivery.count"],
+            h = {k: v.decode() if isinstance(v, bytes) else "" for k, v in m.headers() or []}
+            key = m.key()
+            out.append((key if isinstance(key, bytes) else None, h["share.dlq.reason"], h["share.dlq.delivery.count"],
                         (h["share.dlq.topic"], h["share.dlq.partition"])))
     finally:
         c.close()

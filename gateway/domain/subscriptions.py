@@ -365,12 +365,7 @@ class Subscription:
 
     async def _dispatch_once(self) -> bool:
         self._expire()
-        if self.delivery_limit and any(d.redelivery_count >= self.delivery_limit for d in self.redeliver):
-            over = [d for d in self.redeliver if d.redelivery_count >= self.delivery_limit]
-            self.redeliver = deque(d for d in self.redeliver if d.redelivery_count < self.delivery_limit)
-            for d in over:
-                self._unclaimed(d)
-            await self._archive([d for d in over if d.offsets])  # whether or not anyone is there to take more
+        await self.archive_over_limit()  # whether or not anyone is there to take more
         targets = self._targets()
         if not targets:
             return False
@@ -392,17 +387,24 @@ class Subscription:
         """Drop the offsets of a delivery to redo that were acked meanwhile (or claimed by a newer delivery)."""
         d.offsets = {o for o in d.offsets if o >= self.cursor.get(d.partition, 0) and o not in self.outstanding[d.partition]}
 
-    async def _archive(self, deliveries: list[Delivery]) -> None:
-        """Records delivered `delivery_limit` times go no more: acknowledged, after `on_archive`."""
-        if not deliveries:
+    async def archive_over_limit(self) -> None:
+        """Records up for redelivery that were delivered `delivery_limit` times go no more:
+        acknowledged, after `on_archive` heard of them."""
+        if not self.delivery_limit or all(d.redelivery_count < self.delivery_limit for d in self.redeliver):
             return
+        over = [d for d in self.redeliver if d.redelivery_count >= self.delivery_limit]
+        self.redeliver = deque(d for d in self.redeliver if d.redelivery_count < self.delivery_limit)
+        for d in over:
+            self._unclaimed(d)
+        deliveries = [d for d in over if d.offsets]
         for d in deliveries:
             if self.on_archive is not None:
                 await self.on_archive(d)
         offsets: dict[int, list[int]] = {}
         for d in deliveries:
             offsets.setdefault(d.partition, []).extend(sorted(d.offsets))
-        await self.acknowledge(offsets, {})
+        if offsets:
+            await self.acknowledge(offsets, {})
 
     async def _read(self, budget: int) -> list[Delivery]:
         """New batches from the partitions' read positions, as many as the permits allow."""
@@ -582,6 +584,8 @@ class SubscriptionService:
         consumer.subscription = None
         async with self._lock:
             sub.detach(consumer)
+            with contextlib.suppress(Exception):  # else the next dispatcher delivers them again
+                await sub.archive_over_limit()
             if not sub.consumers:
                 self._subs.pop((sub.topic, sub.name), None)
                 task = sub.task

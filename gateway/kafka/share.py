@@ -79,42 +79,37 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
 async def share_group_describe(ctx: RequestContext, req: Any) -> Any:
     """An id that is not a share group here answers GROUP_ID_NOT_FOUND in its slot, as Kafka does."""
     topics = await TopicIds.read(ctx)
-    out: list[dict[str, Any]] = []
-    empty = {"group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}
-    for group_id in req.group_ids:
-        try:
-            await _authorize(ctx, group_id, Operation.DESCRIBE)
-        except Exception as exc:
-            out.append({"group_id": group_id, "error_code": group_error(exc), "error_message": error_message(exc),
-                        **empty})
-            continue
-        g = _share(ctx).describe(group_id)
-        if g is None:
-            if group_id in await _share(ctx).known():
-                out.append({"group_id": group_id, "error_code": KafkaError.none, **empty,
-                            "group_state": "Empty", "assignor_name": ASSIGNOR})
-            else:
-                out.append({"group_id": group_id, "error_code": KafkaError.group_id_not_found,
-                            "error_message": f"Group {group_id} not found.", **empty})
-            continue
-        out.append({
-            "group_id": group_id,
-            "error_code": KafkaError.none,
-            "group_state": g.state,
-            "group_epoch": g.epoch,
-            "assignment_epoch": g.epoch,
-            "assignor_name": ASSIGNOR,
-            "members": [
-                {"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.epoch, "client_id": m.client_id,
-                 "client_host": m.client_host, "subscribed_topic_names": list(m.subscribed),
-                 "assignment": {"topic_partitions": topics.by_id(m.assignment, named=True)}}
-                for m in g.members.values()
-            ],
-            "authorized_operations": await authorized_operations(
-                ctx, ResourceType.GROUP, group_id, req.include_authorized_operations
-            ),
-        })
-    return _response(ctx, {"groups": out})
+    groups = [await _described(ctx, topics, group_id, req.include_authorized_operations) for group_id in req.group_ids]
+    return _response(ctx, {"groups": groups})
+
+
+async def _described(ctx: RequestContext, topics: TopicIds, group_id: str, operations: bool) -> dict[str, Any]:
+    slot: dict[str, Any] = {"group_id": group_id, "error_code": KafkaError.none, "group_state": "Empty",
+                            "group_epoch": 0, "assignment_epoch": 0, "assignor_name": ASSIGNOR, "members": []}
+    try:
+        await _authorize(ctx, group_id, Operation.DESCRIBE)
+    except Exception as exc:
+        return {**slot, "error_code": group_error(exc), "error_message": error_message(exc), "group_state": "",
+                "assignor_name": ""}
+    g = _share(ctx).describe(group_id)
+    if g is None:
+        if group_id in await _share(ctx).known():
+            return slot  # known to Redis (configs, offsets), without members here
+        return {**slot, "error_code": KafkaError.group_id_not_found, "error_message": f"Group {group_id} not found.",
+                "group_state": "", "assignor_name": ""}
+    return {
+        **slot,
+        "group_state": g.state,
+        "group_epoch": g.epoch,
+        "assignment_epoch": g.epoch,
+        "members": [
+            {"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.epoch, "client_id": m.client_id,
+             "client_host": m.client_host, "subscribed_topic_names": list(m.subscribed),
+             "assignment": {"topic_partitions": topics.by_id(m.assignment, named=True)}}
+            for m in g.members.values()
+        ],
+        "authorized_operations": await authorized_operations(ctx, ResourceType.GROUP, group_id, operations),
+    }
 
 
 async def _names(ctx: RequestContext, topic_ids: list[uuid.UUID | None]) -> dict[uuid.UUID | None, str | None]:

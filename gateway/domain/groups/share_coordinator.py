@@ -540,6 +540,7 @@ class ShareCoordinator:
                 await sub.acknowledge({p: o for p, o in done.items() if o}, {})
             if release:
                 sub.negative_acknowledge(release)
+                await sub.archive_over_limit()
             if renew:
                 sub.renew(consumer, renew)
             if rejected:
