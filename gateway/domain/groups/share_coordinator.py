@@ -591,6 +591,9 @@ def _by_delivery(held: Mapping[int, Delivery], offsets: list[int]) -> list[tuple
     return list(out.values())
 
 
+_ACK_TYPES = {int(t): t for t in AckType}
+
+
 def _sort(batches: list[AckBatch]) -> dict[AckType, list[int]] | None:
     """Offsets by acknowledge type; None when a batch is malformed (Kafka's INVALID_REQUEST is
     answered per partition as INVALID_RECORD_STATE here: nothing of it is applied either way)."""
@@ -599,11 +602,13 @@ def _sort(batches: list[AckBatch]) -> dict[AckType, list[int]] | None:
         n = last - first + 1
         if n <= 0 or not types or (len(types) != 1 and len(types) != n):
             return None
-        for i in range(n):
-            try:
-                kind = AckType(types[0] if len(types) == 1 else types[i])
-            except ValueError:
-                return None
+        kinds = [_ACK_TYPES[t] for t in types if t in _ACK_TYPES]
+        if len(kinds) != len(types):
+            return None
+        if len(kinds) == 1:  # one type for the whole range: the usual case, taken whole
+            out.setdefault(kinds[0], []).extend(range(first, last + 1))
+            continue
+        for i, kind in enumerate(kinds):
             out.setdefault(kind, []).append(first + i)
     return out
 
