@@ -627,3 +627,23 @@ def dead_letters(bs: str) -> list[tuple[bytes | None, str, str, tuple[str, str]]
     finally:
         c.close()
     return out
+
+
+async def test_a_release_can_wait_before_redelivery(gw: Gateway) -> None:
+    """With share.release.delay.ms, a released record stays out of the queue for that long, then
+    comes back with a higher delivery count."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "later", share_auto_offset_reset="earliest", share_release_delay_ms="1000")
+    await fill(bs, 5)
+    c = share_consumer(bs, "later")
+    try:
+        first = await asyncio.to_thread(poll_until, c, lambda s: len(s) >= 1,
+                                        lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
+        view = await services(gw).share.view("later")
+        assert view is not None and view.in_flight[TOPIC][0] == {1: len(first)}  # released, and waiting
+        offsets = {offset(m) for m in first}
+        again = await asyncio.to_thread(poll_until, c, lambda s: offsets <= {offset(m) for m in s if count(m) == 2},
+                                        lambda m: c.acknowledge(m))
+        assert {offset(m) for m in again if count(m) == 2} == offsets
+    finally:
+        await asyncio.to_thread(c.close)

@@ -274,11 +274,13 @@ class Subscription:
         if split:
             self.wake.set()
 
-    def renew(self, consumer: Consumer, offsets: dict[int, list[int]]) -> None:
-        """Restart the ack timeout of the deliveries holding these offsets, where `consumer` holds them."""
-        if consumer.ack_timeout <= 0:
+    def renew(self, consumer: Consumer, offsets: dict[int, list[int]], timeout: float | None = None) -> None:
+        """Restart the ack timeout of the deliveries holding these offsets, where `consumer` holds them
+        (with `timeout`, for that long instead of the consumer's ack timeout)."""
+        timeout = consumer.ack_timeout if timeout is None else timeout
+        if timeout <= 0:
             return
-        deadline = time.monotonic() + consumer.ack_timeout
+        deadline = time.monotonic() + timeout
         for p, offs in offsets.items():
             for d in {self.outstanding[p].get(o) for o in offs} - {None}:
                 assert d is not None

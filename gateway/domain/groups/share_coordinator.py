@@ -53,6 +53,7 @@ LOCK_DURATION = "share.record.lock.duration.ms"
 DELIVERY_LIMIT = "share.delivery.count.limit"
 ISOLATION_LEVEL = "share.isolation.level"
 DEAD_LETTER_TOPIC = "share.dead.letter.topic"  # this gateway's own: not a Kafka group config
+RELEASE_DELAY = "share.release.delay.ms"  # this gateway's own too
 SHARE = "share"  # ListGroups' protocol type and group type of a share group
 MAX_LOCK_DURATION_MS = 3_600_000  # Kafka's bound on group.share.max.record.lock.duration.ms
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -106,6 +107,10 @@ def share_group_configs(min_lock_ms: int) -> dict[str, ConfigDef]:
                   "limit, with headers saying why, how often it was delivered and where it came from; "
                   "empty: such records are archived silently, as in Kafka.",
                   effective=True, rule=_topic_name),
+        ConfigDef(RELEASE_DELAY, Kind.INT, "0",
+                  "Beyond Kafka: how long a released record waits before it is delivered again (a "
+                  "negative acknowledgement's backoff); 0: at once, as in Kafka.",
+                  effective=True, low=0, high=MAX_LOCK_DURATION_MS),
         ConfigDef(ISOLATION_LEVEL, Kind.STRING, "read_uncommitted",
                   "read_committed hides aborted and open transactions; a share group on this gateway "
                   "reads committed records only, whichever is set (see the README).",
@@ -538,7 +543,10 @@ class ShareCoordinator:
                     await self._dead_letter(group_id, topic, d, which, "rejected", d.redelivery_count + 1)
             if any(done.values()):
                 await sub.acknowledge({p: o for p, o in done.items() if o}, {})
-            if release:
+            delay = int(self.value(self._configs.get(group_id, {}), RELEASE_DELAY)) / 1000
+            if release and delay > 0:  # held a while longer, then released as an expired lock is
+                sub.renew(consumer, release, timeout=delay)
+            elif release:
                 sub.negative_acknowledge(release)
                 await sub.archive_over_limit()
             if renew:
