@@ -620,7 +620,7 @@ def dead_letters(bs: str) -> list[tuple[bytes | None, str, str, tuple[str, str]]
             m = c.poll(0.5)
             if m is None or m.error() is not None:
                 continue
-            h = {k: v.decode() if isinstance(v, bytes) else "" for k, v in m.headers() or []}
+            h = {str(kv[0]): kv[1].decode() if isinstance(kv[1], bytes) else "" for kv in m.headers() or []}
             key = m.key()
             out.append((key if isinstance(key, bytes) else None, h["share.dlq.reason"], h["share.dlq.delivery.count"],
                         (h["share.dlq.topic"], h["share.dlq.partition"])))
