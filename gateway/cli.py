@@ -150,6 +150,9 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--seconds", type=float, default=5.0, help="time per measurement (default: %(default)s)")
     p.add_argument("--kafka", action="store_true",
                    help="Kafka-protocol produce and consume with confluent-kafka")
+    p.add_argument("--acks", choices=("1", "all"), default="1",
+                   help="with --kafka, all: produce with acks=1 and acks=all (min.insync.replicas 1 and 2) "
+                   "on Redis with one replica, beside raw XADD and XADD+WAIT (default: %(default)s)")
     p.add_argument("--sizes", default="100,1024", help="message sizes in bytes (default: %(default)s)")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")

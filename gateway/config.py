@@ -85,6 +85,8 @@ class Config:
     auto_create_topics: bool = setting(True, "create topics on first use")
     default_partitions: int = setting(1, "partitions of an auto-created topic", check=POSITIVE)
     retention_check_interval: float = setting(30.0, "seconds between retention passes", check=POSITIVE)
+    cleaner_interval: float = setting(15.0, "seconds between log cleaner passes over compacted topics",
+                                      check=POSITIVE)
     max_frame_bytes: int = setting(100 * MiB, "largest request frame; a larger one closes its connection",
                                    check=POSITIVE, metavar="BYTES")
     max_connections: int = setting(10_000, "open connections per listener; more are closed at once",
@@ -107,6 +109,10 @@ class Config:
     group_consumer_heartbeat_interval_ms: int = setting(
         5_000, "how often members of a consumer group (group.protocol=consumer) are told to heartbeat",
         check=POSITIVE, metavar="MS")
+    group_consumer_migration_policy: str = setting(
+        "bidirectional", "whether a classic group moves to the consumer protocol as its members roll over "
+        "(upgrade), back when the last one of that protocol leaves (downgrade), both, or neither (Kafka's "
+        "group.consumer.migration.policy)", check=one_of("disabled", "upgrade", "downgrade", "bidirectional"))
     group_share_min_record_lock_duration_ms: int = setting(
         15_000, "the shortest share.record.lock.duration.ms a share group may set (Kafka's "
         "group.share.min.record.lock.duration.ms)", check=POSITIVE, metavar="MS")
@@ -136,6 +142,15 @@ class Config:
                                                  check=POSITIVE)
     watermark_snapshot_marks: int = setting(128, "watermark markers between a partition's snapshots: a lookup "
                                             "reads at most about this many", check=POSITIVE)
+    state_min_insync_replicas: int = setting(
+        2, "copies, the Redis primary's included, that a state change a client is told is done (committed "
+        "offsets, transaction ends and markers, producer fencing, subscription acks, delayed-message moves) "
+        "is on before the answer (Kafka's transaction.state.log.min.isr): Redis's WAIT for one fewer "
+        "replicas, never more than the primary has had since start, so a single Redis waits for none; 1: "
+        "never wait", check=between(1, 64))
+    state_replication_timeout_ms: int = setting(
+        5_000, "how long a state change waits for its replicas before a retriable error (Kafka's "
+        "offsets.commit.timeout.ms)", check=POSITIVE, metavar="MS")
     log_level: str = setting("INFO", "logging level", check=LOG_LEVEL, metavar="LEVEL")
 
     def __post_init__(self) -> None:

@@ -45,6 +45,7 @@ class ErrorCode(IntEnum):
     AUTHORIZATION_FAILED = 29
     NOT_ENOUGH_REPLICAS = 30
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 31
+    INVALID_RECORD = 32
 
     @property
     def retriable(self) -> bool:
@@ -174,6 +175,12 @@ class InvalidConfig(GatewayError):
     code = ErrorCode.INVALID_CONFIG
 
 
+class InvalidRecord(GatewayError):
+    """A record the topic cannot take (a record without a key on a compacted topic): the batch is refused."""
+
+    code = ErrorCode.INVALID_RECORD
+
+
 class UnsupportedVersion(GatewayError):
     """Version not supported."""
 
@@ -239,6 +246,9 @@ class NotEnoughReplicasAfterAppend(GatewayError):
 
     code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
+
+AWAY = (StorageUnavailable, NotEnoughReplicas, NotEnoughReplicasAfterAppend)
+"""Redis, or the replicas a write waits for, away for now: background work retries these quietly."""
 
 _BY_CODE: dict[ErrorCode, type[GatewayError]] = {
     cls.code: cls

@@ -55,6 +55,8 @@ PRODUCED: dict[tuple[str, str], int] = {}
 FETCHED: dict[tuple[str, str], int] = {}
 """(face, topic) -> record batch bytes sent to consumers."""
 LISTENERS: dict[str, ListenerStats] = {}
+CLEANED: dict[str, tuple[int, int, int]] = {}
+"""topic -> (log cleaner passes, bytes they read, bytes they removed) on this process."""
 
 
 def api(face: str, name: str) -> ApiStats:
@@ -73,6 +75,12 @@ def produced(face: str, topic: str, size: int) -> None:
 def fetched(face: str, topic: str, size: int) -> None:
     key = (face, topic)
     FETCHED[key] = FETCHED.get(key, 0) + size
+
+
+def cleaned(topic: str, read: int, removed: int) -> None:
+    """One cleaner pass over a partition of `topic`."""
+    passes, was_read, was_removed = CLEANED.get(topic, (0, 0, 0))
+    CLEANED[topic] = (passes + 1, was_read + read, was_removed + removed)
 
 
 def listener(name: str) -> ListenerStats:

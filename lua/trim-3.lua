@@ -10,12 +10,14 @@
   ARGV[5] epoch            the retention role's lease epoch (see includes/role.lua), -1 for DeleteRecords
   Returns {0, new log start, entries removed} or {code}: 2 no such partition, 8 offset past the high
   watermark, 13 an epoch older than one the partition has seen.
+  On a compacted partition the entries below its clean boundary `cb` are in the cleaned stream:
+  retention looks at the main stream from `cb` on only, and leaves the cleaned part to the cleaner.
 ]]
 local rcall = redis.call
 --- @include "entry"
 --- @include "role"
 
-local meta = rcall('HMGET', KEYS[2], 'hw', 'start', 'bytes')
+local meta = rcall('HMGET', KEYS[2], 'hw', 'start', 'bytes', 'cb')
 if not meta[1] then return {2} end
 if role_stale(KEYS[2], 'retention_epoch', tonumber(ARGV[5])) then return {13} end
 local hw, start, bytes = tonumber(meta[1]), tonumber(meta[2]), tonumber(meta[3] or '0')
@@ -26,16 +28,23 @@ local min_start = tonumber(ARGV[4])
 local first = start
 local fb = entry_at(KEYS[1], start)
 if fb ~= nil then first = fb end
+local cb = tonumber(meta[4] or '0')
+if cb > first then first = cb end
+-- a cut at the first main entry may belong inside the cleaned part: the cleaner's to make
+local function cut(s)
+  if s == first and first == cb and cb > start then return start end
+  return s
+end
 
 local new_start = start
 if ret_ms >= 0 then
   local cutoff = now - ret_ms
-  local s = first_entry_where(KEYS[1], first, hw, function(f) return tonumber(f['t']) >= cutoff end)
+  local s = cut(first_entry_where(KEYS[1], first, hw, function(f) return tonumber(f['t']) >= cutoff end))
   if s > new_start then new_start = s end
 end
 if ret_bytes >= 0 and bytes > ret_bytes then
   local floor = bytes - ret_bytes
-  local s = first_entry_where(KEYS[1], first, hw, function(f) return tonumber(f['c']) >= floor end)
+  local s = cut(first_entry_where(KEYS[1], first, hw, function(f) return tonumber(f['c']) >= floor end))
   if s > new_start then new_start = s end
 end
 if min_start == -2 then min_start = hw end

@@ -13,16 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import confluent_kafka as ck
 import pytest
 import redis as redis_sync
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gateway.client import Client, NotEnoughReplicas
+from gateway.domain.fence import full_key
 from gateway.server.gateway import Gateway
-from gateway.store import keys
-from gateway.store.embedded import EmbeddedRedis
-from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
-from tests.test_metrics import moved, samples, scrape
+from gateway.store import Store, keys
+from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
+from gateway.store.groups import CommittedOffset
+from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, running_gateway, test_config
+from tests.test_metrics import moved, samples, scrape, value
 
 TIMEOUT = 30.0
 
@@ -165,3 +169,212 @@ async def test_a_stalled_replica_fails_the_append_and_the_retry_stores_it_once(p
     with pair.replica_client() as r:
         stored = r.xrange(keys.log("t", 0))
     assert sum(int(f[b"n"]) for _, f in stored) == 5 == _high_watermark(pair)
+
+
+# -- state changes a client is told are done wait for the replica too ---------------------------------
+
+@pytest.fixture
+async def quick_gateway(pair: Pair) -> AsyncIterator[Gateway]:
+    """State changes give up on a stalled replica after a fraction of a second, not Kafka's 5 s."""
+    await pair.linked()
+    async with running_gateway(test_config(pair.primary.url, state_replication_timeout_ms=300)) as gw:
+        yield gw
+
+
+def _committed_on_replica(pair: Pair, group: str, topic: str = "t") -> int | None:
+    with pair.replica_client() as r:
+        raw = r.hget(keys.group_offsets(group), f"{topic}:0")
+    return None if raw is None else CommittedOffset.unpack(raw).offset
+
+
+def _commit(bs: str, offset: int, group: str = "g") -> None:
+    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[ck.TopicPartition("t", 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def _transact_and_commit(bs: str, pair: Pair) -> dict[str, Any]:
+    """A transaction that produces and commits offsets, then a plain consumer's commit; what the
+    replica holds the moment each is answered."""
+    seen: dict[str, Any] = {}
+    with pair.replica_client() as replica:
+        producer = ck.Producer({"bootstrap.servers": bs, "transactional.id": "tx", "linger.ms": 0})
+        producer.init_transactions(TIMEOUT)
+        seen["epoch"] = replica.hget(keys.txn_key(full_key("", "tx")), "epoch")
+        producer.begin_transaction()
+        producer.produce("t", b"a")
+        consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "g", "enable.auto.commit": False})
+        producer.send_offsets_to_transaction([ck.TopicPartition("t", 0, 7)], consumer.consumer_group_metadata(),
+                                             TIMEOUT)
+        producer.commit_transaction(TIMEOUT)
+        seen["txn offsets"] = _committed_on_replica(pair, "g")
+        seen["replica hw"] = int(replica.hget(keys.meta("t", 0), "hw") or 0)
+        consumer.close()
+        _commit(bs, 9)
+        seen["offsets"] = _committed_on_replica(pair, "g")
+        member = ck.Consumer({"bootstrap.servers": bs, "group.id": "g848", "group.protocol": "consumer",
+                              "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        member.subscribe(["t"])
+        while (msg := member.poll(0.1)) is None or msg.error() is not None:
+            pass
+        member.commit(msg, asynchronous=False)  # KIP-848's OffsetCommit, with the member's epoch
+        seen["member offsets"] = _committed_on_replica(pair, "g848")
+        member.close()
+    return seen
+
+
+async def test_state_changes_are_on_the_replica_when_answered(pair: Pair, gateway: Gateway) -> None:
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 1)
+    seen = await asyncio.to_thread(_transact_and_commit, bs, pair)
+    assert seen["epoch"] is not None  # InitProducerId: the fencing epoch
+    assert seen["txn offsets"] == 7  # TxnOffsetCommit applied at EndTxn
+    assert seen["replica hw"] == 2  # the record and its commit marker
+    assert seen["offsets"] == 9  # OffsetCommit
+    assert seen["member offsets"] == 1  # a KIP-848 member's OffsetCommit: past the record it read
+
+
+async def test_a_stalled_replica_fails_state_changes_retriably_until_it_returns(
+        pair: Pair, quick_gateway: Gateway) -> None:
+    gw = quick_gateway
+    bs = kafka_bootstrap(gw)
+    await asyncio.to_thread(_create, bs, "t", 1)
+    producer = ck.Producer({"bootstrap.servers": bs, "transactional.id": "tx", "linger.ms": 0})
+
+    def begin() -> None:
+        producer.init_transactions(TIMEOUT)
+        producer.begin_transaction()
+        producer.produce("t", b"a")
+        assert producer.flush(TIMEOUT) == 0
+    await asyncio.to_thread(begin)
+    assert pair.replica.proc is not None
+    before = await scrape(gw)
+    os.kill(pair.replica.proc.pid, signal.SIGSTOP)
+
+    committing = asyncio.create_task(asyncio.to_thread(_commit, bs, 5))
+    ending = asyncio.create_task(asyncio.to_thread(producer.commit_transaction, TIMEOUT))
+
+    async def refused() -> bool:
+        got = samples(await scrape(gw))
+        return all(moved(samples(before), got, "gateway_request_errors_total", face="kafka", api=api,
+                         code="COORDINATOR_NOT_AVAILABLE") > 0 for api in ("OffsetCommit", "EndTxn"))
+    await eventually(refused, TIMEOUT, "COORDINATOR_NOT_AVAILABLE answered")
+    assert not committing.done() and not ending.done()  # the clients retry
+    os.kill(pair.replica.proc.pid, signal.SIGCONT)
+    await committing
+    await ending
+    assert _committed_on_replica(pair, "g") == 5
+    with pair.replica_client() as r:
+        assert int(r.hget(keys.meta("t", 0), "hw")) == 2  # the record, its marker
+
+
+async def test_native_acks_all_and_subscription_acks_wait_for_the_replica(pair: Pair, gateway: Gateway) -> None:
+    await asyncio.to_thread(_create, kafka_bootstrap(gateway), "t", 2)
+    async with await Client.connect(native_url(gateway)) as client:
+        consumer = await client.subscribe("t", "s")
+        producer = await client.create_producer("t", acks="all", send_timeout=1.5)
+        ids = [await producer.send(v) for v in (b"a", b"b")]
+        with pair.replica_client() as r:
+            assert int(r.hget(keys.meta("t", 0), "hw")) == 2
+        assert [m.offset for m in ids] == [0, 1]
+        for _ in ids:  # a subscription's acks are state changes: on the replica when acknowledged
+            await consumer.acknowledge(await consumer.receive(timeout=TIMEOUT))
+        with pair.replica_client() as r:
+            assert int(r.hget(keys.subscription("t", 0, "s"), "cursor")) == 2
+        pair.replica.stop()
+        with pytest.raises(NotEnoughReplicas):  # retried for its send timeout; the last try refused
+            await producer.send(b"c")
+
+
+async def test_replicas_are_shown_and_a_min_insync_they_cannot_meet_is_logged_at_start_up(
+        pair: Pair, gateway: Gateway, caplog: pytest.LogCaptureFixture) -> None:
+    await asyncio.to_thread(_create, kafka_bootstrap(gateway), "t", 2)
+    async with aiohttp.ClientSession() as http, http.get(admin_url(gateway) + "/admin/v2/replication") as r:
+        [primary] = await r.json()
+    assert primary["primary"] == f"127.0.0.1:{pair.primary.port}" and primary["replicas_online"] == 1
+    assert [(rep["state"], rep["address"]) for rep in primary["replicas"]] == [
+        ("online", f"127.0.0.1:{pair.replica.port}")]
+    got = samples(await scrape(gateway))
+    assert value(got, "gateway_redis_replicas", primary=primary["primary"]) == 1
+    assert any(name == "gateway_redis_replica_lag_bytes" for name, _ in got)
+
+    pair.replica.stop()
+    await eventually(lambda: pair.primary_info()["connected_slaves"] == 0, TIMEOUT, "the replica gone")
+    async with running_gateway(test_config(pair.primary.url)):
+        pass
+    assert "topic t: min.insync.replicas 2 needs 1 Redis replicas" in caplog.text
+
+
+async def test_on_a_cluster_state_changes_wait_for_the_replica_of_their_slots_primary(tmp_path: Path) -> None:
+    cluster = EmbeddedCluster(tmp_path / "cluster")
+    replica = EmbeddedRedis(tmp_path / "replica", cluster=True)
+    cluster.start()
+    try:
+        replica.start()
+        with redis_sync.Redis(port=cluster.nodes[0].port) as r:
+            slot = int(r.execute_command("CLUSTER", "KEYSLOT", keys.group_offsets("g")))
+            owner = next(int(s[2][1]) for s in r.execute_command("CLUSTER", "SLOTS") if s[0] <= slot <= s[1])
+        with redis_sync.Redis(port=owner) as r:
+            r.config_set("repl-diskless-sync-delay", 0)
+            owner_id = r.execute_command("CLUSTER", "MYID").decode()
+            bus = next(line.split()[1].split("@")[1].split(",")[0]
+                       for line in r.execute_command("CLUSTER", "NODES").decode().splitlines() if "myself" in line)
+        with redis_sync.Redis(port=replica.port) as r:
+            r.execute_command("CLUSTER", "MEET", "127.0.0.1", owner, bus)
+            await eventually(lambda: owner_id in r.execute_command("CLUSTER", "NODES").decode(), TIMEOUT, "the meet")
+            r.execute_command("CLUSTER", "REPLICATE", owner_id)
+
+        def online() -> bool:
+            with redis_sync.Redis(port=owner) as r:
+                slave = r.info("replication").get("slave0")
+            return isinstance(slave, dict) and slave.get("state") == "online"
+        await eventually(online, TIMEOUT, "the replica online")
+
+        def on_replica() -> int | None:
+            with redis_sync.Redis(port=replica.port) as r:
+                r.execute_command("READONLY")
+                raw = r.hget(keys.group_offsets("g"), "t:0")
+            return None if raw is None else CommittedOffset.unpack(raw).offset
+
+        async with running_gateway(test_config(cluster.url, state_replication_timeout_ms=300)) as gw:
+            bs = kafka_bootstrap(gw)
+            await asyncio.to_thread(_create, bs, "t", 1)
+            await asyncio.to_thread(_commit, bs, 5)
+            assert on_replica() == 5
+            before = await scrape(gw)
+            assert replica.proc is not None
+            os.kill(replica.proc.pid, signal.SIGSTOP)
+            try:
+                committing = asyncio.create_task(asyncio.to_thread(_commit, bs, 6))
+
+                async def refused() -> bool:
+                    return moved(samples(before), samples(await scrape(gw)), "gateway_request_errors_total",
+                                 face="kafka", api="OffsetCommit", code="COORDINATOR_NOT_AVAILABLE") > 0
+                await eventually(refused, TIMEOUT, "COORDINATOR_NOT_AVAILABLE answered")
+            finally:
+                os.kill(replica.proc.pid, signal.SIGCONT)
+            await committing
+            assert on_replica() == 6
+    finally:
+        replica.stop()
+        cluster.stop()
+
+
+async def test_concurrent_state_changes_share_their_waits(pair: Pair) -> None:
+    await pair.linked()
+
+    def waits() -> int:
+        with redis_sync.Redis(port=pair.primary.port) as r:
+            return int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+    store = Store.open(pair.primary.url)
+    try:
+        before = waits()
+        codes = await asyncio.gather(*(store.groups.commit(f"g{i}", -1, "", None, {("t", 0): CommittedOffset(i)})
+                                       for i in range(20)))
+        assert codes == [0] * 20
+        assert [_committed_on_replica(pair, f"g{i}") for i in range(20)] == list(range(20))
+        assert waits() - before < 20  # commits sent while a WAIT is in flight share the next one
+    finally:
+        await store.close()

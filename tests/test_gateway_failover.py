@@ -5,6 +5,7 @@ every record is there exactly once, and the dead gateway's background roles move
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -36,16 +37,18 @@ def _drain(gp: GatewayProcess) -> None:
     threading.Thread(target=lambda: [None for _ in gp.proc.stdout], daemon=True).start()  # type: ignore[union-attr]
 
 
-@pytest.fixture
-def pair(redis_url: str, tmp_path: Path) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
-    gps = [GatewayProcess(tmp_path / name, redis_url, args=["--lease-ms", LEASE_MS, "--log-level", "WARNING"])
-           for name in ("a", "b")]
+@contextlib.contextmanager
+def gateway_pair(
+    redis_url: str, tmp_path: Path, args: list[str], topics: dict[str, int]
+) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
+    """Two gateway processes over one Redis, with `topics` (name: partitions) created; killed after."""
+    gps = [GatewayProcess(tmp_path / name, redis_url, args=list(args)) for name in ("a", "b")]
     try:
         for gp in gps:
             gp.start()
             _drain(gp)
         admin = AdminClient({"bootstrap.servers": gps[0].kafka_bootstrap})
-        for f in admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)]).values():
+        for f in admin.create_topics([NewTopic(t, n, 1) for t, n in topics.items()]).values():
             f.result(30)
         yield gps[0], gps[1]
     finally:
@@ -53,6 +56,12 @@ def pair(redis_url: str, tmp_path: Path) -> Iterator[tuple[GatewayProcess, Gatew
             if gp.proc is not None and gp.proc.poll() is None:
                 gp.proc.kill()
                 gp.proc.wait(10)
+
+
+@pytest.fixture
+def pair(redis_url: str, tmp_path: Path) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
+    with gateway_pair(redis_url, tmp_path, ["--lease-ms", LEASE_MS, "--log-level", "WARNING"], {TOPIC: PARTITIONS}) as p:
+        yield p
 
 
 def roles(gp: GatewayProcess) -> dict[str, int | None]:

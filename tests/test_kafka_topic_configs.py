@@ -69,7 +69,7 @@ REAL_WORLD: dict[str, tuple[int, int, dict[str, str]]] = {
         "remote.log.delete.on.disable": "false", "remote.storage.enable": "false",
         "message.downconversion.enable": "true"}),
 }
-# ...and those that ask for compaction, refused until a log cleaner exists
+# ...and those that ask for compaction
 COMPACTED: dict[str, tuple[int, int, dict[str, str]]] = {
     "connect-configs": (1, 3, {"cleanup.policy": "compact"}),  # Kafka Connect's config topic
     "connect-offsets": (25, 3, {"cleanup.policy": "compact"}),
@@ -104,16 +104,9 @@ def _real_world(bs: str) -> None:
         assert [(s.name, s.source) for s in retention.synonyms.values()][-1] == (
             "log.retention.ms", ConfigSource.DEFAULT_CONFIG.value)
 
-    futures = admin.create_topics([NewTopic(n, p, rf, config=c) for n, (p, rf, c) in COMPACTED.items()])
-    for name, f in futures.items():
-        with pytest.raises(KafkaException) as exc:
-            f.result(timeout=TIMEOUT)
-        err = exc.value.args[0]
-        assert err.name() == "INVALID_CONFIG" and "compaction is not supported yet" in err.str(), name
-    # the rest of what they send is accepted
-    wait_all(admin.create_topics([NewTopic(n, p, rf, config={k: v for k, v in c.items() if k != "cleanup.policy"})
-                                  for n, (p, rf, c) in COMPACTED.items()]))
-    assert set(COMPACTED) <= set(admin.list_topics(timeout=TIMEOUT).topics)
+    wait_all(admin.create_topics([NewTopic(n, p, rf, config=c) for n, (p, rf, c) in COMPACTED.items()]))
+    for name, (_, _, given) in COMPACTED.items():
+        assert _describe(admin, name)["cleanup.policy"].value == given["cleanup.policy"], name
 
 
 async def test_real_world_topic_config_sets(gateway):
@@ -149,7 +142,12 @@ def _list_configs(bs: str) -> None:
     assert configs["follower.replication.throttled.replicas"].value == "0:0,1:0"
     assert configs["leader.replication.throttled.replicas"].value == "1:0"
 
-    for op, expected in [(("cleanup.policy", "compact", AlterConfigOpType.APPEND), "compaction is not supported"),
+    _incremental(admin, "lists", ("cleanup.policy", "compact", AlterConfigOpType.APPEND))
+    assert policy() == ("delete,compact", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    _incremental(admin, "lists", ("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT))
+    assert policy() == ("compact", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    _incremental(admin, "lists", ("cleanup.policy", "delete", AlterConfigOpType.SET))
+    for op, expected in [(("cleanup.policy", "compact,compact", AlterConfigOpType.SET), "duplicate values"),
                          (("retention.ms", "5", AlterConfigOpType.APPEND), "type is not LIST"),
                          (("cleanup.policy", "shred", AlterConfigOpType.SET), "must be one of"),
                          (("remote.storage.enable", "true", AlterConfigOpType.SET), "Tiered Storage")]:

@@ -63,33 +63,45 @@ def rewind(consumer: ck.Consumer) -> None:
         consumer.seek(ck.TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else ck.OFFSET_BEGINNING))
 
 
-def transform(gp: GatewayProcess, restart_after: int) -> None:
-    """Upper-case `restart-in` into `restart-out` in transactions of up to BATCH inputs; with the
-    `restart_after`th batch produced and not yet committed, kill the gateway and start it again."""
-    bs = gp.kafka_bootstrap
-    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "restart", "enable.auto.commit": False,
-                            "auto.offset.reset": "earliest", "isolation.level": "read_committed", **RECOVERY})
-    producer = ck_txn_producer(bs, "restart-worker", **RECOVERY)
-    consumer.subscribe(["restart-in"])
+def transform(
+    bs: str, source: str, sink: str, group: str, inputs: int, *, after_batch: Callable[[int], None],
+    **consumer_conf: object,
+) -> None:
+    """Upper-case `source` into `sink` in transactions of up to BATCH inputs, until `inputs` are
+    done; `after_batch(n)` is called with the nth batch produced and not yet committed."""
+    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": group, "enable.auto.commit": False,
+                            "auto.offset.reset": "earliest", "isolation.level": "read_committed", **RECOVERY,
+                            **consumer_conf})
+    producer = ck_txn_producer(bs, f"{group}-worker", **RECOVERY)
+    consumer.subscribe([source])
     done, batches = 0, 0
     try:
-        while done < INPUTS:
+        while done < inputs:
             msgs = [m for m in consumer.consume(BATCH, 0.5) if m.error() is None]
             if not msgs:
                 continue
             producer.begin_transaction()
             for m in msgs:
-                producer.produce("restart-out", key=m.key(), value=(m.value() or b"").upper())
+                producer.produce(sink, key=m.key(), value=(m.value() or b"").upper())
             batches += 1
-            if batches == restart_after:
-                gp.kill()  # mid-transaction: its records sent or queued, its offsets not
-                gp.start()
+            after_batch(batches)
             if committed(producer, consumer):
                 done += len(msgs)
             else:
                 rewind(consumer)
     finally:
         consumer.close()
+
+
+def restarting(gp: GatewayProcess, at: int) -> Callable[[int], None]:
+    """With the `at`th batch produced and not yet committed, kill the gateway and start it again."""
+
+    def after_batch(n: int) -> None:
+        if n == at:
+            gp.kill()  # mid-transaction: its records sent or queued, its offsets not
+            gp.start()
+
+    return after_batch
 
 
 def test_a_transactional_loop_goes_on_exactly_once_when_its_only_gateway_restarts(
@@ -110,7 +122,8 @@ def test_a_transactional_loop_goes_on_exactly_once_when_its_only_gateway_restart
 
     def run() -> None:
         try:
-            transform(gp, restart_after=2)
+            transform(gp.kafka_bootstrap, "restart-in", "restart-out", "restart", INPUTS,
+                      after_batch=restarting(gp, 2))
         except BaseException as exc:  # handed to the test's thread
             failure.append(exc)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import asdict
 from typing import Any, cast
 
 from aiohttp import web
@@ -15,6 +16,7 @@ from gateway.admin.metrics import Metrics
 from gateway.admin.security import SecurityApi, authentication
 from gateway.admin.share import ShareGroupsApi
 from gateway.clock import now_ms
+from gateway.domain.compaction import cleaner_view
 from gateway.domain.fence import KeyState, full_key
 from gateway.domain.log import effective_config
 from gateway.domain.services import Services
@@ -83,6 +85,7 @@ class AdminApi:
             web.get("/admin/v2/topics/{name}/watermarks", self.watermarks),
             web.post("/admin/v2/topics/{name}/watermarks/{producer}/idle", self.mark_idle),
             web.get("/admin/v2/gateways", self.gateways),
+            web.get("/admin/v2/replication", self.replication),
             web.get("/admin/v2/transactions", self.list_transactions),
             web.get("/admin/v2/transactions/transaction-keys", self.list_keys),
             web.get("/admin/v2/transactions/transaction-keys/{key}", self.get_key),
@@ -102,6 +105,14 @@ class AdminApi:
             "roles": [{"role": r.name, "node_id": None if h is None else h.node_id,
                        "epoch": None if h is None else h.epoch} for r, h in zip(svc.roles.roles, holders, strict=True)],
         })
+
+    async def replication(self, request: web.Request) -> web.Response:
+        """Each Redis primary with its replicas: online or not, and how far behind (bytes of its
+        replication stream not acknowledged, seconds since the last acknowledgement)."""
+        return web.json_response([
+            {"primary": p.address, "offset": p.offset, "replicas_online": p.online,
+             "replicas": [asdict(r) for r in p.replicas]}
+            for p in await self.services.log.replication()])
 
     async def health(self, request: web.Request) -> web.Response:
         try:
@@ -137,12 +148,17 @@ class AdminApi:
     async def _describe(self, name: str) -> dict[str, Any]:
         info = await self.services.log.topic(name, create=False)
         bounds = await self.services.log.bounds_many([(name, p) for p in range(info.partitions)])
+        partitions: list[dict[str, Any]] = [
+            {"partition": p, "log_start_offset": b[0] if b else None, "high_watermark": b[1] if b else None}
+            for p, b in enumerate(bounds)
+        ]
+        if "compact" in effective_config(info).get("cleanup.policy", "").split(","):
+            for p, out in enumerate(partitions):  # the log cleaner's state (docs/compaction.md)
+                view = await cleaner_view(self.services.log, name, p)
+                out["cleaner"] = None if view is None else asdict(view)
         return {
             "name": info.name,
-            "partitions": [
-                {"partition": p, "log_start_offset": b[0] if b else None, "high_watermark": b[1] if b else None}
-                for p, b in enumerate(bounds)
-            ],
+            "partitions": partitions,
             "config": effective_config(info),
             "created_ms": info.created_ms,
         }

@@ -45,7 +45,18 @@ def traffic_families() -> list[Metric]:
         opened.add_metric([name], ls.open)
         accepted.add_metric([name], ls.accepted)
         refused.add_metric([name], ls.refused)
-    return [requests, errors, latency, produced, fetched, opened, accepted, refused]
+    return [requests, errors, latency, produced, fetched, opened, accepted, refused, *cleaner_families()]
+
+
+def cleaner_families() -> list[Metric]:
+    """The log cleaner's passes over compacted topics run by this process, and the bytes they read and removed."""
+    names = (("passes", "Log cleaner passes over a partition"), ("bytes_read", "Bytes of batches log cleaner passes read"),
+             ("bytes_removed", "Bytes log cleaner passes removed from the log"))
+    families = [CounterMetricFamily(f"gateway_cleaner_{name}", doc, labels=["topic"]) for name, doc in names]
+    for topic, counts in sorted(telemetry.CLEANED.items()):
+        for family, n in zip(families, counts, strict=True):
+            family.add_metric([topic], n)
+    return list(families)
 
 
 class _Snapshot:
@@ -75,10 +86,26 @@ class Metrics:
                 start.add_metric([t, str(p)], b[0])
                 hw.add_metric([t, str(p)], b[1])
         count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
-        return [*traffic_families(), count, hw, start, *await self.delayed_gauges(parts),
+        return [*traffic_families(), count, hw, start, *await self.replication_gauges(), *await self.delayed_gauges(parts),
                 *await self.transaction_gauges(), await self.lag_gauge(),
                 *await self.watermark_gauges([(t.name, t.partitions) for t in topics]),
                 *await share_group_families(self.services.share)]
+
+    async def replication_gauges(self) -> list[Metric]:
+        """Per Redis primary, its replicas online; per replica, how far behind it is (the primary's
+        replication offset less the one the replica acknowledged, and seconds since it did)."""
+        online = GaugeMetricFamily("gateway_redis_replicas", "Replicas online of a Redis primary", labels=["primary"])
+        labels = ["primary", "replica", "state"]
+        behind = GaugeMetricFamily("gateway_redis_replica_lag_bytes",
+                                   "Replication bytes a replica has not acknowledged", labels=labels)
+        silent = GaugeMetricFamily("gateway_redis_replica_lag_seconds",
+                                   "Seconds since a replica last acknowledged", labels=labels)
+        for primary in await self.services.log.replication():
+            online.add_metric([primary.address], primary.online)
+            for r in primary.replicas:
+                behind.add_metric([primary.address, r.address, r.state], r.lag_bytes)
+                silent.add_metric([primary.address, r.address, r.state], r.lag_seconds)
+        return [online, behind, silent]
 
     async def lag_gauge(self) -> Metric:
         """Per consumer group and partition: the high watermark less the committed offset (Kafka's

@@ -37,6 +37,8 @@ def run_bench(args: argparse.Namespace) -> None:
             rows = share.measure_share(url, sizes[0], args.records)
         elif args.txn:
             rows, note = txn.measure_txn(url, seconds), txn.NOTE
+        elif args.kafka and args.acks == "all":
+            rows, note = kafka.measure_acks(url, sizes, seconds, args.partitions), kafka.ACKS_NOTE
         elif args.kafka:
             rows = kafka.measure_kafka(url, sizes, seconds, args.partitions, args.gateways)
         else:

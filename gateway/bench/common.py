@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
@@ -220,9 +221,10 @@ def streams(kind: str, partitions: int) -> list[str]:
 
 
 def _pipelined_xadd(url: str, kind: str, fields: dict[FieldT, EncodableT], per_trip: int, records_per_entry: int,
-                    seconds: float, partitions: int) -> float:
+                    seconds: float, partitions: int, replicas: int = 0) -> tuple[float, list[float]]:
     """Records per second appended as `per_trip` entries of `fields` per round trip, round-robin
-    over one stream per partition."""
+    over one stream per partition, each round trip ending in a WAIT for `replicas` when there are
+    any; and each round trip's milliseconds."""
     r = raw_client(url)
     keys = streams(kind, partitions)
 
@@ -230,11 +232,13 @@ def _pipelined_xadd(url: str, kind: str, fields: dict[FieldT, EncodableT], per_t
         pipe = r.pipeline(transaction=False)
         for i in range(per_trip):
             pipe.xadd(keys[i % partitions], fields)
+        if replicas:
+            pipe.execute_command("WAIT", replicas, 5000)
         pipe.execute()
         return per_trip * records_per_entry
 
     try:
-        return timed_loop(seconds, step)
+        return timed_steps(seconds, step)
     finally:
         for key in keys:
             r.delete(key)
@@ -243,13 +247,21 @@ def _pipelined_xadd(url: str, kind: str, fields: dict[FieldT, EncodableT], per_t
 
 def raw_xadd_per_record(url: str, size: int, seconds: float, pipeline: int = 500, partitions: int = 1) -> float:
     """One entry per record, `pipeline` of them per round trip."""
-    return _pipelined_xadd(url, "raw", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions)
+    return _pipelined_xadd(url, "raw", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions)[0]
 
 
 def raw_xadd_blobs(url: str, size: int, seconds: float, per_blob: int = 500, pipeline: int = 8,
                    partitions: int = 1) -> float:
     """One entry per `per_blob` records: the ceiling of a one-entry-per-batch layout."""
-    return _pipelined_xadd(url, "blob", {"b": os.urandom(size * per_blob)}, pipeline, per_blob, seconds, partitions)
+    return _pipelined_xadd(url, "blob", {"b": os.urandom(size * per_blob)}, pipeline, per_blob, seconds,
+                           partitions)[0]
+
+
+def raw_xadd_waited(url: str, size: int, seconds: float, replicas: int, pipeline: int = 100,
+                    partitions: int = 1) -> tuple[float, list[float]]:
+    """`pipeline` XADDs of one record each per round trip, followed (with `replicas`) by a WAIT for
+    that many replicas: acks=all's cost in raw Redis. Records per second, and each round trip's ms."""
+    return _pipelined_xadd(url, "waited", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions, replicas)
 
 
 def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500) -> float:
@@ -292,6 +304,37 @@ def bench_redis(redis_url: str | None, cluster: bool) -> Iterator[str]:
             yield embedded.url
         finally:
             embedded.stop()
+
+
+@contextmanager
+def with_replica(redis_url: str) -> Iterator[None]:
+    """Redis at `redis_url` with a replica online: one started here for an embedded loopback Redis
+    (stopped afterwards), else the replicas it has already (none: an error saying so)."""
+    r = raw_client(redis_url)
+    try:
+        if int(r.info("replication").get("connected_slaves", 0)):
+            yield
+            return
+        where = urllib.parse.urlparse(redis_url)
+        if is_cluster_url(redis_url) or where.hostname not in ("127.0.0.1", "localhost") or not where.port:
+            raise SystemExit(f"error: {redis_url} has no replica: give it one to measure acks=all")
+        with tempfile.TemporaryDirectory(prefix="gateway-bench-replica-") as tmp:
+            Progress.doing_else("starting a replica")
+            r.config_set("repl-diskless-sync-delay", 0)  # the full sync at once, not after 5 s
+            replica = EmbeddedRedis(Path(tmp) / "replica", replica_of=where.port)
+            replica.start()
+            try:
+                deadline = time.monotonic() + 60
+                while not int(r.info("replication").get("connected_slaves", 0)):
+                    if time.monotonic() > deadline:
+                        raise SystemExit("error: the replica did not come online within 60 s")
+                    time.sleep(0.1)
+                Progress.doing_else("")
+                yield
+            finally:
+                replica.stop()
+    finally:
+        r.close()
 
 
 @contextmanager

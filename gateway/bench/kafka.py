@@ -18,19 +18,24 @@ from gateway.bench.common import (
     Row,
     best_of,
     create_kafka_topic,
+    percentile,
     raw_client,
     raw_xadd_blobs,
     raw_xadd_per_record,
+    raw_xadd_waited,
     raw_xrange_blobs,
+    running_gateway,
     running_gateways,
+    timed_steps,
+    with_replica,
 )
 
 
-def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float) -> tuple[float, int]:
-    """Records per second produced with acks=all, and how many were sent."""
+def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float, acks: str = "all") -> tuple[float, int]:
+    """Records per second produced (acks=all unless told), and how many were sent."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
     value = os.urandom(size)
     sent = 0
     start = time.perf_counter()
@@ -46,6 +51,24 @@ def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float) -> tupl
         p.poll(0)
     p.flush(60)
     return sent / (time.perf_counter() - start), sent
+
+
+def kafka_produce_latencies(bootstrap: str, topic: str, size: int, seconds: float, acks: str) -> list[float]:
+    """Milliseconds from produce() to the delivery report of records sent one at a time: what an
+    acknowledgement costs, without the queueing of a producer that sends as fast as it can."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0})
+    value = os.urandom(size)
+    p.produce(topic, value)  # connected and the topic's metadata known before the clock starts
+    p.flush(30)
+
+    def one() -> int:
+        p.produce(topic, value)
+        p.flush(30)
+        return 1
+
+    return timed_steps(seconds, one)[1]
 
 
 def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int, **conf: object) -> float:
@@ -200,6 +223,38 @@ def _log_append_time_row(bootstrap: str, size: int, seconds: float, partitions: 
     rate = max(kafka_produce(bootstrap, topic, size, seconds)[0] for _ in range(2))
     _delete_topic(bootstrap, topic)
     return Row("kafka produce, LogAppendTime topic", size, rate, "CreateTime", create_time)
+
+
+ACKS_NOTE = ("(Redis with one replica. records/s: raw rows pipeline 100 XADDs per round trip, kafka rows "
+             "are confluent-kafka with linger.ms 5 producing as fast as they can; p50/p99: one record at a "
+             "time, a raw XADD (+WAIT) round trip, or a kafka produce() to its delivery report)")
+
+
+def measure_acks(url: str, sizes: list[int], seconds: float, partitions: int) -> list[Row]:
+    """`gateway bench --kafka --acks all`: what waiting for a replica costs, in raw Redis (XADD, then
+    XADD+WAIT 1) and through the gateway (acks=1, then acks=all with min.insync.replicas 1 and 2)."""
+    rows: list[Row] = []
+    lat_seconds = max(1.0, seconds / 2)
+    with with_replica(url), running_gateway(url) as ports:
+        bootstrap = f"127.0.0.1:{ports['kafka']}"
+        for size in sizes:
+            raw: dict[int, float] = {}
+            for replicas, what in ((0, "raw redis: XADD"), (1, "raw redis: XADD + WAIT 1")):
+                raw[replicas] = raw_xadd_waited(url, size, seconds, replicas, partitions=partitions)[0]
+                lat = raw_xadd_waited(url, size, lat_seconds, replicas, pipeline=1, partitions=partitions)[1]
+                rows.append(Row(what, size, raw[replicas], "XADD" if replicas else "", raw[0] if replicas else 0.0,
+                                percentile(lat, 0.5), percentile(lat, 0.99)))
+            for acks, min_insync in (("1", 1), ("all", 1), ("all", 2)):
+                topic = f"bench-acks-{uuid.uuid4().hex[:8]}"
+                create_kafka_topic(bootstrap, topic, partitions, {"min.insync.replicas": str(min_insync)})
+                rate, _ = kafka_produce(bootstrap, topic, size, seconds, acks)
+                lat = kafka_produce_latencies(bootstrap, topic, size, lat_seconds, acks)
+                waits = acks == "all" and min_insync > 1
+                rows.append(Row(f"kafka acks={acks}, min.insync.replicas {min_insync}", size, rate,
+                                "XADD+WAIT" if waits else "XADD", raw[1 if waits else 0],
+                                percentile(lat, 0.5), percentile(lat, 0.99)))
+                _delete_topic(bootstrap, topic)
+    return rows
 
 
 def measure_kafka(url: str, sizes: list[int], seconds: float, partitions: int, gateways: int) -> list[Row]:

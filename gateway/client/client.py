@@ -21,7 +21,7 @@ from gateway.client.connection import Connection, Credentials
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ConnectionLost
 from gateway.client.message import Message
-from gateway.client.producer import Producer
+from gateway.client.producer import Producer, creation
 from gateway.client.reader import PartitionInfo, StoredBatch
 from gateway.client.transaction import Transaction
 from gateway.errors import ExpiredTransactionError, GatewayError, NotAllowed
@@ -185,14 +185,18 @@ class Client:
         batch_max_bytes: int = 512 * 1024,
         compression: Compression | str | None = None,
         send_timeout: float = 30.0,
+        acks: str = "1",
     ) -> Producer:
         """A producer on `topic` (created when the gateway auto-creates topics, else TopicNotFound).
 
         Messages wait up to `linger_ms` to share a batch; `batching=False` sends each alone.
+        `acks="all"`: a send completes once the topic's `min.insync.replicas` - 1 Redis replicas hold
+        it too (Kafka's acks=all); too few replicas fail it after `send_timeout` of retries.
         """
-        resp = await self.request(
-            pb.Request(create_producer=pb.CreateProducer(topic=topic, producer_name=producer_name or ""))
-        )
+        if acks not in ("1", "all"):
+            raise ValueError(f'acks is "1" or "all", not {acks!r}')
+        wire = pb.ALL if acks == "all" else pb.LEADER
+        resp = await self.request(creation(topic, producer_name or "", wire, send_timeout))
         created = resp.producer_created
         producer = Producer(
             self,
@@ -207,6 +211,7 @@ class Client:
             batch_max_bytes=batch_max_bytes,
             compression=Compression.parse(compression),
             send_timeout=send_timeout,
+            acks=wire,
         )
         self._children.add(producer)
         return producer

@@ -72,6 +72,13 @@ class _Batch:
         self.wire: bytes = b""
 
 
+def creation(topic: str, name: str, acks: pb.Acks, send_timeout: float, resume: int = 0) -> pb.Request:
+    """The CreateProducer request of a producer (`resume`: the id it had, to keep its dedupe)."""
+    return pb.Request(create_producer=pb.CreateProducer(
+        topic=topic, producer_name=name, resume_producer_id=resume, acks=acks,
+        replica_timeout_ms=int(send_timeout * 1000)))
+
+
 class Producer:
     def __init__(
         self,
@@ -88,8 +95,10 @@ class Producer:
         batch_max_bytes: int,
         compression: Compression,
         send_timeout: float,
+        acks: pb.Acks = pb.LEADER,
     ) -> None:
         self.client = client
+        self._acks = acks
         self.topic = topic
         self.producer_name = name
         self.partitions = partitions
@@ -393,9 +402,7 @@ class Producer:
     async def _renew(self) -> None:
         """A new producer id, so no later batch depends on the sequence of one that failed."""
         with contextlib.suppress(GatewayError):
-            resp = await self.client.request(
-                pb.Request(create_producer=pb.CreateProducer(topic=self.topic, producer_name=self.producer_name))
-            )
+            resp = await self.client.request(creation(self.topic, self.producer_name, self._acks, self._send_timeout))
             old = self._handle
             self._handle = resp.producer_created.handle
             self._producer_id = resp.producer_created.producer_id
@@ -453,9 +460,7 @@ class Producer:
     async def _reattach(self) -> None:
         """On a new connection: the same producer id, so batches resent from before are deduplicated."""
         resp = await self.client._conn.request(
-            pb.Request(create_producer=pb.CreateProducer(
-                topic=self.topic, producer_name=self.producer_name, resume_producer_id=self._producer_id))
-        )
+            creation(self.topic, self.producer_name, self._acks, self._send_timeout, resume=self._producer_id))
         self._handle = resp.producer_created.handle
 
     async def flush(self) -> None:

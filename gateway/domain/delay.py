@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gateway.clock import now_ms
 from gateway.domain.roles import NO_LEASE, Lease
-from gateway.errors import CorruptMessage, NotAllowed, StorageUnavailable
+from gateway.errors import AWAY, CorruptMessage, NotAllowed
 from gateway.formats.records import BatchBuilder, iter_records, parse_header, split_batches
 from gateway.store import Store
 from gateway.store.delay import DelayConfig, DelayItem, DelayStats, Moved, Part, Scheduled
@@ -256,7 +256,7 @@ class DelayScheduler:
             try:
                 await self.step()
                 earliest = await self.index.earliest_due()
-            except StorageUnavailable as exc:  # expected while Redis is away: no traceback
+            except AWAY as exc:  # expected while Redis or its replicas are away: no traceback
                 log.warning("delay scheduler: %s; retrying", exc)
                 earliest = None
             except Exception:

@@ -30,22 +30,26 @@ from gateway.domain.topic_configs import (
 from gateway.errors import (
     CorruptMessage,
     InvalidPartitions,
+    InvalidRecord,
     InvalidRequest,
     MessageTooLarge,
     OffsetOutOfRange,
     PartitionNotFound,
+    StorageUnavailable,
     TopicExists,
     TopicNotFound,
 )
 from gateway.formats.records import (
     BatchHeader,
     iter_records,
+    keyless_record,
     parse_header,
     split_batches,
     stamp_log_append_time,
 )
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, PartitionBounds, Slice, TopicInfo
+from gateway.store.replication import PrimaryStatus
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +160,7 @@ class LogService:
         info = TopicInfo(name, n, validate_topic_config(config or {}), now_ms())
         info = await self.store.log.create_topic(info)
         self._remember(info)
+        await self.warn_unmet_min_insync([info])
         return info
 
     async def topic(self, name: str, *, create: bool | None = None) -> TopicInfo:
@@ -229,6 +234,7 @@ class LogService:
             return info
         new = await self.store.log.alter_config(name, changed)
         self._remember(new)
+        await self.warn_unmet_min_insync([new])
         return new
 
     async def cluster_config(self, *, fresh: bool = False) -> dict[str, str]:
@@ -329,6 +335,8 @@ class LogService:
                         raise CorruptMessage("record count does not match the last offset delta")
                     if h.control:  # markers are the coordinator's: a forged one would end transactions
                         raise InvalidRequest("clients cannot write control batches")
+                if "compact" in cfg["cleanup.policy"].split(","):
+                    _check_keys(topic, partition, batches)
                 replicas = int(cfg["min.insync.replicas"]) - 1 if acks == -1 else 0
                 if cfg["message.timestamp.type"] == "LogAppendTime":
                     stamped[i] = now_ms()
@@ -437,6 +445,33 @@ class LogService:
         """A producer id never handed out before, by any gateway: the log's dedupe is keyed by it."""
         return await self.store.log.allocate_producer_id()
 
+    # -- replication ----------------------------------------------------------------------------
+
+    async def replication(self) -> list[PrimaryStatus]:
+        """Each Redis primary's replicas, and how far behind each one is."""
+        return await self.store.replication.primaries()
+
+    async def warn_unmet_min_insync(self, topics: list[TopicInfo] | None = None) -> int:
+        """Log a warning for each topic (of `topics`, else all) whose `min.insync.replicas` the Redis
+        replicas online cannot meet: acks=all produces to it are refused until they can. Returns how
+        many; Redis being away is no reason to warn, and warns of nothing."""
+        short = 0
+        try:
+            for info in await self.list_topics() if topics is None else topics:
+                need = int((await self.topic_config(info.name))["min.insync.replicas"]) - 1
+                if need <= 0:
+                    continue
+                online = [await self.store.log.replicas_online(info.name, p) for p in range(info.partitions)]
+                if min(online, default=need) < need:
+                    short += 1
+                    log.warning("topic %s: min.insync.replicas %d needs %d Redis replicas, but %d of its %d "
+                                "partitions' primaries have fewer online (as few as %d): acks=all produces to "
+                                "them are refused with NOT_ENOUGH_REPLICAS", info.name, need + 1, need,
+                                sum(1 for n in online if n < need), info.partitions, min(online))
+        except StorageUnavailable as exc:
+            log.info("could not compare topics' min.insync.replicas with the Redis replicas online: %s", exc)
+        return short
+
     async def ping(self) -> bool:
         """Whether the storage under the logs answers (a health check)."""
         return await self.store.ping()
@@ -530,6 +565,24 @@ class LogService:
         n = await self.enforce_retention(lease)
         if n:
             log.info("retention removed %d batches", n)
+
+
+def absent_offsets(e: Entry) -> set[int]:
+    """The offsets a batch spans but holds no record for: those the log cleaner removed from it
+    (it keeps a rewritten batch's span). Only a batch with fewer records than offsets is decoded."""
+    if parse_header(e.batch, verify_crc=False).record_count == e.count:
+        return set()
+    return set(range(e.base_offset, e.next_offset)) - {r.offset for r in iter_records(e.batch, e.base_offset)}
+
+
+def _check_keys(topic: str, partition: int, batches: list[tuple[BatchHeader, memoryview]]) -> None:
+    """A compacted topic keeps the latest record of each key, so it refuses a record without one,
+    and with it the whole blob, as Kafka's `LogValidator.validateKey` does (INVALID_RECORD). Other
+    topics never pay for this scan."""
+    for _, view in batches:
+        if keyless_record(view) >= 0:
+            raise InvalidRecord(f"Compacted topic cannot accept message without key in topic partition "
+                                f"{topic}-{partition}.")
 
 
 def _hidden(e: Entry, sl: Slice) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from gateway.domain.log import LogService, committed_entries
+from gateway.domain.log import LogService, absent_offsets, committed_entries
 from gateway.domain.watermark import SubscriptionWatermark, WatermarkService
 from gateway.errors import ConsumerBusy, GatewayError, NotAllowed, SubscriptionNotFound
 from gateway.store import Store
@@ -441,7 +441,12 @@ class Subscription:
                     break  # the rest waits for permits, or for its transaction to end
                 lo = max(e.base_offset, self.read_pos[p])
                 offsets = set(range(lo, e.next_offset)) - skip
+                # a compacted log's gaps, between batches and inside cleaned ones: acked as read
+                gone = (set(range(self.read_pos[p], e.base_offset)) | (offsets & absent_offsets(e))) - skip
                 self.read_pos[p] = e.next_offset
+                if gone:
+                    hidden.setdefault(p, []).extend(sorted(gone))
+                    offsets -= gone
                 if not offsets:
                     continue
                 if id(e) not in visible:  # markers, aborted batches: no one will ever ack them

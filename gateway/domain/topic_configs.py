@@ -109,12 +109,6 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def _no_compaction(value: str) -> str | None:
-    if "compact" in value.split(","):
-        return "compaction is not supported yet: the cleanup policy may only be delete (or empty: keep everything)"
-    return None
-
-
 def _no_tiered_storage(value: str) -> str | None:
     if value == "true":
         return "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."
@@ -143,7 +137,6 @@ _NO_EFFECT = {
     "compression": "batches are stored as the producer compressed them",
     "segment": "the log is a Redis stream: there are no segment files",
     "flush": "Redis's persistence (appendfsync) decides when data reaches disk",
-    "compaction": "no log cleaner runs (cleanup.policy compact is refused)",
     "replicas": "Redis's replication decides durability; every live gateway serves every partition",
     "remote": "there is no tiered storage",
     "timestamps": "record timestamps are not checked against the broker's clock",
@@ -164,8 +157,9 @@ _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
     _topic("cleanup.policy", _LI, "delete", "The retention policy of old data: delete (by retention.ms and "
-           "retention.bytes); an empty list keeps everything.", effective=True, broker="log.cleanup.policy",
-           choices=("compact", "delete"), rule=_no_compaction),
+           "retention.bytes), compact (the latest record of each key is kept, by the log cleaner), or both; "
+           "an empty list keeps everything.", effective=True, broker="log.cleanup.policy",
+           choices=("compact", "delete")),
     _topic("compression.type", _S, "producer", "The final compression codec of the topic's batches.",
            why="compression", broker="compression.type", choices=_COMPRESSION),
     _topic("compression.gzip.level", _I, -1, "The gzip level when compression.type is gzip.",
@@ -174,8 +168,8 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
            why="compression", broker="compression.lz4.level", rule=_level(1, 17, 9)),
     _topic("compression.zstd.level", _I, 3, "The zstd level when compression.type is zstd.",
            why="compression", broker="compression.zstd.level", rule=_level(-131072, 22, 3)),
-    _topic("delete.retention.ms", _L, 86_400_000, "How long delete tombstones of a compacted topic are kept.",
-           why="compaction", broker="log.cleaner.delete.retention.ms", low=0),
+    _topic("delete.retention.ms", _L, 86_400_000, "How long delete tombstones of a compacted topic are kept "
+           "after the cleaner first passes them.", effective=True, broker="log.cleaner.delete.retention.ms", low=0),
     _topic("file.delete.delay.ms", _L, 60_000, "How long a deleted segment file waits before it goes.",
            why="segment", broker="log.segment.delete.delay.ms", low=0),
     _topic("flush.messages", _L, LONG_MAX, "Messages between forced flushes of the log to disk.",
@@ -193,7 +187,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
     _topic("local.retention.ms", _L, -2, "Milliseconds kept locally before tiered storage takes them; -2: "
            "retention.ms.", why="remote", broker="log.local.retention.ms", low=-2),
     _topic("max.compaction.lag.ms", _L, LONG_MAX, "The longest a record stays ineligible for compaction.",
-           why="compaction", broker="log.cleaner.max.compaction.lag.ms", low=1),
+           effective=True, broker="log.cleaner.max.compaction.lag.ms", low=1),
     _topic("max.message.bytes", _I, 1_048_588, "The largest record batch the topic accepts.", effective=True,
            broker="message.max.bytes", low=0),
     _topic("message.downconversion.enable", _B, True, "Deprecated in Kafka 4: down-conversion no longer "
@@ -206,9 +200,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
            "LogAppendTime stamps each batch with the time it is appended.", effective=True,
            broker="log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
     _topic("min.cleanable.dirty.ratio", _D, 0.5, "The dirty share of the log that starts a cleaning.",
-           why="compaction", broker="log.cleaner.min.cleanable.ratio", low=0, high=1),
+           effective=True, broker="log.cleaner.min.cleanable.ratio", low=0, high=1),
     _topic("min.compaction.lag.ms", _L, 0, "The least time a record stays uncompacted.",
-           why="compaction", broker="log.cleaner.min.compaction.lag.ms", low=0),
+           effective=True, broker="log.cleaner.min.compaction.lag.ms", low=0),
     _topic("min.insync.replicas", _I, 1, "Copies that must hold a write before acks=all succeeds: Redis "
            "and N-1 of its replicas (Redis's WAIT, within the request's timeout; fewer replicas online "
            "refuse the write up front).", effective=True, broker="min.insync.replicas", low=1),
@@ -279,6 +273,10 @@ def check_together(values: Mapping[str, str]) -> None:
     if low is not None and high is not None and int(low) > int(high):
         raise InvalidConfig(f"conflict topic config setting min.compaction.lag.ms ({low}) > "
                             f"max.compaction.lag.ms ({high})")
+    if values.get("delayed.delivery.enable") == "true" and "compact" in values.get("cleanup.policy", "").split(","):
+        # the gateway's own rule: a held record would enter the log past the produce-time key check,
+        # and a delay has no meaning for a table of latest values
+        raise InvalidConfig("delayed.delivery.enable cannot be true on a topic whose cleanup.policy has compact")
 
 
 @dataclass(frozen=True)

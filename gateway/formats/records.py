@@ -32,6 +32,7 @@ ATTR_COMPRESSION = 0x07
 ATTR_TIMESTAMP_LOG_APPEND = 0x08
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+ATTR_DELETE_HORIZON = 0x40  # KIP-534: the base timestamp is the time the batch's tombstones may go
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
@@ -201,21 +202,52 @@ def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
 # -- records --------------------------------------------------------------------------------------
 
 
+def _decoded(batch: bytes | memoryview) -> tuple[BatchHeader, bytes]:
+    """A batch's header and its record bytes, decompressed."""
+    h = parse_header(batch, verify_crc=False)
+    return h, decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
+
+
+def _record_fields(body: bytes, count: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """Per record: attributes, timestamp delta, offset delta, where its key starts, where it ends.
+    Lengths of up to two bytes and one-byte deltas (the usual ones) are decoded in place: every
+    produce to a compacted topic and every record the cleaner reads go through here."""
+    pos, size = 0, len(body)
+    try:
+        for _ in range(count):
+            c = body[pos]
+            if c < 0x80:
+                length, pos = (c >> 1) ^ -(c & 1), pos + 1
+            elif (d := body[pos + 1]) < 0x80:
+                n = (c & 0x7F) | (d << 7)
+                length, pos = (n >> 1) ^ -(n & 1), pos + 2
+            else:
+                length, pos = read_varint(body, pos)
+            end = pos + length
+            if length < 0 or end > size:
+                raise CorruptMessage("record runs past the batch")
+            attributes, b = body[pos], body[pos + 1]
+            if b < 0x80:
+                ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                ts_delta, pos = read_varint(body, pos + 1)
+            b = body[pos]
+            if b < 0x80:
+                off_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+            else:
+                off_delta, pos = read_varint(body, pos)
+            yield attributes, ts_delta, off_delta, pos, end
+            pos = end
+    except IndexError:
+        raise CorruptMessage("record runs past the batch") from None
+
+
 def iter_records(batch: bytes | memoryview, base_offset: int | None = None) -> Iterator[Record]:
     """Decode the records of one batch; `base_offset` overrides the one stored in the batch."""
-    h = parse_header(batch, verify_crc=False)
+    h, body = _decoded(batch)
     base = h.base_offset if base_offset is None else base_offset
-    body = decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
     log_append = bool(h.attributes & ATTR_TIMESTAMP_LOG_APPEND)
-    pos = 0
-    for _ in range(h.record_count):
-        length, pos = read_varint(body, pos)
-        end = pos + length
-        if length < 0 or end > len(body):
-            raise CorruptMessage("record runs past the batch")
-        pos += 1  # record attributes, unused
-        ts_delta, pos = read_varint(body, pos)
-        off_delta, pos = read_varint(body, pos)
+    for _, ts_delta, off_delta, pos, _ in _record_fields(body, h.record_count):
         key, pos = _read_bytes(body, pos)
         value, pos = _read_bytes(body, pos)
         n_headers, pos = read_varint(body, pos)
@@ -226,7 +258,100 @@ def iter_records(batch: bytes | memoryview, base_offset: int | None = None) -> I
             headers.append(((hk or b"").decode("utf-8", "replace"), hv))
         timestamp = h.max_timestamp if log_append else h.base_timestamp + ts_delta
         yield Record(base + off_delta, timestamp, key, value, headers)
-        pos = end
+
+
+def keyless_record(batch: bytes | memoryview) -> int:
+    """The index of the batch's first record without a key, -1 when every record has one: what a
+    compacted topic refuses. Only the length in front of each key is looked at (a compressed body is
+    decompressed first, as Kafka's LogValidator does): a null key's length is -1, the one byte 0x01.
+    Every produce to a compacted topic pays this walk, so it skips the deltas byte by byte rather
+    than decode them (about 0.6 us a record here)."""
+    h, body = _decoded(batch)
+    pos, size = 0, len(body)
+    try:
+        for i in range(h.record_count):
+            length, pos = read_varint(body, pos)
+            end = pos + length
+            if length < 0 or end > size:
+                raise CorruptMessage("record runs past the batch")
+            pos += 1  # the attributes
+            while body[pos] & 0x80:  # the timestamp delta
+                pos += 1
+            pos += 1
+            while body[pos] & 0x80:  # the offset delta
+                pos += 1
+            if body[pos + 1] == 1:
+                return i
+            pos = end
+    except IndexError:
+        raise CorruptMessage("record runs past the batch") from None
+    return -1
+
+
+class RawRecord(NamedTuple):
+    """One record of a batch as the cleaner sees it: what decides its fate, and its bytes from the key
+    on (key, value, headers), carried over unchanged when the batch is rewritten."""
+
+    offset_delta: int
+    timestamp: int
+    key: bytes | None
+    tombstone: bool
+    attributes: int
+    tail: bytes
+
+
+def raw_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[RawRecord]]:
+    """A batch's header and its records, keys decoded and values left as bytes."""
+    h, body = _decoded(batch)
+    view = memoryview(body)
+    out: list[RawRecord] = []
+    for attributes, ts_delta, off_delta, tail, end in _record_fields(body, h.record_count):
+        key, pos = _read_bytes(body, tail)
+        value_length, _ = read_varint(body, pos)
+        out.append(RawRecord(off_delta, h.base_timestamp + ts_delta, key, value_length < 0, attributes,
+                             bytes(view[tail:end])))
+    return h, out
+
+
+def record_keys(batch: bytes | memoryview) -> tuple[BatchHeader, list[tuple[int, bytes | None]]]:
+    """A batch's header and the (offset delta, key) of each record: what the cleaner's offset map needs."""
+    h, body = _decoded(batch)
+    return h, [(off_delta, _read_bytes(body, key_at)[0]) for _, _, off_delta, key_at, _ in
+               _record_fields(body, h.record_count)]
+
+
+def rewrite_batch(h: BatchHeader, kept: list[RawRecord], *, delete_horizon: int = -1) -> bytes:
+    """The batch with only `kept` of its records, as Kafka's cleaner rewrites one
+    (`MemoryRecords.filterTo`): same base offset, producer id, epoch and base sequence, records keep
+    their offset deltas, and the last offset delta is kept (`overrideLastOffset`), so the batch still
+    spans all its offsets and a reader moves past it to the next. With `delete_horizon` (KIP-534) the
+    base timestamp becomes that time and the horizon attribute is set: the batch's tombstones may go
+    once it has passed. Compressed with the batch's codec; the CRC is computed anew."""
+    horizon = delete_horizon if delete_horizon >= 0 else (
+        h.base_timestamp if h.attributes & ATTR_DELETE_HORIZON else -1)
+    base_ts = horizon if horizon >= 0 else h.base_timestamp
+    body = bytearray()
+    for r in kept:
+        rec = bytearray((r.attributes,))
+        write_varint(rec, r.timestamp - base_ts)
+        write_varint(rec, r.offset_delta)
+        rec += r.tail
+        write_varint(body, len(rec))
+        body += rec
+    if h.attributes & ATTR_TIMESTAMP_LOG_APPEND or not kept:
+        max_ts = h.max_timestamp
+    else:
+        max_ts = max(r.timestamp for r in kept)
+    attributes = h.attributes | (ATTR_DELETE_HORIZON if horizon >= 0 else 0)
+    return assemble(compress(h.compression, bytes(body)), attributes=attributes,
+                    last_offset_delta=h.last_offset_delta, base_timestamp=base_ts, max_timestamp=max_ts,
+                    producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                    record_count=len(kept), base_offset=h.base_offset, leader_epoch=h.leader_epoch)
+
+
+def delete_horizon(h: BatchHeader) -> int:
+    """When a cleaned batch's tombstones may go (KIP-534), -1 when the cleaner has not set it."""
+    return h.base_timestamp if h.attributes & ATTR_DELETE_HORIZON else -1
 
 
 def encode_record(
@@ -347,6 +472,7 @@ def assemble(
     base_sequence: int,
     record_count: int,
     base_offset: int = 0,
+    leader_epoch: int = 0,
 ) -> bytes:
     """Put the header (with its CRC) in front of an encoded, possibly compressed, record body."""
     tail = struct.pack(
@@ -362,7 +488,7 @@ def assemble(
     )
     crc = crc32c.crc32c(body, crc32c.crc32c(tail))
     length = HEADER_SIZE - LENGTH_END + len(body)
-    return struct.pack(">qiibI", base_offset, length, 0, 2, crc) + tail + body
+    return struct.pack(">qiibI", base_offset, length, leader_epoch, 2, crc) + tail + body
 
 
 def build_batch(

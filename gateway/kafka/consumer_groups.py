@@ -20,7 +20,7 @@ from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message
 from gateway.kafka.groups import _authorize, _client_host, _coordinator, _ms, _response, group_error
 
-CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1's member_type: 0 classic, 1 consumer
+CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1  # ConsumerGroupDescribe v1's member_type
 
 
 class TopicIds:
@@ -131,7 +131,7 @@ async def consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
                     "subscribed_topic_names": list(m.subscribed_topics), "subscribed_topic_regex": m.subscribed_regex,
                     "assignment": {"topic_partitions": topics.by_id(m.assignment, named=True)},
                     "target_assignment": {"topic_partitions": topics.by_id(m.target_assignment, named=True)},
-                    "member_type": CONSUMER_MEMBER_TYPE,
+                    "member_type": CLASSIC_MEMBER_TYPE if m.classic else CONSUMER_MEMBER_TYPE,
                 }
                 for m in d.members
             ],

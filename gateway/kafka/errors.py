@@ -50,7 +50,15 @@ _BY_CODE: dict[ErrorCode, KafkaError] = {
     ErrorCode.AUTHORIZATION_FAILED: KafkaError.topic_authorization_failed,  # other resources map their own
     ErrorCode.NOT_ENOUGH_REPLICAS: KafkaError.not_enough_replicas,
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: KafkaError.not_enough_replicas_after_append,
+    ErrorCode.INVALID_RECORD: KafkaError.invalid_record,
 }
+
+
+REPLICAS_SHORT = frozenset({ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
+"""A coordinator's state change that its replicas did not take: Kafka's coordinators answer it with
+COORDINATOR_NOT_AVAILABLE, which clients retry (Kafka 4.2: GroupCoordinatorService's
+handleOperationException for offset commits, TransactionStateManager.appendTransactionToLog's
+transform of the log append error for InitProducerId, EndTxn and the other transaction requests)."""
 
 
 def kafka_error(exc: BaseException | ErrorCode | None) -> KafkaError:

@@ -18,7 +18,7 @@ from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError, TopicNo
 from gateway.kafka import codec
 from gateway.kafka.authz import authorized_operations
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
-from gateway.kafka.errors import error_message, kafka_error
+from gateway.kafka.errors import REPLICAS_SHORT, error_message, kafka_error
 from gateway.kafka.metadata import broker, peer_address
 
 KEY_TYPE_GROUP = 0
@@ -31,7 +31,7 @@ def group_error(exc: BaseException | None) -> KafkaError:
         return KafkaError(int(exc.kind))
     if isinstance(exc, AuthorizationFailed):
         return KafkaError.group_authorization_failed
-    if isinstance(exc, GatewayError) and exc.code == ErrorCode.STORAGE_UNAVAILABLE:
+    if isinstance(exc, GatewayError) and (exc.code == ErrorCode.STORAGE_UNAVAILABLE or exc.code in REPLICAS_SHORT):
         return KafkaError.coordinator_not_available  # clients look for the coordinator again and retry
     return kafka_error(exc)
 

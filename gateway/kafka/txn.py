@@ -23,7 +23,7 @@ from gateway.domain.txn import InvalidTransactionTimeout
 from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
-from gateway.kafka.errors import kafka_error
+from gateway.kafka.errors import REPLICAS_SHORT, kafka_error
 
 # KIP-588: from these versions on, a fenced producer is told PRODUCER_FENCED, before that INVALID_PRODUCER_EPOCH
 _FENCED_SINCE: dict[int, int] = {
@@ -48,6 +48,8 @@ def txn_error(ctx: RequestContext, exc: BaseException) -> KafkaError:
         if ctx.api_version < _FENCED_SINCE.get(ctx.api_key, 0):
             return KafkaError.invalid_producer_epoch
         return KafkaError.producer_fenced
+    if isinstance(exc, GatewayError) and exc.code in REPLICAS_SHORT:
+        return KafkaError.coordinator_not_available
     return kafka_error(exc)
 
 

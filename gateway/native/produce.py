@@ -6,9 +6,11 @@ trip, after each transaction has taken in its partitions; delayed messages go to
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from gateway import telemetry
+from gateway.domain.log import Produced
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.formats.records import parse_header
@@ -25,6 +27,8 @@ class Producer:
     producer_id: int
     partitions: int
     name: str  # its identity in the topic's watermark set
+    acks: int = 1  # Kafka's: -1 (all) waits for the topic's min.insync.replicas - 1 Redis replicas
+    replica_timeout_ms: int = 30_000  # how long, at most
 
 
 @handles("create_producer")
@@ -34,7 +38,8 @@ async def create_producer(s: Session, req: pb.Request) -> pb.Response:
     pid, info = await s.producer_ids.register(r.topic, r.resume_producer_id)
     handle = s.new_handle()
     name = r.producer_name or f"producer-{pid}"
-    s.producers[handle] = Producer(info.name, pid, info.partitions, name)
+    s.producers[handle] = Producer(info.name, pid, info.partitions, name, -1 if r.acks == pb.ALL else 1,
+                                   r.replica_timeout_ms or 30_000)
     created = pb.ProducerCreated(handle=handle, producer_id=pid, partitions=info.partitions, producer_name=name)
     return pb.Response(producer_created=created)
 
@@ -70,12 +75,14 @@ async def send(s: Session, reqs: list[pb.Request]) -> list[pb.Response | Excepti
     for i in checked:
         if _delayed(reqs[i].send):
             answers[i] = await _send_delayed(s, reqs[i].send, checked[i])
-    if now:
-        try:
-            results = [p.result for p in await s.services.log.append([checked[i] for i in now])]
-        except Exception as exc:
-            results = [exc] * len(now)
-        for i, res in zip(now, results, strict=True):
+    # a producer's acks is fixed: its sends stay in one run, in order (the shortest timeout of a run)
+    modes = {i: s.producer(reqs[i].send.handle) for i in now}
+    runs = {a: run for a in (1, -1) if (run := [i for i in now if modes[i].acks == a])}
+    appended = await asyncio.gather(*(
+        _append(s, [checked[i] for i in run], a, min(modes[i].replica_timeout_ms for i in run))
+        for a, run in runs.items()))
+    for run, results in zip(runs.values(), appended, strict=True):
+        for i, res in zip(run, (p.result for p in results), strict=True):
             if isinstance(res, Exception):
                 txn_id = reqs[i].send.txn_id
                 answers[i] = as_expired(txn_id, res) if txn_id and isinstance(res, GatewayError) else res
@@ -85,6 +92,18 @@ async def send(s: Session, reqs: list[pb.Request]) -> list[pb.Response | Excepti
                 receipt = pb.SendReceipt(base_offset=res.base_offset, duplicate=res.duplicate)
                 answers[i] = pb.Response(send_receipt=receipt)
     return [answers[i] for i in range(len(reqs))]
+
+
+async def _append(
+    s: Session, items: list[tuple[str, int, bytes | memoryview]], acks: int, timeout_ms: int
+) -> list[Produced]:
+    """Each item's fate. Sends that wait for replicas go on the ordered connections, where Redis's
+    WAIT counts them (`LogStore.append`)."""
+    try:
+        sent = (lambda: None) if acks == -1 else None
+        return await s.services.log.append(items, sent=sent, acks=acks, timeout_ms=timeout_ms)
+    except Exception as exc:
+        return [Produced(topic, partition, exc) for topic, partition, _ in items]
 
 
 async def _send_delayed(s: Session, send: pb.Send, item: tuple[str, int, bytes | memoryview]) -> pb.Response | Exception:

@@ -8,6 +8,11 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Acks(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LEADER: _ClassVar[Acks]
+    ALL: _ClassVar[Acks]
+
 class SubscriptionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     EXCLUSIVE: _ClassVar[SubscriptionMode]
@@ -18,6 +23,8 @@ class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     LATEST: _ClassVar[InitialPosition]
     EARLIEST: _ClassVar[InitialPosition]
+LEADER: Acks
+ALL: Acks
 EXCLUSIVE: SubscriptionMode
 FAILOVER: SubscriptionMode
 SHARED: SubscriptionMode
@@ -161,14 +168,18 @@ class Success(_message.Message):
     def __init__(self) -> None: ...
 
 class CreateProducer(_message.Message):
-    __slots__ = ("topic", "producer_name", "resume_producer_id")
+    __slots__ = ("topic", "producer_name", "resume_producer_id", "acks", "replica_timeout_ms")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     RESUME_PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     producer_name: str
     resume_producer_id: int
-    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., resume_producer_id: _Optional[int] = ...) -> None: ...
+    acks: Acks
+    replica_timeout_ms: int
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., resume_producer_id: _Optional[int] = ..., acks: _Optional[_Union[Acks, str]] = ..., replica_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class ProducerCreated(_message.Message):
     __slots__ = ("handle", "producer_id", "partitions", "producer_name")

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from gateway.admin.http import start_admin_server
 from gateway.config import SETTINGS, Config
+from gateway.domain.compaction import LogCleaner
 from gateway.domain.registry import Registry
 from gateway.domain.roles import Role
 from gateway.domain.services import Services
@@ -60,6 +61,7 @@ class Gateway:
         self._tasks: list[asyncio.Task[None]] = []
         self._roles: list[Role] = []
         self._stopped = asyncio.Event()
+        self.cleaner: LogCleaner | None = None
 
     @property
     def redis_url(self) -> str:
@@ -99,6 +101,7 @@ class Gateway:
         self.services.groups.advertise(host, port)
         self.services.groups.start()  # session expiry, rebalance deadlines, groups left by a previous run
         svc, leased = self.services, self.services.roles.role
+        cleaner = self.cleaner = LogCleaner(svc.log)
         # one gateway at a time runs each of these (see gateway.domain.roles); every gateway renews its own registration
         self._roles = [
             registry,
@@ -106,6 +109,9 @@ class Gateway:
             leased("retention", lambda lease: Periodic(
                 "retention", cfg.retention_check_interval, lambda: svc.log.retention_pass(lease),
                 first_after=cfg.retention_check_interval)),
+            leased("log cleaner", lambda lease: Periodic(
+                "log cleaner", cfg.cleaner_interval, lambda: cleaner.clean_pass(lease),
+                first_after=cfg.cleaner_interval)),
             leased("transaction reaper", lambda lease: Periodic(
                 "transaction reaper", cfg.txn_reaper_interval, svc.txn.recover)),
             leased("watermark snapshots", lambda lease: Periodic(

@@ -11,7 +11,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway.errors import StorageUnavailable
+from gateway.errors import AWAY
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Periodic:
         while not self._stop.is_set():
             try:
                 await self.step()
-            except StorageUnavailable as exc:  # expected while Redis is away: no traceback
+            except AWAY as exc:  # expected while Redis or its replicas are away: no traceback
                 log.warning("%s: %s; trying again in %.1f s", self.name, exc, self.interval)
             except Exception:
                 log.exception("%s failed; trying again in %.1f s", self.name, self.interval)

@@ -36,9 +36,11 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
     gateways know first (so they stop sending clients here), then the services close in the
     reverse order of their building; the store, the caller's, closes after."""
     async with contextlib.AsyncExitStack() as closing:
+        store.replication.configure(config.state_min_insync_replicas, config.state_replication_timeout_ms)
         log = LogService(store, auto_create=config.auto_create_topics,
                          default_partitions=config.default_partitions, peers=registry.peers)
         closing.push_async_callback(log.close)
+        await log.warn_unmet_min_insync()  # acks=all produces to such topics are refused: say so at once
         delay = DelayService(store, notify_partition=log.notifier.notify)
         watermark = WatermarkService(store, log, snapshot_marks=config.watermark_snapshot_marks)
         subscriptions = SubscriptionService(log, store, config.node_id, watermarks=watermark)
@@ -59,6 +61,7 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
             consumer_config=ConsumerGroupConfig(
                 session_timeout_ms=config.group_consumer_session_timeout_ms,
                 heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+                migration_policy=config.group_consumer_migration_policy,
             ),
             prefers=lambda group_id: registry.group_coordinator(group_id).node_id == config.node_id,
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,

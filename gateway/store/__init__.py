@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.store.cluster_config import ClusterConfigStore
+from gateway.store.compaction import CleanerStore
 from gateway.store.connection import RedisClient, connect, wait_reachable
 from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.delay import DelayStore
@@ -12,6 +13,7 @@ from gateway.store.fence import FenceStore
 from gateway.store.groups import GroupStore
 from gateway.store.log import LogStore
 from gateway.store.registry import RegistryStore
+from gateway.store.replication import DurableScripts, Replication
 from gateway.store.roles import RoleStore
 from gateway.store.scripts import Scripts
 from gateway.store.security import SecurityStore
@@ -31,8 +33,11 @@ class Store:
 
     def __init__(self, redis: RedisClient) -> None:
         self._redis = redis
-        scripts = Scripts(redis)
-        self.log = LogStore(redis, scripts)
+        plain = Scripts(redis)
+        self.replication = Replication(redis, plain, plain.specs.values())
+        # the state changes a client is told are done wait for the replicas (see `replication`)
+        scripts = DurableScripts(plain, self.replication)
+        self.log = LogStore(redis, scripts, self.replication)
         self.txn = TxnStore(redis, scripts)
         self.txn_offsets = TxnOffsetStore(redis, scripts)
         self.fence = FenceStore(redis, scripts)
@@ -45,6 +50,7 @@ class Store:
         self.roles = RoleStore(redis, scripts)
         self.registry = RegistryStore(redis, scripts)
         self.cluster_config = ClusterConfigStore(redis, scripts)
+        self.cleaner = CleanerStore(redis, scripts)
         self.share_groups = ShareGroupStore(redis, scripts)
 
     @classmethod
@@ -66,5 +72,5 @@ class Store:
     async def close(self) -> None:
         self.log.direct.close()
         self.log.ordered.close()
-        self.log.replicated.close()
+        self.replication.close()
         await self._redis.aclose()

@@ -17,7 +17,7 @@ import msgpack
 
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.groups import CommittedOffset, _array, _field, _pairs
+from gateway.store.groups import CommittedOffset, GroupDoc, _array, _field, _pairs, packed
 from gateway.store.scripts import Scripts
 
 Assignment = dict[str, frozenset[int]]
@@ -34,7 +34,9 @@ def _unpack_assignment(raw: dict[str, list[int]]) -> Assignment:
 @dataclass
 class ConsumerMemberDoc:
     """One member. `state` is Kafka's `MemberState` (stable, unrevoked_partitions,
-    unreleased_partitions); `member_epoch` -2 marks a static member that left and may come back."""
+    unreleased_partitions); `member_epoch` -2 marks a static member that left and may come back.
+    A member of the classic protocol inside the group (online migration, Kafka's
+    `ClassicMemberMetadata`) has its JoinGroup's session timeout and protocols; others have none."""
 
     member_id: str
     instance_id: str | None = None
@@ -50,6 +52,13 @@ class ConsumerMemberDoc:
     state: str = "stable"
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    classic_session_timeout_ms: int = 0
+    classic_protocols: tuple[tuple[str, bytes], ...] = ()
+
+    @property
+    def classic(self) -> bool:
+        """Whether the member speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat)."""
+        return bool(self.classic_protocols)
 
     def copy(self) -> ConsumerMemberDoc:
         return copy.copy(self)  # the collections held are immutable or replaced whole
@@ -60,16 +69,20 @@ class ConsumerMemberDoc:
                 self.instance_id, self.rack_id, self.client_id, self.client_host, self.rebalance_timeout_ms,
                 list(self.subscribed_topics), self.subscribed_regex, self.server_assignor, self.member_epoch,
                 self.previous_epoch, self.state, _pack_assignment(self.assigned),
-                _pack_assignment(self.pending_revocation),
+                _pack_assignment(self.pending_revocation), self.classic_session_timeout_ms,
+                [[n, m] for n, m in self.classic_protocols],
             ]
         )
 
     @classmethod
     def unpack(cls, member_id: str, raw: bytes) -> ConsumerMemberDoc:
-        (i, r, c, h, rt, topics, regex, assignor, epoch, prev, state, assigned, pending) = msgpack.unpackb(raw, raw=False)
+        fields = msgpack.unpackb(raw, raw=False)
+        (i, r, c, h, rt, topics, regex, assignor, epoch, prev, state, assigned, pending) = fields[:13]
+        session, protocols = fields[13:] or (0, [])  # members stored before online migration have none
         return cls(
             member_id, i, r, c, h, rt, tuple(topics), regex, assignor, epoch, prev, state,
-            _unpack_assignment(assigned), _unpack_assignment(pending),
+            _unpack_assignment(assigned), _unpack_assignment(pending), session,
+            tuple((n, bytes(m)) for n, m in protocols),
         )
 
 
@@ -114,6 +127,19 @@ def _packb(value: Any) -> bytes:
     return bytes(msgpack.packb(value, use_bin_type=True))
 
 
+def _both(gid: str) -> list[str]:
+    """The keys of both protocols' group of an id (never its offsets)."""
+    return [keys.group_consumer(gid), keys.group_consumer_members(gid), keys.group_owner(gid),
+            keys.group_meta(gid), keys.group_members(gid), keys.group_instances(gid)]
+
+
+def _members(g: ConsumerGroupDoc) -> bytes:
+    members: list[Any] = []
+    for m in g.members.values():
+        members += [m.member_id, m.pack()]
+    return _array(members)
+
+
 class ConsumerGroupStore:
     """A consumer group's keys sit under the group's hash tag beside the classic group's and the
     committed offsets, which both protocols share; every change is one script in that slot."""
@@ -138,21 +164,42 @@ class ConsumerGroupStore:
         """Write the group if it is still at `g.version`, no other gateway holds its lease and no
         classic group of its id has members; bumps the version. Returns 0 when saved, else the
         refusing code of cgroup-save-6 (1 version moved, 16 not coordinator, 69 a classic group)."""
-        gid = g.group_id
-        members: list[Any] = []
-        for m in g.members.values():
-            members += [m.member_id, m.pack()]
         async with storage_errors():
             reply = await self.scripts.call(
-                "cgroup-save-6",
-                [keys.group_consumer(gid), keys.group_consumer_members(gid), keys.group_owner(gid),
-                 keys.group_meta(gid), keys.group_members(gid), keys.group_instances(gid)],
-                [g.version, g.pack_meta(), _array(members), node],  # version, doc, members, node
+                "cgroup-save-6", _both(g.group_id),
+                [g.version, g.pack_meta(), _members(g), node],  # version, doc, members, node
             )
             if g.version == 0 and reply[0] == 0:
-                await self.redis.sadd(keys.GROUPS, gid)
+                await self.redis.sadd(keys.GROUPS, g.group_id)
         if reply[0] == 0:
             g.version = int(reply[1])
+        return int(reply[0])
+
+    async def upgrade(self, g: ConsumerGroupDoc, classic_version: int, node: int) -> int:
+        """Replace the classic group of `g`'s id, still at `classic_version`, by `g` (online upgrade).
+        Returns 0 when converted, else the refusing code (1 the classic group moved, 16 not
+        coordinator)."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "group-convert-6", _both(g.group_id),
+                # to, node, version, state, generation, doc, members, instances
+                ["consumer", node, classic_version, "", 0, g.pack_meta(), _members(g), _array([])],
+            )
+        if reply[0] == 0:
+            g.version = int(reply[1])
+        return int(reply[0])
+
+    async def downgrade(self, group: GroupDoc, consumer_version: int, node: int) -> int:
+        """Replace the consumer group of `group`'s id, still at `consumer_version`, by the classic
+        `group` (online downgrade); returns as `upgrade`."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "group-convert-6", _both(group.group_id),
+                # to, node, version, state, generation, doc, members, instances
+                ["classic", node, consumer_version, *packed(group)],
+            )
+        if reply[0] == 0:
+            group.version = int(reply[1])
         return int(reply[0])
 
     async def commit(

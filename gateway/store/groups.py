@@ -95,6 +95,19 @@ class CommittedOffset:
         return cls(o, e, m, t)
 
 
+def packed(group: GroupDoc) -> list[Any]:
+    """The group as group-save-4 (and group-convert-6) take it: state, generation, doc, members,
+    instances."""
+    doc = _packb({"t": group.protocol_type, "p": group.protocol, "l": group.leader, "n": group.next_seq})
+    members: list[Any] = []
+    instances: list[Any] = []
+    for m in group.members.values():
+        members += [m.member_id, m.pack()]
+        if m.instance_id:
+            instances += [m.instance_id, m.member_id]
+    return [group.state, group.generation, doc, _array(members), _array(instances)]
+
+
 def _field(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"  # topic names never hold ':'
 
@@ -105,6 +118,14 @@ def _packb(value: Any) -> bytes:
 
 def _array(items: list[Any]) -> bytes:
     return bytes(msgpack.packb(items, use_bin_type=False))
+
+
+def packed_offsets(offsets: dict[tuple[str, int], CommittedOffset]) -> bytes:
+    """Offsets as a script reads them: a msgpack array of field, record, field, record, ..."""
+    pairs: list[Any] = []
+    for (topic, partition), c in offsets.items():
+        pairs += [_field(topic, partition), c.pack()]
+    return _array(pairs)
 
 
 def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
@@ -151,19 +172,12 @@ class GroupStore:
         """Write the group if its stored version is still `group.version` and no other gateway
         holds its lease; bumps the version. Returns 0 when saved, 1 when the version moved on,
         16 when another node coordinates the group."""
-        doc = _packb({"t": group.protocol_type, "p": group.protocol, "l": group.leader, "n": group.next_seq})
-        members: list[Any] = []
-        instances: list[Any] = []
-        for m in group.members.values():
-            members += [m.member_id, m.pack()]
-            if m.instance_id:
-                instances += [m.instance_id, m.member_id]
         async with storage_errors():
             reply = await self.scripts.call(
                 "group-save-4",
                 [*self._keys(group.group_id), keys.group_owner(group.group_id)],
                 # version, state, generation, doc, members, instances, node
-                [group.version, group.state, group.generation, doc, _array(members), _array(instances), node],
+                [group.version, *packed(group), node],
             )
             if group.version == 0 and reply[0] == 0:
                 await self.redis.sadd(keys.GROUPS, group.group_id)

@@ -19,6 +19,12 @@ def log(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:log"
 
 
+def clean_log(topic: str, partition: int, generation: int) -> str:
+    """A compacted partition's cleaned stream of `generation` (the offsets below its clean boundary):
+    two keys taken in turn, the current generation's and the one a cleaner pass builds."""
+    return f"{partition_tag(topic, partition)}:clean{generation % 2}"
+
+
 def wake(topic: str, partition: int) -> str:
     """Flag (PX) a gateway raises before its readers wait on the log: the next write publishes on
     the shard channel named `log(...)` and deletes it. Scripts derive it from the log key."""

@@ -29,14 +29,12 @@ partition's keys live in a slot of their own, so they follow the record without 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
-from redis.exceptions import ResponseError
 
 from gateway.clock import now_ms
 from gateway.errors import (
@@ -48,15 +46,14 @@ from gateway.errors import (
     TopicNotFound,
     error_for,
 )
+from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.resp import DirectConnections, RespConnection, RespError
+from gateway.store.replication import Replication
+from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
 
 APPEND = "append-4"
-# error replies of a node busy, loading, failing over or handing a slot on: the script did not run
-_PASSING = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "BUSY", "MASTERDOWN", "READONLY")
-_REPLICAS_FRESH = 1.0  # seconds a node's count of online replicas is trusted before it is read again
 
 
 @dataclass(frozen=True)
@@ -192,61 +189,16 @@ class AppendRequest:
     replicas: int = 0  # replicas that must hold the batch (Redis's WAIT) before it is acknowledged
 
 
-class _Waits:
-    """Redis's WAIT on the connections that append for acks=all: at most one in flight on each, and
-    every append sent while one is in flight shares the next. WAIT blocks its connection in Redis,
-    so appends sent meanwhile run only after it returns, and the next WAIT, sent then, covers them:
-    a producer's pipelined requests share WAITs instead of queueing one each."""
-
-    def __init__(self) -> None:
-        self._next: dict[RespConnection, tuple[asyncio.Future[int], list[int], list[int]]] = {}
-        self._flying: set[RespConnection] = set()
-
-    def after(self, conn: RespConnection, replicas: int, timeout_ms: int) -> asyncio.Future[int]:
-        """The number of replicas that hold everything `conn` wrote so far (a WAIT's answer)."""
-        group = self._next.get(conn)
-        if group is None:
-            group = self._next[conn] = (asyncio.get_running_loop().create_future(), [], [])
-        group[1].append(replicas)
-        group[2].append(timeout_ms)
-        if conn not in self._flying:
-            self._send(conn)
-        return group[0]
-
-    def _send(self, conn: RespConnection) -> None:
-        group = self._next.pop(conn, None)
-        if group is None:
-            self._flying.discard(conn)
-            return
-        self._flying.add(conn)
-        fut, replicas, timeouts = group
-        # timeout 0 would block for ever: WAIT's timeout is at least a millisecond
-        sent = conn.pipeline([("WAIT", max(replicas), max(1, min(timeouts)))])
-        sent.add_done_callback(lambda done: self._answered(conn, fut, done))
-
-    def _answered(self, conn: RespConnection, fut: asyncio.Future[int], done: asyncio.Future[list[Any]]) -> None:
-        if not fut.done():
-            exc = done.exception()
-            reply = None if exc is not None else done.result()[0]
-            if exc is not None or not isinstance(reply, int):
-                fut.set_exception(StorageUnavailable(f"redis: WAIT failed ({exc or reply}); retry"))
-            else:
-                fut.set_result(reply)
-        self._send(conn)
-
-
 class LogStore:
-    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts, replication: Replication) -> None:
         self.redis = redis
         self.scripts = scripts
         self.direct = DirectConnections(redis, name="gateway-direct-read")
         self.ordered = DirectConnections(redis, name="gateway-append", preload=(scripts.specs[APPEND].source,))
-        # appends that wait for replicas have connections of their own: their WAITs never hold up
-        # the others (a producer's acks is fixed, so its requests stay on one connection, in order)
-        self.replicated = DirectConnections(
-            redis, name="gateway-append-replicated", preload=(scripts.specs[APPEND].source,))
-        self._waits = _Waits()
-        self._online: dict[tuple[str, int], tuple[float, int]] = {}  # node -> (read at, online replicas)
+        # appends that wait for replicas have connections of their own, shared with the state changes
+        # that wait (`replication`): their WAITs never hold up the others (a producer's acks is
+        # fixed, so its requests stay on one connection, in order)
+        self.replication = replication
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -445,7 +397,7 @@ class LogStore:
         needed = [i for i, r in enumerate(requests) if r.replicas]
         if needed:
             for i in needed:
-                online = await self._replicas_online(keys.log(requests[i].topic, requests[i].partition))
+                online = await self.replication.online(keys.log(requests[i].topic, requests[i].partition))
                 if online < requests[i].replicas:
                     out[i] = NotEnoughReplicas(f"{requests[i].topic}-{requests[i].partition}: {online} Redis replicas "
                                                f"online, {requests[i].replicas} needed (min.insync.replicas "
@@ -484,22 +436,9 @@ class LogStore:
                 out[i] = error_for(reply[0], f"{r.topic}-{r.partition}")
         return [o for o in out if o is not None]
 
-    async def _replicas_online(self, key: str) -> int:
-        """The replicas of `key`'s node that are online (INFO replication), read again after a second."""
-        addr = self.replicated.address(key)
-        now = asyncio.get_running_loop().time()
-        seen = self._online.get(addr)
-        if seen is not None and now - seen[0] < _REPLICAS_FRESH:
-            return seen[1]
-        async with storage_errors():
-            if hasattr(self.redis, "get_node_from_key"):
-                info = await self.redis.info("replication", target_nodes=self.redis.get_node_from_key(key))
-            else:
-                info = await self.redis.info("replication")
-        online = sum(1 for k, v in info.items()
-                     if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online")
-        self._online[addr] = (now, online)
-        return online
+    async def replicas_online(self, topic: str, partition: int) -> int:
+        """The replicas online of the Redis primary holding the partition (read again after a second)."""
+        return await self.replication.online(keys.log(topic, partition))
 
     async def _append_ordered(
         self, calls: list[tuple[str, list[str], list[Any]]], sent: Callable[[], None], replicas: list[int],
@@ -511,7 +450,7 @@ class LogStore:
         followed by a WAIT for the most any of them needs."""
         conns: list[RespConnection] = []
         for (_, call_keys, _), needs in zip(calls, replicas, strict=True):
-            conn = await (self.replicated if needs else self.ordered).connection(call_keys[0])
+            conn = await (self.replication.connections if needs else self.ordered).connection(call_keys[0])
             if conn is None:
                 return None
             conns.append(conn)
@@ -524,7 +463,7 @@ class LogStore:
             for conn, idx in pending.items()
         }  # all written before the first await: nothing sent after us can overtake
         waits = {
-            conn: self._waits.after(conn, max(replicas[i] for i in idx), timeout_ms)
+            conn: self.replication.waits.after(conn, max(replicas[i] for i in idx), timeout_ms)
             for conn, idx in pending.items() if replicas[idx[0]]
         }
         sent()
@@ -532,22 +471,13 @@ class LogStore:
         async with storage_errors():
             for conn, fut in futures.items():
                 for i, reply in zip(pending[conn], await fut, strict=True):
-                    if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT"):
-                        conn.close()  # its scripts were flushed: the next connection loads them again
-                        reply = StorageUnavailable("redis lost the gateway's scripts; retry")
-                    elif isinstance(reply, RespError) and str(reply).startswith(_PASSING):
-                        if str(reply).startswith(("MOVED", "ASK")):
-                            self.ordered.relocate()
-                        reply = StorageUnavailable(f"redis: {reply}; retry")
-                    elif isinstance(reply, RespError):
-                        reply = ResponseError(str(reply))
-                    replies[i] = reply
+                    replies[i] = self.replication.reply(conn, reply)
             for conn, wait in waits.items():
                 acked = await wait
                 for i in pending[conn]:
                     stored = isinstance(replies[i], list) and replies[i][0] in (ErrorCode.OK, ErrorCode.DUPLICATE_SEQUENCE)
                     if acked < replicas[i] and stored:
-                        self._online.pop(self.replicated.address(calls[i][1][0]), None)  # read it again
+                        self.replication.forget(calls[i][1][0])  # read its replicas again
                         replies[i] = NotEnoughReplicasAfterAppend(
                             f"{calls[i][1][0]}: on {acked} Redis replicas within {timeout_ms} ms, "
                             f"{replicas[i]} needed (min.insync.replicas {replicas[i] + 1})")
@@ -568,27 +498,19 @@ class LogStore:
         log = keys.log(topic, partition)
         commands: list[tuple[Any, ...]] = [
             ("XREVRANGE", log, f"{offset}-1", "-", "COUNT", 1),
-            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen"),
+            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen", "cb", "cg"),
             ("HVALS", keys.open_txns(topic, partition)),
         ]
         if with_aborted:
             commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
         if max_entries > 1:
             commands.append(("XRANGE", log, f"({offset}-1", "+", "COUNT", max_entries - 1))
-        replies = await self.direct.pipeline(log, commands) if direct else None
-        if replies is None:
-            pipe = self.redis.pipeline(transaction=False)
-            for command in commands:
-                pipe.execute_command(*command)
-            async with storage_errors():
-                replies = await pipe.execute()
-        else:
-            replies[0] = _direct_entries(replies[0])
-            if max_entries > 1:
-                replies[-1] = _direct_entries(replies[-1])
-        before, (hw, start, gen), open_txns, *rest = replies
+        replies = await self._pipeline(log, commands, direct, streams=(0, len(commands) - 1 if max_entries > 1 else 0))
+        before, (hw, start, gen, cb, cg), open_txns, *rest = replies
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
+        if cb is not None and offset < int(cb):
+            return await self._read_cleaned(topic, partition, offset, max_entries, with_aborted, direct, int(cg))
         aborted = rest.pop(0) if with_aborted else []
         first = _entry(before[0]) if before else None
         holds = first is not None and first.next_offset > offset
@@ -605,6 +527,55 @@ class LogStore:
             entries.insert(0, first)
         ranges = [_aborted(m, int(float(score))) for m, score in _pairs(aborted)]
         return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0))
+
+    async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]) -> list[Any]:
+        """The replies of `commands` (all in `log`'s slot) in one round trip; `direct` receives them
+        without copies (`resp`), through redis-py when that path cannot serve. Stream replies (at
+        `streams`) come in redis-py's shape either way."""
+        replies = await self.direct.pipeline(log, commands) if direct else None
+        if replies is None:
+            pipe = self.redis.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            async with storage_errors():
+                return list(await pipe.execute())
+        for i in set(streams):
+            replies[i] = _direct_entries(replies[i])
+        return replies
+
+    async def _read_cleaned(
+        self, topic: str, partition: int, offset: int, max_entries: int, with_aborted: bool, direct: bool, cg: int
+    ) -> Slice:
+        """A read below a compacted partition's clean boundary: the cleaned stream of the current
+        generation from the batch holding `offset` (or the first after it: cleaning leaves gaps), then
+        the main stream's first batches, which start at the boundary. The meta hash is read after the
+        streams: when a cleaner pass switched generations meanwhile (`cg` moved), it is read again."""
+        log, meta = keys.log(topic, partition), keys.meta(topic, partition)
+        while True:
+            clean = keys.clean_log(topic, partition, cg)
+            commands: list[tuple[Any, ...]] = [
+                ("XREVRANGE", clean, f"{offset}-1", "-", "COUNT", 1),
+                ("XRANGE", clean, f"({offset}-1", "+", "COUNT", max_entries),
+                ("XRANGE", log, "-", "+", "COUNT", max_entries),
+                ("HMGET", meta, "hw", "start", "gen", "cb", "cg"),
+                ("HVALS", keys.open_txns(topic, partition)),
+            ]
+            if with_aborted:
+                commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
+            before, after, dirty, (hw, start, gen, cb, now_cg), open_txns, *rest = await self._pipeline(
+                log, commands, direct, streams=(0, 1, 2))
+            if hw is None:
+                raise TopicNotFound(f"{topic}-{partition} does not exist")
+            if int(now_cg or 0) == cg:
+                break
+            cg = int(now_cg or 0)
+        boundary = int(cb or 0)
+        entries = [_entry(e) for e in before if _entry(e).next_offset > offset]
+        entries += [_entry(e) for e in after if int(e[0].split(b"-", 1)[0]) < boundary]
+        entries += [_entry(e) for e in dirty if int(e[0].split(b"-", 1)[0]) >= boundary]
+        ranges = [_aborted(m, int(float(score))) for m, score in _pairs(rest[0] if with_aborted else [])]
+        return Slice(entries[:max_entries], int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges,
+                     int(gen or 0))
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
@@ -650,6 +621,9 @@ class LogStore:
     async def entry_for_time(self, topic: str, partition: int, ts: int, after: int = -1) -> tuple[int, Entry | None]:
         """The log start, and the first data batch (never a control one) from the one holding
         `after` (-1: the log start) on whose records reach `ts`, or None when none does."""
+        found_cleaned, after = await self._cleaned_for_time(topic, partition, ts, after)
+        if found_cleaned is not None:
+            return found_cleaned
         while True:
             async with storage_errors():
                 reply: list[Any] = await self.scripts.call(
@@ -663,6 +637,32 @@ class LogStore:
                 after = int(reply[3])
                 continue
             return start, None if found < 0 else Entry(found, int(reply[3]), reply[4])
+
+    async def _cleaned_for_time(
+        self, topic: str, partition: int, ts: int, after: int
+    ) -> tuple[tuple[int, Entry] | None, int]:
+        """`entry_for_time` below a compacted partition's clean boundary, where the cleaned stream has
+        gaps the script's bisection does not expect: its batches in order, a few at a time, until one
+        reaches `ts` ((log start, entry), after); else (None, where the main stream's search starts)."""
+        async with storage_errors():
+            start, cb, cg = await self.redis.hmget(keys.meta(topic, partition), "start", "cb", "cg")
+        if cb is None or max(after, int(start or 0)) >= int(cb):
+            return None, after
+        clean, low = keys.clean_log(topic, partition, int(cg or 0)), max(after, int(start or 0))
+        async with storage_errors():
+            holding: Any = await self.redis.xrevrange(clean, f"{low}-1", "-", count=1)
+        lower = f"{holding[0][0].decode()}" if holding else "-"
+        while True:
+            async with storage_errors():
+                entries: Any = await self.redis.xrange(clean, lower, "+", count=64)
+            for raw in entries:
+                e = _entry(raw)
+                h = parse_header(e.batch, verify_crc=False)
+                if not h.control and h.max_timestamp >= ts:
+                    return (int(start or 0), e), after
+            if len(entries) < 64:
+                return None, max(after, int(cb))
+            lower = "(" + entries[-1][0].decode()
 
     async def trim(
         self,

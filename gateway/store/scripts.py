@@ -91,6 +91,11 @@ class Scripts:
     def sha(self, name: str) -> str:
         return str(self._scripts[name].sha)
 
+    def evalsha(self, name: str, keys: list[str], args: list[Any]) -> tuple[Any, ...]:
+        """The EVALSHA command of one call, for a pipeline of one's own."""
+        self._check(name, keys, args)
+        return ("EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
+
     async def call(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """One call; several go through `call_many` (one round trip, and the one way a cluster takes
         scripts in a pipeline)."""
@@ -105,10 +110,8 @@ class Scripts:
         for attempt in range(2):
             pipe = self._redis.pipeline(transaction=False)
             for i in todo:
-                name, keys, args = calls[i]
-                self._check(name, keys, args)
                 # execute_command: a cluster pipeline refuses its evalsha() helper, not the command
-                pipe.execute_command("EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
+                pipe.execute_command(*self.evalsha(*calls[i]))
             results = await pipe.execute(raise_on_error=False)
             missing = []
             for i, r in zip(todo, results, strict=True):

@@ -3,11 +3,9 @@ transaction ends, then applied or dropped by one script in the group's slot."""
 
 from __future__ import annotations
 
-from redis.typing import EncodableT, FieldT
-
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.groups import CommittedOffset, _field
+from gateway.store.groups import CommittedOffset, packed_offsets
 from gateway.store.scripts import Scripts
 
 
@@ -19,9 +17,10 @@ class TxnOffsetStore:
     async def stage(self, group_id: str, txn_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
         if not offsets:
             return
-        mapping: dict[FieldT, EncodableT] = {_field(t, p): c.pack() for (t, p), c in offsets.items()}
         async with storage_errors():
-            await self.redis.hset(keys.group_txn_offsets(group_id, txn_id), mapping=mapping)
+            # offsets
+            await self.scripts.call(
+                "txn-offsets-stage-1", [keys.group_txn_offsets(group_id, txn_id)], [packed_offsets(offsets)])
 
     async def settle(self, group_id: str, txn_id: str, commit: bool) -> int:
         async with storage_errors():

@@ -1,5 +1,6 @@
-"""Consumer groups: one state machine per group protocol (`classic`), the driver that runs them
-over the store (`coordinator`) and committed offsets (`offsets`)."""
+"""Consumer groups: one state machine per group protocol (`classic`, `consumer`) and for the moves
+between them (`migration`), the driver that runs them over the store (`driver` shared, one module per
+protocol, joined in `coordinator`) and committed offsets (`offsets`)."""
 
 from gateway.domain.groups.classic import (
     COMPLETING_REBALANCE,

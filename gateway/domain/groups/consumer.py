@@ -72,6 +72,9 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5_000
     max_size: int = 2**31 - 1
     assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    # Kafka's group.consumer.migration.policy: whether a classic group with members may become a
+    # consumer group when a member joins with ConsumerGroupHeartbeat (upgrade), and back (downgrade)
+    migration_policy: str = "bidirectional"
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ class ConsumerMemberDescription:
     subscribed_regex: str | None
     assignment: Assignment
     target_assignment: Assignment
+    classic: bool = False  # a member of the classic protocol (online migration)
 
 
 @dataclass(frozen=True)
@@ -146,12 +150,15 @@ class ConsumerGroup:
         self.config = config or ConsumerGroupConfig()
         self.sessions: dict[str, float] = {}  # member id -> when its session ends
         self.revocations: dict[str, tuple[float, int]] = {}  # member id -> (deadline, epoch it revokes in)
+        # a classic member (online migration) told to rejoin, or that joined and must sync: by when
+        # (its rebalance timeout; Kafka's consumer group join and sync timeouts)
+        self.classic_deadlines: dict[str, float] = {}
         self.armed = False
 
     # -- what the driver asks -------------------------------------------------------------------
 
     def next_deadline(self) -> float | None:
-        candidates = [*self.sessions.values(), *(d for d, _ in self.revocations.values())]
+        candidates = [*self.sessions.values(), *(d for d, _ in self.revocations.values()), *self.classic_deadlines.values()]
         return min(candidates) if candidates else None
 
     def arm(self, g: ConsumerGroupDoc, now: float) -> None:
@@ -160,7 +167,7 @@ class ConsumerGroup:
             return
         self.armed = True
         for m in g.members.values():
-            self.sessions[m.member_id] = now + self.config.session_timeout_ms / 1000
+            self.touch(m, now)
             if m.state == MemberState.UNREVOKED_PARTITIONS:
                 self.revocations[m.member_id] = (now + m.rebalance_timeout_ms / 1000, m.member_epoch)
 
@@ -168,6 +175,7 @@ class ConsumerGroup:
         """Forget this process's view of the group (another gateway coordinates it now)."""
         self.sessions.clear()
         self.revocations.clear()
+        self.classic_deadlines.clear()
         self.armed = False
 
     # -- ConsumerGroupHeartbeat -----------------------------------------------------------------
@@ -200,7 +208,40 @@ class ConsumerGroup:
         member, replaced = self._member(g, member_id, req)
         if req.subscribed_regex and req.subscribed_regex != member.subscribed_regex:
             topic_pattern(req.subscribed_regex)  # a bad one is refused before anything changes
-        updated = _updated(member, req)
+        reconciled, changed_group = self.step(g, now, member, _updated(member, req), replaced, topics, req.owned)
+
+        full = joining or (
+            req.rebalance_timeout_ms != -1
+            and (req.subscribed_topics is not None or req.subscribed_regex is not None)
+            and req.owned is not None
+        )
+        changed = reconciled.assigned != member.assigned
+        return Step(
+            g,
+            HeartbeatResult(
+                member_id,
+                reconciled.member_epoch,
+                self.config.heartbeat_interval_ms,
+                dict(reconciled.assigned) if full or changed else None,
+            ),
+            changed_group or reconciled != member,
+        )
+
+    def step(
+        self,
+        g: ConsumerGroupDoc,
+        now: float,
+        member: ConsumerMemberDoc,
+        updated: ConsumerMemberDoc,
+        replaced: ConsumerMemberDoc | None,
+        topics: Mapping[str, int],
+        owned: Assignment | None,
+    ) -> tuple[ConsumerMemberDoc, bool]:
+        """Kafka's heartbeat steps 1-3 for a member of either protocol: store `updated` (bumping the
+        group epoch when its subscription changed), recompute the target if the epoch moved ahead,
+        and take one step of the member towards its target. Returns the reconciled member and
+        whether the group changed beyond it."""
+        member_id = updated.member_id
         bump = g.group_epoch == 0 or _subscription(updated) != _subscription(member)
         if replaced is not None:
             self._replace(g, replaced, updated)
@@ -220,31 +261,20 @@ class ConsumerGroup:
         if retarget:
             self._update_target(g)
 
-        reconciled = reconcile(updated, g, req.owned)
+        reconciled = reconcile(updated, g, owned)
         g.members[member_id] = reconciled
         if reconciled != updated or replaced is not None:
             if reconciled.state == MemberState.UNREVOKED_PARTITIONS:
                 self.revocations[member_id] = (now + reconciled.rebalance_timeout_ms / 1000, reconciled.member_epoch)
             else:
                 self.revocations.pop(member_id, None)
-        self.sessions[member_id] = now + self.config.session_timeout_ms / 1000
+        self.touch(reconciled, now)
+        return reconciled, bump or retarget or replaced is not None
 
-        full = joining or (
-            req.rebalance_timeout_ms != -1
-            and (req.subscribed_topics is not None or req.subscribed_regex is not None)
-            and req.owned is not None
-        )
-        changed = reconciled.assigned != member.assigned
-        return Step(
-            g,
-            HeartbeatResult(
-                member_id,
-                reconciled.member_epoch,
-                self.config.heartbeat_interval_ms,
-                dict(reconciled.assigned) if full or changed else None,
-            ),
-            bump or retarget or replaced is not None or reconciled != member,
-        )
+    def touch(self, m: ConsumerMemberDoc, now: float) -> None:
+        """Start the member's session again: a classic member's own timeout, else the group's."""
+        timeout = m.classic_session_timeout_ms if m.classic else self.config.session_timeout_ms
+        self.sessions[m.member_id] = now + timeout / 1000
 
     def _member(
         self, g: ConsumerGroupDoc, member_id: str, req: HeartbeatRequest
@@ -319,7 +349,7 @@ class ConsumerGroup:
             log.info("group %s: static member %s left for now", g.group_id, req.instance_id)
         else:
             log.info("group %s: member %s left", g.group_id, m.member_id)
-            self._fence(g, m.member_id)
+            self.fence(g, m.member_id)
         return Step(g, HeartbeatResult(m.member_id, req.member_epoch, interval, None), True)
 
     # -- timers ---------------------------------------------------------------------------------
@@ -330,6 +360,7 @@ class ConsumerGroup:
         if g is None:
             self.sessions.clear()
             self.revocations.clear()
+            self.classic_deadlines.clear()
             return Step(None, None, False)
         save = False
         for mid, until in list(self.sessions.items()):
@@ -337,7 +368,7 @@ class ConsumerGroup:
                 del self.sessions[mid]
             elif until <= now:
                 log.info("group %s: member %s missed its session timeout; fenced", g.group_id, mid)
-                self._fence(g, mid)
+                self.fence(g, mid)
                 save = True
         for mid, (until, epoch) in list(self.revocations.items()):
             m = g.members.get(mid)
@@ -345,19 +376,28 @@ class ConsumerGroup:
                 del self.revocations[mid]
             elif until <= now:
                 log.info("group %s: member %s did not revoke within its rebalance timeout; fenced", g.group_id, mid)
-                self._fence(g, mid)
+                self.fence(g, mid)
+                save = True
+        for mid, until in list(self.classic_deadlines.items()):
+            if mid not in g.members:
+                del self.classic_deadlines[mid]
+            elif until <= now:
+                log.info("group %s: classic member %s did not rejoin or sync within its rebalance timeout; fenced",
+                         g.group_id, mid)
+                self.fence(g, mid)
                 save = True
         return Step(g, None, save)
 
     # -- the transitions ------------------------------------------------------------------------
 
-    def _fence(self, g: ConsumerGroupDoc, member_id: str) -> None:
+    def fence(self, g: ConsumerGroupDoc, member_id: str) -> None:
         """Remove a member: its partitions are free at once, the others' targets follow at the next
         heartbeat (the group epoch moves ahead of the assignment epoch)."""
         g.members.pop(member_id, None)
         g.target.pop(member_id, None)
         self.sessions.pop(member_id, None)
         self.revocations.pop(member_id, None)
+        self.classic_deadlines.pop(member_id, None)
         g.group_epoch += 1
         if not g.members:  # an empty group has nothing to assign (KAFKA-20442)
             g.assignment_epoch = g.group_epoch
@@ -573,6 +613,7 @@ def describe(g: ConsumerGroupDoc, assignor: str) -> ConsumerGroupDescription:
             ConsumerMemberDescription(
                 m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
                 m.subscribed_topics, m.subscribed_regex, dict(m.assigned), dict(g.target.get(m.member_id, {})),
+                m.classic,
             )
             for m in g.members.values()
         ],
@@ -584,11 +625,13 @@ def validate_offset_commit(
 ) -> None:
     """Kafka's `ConsumerGroup.validateOffsetCommit`: a commit with epoch -1 (the admin client, or a
     consumer assigning partitions itself) is accepted while the group is empty; otherwise the member
-    must exist and commit in its current epoch, with OffsetCommit v9+ unless transactional."""
+    must exist and commit in its current epoch, with OffsetCommit v9+ unless transactional. A
+    classic member commits with any version, its generation being its member epoch, and a stale one
+    is ILLEGAL_GENERATION as in a classic group."""
     if member_epoch < 0 and not g.members:
         return
     m = _known(g, member_id)
-    if not transactional and api_version < 9:
+    if not transactional and api_version < 9 and not m.classic:
         raise GroupError(
             GroupErrorKind.UNSUPPORTED_VERSION,
             "OffsetCommit version 9 or above must be used by members using the consumer group protocol",
@@ -614,6 +657,6 @@ def _known(g: ConsumerGroupDoc, member_id: str) -> ConsumerMemberDoc:
 def _check_current(m: ConsumerMemberDoc, member_epoch: int) -> None:
     if member_epoch != m.member_epoch:
         raise GroupError(
-            GroupErrorKind.STALE_MEMBER_EPOCH,
+            GroupErrorKind.ILLEGAL_GENERATION if m.classic else GroupErrorKind.STALE_MEMBER_EPOCH,
             f"member epoch {member_epoch} is not the member's current epoch {m.member_epoch}",
         )

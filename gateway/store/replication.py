@@ -1,0 +1,301 @@
+"""Redis's replicas: counted, waited for, and shown.
+
+Redis replicates asynchronously: a write is on the primary when its command returns and on a replica
+some time later. `WAIT n timeout` on the connection that wrote returns once n replicas acknowledge
+everything that connection wrote (or when the timeout passes, with how many did). Redis replicates one
+ordered stream per primary, so a replica that holds a write also holds every write the primary ran
+before it, from any connection.
+
+Two kinds of writes wait here, on the same connections (one per primary, opened beside the redis-py
+client), so that a WAIT in flight is shared by every write sent while it runs (`Waits`):
+- appends of `acks=all` producers on topics with `min.insync.replicas` above 1 (`LogStore.append`);
+- the state changes a client is told are done (`DURABLE`, run through `DurableScripts`).
+
+State changes wait for `state_replicas` replicas: the gateway's `--state-min-insync-replicas` less the
+primary (Kafka keeps its offsets and transaction state in topics whose `min.insync.replicas` is 2, out
+of 3 replicas), but never for more replicas than the primary has had since the gateway started: a
+single Redis waits for none and pays nothing, while a primary whose replicas went away answers
+NotEnoughReplicas (nothing run) or, when WAIT times out, NotEnoughReplicasAfterAppend (run, maybe not
+replicated). Both are retriable; the coordinators' faces answer them as Kafka's do (the group and
+transaction coordinators say COORDINATOR_NOT_AVAILABLE), and each durable state change is safe to
+repeat.
+
+What does not wait, and why:
+- writes a later waited-for write covers: a transaction's begin and its partitions (txn-new,
+  txn-add, fence-begin) and acks within a transaction (sub-txn-ack) come before its end, which waits;
+  a WAIT for the end holds every earlier write. The end itself (txn-finish) is repeatable: a lost
+  finish leaves the transaction decided, and it is rolled forward again.
+- group membership (group-save, cgroup-save): losing it costs a rebalance, which members recover from
+  by rejoining (Kafka's UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH), and it changes on every join.
+- leases (group, subscription, role, node): they expire within seconds and are renewed; a failover
+  looks like an expiry to their holders.
+- topic metadata, users, ACLs and dynamic configs: administrative, rare, and covered by any later
+  waited-for write; Kafka keeps them in its controller quorum, whose errors the admin APIs do not
+  share with the coordinators'.
+- produces of delayed messages and watermark marks (delay-add, delay-hold, watermark-append): they
+  follow the produce path, today answered at acks=1; what they lead to waits (their move to the log,
+  their transaction's end).
+- repeatable internal steps (partition init/drop/purge, retention trims, watermark snapshots, hints).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from gateway.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, StorageUnavailable
+from gateway.store.connection import RedisClient, storage_errors
+from gateway.store.resp import DirectConnections, RespConnection, RespError
+from gateway.store.scripts import Scripts, ScriptSpec
+
+_REPLICAS_FRESH = 1.0  # seconds a node's count of online replicas is trusted before it is read again
+# error replies of a node busy, loading, failing over or handing a slot on: the script did not run
+_PASSING = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "BUSY", "MASTERDOWN", "READONLY")
+
+DURABLE = frozenset({
+    # the transaction coordinator's point of no return, and what rolling it forward writes
+    "txn-end-5", "txn-group-commit-5", "txn-marker-5", "txn-offsets-settle-2", "sub-txn-settle-4",
+    "watermark-settle-2", "delay-commit-8", "delay-drop-2",
+    # fencing epochs: InitProducerId, the native fence
+    "fence-connect-6",
+    # committed offsets (classic and consumer groups, transactional ones staged) and their deletion
+    "group-commit-4", "cgroup-commit-3", "txn-offsets-stage-1", "group-offsets-delete-2",
+    "group-delete-4", "cgroup-delete-3",
+    # native subscriptions' acks and seeks
+    "sub-ack-4", "sub-seek-3", "sub-delete-4",
+    # delayed messages moved from the index into the log
+    "delay-move-6",
+})
+"""Scripts whose answer tells a client its change is done: each waits for the replicas."""
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    address: str  # host:port, as the primary sees it
+    state: str  # online, wait_bgsave, send_bulk, ...
+    offset: int  # replication offset the replica acknowledged
+    lag_bytes: int  # the primary's offset less the replica's
+    lag_seconds: int  # since its last acknowledgement
+
+
+@dataclass(frozen=True)
+class PrimaryStatus:
+    address: str  # host:port of the primary
+    offset: int  # its replication offset
+    replicas: list[ReplicaStatus]
+
+    @property
+    def online(self) -> int:
+        return sum(1 for r in self.replicas if r.state == "online")
+
+
+class Waits:
+    """Redis's WAIT on the connections that write for the replicas: at most one in flight on each,
+    and every write sent while one is in flight shares the next. WAIT blocks its connection in Redis,
+    so writes sent meanwhile run only after it returns, and the next WAIT, sent then, covers them:
+    pipelined requests share WAITs instead of queueing one each."""
+
+    def __init__(self) -> None:
+        self._next: dict[RespConnection, tuple[asyncio.Future[int], list[int], list[int]]] = {}
+        self._flying: set[RespConnection] = set()
+
+    def after(self, conn: RespConnection, replicas: int, timeout_ms: int) -> asyncio.Future[int]:
+        """The number of replicas that hold everything `conn` wrote so far (a WAIT's answer)."""
+        group = self._next.get(conn)
+        if group is None:
+            group = self._next[conn] = (asyncio.get_running_loop().create_future(), [], [])
+        group[1].append(replicas)
+        group[2].append(timeout_ms)
+        if conn not in self._flying:
+            self._send(conn)
+        return group[0]
+
+    def _send(self, conn: RespConnection) -> None:
+        group = self._next.pop(conn, None)
+        if group is None:
+            self._flying.discard(conn)
+            return
+        self._flying.add(conn)
+        fut, replicas, timeouts = group
+        # timeout 0 would block for ever: WAIT's timeout is at least a millisecond
+        sent = conn.pipeline([("WAIT", max(replicas), max(1, min(timeouts)))])
+        sent.add_done_callback(lambda done: self._answered(conn, fut, done))
+
+    def _answered(self, conn: RespConnection, fut: asyncio.Future[int], done: asyncio.Future[list[Any]]) -> None:
+        if not fut.done():
+            exc = done.exception()
+            reply = None if exc is not None else done.result()[0]
+            if exc is not None or not isinstance(reply, int):
+                fut.set_exception(StorageUnavailable(f"redis: WAIT failed ({exc or reply}); retry"))
+            else:
+                fut.set_result(reply)
+        self._send(conn)
+
+
+def _parse_replica(raw: dict[str, Any], primary_offset: int) -> ReplicaStatus:
+    offset = int(raw.get("offset", 0))
+    return ReplicaStatus(f"{raw.get('ip', '?')}:{raw.get('port', '?')}", str(raw.get("state", "?")), offset,
+                         max(0, primary_offset - offset), int(raw.get("lag", 0)))
+
+
+def primary_status(address: str, info: dict[str, Any]) -> PrimaryStatus:
+    """A primary's replicas from its INFO replication."""
+    offset = int(info.get("master_repl_offset", 0))
+    replicas = [_parse_replica(v, offset) for k, v in sorted(info.items())
+                if k.startswith("slave") and k[5:].isdigit() and isinstance(v, dict)]
+    return PrimaryStatus(address, offset, replicas)
+
+
+class Replication:
+    """The connections that write for the replicas and wait for them, one per primary, and each
+    primary's count of replicas online."""
+
+    def __init__(self, redis: RedisClient, scripts: Scripts, preload: Iterable[ScriptSpec]) -> None:
+        self.redis = redis
+        self.scripts = scripts
+        self.connections = DirectConnections(
+            redis, name="gateway-append-replicated", preload=tuple(s.source for s in preload))
+        self.waits = Waits()
+        self._online: dict[tuple[str, int], tuple[float, int]] = {}  # node -> (read at, online replicas)
+        self._most: dict[tuple[str, int], int] = {}  # node -> most replicas ever seen online
+        self._reading: dict[tuple[str, int], asyncio.Future[int]] = {}  # node -> its INFO being read
+        self.state_min_insync = 2
+        self.state_timeout_ms = 5_000
+
+    def configure(self, state_min_insync: int, state_timeout_ms: int) -> None:
+        """How many copies (the primary's included) a durable state change waits for, and how long."""
+        self.state_min_insync, self.state_timeout_ms = state_min_insync, state_timeout_ms
+
+    async def online(self, key: str) -> int:
+        """The replicas of `key`'s node that are online (INFO replication), read again after a second;
+        callers asking meanwhile share one read."""
+        addr = self.connections.address(key)
+        now = asyncio.get_running_loop().time()
+        seen = self._online.get(addr)
+        if seen is not None and now - seen[0] < _REPLICAS_FRESH:
+            return seen[1]
+        reading = self._reading.get(addr)
+        if reading is None:
+            reading = self._reading[addr] = asyncio.ensure_future(self._read_online(key, addr, now))
+            reading.add_done_callback(lambda _: self._reading.pop(addr, None))
+        return await asyncio.shield(reading)
+
+    async def _read_online(self, key: str, addr: tuple[str, int], now: float) -> int:
+        async with storage_errors():
+            if hasattr(self.redis, "get_node_from_key"):
+                info = await self.redis.info("replication", target_nodes=self.redis.get_node_from_key(key))
+            else:
+                info = await self.redis.info("replication")
+        online = primary_status("", info).online
+        self._online[addr] = (now, online)
+        self._most[addr] = max(online, self._most.get(addr, 0))
+        return online
+
+    def forget(self, key: str) -> None:
+        """Read `key`'s node's replicas again next time (a WAIT fell short)."""
+        self._online.pop(self.connections.address(key), None)
+
+    async def state_replicas(self, key: str) -> tuple[int, int]:
+        """(replicas a state change on `key` waits for, replicas online now)."""
+        online = await self.online(key)
+        return min(self.state_min_insync - 1, self._most[self.connections.address(key)]), online
+
+    async def primaries(self) -> list[PrimaryStatus]:
+        """Every primary's replicas, read now (for the admin API and metrics)."""
+        async with storage_errors():
+            if hasattr(self.redis, "get_primaries"):
+                await self.redis.initialize()  # the nodes are known once it has run a command
+                nodes = self.redis.get_primaries()
+                infos = await asyncio.gather(*(self.redis.info("replication", target_nodes=n) for n in nodes))
+                found = [(f"{n.host}:{n.port}", i) for n, i in zip(nodes, infos, strict=True)]
+            else:
+                host, port = self.connections.address("")
+                found = [(f"{host}:{port}", await self.redis.info("replication"))]
+        return [primary_status(addr, info) for addr, info in sorted(found)]
+
+    async def run(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
+        """Run `calls` (as `Scripts.call_many`: errors in place) and answer once the replicas that
+        state changes wait for hold them. NotEnoughReplicas (nothing run) when a node has fewer
+        online; NotEnoughReplicasAfterAppend when WAIT times out first."""
+        needs: list[int] = []
+        for _, call_keys, _ in calls:
+            needed, online = await self.state_replicas(call_keys[0])
+            if online < needed:
+                raise NotEnoughReplicas(f"{online} Redis replicas online, {needed} needed for a state change "
+                                        f"(state min.insync.replicas {self.state_min_insync})")
+            needs.append(needed)
+        if not any(needs):
+            async with storage_errors():
+                return await self.scripts.call_many(calls)
+        conns: dict[RespConnection, list[int]] = {}
+        for i, (_, call_keys, _) in enumerate(calls):
+            conn = await self.connections.connection(call_keys[0])
+            if conn is None:
+                raise StorageUnavailable("redis: no connection for a replicated state change; retry")
+            conns.setdefault(conn, []).append(i)
+        futures = {
+            conn: conn.pipeline([self.scripts.evalsha(*calls[i]) for i in idx]) for conn, idx in conns.items()
+        }  # all written before the first await: WAITs sent after them cover them
+        waits = {conn: self.waits.after(conn, max(needs[i] for i in idx), self.state_timeout_ms)
+                 for conn, idx in conns.items()}
+        replies: list[Any] = [None] * len(calls)
+        async with storage_errors():
+            for conn, fut in futures.items():
+                for i, reply in zip(conns[conn], await fut, strict=True):
+                    replies[i] = self.reply(conn, reply)
+            for conn, wait in waits.items():
+                acked = await wait
+                short = [i for i in conns[conn] if acked < needs[i]]
+                if short:
+                    self.forget(calls[short[0]][1][0])
+                    raise NotEnoughReplicasAfterAppend(
+                        f"a state change reached {acked} Redis replicas within {self.state_timeout_ms} ms, "
+                        f"{max(needs[i] for i in short)} needed (state min.insync.replicas {self.state_min_insync})")
+        return replies
+
+    def reply(self, conn: RespConnection, reply: Any) -> Any:
+        """A script's reply on a replicated connection, its error replies as redis-py's would be."""
+        if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT"):
+            conn.close()  # its scripts were flushed: the next connection loads them again
+            return StorageUnavailable("redis lost the gateway's scripts; retry")
+        if isinstance(reply, RespError) and str(reply).startswith(_PASSING):
+            if str(reply).startswith(("MOVED", "ASK")):
+                self.connections.relocate()
+            return StorageUnavailable(f"redis: {reply}; retry")
+        if isinstance(reply, RespError):
+            return ResponseError(str(reply))
+        return reply
+
+    def close(self) -> None:
+        self.connections.close()
+
+
+class DurableScripts(Scripts):
+    """`Scripts` as the sub-stores call them, with the state changes of `DURABLE` run through
+    `Replication.run`: answered once the replicas hold them. Every other script goes straight on."""
+
+    def __init__(self, scripts: Scripts, replication: Replication, durable: frozenset[str] = DURABLE) -> None:
+        vars(self).update(vars(scripts))  # the same registrations on the same client, not loaded again
+        self._plain = scripts
+        self._replication = replication
+        self._durable = durable
+
+    def _waits(self, names: Iterable[str]) -> bool:
+        return self._replication.state_min_insync > 1 and any(n in self._durable for n in names)
+
+    async def call(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        if not self._waits((name,)):
+            return await self._plain.call(name, keys, args)
+        (reply,) = await self._replication.run([(name, keys, args)])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def call_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
+        if not self._waits(name for name, _, _ in calls):
+            return await self._plain.call_many(calls)
+        return await self._replication.run(calls)
