@@ -88,6 +88,8 @@ def _admin_parser(sub: Any) -> None:
     gsub.add_parser("list", help="every group with its type, state, epoch, members and lag per topic")
     gsub.add_parser("describe", help="a group's epochs, members with their partitions, committed offsets "
                     "and lag").add_argument("group_id", metavar="group", help="the group's id")
+    shares = groups.add_parser("share-groups", help="share groups: members, start offsets, records in flight")
+    shares.add_argument("group_id", metavar="GROUP", nargs="?", help="describe this group (default: list them all)")
     txns = groups.add_parser("transactions", help="list, describe and abort transactions")
     xsub = txns.add_subparsers(dest="action", required=True)
     xsub.add_parser("list", help="unfinished transactions with their age and partitions")
@@ -162,6 +164,9 @@ def _bench_parser(sub: Any) -> None:
                    "Redis: produce, consume and transactions")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
+    p.add_argument("--share", action="store_true",
+                   help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
+                   "(--records of the first --sizes)")
     p.add_argument("--watermarks", action="store_true",
                    help="broker watermarks: send_watermark, lookups, consuming past markers")
     p.add_argument("--groups", action="store_true",
@@ -172,7 +177,8 @@ def _bench_parser(sub: Any) -> None:
                    help="delayed messages for --delayed (default: %(default)s)")
     p.add_argument("--spark", action="store_true",
                    help="the Spark source, sink and a pipeline of both (the spark extra, Java 17)")
-    p.add_argument("--records", type=int, default=500_000, help="records for --spark (default: %(default)s)")
+    p.add_argument("--records", type=int, default=500_000,
+                   help="records for --spark (default: %(default)s) and for --share")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark (default: %(default)s)")
 
 
@@ -219,6 +225,9 @@ def admin(args: argparse.Namespace) -> Any:
 
     if args.group == "gateways":
         return _http("GET", f"{base}/gateways")
+    if args.group == "share-groups":
+        group = "" if args.group_id is None else "/" + urllib.parse.quote(args.group_id, safe="")
+        return _http("GET", f"{base}/share-groups{group}")
     if args.group == "topics":
         if args.action == "list":
             return _http("GET", f"{base}/topics")

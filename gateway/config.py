@@ -117,6 +117,9 @@ class Config:
         "bidirectional", "whether a classic group moves to the consumer protocol as its members roll over "
         "(upgrade), back when the last one of that protocol leaves (downgrade), both, or neither (Kafka's "
         "group.consumer.migration.policy)", check=one_of("disabled", "upgrade", "downgrade", "bidirectional"))
+    group_share_min_record_lock_duration_ms: int = setting(
+        15_000, "the shortest share.record.lock.duration.ms a share group may set (Kafka's "
+        "group.share.min.record.lock.duration.ms)", check=POSITIVE, metavar="MS")
     group_initial_rebalance_delay_ms: int = setting(
         3_000, "how long the first rebalance of a new classic group waits for more members to join, so "
         "that members starting together share the first assignment (Kafka's group.initial.rebalance.delay.ms)",

@@ -14,6 +14,7 @@ from gateway import telemetry
 from gateway.admin.body import json_body
 from gateway.admin.metrics import Metrics
 from gateway.admin.security import SecurityApi, authentication
+from gateway.admin.share import ShareGroupsApi
 from gateway.clock import now_ms
 from gateway.domain.compaction import cleaner_view
 from gateway.domain.fence import KeyState, full_key
@@ -380,7 +381,7 @@ class AdminListener:
 async def start_admin_server(services: Services, host: str, port: int) -> AdminListener:
     api = AdminApi(services)
     app = web.Application(middlewares=[_answered, authentication(services.security)])
-    app.add_routes(api.routes() + SecurityApi(services.security).routes())
+    app.add_routes(api.routes() + SecurityApi(services.security).routes() + ShareGroupsApi(services.share).routes())
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     cfg = services.config

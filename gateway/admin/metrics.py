@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from gateway import telemetry
+from gateway.admin.share import share_group_families
 from gateway.clock import now_ms
 from gateway.domain.groups.admin import GroupAdmin
 from gateway.domain.services import Services
@@ -89,7 +90,8 @@ class Metrics:
         count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
         return [*traffic_families(), count, hw, start, *await self.replication_gauges(), *await self.delayed_gauges(parts),
                 *await self.transaction_gauges(), *await self.group_gauges(),
-                *await self.watermark_gauges([(t.name, t.partitions) for t in topics])]
+                *await self.watermark_gauges([(t.name, t.partitions) for t in topics]),
+                *await share_group_families(self.services.share)]
 
     async def replication_gauges(self) -> list[Metric]:
         """Per Redis primary, its replicas online; per replica, how far behind it is (the primary's

@@ -6,11 +6,7 @@ directory unless `--redis-url` names one (`--cluster`: a local three-primary Red
 printed beside its raw-Redis baseline, spread over as many streams as the topic has partitions,
 and the ratio between them.
 
-<<<<<<< HEAD
-One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `peer`), each on
-=======
-One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `groups`), each on
->>>>>>> s5-groupadmin
+from gateway.bench import delayed, groups, kafka, native, peer, share, spark, txn, watermarks
 `common` alone; this one only picks among them.
 """
 
@@ -18,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from gateway.bench import delayed, groups, kafka, native, peer, spark, txn, watermarks
+from gateway.bench import delayed, groups, kafka, native, peer, share, spark, txn, watermarks
 from gateway.bench.common import Progress, Row, bench_redis, print_table
 
 
@@ -40,6 +36,8 @@ def run_bench(args: argparse.Namespace) -> None:
         elif args.spark:
             rows = spark.measure_spark(url, count=args.records, size=sizes[0], partitions=args.partitions,
                                        cores=args.cores, seconds=seconds)
+        elif args.share:
+            rows = share.measure_share(url, sizes[0], args.records)
         elif args.txn:
             rows, note = txn.measure_txn(url, seconds), txn.NOTE
         elif args.kafka and args.acks == "all":

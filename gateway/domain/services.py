@@ -11,6 +11,7 @@ from gateway.config import Config
 from gateway.domain.delay import DelayService
 from gateway.domain.fence import FenceService
 from gateway.domain.groups.coordinator import GroupCoordinator
+from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
 from gateway.domain.producer_txn import TransactionalProducers
 from gateway.domain.registry import Registry
@@ -35,3 +36,4 @@ class Services:
     registry: Registry  # the gateways sharing this Redis: Metadata's brokers, who leads what
     roles: RoleLeases  # background roles run by one gateway at a time
     security: SecurityService
+    share: ShareCoordinator  # KIP-932's share groups, over the subscriptions

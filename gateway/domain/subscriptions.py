@@ -23,7 +23,8 @@ import heapq
 import itertools
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -114,6 +115,10 @@ class Subscription:
         self.watermark_sent: int | None = None  # what the consumers were told last
         self._watermark_lock = asyncio.Lock()
         self._renew_at = time.monotonic() + _RENEW_EVERY  # also when added partitions are looked for
+        # deliveries after which a record is archived (acknowledged undelivered) rather than
+        # redelivered, 0 for none: a share group's share.delivery.count.limit; `on_archive` hears of it
+        self.delivery_limit = 0
+        self.on_archive: Callable[[Delivery], Awaitable[None]] | None = None
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -269,6 +274,20 @@ class Subscription:
         if split:
             self.wake.set()
 
+    def renew(self, consumer: Consumer, offsets: dict[int, list[int]], timeout: float | None = None) -> None:
+        """Restart the ack timeout of the deliveries holding these offsets, where `consumer` holds them
+        (with `timeout`, for that long instead of the consumer's ack timeout)."""
+        timeout = consumer.ack_timeout if timeout is None else timeout
+        if timeout <= 0:
+            return
+        deadline = time.monotonic() + timeout
+        for p, offs in offsets.items():
+            for d in {self.outstanding[p].get(o) for o in offs} - {None}:
+                assert d is not None
+                if d.consumer is consumer:
+                    d.deadline = deadline
+                    heapq.heappush(self._deadlines, (deadline, next(self._tie), d))
+
     def _check_partition(self, p: int) -> None:
         if not 0 <= p < self.partitions:
             raise NotAllowed(f"{self.topic} has no partition {p}")
@@ -348,15 +367,14 @@ class Subscription:
 
     async def _dispatch_once(self) -> bool:
         self._expire()
+        await self.archive_over_limit()  # whether or not anyone is there to take more
         targets = self._targets()
         if not targets:
             return False
         batch: list[Delivery] = []
         while self.redeliver and len(batch) < 64:
             d = self.redeliver.popleft()
-            # offsets acked meanwhile (or claimed by a newer delivery) drop out
-            d.offsets = {o for o in d.offsets if o >= self.cursor.get(d.partition, 0)
-                         and o not in self.outstanding[d.partition]}
+            self._unclaimed(d)
             if d.offsets:
                 batch.append(d)
         if not batch:
@@ -366,6 +384,29 @@ class Subscription:
                 return self.read_pos != before  # skipped acked or hidden entries: read on at once
         await self._hand_out(batch, targets)
         return True
+
+    def _unclaimed(self, d: Delivery) -> None:
+        """Drop the offsets of a delivery to redo that were acked meanwhile (or claimed by a newer delivery)."""
+        d.offsets = {o for o in d.offsets if o >= self.cursor.get(d.partition, 0) and o not in self.outstanding[d.partition]}
+
+    async def archive_over_limit(self) -> None:
+        """Records up for redelivery that were delivered `delivery_limit` times go no more:
+        acknowledged, after `on_archive` heard of them."""
+        if not self.delivery_limit or all(d.redelivery_count < self.delivery_limit for d in self.redeliver):
+            return
+        over = [d for d in self.redeliver if d.redelivery_count >= self.delivery_limit]
+        self.redeliver = deque(d for d in self.redeliver if d.redelivery_count < self.delivery_limit)
+        for d in over:
+            self._unclaimed(d)
+        deliveries = [d for d in over if d.offsets]
+        for d in deliveries:
+            if self.on_archive is not None:
+                await self.on_archive(d)
+        offsets: dict[int, list[int]] = {}
+        for d in deliveries:
+            offsets.setdefault(d.partition, []).extend(sorted(d.offsets))
+        if offsets:
+            await self.acknowledge(offsets, {})
 
     async def _read(self, budget: int) -> list[Delivery]:
         """New batches from the partitions' read positions, as many as the permits allow."""
@@ -467,6 +508,18 @@ class SubscriptionService:
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
 
+    def active(self, topic: str, name: str) -> bool:
+        """Whether the subscription has consumers on this gateway."""
+        return (topic, name) in self._subs
+
+    def in_flight(self, topic: str, name: str) -> dict[int, Counter[int]]:
+        """What the subscription has delivered and not had acknowledged, on this gateway: per
+        partition, how many offsets at each delivery count (1 for a first delivery)."""
+        sub = self._subs.get((topic, name))
+        if sub is None:
+            return {}
+        return {p: Counter(d.redelivery_count + 1 for d in held.values()) for p, held in sub.outstanding.items()}
+
     async def renew(self, sub: Subscription) -> None:
         await self.store.lease(sub.topic, sub.name, self.node_id, LEASE_MS)
 
@@ -538,6 +591,8 @@ class SubscriptionService:
         consumer.subscription = None
         async with self._lock:
             sub.detach(consumer)
+            with contextlib.suppress(Exception):  # else the next dispatcher delivers them again
+                await sub.archive_over_limit()
             if not sub.consumers:
                 self._subs.pop((sub.topic, sub.name), None)
                 task = sub.task

@@ -19,12 +19,13 @@ from kio.schema.errors import ErrorCode as KafkaError
 from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.domain.topic_configs import BROKER_DEFAULTS, TOPIC_CONFIGS, Change, ConfigDef, Kind, Op
 from gateway.errors import AuthorizationFailed, InvalidRequest
-from gateway.kafka import codec
+from gateway.kafka import codec, share
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32  # KIP-848's group configs: a share group's here (`gateway.kafka.share`)
 SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
@@ -140,6 +141,8 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                     res.update(error_code=KafkaError.cluster_authorization_failed, error_message="not authorized")
                 else:
                     res["configs"] = await _broker_entries(ctx, r.resource_name, keys)
+            elif r.resource_type == RESOURCE_GROUP:
+                res["configs"] = await share.describe_group_configs(ctx, r.resource_name, keys)
             else:
                 res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs")
         except Exception as exc:
@@ -174,6 +177,8 @@ async def _alter(ctx: RequestContext, r: Any, changes: list[Change], incremental
                                      "the broker resource named \"\" (--entity-default)")
             else:
                 await log.alter_cluster_config(changes, incremental=incremental, validate_only=validate_only)
+        elif r.resource_type == RESOURCE_GROUP:
+            await share.alter_group_configs(ctx, r.resource_name, changes, incremental, validate_only)
         else:
             res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs change")
     except Exception as exc:

@@ -428,6 +428,7 @@ async def list_groups(ctx: RequestContext, req: Any) -> Any:
     types = {t.lower() for t in getattr(req, "types_filter", ()) or ()}
     try:
         listed = await _coordinator(ctx).list_groups(states or None)
+        listed += await ctx.services.share.list_groups(states or None)
     except Exception as exc:
         return _response(ctx, {"error_code": group_error(exc), "groups": []})
     return _response(ctx, {
@@ -447,7 +448,8 @@ async def delete_groups(ctx: RequestContext, req: Any) -> Any:
     for group_id in req.groups_names:
         try:
             await _authorize(ctx, group_id, Operation.DELETE)
-            await _coordinator(ctx).delete(group_id)
+            if not await ctx.services.share.delete_group(group_id):  # a share group's, else the others'
+                await _coordinator(ctx).delete(group_id)
             code = KafkaError.none
         except Exception as exc:
             code = group_error(exc)

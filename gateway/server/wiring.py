@@ -16,6 +16,7 @@ from gateway.domain.delay import DelayService
 from gateway.domain.fence import FenceService
 from gateway.domain.groups.consumer import ConsumerGroupConfig
 from gateway.domain.groups.coordinator import open_coordinator
+from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
 from gateway.domain.producer_txn import TransactionalProducers, group_offsets_settler
 from gateway.domain.registry import Registry
@@ -72,6 +73,12 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
             super_users=config.super_users.split(","), admin_token=config.admin_token,
             cache_seconds=config.acl_cache_seconds,
         )
+        share = ShareCoordinator(
+            log, subscriptions, store, session_timeout_ms=config.group_consumer_session_timeout_ms,
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            min_lock_duration_ms=config.group_share_min_record_lock_duration_ms,
+        )
+        closing.push_async_callback(share.close)  # releases what its members hold, before the subscriptions close
         closing.push_async_callback(registry.release)
         yield Services(config, log, txn, fence, delay, groups, txn_producers, watermark, subscriptions,
-                       registry, roles, security)
+                       registry, roles, security, share)

@@ -17,6 +17,7 @@ from gateway.store.replication import DurableScripts, Replication
 from gateway.store.roles import RoleStore
 from gateway.store.scripts import Scripts
 from gateway.store.security import SecurityStore
+from gateway.store.share_groups import ShareGroupStore
 from gateway.store.subscriptions import SubscriptionStore
 from gateway.store.txn import TxnStore
 from gateway.store.txn_offsets import TxnOffsetStore
@@ -50,6 +51,7 @@ class Store:
         self.registry = RegistryStore(redis, scripts)
         self.cluster_config = ClusterConfigStore(redis, scripts)
         self.cleaner = CleanerStore(redis, scripts)
+        self.share_groups = ShareGroupStore(redis, scripts)
 
     @classmethod
     def open(cls, url: str) -> Store:

@@ -14,14 +14,16 @@ from gateway.store.scripts import Scripts
 
 
 class ClusterConfigStore:
-    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts, key: str = keys.CLUSTER_CONFIG) -> None:
+        """`key`: another set of configs kept the same way (a share group's)."""
         self.redis = redis
         self.scripts = scripts
+        self.key = key
 
     async def get(self) -> tuple[int, dict[str, str]]:
         """(version, configs); version 0 when none were ever set."""
         async with storage_errors():
-            raw: bytes | None = await self.redis.get(keys.CLUSTER_CONFIG)  # type: ignore[assignment]
+            raw: bytes | None = await self.redis.get(self.key)  # type: ignore[assignment]
         if raw is None:
             return 0, {}
         d = msgpack.unpackb(raw, raw=False)
@@ -35,7 +37,7 @@ class ClusterConfigStore:
             new = change(current)
             async with storage_errors():
                 reply = await self.scripts.call(
-                    "cluster-config-1", [keys.CLUSTER_CONFIG], [version, msgpack.packb(new)],  # version, config
+                    "cluster-config-1", [self.key], [version, msgpack.packb(new)],  # version, config
                 )
             if reply[0] == ErrorCode.OK:
                 return new

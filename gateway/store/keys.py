@@ -281,3 +281,12 @@ def sec_user(name: str) -> str:
 CLUSTER_CONFIG = "gw:cluster-config"
 """String: msgpack {v: version, c: broker config name -> value}, the cluster-wide defaults of topic
 configs (log.retention.ms, message.max.bytes, ...) that an admin set; every gateway reads them."""
+
+
+def share_group_config(group_id: str) -> str:
+    """A share group's configs (share.record.lock.duration.ms, ...): msgpack {v = version, c = map}."""
+    return f"{group_tag(group_id)}:share-config"
+
+
+SHARE_GROUPS = "gw:share-groups"
+"""Set of share group ids, for ListGroups; a hint kept beside each group's own keys."""

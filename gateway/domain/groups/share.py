@@ -1,0 +1,187 @@
+"""KIP-932's share groups as a state machine: membership, member epochs, assignment, sessions.
+
+Pure, as `classic.py` and `consumer.py`: no Redis, no tasks, no timers; the time comes in with each
+event. What a share group hands out is records, not partitions: every member of a topic reads its
+partitions through the topic's shared subscription of the group's name
+(`gateway.domain.subscriptions`), which gives each record to one member at a time under a lock. So
+the assignment only says which partitions a member may fetch, and every member is given every
+partition of the topics it subscribes to: the first assignor of KIP-932 ("simple": a partition may
+be assigned to many members), which needs no reconciliation, so a member reaches its target in one
+heartbeat.
+
+As Kafka's `GroupMetadataManager.shareGroupHeartbeat`: member epoch 0 joins (the member id is the
+client's own from ShareGroupHeartbeat v1, KIP-1082), -1 leaves; the group epoch moves whenever the
+members, their subscriptions or the subscribed topics' partitions change, and a member's epoch
+follows it on its next heartbeat. An unknown member with a non-zero epoch is UNKNOWN_MEMBER_ID; an
+epoch that is neither the member's nor its previous one is FENCED_MEMBER_EPOCH. A member silent for
+the session timeout is removed (`expire`).
+
+Share sessions (KIP-932's ShareFetch `ShareSessionEpoch`, Kafka's `ShareSessionCache`): epoch 0
+opens a session (a new one replaces the member's old), -1 closes it, anything else must be the
+session's next epoch (INVALID_SHARE_SESSION_EPOCH), and a session that does not exist is
+SHARE_SESSION_NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from gateway.domain.groups.errors import GroupError, GroupErrorKind
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+CLOSE_SESSION_EPOCH = -1
+
+Assignment = dict[str, frozenset[int]]  # topic name -> partitions
+
+
+class ShareErrorKind(IntEnum):
+    """Kafka's error codes of the share-group APIs beyond those `GroupErrorKind` has."""
+
+    INVALID_RECORD_STATE = 121
+    SHARE_SESSION_NOT_FOUND = 122
+    INVALID_SHARE_SESSION_EPOCH = 123
+    SHARE_SESSION_LIMIT_REACHED = 133
+
+
+class ShareError(Exception):
+    """A share fetch or acknowledgement refused with one of `ShareErrorKind`."""
+
+    def __init__(self, kind: ShareErrorKind, message: str = "") -> None:
+        self.kind = kind
+        super().__init__(message or kind.name.lower().replace("_", " "))
+
+
+@dataclass
+class ShareMember:
+    member_id: str
+    epoch: int = 0
+    previous_epoch: int = 0
+    subscribed: tuple[str, ...] = ()
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    deadline_ms: int = 0
+    assignment: Assignment = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    member_id: str
+    member_epoch: int
+    assignment: Assignment | None  # None: unchanged since the member's last heartbeat
+    left: bool = False
+
+
+@dataclass
+class ShareSession:
+    epoch: int  # the epoch the next request must carry
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+
+
+class ShareGroup:
+    """One share group's members and sessions."""
+
+    def __init__(self, group_id: str) -> None:
+        self.group_id = group_id
+        self.epoch = 0
+        self.members: dict[str, ShareMember] = {}
+        self.sessions: dict[str, ShareSession] = {}
+        self._sizes: dict[str, int] = {}  # partition counts the assignments were computed from
+
+    @property
+    def state(self) -> str:
+        """As Kafka's ShareGroup.ShareGroupState spells it for ListGroups and the describe."""
+        return "Stable" if self.members else "Empty"
+
+    def subscribed_topics(self) -> set[str]:
+        return {t for m in self.members.values() for t in m.subscribed}
+
+    # -- membership -----------------------------------------------------------------------------
+
+    def heartbeat(
+        self, member_id: str, member_epoch: int, subscribed: Iterable[str] | None, partitions: Mapping[str, int],
+        *, now_ms: int, session_timeout_ms: int, rack_id: str | None = None, client_id: str = "",
+        client_host: str = "",
+    ) -> HeartbeatResult:
+        """A member's heartbeat; `partitions` has the partition count of every existing topic."""
+        if not member_id:
+            raise GroupError(GroupErrorKind.INVALID_REQUEST, "MemberId can't be empty.")
+        member = self.members.get(member_id)
+        if member_epoch == LEAVE_EPOCH:
+            if member is None:
+                raise GroupError(GroupErrorKind.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
+            self.remove(member_id)
+            return HeartbeatResult(member_id, LEAVE_EPOCH, None, left=True)
+        if member is None:
+            if member_epoch != JOIN_EPOCH:
+                raise GroupError(GroupErrorKind.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
+            if subscribed is None:
+                raise GroupError(GroupErrorKind.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
+            member = self.members[member_id] = ShareMember(member_id)
+            self.epoch += 1
+        elif member_epoch not in (member.epoch, member.previous_epoch, JOIN_EPOCH):
+            raise GroupError(GroupErrorKind.FENCED_MEMBER_EPOCH,
+                             f"member epoch {member_epoch} is not the member's {member.epoch}")
+        member.deadline_ms = now_ms + session_timeout_ms
+        member.rack_id, member.client_id, member.client_host = rack_id, client_id, client_host
+        if subscribed is not None and tuple(sorted(set(subscribed))) != member.subscribed:
+            member.subscribed = tuple(sorted(set(subscribed)))
+            self.epoch += 1
+        sizes = {t: partitions[t] for t in self.subscribed_topics() if t in partitions}
+        if sizes != self._sizes:
+            self._sizes = sizes
+            self.epoch += 1
+        target = {t: frozenset(range(sizes[t])) for t in member.subscribed if t in sizes}
+        changed = target != member.assignment or member_epoch == JOIN_EPOCH
+        if member.epoch != self.epoch:
+            member.previous_epoch, member.epoch = member.epoch, self.epoch
+            changed = changed or member_epoch != member.epoch
+        member.assignment = target
+        return HeartbeatResult(member_id, member.epoch, target if changed else None)
+
+    def remove(self, member_id: str) -> None:
+        if self.members.pop(member_id, None) is not None:
+            self.epoch += 1
+        self.sessions.pop(member_id, None)
+
+    def next_deadline(self) -> int | None:
+        return min((m.deadline_ms for m in self.members.values()), default=None)
+
+    def expire(self, now_ms: int) -> list[str]:
+        """Remove the members whose session timed out; their ids."""
+        gone = [m.member_id for m in self.members.values() if m.deadline_ms <= now_ms]
+        for member_id in gone:
+            self.remove(member_id)
+        return gone
+
+    # -- share sessions -------------------------------------------------------------------------
+
+    def session(
+        self, member_id: str, epoch: int, add: Iterable[tuple[str, int]], forget: Iterable[tuple[str, int]]
+    ) -> ShareSession | None:
+        """The member's session after a ShareFetch with `epoch`; None when the request closes it."""
+        if epoch == JOIN_EPOCH:  # from a member whose heartbeat may not have arrived yet, as Kafka allows
+            session = self.sessions[member_id] = ShareSession(epoch=1)
+        else:
+            found = self.sessions.get(member_id)
+            if found is None:
+                raise ShareError(ShareErrorKind.SHARE_SESSION_NOT_FOUND, f"no share session for member {member_id}")
+            if epoch == CLOSE_SESSION_EPOCH:
+                del self.sessions[member_id]
+                return None
+            session = found
+            if epoch != session.epoch:
+                raise ShareError(ShareErrorKind.INVALID_SHARE_SESSION_EPOCH,
+                                 f"share session epoch {epoch} is not the expected {session.epoch}")
+            session.epoch = session.epoch + 1 if session.epoch < 2**31 - 1 else 1
+        session.partitions.update(add)
+        session.partitions.difference_update(forget)
+        return session
+
+    def close_session(self, member_id: str, epoch: int) -> None:
+        """ShareAcknowledge with epoch -1 (the session's last acknowledgements), or any other epoch
+        checked and moved on as a ShareFetch's would be."""
+        self.session(member_id, epoch, (), ())

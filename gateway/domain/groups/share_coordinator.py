@@ -1,0 +1,646 @@
+"""The share-group coordinator: runs `share.ShareGroup`s and puts their members on the topics'
+shared subscriptions, so a share group is, per topic, the native shared subscription of its name.
+
+One queue, both faces: a member fetching a topic is a consumer of that topic's subscription
+(`gateway.domain.subscriptions`, mode shared) with the group's `share.record.lock.duration.ms` as its
+ack timeout. The subscription hands each record to one consumer at a time (a Kafka member or a
+native shared consumer), keeps what is in flight (Kafka's acquired records, with their delivery
+counts), redelivers what is released or whose lock expires, and archives (acknowledges undelivered)
+what was delivered `share.delivery.count.limit` times. Acknowledgements are the subscription's own,
+one script per partition: an ACCEPT or REJECT the client was told of is in Redis, so a gateway
+killed loses none; what it held locked is delivered again from the subscription's cursor. Members,
+sessions and locks are kept in process, as Kafka keeps its timers (a new gateway's members join
+again on UNKNOWN_MEMBER_ID).
+
+Followed: KIP-932; Kafka 4.2's `SharePartition` (acquire, acknowledge: a batch of offsets not all
+acquired by the member is INVALID_RECORD_STATE and changes nothing; release on session close and
+member departure; archive at the delivery limit) and `GroupConfig` (the share group configs, their
+defaults and bounds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from gateway.clock import now_ms
+from gateway.domain.groups.coordinator import GroupListing
+from gateway.domain.groups.errors import GroupError, GroupErrorKind
+from gateway.domain.groups.share import (
+    CLOSE_SESSION_EPOCH,
+    HeartbeatResult,
+    ShareErrorKind,
+    ShareGroup,
+    ShareMember,
+)
+from gateway.domain.log import LogService
+from gateway.domain.subscriptions import Consumer, Delivery, Mode, SubscriptionService
+from gateway.domain.topic_configs import Change, ConfigDef, Kind, apply
+from gateway.errors import InvalidConfig, TopicNotFound
+from gateway.formats.records import build_batch, iter_records
+from gateway.store import Store
+from gateway.store.log import Entry
+
+log = logging.getLogger(__name__)
+
+AUTO_OFFSET_RESET = "share.auto.offset.reset"
+LOCK_DURATION = "share.record.lock.duration.ms"
+DELIVERY_LIMIT = "share.delivery.count.limit"
+ISOLATION_LEVEL = "share.isolation.level"
+DEAD_LETTER_TOPIC = "share.dead.letter.topic"  # this gateway's own: not a Kafka group config
+RELEASE_DELAY = "share.release.delay.ms"  # this gateway's own too
+SHARE = "share"  # ListGroups' protocol type and group type of a share group
+MAX_LOCK_DURATION_MS = 3_600_000  # Kafka's bound on group.share.max.record.lock.duration.ms
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_ISO_DURATION = re.compile(
+    r"^([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?$", re.I
+)
+
+
+def duration_ms(text: str) -> int | None:
+    """An ISO-8601 duration (java.time.Duration.parse's PnDTnHnMn.nS) in milliseconds, None if malformed."""
+    m = _ISO_DURATION.match(text)
+    if m is None or text.upper().endswith("T") or not any(m.group(i) for i in (2, 3, 4, 5)):
+        return None
+    days, hours, minutes, seconds = (int(m.group(i) or 0) for i in (2, 3, 4, 5))
+    ms = ((days * 24 + hours) * 60 + minutes) * 60_000 + seconds * 1000 + int((m.group(6) or "0").ljust(3, "0")[:3])
+    return -ms if m.group(1) == "-" else ms
+
+
+def _auto_offset_reset(value: str) -> str | None:
+    if value in ("latest", "earliest"):
+        return None
+    if value.startswith("by_duration:"):
+        ms = duration_ms(value.removeprefix("by_duration:"))
+        if ms is None:
+            return "Invalid duration format"
+        return "Duration cannot be negative" if ms < 0 else None
+    return "String must be one of: latest, earliest, by_duration:<ISO-8601 duration>"
+
+
+def _topic_name(value: str) -> str | None:
+    if value and not _TOPIC_NAME.match(value):
+        return "a topic name is at most 249 of the characters [a-zA-Z0-9._-]"
+    return None
+
+
+def share_group_configs(min_lock_ms: int) -> dict[str, ConfigDef]:
+    """Kafka's GroupConfig share configs, the lock duration bounded below by this gateway's minimum."""
+    return {c.name: c for c in (
+        ConfigDef(AUTO_OFFSET_RESET, Kind.STRING, "latest",
+                  "Where a share group starts on a partition it has not read: latest, earliest, or "
+                  "by_duration:<ISO-8601 duration> (the first record at or after now less the duration).",
+                  effective=True, rule=_auto_offset_reset),
+        ConfigDef(LOCK_DURATION, Kind.INT, "30000",
+                  "How long a delivered record stays locked to its consumer before it is delivered again.",
+                  effective=True, low=min_lock_ms, high=MAX_LOCK_DURATION_MS),
+        ConfigDef(DELIVERY_LIMIT, Kind.INT, "5",
+                  "Deliveries of a record after which it is archived instead of delivered again.",
+                  effective=True, low=2, high=10),
+        ConfigDef(DEAD_LETTER_TOPIC, Kind.STRING, "",
+                  "Beyond Kafka: a topic that receives every record rejected or archived at the delivery "
+                  "limit, with headers saying why, how often it was delivered and where it came from; "
+                  "empty: such records are archived silently, as in Kafka.",
+                  effective=True, rule=_topic_name),
+        ConfigDef(RELEASE_DELAY, Kind.INT, "0",
+                  "Beyond Kafka: how long a released record waits before it is delivered again (a "
+                  "negative acknowledgement's backoff); 0: at once, as in Kafka.",
+                  effective=True, low=0, high=MAX_LOCK_DURATION_MS),
+        ConfigDef(ISOLATION_LEVEL, Kind.STRING, "read_uncommitted",
+                  "read_committed hides aborted and open transactions; a share group on this gateway "
+                  "reads committed records only, whichever is set (see the README).",
+                  effective=True, choices=("read_committed", "read_uncommitted")),
+    )}
+
+
+class AckType(IntEnum):
+    """ShareFetch/ShareAcknowledge's AcknowledgeTypes."""
+
+    GAP = 0
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+    RENEW = 4
+
+
+AckBatch = tuple[int, int, list[int]]  # first offset, last offset, types (one for all, or one per offset)
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class Acquired:
+    """One stored batch of a fetch and the ranges of it acquired: (first, last, delivery count)."""
+
+    entry: Entry
+    ranges: list[tuple[int, int, int]]
+
+
+@dataclass
+class ShareFetched:
+    records: dict[TopicPartition, list[Acquired]] = field(default_factory=dict)
+    ack_errors: dict[TopicPartition, ShareErrorKind] = field(default_factory=dict)
+
+
+@dataclass
+class Stats:
+    """What the share groups of this gateway did, for the admin face."""
+
+    rejected: int = 0
+    archived: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass(frozen=True)
+class ShareGroupView:
+    """A share group for the admin face: its members, per topic and partition its start offset and
+    the records in flight (delivered, not yet acknowledged) by delivery count, and what this gateway
+    saw rejected and archived."""
+
+    group_id: str
+    state: str
+    epoch: int
+    members: list[ShareMember]
+    start_offsets: dict[str, dict[int, int]]
+    in_flight: dict[str, dict[int, dict[int, int]]]  # topic -> partition -> delivery count -> records
+    rejected: int
+    archived: int
+    dead_lettered: int
+
+
+class _Member:
+    """A member's consumers (one per topic it fetched) and what they were handed, not yet fetched."""
+
+    def __init__(self, coordinator: ShareCoordinator, group_id: str, member_id: str) -> None:
+        self.coordinator = coordinator
+        self.group_id = group_id
+        self.member_id = member_id
+        self.consumers: dict[str, Consumer] = {}
+        self.topics: dict[int, str] = {}  # consumer id -> topic
+        self.handed: list[tuple[str, Delivery]] = []
+        self.arrived = asyncio.Event()
+
+    async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
+        topic = self.topics.get(consumer_id)
+        if topic is not None:
+            self.handed.extend((topic, d) for d in deliveries)
+            self.arrived.set()
+
+    async def reset(self, consumer_id: int) -> None:
+        """A seek forgot what was in flight: `take` drops what it handed out."""
+
+    async def watermark(self, consumer_id: int, watermark: int | None) -> None:
+        """Share consumers are not told watermarks."""
+
+    def held(self, topic: str, d: Delivery) -> bool:
+        consumer = self.consumers.get(topic)
+        return consumer is not None and d.consumer is consumer and bool(d.offsets)
+
+    def take(self, max_records: int, max_bytes: int) -> list[tuple[str, Delivery]]:
+        """What was handed out and is still held, up to the limits (the first batch always)."""
+        out: list[tuple[str, Delivery]] = []
+        records = size = 0
+        keep: list[tuple[str, Delivery]] = []
+        for topic, d in self.handed:
+            if not self.held(topic, d):
+                continue
+            if out and (records >= max_records or size + len(d.entry.batch) > max_bytes):
+                keep.append((topic, d))
+                continue
+            out.append((topic, d))
+            records += len(d.offsets)
+            size += len(d.entry.batch)
+        self.handed = keep
+        return out
+
+
+class ShareCoordinator:
+    """The share groups this gateway coordinates, over the subscription service."""
+
+    def __init__(
+        self, log_service: LogService, subscriptions: SubscriptionService, store: Store, *,
+        session_timeout_ms: int, heartbeat_interval_ms: int, min_lock_duration_ms: int,
+    ) -> None:
+        self.log = log_service
+        self.subscriptions = subscriptions
+        self.store = store.share_groups
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.specs = share_group_configs(min_lock_duration_ms)
+        self.groups: dict[str, ShareGroup] = {}
+        self.stats: dict[str, Stats] = {}
+        self._members: dict[tuple[str, str], _Member] = {}
+        self._configs: dict[str, dict[str, str]] = {}
+        self._lock = asyncio.Lock()
+        self._reaper: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    # -- configs ---------------------------------------------------------------------------------
+
+    async def configs(self, group_id: str, *, fresh: bool = False) -> dict[str, str]:
+        """The group's configs as set (defaults not included)."""
+        if fresh or group_id not in self._configs:
+            _, self._configs[group_id] = await self.store.configs(group_id).get()
+        return self._configs[group_id]
+
+    def value(self, configs: Mapping[str, str], name: str) -> str:
+        return configs.get(name, self.specs[name].default)
+
+    async def alter_configs(self, group_id: str, changes: Iterable[Change], *, incremental: bool,
+                            validate_only: bool) -> None:
+        changes = list(changes)
+
+        def change(current: dict[str, str]) -> dict[str, str]:
+            return apply(current, changes, self.specs, incremental=incremental,
+                         unknown=lambda name: InvalidConfig(f"Unknown group config name: {name}"))
+
+        if validate_only:
+            change(await self.configs(group_id, fresh=True))
+            return
+        self._configs[group_id] = await self.store.configs(group_id).alter(change)
+        await self._apply_configs(group_id)
+
+    async def _apply_configs(self, group_id: str) -> None:
+        """Set lock durations and the delivery limit on the group's consumers and subscriptions."""
+        cfg = self._configs.get(group_id, {})
+        lock = int(self.value(cfg, LOCK_DURATION)) / 1000
+        limit = int(self.value(cfg, DELIVERY_LIMIT))
+        for (gid, _), member in self._members.items():
+            if gid != group_id:
+                continue
+            for consumer in member.consumers.values():
+                consumer.ack_timeout = lock
+                if consumer.subscription is not None:
+                    consumer.subscription.delivery_limit = limit
+
+    # -- membership ------------------------------------------------------------------------------
+
+    async def heartbeat(
+        self, group_id: str, member_id: str, member_epoch: int, subscribed: Iterable[str] | None, *,
+        rack_id: str | None = None, client_id: str = "", client_host: str = "",
+    ) -> HeartbeatResult:
+        topics = {t.name: t.partitions for t in await self.log.list_topics()}
+        await self.configs(group_id, fresh=True)
+        async with self._lock:
+            group = self.groups.get(group_id)
+            if group is None:
+                group = self.groups[group_id] = ShareGroup(group_id)
+                self.stats.setdefault(group_id, Stats())
+                await self.store.remember(group_id)
+            result = group.heartbeat(
+                member_id, member_epoch, subscribed, topics, now_ms=now_ms(),
+                session_timeout_ms=self.session_timeout_ms, rack_id=rack_id, client_id=client_id,
+                client_host=client_host,
+            )
+        if result.left:
+            await self._drop(group_id, member_id)
+        self._start_reaper()
+        return result
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.create_task(self._reap(), name="share group sessions")
+        self._wake.set()
+
+    async def _reap(self) -> None:
+        """Remove members whose session timed out, releasing what they held."""
+        while True:
+            deadlines = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
+            wait = 1.0 if not deadlines else max(0.0, min(deadlines) - now_ms()) / 1000
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=min(wait, 5.0))
+            now = now_ms()
+            for group_id, group in list(self.groups.items()):
+                for member_id in group.expire(now):
+                    log.info("share group %s: member %s timed out", group_id, member_id)
+                    await self._drop(group_id, member_id)
+
+    async def _drop(self, group_id: str, member_id: str) -> None:
+        """The member is gone (or its session closed): what it held goes to the others."""
+        member = self._members.pop((group_id, member_id), None)
+        if member is None:
+            return
+        for consumer in member.consumers.values():
+            await self.subscriptions.unsubscribe_consumer(consumer)
+
+    async def view(self, group_id: str) -> ShareGroupView | None:
+        """What the admin face shows of a share group; None when there is no such group."""
+        group = self.groups.get(group_id)
+        if group is None and group_id not in await self.store.known():
+            return None
+        starts = await self.start_offsets(group_id, None)
+        stats = self.stats.get(group_id, Stats())
+        in_flight: dict[str, dict[int, dict[int, int]]] = {}
+        for topic in starts:
+            held = self.subscriptions.in_flight(topic, group_id)
+            in_flight[topic] = {p: dict(sorted(counts.items())) for p, counts in held.items() if counts}
+        return ShareGroupView(
+            group_id, group.state if group is not None else "Empty", group.epoch if group is not None else 0,
+            [] if group is None else list(group.members.values()), starts, in_flight, stats.rejected, stats.archived,
+            stats.dead_lettered,
+        )
+
+    def describe(self, group_id: str) -> ShareGroup | None:
+        return self.groups.get(group_id)
+
+    async def known(self) -> set[str]:
+        return set(self.groups) | await self.store.known()
+
+    async def list_groups(self, states: set[str] | None = None) -> list[GroupListing]:
+        """ListGroups' share groups: those with members here, and every one Redis knows of."""
+        out = []
+        for group_id in sorted(await self.known()):
+            group = self.groups.get(group_id)
+            state = group.state if group is not None else "Empty"
+            if states is None or state in states:
+                out.append(GroupListing(group_id, SHARE, state, SHARE))
+        return out
+
+    async def delete_group(self, group_id: str) -> bool:
+        """DeleteGroups of a share group (False when `group_id` is none): it must have no members;
+        what it read of every topic (its subscriptions) and its configs are gone."""
+        if group_id not in await self.known():
+            return False
+        await self.delete_offsets(group_id, list(await self.start_offsets(group_id, None)))
+        self.groups.pop(group_id, None)
+        self._configs.pop(group_id, None)
+        self.stats.pop(group_id, None)
+        await self.store.configs(group_id).alter(lambda _: {})
+        await self.store.remember(group_id, present=False)
+        return True
+
+    # -- offsets (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets) -----
+
+    async def start_offsets(self, group_id: str, topics: Mapping[str, list[int]] | None) -> dict[str, dict[int, int]]:
+        """Per topic the group reads (or of `topics`), each partition's start offset: the cursor of
+        its subscription, below which every record is acknowledged or archived; -1 where it has none."""
+        names = list(topics) if topics is not None else [t.name for t in await self.log.list_topics()]
+        out: dict[str, dict[int, int]] = {}
+        for topic in names:
+            try:
+                partitions = (await self.log.topic(topic, create=False)).partitions
+            except TopicNotFound:
+                continue
+            cursors = (await self.subscriptions.store.positions(topic, range(partitions))).get(group_id)
+            if cursors is None and topics is None:
+                continue
+            wanted = topics[topic] if topics is not None and topics[topic] else range(partitions)
+            out[topic] = {p: (cursors or {}).get(p, -1) for p in wanted}
+        return out
+
+    def _check_empty(self, group_id: str, topics: Iterable[str]) -> None:
+        group = self.groups.get(group_id)
+        if (group is not None and group.members) or any(self.subscriptions.active(t, group_id) for t in topics):
+            raise GroupError(GroupErrorKind.NON_EMPTY_GROUP, f"share group {group_id} has members")
+
+    async def alter_offsets(self, group_id: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        """Move the group's start offsets (its subscriptions' cursors, made if need be); the group
+        must have no members."""
+        self._check_empty(group_id, offsets)
+        for topic, targets in offsets.items():
+            info = await self.log.topic(topic, create=False)
+            await self.subscriptions.store.open(topic, range(info.partitions), group_id, initial="earliest",
+                                                mode=Mode.SHARED.value)
+            await self.subscriptions.store.seek(topic, group_id, dict(targets))
+        await self.store.remember(group_id)
+
+    async def delete_offsets(self, group_id: str, topics: Iterable[str]) -> None:
+        """Forget what the group has read of these topics (their subscriptions); it must have no members."""
+        topics = list(topics)
+        self._check_empty(group_id, topics)
+        for topic in topics:
+            info = await self.log.topic(topic, create=False)
+            await self.subscriptions.store.delete(topic, range(info.partitions), group_id)
+
+    # -- fetch and acknowledge -------------------------------------------------------------------
+
+    def _group(self, group_id: str) -> ShareGroup:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = ShareGroup(group_id)
+        return group
+
+    async def fetch(
+        self, group_id: str, member_id: str, session_epoch: int, add: Iterable[TopicPartition],
+        forget: Iterable[TopicPartition], acks: Mapping[TopicPartition, list[AckBatch]], *,
+        max_records: int, max_bytes: int, max_wait: float,
+    ) -> ShareFetched | None:
+        """A ShareFetch: the session moved on, the acknowledgements applied, then records acquired
+        (waiting up to `max_wait` for some). None when the request closes the session."""
+        group = self._group(group_id)
+        session = group.session(member_id, session_epoch, add, forget)
+        out = ShareFetched()
+        if acks:
+            out.ack_errors = await self.acknowledge(group_id, member_id, acks)
+        if session is None:
+            await self._drop(group_id, member_id)
+            return None
+        member = self._members.get((group_id, member_id))
+        if member is None:
+            member = self._members[(group_id, member_id)] = _Member(self, group_id, member_id)
+        topics = {t for t, _ in session.partitions}
+        for topic in set(member.consumers) - topics:
+            consumer = member.consumers.pop(topic)
+            await self.subscriptions.unsubscribe_consumer(consumer)
+        for topic in topics - set(member.consumers):
+            await self._attach(member, topic)
+        if max_records <= 0 or not topics:
+            return out
+        taken = member.take(max_records, max_bytes)
+        if not taken and max_wait > 0:
+            member.arrived.clear()
+            for consumer in member.consumers.values():
+                if consumer.subscription is not None:
+                    consumer.permits = 0
+                    self.subscriptions.flow(consumer, max_records)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(member.arrived.wait(), max_wait)
+            for consumer in member.consumers.values():
+                consumer.permits = 0
+            taken = member.take(max_records, max_bytes)
+        out.records = _acquired((t, d) for t, d in taken if (t, d.partition) in session.partitions)
+        return out
+
+    async def _attach(self, member: _Member, topic: str) -> None:
+        """The member becomes a consumer of the topic's subscription of the group's name."""
+        cfg = self._configs.get(member.group_id) or await self.configs(member.group_id)
+        reset = self.value(cfg, AUTO_OFFSET_RESET)
+        seek_to: int | None = None
+        if reset.startswith("by_duration:"):
+            existing = await self.subscriptions.store.positions(topic, range((await self.log.topic(topic)).partitions))
+            if member.group_id not in existing:
+                seek_to = now_ms() - (duration_ms(reset.removeprefix("by_duration:")) or 0)
+            reset = "earliest"
+        consumer = await self.subscriptions.subscribe(
+            topic, member.group_id, member, mode=Mode.SHARED, initial_position=reset,
+            consumer_name=member.member_id, ack_timeout=int(self.value(cfg, LOCK_DURATION)) / 1000,
+        )
+        member.consumers[topic] = consumer
+        member.topics[consumer.id] = topic
+        sub = consumer.subscription
+        assert sub is not None
+        sub.delivery_limit = int(self.value(cfg, DELIVERY_LIMIT))
+        stats = self.stats.setdefault(member.group_id, Stats())
+
+        async def archived(d: Delivery) -> None:
+            stats.archived += len(d.offsets)
+            await self._dead_letter(member.group_id, topic, d, sorted(d.offsets), "delivery-limit", d.redelivery_count)
+
+        sub.on_archive = archived
+        if seek_to is not None:
+            await self.subscriptions.seek_time(consumer, seek_to)
+
+    async def acknowledge(
+        self, group_id: str, member_id: str, acks: Mapping[TopicPartition, list[AckBatch]],
+        session_epoch: int | None = None,
+    ) -> dict[TopicPartition, ShareErrorKind]:
+        """Apply acknowledgements per partition; the partitions refused (nothing of theirs applied).
+        With `session_epoch` (a ShareAcknowledge), the session is checked and moved on first."""
+        if session_epoch is not None:
+            self._group(group_id).close_session(member_id, session_epoch)
+        member = self._members.get((group_id, member_id))
+        errors: dict[TopicPartition, ShareErrorKind] = {}
+        by_topic: dict[str, dict[int, list[AckBatch]]] = {}
+        for (topic, p), batches in acks.items():
+            by_topic.setdefault(topic, {})[p] = batches
+        for topic, parts in by_topic.items():
+            consumer = member.consumers.get(topic) if member is not None else None
+            sub = consumer.subscription if consumer is not None else None
+            if consumer is None or sub is None:
+                errors.update({(topic, p): ShareErrorKind.INVALID_RECORD_STATE for p in parts})
+                continue
+            done: dict[int, list[int]] = {}
+            release: dict[int, list[int]] = {}
+            renew: dict[int, list[int]] = {}
+            rejected = 0
+            rejects: dict[int, list[int]] = {}
+            for p, batches in parts.items():
+                sorted_out = _sort(batches)
+                if sorted_out is None or not 0 <= p < sub.partitions or not all(
+                    (d := sub.outstanding[p].get(o)) is not None and d.consumer is consumer
+                    for t, offs in sorted_out.items() if t != AckType.GAP for o in offs
+                ):
+                    errors[(topic, p)] = ShareErrorKind.INVALID_RECORD_STATE
+                    continue
+                held = sub.outstanding[p]
+                gaps = [o for o in sorted_out.get(AckType.GAP, []) if (d := held.get(o)) is not None
+                        and d.consumer is consumer]
+                done[p] = sorted_out.get(AckType.ACCEPT, []) + sorted_out.get(AckType.REJECT, []) + gaps
+                rejected += len(sorted_out.get(AckType.REJECT, []))
+                if sorted_out.get(AckType.REJECT):
+                    rejects[p] = sorted_out[AckType.REJECT]
+                if AckType.RELEASE in sorted_out:
+                    release[p] = sorted_out[AckType.RELEASE]
+                if AckType.RENEW in sorted_out:
+                    renew[p] = sorted_out[AckType.RENEW]
+            for p, offs in rejects.items():
+                for d, which in _by_delivery(sub.outstanding[p], offs):
+                    await self._dead_letter(group_id, topic, d, which, "rejected", d.redelivery_count + 1)
+            if any(done.values()):
+                await sub.acknowledge({p: o for p, o in done.items() if o}, {})
+            delay = int(self.value(self._configs.get(group_id, {}), RELEASE_DELAY)) / 1000
+            if release and delay > 0:  # held a while longer, then released as an expired lock is
+                sub.renew(consumer, release, timeout=delay)
+            elif release:
+                sub.negative_acknowledge(release)
+                await sub.archive_over_limit()
+            if renew:
+                sub.renew(consumer, renew)
+            if rejected:
+                self.stats.setdefault(group_id, Stats()).rejected += rejected
+        if session_epoch == CLOSE_SESSION_EPOCH:
+            await self._drop(group_id, member_id)  # the session's last acknowledgements: release the rest
+        return errors
+
+    async def _dead_letter(self, group_id: str, topic: str, d: Delivery, offsets: list[int], reason: str,
+                           deliveries: int) -> None:
+        """Copy these records of a delivery to the group's dead-letter topic, if it has one, each with
+        headers saying why, how often it was delivered and where it came from. Written before the
+        acknowledgement that archives them: a gateway dying in between dead-letters them again."""
+        dlq = self.value(self._configs.get(group_id, {}), DEAD_LETTER_TOPIC)
+        if not dlq:
+            return
+        wanted = set(offsets)
+        why = [("share.dlq.reason", reason.encode()), ("share.dlq.delivery.count", str(deliveries).encode()),
+               ("share.dlq.group", group_id.encode()), ("share.dlq.topic", topic.encode()),
+               ("share.dlq.partition", str(d.partition).encode())]
+        records = [(r.key, r.value, [*r.headers, *why, ("share.dlq.offset", str(r.offset).encode())])
+                   for r in iter_records(d.entry.batch, d.entry.base_offset) if r.offset in wanted]
+        if not records:
+            return
+        info = await self.log.topic(dlq)
+        (produced,) = await self.log.append([(dlq, d.partition % info.partitions, build_batch(records))])
+        if isinstance(produced.result, Exception):
+            raise produced.result
+        self.stats.setdefault(group_id, Stats()).dead_lettered += len(records)
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for group_id, member_id in list(self._members):
+            with contextlib.suppress(Exception):
+                await self._drop(group_id, member_id)
+
+
+def _by_delivery(held: Mapping[int, Delivery], offsets: list[int]) -> list[tuple[Delivery, list[int]]]:
+    """The offsets grouped by the delivery holding each."""
+    out: dict[int, tuple[Delivery, list[int]]] = {}
+    for o in offsets:
+        d = held.get(o)
+        if d is not None:
+            out.setdefault(id(d), (d, []))[1].append(o)
+    return list(out.values())
+
+
+_ACK_TYPES = {int(t): t for t in AckType}
+
+
+def _sort(batches: list[AckBatch]) -> dict[AckType, list[int]] | None:
+    """Offsets by acknowledge type; None when a batch is malformed (Kafka's INVALID_REQUEST is
+    answered per partition as INVALID_RECORD_STATE here: nothing of it is applied either way)."""
+    out: dict[AckType, list[int]] = {}
+    for first, last, types in batches:
+        n = last - first + 1
+        if n <= 0 or not types or (len(types) != 1 and len(types) != n):
+            return None
+        kinds = [_ACK_TYPES[t] for t in types if t in _ACK_TYPES]
+        if len(kinds) != len(types):
+            return None
+        if len(kinds) == 1:  # one type for the whole range: the usual case, taken whole
+            out.setdefault(kinds[0], []).extend(range(first, last + 1))
+            continue
+        for i, kind in enumerate(kinds):
+            out.setdefault(kind, []).append(first + i)
+    return out
+
+
+def _acquired(taken: Iterable[tuple[str, Delivery]]) -> dict[TopicPartition, list[Acquired]]:
+    """Per partition, the stored batches in offset order, each once, with its acquired ranges."""
+    by_entry: dict[TopicPartition, dict[int, Acquired]] = {}
+    for topic, d in taken:
+        batches = by_entry.setdefault((topic, d.partition), {})
+        acquired = batches.get(d.entry.base_offset)
+        if acquired is None:
+            acquired = batches[d.entry.base_offset] = Acquired(d.entry, [])
+        count = d.redelivery_count + 1
+        offsets = sorted(d.offsets)
+        start = prev = offsets[0]
+        for o in offsets[1:]:
+            if o != prev + 1:
+                acquired.ranges.append((start, prev, count))
+                start = o
+            prev = o
+        acquired.ranges.append((start, prev, count))
+    out: dict[TopicPartition, list[Acquired]] = {}
+    for tp, batches in by_entry.items():
+        out[tp] = [batches[base] for base in sorted(batches)]
+        for acquired in out[tp]:
+            acquired.ranges.sort()
+    return out

@@ -1,0 +1,649 @@
+"""Share groups (KIP-932) with confluent-kafka's ShareConsumer, and with native shared consumers on
+the same queue: records split among consumers with none lost and none accepted twice, RELEASE and
+lock expiry redelivering with a higher delivery count, REJECT and the delivery limit archiving,
+share.auto.offset.reset, read_committed over an aborted transaction, and a gateway killed with
+records locked losing no acknowledgement."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
+
+import aiohttp
+import confluent_kafka as ck
+import pytest
+from confluent_kafka import AcknowledgeType
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.client import Client
+from gateway.domain.services import Services
+from gateway.kafka import codec
+from gateway.kafka.dispatch import ApiKey
+from gateway.kafka.share import SharePartition, encode_share_fetch_response
+from gateway.server.gateway import Gateway
+from tests import conftest
+from tests.conftest import (
+    GatewayProcess,
+    admin_url,
+    kafka_bootstrap,
+    native_url,
+    running_gateway,
+    test_config,
+)
+from tests.kafka_clients import produce
+from tests.kafka_wire import call
+
+pytestmark = pytest.mark.kafka
+Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+T = TypeVar("T")
+
+TOPIC = "jobs"
+LOCK_MS = 500
+TIMEOUT = 30.0
+SETTINGS = {"group_share_min_record_lock_duration_ms": LOCK_MS, "group_consumer_heartbeat_interval_ms": 250,
+            "group_consumer_session_timeout_ms": 5000}
+
+
+@pytest.fixture
+async def gw(redis_url: str) -> AsyncIterator[Gateway]:
+    """A gateway whose share groups may lock records for as little as LOCK_MS."""
+    async with running_gateway(test_config(redis_url, **SETTINGS)) as g:
+        yield g
+
+
+async def group_configs(bs: str, group: str, **configs: str) -> None:
+    """IncrementalAlterConfigs SET on the GROUP resource (names with dots given with underscores)."""
+    admin = AdminClient({"bootstrap.servers": bs})
+    entries = [ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+               for k, v in configs.items()]
+    (f,) = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)]).values()
+    await asyncio.to_thread(f.result, TIMEOUT)
+
+
+async def fill(bs: str, n: int, start: int = 0, topic: str = TOPIC) -> None:
+    """`n` records "r<i>", in many small batches so that consumers can share them."""
+    await produce("confluent", bs, topic, [(None, b"r%d" % i) for i in range(start, start + n)],
+                  **{"linger.ms": 0, "batch.num.messages": 25})
+
+
+def share_consumer(bs: str, group: str, explicit: bool = True) -> ck.ShareConsumer:
+    c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group,
+                          "share.acknowledgement.mode": "explicit" if explicit else "implicit"})
+    c.subscribe([TOPIC])
+    return c
+
+
+def poll_until(c: ck.ShareConsumer, done: Callable[[list[ck.Message]], bool],
+               act: Callable[[ck.Message], object] | None = None) -> list[ck.Message]:
+    """Poll (acknowledging each record with `act`, committing after each poll) until `done` holds
+    for everything polled so far; fails at the deadline."""
+    seen: list[ck.Message] = []
+    deadline = time.monotonic() + TIMEOUT
+    while not done(seen):
+        assert time.monotonic() < deadline, f"gave up after {len(seen)} records"
+        batch = [m for m in c.poll(0.5) if m.error() is None]
+        seen += batch
+        if act is not None and batch:
+            for m in batch:
+                act(m)
+            c.commit_sync(TIMEOUT)
+    return seen
+
+
+async def with_consumer(bs: str, group: str, body: Callable[[ck.ShareConsumer], T], explicit: bool = True) -> T:
+    """`body` run in a thread with a share consumer of `group`, closed after it."""
+    def run() -> T:
+        c = share_consumer(bs, group, explicit)
+        try:
+            return body(c)
+        finally:
+            c.close()
+
+    return await asyncio.to_thread(run)
+
+
+def values(msgs: list[ck.Message]) -> list[bytes]:
+    return [v for m in msgs if isinstance(v := m.value(), bytes)]
+
+
+def offset(m: ck.Message) -> int:
+    o = m.offset()
+    assert o is not None
+    return o
+
+
+def count(m: ck.Message) -> int:
+    n = m.delivery_count()
+    assert n is not None
+    return n
+
+
+def services(gw: Gateway) -> Services:
+    assert gw.services is not None, "the gateway is started"
+    return gw.services
+
+
+async def test_three_share_consumers_split_a_partition_none_lost_none_twice(gw: Gateway) -> None:
+    bs, n = kafka_bootstrap(gw), 3000
+    await group_configs(bs, "split", share_auto_offset_reset="earliest")
+    await fill(bs, n)
+    accepted: list[list[int]] = [[], [], []]
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        c = share_consumer(bs, "split")
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while sum(map(len, accepted)) < n and time.monotonic() < deadline:
+                batch = [m for m in c.poll(0.2) if m.error() is None]
+                for m in batch:
+                    c.acknowledge(m)
+                if batch and all(r is None for r in c.commit_sync(TIMEOUT).values()):
+                    with lock:
+                        accepted[i] += [offset(m) for m in batch]
+        finally:
+            c.close()
+
+    await asyncio.gather(*(asyncio.to_thread(work, i) for i in range(3)))
+    everything = sorted(o for a in accepted for o in a)
+    assert everything == list(range(n))  # none lost, none accepted twice
+    assert sum(1 for a in accepted if a) >= 2  # the queue was shared
+
+
+async def test_release_redelivers_with_a_higher_delivery_count(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "rel", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+
+    def run(c: ck.ShareConsumer) -> tuple[list[ck.Message], list[ck.Message]]:
+        first = poll_until(c, lambda s: len(s) >= 1, lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
+        again = poll_until(c, lambda s: {offset(m) for m in first} <= {offset(m) for m in s},
+                           lambda m: c.acknowledge(m))
+        return first, again
+
+    first, again = await with_consumer(bs, "rel", run)
+    counts = {offset(m): count(m) for m in again}
+    assert all(count(m) == 1 for m in first)
+    assert all(counts[offset(m)] == 2 for m in first)
+
+
+async def test_reject_never_redelivers(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "rej", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+
+    def run(c: ck.ShareConsumer) -> tuple[list[ck.Message], list[ck.Message]]:
+        rejected = poll_until(c, lambda s: len(s) >= 10, lambda m: c.acknowledge(m, AcknowledgeType.REJECT))
+        produce_sync(bs, [b"after"])
+        return rejected, poll_until(c, lambda s: b"after" in values(s), lambda m: c.acknowledge(m))
+
+    rejected, later = await with_consumer(bs, "rej", run)
+    assert sorted(offset(m) for m in rejected) == list(range(10))
+    assert values(later) == [b"after"]
+
+
+def produce_sync(bs: str, vals: list[bytes]) -> None:
+    p = ck.Producer({"bootstrap.servers": bs})
+    for v in vals:
+        p.produce(TOPIC, v)
+    assert p.flush(TIMEOUT) == 0
+
+
+async def test_a_consumer_that_stops_polling_loses_its_locks(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "locks", share_auto_offset_reset="earliest", share_record_lock_duration_ms=str(LOCK_MS))
+    await fill(bs, 20)
+
+    def run() -> tuple[list[ck.Message], list[ck.Message]]:
+        idle = share_consumer(bs, "locks")
+        busy = share_consumer(bs, "locks")
+        try:
+            held = poll_until(idle, lambda s: len(s) >= 1)  # never acknowledged, never polled again
+            taken = poll_until(busy, lambda s: {offset(m) for m in held} <= {offset(m) for m in s},
+                               lambda m: busy.acknowledge(m))
+            return held, taken
+        finally:
+            busy.close()
+            idle.close()
+
+    held, taken = await asyncio.to_thread(run)
+    counts = {offset(m): count(m) for m in taken}
+    assert all(counts[offset(m)] >= 2 for m in held)
+
+
+async def test_the_delivery_limit_archives(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "limit", share_auto_offset_reset="earliest", share_delivery_count_limit="2")
+    await fill(bs, 5)
+
+    def run(c: ck.ShareConsumer) -> list[ck.Message]:
+        # the first batch, released twice: its second delivery is its last
+        first = poll_until(c, lambda s: len(s) >= 1, lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
+        offsets = {offset(m) for m in first}
+        seen = poll_until(c, lambda s: offsets <= {offset(m) for m in s if count(m) == 2},
+                          lambda m: c.acknowledge(m, AcknowledgeType.RELEASE if offset(m) in offsets
+                                                  else AcknowledgeType.ACCEPT))
+        produce_sync(bs, [b"after"])
+        return seen + poll_until(c, lambda s: b"after" in values(s), lambda m: c.acknowledge(m))
+
+    seen = await with_consumer(bs, "limit", run)
+    assert max(count(m) for m in seen) == 2
+    assert services(gw).share.stats["limit"].archived >= 1
+
+
+async def test_auto_offset_reset_latest_and_earliest(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await fill(bs, 5)
+    await group_configs(bs, "early", share_auto_offset_reset="earliest")
+
+    first = await with_consumer(bs, "early", lambda c: values(poll_until(c, lambda s: len(s) >= 1))[0], False)
+    assert first == b"r0"
+    # "late" (latest, Kafka's default) starts at the end: the record after its subscription is its first
+    stop = threading.Event()
+    got: list[bytes] = []
+
+    def late() -> None:
+        c = share_consumer(bs, "late", explicit=False)
+        try:
+            got.extend(values(poll_until(c, lambda s: len(s) >= 1 or stop.is_set())))
+        finally:
+            c.close()
+
+    thread = asyncio.create_task(asyncio.to_thread(late))
+    subs = services(gw).subscriptions.store
+    await conftest.eventually(lambda: _has_sub(subs, "late"), timeout=TIMEOUT, what="the late group's subscription")
+    await produce("confluent", bs, TOPIC, [(None, b"fresh")])
+    await thread
+    assert got == [b"fresh"]
+
+
+async def _has_sub(subs: object, name: str) -> bool:
+    from gateway.store.subscriptions import SubscriptionStore
+
+    assert isinstance(subs, SubscriptionStore)
+    return name in await subs.positions(TOPIC, range(1))
+
+
+async def test_read_committed_hides_an_aborted_transaction(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "txn", share_auto_offset_reset="earliest", share_isolation_level="read_committed")
+
+    def write() -> None:
+        p = ck.Producer({"bootstrap.servers": bs, "transactional.id": "share-t"})
+        p.init_transactions(TIMEOUT)
+        p.begin_transaction()
+        for v in (b"no1", b"no2"):
+            p.produce(TOPIC, v)
+        p.abort_transaction(TIMEOUT)
+        p.begin_transaction()
+        for v in (b"yes1", b"yes2"):
+            p.produce(TOPIC, v)
+        p.commit_transaction(TIMEOUT)
+
+    await asyncio.to_thread(write)
+
+    read = await with_consumer(bs, "txn", lambda c: values(poll_until(c, lambda s: b"yes2" in values(s))), False)
+    assert read == [b"yes1", b"yes2"]
+
+
+async def test_kafka_and_native_consumers_share_one_queue(gw: Gateway) -> None:
+    bs, n = kafka_bootstrap(gw), 300
+    await group_configs(bs, "both", share_auto_offset_reset="earliest")
+    await fill(bs, n)
+    native_got: list[int] = []
+    kafka_got: list[int] = []
+    client = await Client.connect(native_url(gw))
+    try:
+        consumer = await client.subscribe(TOPIC, "both", mode="shared", initial_position="earliest",
+                                          receiver_queue_size=25)
+        first = await consumer.receive(timeout=TIMEOUT)  # the native side holds a batch before Kafka's joins
+        await consumer.acknowledge(first)
+        native_got.append(first.message_id.offset)
+
+        async def native() -> None:
+            while len(native_got) + len(kafka_got) < n:
+                try:
+                    msg = await consumer.receive(timeout=0.2)
+                except TimeoutError:
+                    continue
+                await consumer.acknowledge(msg)
+                native_got.append(msg.message_id.offset)
+
+        def kafka() -> None:
+            c = share_consumer(bs, "both")
+            try:
+                deadline = time.monotonic() + TIMEOUT
+                while len(native_got) + len(kafka_got) < n and time.monotonic() < deadline:
+                    batch = [m for m in c.poll(0.2) if m.error() is None]
+                    for m in batch:
+                        c.acknowledge(m)
+                    if batch and all(r is None for r in c.commit_sync(TIMEOUT).values()):
+                        kafka_got.extend(offset(m) for m in batch)
+            finally:
+                c.close()
+
+        await asyncio.wait_for(asyncio.gather(native(), asyncio.to_thread(kafka)), TIMEOUT)
+    finally:
+        await client.close()
+    assert sorted(native_got + kafka_got) == list(range(n))
+    assert native_got and kafka_got
+
+
+def test_a_killed_gateway_loses_no_acknowledgement(gateway_process: GatewayProcess) -> None:
+    """Records accepted before the kill never come back; those locked at the kill are delivered again."""
+    gp = gateway_process
+    gp.args = ["--group-share-min-record-lock-duration-ms", str(LOCK_MS),
+               "--group-consumer-heartbeat-interval-ms", "250"]
+    gp.start()
+    bs, n = gp.kafka_bootstrap, 200
+    asyncio.run(group_configs(bs, "crash", share_auto_offset_reset="earliest"))
+    asyncio.run(fill(bs, n))
+    accepted: set[int] = set()
+    after: set[int] = set()
+    c = share_consumer(bs, "crash")
+
+    def step(into: set[int]) -> set[int]:
+        """One poll, every record accepted; the offsets polled (`into` gets those the gateway confirmed)."""
+        try:
+            batch = [m for m in c.poll(0.2) if m.error() is None]
+        except ck.KafkaException:
+            return set()
+        for m in batch:
+            c.acknowledge(m)
+        polled = {offset(m) for m in batch}
+        if batch and all(r is None for r in c.commit_sync(TIMEOUT).values()):
+            into.update(polled)
+        return polled
+
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(accepted) < n:
+            assert time.monotonic() < deadline
+            step(accepted)
+        asyncio.run(fill(bs, n, start=n))
+        locked: set[int] = set()
+        while not locked:  # acquired, and the gateway dies before their acknowledgement
+            assert time.monotonic() < deadline
+            batch = [m for m in c.poll(0.2) if m.error() is None]
+            for m in batch:
+                c.acknowledge(m)
+            locked = {offset(m) for m in batch}
+        gp.kill()
+        gp.start()
+        deadline = time.monotonic() + 2 * TIMEOUT
+        while not locked <= after or len(accepted | after) < 2 * n:
+            assert time.monotonic() < deadline, f"{len(accepted)} + {len(after)} of {2 * n}"
+            after |= step(set())
+    finally:
+        c.close()
+    assert not accepted & after  # what was accepted before the kill never came back
+    assert accepted | after == set(range(2 * n))
+
+
+# -- on the wire: sessions, record states, describe, configs, offsets, listings -----------------
+
+
+@contextlib.asynccontextmanager
+async def wire(gw: Gateway) -> AsyncIterator[Conn]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+
+
+async def join(conn: Conn, group: str, member: str) -> Any:
+    r = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+        "group_id": group, "member_id": member, "member_epoch": 0, "subscribed_topic_names": [TOPIC]})
+    assert r.error_code == KafkaError.none, r
+    return r
+
+
+async def share_fetch(conn: Conn, group: str, member: str, epoch: int, tid: uuid.UUID | None,
+                      acks: list[dict[str, Any]] | None = None) -> Any:
+    return await call(conn, ApiKey.SHARE_FETCH, 1, {
+        "group_id": group, "member_id": member, "share_session_epoch": epoch, "max_wait": 2000, "min_bytes": 1,
+        "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100,
+        "topics": [] if tid is None else [{"topic_id": tid, "partitions": [
+            {"partition_index": 0, "acknowledgement_batches": acks or []}]}],
+        "forgotten_topics_data": []})
+
+
+async def test_share_sessions_and_record_states_on_the_wire(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "w", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+    tid = uuid.UUID(hex=(await services(gw).log.topic(TOPIC)).topic_id)
+    async with wire(gw) as conn:
+        joined = await join(conn, "w", "m1")
+        assert [(t.topic_id, list(t.partitions)) for t in joined.assignment.topic_partitions] == [(tid, [0])]
+        assert (await share_fetch(conn, "w", "m1", 3, tid)).error_code == KafkaError.share_session_not_found
+        got = await share_fetch(conn, "w", "m1", 0, tid)
+        (part,) = got.responses[0].partitions
+        acquired = [(a.first_offset, a.last_offset, a.delivery_count) for a in part.acquired_records]
+        assert acquired[0][0] == 0 and all(n == 1 for _, _, n in acquired) and part.records
+        assert got.acquisition_lock_timeout.total_seconds() == 30
+        assert (await share_fetch(conn, "w", "m1", 5, None)).error_code == KafkaError.invalid_share_session_epoch
+        first, last = acquired[0][0], acquired[-1][1]
+        # an offset not acquired by the member: the partition's acknowledgements are refused whole
+        bad = await call(conn, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+            "group_id": "w", "member_id": "m1", "share_session_epoch": 1, "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": first, "last_offset": last + 50, "acknowledge_types": [1]}]}]}]})
+        assert bad.responses[0].partitions[0].error_code == KafkaError.invalid_record_state
+        ok = await call(conn, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+            "group_id": "w", "member_id": "m1", "share_session_epoch": 2, "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": first, "last_offset": last, "acknowledge_types": [1]}]}]}]})
+        assert ok.error_code == KafkaError.none and ok.responses[0].partitions[0].error_code == KafkaError.none
+        described = await call(conn, ApiKey.SHARE_GROUP_DESCRIBE, 1, {"group_ids": ["w", "nobody"]})
+        w, nobody = described.groups
+        assert (w.group_state, [m.member_id for m in w.members]) == ("Stable", ["m1"])
+        assert w.members[0].assignment.topic_partitions[0].topic_name == TOPIC
+        assert nobody.error_code == KafkaError.group_id_not_found
+        offsets = await call(conn, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {"groups": [{"group_id": "w", "topics": None}]})
+        (p,) = offsets.groups[0].topics[0].partitions
+        assert (p.start_offset, p.lag) == (last + 1, 10 - last - 1)
+        # offsets change only while the group is empty
+        busy = await call(conn, ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": "w", "topics": [
+            {"topic_name": TOPIC, "partitions": [{"partition_index": 0, "start_offset": 0}]}]})
+        assert busy.error_code == KafkaError.non_empty_group
+        left = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {"group_id": "w", "member_id": "m1", "member_epoch": -1})
+        assert left.member_epoch == -1
+        # a consumer group's id is not a share group's
+        cg = await call(conn, ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+            "group_id": "cg", "member_id": "", "member_epoch": 0, "rebalance_timeout": 5000,
+            "subscribed_topic_names": [TOPIC], "topic_partitions": []})
+        assert cg.error_code == KafkaError.none
+        clash = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+            "group_id": "cg", "member_id": "m1", "member_epoch": 0, "subscribed_topic_names": [TOPIC]})
+        assert clash.error_code == KafkaError.group_id_not_found
+
+
+async def test_share_group_offsets_listing_and_deletion(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "adm", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+
+    def consume_all(explicit: bool) -> list[ck.Message]:
+        c = share_consumer(bs, "adm", explicit=explicit)
+        try:
+            return poll_until(c, lambda s: len(s) >= 1 and offset(s[-1]) == 9,
+                              (lambda m: c.acknowledge(m)) if explicit else None)
+        finally:
+            c.close()
+
+    assert [offset(m) for m in await asyncio.to_thread(consume_all, True)] == list(range(10))
+    async with wire(gw) as conn:
+        async def start() -> dict[int, int]:
+            r = await call(conn, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, {"groups": [{"group_id": "adm", "topics": [
+                {"topic_name": TOPIC, "partitions": [0]}]}]})
+            return {p.partition_index: p.start_offset for t in r.groups[0].topics for p in t.partitions}
+
+        assert await start() == {0: 10}
+        listed = await call(conn, ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+        assert [(g.group_id, g.group_type, g.protocol_type) for g in listed.groups] == [("adm", "share", "share")]
+        altered = await call(conn, ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {"group_id": "adm", "topics": [
+            {"topic_name": TOPIC, "partitions": [{"partition_index": 0, "start_offset": 4}]}]})
+        assert altered.error_code == KafkaError.none
+        assert await start() == {0: 4}
+        again = await asyncio.to_thread(consume_all, False)  # from the altered start, in implicit mode
+        assert [offset(m) for m in again] == list(range(4, 10))
+        deleted = await call(conn, ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, {"group_id": "adm", "topics": [
+            {"topic_name": TOPIC}]})
+        assert deleted.error_code == KafkaError.none
+        assert await start() == {0: -1}
+        gone = await call(conn, ApiKey.DELETE_GROUPS, 2, {"groups_names": ["adm"]})
+        assert gone.results[0].error_code == KafkaError.none
+        listed = await call(conn, ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+        assert listed.groups == ()
+
+
+async def test_share_group_configs_are_checked_and_described(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    admin = AdminClient({"bootstrap.servers": bs})
+    for name, value in [("share.record.lock.duration.ms", "100"), ("share.delivery.count.limit", "11"),
+                        ("share.auto.offset.reset", "by_duration:yesterday"), ("share.isolation.level", "dirty"),
+                        ("share.no.such.thing", "1")]:
+        with pytest.raises(ck.KafkaException) as refused:
+            await group_configs(bs, "cfg", **{name.replace(".", "_"): value})
+        assert refused.value.args[0].code() == ck.KafkaError.INVALID_CONFIG, name
+    await group_configs(bs, "cfg", share_auto_offset_reset="by_duration:PT1H30M", share_delivery_count_limit="3")
+    (f,) = admin.describe_configs([ConfigResource(ResourceType.GROUP, "cfg")]).values()
+    described = await asyncio.to_thread(f.result, TIMEOUT)
+    assert described["share.auto.offset.reset"].value == "by_duration:PT1H30M"
+    assert described["share.delivery.count.limit"].value == "3"
+    assert described["share.record.lock.duration.ms"].value == "30000"
+    assert described["share.record.lock.duration.ms"].is_default
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_share_fetch_encoder_matches_kio(version: int) -> None:
+    """The hand-written ShareFetch response (record bytes as chunks) is kio's encoding byte for byte."""
+    tid = uuid.uuid4()
+    batch = b"\x00" * 8 + b"batch-bytes"
+    parts = [SharePartition(0, 3, records=[batch[:5], memoryview(batch)[5:]], size=len(batch),
+                            acquired=[(0, 4, 1), (7, 9, 2)]),
+             SharePartition(1, 3, error=KafkaError.unknown_topic_id, ack_error=KafkaError.invalid_record_state)]
+    ours = b"".join(encode_share_fetch_response(KafkaError.none, None, 30000, [(tid, parts), (None, [])]))
+    theirs = codec.encode_body(codec.build(codec.response_class(ApiKey.SHARE_FETCH, version), {
+        "throttle_time": 0, "error_code": KafkaError.none, "acquisition_lock_timeout": 30000, "responses": [
+            {"topic_id": tid, "partitions": [
+                {"partition_index": 0, "error_code": KafkaError.none, "acknowledge_error_code": 0,
+                 "current_leader": {"leader_id": 3, "leader_epoch": 0}, "records": batch,
+                 "acquired_records": [{"first_offset": 0, "last_offset": 4, "delivery_count": 1},
+                                      {"first_offset": 7, "last_offset": 9, "delivery_count": 2}]},
+                {"partition_index": 1, "error_code": KafkaError.unknown_topic_id,
+                 "acknowledge_error_code": int(KafkaError.invalid_record_state),
+                 "current_leader": {"leader_id": 3, "leader_epoch": 0}, "records": b"", "acquired_records": []}]},
+            {"topic_id": uuid.UUID(int=0), "partitions": []}],
+        "node_endpoints": []}))
+    failed = b"".join(encode_share_fetch_response(KafkaError.share_session_not_found, "gone", 0, []))
+    assert ours == theirs
+    assert failed == codec.encode_body(codec.build(codec.response_class(ApiKey.SHARE_FETCH, version), {
+        "error_code": KafkaError.share_session_not_found, "error_message": "gone", "responses": []}))
+
+
+async def test_share_groups_in_the_admin_api_cli_and_metrics(gw: Gateway) -> None:
+    """A record released twice and one held: the admin face counts them in flight by delivery count."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "seen", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+    c = share_consumer(bs, "seen")
+    try:
+        first = await asyncio.to_thread(poll_until, c, lambda s: len(s) >= 1,
+                                        lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
+        held = await asyncio.to_thread(poll_until, c, lambda s: any(count(m) == 2 for m in s))
+        async with aiohttp.ClientSession() as http:
+            async with http.get(admin_url(gw) + "/admin/v2/share-groups/seen") as r:
+                assert r.status == 200
+                view = await r.json()
+            async with http.get(admin_url(gw) + "/metrics") as r:
+                metrics = await r.text()
+            async with http.get(admin_url(gw) + "/admin/v2/share-groups/nobody") as r:
+                assert r.status == 404
+        (part,) = view["partitions"]
+        assert view["state"] == "Stable" and len(view["members"]) == 1
+        assert part["start_offset"] == 0 and part["in_flight"] == len(held)
+        assert part["delivery_counts"]["2"] == sum(1 for m in held if count(m) == 2) >= len(first)
+        assert 'gateway_share_group_members{group="seen"} 1.0' in metrics
+        assert f'gateway_share_group_in_flight{{group="seen",partition="0",topic="{TOPIC}"}} {float(len(held))}' in metrics
+        listed = await asyncio.to_thread(subprocess.run, [
+            sys.executable, "-m", "gateway", "admin", "--admin-url", admin_url(gw), "share-groups"],
+            capture_output=True, text=True, timeout=60)
+        assert json.loads(listed.stdout) == {"share_groups": [{"group": "seen", "state": "Stable"}]}
+    finally:
+        await asyncio.to_thread(c.close)  # the gateway answers its leave on this event loop
+
+
+async def test_rejected_and_over_the_limit_records_go_to_the_dead_letter_topic(gw: Gateway) -> None:
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "dl", share_auto_offset_reset="earliest", share_delivery_count_limit="2",
+                        share_dead_letter_topic="jobs-dlq")
+    await produce("confluent", bs, TOPIC, [(b"k1", b"bad")])
+    await produce("confluent", bs, TOPIC, [(b"k2", b"flaky")])
+    await produce("confluent", bs, TOPIC, [(b"k3", b"after")])
+
+    def run(c: ck.ShareConsumer) -> None:
+        def act(m: ck.Message) -> None:
+            kind = {b"bad": AcknowledgeType.REJECT, b"flaky": AcknowledgeType.RELEASE}.get(m.value() or b"")
+            c.acknowledge(m, kind or AcknowledgeType.ACCEPT)
+
+        poll_until(c, lambda s: b"after" in values(s) and values(s).count(b"flaky") == 2, act)
+
+    await with_consumer(bs, "dl", run)
+    dead = await asyncio.to_thread(lambda: dead_letters(bs))
+    assert [(key, reason, n) for key, reason, n, _ in dead] == [(b"k1", "rejected", "1"), (b"k2", "delivery-limit", "2")]
+    assert all(origin == (TOPIC, "0") for _, _, _, origin in dead)
+    stats = services(gw).share.stats["dl"]  # counted once the write's reply is in, which the reader may beat
+    await conftest.eventually(lambda: stats.dead_lettered == 2, timeout=TIMEOUT, what="both counted")
+    assert (stats.rejected, stats.archived) == (1, 1)
+
+
+def dead_letters(bs: str) -> list[tuple[bytes | None, str, str, tuple[str, str]]]:
+    """Key, reason, delivery count and origin of each record of the dead-letter topic, in order."""
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": "dlq-reader", "enable.auto.commit": False})
+    c.assign([ck.TopicPartition("jobs-dlq", 0, 0)])
+    out: list[tuple[bytes | None, str, str, tuple[str, str]]] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while len(out) < 2 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None or m.error() is not None:
+                continue
+            h = {str(kv[0]): kv[1].decode() if isinstance(kv[1], bytes) else "" for kv in m.headers() or []}
+            key = m.key()
+            out.append((key if isinstance(key, bytes) else None, h["share.dlq.reason"], h["share.dlq.delivery.count"],
+                        (h["share.dlq.topic"], h["share.dlq.partition"])))
+    finally:
+        c.close()
+    return out
+
+
+async def test_a_release_can_wait_before_redelivery(gw: Gateway) -> None:
+    """With share.release.delay.ms, a released record stays out of the queue for that long, then
+    comes back with a higher delivery count."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "later", share_auto_offset_reset="earliest", share_release_delay_ms="1000")
+    await fill(bs, 5)
+    c = share_consumer(bs, "later")
+    try:
+        first = await asyncio.to_thread(poll_until, c, lambda s: len(s) >= 1,
+                                        lambda m: c.acknowledge(m, AcknowledgeType.RELEASE))
+        view = await services(gw).share.view("later")
+        assert view is not None and view.in_flight[TOPIC][0] == {1: len(first)}  # released, and waiting
+        offsets = {offset(m) for m in first}
+        again = await asyncio.to_thread(poll_until, c, lambda s: offsets <= {offset(m) for m in s if count(m) == 2},
+                                        lambda m: c.acknowledge(m))
+        assert {offset(m) for m in again if count(m) == 2} == offsets
+    finally:
+        await asyncio.to_thread(c.close)
