@@ -32,6 +32,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import EmbeddedRedis, _die_with_parent, free_port
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
+from tests.test_acks_all import _produce
+from tests.test_startup import serve
 
 TIMEOUT = 30.0
 SERVICE = "mymaster"
@@ -286,3 +288,144 @@ async def test_acks_1_may_lose_acknowledged_records_in_a_failover(group, gateway
     record_property("acks_1_acknowledged_then_lost", lost)
     print(f"acks=1 failover: {len(load.acked)} acknowledged, {lost} of them lost")
     assert stored <= {b"v%d" % i for i in range(RECORDS)}
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("redis+sentinel://127.0.0.1:26379", "name the primary after the Sentinels: .../mymaster"),
+    ("redis+sentinel://127.0.0.1:x/mymaster", "'127.0.0.1:x' is not host:port"),
+    ("redis+sentinel:///mymaster", "name at least one Sentinel, as host:port[,host:port...]"),
+    ("redis+sentinel://127.0.0.1/mymaster/one", "the database after the primary's name is a number, not 'one'"),
+])
+def test_a_malformed_sentinel_url_is_one_line_saying_what_is_wrong(tmp_path, url, problem):
+    code, lines = serve(tmp_path / "data", "--redis-url", url)
+    assert code != 0
+    assert lines == [f"gateway: bad Sentinel URL {url!r}: {problem}"]
+
+
+def test_sentinels_that_do_not_answer_are_one_line_naming_the_url_flag(tmp_path):
+    url = f"redis+sentinel://127.0.0.1:{free_port()},127.0.0.1:{free_port()}/mymaster"  # nothing listens there
+    code, lines = serve(tmp_path / "data", "--redis-url", url)
+    assert code != 0
+    assert lines == [f"gateway: cannot reach Redis at {url}: no Sentinel named there answers with a primary "
+                     "called 'mymaster': check --redis-url (GATEWAY_REDIS_URL)"]
+
+
+async def test_acks_all_is_refused_while_the_replica_is_away_and_served_once_it_is_back(group, gateway):
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 2)
+    primary, replica = group.primary_port(), group.replica_port()
+    group.nodes[replica].stop()
+    await eventually(lambda: _online_replicas(primary) == 0, TIMEOUT, "the replica gone")
+    once = {"acks": "all", "enable.idempotence": False, "retries": 0}
+
+    def refused() -> bool:  # the gateway reads the replica count again within a second
+        [(err, _)] = _produce(bs, [b"x"], **once)
+        return err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS
+    await eventually(lambda: asyncio.to_thread(refused), TIMEOUT, "NOT_ENOUGH_REPLICAS")
+    assert group.primary_port() == primary  # a replica away is no failover
+
+    await group.rejoin(replica, primary)
+    [(err, offset)] = await asyncio.to_thread(_produce, bs, [b"y"], acks="all")  # retried until read again
+    assert err is None and offset == 0
+    assert await asyncio.to_thread(_log_values, bs, "t") == [b"y"]
+
+
+def _retrying(call: Callable[[], object], deadline: float) -> None:
+    """A transactional call again while its error is retriable (the coordinator's storage failing over)."""
+    while True:
+        try:
+            call()
+            return
+        except ck.KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+
+
+@dataclass
+class Transformer:
+    """Consume-transform-produce in transactions: each batch's outputs and its input offsets are
+    committed together; a transaction that must abort is aborted and its inputs read again from the
+    committed offsets."""
+
+    bs: str
+    expect: int
+    committed_once: threading.Event = field(default_factory=threading.Event)
+    aborted: int = 0
+
+    def run(self) -> None:
+        consumer = ck.Consumer({"bootstrap.servers": self.bs, "group.id": "eos", "enable.auto.commit": False,
+                                "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+        producer = ck.Producer({"bootstrap.servers": self.bs, "transactional.id": "eos-app", "linger.ms": 2,
+                                "transaction.timeout.ms": 60_000, "message.timeout.ms": 60_000})
+        deadline = time.monotonic() + 90
+        producer.init_transactions(TIMEOUT)
+        consumer.subscribe(["in"])
+        done = 0
+        try:
+            while done < self.expect:
+                assert time.monotonic() < deadline, f"{done} of {self.expect} transformed"
+                msgs = [m for m in consumer.consume(5, 0.5) if m.error() is None]
+                if not msgs:
+                    continue
+                try:
+                    producer.begin_transaction()
+                    for m in msgs:
+                        producer.produce("out", m.value().replace(b"in", b"out"))
+                    positions = consumer.position(consumer.assignment())
+                    meta = consumer.consumer_group_metadata()
+                    _retrying(lambda p=positions, g=meta: producer.send_offsets_to_transaction(p, g, TIMEOUT),
+                              deadline)
+                    _retrying(lambda: producer.commit_transaction(TIMEOUT), deadline)
+                except ck.KafkaException as exc:
+                    if not exc.args[0].txn_requires_abort():
+                        raise
+                    self.aborted += 1
+                    _retrying(lambda: producer.abort_transaction(TIMEOUT), deadline)
+                    committed = consumer.committed(consumer.assignment(), TIMEOUT)
+                    for tp in committed:
+                        consumer.seek(ck.TopicPartition(tp.topic, tp.partition,
+                                                        tp.offset if tp.offset >= 0 else ck.OFFSET_BEGINNING))
+                    continue
+                done = sum(tp.offset for tp in positions)
+                self.committed_once.set()
+        finally:
+            consumer.close()
+
+
+def _read_committed(bs: str, topic: str) -> list[bytes]:
+    """Every committed record of the topic's one partition, read up to its last stable offset."""
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": "unused-manual-assignment", "enable.auto.commit": False,
+                     "isolation.level": "read_committed"})
+    out: list[bytes] = []
+    try:
+        _, stable = c.get_watermark_offsets(ck.TopicPartition(topic, 0), TIMEOUT)  # read_committed: the LSO
+        c.assign([ck.TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + TIMEOUT
+        while c.position([ck.TopicPartition(topic, 0)])[0].offset < stable and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                out.append(m.value())
+    finally:
+        c.close()
+    return out
+
+
+async def test_consume_transform_produce_stays_exactly_once_through_a_failover(group, gateway):
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "in", 2)
+    await asyncio.to_thread(_create, bs, "out", 2)
+    inputs = [b"in-%d" % i for i in range(200)]
+    await asyncio.to_thread(_produce, bs, inputs[:100], "in", acks="all")
+    app = Transformer(bs, len(inputs))
+    transforming = asyncio.create_task(asyncio.to_thread(app.run))
+    await asyncio.to_thread(app.committed_once.wait, TIMEOUT)
+    old = group.kill_primary()
+    # the rest of the input arrives through the failover: the application reads it after the switch
+    feeding = asyncio.create_task(asyncio.to_thread(
+        _produce, bs, inputs[100:], "in", acks="all", **{"enable.idempotence": True, "message.timeout.ms": 90_000}))
+    await group.rejoin(old, await group.promoted(old))
+    assert [err for err, _ in await feeding] == [None] * 100
+    await transforming
+    out = await asyncio.to_thread(_read_committed, bs, "out")
+    print(f"exactly-once through a failover: {app.aborted} transactions aborted and done again")
+    assert sorted(out) == sorted(v.replace(b"in", b"out") for v in inputs)  # each once, none lost

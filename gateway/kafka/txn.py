@@ -36,6 +36,11 @@ _FENCED_SINCE: dict[int, int] = {
 
 
 def txn_error(ctx: RequestContext, exc: BaseException) -> KafkaError:
+    """Redis away (a primary failing over) is COORDINATOR_NOT_AVAILABLE, as Kafka's transaction
+    coordinator answers when it cannot write its log (TransactionStateManager.appendTransactionToLog):
+    clients find the coordinator again and retry, where KAFKA_STORAGE_ERROR would end an EndTxn."""
+    if isinstance(exc, GatewayError) and exc.code == ErrorCode.STORAGE_UNAVAILABLE:
+        return KafkaError.coordinator_not_available
     if isinstance(exc, InvalidProducerIdMapping):
         return KafkaError.invalid_producer_id_mapping
     if isinstance(exc, InvalidTransactionTimeout):

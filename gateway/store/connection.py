@@ -27,7 +27,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 
 from gateway.errors import GatewayError, StorageUnavailable
 
@@ -142,9 +142,10 @@ def connect(url: str, *, max_connections: int = 64) -> RedisClient:
 def _sentinel_client(parsed: SentinelUrl, options: dict[str, Any]) -> SentinelRedis:
     """A primary's client whose pool asks the Sentinels on each new connection, and drops a connection
     to a primary that was demoted (its READONLY answer): requests in flight meet `ConnectionError`."""
-    timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
+    # a Sentinel that does not answer is passed over for the next at once, not retried with backoff
+    asking = {"socket_connect_timeout": options["socket_connect_timeout"], "retry": Retry(NoBackoff(), 0)}
     sentinels = Sentinel(  # type: ignore[no-untyped-call]
-        parsed.sentinels, sentinel_kwargs={**timeouts, **parsed.sentinel_auth, **parsed.tls},
+        parsed.sentinels, sentinel_kwargs={**asking, **parsed.sentinel_auth, **parsed.tls},
         username=parsed.username, password=parsed.password, db=parsed.db, **parsed.tls, **options)
     client: SentinelRedis = sentinels.master_for(parsed.service, redis_class=SentinelRedis, check_connection=True)
     client.sentinels, client.service = sentinels, parsed.service
@@ -174,8 +175,8 @@ async def wait_reachable(redis: RedisClient, url: str, timeout: float) -> None:
             return
         except TimeoutError:
             break
-        except MasterNotFoundError as exc:  # its message lists each Sentinel's client at length
-            problem = str(exc).split(" : ", 1)[0] + " by the Sentinels named"
+        except MasterNotFoundError:  # its message lists each Sentinel's client at length
+            problem = f"no Sentinel named there answers with a primary called {getattr(redis, 'service', '')!r}"
         except rexc.BusyLoadingError:
             if problem != "loading":
                 log.info("Redis at %s is loading its data; waiting for it", url)
