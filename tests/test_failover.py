@@ -30,7 +30,8 @@ import redis as redis_sync
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.server.gateway import Gateway
-from gateway.store.embedded import EmbeddedRedis, _die_with_parent, free_port
+from gateway.store import keys
+from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, _die_with_parent, free_port
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.test_acks_all import _produce
 from tests.test_startup import serve
@@ -429,3 +430,60 @@ async def test_consume_transform_produce_stays_exactly_once_through_a_failover(g
     out = await asyncio.to_thread(_read_committed, bs, "out")
     print(f"exactly-once through a failover: {app.aborted} transactions aborted and done again")
     assert sorted(out) == sorted(v.replace(b"in", b"out") for v in inputs)  # each once, none lost
+
+
+@pytest.fixture
+def replicated_cluster(tmp_path: Path) -> Iterator[EmbeddedCluster]:
+    """Three primaries with one replica each; a primary silent for a second is replaced."""
+    cluster = EmbeddedCluster(tmp_path / "cluster", replicas=1, node_timeout_ms=1000)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        for node in cluster.nodes:
+            node.stop()
+
+
+def _slot_owner(cluster: EmbeddedCluster, key: str, but: int = 0) -> int:
+    """The port of the primary that owns `key`'s slot, as a node (not the one at port `but`) says now."""
+    asked = next(n.port for n in cluster.nodes if n.port != but)
+    with redis_sync.Redis(port=asked, decode_responses=True) as r:
+        slot = int(r.cluster("keyslot", key))  # type: ignore[no-untyped-call]
+        for start, end, primary, *_ in r.execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return int(primary[1])
+    raise AssertionError(f"no node owns slot {slot}")
+
+
+async def test_acks_all_keeps_every_acknowledged_record_once_through_a_cluster_failover(replicated_cluster):
+    """The same promise on a Redis Cluster: WAIT counts the replicas of the partition's slot owner,
+    whose replica takes the slots over when it is killed."""
+    cluster = replicated_cluster
+    nodes = {n.port: n for n in cluster.nodes}
+    async with running_gateway(test_config(cluster.url)) as gw:
+        bs = kafka_bootstrap(gw)
+        await asyncio.to_thread(_create, bs, "t", 2)
+        old = _slot_owner(cluster, keys.log("t", 0))
+        await eventually(lambda: _online_replicas(old) == 1, TIMEOUT, "the owner's replica")
+        load = Load(bs, "t", {"acks": "all", "enable.idempotence": True})
+        producing = asyncio.create_task(asyncio.to_thread(load.run))
+        await asyncio.to_thread(load.quarter.wait, TIMEOUT)
+        killed = nodes[old]
+        assert killed.proc is not None
+        killed.proc.kill()
+        killed.stop()
+        load.killed.set()
+        new = int(await eventually(lambda: _quiet(lambda: (p := _slot_owner(cluster, keys.log("t", 0), old)) != old and p),
+                                   TIMEOUT, "the replica's promotion") or 0)
+        # back as a replica of the promoted node (the cluster tells it so), for min.insync.replicas=2
+        back = EmbeddedRedis(killed.data_dir, port=old, cluster=True, node_timeout_ms=killed.node_timeout_ms)
+        back.cluster_port = killed.cluster_port
+        nodes[old] = cluster.nodes[cluster.nodes.index(killed)] = back
+        await asyncio.to_thread(back.start)
+        await eventually(lambda: _quiet(lambda: _replica_synced(old) and _online_replicas(new) == 1), TIMEOUT,
+                         "the rejoin")
+        await producing
+        assert load.failed == []
+        assert sorted(load.acked) == sorted(b"v%d" % i for i in range(RECORDS))
+        stored = Counter(await asyncio.to_thread(_log_values, bs, "t"))
+        assert stored == Counter(load.acked)
