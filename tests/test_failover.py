@@ -29,8 +29,10 @@ import pytest
 import redis as redis_sync
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from gateway.errors import GatewayError
 from gateway.server.gateway import Gateway
 from gateway.store import keys
+from gateway.store.connection import SentinelUrl, connect
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, _die_with_parent, free_port
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.test_acks_all import _produce
@@ -278,6 +280,34 @@ async def test_acks_all_keeps_every_acknowledged_record_once_through_a_failover(
     assert stored == Counter(load.acked)  # each acknowledged record there, once, and nothing else
 
 
+def _gateway_connections(port: int) -> list[str]:
+    """The names of the gateway's connections to the Redis at `port` (they name themselves)."""
+    with redis_sync.Redis(port=port, decode_responses=True) as r:
+        return sorted(c["name"] for c in r.client_list() if c["name"].startswith("gateway-"))
+
+
+async def test_a_demoted_primary_is_left_for_the_promoted_one(group, gateway):
+    """A handover by the Sentinels, the old primary living on as a replica: the records sent after it
+    go to the new primary, every record is there once, and no gateway connection stays on the old."""
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 2)
+    old = group.primary_port()
+    load = Load(bs, "t", {"acks": "all", "enable.idempotence": True})
+    producing = asyncio.create_task(asyncio.to_thread(load.run))
+    await asyncio.to_thread(load.quarter.wait, TIMEOUT)
+    with redis_sync.Redis(port=group.sentinels[0][0]) as s:
+        s.execute_command("SENTINEL", "FAILOVER", SERVICE)
+    new = await group.promoted(old)
+    await eventually(lambda: _quiet(lambda: _replica_synced(old) and _online_replicas(new) == 1), TIMEOUT,
+                     "the old primary to follow the new")
+    load.killed.set()  # the second half, on the new primary
+    await producing
+    assert load.failed == []
+    assert Counter(await asyncio.to_thread(_log_values, bs, "t")) == Counter(b"v%d" % i for i in range(RECORDS))
+    assert "gateway-append-replicated" in _gateway_connections(new)
+    assert _gateway_connections(old) == []
+
+
 async def test_acks_1_may_lose_acknowledged_records_in_a_failover(group, gateway, record_property):
     """What acks=all prevents: the count acknowledged and then lost is recorded, not asserted (Redis
     replicates within a fraction of a millisecond on one machine, so it is often none)."""
@@ -291,16 +321,30 @@ async def test_acks_1_may_lose_acknowledged_records_in_a_failover(group, gateway
     assert stored <= {b"v%d" % i for i in range(RECORDS)}
 
 
+def test_a_malformed_sentinel_url_is_one_line_saying_what_is_wrong(tmp_path):
+    url = "redis+sentinel://127.0.0.1:26379"
+    code, lines = serve(tmp_path / "data", "--redis-url", url)
+    assert code != 0
+    assert lines == [f"gateway: bad Sentinel URL {url!r}: name the primary after the Sentinels: .../mymaster"]
+
+
 @pytest.mark.parametrize(("url", "problem"), [
-    ("redis+sentinel://127.0.0.1:26379", "name the primary after the Sentinels: .../mymaster"),
     ("redis+sentinel://127.0.0.1:x/mymaster", "'127.0.0.1:x' is not host:port"),
     ("redis+sentinel:///mymaster", "name at least one Sentinel, as host:port[,host:port...]"),
     ("redis+sentinel://127.0.0.1/mymaster/one", "the database after the primary's name is a number, not 'one'"),
+    ("redis+sentinel://h/m?sentinel_pasword=x", "unknown option sentinel_pasword"),
 ])
-def test_a_malformed_sentinel_url_is_one_line_saying_what_is_wrong(tmp_path, url, problem):
-    code, lines = serve(tmp_path / "data", "--redis-url", url)
-    assert code != 0
-    assert lines == [f"gateway: bad Sentinel URL {url!r}: {problem}"]
+def test_what_is_wrong_with_a_sentinel_url_is_said(url, problem):
+    with pytest.raises(GatewayError) as refused:
+        connect(url)
+    assert str(refused.value) == f"bad Sentinel URL {url!r}: {problem}"
+
+
+def test_a_sentinel_url_names_sentinels_primary_database_and_credentials():
+    parsed = SentinelUrl.parse("rediss+sentinel://app:s%40cret@10.0.0.1,[::1]:26380/orders/2"
+                               "?sentinel_password=watch&ssl_cert_reqs=none")
+    assert parsed == SentinelUrl([("10.0.0.1", 26379), ("::1", 26380)], "orders", 2, "app", "s@cret",
+                                 {"password": "watch"}, {"ssl": True, "ssl_cert_reqs": "none"})
 
 
 def test_sentinels_that_do_not_answer_are_one_line_naming_the_url_flag(tmp_path):
