@@ -218,15 +218,17 @@ def _create(bs: str, topic: str, min_insync: int) -> None:
         f.result(TIMEOUT)
 
 
-def _log_values(bs: str, topic: str) -> list[bytes]:
-    """Every record of the topic's one partition, as a reader from offset 0 finds them."""
-    c = ck.Consumer({"bootstrap.servers": bs, "group.id": "unused-manual-assignment", "enable.auto.commit": False})
+def _log_values(bs: str, topic: str, isolation: str = "read_uncommitted") -> list[bytes]:
+    """Every record of the topic's one partition that a reader from offset 0 finds: up to the high
+    watermark, or read_committed the last stable offset, leaving out aborted records."""
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": "unused-manual-assignment", "enable.auto.commit": False,
+                     "isolation.level": isolation})
     out: list[bytes] = []
     try:
-        _, high = c.get_watermark_offsets(ck.TopicPartition(topic, 0), TIMEOUT)
+        _, end = c.get_watermark_offsets(ck.TopicPartition(topic, 0), TIMEOUT)
         c.assign([ck.TopicPartition(topic, 0, 0)])
         deadline = time.monotonic() + TIMEOUT
-        while len(out) < high and time.monotonic() < deadline:
+        while c.position([ck.TopicPartition(topic, 0)])[0].offset < end and time.monotonic() < deadline:
             m = c.poll(0.2)
             if m is not None and m.error() is None:
                 out.append(m.value())
@@ -453,24 +455,6 @@ class Transformer:
             consumer.close()
 
 
-def _read_committed(bs: str, topic: str) -> list[bytes]:
-    """Every committed record of the topic's one partition, read up to its last stable offset."""
-    c = ck.Consumer({"bootstrap.servers": bs, "group.id": "unused-manual-assignment", "enable.auto.commit": False,
-                     "isolation.level": "read_committed"})
-    out: list[bytes] = []
-    try:
-        _, stable = c.get_watermark_offsets(ck.TopicPartition(topic, 0), TIMEOUT)  # read_committed: the LSO
-        c.assign([ck.TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + TIMEOUT
-        while c.position([ck.TopicPartition(topic, 0)])[0].offset < stable and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is not None and m.error() is None:
-                out.append(m.value())
-    finally:
-        c.close()
-    return out
-
-
 async def test_consume_transform_produce_stays_exactly_once_through_a_failover(group, gateway):
     bs = kafka_bootstrap(gateway)
     await asyncio.to_thread(_create, bs, "in", 2)
@@ -487,7 +471,7 @@ async def test_consume_transform_produce_stays_exactly_once_through_a_failover(g
     await group.rejoin(old, await group.promoted(old))
     assert [err for err, _ in await feeding] == [None] * 100
     await transforming
-    out = await asyncio.to_thread(_read_committed, bs, "out")
+    out = await asyncio.to_thread(_log_values, bs, "out", "read_committed")
     print(f"exactly-once through a failover: {app.aborted} transactions aborted and done again")
     assert sorted(out) == sorted(v.replace(b"in", b"out") for v in inputs)  # each once, none lost
 
