@@ -534,22 +534,36 @@ async def test_acks_all_keeps_every_acknowledged_record_once_through_a_cluster_f
 
 
 async def test_the_native_client_rides_a_failover(group, gateway):
-    """Native sends during the switch are retried on the client's retriable error and land; the
-    gateway then serves on the promoted replica without a restart. (The native face does not wait
-    for replicas: the replica is let catch up before the kill, for what is there to stay.)"""
-    async with await Client.connect(native_url(gateway)) as client:
-        await gateway.services.log.create_topic("n", 1)
-        producer = await client.create_producer("n", send_timeout=60)
-        consumer = await client.subscribe("n", "s", initial_position="earliest")
+    """Native sends during the switch are retried on the client's retriable error and land; both
+    gateways then serve on the promoted replica without a restart, and a reader waiting on one is
+    woken by the other's writes through the new primary. (The native face does not wait for
+    replicas: the replica is let catch up before the kill, for what is there to stay.)"""
+    await gateway.services.log.create_topic("n", 1)
+    async with (running_gateway(test_config(group.url)) as other,
+                await Client.connect(native_url(gateway)) as reading,
+                await Client.connect(native_url(other)) as writing):
+        producer = await writing.create_producer("n", send_timeout=60)
+        consumer = await reading.subscribe("n", "s", initial_position="earliest")
         await producer.send(b"before")
         await eventually(lambda: group.caught_up(), TIMEOUT, "the replica to catch up")
         old = group.kill_primary()
         during = asyncio.gather(*(producer.send(b"during-%d" % i) for i in range(20)))
         await group.rejoin(old, await group.promoted(old))
         await during  # each send answered without an error
-        await producer.send(b"after")
-        sent = {b"before", b"after", *(b"during-%d" % i for i in range(20))}
+        sent = {b"before", *(b"during-%d" % i for i in range(20))}
         got: set[bytes] = set()
         while not sent <= got:
             got.add((await consumer.receive(TIMEOUT)).value)  # raises TimeoutError when one is missing
         assert got == sent
+        # the reader waits, listening for the other gateway's writes on the new primary alone
+        waiting = asyncio.create_task(consumer.receive(TIMEOUT))
+        await eventually(lambda: _shard_subscribers(group.primary_port(), keys.log("n", 0)) == 1, TIMEOUT,
+                         "the wake-up subscription on the new primary")
+        assert _shard_subscribers(old, keys.log("n", 0)) == 0
+        await producer.send(b"after")
+        assert (await waiting).value == b"after"
+
+
+def _shard_subscribers(port: int, channel: str) -> int:
+    with redis_sync.Redis(port=port) as r:
+        return int(r.execute_command("PUBSUB", "SHARDNUMSUB", channel)[1])
