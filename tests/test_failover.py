@@ -27,7 +27,6 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 import redis as redis_sync
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.client import Client
 from gateway.errors import GatewayError
@@ -36,7 +35,7 @@ from gateway.store import keys
 from gateway.store.connection import SentinelUrl, connect
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, _die_with_parent, free_port
 from tests.conftest import eventually, kafka_bootstrap, native_url, running_gateway, test_config
-from tests.test_acks_all import _produce
+from tests.test_acks_all import _create, _produce
 from tests.test_startup import serve
 
 TIMEOUT = 30.0
@@ -212,12 +211,6 @@ async def gateway(group: SentinelGroup) -> AsyncIterator[Gateway]:
         yield gw
 
 
-def _create(bs: str, topic: str, min_insync: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bs})
-    for f in admin.create_topics([NewTopic(topic, 1, config={"min.insync.replicas": str(min_insync)})]).values():
-        f.result(TIMEOUT)
-
-
 def _log_values(bs: str, topic: str, isolation: str = "read_uncommitted") -> list[bytes]:
     """Every record of the topic's one partition that a reader from offset 0 finds: up to the high
     watermark, or read_committed the last stable offset, leaving out aborted records."""
@@ -379,18 +372,23 @@ async def test_acks_all_is_refused_while_the_replica_is_away_and_served_once_it_
     primary, replica = group.primary_port(), group.replica_port()
     group.nodes[replica].stop()
     await eventually(lambda: _online_replicas(primary) == 0, TIMEOUT, "the replica gone")
-    once = {"acks": "all", "enable.idempotence": False, "retries": 0}
+    # one try, its WAIT bounded by the request's timeout
+    once = {"acks": "all", "enable.idempotence": False, "retries": 0, "request.timeout.ms": 1000}
 
     def refused() -> bool:  # the gateway reads the replica count again within a second
         [(err, _)] = _produce(bs, [b"x"], **once)
         return err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS
     await eventually(lambda: asyncio.to_thread(refused), TIMEOUT, "NOT_ENOUGH_REPLICAS")
     assert group.primary_port() == primary  # a replica away is no failover
+    before = await asyncio.to_thread(_log_values, bs, "t")  # an x appended before the count was read again
+    [(err, _)] = await asyncio.to_thread(_produce, bs, [b"x"], **once)
+    assert err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS
+    assert await asyncio.to_thread(_log_values, bs, "t") == before  # nothing written
 
     await group.rejoin(replica, primary)
     [(err, offset)] = await asyncio.to_thread(_produce, bs, [b"y"], acks="all")  # retried until read again
-    assert err is None and offset == 0
-    assert await asyncio.to_thread(_log_values, bs, "t") == [b"y"]
+    assert err is None and offset == len(before)
+    assert await asyncio.to_thread(_log_values, bs, "t") == [*before, b"y"]
 
 
 def _retrying(call: Callable[[], object], deadline: float) -> None:
