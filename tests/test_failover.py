@@ -36,6 +36,7 @@ from gateway.store.connection import SentinelUrl, connect
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, _die_with_parent, free_port
 from tests.conftest import eventually, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.test_acks_all import _create, _produce
+from tests.test_kafka_txn_restart import transform
 from tests.test_startup import serve
 
 TIMEOUT = 30.0
@@ -391,87 +392,31 @@ async def test_acks_all_is_refused_while_the_replica_is_away_and_served_once_it_
     assert await asyncio.to_thread(_log_values, bs, "t") == [*before, b"y"]
 
 
-def _retrying(call: Callable[[], object], deadline: float) -> None:
-    """A transactional call again while its error is retriable (the coordinator's storage failing over)."""
-    while True:
-        try:
-            call()
-            return
-        except ck.KafkaException as exc:
-            if not exc.args[0].retriable() or time.monotonic() > deadline:
-                raise
-
-
-@dataclass
-class Transformer:
-    """Consume-transform-produce in transactions: each batch's outputs and its input offsets are
-    committed together; a transaction that must abort is aborted and its inputs read again from the
-    committed offsets."""
-
-    bs: str
-    expect: int
-    committed_once: threading.Event = field(default_factory=threading.Event)
-    aborted: int = 0
-
-    def run(self) -> None:
-        consumer = ck.Consumer({"bootstrap.servers": self.bs, "group.id": "eos", "enable.auto.commit": False,
-                                "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
-        producer = ck.Producer({"bootstrap.servers": self.bs, "transactional.id": "eos-app", "linger.ms": 2,
-                                "transaction.timeout.ms": 60_000, "message.timeout.ms": 60_000})
-        deadline = time.monotonic() + 90
-        producer.init_transactions(TIMEOUT)
-        consumer.subscribe(["in"])
-        done = 0
-        try:
-            while done < self.expect:
-                assert time.monotonic() < deadline, f"{done} of {self.expect} transformed"
-                msgs = [m for m in consumer.consume(5, 0.5) if m.error() is None]
-                if not msgs:
-                    continue
-                try:
-                    producer.begin_transaction()
-                    for m in msgs:
-                        producer.produce("out", m.value().replace(b"in", b"out"))
-                    positions = consumer.position(consumer.assignment())
-                    meta = consumer.consumer_group_metadata()
-                    _retrying(lambda p=positions, g=meta: producer.send_offsets_to_transaction(p, g, TIMEOUT),
-                              deadline)
-                    _retrying(lambda: producer.commit_transaction(TIMEOUT), deadline)
-                except ck.KafkaException as exc:
-                    if not exc.args[0].txn_requires_abort():
-                        raise
-                    self.aborted += 1
-                    _retrying(lambda: producer.abort_transaction(TIMEOUT), deadline)
-                    committed = consumer.committed(consumer.assignment(), TIMEOUT)
-                    for tp in committed:
-                        consumer.seek(ck.TopicPartition(tp.topic, tp.partition,
-                                                        tp.offset if tp.offset >= 0 else ck.OFFSET_BEGINNING))
-                    continue
-                done = sum(tp.offset for tp in positions)
-                self.committed_once.set()
-        finally:
-            consumer.close()
-
-
 async def test_consume_transform_produce_stays_exactly_once_through_a_failover(group, gateway):
+    """The primary is killed with a transaction's records sent and its offsets not yet committed;
+    the rest of the input arrives through the failover. Each input is transformed exactly once."""
     bs = kafka_bootstrap(gateway)
     await asyncio.to_thread(_create, bs, "in", 2)
     await asyncio.to_thread(_create, bs, "out", 2)
     inputs = [b"in-%d" % i for i in range(200)]
     await asyncio.to_thread(_produce, bs, inputs[:100], "in", acks="all")
-    app = Transformer(bs, len(inputs))
-    transforming = asyncio.create_task(asyncio.to_thread(app.run))
-    await asyncio.to_thread(app.committed_once.wait, TIMEOUT)
-    old = group.kill_primary()
+    killed: list[int] = []
+
+    def kill_in_second_batch(n: int) -> None:
+        if n == 2:
+            killed.append(group.kill_primary())
+
+    transforming = asyncio.create_task(asyncio.to_thread(
+        transform, bs, "in", "out", "eos", len(inputs), after_batch=kill_in_second_batch))
+    await eventually(lambda: killed, TIMEOUT, "the kill")
     # the rest of the input arrives through the failover: the application reads it after the switch
     feeding = asyncio.create_task(asyncio.to_thread(
         _produce, bs, inputs[100:], "in", acks="all", **{"enable.idempotence": True, "message.timeout.ms": 90_000}))
-    await group.rejoin(old, await group.promoted(old))
+    await group.rejoin(killed[0], await group.promoted(killed[0]))
     assert [err for err, _ in await feeding] == [None] * 100
     await transforming
     out = await asyncio.to_thread(_log_values, bs, "out", "read_committed")
-    print(f"exactly-once through a failover: {app.aborted} transactions aborted and done again")
-    assert sorted(out) == sorted(v.replace(b"in", b"out") for v in inputs)  # each once, none lost
+    assert sorted(out) == sorted(v.upper() for v in inputs)  # each once, none lost
 
 
 @pytest.fixture
