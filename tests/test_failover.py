@@ -33,7 +33,7 @@ from gateway.errors import GatewayError
 from gateway.server.gateway import Gateway
 from gateway.store import keys
 from gateway.store.connection import SentinelUrl, connect
-from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, _die_with_parent, free_port
+from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, die_with_parent, free_port
 from tests.conftest import eventually, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.test_acks_all import _create, _produce
 from tests.test_kafka_txn_restart import transform
@@ -108,7 +108,7 @@ class SentinelGroup:
                       for j, other in enumerate(ports) if j != i)
         )
         binary = shutil.which("redis-sentinel") or "redis-sentinel"
-        proc = subprocess.Popen([binary, str(conf)], preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([binary, str(conf)], preexec_fn=die_with_parent, stdin=subprocess.DEVNULL)
         self.sentinels.append((port, proc))
 
     def _sees_all(self, port: int) -> bool:
