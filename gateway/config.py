@@ -55,8 +55,10 @@ def some_of(*choices: str) -> Check:
 
 PORT = between(0, 65535)  # 0: any free port
 POSITIVE = Check(lambda v: v > 0, "above 0")
-REDIS_URL_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster", "unix")
-"""What `gateway.store.connection.connect` takes: one Redis (or a socket), or any node of a Redis Cluster."""
+REDIS_URL_SCHEMES = (
+    "redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel", "unix")
+"""What `gateway.store.connection.connect` takes: one Redis (or a socket), any node of a Redis Cluster, or
+the Sentinels of a primary."""
 REDIS_URL = Check(lambda v: v == "" or v.partition("://")[0] in REDIS_URL_SCHEMES and "://" in v,
                   "empty (an embedded Redis) or a URL starting " + ", ".join(f"{s}://" for s in REDIS_URL_SCHEMES))
 LOG_LEVEL = Check(lambda v: v.upper() in logging.getLevelNamesMapping(), "a logging level: DEBUG, INFO, WARNING, ERROR")
@@ -77,7 +79,9 @@ class Config:
     admin_port: int = setting(8080, "admin HTTP port", check=PORT, metavar="PORT")
     data_dir: Path = setting(Path("./data"), "embedded Redis's files", metavar="DIR")
     redis_url: str = setting("", "use this Redis instead of an embedded one: redis://host:port/db, or "
-                             "redis+cluster://host:port for any node of a Redis Cluster", check=REDIS_URL,
+                             "redis+cluster://host:port for any node of a Redis Cluster, or "
+                             "redis+sentinel://host:port,host:port/name for a primary found through Sentinel",
+                             check=REDIS_URL,
                              metavar="URL")
     advertised_host: str = setting("", "host Kafka clients are told to use; empty: the host (or 127.0.0.1 when "
                                    "bound to every address)", metavar="HOST")

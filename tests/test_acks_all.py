@@ -329,7 +329,9 @@ async def test_on_a_cluster_state_changes_wait_for_the_replica_of_their_slots_pr
         def online() -> bool:
             with redis_sync.Redis(port=owner) as r:
                 slave = r.info("replication").get("slave0")
-            return isinstance(slave, dict) and slave.get("state") == "online"
+            with redis_sync.Redis(port=replica.port) as r:  # serving reads: it knows every slot's owner
+                serving = r.cluster("info").get("cluster_state") == "ok"  # type: ignore[no-untyped-call]
+            return isinstance(slave, dict) and slave.get("state") == "online" and serving
         await eventually(online, TIMEOUT, "the replica online")
 
         def on_replica() -> int | None:

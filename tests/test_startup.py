@@ -110,5 +110,6 @@ def test_a_data_dir_that_is_a_file_is_one_line_naming_the_flag(tmp_path):
 def test_every_scheme_the_setting_accepts_the_connection_takes():
     for scheme in REDIS_URL_SCHEMES:
         url = f"{scheme}:///tmp/redis.sock" if scheme == "unix" else f"{scheme}://127.0.0.1:{free_port()}"
+        url += "/mymaster" if scheme.endswith("+sentinel") else ""  # the primary's name, which Sentinel needs
         Config(redis_url=url)
         connect(url)  # a client is built without connecting; an unknown scheme raises here

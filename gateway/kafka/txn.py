@@ -36,6 +36,9 @@ _FENCED_SINCE: dict[int, int] = {
 
 
 def txn_error(ctx: RequestContext, exc: BaseException) -> KafkaError:
+    """Replicas short, or Redis away (a primary failing over), is COORDINATOR_NOT_AVAILABLE, as Kafka's
+    transaction coordinator answers when it cannot write its log (appendTransactionToLog): clients
+    find the coordinator again and retry, where KAFKA_STORAGE_ERROR would end an EndTxn."""
     if isinstance(exc, InvalidProducerIdMapping):
         return KafkaError.invalid_producer_id_mapping
     if isinstance(exc, InvalidTransactionTimeout):
@@ -48,7 +51,7 @@ def txn_error(ctx: RequestContext, exc: BaseException) -> KafkaError:
         if ctx.api_version < _FENCED_SINCE.get(ctx.api_key, 0):
             return KafkaError.invalid_producer_epoch
         return KafkaError.producer_fenced
-    if isinstance(exc, GatewayError) and exc.code in REPLICAS_SHORT:
+    if isinstance(exc, GatewayError) and (exc.code in REPLICAS_SHORT or exc.code == ErrorCode.STORAGE_UNAVAILABLE):
         return KafkaError.coordinator_not_available
     return kafka_error(exc)
 

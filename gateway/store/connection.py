@@ -1,7 +1,10 @@
 """The Redis connection, chosen by URL, and the one place Redis's exceptions become ours.
 
 `redis://` and `rediss://` name one Redis; `redis+cluster://host:port` (or `rediss+cluster://`)
-names any node of a Redis Cluster, whose other nodes are discovered from it. Every key of a
+names any node of a Redis Cluster, whose other nodes are discovered from it;
+`redis+sentinel://host:26379,host:26380/mymaster` (or `rediss+sentinel://`) names the Sentinels
+that know where the primary `mymaster` is, asked again on each new connection, so a failover is
+followed without a restart (see `SentinelUrl`). Every key of a
 partition (and of a group, of the transaction coordinator) shares one hash tag, so each script
 runs in one slot and the rest of the store does not care which of the two it talks to.
 
@@ -16,19 +19,24 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, unquote
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
+from redis.backoff import ExponentialBackoff, NoBackoff
 
-from gateway.errors import StorageUnavailable
+from gateway.errors import GatewayError, StorageUnavailable
 
 log = logging.getLogger(__name__)
 
 UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, rexc.ClusterDownError, OSError)
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+SENTINEL_PORT = 26379
 
 RedisClient = Redis | RedisCluster
 """Either client: both take the same commands; pipelines differ (see `Scripts.call_many`)."""
@@ -36,6 +44,80 @@ RedisClient = Redis | RedisCluster
 
 def is_cluster_url(url: str) -> bool:
     return url.partition("://")[0] in CLUSTER_SCHEMES
+
+
+@dataclass(frozen=True)
+class SentinelUrl:
+    """`redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db][?options]`: the
+    Sentinels (port 26379 unless given), the name they monitor the primary by, and the database. The
+    user and password are the data nodes'; Sentinels that want their own are given the query options
+    `sentinel_username` and `sentinel_password`. `rediss+sentinel://` speaks TLS to both, with redis-py's
+    `ssl_*` query options (`ssl_ca_certs`, `ssl_cert_reqs`, `ssl_certfile`, `ssl_keyfile`)."""
+
+    sentinels: list[tuple[str, int]]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    sentinel_auth: dict[str, str] = field(default_factory=dict)
+    tls: dict[str, Any] = field(default_factory=dict)  # {} without TLS; else {"ssl": True, ssl_* options}
+
+    @classmethod
+    def parse(cls, url: str) -> SentinelUrl:
+        """The URL's parts; a `GatewayError` naming what is wrong with it otherwise."""
+        scheme, _, rest = url.partition("://")
+        rest, _, query = rest.partition("?")
+        userinfo, _, rest = rest.rpartition("@")
+        hosts, _, path = rest.partition("/")
+        service, _, db = path.partition("/")
+        options = dict(parse_qsl(query))
+        bad = f"bad Sentinel URL {url!r}:"
+        sentinels = []
+        for host in filter(None, hosts.split(",")):
+            name, colon, port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+            if not colon:
+                name, port = host, str(SENTINEL_PORT)
+            if not name or not port.isdigit() or not 0 < int(port) < 65536:
+                raise GatewayError(f"{bad} {host!r} is not host:port")
+            sentinels.append((name.strip("[]"), int(port)))
+        if not sentinels:
+            raise GatewayError(f"{bad} name at least one Sentinel, as host:port[,host:port...]")
+        if not service:
+            raise GatewayError(f"{bad} name the primary after the Sentinels: .../mymaster")
+        if db and not db.isdigit():
+            raise GatewayError(f"{bad} the database after the primary's name is a number, not {db!r}")
+        unknown = sorted(k for k in options if k not in ("sentinel_username", "sentinel_password")
+                         and not k.startswith("ssl_"))
+        if unknown:
+            raise GatewayError(f"{bad} unknown option {', '.join(unknown)}")
+        user, _, password = userinfo.partition(":")
+        tls: dict[str, Any] = {}
+        if scheme == "rediss+sentinel":
+            tls = {"ssl": True, **{k: v for k, v in options.items() if k.startswith("ssl_")}}
+        auth = {k.removeprefix("sentinel_"): v for k, v in options.items() if k.startswith("sentinel_")}
+        return cls(sentinels, unquote(service), int(db or 0), unquote(user) or None,
+                   unquote(password) if userinfo else None, auth, tls)
+
+
+class SentinelRedis(Redis):
+    """The client of a primary found through Sentinel; closing it closes the Sentinel connections too."""
+
+    sentinels: Sentinel
+    service: str
+
+    async def discover_primary(self) -> tuple[str, int]:
+        """Where the Sentinels say the primary is now (`MasterNotFoundError` when none says)."""
+        host, port = await self.sentinels.discover_master(self.service)
+        return str(host), int(port)
+
+    def primary_seen(self) -> tuple[str, int] | None:
+        """Where this client's pool last found the primary (it asks on each new connection)."""
+        seen = getattr(self.connection_pool, "master_address", None)
+        return (str(seen[0]), int(seen[1])) if seen else None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        await self.sentinels.aclose()
 
 
 def connect(url: str, *, max_connections: int = 64) -> RedisClient:
@@ -50,9 +132,24 @@ def connect(url: str, *, max_connections: int = 64) -> RedisClient:
         "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError],
     }
     scheme, _, rest = url.partition("://")
+    if scheme in SENTINEL_SCHEMES:
+        return _sentinel_client(SentinelUrl.parse(url), options)
     if scheme in CLUSTER_SCHEMES:
         return RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **options)
     return Redis.from_url(url, **options)
+
+
+def _sentinel_client(parsed: SentinelUrl, options: dict[str, Any]) -> SentinelRedis:
+    """A primary's client whose pool asks the Sentinels on each new connection, and drops a connection
+    to a primary that was demoted (its READONLY answer): requests in flight meet `ConnectionError`."""
+    # a Sentinel that does not answer is passed over for the next at once, not retried with backoff
+    asking = {"socket_connect_timeout": options["socket_connect_timeout"], "retry": Retry(NoBackoff(), 0)}
+    sentinels = Sentinel(  # type: ignore[no-untyped-call]
+        parsed.sentinels, sentinel_kwargs={**asking, **parsed.sentinel_auth, **parsed.tls},
+        username=parsed.username, password=parsed.password, db=parsed.db, **parsed.tls, **options)
+    client: SentinelRedis = sentinels.master_for(parsed.service, redis_class=SentinelRedis, check_connection=True)
+    client.sentinels, client.service = sentinels, parsed.service
+    return client
 
 
 @asynccontextmanager
@@ -78,6 +175,8 @@ async def wait_reachable(redis: RedisClient, url: str, timeout: float) -> None:
             return
         except TimeoutError:
             break
+        except MasterNotFoundError:  # its message lists each Sentinel's client at length
+            problem = f"no Sentinel named there answers with a primary called {getattr(redis, 'service', '')!r}"
         except rexc.BusyLoadingError:
             if problem != "loading":
                 log.info("Redis at %s is loading its data; waiting for it", url)

@@ -55,12 +55,14 @@ class EmbeddedRedis:
 
     def __init__(
         self, data_dir: Path, *, port: int | None = None, fsync: str = "everysec", cluster: bool = False,
-        replica_of: int | None = None,
+        replica_of: int | None = None, node_timeout_ms: int = 5000,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
         self.fsync = fsync
         self.cluster = cluster  # a node in cluster mode, to be joined by `EmbeddedCluster`
+        self.node_timeout_ms = node_timeout_ms  # a cluster node's silence before its replica takes over
+        self.cluster_port = free_port() if cluster else 0  # the cluster bus's, kept across restarts
         self.replica_of = replica_of  # the port of a loopback primary this server replicates
         self.proc: subprocess.Popen[bytes] | None = None
         self._lock: int | None = None  # the data dir's lock file, open while this process owns the dir
@@ -148,7 +150,7 @@ class EmbeddedRedis:
         ]
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", str(self.data_dir / "nodes.conf"),
-                     "--cluster-node-timeout", "5000", "--cluster-port", str(free_port())]
+                     "--cluster-node-timeout", str(self.node_timeout_ms), "--cluster-port", str(self.cluster_port)]
         if self.replica_of is not None:
             args += ["--replicaof", "127.0.0.1", str(self.replica_of)]
         self.proc = subprocess.Popen(args, preexec_fn=die_with_parent, stdin=subprocess.DEVNULL)
@@ -223,12 +225,15 @@ def _alive(pid: int) -> bool:
 
 
 class EmbeddedCluster:
-    """A Redis Cluster of `primaries` redis-server children on free loopback ports, no replicas,
-    created with `redis-cli --cluster create` as an operator would."""
+    """A Redis Cluster of `primaries` redis-server children on free loopback ports, each with
+    `replicas` more (none by default), created with `redis-cli --cluster create` as an operator would."""
 
-    def __init__(self, data_dir: Path, *, primaries: int = 3, fsync: str = "everysec") -> None:
+    def __init__(self, data_dir: Path, *, primaries: int = 3, replicas: int = 0, fsync: str = "everysec",
+                 node_timeout_ms: int = 5000) -> None:
         self.data_dir = Path(data_dir).resolve()
-        self.nodes = [EmbeddedRedis(self.data_dir / f"node-{i}", fsync=fsync, cluster=True) for i in range(primaries)]
+        self.replicas = replicas
+        self.nodes = [EmbeddedRedis(self.data_dir / f"node-{i}", fsync=fsync, cluster=True, node_timeout_ms=node_timeout_ms)
+                      for i in range(primaries * (1 + replicas))]
 
     @property
     def url(self) -> str:
@@ -247,7 +252,7 @@ class EmbeddedCluster:
                 raise GatewayError("redis-cli is not installed (Debian: apt-get install redis-tools)")
             addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
             created = subprocess.run(
-                [cli, "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
+                [cli, "--cluster", "create", *addresses, "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                 capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
             )
             if created.returncode != 0:

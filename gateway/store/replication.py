@@ -265,6 +265,8 @@ class Replication:
         if isinstance(reply, RespError) and str(reply).startswith(_PASSING):
             if str(reply).startswith(("MOVED", "ASK")):
                 self.connections.relocate()
+            elif str(reply).startswith("READONLY"):
+                conn.close()  # its node was demoted: the next connection finds the primary
             return StorageUnavailable(f"redis: {reply}; retry")
         if isinstance(reply, RespError):
             return ResponseError(str(reply))

@@ -23,6 +23,8 @@ import ssl
 from collections import deque
 from typing import Any
 
+from gateway.store.connection import UNAVAILABLE, SentinelRedis
+
 log = logging.getLogger(__name__)
 
 BIG = 32 * 1024  # bulk strings at least this long are received into their own buffer
@@ -209,7 +211,12 @@ def encode(commands: list[tuple[Any, ...]]) -> list[bytes | bytearray | memoryvi
 class DirectConnections:
     """One `RespConnection` per Redis node, opened on first use and again after a loss, with the
     address, credentials and TLS settings of the redis-py client it stands beside. `preload`
-    scripts are loaded on each new connection, so EVALSHA on it finds them."""
+    scripts are loaded on each new connection, so EVALSHA on it finds them.
+
+    Behind Sentinel the address is the primary's as the Sentinels name it when a connection is
+    opened, and a new connection that finds a replica there (a stale answer amid a failover) is
+    refused. A connection is dropped, and the primary asked for again, when its node answers
+    READONLY (demoted) or when the redis-py client has found the primary elsewhere."""
 
     def __init__(self, redis: Any, *, name: str = "gateway-direct", preload: tuple[str, ...] = ()) -> None:
         self._redis = redis
@@ -227,6 +234,8 @@ class DirectConnections:
         self._db = int(kwargs.get("db") or 0)
         self._path: str | None = kwargs.get("path")  # a unix socket
         self._addr = (str(kwargs.get("host", "localhost")), int(kwargs.get("port") or 6379))
+        self._sentinel = redis if isinstance(redis, SentinelRedis) else None
+        self._seen: tuple[str, int] | None = None  # where the redis-py client last found the primary
         self._tls = _tls_context(kwargs) if tls else None
         self._conns: dict[tuple[str, int], RespConnection] = {}
         self._opening: dict[tuple[str, int], asyncio.Task[RespConnection]] = {}
@@ -243,6 +252,8 @@ class DirectConnections:
         except OSError:
             return None
         if any(isinstance(r, RespError) for r in replies):
+            if any(isinstance(r, RespError) and str(r).startswith("READONLY") for r in replies):
+                conn.close()  # its node was demoted: the next connection finds the primary
             return None
         return replies
 
@@ -250,9 +261,35 @@ class DirectConnections:
         """The usable connection to `key`'s node, or None when none can be had now."""
         addr = self.address(key)
         conn = self._conns.get(addr)
+        if self._sentinel is not None and conn is not None and self._moved():
+            conn.close()
         if conn is not None and conn.usable:
             return conn
+        if self._sentinel is not None:
+            if not await self._find_primary():
+                return None
+            addr = self._addr
         return await self._open(addr)
+
+    def _moved(self) -> bool:
+        """The redis-py client, on a new connection of its own, met the primary somewhere else (once
+        per change it saw: a stale answer it got is not followed back and forth)."""
+        assert self._sentinel is not None
+        seen = self._sentinel.primary_seen()
+        if seen == self._seen:
+            return False
+        self._seen = seen
+        return seen is not None and seen != self._addr
+
+    async def _find_primary(self) -> bool:
+        """Ask the Sentinels where the primary is now; False when none can say."""
+        assert self._sentinel is not None
+        try:
+            self._addr = await self._sentinel.discover_primary()
+        except UNAVAILABLE as exc:
+            log.info("no primary from the Sentinels now (%s); reading through redis-py", exc)
+            return False
+        return True
 
     def address(self, key: str) -> tuple[str, int]:
         """The node that holds `key`."""
@@ -275,6 +312,7 @@ class DirectConnections:
         except (OSError, TimeoutError, RespError) as exc:
             log.info("direct read connection to %s:%d failed (%s); reading through redis-py", *addr, exc)
             self._refused_until[addr] = loop.time() + _RETRY_AFTER
+            self.relocate()  # a cluster's node gone: its slots may have a new owner by now
             return None
         self._conns[addr] = conn
         return conn
@@ -295,7 +333,12 @@ class DirectConnections:
                 hello.append(("SELECT", self._db))
             hello.append(("CLIENT", "SETNAME", self._name))  # for CLIENT LIST readers
             hello += [("SCRIPT", "LOAD", source) for source in self._preload]
-            for reply in await conn.pipeline(hello):
+            if self._sentinel is not None:
+                hello.append(("ROLE",))
+            replies = await conn.pipeline(hello)
+            if self._sentinel is not None and not isinstance(replies[-1], RespError) and replies[-1][0] != b"master":
+                replies.append(RespError(f"{addr[0]}:{addr[1]} is no primary now"))
+            for reply in replies:
                 if isinstance(reply, RespError):
                     conn.close()
                     raise reply
