@@ -1,7 +1,7 @@
 """Share groups (KIP-932) with confluent-kafka's ShareConsumer, and with native shared consumers on
 the same queue: records split among consumers with none lost and none accepted twice, RELEASE and
 lock expiry redelivering with a higher delivery count, REJECT and the delivery limit archiving,
-share.auto.offset.reset, read_committed over an aborted transaction, and a gateway killed with
+share.auto.offset.reset, both isolation levels over aborted and open transactions, and a gateway killed with
 records locked losing no acknowledgement."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
+from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.services import Services
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey
@@ -273,26 +274,48 @@ async def _has_sub(subs: object, name: str) -> bool:
     return name in await subs.positions(TOPIC, range(1))
 
 
-async def test_read_committed_hides_an_aborted_transaction(gw: Gateway) -> None:
+async def test_isolation_levels_over_aborted_and_open_transactions(gw: Gateway) -> None:
+    """read_uncommitted (Kafka's default) delivers the records of aborted and open transactions up to
+    the high watermark; read_committed hides aborted ones and stops at the open one, as Fetch does."""
     bs = kafka_bootstrap(gw)
-    await group_configs(bs, "txn", share_auto_offset_reset="earliest", share_isolation_level="read_committed")
+    await group_configs(bs, "dirty", share_auto_offset_reset="earliest")
+    await group_configs(bs, "clean", share_auto_offset_reset="earliest", share_isolation_level="read_committed")
+    p = ck.Producer({"bootstrap.servers": bs, "transactional.id": "share-t"})
 
     def write() -> None:
-        p = ck.Producer({"bootstrap.servers": bs, "transactional.id": "share-t"})
         p.init_transactions(TIMEOUT)
-        p.begin_transaction()
-        for v in (b"no1", b"no2"):
-            p.produce(TOPIC, v)
-        p.abort_transaction(TIMEOUT)
-        p.begin_transaction()
-        for v in (b"yes1", b"yes2"):
-            p.produce(TOPIC, v)
-        p.commit_transaction(TIMEOUT)
+        for vals, end in (([b"no1", b"no2"], p.abort_transaction), ([b"yes1", b"yes2"], p.commit_transaction)):
+            p.begin_transaction()
+            for v in vals:
+                p.produce(TOPIC, v)
+            assert p.flush(TIMEOUT) == 0  # written, then aborted or committed
+            end(TIMEOUT)
+        p.begin_transaction()  # left open
+        p.produce(TOPIC, b"open1")
+        assert p.flush(TIMEOUT) == 0
+        produce_sync(bs, [b"plain"])
 
     await asyncio.to_thread(write)
+    dirty = await with_consumer(bs, "dirty", lambda c: poll_until(c, lambda s: b"plain" in values(s)), False)
+    assert values(dirty) == [b"no1", b"no2", b"yes1", b"yes2", b"open1", b"plain"]
+    c = share_consumer(bs, "clean")
+    try:
+        clean = await asyncio.to_thread(poll_until, c, lambda s: b"yes2" in values(s), c.acknowledge)
+        assert values(clean) == [b"yes1", b"yes2"]
+        open_at = offset(next(m for m in dirty if m.value() == b"open1"))
+        share = services(gw).share
+        await conftest.eventually(lambda: _start_offset(share, "clean", open_at), timeout=TIMEOUT,
+                                  what="the committed group waiting at the open transaction")
+        await asyncio.to_thread(p.abort_transaction, TIMEOUT)
+        await asyncio.to_thread(produce_sync, bs, [b"last"])
+        clean += await asyncio.to_thread(poll_until, c, lambda s: b"last" in values(s), c.acknowledge)
+    finally:
+        await asyncio.to_thread(c.close)
+    assert values(clean) == [b"yes1", b"yes2", b"plain", b"last"]
 
-    read = await with_consumer(bs, "txn", lambda c: values(poll_until(c, lambda s: b"yes2" in values(s))), False)
-    assert read == [b"yes1", b"yes2"]
+
+async def _start_offset(share: ShareCoordinator, group: str, expected: int) -> bool:
+    return bool((await share.start_offsets(group, {TOPIC: [0]}))[TOPIC][0] == expected)
 
 
 async def test_kafka_and_native_consumers_share_one_queue(gw: Gateway) -> None:

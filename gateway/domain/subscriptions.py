@@ -7,7 +7,9 @@ it means unacked messages are delivered again from the cursor, never that acked 
 
 Dispatch hands out whole stored batches (`Delivery`: the entry plus the offsets the consumer must
 process); records are never decoded here. It is read-committed: nothing at or past the last stable
-offset goes out, and markers and aborted batches are acknowledged on the subscription's behalf. Modes:
+offset goes out, and markers and aborted batches are acknowledged on the subscription's behalf (a
+share group at share.isolation.level=read_uncommitted turns that off: records of open and aborted
+transactions go out as a read-uncommitted Fetch returns them, markers never do). Modes:
 - exclusive: one consumer; a second is refused with ConsumerBusy.
 - failover: the earliest attached consumer is active; when it leaves, the next one takes over from
   the cursor.
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from gateway.domain.log import LogService, absent_offsets, committed_entries
+from gateway.domain.log import LogService, absent_offsets, committed_entries, uncommitted_entries
 from gateway.domain.watermark import SubscriptionWatermark, WatermarkService
 from gateway.errors import ConsumerBusy, GatewayError, NotAllowed, SubscriptionNotFound
 from gateway.store import Store
@@ -119,6 +121,7 @@ class Subscription:
         # redelivered, 0 for none: a share group's share.delivery.count.limit; `on_archive` hears of it
         self.delivery_limit = 0
         self.on_archive: Callable[[Delivery], Awaitable[None]] | None = None
+        self.read_committed = True  # False: up to the high watermark, aborted batches included
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -413,7 +416,8 @@ class Subscription:
         generation = self._generation
         parts = list(range(self.partitions))
         slices = await asyncio.gather(
-            *(self.service.log.read(self.topic, p, self.read_pos[p], min(64, max(1, budget)), read_committed=True)
+            *(self.service.log.read(self.topic, p, self.read_pos[p], min(64, max(1, budget)),
+                                    read_committed=self.read_committed)
               for p in parts)
         )
         if generation != self._generation:
@@ -433,11 +437,12 @@ class Subscription:
         for p, sl in zip(parts, slices, strict=True):
             taken = 0
             skip = acked.get(p, set())
-            visible = {id(e) for e in committed_entries(sl)}
+            visible = {id(e) for e in (committed_entries(sl) if self.read_committed else uncommitted_entries(sl))}
+            end = sl.stable if self.read_committed else sl.high_watermark
             if self.watermark is not None:  # markers are among the entries no one sees
                 self.watermark.learn(p, sl, [e for e in sl.entries if id(e) not in visible])
             for e in sl.entries:
-                if (taken >= per_part and out) or e.base_offset >= sl.stable:
+                if (taken >= per_part and out) or e.base_offset >= end:
                     break  # the rest waits for permits, or for its transaction to end
                 lo = max(e.base_offset, self.read_pos[p])
                 offsets = set(range(lo, e.next_offset)) - skip

@@ -39,7 +39,7 @@ from gateway.domain.groups.share import (
     ShareMember,
 )
 from gateway.domain.log import LogService
-from gateway.domain.subscriptions import Consumer, Delivery, Mode, SubscriptionService
+from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
 from gateway.domain.topic_configs import Change, ConfigDef, Kind, apply
 from gateway.errors import InvalidConfig, TopicNotFound
 from gateway.formats.records import build_batch, iter_records
@@ -112,8 +112,8 @@ def share_group_configs(min_lock_ms: int) -> dict[str, ConfigDef]:
                   "negative acknowledgement's backoff); 0: at once, as in Kafka.",
                   effective=True, low=0, high=MAX_LOCK_DURATION_MS),
         ConfigDef(ISOLATION_LEVEL, Kind.STRING, "read_uncommitted",
-                  "read_committed hides aborted and open transactions; a share group on this gateway "
-                  "reads committed records only, whichever is set (see the README).",
+                  "read_committed hides aborted and open transactions, as a read-committed Fetch does; "
+                  "read_uncommitted delivers their records up to the high watermark.",
                   effective=True, choices=("read_committed", "read_uncommitted")),
     )}
 
@@ -268,14 +268,21 @@ class ShareCoordinator:
         """Set lock durations and the delivery limit on the group's consumers and subscriptions."""
         cfg = self._configs.get(group_id, {})
         lock = int(self.value(cfg, LOCK_DURATION)) / 1000
-        limit = int(self.value(cfg, DELIVERY_LIMIT))
         for (gid, _), member in self._members.items():
             if gid != group_id:
                 continue
             for consumer in member.consumers.values():
                 consumer.ack_timeout = lock
                 if consumer.subscription is not None:
-                    consumer.subscription.delivery_limit = limit
+                    self._configure(consumer.subscription, cfg)
+
+    def _configure(self, sub: Subscription, cfg: Mapping[str, str]) -> None:
+        """The group's delivery limit and isolation level on one of its subscriptions."""
+        sub.delivery_limit = int(self.value(cfg, DELIVERY_LIMIT))
+        read_committed = self.value(cfg, ISOLATION_LEVEL) == "read_committed"
+        if sub.read_committed != read_committed:
+            sub.read_committed = read_committed
+            sub.wake.set()
 
     # -- membership ------------------------------------------------------------------------------
 
@@ -484,7 +491,7 @@ class ShareCoordinator:
         member.topics[consumer.id] = topic
         sub = consumer.subscription
         assert sub is not None
-        sub.delivery_limit = int(self.value(cfg, DELIVERY_LIMIT))
+        self._configure(sub, cfg)
         stats = self.stats.setdefault(member.group_id, Stats())
 
         async def archived(d: Delivery) -> None:
