@@ -490,6 +490,16 @@ async def test_share_sessions_and_record_states_on_the_wire(gw: Gateway) -> None
         clash = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
             "group_id": "cg", "member_id": "m1", "member_epoch": 0, "subscribed_topic_names": [TOPIC]})
         assert clash.error_code == KafkaError.group_id_not_found
+        # nor is a share group's id a classic or consumer group's (Kafka's classicGroupJoin and
+        # getOrMaybeCreateConsumerGroup)
+        classic = await call(conn, ApiKey.JOIN_GROUP, 9, {
+            "group_id": "w", "session_timeout": 6000, "rebalance_timeout": 6000, "member_id": "",
+            "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]})
+        assert (classic.error_code, classic.member_id) == (KafkaError.inconsistent_group_protocol, "")
+        consumer = await call(conn, ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+            "group_id": "w", "member_id": "", "member_epoch": 0, "rebalance_timeout": 5000,
+            "subscribed_topic_names": [TOPIC], "topic_partitions": []})
+        assert consumer.error_code == KafkaError.group_id_not_found
 
 
 async def test_share_group_offsets_listing_and_deletion(gw: Gateway) -> None:
