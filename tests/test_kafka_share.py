@@ -267,6 +267,24 @@ async def test_auto_offset_reset_latest_and_earliest(gw: Gateway) -> None:
     assert got == [b"fresh"]
 
 
+async def test_auto_offset_reset_by_duration(gw: Gateway) -> None:
+    """by_duration:PT10M starts at the first record written in the last ten minutes."""
+    bs = kafka_bootstrap(gw)
+    now = int(time.time() * 1000)
+
+    def write() -> None:
+        p = ck.Producer({"bootstrap.servers": bs, "linger.ms": 0})
+        for v, ts in ((b"hour-old", now - 3_600_000), (b"twenty-min-old", now - 1_200_000), (b"fresh1", now),
+                      (b"fresh2", now)):
+            p.produce(TOPIC, v, timestamp=ts)
+            assert p.flush(TIMEOUT) == 0  # a batch each: the search is per batch
+
+    await asyncio.to_thread(write)
+    await group_configs(bs, "recent", share_auto_offset_reset="by_duration:PT10M")
+    got = await with_consumer(bs, "recent", lambda c: values(poll_until(c, lambda s: b"fresh2" in values(s))), False)
+    assert got == [b"fresh1", b"fresh2"]
+
+
 async def _has_sub(subs: object, name: str) -> bool:
     from gateway.store.subscriptions import SubscriptionStore
 
