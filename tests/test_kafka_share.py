@@ -430,6 +430,49 @@ def test_a_killed_gateway_loses_no_acknowledgement(gateway_process: GatewayProce
     assert accepted | after == set(range(2 * n))
 
 
+def test_delivery_counts_survive_a_killed_gateway(gateway_process: GatewayProcess) -> None:
+    """A record's delivery count is kept in Redis: locked when the gateway dies, it comes back from
+    the next one with its count, and once delivered share.delivery.count.limit times it is archived
+    however many gateways died holding it."""
+    gp = gateway_process
+    gp.args = ["--group-share-min-record-lock-duration-ms", str(LOCK_MS)]
+    gp.start()
+    bs = gp.kafka_bootstrap
+    asyncio.run(group_configs(bs, "counted", share_auto_offset_reset="earliest", share_delivery_count_limit="2"))
+    asyncio.run(produce("confluent", bs, TOPIC, [(None, b"once")]))
+
+    async def acquire(member: str) -> list[tuple[int, int, int]]:
+        """(first, last, delivery count) of what one member's share fetches acquire first."""
+        host, port = bs.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            conn = (reader, writer)
+            joined = await join(conn, "counted", member)
+            tid = joined.assignment.topic_partitions[0].topic_id
+            deadline = time.monotonic() + TIMEOUT
+            while True:
+                assert time.monotonic() < deadline
+                r = await share_fetch(conn, "counted", member, 0, tid)
+                acquired = r.responses[0].partitions[0].acquired_records if r.responses else []
+                if acquired:
+                    return [(a.first_offset, a.last_offset, a.delivery_count) for a in acquired]
+                await call(conn, ApiKey.SHARE_FETCH, 1, {  # close the empty session, to open it again
+                    "group_id": "counted", "member_id": member, "share_session_epoch": -1, "max_wait": 0,
+                    "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 1, "batch_size": 1, "topics": [],
+                    "forgotten_topics_data": []})
+        finally:
+            writer.close()
+
+    assert asyncio.run(acquire("m1")) == [(0, 0, 1)]
+    gp.kill()  # with offset 0 locked, never acknowledged
+    gp.start()
+    assert asyncio.run(acquire("m2")) == [(0, 0, 2)]  # its second delivery, by another gateway
+    gp.kill()
+    gp.start()
+    asyncio.run(produce("confluent", bs, TOPIC, [(None, b"after")]))
+    assert asyncio.run(acquire("m3")) == [(1, 1, 1)]  # offset 0 was archived at the limit
+
+
 # -- on the wire: sessions, record states, describe, configs, offsets, listings -----------------
 
 

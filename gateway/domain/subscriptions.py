@@ -385,8 +385,39 @@ class Subscription:
             batch = await self._read(sum(c.permits for c in targets))
             if not batch:
                 return self.read_pos != before  # skipped acked or hidden entries: read on at once
-        await self._hand_out(batch, targets)
+        if self.delivery_limit:
+            batch = await self._counted(batch)
+        if batch:
+            await self._hand_out(batch, targets)
         return True
+
+    async def _counted(self, batch: list[Delivery]) -> list[Delivery]:
+        """With a delivery limit, deliveries are counted in Redis as they go out, so that a record
+        delivered again by the next gateway after a crash carries its count, and one delivered
+        `delivery_limit` times already is archived instead (`archive_over_limit`)."""
+        generation = self._generation
+        offsets: dict[int, list[int]] = {}
+        for d in batch:
+            offsets.setdefault(d.partition, []).extend(sorted(d.offsets))
+        counts = await self.service.store.delivered(self.topic, self.name, self.delivery_limit, offsets)
+        if generation != self._generation:
+            return []
+        out: list[Delivery] = []
+        over = False
+        for d in batch:
+            by_count: dict[int, set[int]] = {}
+            for o in d.offsets:
+                by_count.setdefault(counts[d.partition][o], set()).add(o)
+            for n, offs in sorted(by_count.items()):
+                if n < 0:  # at the limit already: delivered -n times, by a gateway gone since
+                    self.redeliver.append(Delivery(d.partition, d.entry, offs, -n))
+                    over = True
+                else:
+                    out.append(Delivery(d.partition, d.entry, offs, n - 1))
+            d.offsets = set()  # replaced by the parts above
+        if over:
+            await self.archive_over_limit()
+        return out
 
     def _unclaimed(self, d: Delivery) -> None:
         """Drop the offsets of a delivery to redo that were acked meanwhile (or claimed by a newer delivery)."""

@@ -8,9 +8,9 @@ native shared consumer), keeps what is in flight (Kafka's acquired records, with
 counts), redelivers what is released or whose lock expires, and archives (acknowledges undelivered)
 what was delivered `share.delivery.count.limit` times. Acknowledgements are the subscription's own,
 one script per partition: an ACCEPT or REJECT the client was told of is in Redis, so a gateway
-killed loses none; what it held locked is delivered again from the subscription's cursor. Members,
-sessions and locks are kept in process, as Kafka keeps its timers (a new gateway's members join
-again on UNKNOWN_MEMBER_ID).
+killed loses none; what it held locked is delivered again from the subscription's cursor, with the
+delivery count Redis kept for it. Members, sessions and locks are kept in process, as Kafka keeps
+its timers (a new gateway's members join again on UNKNOWN_MEMBER_ID).
 
 Followed: KIP-932; Kafka 4.2's `SharePartition` (acquire, acknowledge: a batch of offsets not all
 acquired by the member is INVALID_RECORD_STATE and changes nothing; release on session close and
