@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from gateway.client import Client
 from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.services import Services
+from gateway.domain.subscriptions import Delivery
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey
 from gateway.kafka.share import SharePartition, encode_share_fetch_response
@@ -192,10 +193,10 @@ async def test_reject_never_redelivers(gw: Gateway) -> None:
     assert values(later) == [b"after"]
 
 
-def produce_sync(bs: str, vals: list[bytes]) -> None:
+def produce_sync(bs: str, vals: list[bytes], topic: str = TOPIC) -> None:
     p = ck.Producer({"bootstrap.servers": bs})
     for v in vals:
-        p.produce(TOPIC, v)
+        p.produce(topic, v)
     assert p.flush(TIMEOUT) == 0
 
 
@@ -701,6 +702,39 @@ async def test_rejected_and_over_the_limit_records_go_to_the_dead_letter_topic(g
     stats = services(gw).share.stats["dl"]  # counted once the write's reply is in, which the reader may beat
     await conftest.eventually(lambda: stats.dead_lettered == 2, timeout=TIMEOUT, what="both counted")
     assert (stats.rejected, stats.archived) == (1, 1)
+
+
+async def test_a_record_is_dead_lettered_once_when_written_again(gw: Gateway) -> None:
+    """A gateway that dies between the dead-letter write and the archiving acknowledgement leaves the
+    record to be archived again by the next one: that second write is a duplicate and adds nothing."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "dl2", share_dead_letter_topic="jobs-dlq")
+    await produce("confluent", bs, TOPIC, [(b"k1", b"bad")])
+    share = services(gw).share
+    (entry,) = (await services(gw).log.read(TOPIC, 0, 0)).entries
+    for _ in range(2):  # the first gateway's write, and the next one's after it died
+        await share._dead_letter("dl2", TOPIC, Delivery(0, entry, {0}), [0], "rejected", 1)
+    await asyncio.to_thread(produce_sync, bs, [b"end"], "jobs-dlq")
+    dead = await asyncio.to_thread(read_all, bs, "jobs-dlq", b"end")
+    assert dead == [b"bad", b"end"]
+    assert share.stats["dl2"].dead_lettered == 1
+
+
+def read_all(bs: str, topic: str, last: bytes) -> list[bytes]:
+    """The values of partition 0 of `topic` from its start up to `last`."""
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": "reader", "enable.auto.commit": False})
+    c.assign([ck.TopicPartition(topic, 0, 0)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while last not in out:
+            assert time.monotonic() < deadline, out
+            m = c.poll(0.5)
+            if m is not None and m.error() is None and isinstance(v := m.value(), bytes):
+                out.append(v)
+    finally:
+        c.close()
+    return out
 
 
 def dead_letters(bs: str) -> list[tuple[bytes | None, str, str, tuple[str, str]]]:
