@@ -102,7 +102,8 @@ class SubscriptionStore:
         count for one delivered `limit` times already (not counted again: it is to be archived)."""
         calls = [
             # limit, offsets
-            ("sub-deliver-2", topic, p, [keys.subscription(topic, p, name), keys.sub_deliveries(topic, p, name)],
+            ("sub-deliver-3", topic, p,
+             [keys.subscription(topic, p, name), keys.sub_deliveries(topic, p, name), keys.sub_acks(topic, p, name)],
              [limit, " ".join(map(str, offs))])
             for p, offs in offsets.items()
         ]
