@@ -1,7 +1,7 @@
 """Share groups (KIP-932) with confluent-kafka's ShareConsumer, and with native shared consumers on
 the same queue: records split among consumers with none lost and none accepted twice, RELEASE and
 lock expiry redelivering with a higher delivery count, REJECT and the delivery limit archiving,
-share.auto.offset.reset, read_committed over an aborted transaction, and a gateway killed with
+share.auto.offset.reset, both isolation levels over aborted and open transactions, and a gateway killed with
 records locked losing no acknowledgement."""
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
+from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.services import Services
+from gateway.domain.subscriptions import Delivery
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey
 from gateway.kafka.share import SharePartition, encode_share_fetch_response
@@ -191,10 +193,10 @@ async def test_reject_never_redelivers(gw: Gateway) -> None:
     assert values(later) == [b"after"]
 
 
-def produce_sync(bs: str, vals: list[bytes]) -> None:
+def produce_sync(bs: str, vals: list[bytes], topic: str = TOPIC) -> None:
     p = ck.Producer({"bootstrap.servers": bs})
     for v in vals:
-        p.produce(TOPIC, v)
+        p.produce(topic, v)
     assert p.flush(TIMEOUT) == 0
 
 
@@ -266,6 +268,24 @@ async def test_auto_offset_reset_latest_and_earliest(gw: Gateway) -> None:
     assert got == [b"fresh"]
 
 
+async def test_auto_offset_reset_by_duration(gw: Gateway) -> None:
+    """by_duration:PT10M starts at the first record written in the last ten minutes."""
+    bs = kafka_bootstrap(gw)
+    now = int(time.time() * 1000)
+
+    def write() -> None:
+        p = ck.Producer({"bootstrap.servers": bs, "linger.ms": 0})
+        for v, ts in ((b"hour-old", now - 3_600_000), (b"twenty-min-old", now - 1_200_000), (b"fresh1", now),
+                      (b"fresh2", now)):
+            p.produce(TOPIC, v, timestamp=ts)
+            assert p.flush(TIMEOUT) == 0  # a batch each: the search is per batch
+
+    await asyncio.to_thread(write)
+    await group_configs(bs, "recent", share_auto_offset_reset="by_duration:PT10M")
+    got = await with_consumer(bs, "recent", lambda c: values(poll_until(c, lambda s: b"fresh2" in values(s))), False)
+    assert got == [b"fresh1", b"fresh2"]
+
+
 async def _has_sub(subs: object, name: str) -> bool:
     from gateway.store.subscriptions import SubscriptionStore
 
@@ -273,26 +293,48 @@ async def _has_sub(subs: object, name: str) -> bool:
     return name in await subs.positions(TOPIC, range(1))
 
 
-async def test_read_committed_hides_an_aborted_transaction(gw: Gateway) -> None:
+async def test_isolation_levels_over_aborted_and_open_transactions(gw: Gateway) -> None:
+    """read_uncommitted (Kafka's default) delivers the records of aborted and open transactions up to
+    the high watermark; read_committed hides aborted ones and stops at the open one, as Fetch does."""
     bs = kafka_bootstrap(gw)
-    await group_configs(bs, "txn", share_auto_offset_reset="earliest", share_isolation_level="read_committed")
+    await group_configs(bs, "dirty", share_auto_offset_reset="earliest")
+    await group_configs(bs, "clean", share_auto_offset_reset="earliest", share_isolation_level="read_committed")
+    p = ck.Producer({"bootstrap.servers": bs, "transactional.id": "share-t"})
 
     def write() -> None:
-        p = ck.Producer({"bootstrap.servers": bs, "transactional.id": "share-t"})
         p.init_transactions(TIMEOUT)
-        p.begin_transaction()
-        for v in (b"no1", b"no2"):
-            p.produce(TOPIC, v)
-        p.abort_transaction(TIMEOUT)
-        p.begin_transaction()
-        for v in (b"yes1", b"yes2"):
-            p.produce(TOPIC, v)
-        p.commit_transaction(TIMEOUT)
+        for vals, end in (([b"no1", b"no2"], p.abort_transaction), ([b"yes1", b"yes2"], p.commit_transaction)):
+            p.begin_transaction()
+            for v in vals:
+                p.produce(TOPIC, v)
+            assert p.flush(TIMEOUT) == 0  # written, then aborted or committed
+            end(TIMEOUT)
+        p.begin_transaction()  # left open
+        p.produce(TOPIC, b"open1")
+        assert p.flush(TIMEOUT) == 0
+        produce_sync(bs, [b"plain"])
 
     await asyncio.to_thread(write)
+    dirty = await with_consumer(bs, "dirty", lambda c: poll_until(c, lambda s: b"plain" in values(s)), False)
+    assert values(dirty) == [b"no1", b"no2", b"yes1", b"yes2", b"open1", b"plain"]
+    c = share_consumer(bs, "clean")
+    try:
+        clean = await asyncio.to_thread(poll_until, c, lambda s: b"yes2" in values(s), c.acknowledge)
+        assert values(clean) == [b"yes1", b"yes2"]
+        open_at = offset(next(m for m in dirty if m.value() == b"open1"))
+        share = services(gw).share
+        await conftest.eventually(lambda: _start_offset(share, "clean", open_at), timeout=TIMEOUT,
+                                  what="the committed group waiting at the open transaction")
+        await asyncio.to_thread(p.abort_transaction, TIMEOUT)
+        await asyncio.to_thread(produce_sync, bs, [b"last"])
+        clean += await asyncio.to_thread(poll_until, c, lambda s: b"last" in values(s), c.acknowledge)
+    finally:
+        await asyncio.to_thread(c.close)
+    assert values(clean) == [b"yes1", b"yes2", b"plain", b"last"]
 
-    read = await with_consumer(bs, "txn", lambda c: values(poll_until(c, lambda s: b"yes2" in values(s))), False)
-    assert read == [b"yes1", b"yes2"]
+
+async def _start_offset(share: ShareCoordinator, group: str, expected: int) -> bool:
+    return bool((await share.start_offsets(group, {TOPIC: [0]}))[TOPIC][0] == expected)
 
 
 async def test_kafka_and_native_consumers_share_one_queue(gw: Gateway) -> None:
@@ -389,6 +431,49 @@ def test_a_killed_gateway_loses_no_acknowledgement(gateway_process: GatewayProce
     assert accepted | after == set(range(2 * n))
 
 
+def test_delivery_counts_survive_a_killed_gateway(gateway_process: GatewayProcess) -> None:
+    """A record's delivery count is kept in Redis: locked when the gateway dies, it comes back from
+    the next one with its count, and once delivered share.delivery.count.limit times it is archived
+    however many gateways died holding it."""
+    gp = gateway_process
+    gp.args = ["--group-share-min-record-lock-duration-ms", str(LOCK_MS)]
+    gp.start()
+    bs = gp.kafka_bootstrap
+    asyncio.run(group_configs(bs, "counted", share_auto_offset_reset="earliest", share_delivery_count_limit="2"))
+    asyncio.run(produce("confluent", bs, TOPIC, [(None, b"once")]))
+
+    async def acquire(member: str) -> list[tuple[int, int, int]]:
+        """(first, last, delivery count) of what one member's share fetches acquire first."""
+        host, port = bs.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            conn = (reader, writer)
+            joined = await join(conn, "counted", member)
+            tid = joined.assignment.topic_partitions[0].topic_id
+            deadline = time.monotonic() + TIMEOUT
+            while True:
+                assert time.monotonic() < deadline
+                r = await share_fetch(conn, "counted", member, 0, tid)
+                acquired = r.responses[0].partitions[0].acquired_records if r.responses else []
+                if acquired:
+                    return [(a.first_offset, a.last_offset, a.delivery_count) for a in acquired]
+                await call(conn, ApiKey.SHARE_FETCH, 1, {  # close the empty session, to open it again
+                    "group_id": "counted", "member_id": member, "share_session_epoch": -1, "max_wait": 0,
+                    "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 1, "batch_size": 1, "topics": [],
+                    "forgotten_topics_data": []})
+        finally:
+            writer.close()
+
+    assert asyncio.run(acquire("m1")) == [(0, 0, 1)]
+    gp.kill()  # with offset 0 locked, never acknowledged
+    gp.start()
+    assert asyncio.run(acquire("m2")) == [(0, 0, 2)]  # its second delivery, by another gateway
+    gp.kill()
+    gp.start()
+    asyncio.run(produce("confluent", bs, TOPIC, [(None, b"after")]))
+    assert asyncio.run(acquire("m3")) == [(1, 1, 1)]  # offset 0 was archived at the limit
+
+
 # -- on the wire: sessions, record states, describe, configs, offsets, listings -----------------
 
 
@@ -467,6 +552,16 @@ async def test_share_sessions_and_record_states_on_the_wire(gw: Gateway) -> None
         clash = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
             "group_id": "cg", "member_id": "m1", "member_epoch": 0, "subscribed_topic_names": [TOPIC]})
         assert clash.error_code == KafkaError.group_id_not_found
+        # nor is a share group's id a classic or consumer group's (Kafka's classicGroupJoin and
+        # getOrMaybeCreateConsumerGroup)
+        classic = await call(conn, ApiKey.JOIN_GROUP, 9, {
+            "group_id": "w", "session_timeout": 6000, "rebalance_timeout": 6000, "member_id": "",
+            "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]})
+        assert (classic.error_code, classic.member_id) == (KafkaError.inconsistent_group_protocol, "")
+        consumer = await call(conn, ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+            "group_id": "w", "member_id": "", "member_epoch": 0, "rebalance_timeout": 5000,
+            "subscribed_topic_names": [TOPIC], "topic_partitions": []})
+        assert consumer.error_code == KafkaError.group_id_not_found
 
 
 async def test_share_group_offsets_listing_and_deletion(gw: Gateway) -> None:
@@ -607,6 +702,39 @@ async def test_rejected_and_over_the_limit_records_go_to_the_dead_letter_topic(g
     stats = services(gw).share.stats["dl"]  # counted once the write's reply is in, which the reader may beat
     await conftest.eventually(lambda: stats.dead_lettered == 2, timeout=TIMEOUT, what="both counted")
     assert (stats.rejected, stats.archived) == (1, 1)
+
+
+async def test_a_record_is_dead_lettered_once_when_written_again(gw: Gateway) -> None:
+    """A gateway that dies between the dead-letter write and the archiving acknowledgement leaves the
+    record to be archived again by the next one: that second write is a duplicate and adds nothing."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "dl2", share_dead_letter_topic="jobs-dlq")
+    await produce("confluent", bs, TOPIC, [(b"k1", b"bad")])
+    share = services(gw).share
+    (entry,) = (await services(gw).log.read(TOPIC, 0, 0)).entries
+    for _ in range(2):  # the first gateway's write, and the next one's after it died
+        await share._dead_letter("dl2", TOPIC, Delivery(0, entry, {0}), [0], "rejected", 1)
+    await asyncio.to_thread(produce_sync, bs, [b"end"], "jobs-dlq")
+    dead = await asyncio.to_thread(read_all, bs, "jobs-dlq", b"end")
+    assert dead == [b"bad", b"end"]
+    assert share.stats["dl2"].dead_lettered == 1
+
+
+def read_all(bs: str, topic: str, last: bytes) -> list[bytes]:
+    """The values of partition 0 of `topic` from its start up to `last`."""
+    c = ck.Consumer({"bootstrap.servers": bs, "group.id": "reader", "enable.auto.commit": False})
+    c.assign([ck.TopicPartition(topic, 0, 0)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while last not in out:
+            assert time.monotonic() < deadline, out
+            m = c.poll(0.5)
+            if m is not None and m.error() is None and isinstance(v := m.value(), bytes):
+                out.append(v)
+    finally:
+        c.close()
+    return out
 
 
 def dead_letters(bs: str) -> list[tuple[bytes | None, str, str, tuple[str, str]]]:

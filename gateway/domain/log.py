@@ -604,6 +604,13 @@ def committed_entries(sl: Slice) -> list[Entry]:
     return out
 
 
+def uncommitted_entries(sl: Slice) -> list[Entry]:
+    """What a read-uncommitted reader that filters on the gateway side may see of a slice: entries
+    below the high watermark, open and aborted transactions' batches included, without markers."""
+    return [e for e in sl.entries
+            if e.base_offset < sl.high_watermark and not parse_header(e.batch, verify_crc=False).control]
+
+
 def aborted(sl: Slice, h: BatchHeader, base_offset: int) -> bool:
     """Whether a batch of a read-committed slice belongs to an aborted transaction."""
     return h.transactional and any(

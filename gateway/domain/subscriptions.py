@@ -7,7 +7,9 @@ it means unacked messages are delivered again from the cursor, never that acked 
 
 Dispatch hands out whole stored batches (`Delivery`: the entry plus the offsets the consumer must
 process); records are never decoded here. It is read-committed: nothing at or past the last stable
-offset goes out, and markers and aborted batches are acknowledged on the subscription's behalf. Modes:
+offset goes out, and markers and aborted batches are acknowledged on the subscription's behalf (a
+share group at share.isolation.level=read_uncommitted turns that off: records of open and aborted
+transactions go out as a read-uncommitted Fetch returns them, markers never do). Modes:
 - exclusive: one consumer; a second is refused with ConsumerBusy.
 - failover: the earliest attached consumer is active; when it leaves, the next one takes over from
   the cursor.
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from gateway.domain.log import LogService, absent_offsets, committed_entries
+from gateway.domain.log import LogService, absent_offsets, committed_entries, uncommitted_entries
 from gateway.domain.watermark import SubscriptionWatermark, WatermarkService
 from gateway.errors import ConsumerBusy, GatewayError, NotAllowed, SubscriptionNotFound
 from gateway.store import Store
@@ -119,6 +121,7 @@ class Subscription:
         # redelivered, 0 for none: a share group's share.delivery.count.limit; `on_archive` hears of it
         self.delivery_limit = 0
         self.on_archive: Callable[[Delivery], Awaitable[None]] | None = None
+        self.read_committed = True  # False: up to the high watermark, aborted batches included
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -382,8 +385,39 @@ class Subscription:
             batch = await self._read(sum(c.permits for c in targets))
             if not batch:
                 return self.read_pos != before  # skipped acked or hidden entries: read on at once
-        await self._hand_out(batch, targets)
+        if self.delivery_limit:
+            batch = await self._counted(batch)
+        if batch:
+            await self._hand_out(batch, targets)
         return True
+
+    async def _counted(self, batch: list[Delivery]) -> list[Delivery]:
+        """With a delivery limit, deliveries are counted in Redis as they go out, so that a record
+        delivered again by the next gateway after a crash carries its count, and one delivered
+        `delivery_limit` times already is archived instead (`archive_over_limit`)."""
+        generation = self._generation
+        offsets: dict[int, list[int]] = {}
+        for d in batch:
+            offsets.setdefault(d.partition, []).extend(sorted(d.offsets))
+        counts = await self.service.store.delivered(self.topic, self.name, self.delivery_limit, offsets)
+        if generation != self._generation:
+            return []
+        out: list[Delivery] = []
+        over = False
+        for d in batch:
+            by_count: dict[int, set[int]] = {}
+            for o in d.offsets:
+                by_count.setdefault(counts[d.partition][o], set()).add(o)
+            for n, offs in sorted(by_count.items()):
+                if n < 0:  # at the limit already: delivered -n times, by a gateway gone since
+                    self.redeliver.append(Delivery(d.partition, d.entry, offs, -n))
+                    over = True
+                else:
+                    out.append(Delivery(d.partition, d.entry, offs, n - 1))
+            d.offsets = set()  # replaced by the parts above
+        if over:
+            await self.archive_over_limit()
+        return out
 
     def _unclaimed(self, d: Delivery) -> None:
         """Drop the offsets of a delivery to redo that were acked meanwhile (or claimed by a newer delivery)."""
@@ -413,7 +447,8 @@ class Subscription:
         generation = self._generation
         parts = list(range(self.partitions))
         slices = await asyncio.gather(
-            *(self.service.log.read(self.topic, p, self.read_pos[p], min(64, max(1, budget)), read_committed=True)
+            *(self.service.log.read(self.topic, p, self.read_pos[p], min(64, max(1, budget)),
+                                    read_committed=self.read_committed)
               for p in parts)
         )
         if generation != self._generation:
@@ -433,11 +468,12 @@ class Subscription:
         for p, sl in zip(parts, slices, strict=True):
             taken = 0
             skip = acked.get(p, set())
-            visible = {id(e) for e in committed_entries(sl)}
+            visible = {id(e) for e in (committed_entries(sl) if self.read_committed else uncommitted_entries(sl))}
+            end = sl.stable if self.read_committed else sl.high_watermark
             if self.watermark is not None:  # markers are among the entries no one sees
                 self.watermark.learn(p, sl, [e for e in sl.entries if id(e) not in visible])
             for e in sl.entries:
-                if (taken >= per_part and out) or e.base_offset >= sl.stable:
+                if (taken >= per_part and out) or e.base_offset >= end:
                     break  # the rest waits for permits, or for its transaction to end
                 lo = max(e.base_offset, self.read_pos[p])
                 offsets = set(range(lo, e.next_offset)) - skip

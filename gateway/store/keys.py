@@ -229,6 +229,12 @@ DELAY_PARTS = "{gw:delay}:parts"
 """Set of every partition that ever held a delayed message, walked when a scheduler starts."""
 
 
+def sub_deliveries(topic: str, partition: int, name: str) -> str:
+    """Hash of how often each offset not yet acknowledged was delivered (offset -> count), kept for
+    a shared subscription with a delivery limit."""
+    return f"{partition_tag(topic, partition)}:deliveries:{name}"
+
+
 def subscription_owner(topic: str, name: str) -> str:
     """String naming the gateway (node id) that dispatches a subscription, under a lease (PX)."""
     return f"{partition_tag(topic, 0)}:owner:{name}"

@@ -26,6 +26,11 @@ class ShareGroupStore:
             # group, add
             await self.scripts.call("share-group-hint-1", [keys.SHARE_GROUPS], [group_id, 1 if present else 0])
 
+    async def exists(self, group_id: str) -> bool:
+        """Whether the id is a share group's (the classic and consumer protocols refuse it)."""
+        async with storage_errors():
+            return bool(await self.redis.sismember(keys.SHARE_GROUPS, group_id))
+
     async def known(self) -> set[str]:
         async with storage_errors():
             members: set[bytes] = await self.redis.smembers(keys.SHARE_GROUPS)  # type: ignore[assignment]

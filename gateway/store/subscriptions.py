@@ -7,6 +7,7 @@ moves the cursor over the contiguous run. One script call per partition, all pip
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,28 @@ class SubscriptionStore:
         replies = await self._run(calls)
         return {p: int(r[1]) for p, r in zip(acks, replies, strict=True)}
 
+    async def delivered(self, topic: str, name: str, limit: int, offsets: dict[int, list[int]]) -> dict[int, dict[int, int]]:
+        """Count a delivery of these offsets, per partition; each offset's count with it, or minus its
+        count for one delivered `limit` times already (not counted again: it is to be archived)."""
+        calls = [
+            # limit, offsets
+            ("sub-deliver-3", topic, p,
+             [keys.subscription(topic, p, name), keys.sub_deliveries(topic, p, name), keys.sub_acks(topic, p, name)],
+             [limit, " ".join(map(str, offs))])
+            for p, offs in offsets.items()
+        ]
+        replies = await self._run(calls)
+        return {p: dict(zip(offs, map(int, r[1:]), strict=True))
+                for (p, offs), r in zip(offsets.items(), replies, strict=True)}
+
+    async def forget_deliveries(self, topic: str, partitions: Iterable[int], name: str) -> None:
+        """Drop the delivery counts (the subscription was moved or deleted: its records start afresh)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p in partitions:
+            pipe.delete(keys.sub_deliveries(topic, p, name))
+        async with storage_errors():
+            await pipe.execute()
+
     async def lock(self, topic: str, name: str, txn_id: str, acks: dict[int, tuple[int, list[int]]]) -> None:
         """Lock offsets for a transaction, per partition (cumulative upto or -1, individual offsets).
         PendingAckConflict when another transaction holds one or it is acked already; partitions
@@ -122,6 +145,7 @@ class SubscriptionStore:
             for p, offset in targets.items()
         ]
         replies = await self._run(calls)
+        await self.forget_deliveries(topic, targets, name)  # the records start afresh
         return {p: int(r[1]) for p, r in zip(targets, replies, strict=True)}
 
     async def acked_in(self, topic: str, name: str, ranges: dict[int, tuple[int, int]]) -> dict[int, set[int]]:
@@ -163,6 +187,7 @@ class SubscriptionStore:
             for p in partitions
         ]
         await self._run(calls)
+        await self.forget_deliveries(topic, partitions, name)
         async with storage_errors():
             await self.redis.delete(keys.subscription_owner(topic, name))
 

@@ -91,7 +91,7 @@ class ClassicDriver(GroupDriver):
                         result: R = served
                         return result
                 if joining:
-                    await self._claim_for_classic(group_id)
+                    await self._claim_for_classic(group_id, g)
                 if g is not None:
                     rt.group.arm(g, self.clock())
                 decision = event(g, rt.group, self.clock())
@@ -108,10 +108,14 @@ class ClassicDriver(GroupDriver):
             return answer
         return reply
 
-    async def _claim_for_classic(self, group_id: str) -> None:
+    async def _claim_for_classic(self, group_id: str, g: GroupDoc | None) -> None:
         """Kafka's classicGroupJoin: a consumer group with members is joined only through online
         migration (`_serve_elsewhere`), else refused (INCONSISTENT_GROUP_PROTOCOL); an empty one is
-        replaced by the classic group, its committed offsets kept."""
+        replaced by the classic group, its committed offsets kept. A share group's id is refused
+        (INCONSISTENT_GROUP_PROTOCOL, "Group exists but it's not a consumer group")."""
+        if g is None and await self.share_groups.exists(group_id):
+            raise GroupError(GroupErrorKind.INCONSISTENT_GROUP_PROTOCOL,
+                             f"group {group_id} is a share group; classic members cannot join it")
         cg = await self.consumer_store.load(group_id)
         if cg is None:
             return

@@ -48,14 +48,17 @@ class ConsumerDriver(GroupDriver):
         *, joining: bool = False,
     ) -> R:
         """Load, transition, save, then answer: the consumer protocol's `_run` (nothing waits). A
-        heartbeat (`joining`) is refused while a classic group of the id has members: Kafka's
-        getOrMaybeCreateConsumerGroup without online upgrade answers GROUP_ID_NOT_FOUND."""
+        heartbeat (`joining`) is refused while a classic group of the id has members, or when the id
+        is a share group's: Kafka's getOrMaybeCreateConsumerGroup (without online upgrade) answers
+        GROUP_ID_NOT_FOUND, "Group <id> is not a consumer group."."""
         rt = self._rt(group_id)
         try:
             async with rt.lock:
                 await self._own(group_id, rt)
                 g = await self.consumer_store.load(group_id)
                 replacing = None
+                if joining and g is None and await self.share_groups.exists(group_id):
+                    raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
                 if joining:
                     classic = await self.store.load(group_id)
                     if classic is not None and classic.members:

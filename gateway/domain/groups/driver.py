@@ -28,6 +28,7 @@ from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.domain.groups.offsets import OffsetManager
 from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.groups import GroupStore
+from gateway.store.share_groups import ShareGroupStore
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ class GroupDriver:
         self.store = store
         self.topics = topics  # every topic with its partition count, as ConsumerGroupHeartbeat sees them
         self.consumer_store = consumer_store or ConsumerGroupStore(store.redis, store.scripts)
+        self.share_groups = ShareGroupStore(store.redis, store.scripts)  # ids the other protocols refuse
         self.consumer_config = consumer_config or ConsumerGroupConfig()
         self.node_id = node_id
         self.lease_ms = lease_ms

@@ -8,9 +8,9 @@ native shared consumer), keeps what is in flight (Kafka's acquired records, with
 counts), redelivers what is released or whose lock expires, and archives (acknowledges undelivered)
 what was delivered `share.delivery.count.limit` times. Acknowledgements are the subscription's own,
 one script per partition: an ACCEPT or REJECT the client was told of is in Redis, so a gateway
-killed loses none; what it held locked is delivered again from the subscription's cursor. Members,
-sessions and locks are kept in process, as Kafka keeps its timers (a new gateway's members join
-again on UNKNOWN_MEMBER_ID).
+killed loses none; what it held locked is delivered again from the subscription's cursor, with the
+delivery count Redis kept for it. Members, sessions and locks are kept in process, as Kafka keeps
+its timers (a new gateway's members join again on UNKNOWN_MEMBER_ID).
 
 Followed: KIP-932; Kafka 4.2's `SharePartition` (acquire, acknowledge: a batch of offsets not all
 acquired by the member is INVALID_RECORD_STATE and changes nothing; release on session close and
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -39,10 +40,10 @@ from gateway.domain.groups.share import (
     ShareMember,
 )
 from gateway.domain.log import LogService
-from gateway.domain.subscriptions import Consumer, Delivery, Mode, SubscriptionService
+from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
 from gateway.domain.topic_configs import Change, ConfigDef, Kind, apply
 from gateway.errors import InvalidConfig, TopicNotFound
-from gateway.formats.records import build_batch, iter_records
+from gateway.formats.records import BatchBuilder, iter_records
 from gateway.store import Store
 from gateway.store.log import Entry
 
@@ -112,8 +113,8 @@ def share_group_configs(min_lock_ms: int) -> dict[str, ConfigDef]:
                   "negative acknowledgement's backoff); 0: at once, as in Kafka.",
                   effective=True, low=0, high=MAX_LOCK_DURATION_MS),
         ConfigDef(ISOLATION_LEVEL, Kind.STRING, "read_uncommitted",
-                  "read_committed hides aborted and open transactions; a share group on this gateway "
-                  "reads committed records only, whichever is set (see the README).",
+                  "read_committed hides aborted and open transactions, as a read-committed Fetch does; "
+                  "read_uncommitted delivers their records up to the high watermark.",
                   effective=True, choices=("read_committed", "read_uncommitted")),
     )}
 
@@ -268,14 +269,21 @@ class ShareCoordinator:
         """Set lock durations and the delivery limit on the group's consumers and subscriptions."""
         cfg = self._configs.get(group_id, {})
         lock = int(self.value(cfg, LOCK_DURATION)) / 1000
-        limit = int(self.value(cfg, DELIVERY_LIMIT))
         for (gid, _), member in self._members.items():
             if gid != group_id:
                 continue
             for consumer in member.consumers.values():
                 consumer.ack_timeout = lock
                 if consumer.subscription is not None:
-                    consumer.subscription.delivery_limit = limit
+                    self._configure(consumer.subscription, cfg)
+
+    def _configure(self, sub: Subscription, cfg: Mapping[str, str]) -> None:
+        """The group's delivery limit and isolation level on one of its subscriptions."""
+        sub.delivery_limit = int(self.value(cfg, DELIVERY_LIMIT))
+        read_committed = self.value(cfg, ISOLATION_LEVEL) == "read_committed"
+        if sub.read_committed != read_committed:
+            sub.read_committed = read_committed
+            sub.wake.set()
 
     # -- membership ------------------------------------------------------------------------------
 
@@ -484,7 +492,7 @@ class ShareCoordinator:
         member.topics[consumer.id] = topic
         sub = consumer.subscription
         assert sub is not None
-        sub.delivery_limit = int(self.value(cfg, DELIVERY_LIMIT))
+        self._configure(sub, cfg)
         stats = self.stats.setdefault(member.group_id, Stats())
 
         async def archived(d: Delivery) -> None:
@@ -561,7 +569,10 @@ class ShareCoordinator:
                            deliveries: int) -> None:
         """Copy these records of a delivery to the group's dead-letter topic, if it has one, each with
         headers saying why, how often it was delivered and where it came from. Written before the
-        acknowledgement that archives them: a gateway dying in between dead-letters them again."""
+        acknowledgement that archives them, and idempotently: the topic's partition and the
+        subscription's are in different slots, so the two cannot be one script; instead each record
+        goes as the only batch of an idempotent producer of its own (`dead_letter_producer`), and a
+        write again after a gateway died between the two is the duplicate the log recognises."""
         dlq = self.value(self._configs.get(group_id, {}), DEAD_LETTER_TOPIC)
         if not dlq:
             return
@@ -569,15 +580,23 @@ class ShareCoordinator:
         why = [("share.dlq.reason", reason.encode()), ("share.dlq.delivery.count", str(deliveries).encode()),
                ("share.dlq.group", group_id.encode()), ("share.dlq.topic", topic.encode()),
                ("share.dlq.partition", str(d.partition).encode())]
-        records = [(r.key, r.value, [*r.headers, *why, ("share.dlq.offset", str(r.offset).encode())])
-                   for r in iter_records(d.entry.batch, d.entry.base_offset) if r.offset in wanted]
-        if not records:
-            return
         info = await self.log.topic(dlq)
-        (produced,) = await self.log.append([(dlq, d.partition % info.partitions, build_batch(records))])
-        if isinstance(produced.result, Exception):
-            raise produced.result
-        self.stats.setdefault(group_id, Stats()).dead_lettered += len(records)
+        batches: list[tuple[str, int, bytes | memoryview]] = []
+        for r in iter_records(d.entry.batch, d.entry.base_offset):
+            if r.offset not in wanted:
+                continue
+            b = BatchBuilder(producer_id=dead_letter_producer(group_id, topic, d.partition, r.offset),
+                             producer_epoch=0, base_sequence=0)
+            b.append(r.value, r.key, [*r.headers, *why, ("share.dlq.offset", str(r.offset).encode())])
+            batches.append((dlq, d.partition % info.partitions, b.build()))
+        if not batches:
+            return
+        written = 0
+        for produced in await self.log.append(batches):
+            if isinstance(produced.result, Exception):
+                raise produced.result
+            written += not produced.result.duplicate
+        self.stats.setdefault(group_id, Stats()).dead_lettered += written
 
     async def close(self) -> None:
         if self._reaper is not None:
@@ -587,6 +606,13 @@ class ShareCoordinator:
         for group_id, member_id in list(self._members):
             with contextlib.suppress(Exception):
                 await self._drop(group_id, member_id)
+
+
+def dead_letter_producer(group_id: str, topic: str, partition: int, offset: int) -> int:
+    """The producer id a record's dead-letter copy is written with: derived from where the record
+    is, in the upper half of the id space (InitProducerId counts up from 1, never reaching it)."""
+    digest = hashlib.blake2b(f"{group_id}\0{topic}\0{partition}\0{offset}".encode(), digest_size=8).digest()
+    return (1 << 62) | (int.from_bytes(digest, "big") & ((1 << 62) - 1))
 
 
 def _by_delivery(held: Mapping[int, Delivery], offsets: list[int]) -> list[tuple[Delivery, list[int]]]:
