@@ -273,35 +273,52 @@ async def test_the_policy_changes_both_ways_on_a_live_topic(quiet: Gateway) -> N
     assert await logs.bounds("live", 0) == (63, 63)
 
 
+def _stopped_at(gp: GatewayProcess, point: str) -> None:
+    """Read the gateway's output until its cleaner says it stopped at `point`."""
+    assert gp.proc is not None and gp.proc.stdout is not None
+    for line in gp.proc.stdout:
+        if f"log cleaner stopped at {point}" in line:
+            return
+    raise AssertionError(f"the gateway ended before its cleaner reached {point}")
+
+
+@pytest.mark.parametrize("point", ["begun", "added", "switching"])
 async def test_a_gateway_killed_mid_clean_leaves_a_log_the_next_one_cleans(
-    redis_url: str, raw_redis: RedisClient, tmp_path: Path
+    point: str, redis_url: str, raw_redis: RedisClient, tmp_path: Path
 ) -> None:
+    """SIGKILL at three steps of a pass (`debug_cleaner_stop_at`): its next generation emptied, a first
+    group of batches written to it (over 4 MB of survivors: the pass writes in groups), all of them
+    written before the switch. Readers see the log as it was; the next gateway's pass cleans it."""
+    value = b"x" * 2000
+    messages = [(b"k%d" % (i % 2600), value + b"%d" % i) for i in range(3000)]  # 2,600 survivors, 5 MB
     async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
         bs = kafka_bootstrap(gw)
         await _create(gw, "big")
-        value = b"x" * 2000  # some 12 MB: the pass sends its rewritten batches in several groups
-        placed = await produce("confluent", bs, "big", [(b"k%d" % (i % 2000), value + b"%d" % i) for i in range(6000)],
-                               **{"batch.num.messages": 20})
+        placed = await produce("confluent", bs, "big", messages, **{"batch.num.messages": 20})
         [(_, head)] = await produce("confluent", bs, "big", [(b"head", b"h")])
-    everything = [(0, placed[i][1], b"k%d" % (i % 2000), value + b"%d" % i) for i in range(6000)]
-    everything.append((0, head, b"head", b"h"))
-    expected = sorted({b"k%d" % (i % 2000): (0, placed[i][1], b"k%d" % (i % 2000), value + b"%d" % i)
-                       for i in range(6000)}.values(), key=lambda s: s[1]) + [(0, head, b"head", b"h")]
-    meta = keys.meta("big", 0)
+        everything = await consume("confluent", bs, "big", 0, 0, 3001)
+    assert everything == [(0, o, k, v) for (_, o), (k, v) in zip(placed, messages, strict=True)] + [
+        (0, head, b"head", b"h")]
+    expected = sorted({k: (0, o, k, v) for (_, o), (k, v) in zip(placed, messages, strict=True)}.values(),
+                      key=lambda s: s[1]) + [(0, head, b"head", b"h")]
+    building = keys.clean_log("big", 0, 1)
     args = ["--cleaner-interval", "0.05", "--lease-ms", "1500"]
-    first = GatewayProcess(tmp_path / "one", redis_url=redis_url, args=args)
+    first = GatewayProcess(tmp_path / "one", redis_url=redis_url, args=[*args, "--debug-cleaner-stop-at", point])
     second = GatewayProcess(tmp_path / "two", redis_url=redis_url, args=args)
     try:
         await asyncio.to_thread(first.start)
-        # killed once a pass has begun: its generation is being built (12 MB to read and rewrite)
-        await eventually(lambda: raw_redis.hget(meta, "clean_epoch"), TIMEOUT, "a pass building its generation")
+        await asyncio.wait_for(asyncio.to_thread(_stopped_at, first, point), TIMEOUT)
         first.kill()
-        if await raw_redis.hget(meta, "cg") is None:  # killed before its switch: readers see the log as it was
-            async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
-                assert await consume("confluent", kafka_bootstrap(gw), "big", 0, 0, 6001) == everything
+        built = await raw_redis.xlen(building)  # the batches the killed pass had written
+        assert await raw_redis.hget(keys.meta("big", 0), "cg") is None  # no switch: the log is as it was
+        async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
+            assert await consume("confluent", kafka_bootstrap(gw), "big", 0, 0, 3001) == everything
         await asyncio.to_thread(second.start)
-        await eventually(lambda: raw_redis.hget(meta, "cg"), TIMEOUT, "a pass of the next gateway")
-        assert await consume("confluent", second.kafka_bootstrap, "big", 0, 0, len(expected)) == expected
+        await eventually(lambda: raw_redis.hget(keys.meta("big", 0), "cg"), TIMEOUT, "a pass of the next gateway")
+        assert await consume("aiokafka", second.kafka_bootstrap, "big", 0, 0, len(expected)) == expected
+        cleaned = await raw_redis.xlen(building)  # the same generation, built whole by the next pass
+        assert {"begun": built == 0, "added": 0 < built < cleaned, "switching": built == cleaned}[point], (built,
+                                                                                                      cleaned)
     finally:
         for gp in (first, second):
             if gp.proc is not None and gp.proc.poll() is None:
