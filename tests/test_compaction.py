@@ -121,7 +121,8 @@ async def _changelog(bs: str, topic: str, updates: int, keys: int) -> list[Store
     """`updates` records over `keys` keys in batches of 25, then one record of its own (the active
     head, which no pass cleans); returns what each consumer should read back after a clean."""
     messages = [(b"k%d" % (i % keys), b"v%d" % i) for i in range(updates)]
-    placed = await produce("confluent", bs, topic, messages, **{"batch.num.messages": 25})
+    placed = await produce("confluent", bs, topic, messages,
+                           **{"batch.num.messages": 25, "queue.buffering.max.messages": max(updates, 100_000)})
     [(_, head)] = await produce("confluent", bs, topic, [(b"head", b"h")])
     latest: dict[bytes | None, Stored] = {}
     for (p, offset), (key, value) in zip(placed, messages, strict=True):
@@ -129,22 +130,29 @@ async def _changelog(bs: str, topic: str, updates: int, keys: int) -> list[Store
     return sorted(latest.values(), key=lambda s: s[1]) + [(0, head, b"head", b"h")]
 
 
-@pytest.mark.parametrize("redis_url", ["single", "cluster"], indirect=True)
-async def test_a_changelog_compacts_to_the_latest_value_per_key(quiet: Gateway) -> None:
+@pytest.mark.parametrize(("redis_url", "updates", "key_count"), [("single", 200_000, 2_000), ("cluster", 400, 12)],
+                         indirect=["redis_url"])
+async def test_a_changelog_compacts_to_the_latest_value_per_key(quiet: Gateway, updates: int, key_count: int) -> None:
+    """A changelog of 200,000 updates over 2,000 keys on one Redis (about 10 s), a small one
+    on the cluster."""
     bs = kafka_bootstrap(quiet)
     await _create(quiet, "changelog")
-    expected = await _changelog(bs, "changelog", 400, 12)
+    expected = await _changelog(bs, "changelog", updates, key_count)
     done = await _cleaner(quiet).clean("changelog", 0, Policy.of(await quiet.services.log.topic_config("changelog")))
-    assert done is not None and done.records_dropped == 400 - 12
-    for client in ("confluent", "aiokafka", "kafka-python"):
+    assert done is not None and done.records_dropped == updates - key_count
+    clients = ("confluent", "aiokafka", "kafka-python")
+    for client in clients:
         assert await consume(client, bs, "changelog", 0, 0, len(expected)) == expected, client
-    # from inside batches that went whole, from a record that went and from the middle of a batch
-    for client, start in (("confluent", 100), ("aiokafka", 380), ("confluent", expected[2][1])):
+    # from the middle of a batch (of 25), from inside batches that went whole,
+    # and from the middle of a batch at a record that went
+    starts = [(client, expected[2][1]) for client in clients] + [
+        ("confluent", updates // 4), ("aiokafka", updates - key_count - 20)]
+    for client, start in starts:
         survivors = [s for s in expected if s[1] >= start]
         assert await consume(client, bs, "changelog", 0, start, len(survivors)) == survivors, (client, start)
     # a second pass with nothing new to clean leaves the log as it is
     assert await _cleaner(quiet).clean("changelog", 0, Policy.of(await quiet.services.log.topic_config("changelog"))) is None
-    assert await quiet.services.log.bounds("changelog", 0) == (0, 401)
+    assert await quiet.services.log.bounds("changelog", 0) == (0, updates + 1)
 
 
 async def _pass(gw: Gateway, topic: str) -> PassResult | None:
