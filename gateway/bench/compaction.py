@@ -30,6 +30,7 @@ from gateway.bench.common import (
     Progress,
     Row,
     create_kafka_topic,
+    kafka_produce,
     raw_client,
     run_client,
     running_gateway,
@@ -54,32 +55,10 @@ NOTE = ("(produce: confluent-kafka, acks=all, linger.ms 5, keyed records, best o
         "cleaner >= 0.5x of XRANGE, memory after cleaning <= 1.5x of the live keys' bytes)")
 
 
-def keyed_produce(bootstrap: str, topic: str, size: int, seconds: float) -> float:
-    """Records per second sent with keys cycling over `PRODUCE_KEYS`, acks=all."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-    value = os.urandom(size)
-    keys = [b"key-%06d" % i for i in range(PRODUCE_KEYS)]
-    sent = 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for i in range(1000):
-            while True:
-                try:
-                    p.produce(topic, value, keys[(sent + i) % PRODUCE_KEYS])
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    p.poll(0.01)
-        sent += 1000
-        p.poll(0)
-    p.flush(60)
-    return sent / (time.perf_counter() - start)
-
-
 def measure_produce(sizes: list[int], seconds: float, url: str) -> list[Row]:
     """Compacted against delete-policy produce, each size in the same gateway process."""
     rows: list[Row] = []
+    keys = [b"key-%06d" % i for i in range(PRODUCE_KEYS)]
     with running_gateway(url) as ports:
         bootstrap = f"127.0.0.1:{ports['kafka']}"
         for size in sizes:
@@ -91,7 +70,7 @@ def measure_produce(sizes: list[int], seconds: float, url: str) -> list[Row]:
             runs: dict[str, list[float]] = {plain: [], compacted: []}
             for _ in range(2):  # taken in turns: a busy moment of the machine falls on both
                 for topic, rates in runs.items():
-                    rates.append(keyed_produce(bootstrap, topic, size, seconds))
+                    rates.append(kafka_produce(bootstrap, topic, size, seconds, keys=keys)[0])
             base, rate = max(runs[plain]), max(runs[compacted])
             rows.append(Row("kafka produce, delete topic", size, base))
             rows.append(Row("kafka produce, compacted topic", size, rate, "delete topic", base))

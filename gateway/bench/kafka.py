@@ -18,6 +18,7 @@ from gateway.bench.common import (
     Row,
     best_of,
     create_kafka_topic,
+    kafka_produce,
     percentile,
     raw_client,
     raw_xadd_blobs,
@@ -29,28 +30,6 @@ from gateway.bench.common import (
     timed_steps,
     with_replica,
 )
-
-
-def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float, acks: str = "all") -> tuple[float, int]:
-    """Records per second produced (acks=all unless told), and how many were sent."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
-    value = os.urandom(size)
-    sent = 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for _ in range(1000):
-            while True:
-                try:
-                    p.produce(topic, value)
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    p.poll(0.01)
-        sent += 1000
-        p.poll(0)
-    p.flush(60)
-    return sent / (time.perf_counter() - start), sent
 
 
 def kafka_produce_latencies(bootstrap: str, topic: str, size: int, seconds: float, acks: str) -> list[float]:
