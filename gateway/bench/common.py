@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -283,6 +284,36 @@ def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500) -
     finally:
         r.delete(key)
         r.close()
+
+
+class CpuMeter:
+    """CPU seconds spent by this process (the client), the gateways and Redis during a measurement."""
+
+    def __init__(self, gateway_pids: list[int], redis_url: str) -> None:
+        self.pids = gateway_pids
+        self.redis = raw_client(redis_url)
+
+    def _redis_cpu(self) -> float:
+        info = self.redis.info("cpu")
+        nodes = [info] if "used_cpu_user" in info else list(info.values())  # a cluster: one per node
+        return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in nodes)
+
+    def sample(self) -> tuple[float, float, float]:
+        """CPU seconds so far: (this process and its children, the gateways, Redis)."""
+        gateway = 0.0
+        for pid in self.pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            gateway += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # a client run as a process
+        client = time.process_time() + children.ru_utime + children.ru_stime
+        return client, gateway, self._redis_cpu()
+
+    def measure(self, run: Callable[[], float]) -> tuple[float, str]:
+        before, t0 = self.sample(), time.perf_counter()
+        rate = run()
+        after, wall = self.sample(), time.perf_counter() - t0
+        client, gateway, rds = (a - b for a, b in zip(after, before, strict=True))
+        return rate, f"client {client:.2f} s, gateway {gateway:.2f} s, redis {rds:.2f} s in {wall:.2f} s"
 
 
 # -- the processes measured ------------------------------------------------------------------------

@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
-from pathlib import Path
 
 from gateway.bench.common import (
+    CpuMeter,
     Row,
     best_of,
     create_kafka_topic,
     kafka_produce,
     percentile,
-    raw_client,
     raw_xadd_blobs,
     raw_xadd_per_record,
     raw_xadd_waited,
@@ -110,35 +107,6 @@ def kcat_consume(bootstrap: str, topic: str, expected: int) -> float:
     if got < expected:
         raise RuntimeError(f"kcat read {got} of {expected} records")
     return got / (time.perf_counter() - start)
-
-
-class CpuMeter:
-    """CPU seconds spent by this process (the client), the gateways and Redis during a measurement."""
-
-    def __init__(self, gateway_pids: list[int], redis_url: str) -> None:
-        self.pids = gateway_pids
-        self.redis = raw_client(redis_url)
-
-    def _redis_cpu(self) -> float:
-        info = self.redis.info("cpu")
-        nodes = [info] if "used_cpu_user" in info else list(info.values())  # a cluster: one per node
-        return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in nodes)
-
-    def _sample(self) -> tuple[float, float, float]:
-        gateway = 0.0
-        for pid in self.pids:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            gateway += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # a client run as a process
-        client = time.process_time() + children.ru_utime + children.ru_stime
-        return client, gateway, self._redis_cpu()
-
-    def measure(self, run: Callable[[], float]) -> tuple[float, str]:
-        before, t0 = self._sample(), time.perf_counter()
-        rate = run()
-        after, wall = self._sample(), time.perf_counter() - t0
-        client, gateway, rds = (a - b for a, b in zip(after, before, strict=True))
-        return rate, f"client {client:.2f} s, gateway {gateway:.2f} s, redis {rds:.2f} s in {wall:.2f} s"
 
 
 def _measure_consume(url: str, gateways: list[dict[str, int]], bootstrap: str, topic: str, partitions: int,
