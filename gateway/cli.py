@@ -173,6 +173,8 @@ def _bench_parser(sub: Any) -> None:
                    help="seconds for a consumer group to settle after one member joins: classic against "
                    "the consumer protocol (KIP-848)")
     p.add_argument("--members", default="3,10,30", help="group sizes for --groups (default: %(default)s)")
+    p.add_argument("--compaction", action="store_true",
+                   help="compacted topics: produce against a delete topic, cleaner speed and memory")
     p.add_argument("--count", type=int, default=1_000_000,
                    help="delayed messages for --delayed (default: %(default)s)")
     p.add_argument("--spark", action="store_true",

@@ -91,6 +91,11 @@ class Config:
     retention_check_interval: float = setting(30.0, "seconds between retention passes", check=POSITIVE)
     cleaner_interval: float = setting(15.0, "seconds between log cleaner passes over compacted topics",
                                       check=POSITIVE)
+    debug_cleaner_stop_at: str = setting("", "debugging: the log cleaner's first pass stops for good at this "
+                                         "point (begun: its build stream emptied; added: a first group of "
+                                         "cleaned batches written; switching: every batch written, before the "
+                                         "switch), for tests that kill the gateway there; empty: never",
+                                         check=one_of("", "begun", "added", "switching"), metavar="POINT")
     max_frame_bytes: int = setting(100 * MiB, "largest request frame; a larger one closes its connection",
                                    check=POSITIVE, metavar="BYTES")
     max_connections: int = setting(10_000, "open connections per listener; more are closed at once",

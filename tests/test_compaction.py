@@ -121,7 +121,8 @@ async def _changelog(bs: str, topic: str, updates: int, keys: int) -> list[Store
     """`updates` records over `keys` keys in batches of 25, then one record of its own (the active
     head, which no pass cleans); returns what each consumer should read back after a clean."""
     messages = [(b"k%d" % (i % keys), b"v%d" % i) for i in range(updates)]
-    placed = await produce("confluent", bs, topic, messages, **{"batch.num.messages": 25})
+    placed = await produce("confluent", bs, topic, messages,
+                           **{"batch.num.messages": 25, "queue.buffering.max.messages": max(updates, 100_000)})
     [(_, head)] = await produce("confluent", bs, topic, [(b"head", b"h")])
     latest: dict[bytes | None, Stored] = {}
     for (p, offset), (key, value) in zip(placed, messages, strict=True):
@@ -129,22 +130,29 @@ async def _changelog(bs: str, topic: str, updates: int, keys: int) -> list[Store
     return sorted(latest.values(), key=lambda s: s[1]) + [(0, head, b"head", b"h")]
 
 
-@pytest.mark.parametrize("redis_url", ["single", "cluster"], indirect=True)
-async def test_a_changelog_compacts_to_the_latest_value_per_key(quiet: Gateway) -> None:
+@pytest.mark.parametrize(("redis_url", "updates", "key_count"), [("single", 200_000, 2_000), ("cluster", 400, 12)],
+                         indirect=["redis_url"])
+async def test_a_changelog_compacts_to_the_latest_value_per_key(quiet: Gateway, updates: int, key_count: int) -> None:
+    """A changelog of 200,000 updates over 2,000 keys on one Redis (about 10 s), a small one
+    on the cluster."""
     bs = kafka_bootstrap(quiet)
     await _create(quiet, "changelog")
-    expected = await _changelog(bs, "changelog", 400, 12)
+    expected = await _changelog(bs, "changelog", updates, key_count)
     done = await _cleaner(quiet).clean("changelog", 0, Policy.of(await quiet.services.log.topic_config("changelog")))
-    assert done is not None and done.records_dropped == 400 - 12
-    for client in ("confluent", "aiokafka", "kafka-python"):
+    assert done is not None and done.records_dropped == updates - key_count
+    clients = ("confluent", "aiokafka", "kafka-python")
+    for client in clients:
         assert await consume(client, bs, "changelog", 0, 0, len(expected)) == expected, client
-    # from inside batches that went whole, from a record that went and from the middle of a batch
-    for client, start in (("confluent", 100), ("aiokafka", 380), ("confluent", expected[2][1])):
+    # from the middle of a batch (of 25), from inside batches that went whole,
+    # and from the middle of a batch at a record that went
+    starts = [(client, expected[2][1]) for client in clients] + [
+        ("confluent", updates // 4), ("aiokafka", updates - key_count - 20)]
+    for client, start in starts:
         survivors = [s for s in expected if s[1] >= start]
         assert await consume(client, bs, "changelog", 0, start, len(survivors)) == survivors, (client, start)
     # a second pass with nothing new to clean leaves the log as it is
     assert await _cleaner(quiet).clean("changelog", 0, Policy.of(await quiet.services.log.topic_config("changelog"))) is None
-    assert await quiet.services.log.bounds("changelog", 0) == (0, 401)
+    assert await quiet.services.log.bounds("changelog", 0) == (0, updates + 1)
 
 
 async def _pass(gw: Gateway, topic: str) -> PassResult | None:
@@ -273,35 +281,52 @@ async def test_the_policy_changes_both_ways_on_a_live_topic(quiet: Gateway) -> N
     assert await logs.bounds("live", 0) == (63, 63)
 
 
+def _stopped_at(gp: GatewayProcess, point: str) -> None:
+    """Read the gateway's output until its cleaner says it stopped at `point`."""
+    assert gp.proc is not None and gp.proc.stdout is not None
+    for line in gp.proc.stdout:
+        if f"log cleaner stopped at {point}" in line:
+            return
+    raise AssertionError(f"the gateway ended before its cleaner reached {point}")
+
+
+@pytest.mark.parametrize("point", ["begun", "added", "switching"])
 async def test_a_gateway_killed_mid_clean_leaves_a_log_the_next_one_cleans(
-    redis_url: str, raw_redis: RedisClient, tmp_path: Path
+    point: str, redis_url: str, raw_redis: RedisClient, tmp_path: Path
 ) -> None:
+    """SIGKILL at three steps of a pass (`debug_cleaner_stop_at`): its next generation emptied, a first
+    group of batches written to it (over 4 MB of survivors: the pass writes in groups), all of them
+    written before the switch. Readers see the log as it was; the next gateway's pass cleans it."""
+    value = b"x" * 2000
+    messages = [(b"k%d" % (i % 2600), value + b"%d" % i) for i in range(3000)]  # 2,600 survivors, 5 MB
     async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
         bs = kafka_bootstrap(gw)
         await _create(gw, "big")
-        value = b"x" * 2000  # some 12 MB: the pass sends its rewritten batches in several groups
-        placed = await produce("confluent", bs, "big", [(b"k%d" % (i % 2000), value + b"%d" % i) for i in range(6000)],
-                               **{"batch.num.messages": 20})
+        placed = await produce("confluent", bs, "big", messages, **{"batch.num.messages": 20})
         [(_, head)] = await produce("confluent", bs, "big", [(b"head", b"h")])
-    everything = [(0, placed[i][1], b"k%d" % (i % 2000), value + b"%d" % i) for i in range(6000)]
-    everything.append((0, head, b"head", b"h"))
-    expected = sorted({b"k%d" % (i % 2000): (0, placed[i][1], b"k%d" % (i % 2000), value + b"%d" % i)
-                       for i in range(6000)}.values(), key=lambda s: s[1]) + [(0, head, b"head", b"h")]
-    meta = keys.meta("big", 0)
+        everything = await consume("confluent", bs, "big", 0, 0, 3001)
+    assert everything == [(0, o, k, v) for (_, o), (k, v) in zip(placed, messages, strict=True)] + [
+        (0, head, b"head", b"h")]
+    expected = sorted({k: (0, o, k, v) for (_, o), (k, v) in zip(placed, messages, strict=True)}.values(),
+                      key=lambda s: s[1]) + [(0, head, b"head", b"h")]
+    building = keys.clean_log("big", 0, 1)
     args = ["--cleaner-interval", "0.05", "--lease-ms", "1500"]
-    first = GatewayProcess(tmp_path / "one", redis_url=redis_url, args=args)
+    first = GatewayProcess(tmp_path / "one", redis_url=redis_url, args=[*args, "--debug-cleaner-stop-at", point])
     second = GatewayProcess(tmp_path / "two", redis_url=redis_url, args=args)
     try:
         await asyncio.to_thread(first.start)
-        # killed once a pass has begun: its generation is being built (12 MB to read and rewrite)
-        await eventually(lambda: raw_redis.hget(meta, "clean_epoch"), TIMEOUT, "a pass building its generation")
+        await asyncio.wait_for(asyncio.to_thread(_stopped_at, first, point), TIMEOUT)
         first.kill()
-        if await raw_redis.hget(meta, "cg") is None:  # killed before its switch: readers see the log as it was
-            async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
-                assert await consume("confluent", kafka_bootstrap(gw), "big", 0, 0, 6001) == everything
+        built = await raw_redis.xlen(building)  # the batches the killed pass had written
+        assert await raw_redis.hget(keys.meta("big", 0), "cg") is None  # no switch: the log is as it was
+        async with running_gateway(test_config(redis_url, cleaner_interval=3600)) as gw:
+            assert await consume("confluent", kafka_bootstrap(gw), "big", 0, 0, 3001) == everything
         await asyncio.to_thread(second.start)
-        await eventually(lambda: raw_redis.hget(meta, "cg"), TIMEOUT, "a pass of the next gateway")
-        assert await consume("confluent", second.kafka_bootstrap, "big", 0, 0, len(expected)) == expected
+        await eventually(lambda: raw_redis.hget(keys.meta("big", 0), "cg"), TIMEOUT, "a pass of the next gateway")
+        assert await consume("aiokafka", second.kafka_bootstrap, "big", 0, 0, len(expected)) == expected
+        cleaned = await raw_redis.xlen(building)  # the same generation, built whole by the next pass
+        assert {"begun": built == 0, "added": 0 < built < cleaned, "switching": built == cleaned}[point], (built,
+                                                                                                      cleaned)
     finally:
         for gp in (first, second):
             if gp.proc is not None and gp.proc.poll() is None:

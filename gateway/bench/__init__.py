@@ -6,15 +6,15 @@ directory unless `--redis-url` names one (`--cluster`: a local three-primary Red
 printed beside its raw-Redis baseline, spread over as many streams as the topic has partitions,
 and the ratio between them.
 
-from gateway.bench import delayed, groups, kafka, native, peer, share, spark, txn, watermarks
-`common` alone; this one only picks among them.
+One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `share`, `groups`,
+`peer`, `compaction`), each on `common` alone; this one only picks among them.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from gateway.bench import delayed, groups, kafka, native, peer, share, spark, txn, watermarks
+from gateway.bench import compaction, delayed, groups, kafka, native, peer, share, spark, txn, watermarks
 from gateway.bench.common import Progress, Row, bench_redis, print_table
 
 
@@ -31,7 +31,9 @@ def run_bench(args: argparse.Namespace) -> None:
             print(groups.format_rows(groups.measure_groups(url, [int(n) for n in str(args.members).split(",")])))
             return
         rows: list[Row]
-        if args.watermarks:
+        if args.compaction:
+            rows, note = compaction.measure_compaction(url, sizes, seconds)
+        elif args.watermarks:
             rows, note = watermarks.measure_watermarks(url, seconds), watermarks.NOTE
         elif args.spark:
             rows = spark.measure_spark(url, count=args.records, size=sizes[0], partitions=args.partitions,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -285,6 +286,36 @@ def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500) -
         r.close()
 
 
+class CpuMeter:
+    """CPU seconds spent by this process (the client), the gateways and Redis during a measurement."""
+
+    def __init__(self, gateway_pids: list[int], redis_url: str) -> None:
+        self.pids = gateway_pids
+        self.redis = raw_client(redis_url)
+
+    def _redis_cpu(self) -> float:
+        info = self.redis.info("cpu")
+        nodes = [info] if "used_cpu_user" in info else list(info.values())  # a cluster: one per node
+        return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in nodes)
+
+    def sample(self) -> tuple[float, float, float]:
+        """CPU seconds so far: (this process and its children, the gateways, Redis)."""
+        gateway = 0.0
+        for pid in self.pids:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            gateway += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # a client run as a process
+        client = time.process_time() + children.ru_utime + children.ru_stime
+        return client, gateway, self._redis_cpu()
+
+    def measure(self, run: Callable[[], float]) -> tuple[float, str]:
+        before, t0 = self.sample(), time.perf_counter()
+        rate = run()
+        after, wall = self.sample(), time.perf_counter() - t0
+        client, gateway, rds = (a - b for a, b in zip(after, before, strict=True))
+        return rate, f"client {client:.2f} s, gateway {gateway:.2f} s, redis {rds:.2f} s in {wall:.2f} s"
+
+
 # -- the processes measured ------------------------------------------------------------------------
 
 
@@ -375,6 +406,30 @@ def create_topic(admin_port: int, topic: str, partitions: int) -> None:
     req = urllib.request.Request(f"http://127.0.0.1:{admin_port}/admin/v2/topics", data=body, method="POST",
                                  headers={"Content-Type": "application/json"})
     urllib.request.urlopen(req, timeout=30).close()
+
+
+def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float, acks: str = "all",
+                  keys: list[bytes] | None = None) -> tuple[float, int]:
+    """Records per second produced with confluent-kafka (acks=all unless told), and how many were
+    sent; with `keys`, the records take them in turn."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
+    value = os.urandom(size)
+    sent = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for i in range(1000):
+            while True:
+                try:
+                    p.produce(topic, value, keys[(sent + i) % len(keys)] if keys else None)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    p.poll(0.01)
+        sent += 1000
+        p.poll(0)
+    p.flush(60)
+    return sent / (time.perf_counter() - start), sent
 
 
 def create_kafka_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:

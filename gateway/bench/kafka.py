@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
-from pathlib import Path
 
 from gateway.bench.common import (
+    CpuMeter,
     Row,
     best_of,
     create_kafka_topic,
+    kafka_produce,
     percentile,
-    raw_client,
     raw_xadd_blobs,
     raw_xadd_per_record,
     raw_xadd_waited,
@@ -29,28 +27,6 @@ from gateway.bench.common import (
     timed_steps,
     with_replica,
 )
-
-
-def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float, acks: str = "all") -> tuple[float, int]:
-    """Records per second produced (acks=all unless told), and how many were sent."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
-    value = os.urandom(size)
-    sent = 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        for _ in range(1000):
-            while True:
-                try:
-                    p.produce(topic, value)
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    p.poll(0.01)
-        sent += 1000
-        p.poll(0)
-    p.flush(60)
-    return sent / (time.perf_counter() - start), sent
 
 
 def kafka_produce_latencies(bootstrap: str, topic: str, size: int, seconds: float, acks: str) -> list[float]:
@@ -131,35 +107,6 @@ def kcat_consume(bootstrap: str, topic: str, expected: int) -> float:
     if got < expected:
         raise RuntimeError(f"kcat read {got} of {expected} records")
     return got / (time.perf_counter() - start)
-
-
-class CpuMeter:
-    """CPU seconds spent by this process (the client), the gateways and Redis during a measurement."""
-
-    def __init__(self, gateway_pids: list[int], redis_url: str) -> None:
-        self.pids = gateway_pids
-        self.redis = raw_client(redis_url)
-
-    def _redis_cpu(self) -> float:
-        info = self.redis.info("cpu")
-        nodes = [info] if "used_cpu_user" in info else list(info.values())  # a cluster: one per node
-        return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in nodes)
-
-    def _sample(self) -> tuple[float, float, float]:
-        gateway = 0.0
-        for pid in self.pids:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            gateway += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # a client run as a process
-        client = time.process_time() + children.ru_utime + children.ru_stime
-        return client, gateway, self._redis_cpu()
-
-    def measure(self, run: Callable[[], float]) -> tuple[float, str]:
-        before, t0 = self._sample(), time.perf_counter()
-        rate = run()
-        after, wall = self._sample(), time.perf_counter() - t0
-        client, gateway, rds = (a - b for a, b in zip(after, before, strict=True))
-        return rate, f"client {client:.2f} s, gateway {gateway:.2f} s, redis {rds:.2f} s in {wall:.2f} s"
 
 
 def _measure_consume(url: str, gateways: list[dict[str, int]], bootstrap: str, topic: str, partitions: int,

@@ -45,12 +45,13 @@ from gateway.bench.common import (
     Row,
     best_of,
     create_kafka_topic,
+    kafka_produce,
     percentile,
     raw_xadd_blobs,
     raw_xrange_blobs,
     running_gateway,
 )
-from gateway.bench.kafka import kafka_consume, kafka_produce
+from gateway.bench.kafka import kafka_consume
 from gateway.bench.txn import PER_TXN, SIZE, kafka_transactions
 from gateway.store.embedded import free_port
 

@@ -15,6 +15,7 @@ ones are in memory at a time. Redis holds the old and the new cleaned generation
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator
@@ -86,11 +87,19 @@ def _is_aborted(h: BatchHeader, base: int, aborted: list[AbortedRange]) -> bool:
 class LogCleaner:
     """Cleans every partition of the compacted topics, one pass per `clean_pass`."""
 
-    def __init__(self, logs: LogService, *, max_keys: int = MAX_KEYS) -> None:
+    def __init__(self, logs: LogService, *, max_keys: int = MAX_KEYS, stop_at: str = "") -> None:
         self.logs = logs
         self.store = logs.store.cleaner
         self.max_keys = max_keys
+        self.stop_at = stop_at  # the `debug_cleaner_stop_at` setting
         self.passes = 0  # this gateway's
+
+    async def _reached(self, point: str) -> None:
+        """The `debug_cleaner_stop_at` setting: at its point, the pass stops and waits for good, so a
+        test can kill the gateway at a known step of a pass."""
+        if point == self.stop_at:
+            log.warning("log cleaner stopped at %s (debug_cleaner_stop_at): this pass goes no further", point)
+            await asyncio.Event().wait()
 
     async def clean_pass(self, lease: Lease = NO_LEASE) -> int:
         """One pass over every partition of every compacted topic; returns the bytes removed."""
@@ -126,6 +135,7 @@ class LogCleaner:
         offsets, end = await self._offset_map(topic, partition, st, policy, now, aborted)
         gen = st.generation + 1
         await self.store.begin(topic, partition, lease.epoch, st.generation)
+        await self._reached("begun")
         res = PassResult(cleaned_to=end)
         start, pending, pending_bytes, size, horizon = st.log_start, list[StoredBatch](), 0, 0, -1
         cutoff = now - policy.retention_ms if policy.retention_ms >= 0 else -1
@@ -149,7 +159,9 @@ class LogCleaner:
             if pending_bytes >= ADD_BYTES:
                 await self.store.add(topic, partition, lease.epoch, gen, pending)
                 pending, pending_bytes = [], 0
+                await self._reached("added")
         await self.store.add(topic, partition, lease.epoch, gen, pending)
+        await self._reached("switching")
         await self.store.switch(topic, partition, lease.epoch, gen, boundary=end, start=start,
                                 reclaimed=res.bytes_removed, now=now, size=size, horizon=horizon)
         self.passes += 1

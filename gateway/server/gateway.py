@@ -115,7 +115,7 @@ class Gateway:
         self.services.groups.advertise(host, port)
         self.services.groups.start()  # session expiry, rebalance deadlines, groups left by a previous run
         svc, leased = self.services, self.services.roles.role
-        cleaner = self.cleaner = LogCleaner(svc.log)
+        cleaner = self.cleaner = LogCleaner(svc.log, stop_at=cfg.debug_cleaner_stop_at)
         # one gateway at a time runs each of these (see gateway.domain.roles); every gateway renews its own registration
         self._roles = [
             registry,

@@ -105,6 +105,17 @@ class CleanerStore:
                 return
             low = "(" + entries[-1][0].decode()
 
+    async def memory(self, topic: str, partition: int) -> int:
+        """Bytes Redis holds for the partition's log: MEMORY USAGE of its main stream and of both
+        cleaned generations (one exists between passes), every entry counted (SAMPLES 0)."""
+        streams = [keys.log(topic, partition), *(keys.clean_log(topic, partition, g) for g in (0, 1))]
+        pipe = self.redis.pipeline(transaction=False)
+        for key in streams:
+            pipe.memory_usage(key, samples=0)
+        async with storage_errors():
+            used = await pipe.execute()
+        return sum(int(u or 0) for u in used)
+
     async def aborted(self, topic: str, partition: int) -> list[AbortedRange]:
         """Every aborted transaction range of the partition."""
         async with storage_errors():
