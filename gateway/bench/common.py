@@ -440,3 +440,46 @@ def create_kafka_topic(bootstrap: str, topic: str, partitions: int, config: dict
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the futures resolve
     for f in admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
         f.result(30)
+
+
+PER_TXN = 10  # records in each benchmark transaction
+SIZE = 100  # bytes of each of them
+
+def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int, **conf: object) -> float:
+    """The confluent-kafka Python consumer with its default fetch settings (or `conf`), from the start."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, **conf})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + 120
+    while got < expected and time.monotonic() < deadline:
+        msgs = c.consume(10000, 1.0)
+        got += sum(1 for m in msgs if m.error() is None)
+    elapsed = time.perf_counter() - start
+    c.close()
+    return got / elapsed
+
+def kafka_transactions(bootstrap: str, topic: str, partitions: int, per_txn: int, size: int,
+                       seconds: float) -> tuple[float, list[float]]:
+    """Committed transactions per second with confluent-kafka, each touching every partition."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "linger.ms": 0})
+    p.init_transactions(30)
+    value = os.urandom(size)
+    latencies: list[float] = []
+
+    def step() -> int:
+        t0 = time.perf_counter()
+        p.begin_transaction()
+        for i in range(per_txn):
+            p.produce(topic, value=value, partition=i % partitions)
+        p.commit_transaction(30)
+        latencies.append((time.perf_counter() - t0) * 1000)
+        return 1
+
+    return timed_loop(seconds, step), latencies

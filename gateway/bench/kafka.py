@@ -16,6 +16,7 @@ from gateway.bench.common import (
     Row,
     best_of,
     create_kafka_topic,
+    kafka_consume,
     kafka_produce,
     percentile,
     raw_xadd_blobs,
@@ -47,22 +48,6 @@ def kafka_produce_latencies(bootstrap: str, topic: str, size: int, seconds: floa
     return timed_steps(seconds, one)[1]
 
 
-def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int, **conf: object) -> float:
-    """The confluent-kafka Python consumer with its default fetch settings (or `conf`), from the start."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-                  "enable.auto.commit": False, **conf})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got = 0
-    start = time.perf_counter()
-    deadline = time.monotonic() + 120
-    while got < expected and time.monotonic() < deadline:
-        msgs = c.consume(10000, 1.0)
-        got += sum(1 for m in msgs if m.error() is None)
-    elapsed = time.perf_counter() - start
-    c.close()
-    return got / elapsed
 
 
 def python_consumer_ceiling(bootstrap: str, topic: str, partitions: int, expected: int, cap: int = 400_000) -> float:

@@ -41,18 +41,20 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any, TypeVar
 
 from gateway.bench.common import (
+    PER_TXN,
+    SIZE,
     Progress,
     Row,
     best_of,
     create_kafka_topic,
+    kafka_consume,
     kafka_produce,
+    kafka_transactions,
     percentile,
     raw_xadd_blobs,
     raw_xrange_blobs,
     running_gateway,
 )
-from gateway.bench.kafka import kafka_consume
-from gateway.bench.txn import PER_TXN, SIZE, kafka_transactions
 from gateway.store.embedded import free_port
 
 T = TypeVar("T")

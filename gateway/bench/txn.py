@@ -4,21 +4,20 @@ MULTI/EXEC of the same records to as many streams."""
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
 from gateway.bench.common import (
+    PER_TXN,
+    SIZE,
     Row,
     create_kafka_topic,
+    kafka_transactions,
     percentile,
     raw_client,
     running_gateway,
-    timed_loop,
     timed_steps,
 )
 
-PER_TXN = 10
-SIZE = 100
 NOTE = f"(records/s column: transactions per second, {PER_TXN} records of {SIZE} B each)"
 
 
@@ -44,27 +43,6 @@ def raw_multi_exec(url: str, partitions: int, per_txn: int, size: int, seconds: 
         r.close()
 
 
-def kafka_transactions(bootstrap: str, topic: str, partitions: int, per_txn: int, size: int,
-                       seconds: float) -> tuple[float, list[float]]:
-    """Committed transactions per second with confluent-kafka, each touching every partition."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}",
-                  "linger.ms": 0})
-    p.init_transactions(30)
-    value = os.urandom(size)
-    latencies: list[float] = []
-
-    def step() -> int:
-        t0 = time.perf_counter()
-        p.begin_transaction()
-        for i in range(per_txn):
-            p.produce(topic, value=value, partition=i % partitions)
-        p.commit_transaction(30)
-        latencies.append((time.perf_counter() - t0) * 1000)
-        return 1
-
-    return timed_loop(seconds, step), latencies
 
 
 def measure_txn(url: str, seconds: float) -> list[Row]:
