@@ -13,6 +13,7 @@ a MalformedRequest, as kio's failures are.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from gateway.formats.varint import VarintError, read_uvarint
@@ -25,7 +26,8 @@ _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
 
-class PartitionData(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class PartitionData:
     index: int
     records: memoryview | None
 
