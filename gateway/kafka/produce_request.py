@@ -99,8 +99,7 @@ class _Walker:
     def _length(self, *, wide: bool) -> int:
         """A length prefix (-1: null), checked against the bytes left."""
         if self.flexible:
-            n, self.pos = read_uvarint(self.buf, self.pos)
-            n -= 1
+            n = self._uvarint() - 1
         elif wide:
             (n,) = _I32.unpack_from(self.buf, self.pos)
             self.pos += 4
@@ -109,6 +108,15 @@ class _Walker:
             self.pos += 2
         if n > self.end - self.pos:
             raise MalformedRequest(f"a field claims {n} bytes with {self.end - self.pos} left")
+        return n
+
+    def _uvarint(self) -> int:
+        """A compact length or tag: one byte nearly always, read in place."""
+        b = self.buf[self.pos]
+        if b < 0x80:
+            self.pos += 1
+            return b
+        n, self.pos = read_uvarint(self.buf, self.pos)
         return n
 
     def _count(self) -> int:
@@ -126,10 +134,8 @@ class _Walker:
     def _tags(self) -> None:
         if not self.flexible:
             return
-        count, self.pos = read_uvarint(self.buf, self.pos)
-        for _ in range(count):
-            _, self.pos = read_uvarint(self.buf, self.pos)
-            size, self.pos = read_uvarint(self.buf, self.pos)
-            self.pos += size
+        for _ in range(self._uvarint()):
+            self._uvarint()  # the tag
+            self.pos += self._uvarint()
             if self.pos > self.end:
                 raise MalformedRequest("a tagged field runs past the request")
