@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import struct
 
 import pytest
@@ -171,7 +172,7 @@ async def test_frames_cut_anywhere_by_the_network_are_read_whole(gateway, conn):
     stream = b"".join(request(produce_request(9, -1, "pieces", build_batch([(None, v, [])])), i)
                       for i, v in enumerate(values))
     cuts = [0, 1, 3, 7, 30, 100, 101, len(stream) // 2, len(stream) - 5, len(stream)]
-    for a, b in zip(cuts, cuts[1:]):
+    for a, b in itertools.pairwise(cuts):
         writer.write(stream[a:b])
         await writer.drain()
     answers = [decode(ApiKey.PRODUCE, 9, await read_response(reader)) for _ in values]
