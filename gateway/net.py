@@ -7,7 +7,9 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, SupportsIndex
 
 from gateway import telemetry
 
@@ -24,6 +26,107 @@ def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext | None:
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_file, key_file or None)
     return context
+
+
+class FrameReader(asyncio.StreamReader):
+    """A stream reader for length-prefixed frames, which only `readexactly`.
+
+    asyncio's reader appends what arrives to one bytearray, which is copied whole each time it
+    grows past its room; with a client's pipelined megabyte requests queued in it, that and copying
+    each frame back out were most of a Produce's cost. Here arrivals are kept as they came: a frame
+    that arrived as one piece is handed on as is, any other is copied once, joined into bytes of
+    its size. Reading pauses past twice the limit and resumes at the limit, or while a frame waits
+    for more, as asyncio's does. The reader's other methods are not for this one.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit=limit)
+        self._max = limit
+        self._pieces: deque[memoryview] = deque()
+        self._held = 0  # bytes in `_pieces`
+        self._reading: Any = None  # the transport, paused and resumed (uvloop's is not asyncio's class)
+        self._stopped = False  # reading paused
+        self._ended = False  # end of stream
+        self._failed: BaseException | None = None
+        self._arrived: asyncio.Future[None] | None = None
+
+    def set_transport(self, transport: asyncio.BaseTransport) -> None:
+        super().set_transport(transport)
+        self._reading = transport
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:  # bytes from every transport
+        piece = memoryview(data if isinstance(data, bytes) else bytes(data))  # kept: it must not be reused
+        if not piece:
+            return
+        self._pieces.append(piece)
+        self._held += len(piece)
+        self._wake()
+        if self._held > 2 * self._max and not self._stopped and self._reading is not None:
+            try:
+                self._reading.pause_reading()
+            except NotImplementedError:  # a transport that cannot pause: everything is kept, as asyncio does
+                self._reading = None
+            else:
+                self._stopped = True
+
+    def feed_eof(self) -> None:
+        super().feed_eof()
+        self._ended = True
+        self._wake()
+
+    def set_exception(self, exc: Exception) -> None:
+        super().set_exception(exc)
+        self._failed = exc
+        self._wake()
+
+    def at_eof(self) -> bool:
+        return self._ended and not self._held
+
+    def _wake(self) -> None:
+        if self._arrived is not None and not self._arrived.done():
+            self._arrived.set_result(None)
+
+    async def readexactly(self, n: int) -> bytes:
+        while self._held < n:
+            if self._failed is not None:
+                raise self._failed
+            if self._ended:
+                partial = b"".join(self._pieces)
+                self._pieces.clear()
+                self._held = 0
+                raise asyncio.IncompleteReadError(partial, n)
+            self._resume()  # more than the limit is wanted: wait for it with reading on
+            self._arrived = asyncio.get_running_loop().create_future()
+            try:
+                await self._arrived
+            finally:
+                self._arrived = None
+        first = self._pieces[0]
+        if len(first) == n and isinstance(first.obj, bytes) and len(first.obj) == n:
+            self._pieces.popleft()
+            out = first.obj  # arrived whole and alone: no copy
+        else:
+            parts: list[memoryview] = []
+            got = 0
+            while got < n:
+                piece = self._pieces[0]
+                take = min(len(piece), n - got)
+                parts.append(piece[:take])
+                got += take
+                if take == len(piece):
+                    self._pieces.popleft()
+                else:
+                    self._pieces[0] = piece[take:]
+            out = parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
+        self._held -= n
+        if self._held <= self._max:
+            self._resume()
+        return out
+
+    def _resume(self) -> None:
+        if self._stopped and self._reading is not None:
+            self._stopped = False
+            self._reading.resume_reading()
 
 
 def keepalive(sock: socket.socket, idle: float) -> None:
@@ -45,9 +148,11 @@ class TcpListener:
     """
 
     def __init__(
-        self, name: str, handler: Handler, *, limit: int = 1 << 20, max_connections: int = 0, keepalive: float = 0.0
+        self, name: str, handler: Handler, *, limit: int = 1 << 20, max_connections: int = 0, keepalive: float = 0.0,
+        reader: Callable[[int], asyncio.StreamReader] = asyncio.StreamReader,
     ) -> None:
         self.name = name
+        self.reader = reader  # the kind of stream reader of each connection, made with `limit`
         self.handler = handler
         self.limit = limit
         self.max_connections = max_connections
@@ -59,8 +164,13 @@ class TcpListener:
         self._conns: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> TcpListener:
-        self._server = await asyncio.start_server(self._serve, host, port, limit=self.limit, ssl=tls,
-                                                  ssl_handshake_timeout=10.0 if tls else None)
+        loop = asyncio.get_running_loop()
+
+        def connected() -> asyncio.StreamReaderProtocol:  # what asyncio.start_server builds, with `reader`'s kind
+            return asyncio.StreamReaderProtocol(self.reader(self.limit), self._serve)
+
+        self._server = await loop.create_server(connected, host, port, ssl=tls,
+                                                ssl_handshake_timeout=10.0 if tls else None)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import struct
 import uuid
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as KafkaError
 from kio.schema.index import api_key_map
-from kio.serial import entity_writer
+from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
 from gateway.formats.records import build_batch, with_base_offset
@@ -215,3 +216,46 @@ def test_corrupted_real_requests_decode_or_raise_malformed(data):
         codec.decode_request(frame, codec.read_header(frame))
     except codec.MalformedRequest:
         pass
+
+
+def _kio_request_frame(req) -> bytes:
+    """A request frame as a client sends it (without the size prefix): header, then kio's body."""
+    buf = io.BytesIO()
+    entity_writer(type(req))(buf, req)
+    head = struct.pack(">hhih", req.__api_key__, req.__version__, 7, 3) + b"cli"
+    return head + (b"\x00" if req.__header_schema__.__flexible__ else b"") + buf.getvalue()
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_produce_requests_are_read_by_hand_as_kio_reads_them(data):
+    """The hand-written Produce reader gives kio's values, records as views of the frame itself."""
+    version = data.draw(st.integers(3, 13))
+    req = data.draw(st.from_type(codec.request_class(ApiKey.PRODUCE, version)))
+    frame = _kio_request_frame(req)
+    header = codec.read_header(frame)
+    ours = codec.decode_request(frame, header)
+    theirs, _ = entity_reader(type(req))(frame, header.body_offset)
+    assert ours.transactional_id == theirs.transactional_id
+    assert (ours.acks, ours.timeout_ms) == (theirs.acks, theirs.timeout // datetime.timedelta(milliseconds=1))
+    assert [(t.name if version < 13 else t.topic_id,
+             [(p.index, None if p.records is None else bytes(p.records)) for p in t.partition_data])
+            for t in ours.topic_data] == \
+           [(t.name if version < 13 else t.topic_id, [(p.index, p.records) for p in t.partition_data])
+            for t in theirs.topic_data]
+    for p in (p for t in ours.topic_data for p in t.partition_data if p.records is not None):
+        assert p.records.obj is frame  # never copied
+
+
+@pytest.mark.parametrize("version", [3, 9, 12, 13])
+def test_a_cut_produce_request_is_malformed_at_every_length(version):
+    batch = build_batch([(b"k", b"v" * 50, [])])
+    req = codec.build(codec.request_class(ApiKey.PRODUCE, version), {
+        "transactional_id": "tx", "acks": -1, "timeout": 1000,
+        "topic_data": [{"name": "t", "topic_id": uuid.uuid4(), "partition_data": [{"index": 0, "records": batch}]}]})
+    frame = _kio_request_frame(req)
+    header = codec.read_header(frame)
+    assert bytes(codec.decode_request(frame, header).topic_data[0].partition_data[0].records) == batch
+    for end in range(header.body_offset, len(frame)):
+        with pytest.raises(codec.MalformedRequest, match="api 0|produce|claims|tagged"):
+            codec.decode_request(frame[:end], header)

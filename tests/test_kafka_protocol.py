@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import struct
 
 import pytest
@@ -160,6 +161,24 @@ async def test_redis_losing_the_scripts_mid_stream_is_retriable_and_loses_nothin
     assert stored == list(range(6))
     sl = await gateway.services.log.read("flushed", 0, 0, 100)
     assert [r.value for e in sl.entries for r in iter_records(e.batch, e.base_offset)] == [b"v%d" % i for i in range(6)]
+
+
+async def test_frames_cut_anywhere_by_the_network_are_read_whole(gateway, conn):
+    """Requests arriving in pieces that end anywhere (inside a size, a header, a batch; several
+    requests in one piece) are read whole and in order; a batch of 200 KB among them too."""
+    reader, writer = conn
+    await gateway.services.log.create_topic("pieces", 1)
+    values = [b"small-%d" % i for i in range(3)] + [bytes(range(256)) * 800]
+    stream = b"".join(request(produce_request(9, -1, "pieces", build_batch([(None, v, [])])), i)
+                      for i, v in enumerate(values))
+    cuts = [0, 1, 3, 7, 30, 100, 101, len(stream) // 2, len(stream) - 5, len(stream)]
+    for a, b in itertools.pairwise(cuts):
+        writer.write(stream[a:b])
+        await writer.drain()
+    answers = [decode(ApiKey.PRODUCE, 9, await read_response(reader)) for _ in values]
+    assert [(cid, r.responses[0].partition_responses[0].base_offset) for cid, r in answers] == [(i, i) for i in range(4)]
+    sl = await gateway.services.log.read("pieces", 0, 0, 10)
+    assert [r.value for e in sl.entries for r in iter_records(e.batch, e.base_offset)] == values
 
 
 async def test_produce_to_a_missing_partition_and_a_corrupt_batch_are_per_partition_errors(gateway, conn):

@@ -23,6 +23,9 @@ from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from gateway.formats.varint import VarintError, read_uvarint
 from gateway.kafka import guard
 from gateway.kafka.errors import MalformedRequest
+from gateway.kafka.produce_request import MAX_VERSION as PRODUCE_MAX
+from gateway.kafka.produce_request import MIN_VERSION as PRODUCE_MIN
+from gateway.kafka.produce_request import decode_produce_request
 
 _HEAD = struct.Struct(">hhi")
 _I32 = struct.Struct(">i")
@@ -97,7 +100,10 @@ def read_header(frame: bytes | memoryview) -> RequestHeader:
 
 
 def decode_request(frame: bytes | memoryview, header: RequestHeader) -> Any:
-    """The kio request object; trailing bytes after it are ignored (some clients send them)."""
+    """The kio request object; trailing bytes after it are ignored (some clients send them).
+    Produce, the hot path, is read by hand with its records left in the frame (`produce_request`)."""
+    if header.api_key == 0 and PRODUCE_MIN <= header.api_version <= PRODUCE_MAX:
+        return decode_produce_request(frame, header.api_version, header.body_offset)
     cls = request_class(header.api_key, header.api_version)
     if cls is None:
         raise MalformedRequest(f"no schema for api {header.api_key} v{header.api_version}")

@@ -91,8 +91,7 @@ class KafkaConnection:
                 answers.put_nowait(task)
                 earlier = {t for t in earlier if not t.done()} | {task}
                 # on to the next request once this one is answered, or its appends are on their way
-                either: set[asyncio.Future[Any]] = {task, started}
-                if not await _unless_done(asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED), writing):
+                if not await _either_unless(task, started, writing):
                     return
                 if task.done() and (task.cancelled() or task.exception() is not None):
                     return
@@ -172,6 +171,29 @@ async def _unless_done(step: Awaitable[Any], other: asyncio.Future[None]) -> boo
         return True
     task.cancel()
     return False
+
+
+async def _either_unless(a: asyncio.Future[Any], b: asyncio.Future[Any], other: asyncio.Future[None]) -> bool:
+    """Wait for `a` or `b`; False when `other` finishes first. `_unless_done` of an `asyncio.wait`
+    for the two, without the two tasks and the sets those take each request."""
+    if a.done() or b.done():
+        return True
+    if other.done():
+        return False
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake(_: asyncio.Future[Any]) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    for f in (a, b, other):
+        f.add_done_callback(wake)
+    try:
+        await waiter
+    finally:
+        for f in (a, b, other):
+            f.remove_done_callback(wake)
+    return a.done() or b.done()
 
 
 def _api_key(frame: bytes) -> int:

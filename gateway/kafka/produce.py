@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -25,6 +24,7 @@ from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
+from gateway.kafka.produce_request import ProduceRequest
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string, topic_key
 
 
@@ -42,11 +42,11 @@ TOPIC_IDS_VERSION = 13
 
 
 @handles(ApiKey.PRODUCE, 3, 13)
-async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
+async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
     items: list[tuple[str, int, bytes | memoryview]] = []
     results: dict[tuple[str, int], PartitionResult] = {}
     order: list[tuple[str | uuid.UUID | None, str, list[int]]] = []  # as the response names it, name
-    tid = getattr(req, "transactional_id", None)
+    tid = req.transactional_id
     txn_denied = tid is not None and not await ctx.allowed(ResourceType.TRANSACTIONAL_ID, tid, Operation.WRITE)
     for n, topic in enumerate(req.topic_data):
         if ctx.api_version >= TOPIC_IDS_VERSION:
@@ -79,7 +79,7 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
     if items:
         try:
             appended = await ctx.services.log.append(items, sent=ctx.sent, acks=req.acks,
-                                                      timeout_ms=int(req.timeout.total_seconds() * 1000))
+                                                      timeout_ms=req.timeout_ms)
         except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
             appended = [Produced(t, p, exc) for t, p, _ in items]
         for (_, _, blob), done in zip(items, appended, strict=True):
@@ -101,7 +101,7 @@ async def produce(ctx: RequestContext, req: Any) -> Encoded | None:
 
 async def _hold_delayed(
     ctx: RequestContext,
-    req: Any,
+    req: ProduceRequest,
     items: list[tuple[str, int, bytes | memoryview]],
     delayed: set[str],
     results: dict[tuple[str, int], PartitionResult],
@@ -109,7 +109,7 @@ async def _hold_delayed(
     """On delay-enabled topics, records with a delay header wait in the delayed index; the rest of
     each batch is appended now. A partition whose records were all held answers offset -1: they get
     their offsets when they are delivered."""
-    txn_id = await _current_txn(ctx, getattr(req, "transactional_id", None))
+    txn_id = await _current_txn(ctx, req.transactional_id)
     now: list[tuple[str, int, bytes | memoryview]] = []
     for topic, partition, blob in items:
         if topic not in delayed:

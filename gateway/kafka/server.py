@@ -7,7 +7,7 @@ import asyncio
 from gateway.domain.services import Services
 from gateway.kafka.connection import KafkaConnection
 from gateway.kafka.dispatch import load_handlers
-from gateway.net import TcpListener, server_ssl_context
+from gateway.net import FrameReader, TcpListener, server_ssl_context
 
 
 class KafkaServer:
@@ -17,7 +17,7 @@ class KafkaServer:
         self.services = services
         cfg = services.config
         self.listener = TcpListener("kafka", self._serve, max_connections=cfg.max_connections,
-                                    keepalive=cfg.tcp_keepalive)
+                                    keepalive=cfg.tcp_keepalive, reader=FrameReader)
         self.connections: set[KafkaConnection] = set()
         self.closing = False
 
