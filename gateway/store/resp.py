@@ -23,6 +23,8 @@ import ssl
 from collections import deque
 from typing import Any
 
+from gateway.telemetry import redis_round_trip
+
 log = logging.getLogger(__name__)
 
 BIG = 32 * 1024  # bulk strings at least this long are received into their own buffer
@@ -61,6 +63,7 @@ class RespConnection(asyncio.BufferedProtocol):
             fut.set_exception(ConnectionError(f"redis connection lost: {self._lost}"))
             return fut
         assert self._transport is not None
+        redis_round_trip()
         self._transport.writelines(encode(commands))
         self._waiting.append((fut, len(commands), []))
         return fut
