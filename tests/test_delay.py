@@ -239,7 +239,7 @@ async def test_transaction_commit_schedules_and_abort_discards(env):
     store, log = env
     clock = Clock(now_ms())
     svc = service(store, log, clock)
-    coord = TransactionCoordinator(store, partition_settlers=[svc.settle_txn])
+    coord = TransactionCoordinator(store, partition_settlers={svc.settle_kind: svc.settle_txn})
     committed, aborted = await coord.begin(), await coord.begin()
     for txn, name in ((committed, "c"), (aborted, "a")):
         await coord.add_partitions(txn, [("t", 0)])

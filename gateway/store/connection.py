@@ -13,7 +13,6 @@ hands its own client out.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -66,10 +65,14 @@ def connect(url: str, *, max_connections: int = 64) -> RedisClient:
     return client
 
 
-@functools.cache
-def _counted(base: type[AbstractConnection]) -> type[AbstractConnection]:
-    """`base` whose writes count as round trips of the request being handled (`telemetry`), the
-    one hook that sees every command and pipeline the client sends, on one Redis or a cluster."""
+_COUNTED: dict[type[Any], type[Any]] = {}
+
+
+def _counted(base: type[Any]) -> type[Any]:
+    """`base` (a connection class) whose writes count as round trips of the request being handled
+    (`telemetry`): the one hook that sees every command and pipeline sent, on one Redis or a cluster."""
+    if base in _COUNTED:
+        return _COUNTED[base]
     send = base.send_packed_command
 
     async def send_packed_command(
@@ -79,7 +82,8 @@ def _counted(base: type[AbstractConnection]) -> type[AbstractConnection]:
             redis_round_trip()
         await send(self, command, check_health)
 
-    return type(f"Counted{base.__name__}", (base,), {"send_packed_command": send_packed_command})
+    counted = _COUNTED[base] = type(f"Counted{base.__name__}", (base,), {"send_packed_command": send_packed_command})
+    return counted
 
 
 @asynccontextmanager

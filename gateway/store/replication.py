@@ -21,8 +21,8 @@ transaction coordinators say COORDINATOR_NOT_AVAILABLE), and each durable state 
 repeat.
 
 What does not wait, and why:
-- writes a later waited-for write covers: a transaction's begin and its partitions (txn-new,
-  txn-add, fence-begin) and acks within a transaction (sub-txn-ack) come before its end, which waits;
+- writes a later waited-for write covers: a transaction's begin, its partitions and what its end
+  settles (txn-new, txn-join, txn-add, fence-begin) and acks within a transaction (sub-txn-ack) come before its end, which waits;
   a WAIT for the end holds every earlier write. The end itself (txn-finish) is repeatable: a lost
   finish leaves the transaction decided, and it is rolled forward again.
 - group membership (group-save, cgroup-save): losing it costs a rebalance, which members recover from
@@ -58,7 +58,7 @@ _PASSING = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "BUSY", "MASTE
 
 DURABLE = frozenset({
     # the transaction coordinator's point of no return, and what rolling it forward writes
-    "txn-end-5", "txn-group-commit-5", "txn-marker-5", "txn-offsets-settle-2", "sub-txn-settle-4",
+    "txn-end-4", "txn-group-commit-5", "txn-marker-5", "txn-offsets-settle-2", "sub-txn-settle-4",
     "watermark-settle-2", "delay-commit-8", "delay-drop-2",
     # fencing epochs: InitProducerId, the native fence
     "fence-connect-6",
