@@ -22,8 +22,8 @@ repeat.
 
 What does not wait, and why:
 - writes a later waited-for write covers: a transaction's begin, its partitions and what its end
-  settles (txn-new, txn-join, txn-add, fence-begin) and acks within a transaction (sub-txn-ack) come before its end, which waits;
-  a WAIT for the end holds every earlier write. The end itself (txn-finish) is repeatable: a lost
+  settles (txn-new, txn-join, txn-add, fence-begin) and acks within a transaction (sub-txn-ack) come
+  before its end, which waits; a WAIT for the end holds every earlier write. The end itself (txn-finish) is repeatable: a lost
   finish leaves the transaction decided, and it is rolled forward again.
 - group membership (group-save, cgroup-save): losing it costs a rebalance, which members recover from
   by rejoining (Kafka's UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH), and it changes on every join.
