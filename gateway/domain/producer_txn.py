@@ -201,14 +201,14 @@ class TransactionalProducers:
     async def _check_member(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
         """KIP-447: a zombie of an older generation must not commit offsets with its transaction;
         in a consumer group (KIP-848), `generation` is the member epoch."""
-        consumer = await self.consumer_groups.load(group_id)
+        # a group is of one protocol or the other: both read side by side
+        consumer, group = await asyncio.gather(self.consumer_groups.load(group_id), self.groups.load(group_id))
         if consumer is not None:
             try:
                 validate_offset_commit(consumer, member_id, generation, transactional=True)
             except GroupError as exc:
                 raise UnknownMember(exc.kind.name.lower(), str(exc)) from exc
             return
-        group = await self.groups.load(group_id)
         if group is None or member_id not in group.members:
             raise UnknownMember("unknown_member_id", f"{member_id!r} is not a member of {group_id!r}")
         if instance_id is not None and group.instance_owner(instance_id) not in (None, member_id):
