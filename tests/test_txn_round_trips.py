@@ -75,3 +75,23 @@ async def test_round_trips_per_transaction_request(gateway, caplog):
         # the first transaction opens the gateway's connections to Redis: the last two count
         assert max(counts[-2:]) <= most, (api, counts)
     assert len(seen["end_txn"]) == 3
+
+
+async def test_transactions_commit_after_redis_forgets_the_scripts(gateway, raw_redis):
+    """The connections a transaction's scripts go on meet NOSCRIPT after a SCRIPT FLUSH: redis-py
+    loads them again and runs them, and the client sees nothing of it."""
+    bs = kafka_bootstrap(gateway)
+    await gateway.services.log.create_topic("rt-flush", 1)
+
+    def commit(producer: ck.Producer, value: bytes) -> None:
+        producer.begin_transaction()
+        producer.produce("rt-flush", value=value)
+        producer.commit_transaction(TIMEOUT)
+
+    producer = ck.Producer({"bootstrap.servers": bs, "transactional.id": "rt-flush"})
+    await asyncio.to_thread(producer.init_transactions, TIMEOUT)
+    await asyncio.to_thread(commit, producer, b"before")
+    await raw_redis.script_flush()  # on a cluster, on every primary
+    await asyncio.to_thread(commit, producer, b"after")
+    sl = await gateway.services.log.read("rt-flush", 0, 0, 100)
+    assert sl.stable == sl.high_watermark == 4  # two records, two commit markers
