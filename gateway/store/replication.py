@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisClusterException, ResponseError
 
 from gateway.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, StorageUnavailable
 from gateway.store.connection import RedisClient, storage_errors
@@ -77,6 +77,8 @@ DIRECT = frozenset({
     # a Kafka transaction's steps, one after another on its commit's critical path
     "txn-join-5", "txn-current-2", "txn-end-4", "txn-marker-5", "txn-finish-6", "txn-offsets-stage-1",
     "txn-offsets-settle-2",
+    # reading a group (TxnOffsetCommit checks the member, beside the transaction)
+    "group-load-2",
 })
 """Scripts sent on the connections beside redis-py (`resp`), whose round trip costs a fraction of
 redis-py's, whether they wait for replicas or not; redis-py serves them when those cannot."""
@@ -248,7 +250,10 @@ class Replication:
                 return await self.scripts.call_many(calls)
         conns: dict[RespConnection, list[int]] = {}
         for i, (_, call_keys, _) in enumerate(calls):
-            conn = await self.connections.connection(call_keys[0])
+            try:
+                conn = await self.connections.connection(call_keys[0])
+            except RedisClusterException:  # a cluster client that has not learnt the slots yet
+                conn = None
             if conn is None:
                 if not any(needs):  # nothing sent yet
                     async with storage_errors():
