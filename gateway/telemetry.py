@@ -10,6 +10,9 @@ process: gateways sharing one process (tests) share them.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 """Upper bounds (seconds) of the request latency histogram, +Inf after them."""
@@ -88,3 +91,26 @@ def listener(name: str) -> ListenerStats:
     if stats is None:
         stats = LISTENERS[name] = ListenerStats()
     return stats
+
+
+_ROUND_TRIPS: ContextVar[list[int] | None] = ContextVar("gateway_redis_round_trips", default=None)
+
+
+def redis_round_trip() -> None:
+    """One write of commands to Redis (a command, or a pipeline to one node): counted for the request
+    being handled, if it counts (`counting_round_trips`); tasks it starts count with it."""
+    counter = _ROUND_TRIPS.get()
+    if counter is not None:
+        counter[0] += 1
+
+
+@contextmanager
+def counting_round_trips() -> Iterator[list[int]]:
+    """Count the Redis round trips of the block (and of the tasks it starts) in the list's one item:
+    what a request costs in Redis, whatever the machine's load."""
+    counter = [0]
+    token = _ROUND_TRIPS.set(counter)
+    try:
+        yield counter
+    finally:
+        _ROUND_TRIPS.reset(token)

@@ -16,6 +16,8 @@
   id) or changed since the caller looked.
 ]]
 local rcall = redis.call
+--- @include "txn"
+
 local cur = rcall('HMGET', KEYS[1], 'epoch', 'pid', 'txn')
 if not cur[1] or tonumber(ARGV[2]) ~= tonumber(cur[1]) then return {13} end
 local prev = cur[3] or ''
@@ -25,11 +27,6 @@ if prev ~= '' then
   if state and state ~= 'COMMITTED' and state ~= 'ABORTED' then return {24, prev} end
 end
 local pid = ARGV[5] ~= '' and ARGV[5] or cur[2]
-local deadline = tonumber(ARGV[4]) + tonumber(ARGV[3])
-rcall('HSET', KEYS[2], 'state', 'OPEN', 'timeout', ARGV[3], 'start', ARGV[4], 'updated', ARGV[4],
-  'pid', pid, 'epoch', ARGV[2], 'owner', ARGV[6])
-rcall('ZADD', KEYS[3], string.format('%d', deadline), ARGV[1])
-rcall('XADD', KEYS[4], 'MAXLEN', '~', 100000, '*', 'op', 'NEW', 'txn', ARGV[1], 'state', 'OPEN',
-  'timeout', ARGV[3], 'pid', pid, 'epoch', ARGV[2], 'owner', ARGV[6])
+open_txn(KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[3], ARGV[4], pid, ARGV[2], ARGV[6])
 rcall('HSET', KEYS[1], 'txn', ARGV[1], 'updated', ARGV[4])
 return {0, pid}

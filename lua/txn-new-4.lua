@@ -16,15 +16,12 @@
   Returns {0} or {4} when the id is taken.
 ]]
 local rcall = redis.call
+--- @include "txn"
+
 if rcall('EXISTS', KEYS[1]) == 1 then return {4} end
-local deadline = tonumber(ARGV[3]) + tonumber(ARGV[2])
-rcall('HSET', KEYS[1], 'state', 'OPEN', 'timeout', ARGV[2], 'start', ARGV[3], 'updated', ARGV[3],
-  'pid', ARGV[4], 'epoch', ARGV[5], 'owner', ARGV[6])
-rcall('ZADD', KEYS[2], string.format('%d', deadline), ARGV[1])
+open_txn(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 if ARGV[7] ~= '' then
   rcall('HSET', KEYS[1], 'group', ARGV[7], 'gid', ARGV[8])
   rcall('ZADD', KEYS[4], ARGV[8], ARGV[1])
 end
-rcall('XADD', KEYS[3], 'MAXLEN', '~', 100000, '*', 'op', 'NEW', 'txn', ARGV[1], 'state', 'OPEN',
-  'timeout', ARGV[2], 'pid', ARGV[4], 'epoch', ARGV[5], 'owner', ARGV[6])
 return {0}

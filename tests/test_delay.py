@@ -239,7 +239,7 @@ async def test_transaction_commit_schedules_and_abort_discards(env):
     store, log = env
     clock = Clock(now_ms())
     svc = service(store, log, clock)
-    coord = TransactionCoordinator(store, partition_settlers=[svc.settle_txn])
+    coord = TransactionCoordinator(store, partition_settlers={svc.settle_kind: svc.settle_txn})
     committed, aborted = await coord.begin(), await coord.begin()
     for txn, name in ((committed, "c"), (aborted, "a")):
         await coord.add_partitions(txn, [("t", 0)])
@@ -257,6 +257,22 @@ async def test_transaction_commit_schedules_and_abort_discards(env):
     assert await svc.scheduler().step() == 3
     values = [v for v in await log_values(log, "t") if v in ("c0", "c1", "c2", "a0", "a1", "a2")]
     assert values == ["c0", "c1", "c2"]
+
+
+async def test_a_transaction_without_a_record_of_its_settlers_settles_every_partition(env, raw_redis):
+    """One opened by an older gateway recorded nothing of what its end settles: all of it is settled."""
+    store, log = env
+    clock = Clock(now_ms())
+    svc = service(store, log, clock)
+    coord = TransactionCoordinator(store, partition_settlers={svc.settle_kind: svc.settle_txn})
+    txn = await coord.begin()
+    await coord.add_partitions(txn, [("t", 0)])
+    await svc.schedule([DelayRequest("t", 0, msg(f"o{i}"), clock.ms + 50, str(txn)) for i in range(2)])
+    await raw_redis.hdel(keys.txn(str(txn)), "marked")
+    await raw_redis.delete(keys.txn_settle(str(txn)))
+    await coord.end(txn, commit=True)
+    st = await svc.stats("t", 0)
+    assert (st.messages, st.pending_transactions) == (2, 0)
 
 
 async def test_two_concurrent_schedulers_deliver_exactly_once(redis_url):

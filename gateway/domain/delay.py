@@ -57,6 +57,9 @@ class DelayRequest:
 
 
 class DelayService:
+    settle_kind = "delay"
+    """What a transaction records of a partition where it holds delayed messages (`settle_txn`)."""
+
     def __init__(
         self,
         store: Store,
@@ -66,6 +69,7 @@ class DelayService:
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.index = store.delay if config is None else store.delay.shaped(config)
+        self.txns = store.txn
         self.notify_partition = notify_partition  # LogService.notifier.notify: wakes log readers
         self.clock = clock
         self._schedulers: list[DelayScheduler] = []
@@ -122,6 +126,7 @@ class DelayService:
         plain = [(k, idx) for k, idx in groups.items() if k[2] is None]
         for (topic, partition, txn_id), idx in groups.items():
             if txn_id is not None:
+                await self.txns.needs(txn_id, self.settle_kind, [(topic, partition)])
                 await self.index.hold_in_txn(topic, partition, txn_id, [items[i] for i in idx])
         if plain:
             done = await self.index.schedule(now, [(t, p, [items[i] for i in idx]) for (t, p, _), idx in plain])

@@ -9,14 +9,16 @@ dropped by one script, so a consume-transform-produce cycle commits exactly once
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
-from gateway.domain.fence import KAFKA_MAX_EPOCH, FenceService, KeyState
+from gateway.domain.fence import KAFKA_MAX_EPOCH, FenceService, KeyState, full_key
 from gateway.domain.groups.consumer import validate_offset_commit
 from gateway.domain.groups.errors import GroupError
-from gateway.domain.txn import SubscriptionSettler, TransactionCoordinator, TxnId, TxnInfo
+from gateway.domain.txn import InvalidTransactionTimeout, SubscriptionSettler, TransactionCoordinator, TxnInfo
 from gateway.errors import (
     ConcurrentTransactions,
+    ErrorCode,
     GatewayError,
     InvalidTxnState,
     NotAllowed,
@@ -25,9 +27,10 @@ from gateway.errors import (
 )
 from gateway.store import Store
 from gateway.store.groups import CommittedOffset
+from gateway.store.txn import ProducerRefused, part_member, sub_member
 
 __all__ = ["CommittedOffset", "InvalidProducerIdMapping", "ProducerState", "TransactionalProducers",
-           "UnknownMember", "group_offsets_settler"]
+           "UnknownMember", "group_offsets_settler", "subscription_settler"]
 
 OFFSETS_TOPIC = "__consumer_offsets"  # how a group appears among a transaction's subscriptions
 
@@ -67,6 +70,17 @@ class ProducerState:
         return KAFKA_STATES.get(self.txn.state, "Empty")
 
 
+def subscription_settler(settle: SubscriptionSettler) -> SubscriptionSettler:
+    """`settle` for every subscription of a transaction but the groups whose offsets it staged
+    (`group_offsets_settler` settles those)."""
+
+    async def settle_subscription(topic: str, partition: int, name: str, txn_id: str, commit: bool) -> None:
+        if topic != OFFSETS_TOPIC:
+            await settle(topic, partition, name, txn_id, commit)
+
+    return settle_subscription
+
+
 def group_offsets_settler(store: Store) -> SubscriptionSettler:
     """The coordinator's settler for the group offsets a Kafka transaction staged (TxnOffsetCommit):
     applied or dropped when it ends, a roll-forward after a restart included, so the wiring
@@ -78,6 +92,17 @@ def group_offsets_settler(store: Store) -> SubscriptionSettler:
             await offsets.settle(group_id, txn_id, commit)
 
     return settle
+
+
+def _refused(exc: ProducerRefused, transactional_id: str, producer_id: int, epoch: int) -> GatewayError:
+    """The error a transactional producer is given when it is not its transactional.id's producer."""
+    if exc.why == "unknown":
+        return InvalidProducerIdMapping(f"unknown transactional.id {transactional_id!r}")
+    if exc.why == "pid":
+        return InvalidProducerIdMapping(f"producer id {producer_id} is not {transactional_id!r}'s")
+    if exc.why == "fenced":
+        return ProducerFenced(f"epoch {epoch} of {transactional_id!r} is fenced by epoch {exc.epoch}")
+    return InvalidTxnState(f"epoch {epoch} of {transactional_id!r} was never handed out")
 
 
 class TransactionalProducers:
@@ -106,34 +131,32 @@ class TransactionalProducers:
 
     async def _key(self, transactional_id: str, producer_id: int, epoch: int) -> KeyState:
         state = await self.fence.get("", transactional_id)
-        if state is None:
-            raise InvalidProducerIdMapping(f"unknown transactional.id {transactional_id!r}")
-        if producer_id != state.producer_id:
-            raise InvalidProducerIdMapping(f"producer id {producer_id} is not {transactional_id!r}'s")
-        if epoch < state.epoch:
-            raise ProducerFenced(f"epoch {epoch} of {transactional_id!r} is fenced by epoch {state.epoch}")
-        if epoch > state.epoch:
-            raise InvalidTxnState(f"epoch {epoch} of {transactional_id!r} was never handed out")
+        why = ("unknown" if state is None else "pid" if producer_id != state.producer_id
+               else "fenced" if epoch < state.epoch else "future" if epoch > state.epoch else "")
+        if why:
+            raise _refused(ProducerRefused(why, -1 if state is None else state.epoch), transactional_id,
+                           producer_id, epoch)
+        assert state is not None
         return state
 
-    async def _open(self, transactional_id: str, producer_id: int, epoch: int) -> TxnId:
-        """The producer's open transaction, begun now if there is none."""
-        state = await self._key(transactional_id, producer_id, epoch)
-        if state.txn:
-            info = await self.coordinator.describe(state.txn)
-            if info is not None and info.state == "OPEN":
-                return TxnId.parse(state.txn)
-            if info is not None and info.state in ("COMMITTING", "ABORTING"):
-                raise ConcurrentTransactions(f"{transactional_id!r} is still ending {state.txn}")
-        timeout = state.timeout_ms or self.coordinator.default_timeout_ms
-        txn, _ = await self.fence.begin("", transactional_id, epoch, timeout)
-        return txn
+    async def _join(self, transactional_id: str, producer_id: int, epoch: int, kind: str, members: list[str]) -> None:
+        """Add to the producer's open transaction, begun now if there is none: one step that checks
+        the producer against its transactional.id too."""
+        try:
+            await self.coordinator.join(full_key("", transactional_id), producer_id, epoch, kind, members)
+        except ProducerRefused as exc:
+            raise _refused(exc, transactional_id, producer_id, epoch) from None
+        except ConcurrentTransactions as exc:
+            raise ConcurrentTransactions(f"{transactional_id!r} is still ending its transaction") from exc
+        except GatewayError as exc:
+            if exc.code == ErrorCode.INVALID_CONFIG:
+                raise InvalidTransactionTimeout(f"{transactional_id!r}: {exc}") from exc
+            raise
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]]
     ) -> None:
-        txn = await self._open(transactional_id, producer_id, epoch)
-        await self.coordinator.add_partitions(txn, partitions, epoch)
+        await self._join(transactional_id, producer_id, epoch, "partition", [part_member(t, p) for t, p in partitions])
 
     async def verify_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]]
@@ -144,8 +167,7 @@ class TransactionalProducers:
         return {p: p in inside for p in partitions}
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
-        txn = await self._open(transactional_id, producer_id, epoch)
-        await self.coordinator.add_subscriptions(txn, [(OFFSETS_TOPIC, 0, group_id)], epoch)
+        await self._join(transactional_id, producer_id, epoch, "subscription", [sub_member(OFFSETS_TOPIC, 0, group_id)])
 
     async def commit_offsets(
         self,
@@ -159,25 +181,34 @@ class TransactionalProducers:
         member_id: str = "",
         instance_id: str | None = None,
     ) -> None:
-        state = await self._key(transactional_id, producer_id, epoch)
-        info = await self.coordinator.describe(state.txn) if state.txn else None
-        if info is None or info.state != "OPEN" or (OFFSETS_TOPIC, 0, group_id) not in info.subscriptions:
+        # the producer's transaction and the group's member, read side by side, then the staging
+        current = self.coordinator.current(full_key("", transactional_id), producer_id, epoch,
+                                           (OFFSETS_TOPIC, 0, group_id))
+        member = self._check_member(group_id, generation, member_id, instance_id) \
+            if member_id or generation >= 0 else asyncio.sleep(0)
+        found, checked = await asyncio.gather(current, member, return_exceptions=True)
+        if isinstance(found, ProducerRefused):
+            raise _refused(found, transactional_id, producer_id, epoch)
+        if isinstance(found, BaseException):
+            raise found
+        txn_id, state, added = found
+        if state != "OPEN" or not added:
             raise InvalidTxnState(f"group {group_id!r} was not added to {transactional_id!r}'s transaction")
-        if member_id or generation >= 0:
-            await self._check_member(group_id, generation, member_id, instance_id)
-        await self.offsets.stage(group_id, info.txn_id, offsets)
+        if isinstance(checked, BaseException):
+            raise checked
+        await self.offsets.stage(group_id, txn_id, offsets)
 
     async def _check_member(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
         """KIP-447: a zombie of an older generation must not commit offsets with its transaction;
         in a consumer group (KIP-848), `generation` is the member epoch."""
-        consumer = await self.consumer_groups.load(group_id)
+        # a group is of one protocol or the other: both read side by side
+        consumer, group = await asyncio.gather(self.consumer_groups.load(group_id), self.groups.load(group_id))
         if consumer is not None:
             try:
                 validate_offset_commit(consumer, member_id, generation, transactional=True)
             except GroupError as exc:
                 raise UnknownMember(exc.kind.name.lower(), str(exc)) from exc
             return
-        group = await self.groups.load(group_id)
         if group is None or member_id not in group.members:
             raise UnknownMember("unknown_member_id", f"{member_id!r} is not a member of {group_id!r}")
         if instance_id is not None and group.instance_owner(instance_id) not in (None, member_id):
@@ -187,12 +218,11 @@ class TransactionalProducers:
 
     async def end(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> str:
         """Commit or abort; a retry of an end that already happened answers the same way."""
-        state = await self._key(transactional_id, producer_id, epoch)
-        if not state.txn:
-            raise InvalidTxnState(f"{transactional_id!r} has no transaction to end")
         try:
             # the end script itself refuses the other outcome of a transaction already decided
-            return await self.coordinator.end(state.txn, commit, epoch)
+            return await self.coordinator.end_current(full_key("", transactional_id), producer_id, epoch, commit)
+        except ProducerRefused as exc:
+            raise _refused(exc, transactional_id, producer_id, epoch) from None
         except TransactionNotFound as exc:
             raise InvalidTxnState(f"{transactional_id!r} has no transaction to end") from exc
 

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.clock import now_ms
@@ -79,12 +79,14 @@ class TransactionCoordinator:
         max_timeout_ms: int = 900_000,
         keep_finished_ms: int = 3_600_000,
         notify_partition: Callable[[str, int], None] = lambda t, p: None,
-        partition_settlers: Sequence[PartitionSettler] = (),
+        partition_settlers: Mapping[str, PartitionSettler] | None = None,
         settlers: Sequence[SubscriptionSettler] = (),
     ) -> None:
         """`notify_partition` wakes this gateway's readers of a partition given a marker; the
-        settlers settle what else a transaction held, on each partition (`partition_settlers`)
-        and on each subscription (`settlers`), every time it ends, a roll-forward included."""
+        settlers settle what else a transaction held, every time it ends, a roll-forward included:
+        on each subscription (`settlers`), and on the partitions where it recorded a need of their
+        kind (`partition_settlers` by kind: the services holding such things record the need with
+        `TxnStore.needs` before they hold them)."""
         self.txns = store.txn
         self.notify_partition = notify_partition
         self.coordinator_id = coordinator_id
@@ -92,7 +94,7 @@ class TransactionCoordinator:
         self.max_timeout_ms = max_timeout_ms
         self.keep_finished_ms = keep_finished_ms
         self.settlers = list(settlers)
-        self.partition_settlers = list(partition_settlers)
+        self.partition_settlers = dict(partition_settlers or {})
         self._ending: dict[str, asyncio.Task[str]] = {}
 
     def check_timeout(self, timeout_ms: int | None) -> int:
@@ -137,6 +139,26 @@ class TransactionCoordinator:
         self, txn: TxnId | str, subs: list[tuple[str, int, str]], epoch: int = -1
     ) -> None:
         await self.txns.add(str(txn), "subscription", [sub_member(t, p, s) for t, p, s in subs], epoch)
+
+    async def join(self, key: str, producer_id: int, epoch: int, kind: str, members: list[str]) -> str:
+        """Add members (`part_member`s or `sub_member`s by `kind`) to the current transaction of the
+        transaction key `key` (full name), opened first when there is none, checking the caller is
+        the key's producer in the same step (the store's ProducerRefused when not)."""
+        return await self.txns.join(key, producer_id, epoch, self.coordinator_id, self.default_timeout_ms,
+                                    self.max_timeout_ms, kind, members)
+
+    async def current(self, key: str, producer_id: int, epoch: int, sub: tuple[str, int, str]) -> tuple[str, str, bool]:
+        """(id, state, whether subscription `sub` is in it) of transaction key `key`'s current
+        transaction ("", "", False: none), checking the caller is its producer in the same step."""
+        return await self.txns.current(key, producer_id, epoch, "subscription", sub_member(*sub))
+
+    async def end_current(self, key: str, producer_id: int, epoch: int, commit: bool) -> str:
+        """`end` of the current transaction of transaction key `key` (full name), checking the caller
+        is its producer in the same step (the store's ProducerRefused when not)."""
+        _crash_point("before-point-of-no-return")
+        ending = await self.txns.end("", commit, epoch, key=key, producer_id=producer_id)
+        _crash_point("after-point-of-no-return")
+        return await self._complete(ending.txn_id, ending)
 
     async def describe(self, txn: TxnId | str) -> TxnInfo | None:
         return await self.txns.describe(str(txn))
@@ -183,7 +205,25 @@ class TransactionCoordinator:
         if ending.state in (COMMITTED, ABORTED):
             return ending.state
         commit = ending.state == COMMITTING
+        # subscriptions settle beside the markers (nothing of theirs waits for one)
+        subs = asyncio.ensure_future(self._settle_subscriptions(txn_id, ending.subscriptions, commit))
+        try:
+            await self._write_markers(txn_id, ending, commit)
+        finally:
+            await subs
+        _crash_point("before-finish")
+        return await self.txns.finish(txn_id, self.keep_finished_ms)
+
+    async def _write_markers(self, txn_id: str, ending: Ending, commit: bool) -> None:
+        """Markers, each partition's settlers after its marker: only the kinds the transaction
+        recorded there (every kind everywhere for one opened by an older gateway)."""
         marker = build_control_batch(commit, ending.producer_id, ending.producer_epoch)
+        kinds: dict[tuple[str, int], list[str]] = {}
+        if ending.marked:
+            for kind, topic, partition in ending.settles:
+                kinds.setdefault((topic, partition), []).append(kind)
+        else:
+            kinds = {tp: list(self.partition_settlers) for tp in ending.partitions}
         # the first partition alone, so a crash between two partitions' markers stays testable,
         # then every other partition in one round trip
         first, rest = ending.partitions[:1], ending.partitions[1:]
@@ -193,15 +233,16 @@ class TransactionCoordinator:
             await self.txns.write_markers(group, ending.producer_id, ending.producer_epoch, commit, marker)
             for topic, partition in group:
                 self.notify_partition(topic, partition)
-            for settle in self.partition_settlers:
-                await asyncio.gather(*(settle(t, p, txn_id, commit) for t, p in group))
+            await asyncio.gather(*(self.partition_settlers[kind](t, p, txn_id, commit)
+                                   for t, p in group for kind in kinds.get((t, p), ())
+                                   if kind in self.partition_settlers))
             if group is first:
                 _crash_point("after-first-marker")
-        for topic, partition, sub in ending.subscriptions:
+
+    async def _settle_subscriptions(self, txn_id: str, subs: list[tuple[str, int, str]], commit: bool) -> None:
+        for topic, partition, sub in subs:
             for settle_sub in self.settlers:
                 await settle_sub(topic, partition, sub, txn_id, commit)
-        _crash_point("before-finish")
-        return await self.txns.finish(txn_id, self.keep_finished_ms)
 
     async def recover(self) -> int:
         """Roll forward what a dead coordinator left between steps, and abort what has expired."""

@@ -200,8 +200,12 @@ class PositionsWatermark:
 
 
 class WatermarkService:
+    settle_kind = "watermark"
+    """What a transaction records of a partition where it writes markers (`settle_txn`)."""
+
     def __init__(self, store: Store, log_service: LogService, *, snapshot_marks: int = 128) -> None:
         self.index = store.watermark
+        self.txns = store.txn
         self.subscriptions = store.subscriptions
         self.log = log_service
         self.snapshot_marks = max(4, snapshot_marks)
@@ -234,6 +238,8 @@ class WatermarkService:
         appends = [MarkAppend(topic, p, batch, body, txn_id, producer_id, producer_epoch,
                               since[p] if p < len(since) else -1, owner(producer))
                    for p in range(info.partitions)]
+        if txn_id:
+            await self.txns.needs(txn_id, self.settle_kind, [(topic, p) for p in range(info.partitions)])
         results = await self.index.append(appends)
         offsets = []
         full = []

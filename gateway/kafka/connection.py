@@ -214,20 +214,22 @@ async def handle(
     began = time.perf_counter()
     header = codec.read_header(frame)
     stats = _stats(header.api_key)
-    try:
-        chunks, errors = await _respond(services, state, frame, header, sent)
-    except MalformedRequest:
-        stats.failed("INVALID_REQUEST")
-        raise
-    except Exception:
-        stats.failed("UNKNOWN_SERVER_ERROR")
-        raise
-    finally:
-        took = time.perf_counter() - began
-        stats.done(took)
-        if timing.isEnabledFor(logging.DEBUG):
-            timing.debug("%s v%d correlation %d from %s %s: %.3f ms", api_key_map.get(header.api_key, header.api_key),
-                         header.api_version, header.correlation_id, header.client_id, state.peer, took * 1000)
+    with telemetry.counting_round_trips() as round_trips:
+        try:
+            chunks, errors = await _respond(services, state, frame, header, sent)
+        except MalformedRequest:
+            stats.failed("INVALID_REQUEST")
+            raise
+        except Exception:
+            stats.failed("UNKNOWN_SERVER_ERROR")
+            raise
+        finally:
+            took = time.perf_counter() - began
+            stats.done(took)
+            if timing.isEnabledFor(logging.DEBUG):
+                timing.debug("%s v%d correlation %d from %s %s: %.3f ms, %d Redis round trips",
+                             api_key_map.get(header.api_key, header.api_key), header.api_version,
+                             header.correlation_id, header.client_id, state.peer, took * 1000, round_trips[0])
     for code in errors:
         stats.failed(_error_name(code))
     return chunks

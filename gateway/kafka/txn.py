@@ -6,6 +6,7 @@ transaction never meets CONCURRENT_TRANSACTIONS from this one.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -96,16 +97,26 @@ async def _add_one(
     wanted: list[tuple[str, int]] = [(t.name, p) for t in topics for p in t.partitions]
     errors: dict[tuple[str, int], KafkaError] = {}
     txn_allowed = await _may_write(ctx, tid)
+    to_check: list[tuple[str, int]] = []
     for topic, partition in wanted:
-        try:
-            if not txn_allowed:
-                errors[(topic, partition)] = KafkaError.transactional_id_authorization_failed
-            elif not await ctx.allowed(ResourceType.TOPIC, topic, Operation.WRITE):
-                errors[(topic, partition)] = KafkaError.topic_authorization_failed
-            else:
-                await ctx.services.log.check_partition(topic, partition)
-        except Exception as exc:
-            errors[(topic, partition)] = kafka_error(exc)
+        if not txn_allowed:
+            errors[(topic, partition)] = KafkaError.transactional_id_authorization_failed
+        elif not await ctx.allowed(ResourceType.TOPIC, topic, Operation.WRITE):
+            errors[(topic, partition)] = KafkaError.topic_authorization_failed
+        else:
+            to_check.append((topic, partition))
+    # each topic's description read once, all side by side
+    names = sorted({t for t, _ in to_check})
+    infos = dict(zip(names, await asyncio.gather(*(ctx.services.log.topic(t, create=False) for t in names),
+                                                 return_exceptions=True), strict=True))
+    for topic, partition in to_check:
+        info = infos[topic]
+        if isinstance(info, Exception):
+            errors[(topic, partition)] = kafka_error(info)
+        elif isinstance(info, BaseException):
+            raise info
+        elif not 0 <= partition < info.partitions:
+            errors[(topic, partition)] = KafkaError.unknown_topic_or_partition
     good = [p for p in wanted if p not in errors]
     tp = ctx.services.txn_producers
     try:

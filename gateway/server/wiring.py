@@ -18,7 +18,7 @@ from gateway.domain.groups.consumer import ConsumerGroupConfig
 from gateway.domain.groups.coordinator import open_coordinator
 from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
-from gateway.domain.producer_txn import TransactionalProducers, group_offsets_settler
+from gateway.domain.producer_txn import TransactionalProducers, group_offsets_settler, subscription_settler
 from gateway.domain.registry import Registry
 from gateway.domain.roles import RoleLeases
 from gateway.domain.security import SecurityService
@@ -51,8 +51,8 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
             default_timeout_ms=config.txn_default_timeout_ms,
             max_timeout_ms=config.txn_max_timeout_ms,
             notify_partition=log.notifier.notify,
-            partition_settlers=[delay.settle_txn, watermark.settle_txn],
-            settlers=[group_offsets_settler(store), subscriptions.settle_txn],
+            partition_settlers={delay.settle_kind: delay.settle_txn, watermark.settle_kind: watermark.settle_txn},
+            settlers=[group_offsets_settler(store), subscription_settler(subscriptions.settle_txn)],
         )
         fence = FenceService(store, txn)
         txn_producers = TransactionalProducers(store, txn, fence)

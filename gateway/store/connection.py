@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,11 +25,13 @@ from urllib.parse import parse_qsl, unquote
 
 from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.connection import AbstractConnection, Connection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
 
 from gateway.errors import GatewayError, StorageUnavailable
+from gateway.telemetry import redis_round_trip
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +134,41 @@ def connect(url: str, *, max_connections: int = 64) -> RedisClient:
         "retry_on_error": [rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError],
     }
     scheme, _, rest = url.partition("://")
+    client: RedisClient
     if scheme in SENTINEL_SCHEMES:
-        return _sentinel_client(SentinelUrl.parse(url), options)
-    if scheme in CLUSTER_SCHEMES:
-        return RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **options)
-    return Redis.from_url(url, **options)
+        client = _sentinel_client(SentinelUrl.parse(url), options)
+        client.connection_pool.connection_class = _counted(client.connection_pool.connection_class)
+    elif scheme in CLUSTER_SCHEMES:
+        client = RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **options)
+        nodes = client.nodes_manager
+        nodes.connection_kwargs["connection_class"] = _counted(nodes.connection_kwargs.get("connection_class", Connection))
+        for node in nodes.startup_nodes.values():
+            node.connection_class = _counted(node.connection_class)
+    else:
+        client = Redis.from_url(url, **options)
+        client.connection_pool.connection_class = _counted(client.connection_pool.connection_class)
+    return client
+
+
+_COUNTED: dict[type[Any], type[Any]] = {}
+
+
+def _counted(base: type[Any]) -> type[Any]:
+    """`base` (a connection class) whose writes count as round trips of the request being handled
+    (`telemetry`): the one hook that sees every command and pipeline sent, on one Redis or a cluster."""
+    if base in _COUNTED:
+        return _COUNTED[base]
+    send = base.send_packed_command
+
+    async def send_packed_command(
+        self: AbstractConnection, command: bytes | str | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        if check_health:  # a connection's own handshake and health checks are not the caller's
+            redis_round_trip()
+        await send(self, command, check_health)
+
+    counted = _COUNTED[base] = type(f"Counted{base.__name__}", (base,), {"send_packed_command": send_packed_command})
+    return counted
 
 
 def _sentinel_client(parsed: SentinelUrl, options: dict[str, Any]) -> SentinelRedis:

@@ -124,16 +124,25 @@ TXN_OPEN = "{gw:txn}:open"
 TXN_LOG = "{gw:txn}:log"
 
 
+TXN_PARTS, TXN_SUBS, TXN_SETTLE = ":parts", ":subs", ":settle"
+"""What a transaction's sets add to its hash's name: its partitions, its subscriptions, and what
+its end settles on its partitions besides markers ("kind\0topic\0partition")."""
+
+
 def txn(txn_id: str) -> str:
     return f"{{gw:txn}}:t:{txn_id}"
 
 
 def txn_parts(txn_id: str) -> str:
-    return f"{{gw:txn}}:t:{txn_id}:parts"
+    return txn(txn_id) + TXN_PARTS
 
 
 def txn_subs(txn_id: str) -> str:
-    return f"{{gw:txn}}:t:{txn_id}:subs"
+    return txn(txn_id) + TXN_SUBS
+
+
+def txn_settle(txn_id: str) -> str:
+    return txn(txn_id) + TXN_SETTLE
 
 TXN_KEYS = "{gw:txn}:keys"
 

@@ -21,9 +21,9 @@ transaction coordinators say COORDINATOR_NOT_AVAILABLE), and each durable state 
 repeat.
 
 What does not wait, and why:
-- writes a later waited-for write covers: a transaction's begin and its partitions (txn-new,
-  txn-add, fence-begin) and acks within a transaction (sub-txn-ack) come before its end, which waits;
-  a WAIT for the end holds every earlier write. The end itself (txn-finish) is repeatable: a lost
+- writes a later waited-for write covers: a transaction's begin, its partitions and what its end
+  settles (txn-new, txn-join, txn-add, fence-begin) and acks within a transaction (sub-txn-ack) come
+  before its end, which waits; a WAIT for the end holds every earlier write. The end itself (txn-finish) is repeatable: a lost
   finish leaves the transaction decided, and it is rolled forward again.
 - group membership (group-save, cgroup-save): losing it costs a rebalance, which members recover from
   by rejoining (Kafka's UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH), and it changes on every join.
@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisClusterException, ResponseError
 
 from gateway.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, StorageUnavailable
 from gateway.store.connection import RedisClient, storage_errors
@@ -55,10 +55,11 @@ from gateway.store.scripts import Scripts, ScriptSpec
 _REPLICAS_FRESH = 1.0  # seconds a node's count of online replicas is trusted before it is read again
 # error replies of a node busy, loading, failing over or handing a slot on: the script did not run
 _PASSING = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "BUSY", "MASTERDOWN", "READONLY")
+_UNRUN = (*_PASSING, "NOSCRIPT")
 
 DURABLE = frozenset({
     # the transaction coordinator's point of no return, and what rolling it forward writes
-    "txn-end-5", "txn-group-commit-5", "txn-marker-5", "txn-offsets-settle-2", "sub-txn-settle-4",
+    "txn-end-4", "txn-group-commit-5", "txn-marker-5", "txn-offsets-settle-2", "sub-txn-settle-4",
     "watermark-settle-2", "delay-commit-8", "delay-drop-2",
     # fencing epochs: InitProducerId, the native fence
     "fence-connect-6",
@@ -71,6 +72,16 @@ DURABLE = frozenset({
     "delay-move-6",
 })
 """Scripts whose answer tells a client its change is done: each waits for the replicas."""
+
+DIRECT = frozenset({
+    # a Kafka transaction's steps, one after another on its commit's critical path
+    "txn-join-5", "txn-current-2", "txn-end-4", "txn-marker-5", "txn-finish-6", "txn-offsets-stage-1",
+    "txn-offsets-settle-2",
+    # reading a group (TxnOffsetCommit checks the member, beside the transaction)
+    "group-load-2",
+})
+"""Scripts sent on the connections beside redis-py (`resp`), whose round trip costs a fraction of
+redis-py's, whether they wait for replicas or not; redis-py serves them when those cannot."""
 
 
 @dataclass(frozen=True)
@@ -217,36 +228,55 @@ class Replication:
                 found = [(f"{host}:{port}", await self.redis.info("replication"))]
         return [primary_status(addr, info) for addr, info in sorted(found)]
 
-    async def run(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
+    async def run(self, calls: list[tuple[str, list[str], list[Any]]], *, durable: list[bool] | None = None,
+                  direct: bool = False) -> list[Any]:
         """Run `calls` (as `Scripts.call_many`: errors in place) and answer once the replicas that
-        state changes wait for hold them. NotEnoughReplicas (nothing run) when a node has fewer
-        online; NotEnoughReplicasAfterAppend when WAIT times out first."""
+        the `durable` ones (all by default) wait for hold them. NotEnoughReplicas (nothing run) when
+        a node has fewer online; NotEnoughReplicasAfterAppend when WAIT times out first. `direct`
+        sends them on this object's connections even when none waits; what those cannot run
+        (no connection, a node that refused them unrun) goes through redis-py unless it waits."""
         needs: list[int] = []
-        for _, call_keys, _ in calls:
+        for i, (_, call_keys, _) in enumerate(calls):
+            if durable is not None and not durable[i]:
+                needs.append(0)
+                continue
             needed, online = await self.state_replicas(call_keys[0])
             if online < needed:
                 raise NotEnoughReplicas(f"{online} Redis replicas online, {needed} needed for a state change "
                                         f"(state min.insync.replicas {self.state_min_insync})")
             needs.append(needed)
-        if not any(needs):
+        if not any(needs) and not direct:
             async with storage_errors():
                 return await self.scripts.call_many(calls)
         conns: dict[RespConnection, list[int]] = {}
         for i, (_, call_keys, _) in enumerate(calls):
-            conn = await self.connections.connection(call_keys[0])
+            try:
+                conn = await self.connections.connection(call_keys[0])
+            except RedisClusterException:  # a cluster client that has not learnt the slots yet
+                conn = None
             if conn is None:
+                if not any(needs):  # nothing sent yet
+                    async with storage_errors():
+                        return await self.scripts.call_many(calls)
                 raise StorageUnavailable("redis: no connection for a replicated state change; retry")
             conns.setdefault(conn, []).append(i)
         futures = {
             conn: conn.pipeline([self.scripts.evalsha(*calls[i]) for i in idx]) for conn, idx in conns.items()
         }  # all written before the first await: WAITs sent after them cover them
         waits = {conn: self.waits.after(conn, max(needs[i] for i in idx), self.state_timeout_ms)
-                 for conn, idx in conns.items()}
+                 for conn, idx in conns.items() if any(needs[i] for i in idx)}
         replies: list[Any] = [None] * len(calls)
+        unrun: list[int] = []  # refused by a node before running, waiting for no replica: redis-py's turn
         async with storage_errors():
             for conn, fut in futures.items():
                 for i, reply in zip(conns[conn], await fut, strict=True):
                     replies[i] = self.reply(conn, reply)
+                    if not needs[i] and isinstance(reply, RespError) and str(reply).startswith(_UNRUN):
+                        unrun.append(i)
+            if unrun:
+                again = await self.scripts.call_many([calls[i] for i in unrun])
+                for i, reply in zip(unrun, again, strict=True):
+                    replies[i] = reply
             for conn, wait in waits.items():
                 acked = await wait
                 short = [i for i in conns[conn] if acked < needs[i]]
@@ -280,24 +310,30 @@ class DurableScripts(Scripts):
     """`Scripts` as the sub-stores call them, with the state changes of `DURABLE` run through
     `Replication.run`: answered once the replicas hold them. Every other script goes straight on."""
 
-    def __init__(self, scripts: Scripts, replication: Replication, durable: frozenset[str] = DURABLE) -> None:
+    def __init__(self, scripts: Scripts, replication: Replication, durable: frozenset[str] = DURABLE,
+                 direct: frozenset[str] = DIRECT) -> None:
         vars(self).update(vars(scripts))  # the same registrations on the same client, not loaded again
         self._plain = scripts
         self._replication = replication
         self._durable = durable
+        self._direct = direct
 
     def _waits(self, names: Iterable[str]) -> bool:
         return self._replication.state_min_insync > 1 and any(n in self._durable for n in names)
 
     async def call(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        if not self._waits((name,)):
+        waits = self._waits((name,))
+        if not waits and name not in self._direct:
             return await self._plain.call(name, keys, args)
-        (reply,) = await self._replication.run([(name, keys, args)])
+        (reply,) = await self._replication.run([(name, keys, args)], durable=[waits], direct=name in self._direct)
         if isinstance(reply, Exception):
             raise reply
         return reply
 
     async def call_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
-        if not self._waits(name for name, _, _ in calls):
+        waits = self._waits(name for name, _, _ in calls)
+        direct = any(name in self._direct for name, _, _ in calls)
+        if not waits and not direct:
             return await self._plain.call_many(calls)
-        return await self._replication.run(calls)
+        durable = [waits and name in self._durable for name, _, _ in calls]
+        return await self._replication.run(calls, durable=durable, direct=direct)

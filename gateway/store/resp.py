@@ -24,6 +24,7 @@ from collections import deque
 from typing import Any
 
 from gateway.store.connection import UNAVAILABLE, SentinelRedis
+from gateway.telemetry import redis_round_trip
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class RespConnection(asyncio.BufferedProtocol):
             fut.set_exception(ConnectionError(f"redis connection lost: {self._lost}"))
             return fut
         assert self._transport is not None
+        redis_round_trip()
         self._transport.writelines(encode(commands))
         self._waiting.append((fut, len(commands), []))
         return fut

@@ -22,15 +22,35 @@ def sub_member(topic: str, partition: int, subscription: str) -> str:
     return f"{topic}{SEP}{partition}{SEP}{subscription}"
 
 
+def settle_member(kind: str, topic: str, partition: int) -> str:
+    return f"{kind}{SEP}{topic}{SEP}{partition}"
+
+
 @dataclass(frozen=True)
 class Ending:
-    """What `end` decided: the state to roll forward and everything the transaction touched."""
+    """What `end` decided: the state to roll forward and everything the transaction touched; what
+    its end settles on its partitions besides markers, (kind, topic, partition), is all there is
+    when it is `marked` (else it was opened by an older gateway, and every kind is settled)."""
 
     state: str
     producer_id: int
     producer_epoch: int
     partitions: list[tuple[str, int]] = field(default_factory=list)
     subscriptions: list[tuple[str, int, str]] = field(default_factory=list)
+    settles: list[tuple[str, str, int]] = field(default_factory=list)
+    txn_id: str = ""
+    marked: bool = True
+
+
+class ProducerRefused(Exception):
+    """The caller is not its transaction key's producer: `why` is "unknown" (no such key), "pid"
+    (another producer id), "fenced" (an older epoch) or "future" (an epoch never handed out);
+    `epoch` is the key's."""
+
+    def __init__(self, why: str, epoch: int) -> None:
+        super().__init__(why)
+        self.why = why
+        self.epoch = epoch
 
 
 @dataclass(frozen=True)
@@ -63,13 +83,27 @@ def _decode_subs(raw: list[bytes]) -> list[tuple[str, int, str]]:
     return sorted(out)
 
 
+def _decode_settles(raw: list[bytes]) -> list[tuple[str, str, int]]:
+    out = []
+    for m in raw:
+        k, t, p = m.decode().split(SEP)
+        out.append((k, t, int(p)))
+    return sorted(out)
+
+
 def _check(reply: list[Any], what: str) -> list[Any]:
     code = int(reply[0])
     if code == ErrorCode.OK:
         return reply
+    if code == ErrorCode.NOT_ALLOWED and len(reply) == 3:
+        raise ProducerRefused(reply[1].decode(), int(reply[2]))
     if code == ErrorCode.INVALID_TXN_STATE:
         raise InvalidTxnState(f"{what}: transaction is {reply[1].decode()}")
     raise error_for(code, what)
+
+
+_SETS = {"partition": keys.TXN_PARTS, "subscription": keys.TXN_SUBS, "settle": keys.TXN_SETTLE}
+"""A transaction's sets by the kind of member they hold: what each adds to its hash's name."""
 
 
 class TxnStore:
@@ -94,7 +128,8 @@ class TxnStore:
         _check(reply, txn_id)
 
     async def add(self, txn_id: str, kind: str, members: list[str], epoch: int = -1) -> int:
-        target = keys.txn_parts(txn_id) if kind == "partition" else keys.txn_subs(txn_id)
+        """Add members of `kind` ("partition", "subscription", or "settle": what its end settles)."""
+        target = keys.txn(txn_id) + _SETS[kind]
         async with storage_errors():
             reply = await self.scripts.call(
                 "txn-add-3", [keys.txn(txn_id), target, keys.TXN_LOG],
@@ -103,16 +138,54 @@ class TxnStore:
             )
         return int(_check(reply, txn_id)[1])
 
-    async def end(self, txn_id: str, commit: bool, epoch: int = -1) -> Ending:
+    async def needs(self, txn_id: str, kind: str, partitions: list[tuple[str, int]]) -> None:
+        """Record that the transaction's end must run the partition settler of `kind` on these
+        partitions. Called before what it settles is written, so a crash in between orphans nothing;
+        InvalidTxnState once the transaction is no longer open."""
+        await self.add(txn_id, "settle", [settle_member(kind, t, p) for t, p in partitions])
+
+    async def join(
+        self, name: str, producer_id: int, epoch: int, coordinator: int, timeout_ms: int, max_timeout_ms: int,
+        kind: str, members: list[str],
+    ) -> str:
+        """Add members of `kind` to the open transaction of transaction key `name`, opening one first
+        when it has none; its id. ProducerRefused unless the caller is the key's producer."""
         async with storage_errors():
             reply = await self.scripts.call(
-                "txn-end-5",
-                [keys.txn(txn_id), keys.TXN_OPEN, keys.TXN_LOG, keys.txn_parts(txn_id), keys.txn_subs(txn_id)],
-                # id, action, epoch, now
-                [txn_id, "commit" if commit else "abort", epoch, now_ms()],
+                "txn-join-5", [keys.txn_key(name), keys.TXN_SEQ, keys.TXN_OPEN, keys.TXN_LOG, keys.txn("")],
+                # name, pid, epoch, coord, timeout, max, now, kind, suffix, items
+                [name, producer_id, epoch, coordinator, timeout_ms, max_timeout_ms, now_ms(), kind, _SETS[kind],
+                 "\n".join(members)],
             )
-        r = _check(reply, txn_id)
-        return Ending(r[1].decode(), int(r[2]), int(r[3]), _decode_parts(r[4]), _decode_subs(r[5]))
+        return str(_check(reply, name)[1].decode())
+
+    async def current(self, name: str, producer_id: int, epoch: int, kind: str, member: str) -> tuple[str, str, bool]:
+        """(id, state, whether `member` of `kind` is in it) of key `name`'s current transaction ("",
+        "", False for none). ProducerRefused unless the caller is the key's producer."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "txn-current-2", [keys.txn_key(name), keys.txn("")],
+                # pid, epoch, suffix, member
+                [producer_id, epoch, _SETS[kind], member],
+            )
+        r = _check(reply, name)
+        return r[1].decode(), r[2].decode(), bool(int(r[3]))
+
+    async def end(
+        self, txn_id: str, commit: bool, epoch: int = -1, *, key: str = "", producer_id: int = -1
+    ) -> Ending:
+        """The point of no return of `txn_id`, or with a transaction `key` (and `producer_id`) of
+        that key's current transaction, checking the caller is its producer in the same step."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "txn-end-4", [keys.txn_key(key or "-"), keys.TXN_OPEN, keys.TXN_LOG, keys.txn("")],
+                # id, action, pid, epoch, now, sets
+                ["" if key else txn_id, "commit" if commit else "abort", producer_id if key else "", epoch,
+                 now_ms(), " ".join(_SETS.values())],
+            )
+        r = _check(reply, txn_id or key)
+        return Ending(r[1].decode(), int(r[2]), int(r[3]), _decode_parts(r[4]), _decode_subs(r[5]),
+                      _decode_settles(r[6]), r[7].decode(), bool(int(r[8])))
 
     async def commit_group(
         self, txn_ids: list[str], key: str, epoch: int, commit_id: int | None
@@ -143,8 +216,9 @@ class TxnStore:
     async def finish(self, txn_id: str, keep_ms: int) -> str:
         async with storage_errors():
             reply = await self.scripts.call(
-                "txn-finish-5",
-                [keys.txn(txn_id), keys.TXN_OPEN, keys.TXN_LOG, keys.txn_parts(txn_id), keys.txn_subs(txn_id)],
+                "txn-finish-6",
+                [keys.txn(txn_id), keys.TXN_OPEN, keys.TXN_LOG, keys.txn_parts(txn_id), keys.txn_subs(txn_id),
+                 keys.txn_settle(txn_id)],
                 # id, now, keep_ms
                 [txn_id, now_ms(), keep_ms],
             )

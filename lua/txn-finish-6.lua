@@ -5,6 +5,7 @@
   KEYS[3] txnlog   the coordinator's transaction log
   KEYS[4] parts    the transaction's partitions
   KEYS[5] subs     the transaction's subscriptions
+  KEYS[6] settles  what its end settles on its partitions besides markers
   ARGV[1] id       the transaction id
   ARGV[2] now      epoch milliseconds
   ARGV[3] keep_ms  how long a finished transaction stays describable (and a retried end harmless)
@@ -19,5 +20,5 @@ end
 rcall('HSET', KEYS[1], 'state', state, 'updated', ARGV[2])
 rcall('ZREM', KEYS[2], ARGV[1])
 rcall('XADD', KEYS[3], 'MAXLEN', '~', 100000, '*', 'op', 'UPDATE', 'txn', ARGV[1], 'state', state)
-for _, k in ipairs({KEYS[1], KEYS[4], KEYS[5]}) do rcall('PEXPIRE', k, ARGV[3]) end
+for _, k in ipairs({KEYS[1], KEYS[4], KEYS[5], KEYS[6]}) do rcall('PEXPIRE', k, ARGV[3]) end
 return {0, state}

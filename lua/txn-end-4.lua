@@ -1,0 +1,50 @@
+--[[
+  The point of no return: OPEN becomes COMMITTING or ABORTING, durably, before any marker is written.
+  The transaction is named by its id, or by the transaction key of the producer ending it (Kafka's
+  EndTxn), whose producer id and epoch are checked in the same step.
+  KEYS[1] key      the transaction key's hash when named by it (any name of this slot otherwise)
+  KEYS[2] open     sorted set of unfinished transactions by deadline
+  KEYS[3] txnlog   the coordinator's transaction log
+  KEYS[4] prefix   what every transaction's hash name starts with: the hash of id X is <prefix>X
+  ARGV[1] id       the transaction id, "" for the key's current one
+  ARGV[2] action   "commit" or "abort"
+  ARGV[3] pid      the producer id of the key's caller, "" when named by id
+  ARGV[4] epoch    the caller's producer epoch, -1 to skip the check
+  ARGV[5] now      epoch milliseconds
+  ARGV[6] sets     what the transaction's sets add to its hash name: partitions, subscriptions and
+                   what its end settles, separated by spaces
+  Returns {0, state, pid, epoch, partitions, subscriptions, settles, id, marked} where state is the
+  one to roll forward (a repeated request for the same outcome answers the same way) and marked is
+  1 when the transaction records what its end settles (0: opened by an older gateway, settle all);
+  {code} on error: 25 no such transaction, 22 the other outcome was decided already (with the
+  state), 23 fenced by a newer epoch, 13 the caller is not the key's producer (see refuse_producer).
+]]
+local rcall = redis.call
+--- @include "txn"
+
+local id = ARGV[1]
+if ARGV[3] ~= '' then
+  local k = rcall('HMGET', KEYS[1], 'epoch', 'pid', 'txn')
+  local refused = refuse_producer(k, ARGV[3], ARGV[4])
+  if refused then return refused end
+  id = k[3] or ''
+  if id == '' then return {25} end
+end
+local txn = KEYS[4] .. id
+local t = rcall('HMGET', txn, 'state', 'epoch', 'pid', 'marked')
+if not t[1] then return {25} end
+if ARGV[4] ~= '-1' and tonumber(ARGV[4]) < tonumber(t[2]) then return {23} end
+local want = (ARGV[2] == 'commit') and 'COMMITTING' or 'ABORTING'
+local done = (ARGV[2] == 'commit') and 'COMMITTED' or 'ABORTED'
+local state = t[1]
+if state == 'OPEN' then
+  state = want
+  rcall('HSET', txn, 'state', state, 'updated', ARGV[5])
+  rcall('ZADD', KEYS[2], 0, id)
+  rcall('XADD', KEYS[3], 'MAXLEN', '~', 100000, '*', 'op', 'UPDATE', 'txn', id, 'state', state)
+elseif state ~= want and state ~= done then
+  return {22, state}
+end
+local sets = {}
+for suffix in string.gmatch(ARGV[6], '%S+') do table.insert(sets, rcall('SMEMBERS', txn .. suffix)) end
+return {0, state, t[3], t[2], sets[1], sets[2], sets[3], id, t[4] and 1 or 0}
