@@ -17,7 +17,7 @@ REDIS_BACKENDS = ("single", "cluster")
 
 pytestmark = pytest.mark.kafka
 TIMEOUT = 30.0
-_LINE = re.compile(r"^(\w+) v\d+ correlation \d+ .*: [\d.]+ ms, (\d+) Redis round trips$")
+_LINE = re.compile(r"^(\w+) v\d+ correlation \d+ .*: [\d.]+ ms, (\d+) Redis round trips?$")
 
 # Most round trips one request of a transaction may take (10 records on one partition, then the
 # consumer's offsets): what a transaction's commit latency is made of.

@@ -20,6 +20,8 @@ async def test_transactional_marks_count_by_outcome_before_and_after_settling(st
     await log.create_topic("ws", 1)
     wm = WatermarkService(store, log)
     await wm.send("ws", "p", 100)
+    for txn_id, producer_id in (("1:1", 777), ("1:2", 778)):  # open, as the coordinator opens them
+        await store.txn.create(txn_id, 60_000, producer_id, 0, "test")
     await wm.send("ws", "q", 50, txn_id="1:1", producer_id=777, producer_epoch=0)
     await wm.send("ws", "r", 10, txn_id="1:2", producer_id=778, producer_epoch=0)
     assert await wm.watermark("ws", {0: END}) == 100  # both wait below the last stable offset
@@ -46,6 +48,7 @@ async def test_a_stale_epoch_cannot_write_a_transactional_marker(store):
     log = LogService(store)
     await log.create_topic("ws-epoch", 1)
     wm = WatermarkService(store, log)
+    await store.txn.create("1:1", 60_000, 900, 3, "test")
     await wm.send("ws-epoch", "q", 5, txn_id="1:1", producer_id=900, producer_epoch=3)
     txns = store.txn
     await txns.write_markers([("ws-epoch", 0)], 900, 3, False, build_control_batch(False, 900, 3))

@@ -227,9 +227,10 @@ async def handle(
             took = time.perf_counter() - began
             stats.done(took)
             if timing.isEnabledFor(logging.DEBUG):
-                timing.debug("%s v%d correlation %d from %s %s: %.3f ms, %d Redis round trips",
+                timing.debug("%s v%d correlation %d from %s %s: %.3f ms, %d Redis round trip%s",
                              api_key_map.get(header.api_key, header.api_key), header.api_version,
-                             header.correlation_id, header.client_id, state.peer, took * 1000, round_trips[0])
+                             header.correlation_id, header.client_id, state.peer, took * 1000, round_trips[0],
+                             "" if round_trips[0] == 1 else "s")
     for code in errors:
         stats.failed(_error_name(code))
     return chunks
