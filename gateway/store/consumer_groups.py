@@ -17,7 +17,7 @@ import msgpack
 
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.groups import CommittedOffset, GroupDoc, _array, _field, _pairs, packed
+from gateway.store.groups import CommittedOffset, GroupDoc, _array, _pairs, packed, packed_offsets
 from gateway.store.scripts import Scripts
 
 Assignment = dict[str, frozenset[int]]
@@ -207,14 +207,11 @@ class ConsumerGroupStore:
     ) -> int:
         """Store offsets the coordinator checked against the group at `version`; 0 when written,
         1 when the group moved on, 16 when another gateway coordinates it."""
-        pairs: list[Any] = []
-        for (topic, partition), c in offsets.items():
-            pairs += [_field(topic, partition), c.pack()]
         async with storage_errors():
             reply = await self.scripts.call(
                 "cgroup-commit-3",
                 [keys.group_consumer(group_id), keys.group_offsets(group_id), keys.group_owner(group_id)],
-                [version, node, _array(pairs)],  # version, node, offsets
+                [version, node, packed_offsets(offsets)],  # version, node, offsets
             )
         return int(reply)
 

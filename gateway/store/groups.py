@@ -194,15 +194,12 @@ class GroupStore:
         offsets: dict[tuple[str, int], CommittedOffset],
     ) -> int:
         """Store offsets if the committer may; returns 0 or the refusing code of group-commit-4."""
-        pairs: list[Any] = []
-        for (topic, partition), c in offsets.items():
-            pairs += [_field(topic, partition), c.pack()]
         async with storage_errors():
             reply = await self.scripts.call(
                 "group-commit-4",
                 [*self._keys(group_id), keys.group_offsets(group_id)],
                 # generation, member_id, instance_id, offsets
-                [generation, member_id, instance_id or "", _array(pairs)],
+                [generation, member_id, instance_id or "", packed_offsets(offsets)],
             )
             if reply[0] == 0 and int(reply[1]) == 1:
                 await self.redis.sadd(keys.GROUPS, group_id)
