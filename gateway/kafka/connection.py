@@ -214,7 +214,9 @@ async def handle(
     began = time.perf_counter()
     header = codec.read_header(frame)
     stats = _stats(header.api_key)
-    with telemetry.counting_round_trips() as round_trips:
+    # counting is for the debug line alone: the hot path pays for it only while that line is logged
+    logged = timing.isEnabledFor(logging.DEBUG)
+    with telemetry.counting_round_trips() if logged else contextlib.nullcontext([0]) as round_trips:
         try:
             chunks, errors = await _respond(services, state, frame, header, sent)
         except MalformedRequest:
@@ -226,7 +228,7 @@ async def handle(
         finally:
             took = time.perf_counter() - began
             stats.done(took)
-            if timing.isEnabledFor(logging.DEBUG):
+            if logged:
                 timing.debug("%s v%d correlation %d from %s %s: %.3f ms, %d Redis round trip%s",
                              api_key_map.get(header.api_key, header.api_key), header.api_version,
                              header.correlation_id, header.client_id, state.peer, took * 1000, round_trips[0],
