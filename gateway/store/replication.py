@@ -67,7 +67,7 @@ DURABLE = frozenset({
     "group-commit-4", "cgroup-commit-3", "txn-offsets-stage-1", "group-offsets-delete-2",
     "group-delete-4", "cgroup-delete-3",
     # native subscriptions' acks and seeks
-    "sub-ack-4", "sub-seek-3", "sub-delete-4",
+    "sub-ack-4", "sub-seek-4", "sub-delete-5",
     # delayed messages moved from the index into the log
     "delay-move-6",
 })

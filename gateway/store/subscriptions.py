@@ -7,7 +7,6 @@ moves the cursor over the contiguous run. One script call per partition, all pip
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,14 +110,6 @@ class SubscriptionStore:
         return {p: dict(zip(offs, map(int, r[1:]), strict=True))
                 for (p, offs), r in zip(offsets.items(), replies, strict=True)}
 
-    async def forget_deliveries(self, topic: str, partitions: Iterable[int], name: str) -> None:
-        """Drop the delivery counts (the subscription was moved or deleted: its records start afresh)."""
-        pipe = self.redis.pipeline(transaction=False)
-        for p in partitions:
-            pipe.delete(keys.sub_deliveries(topic, p, name))
-        async with storage_errors():
-            await pipe.execute()
-
     async def lock(self, topic: str, name: str, txn_id: str, acks: dict[int, tuple[int, list[int]]]) -> None:
         """Lock offsets for a transaction, per partition (cumulative upto or -1, individual offsets).
         PendingAckConflict when another transaction holds one or it is acked already; partitions
@@ -141,11 +132,10 @@ class SubscriptionStore:
         """Move cursors (offset, -1 log start, -2 high watermark); returns where each landed."""
         calls = [
             # offset
-            ("sub-seek-3", topic, p, self._keys(topic, p, name)[:3], [offset])
+            ("sub-seek-4", topic, p, [*self._keys(topic, p, name)[:3], keys.sub_deliveries(topic, p, name)], [offset])
             for p, offset in targets.items()
         ]
         replies = await self._run(calls)
-        await self.forget_deliveries(topic, targets, name)  # the records start afresh
         return {p: int(r[1]) for p, r in zip(targets, replies, strict=True)}
 
     async def acked_in(self, topic: str, name: str, ranges: dict[int, tuple[int, int]]) -> dict[int, set[int]]:
@@ -180,14 +170,13 @@ class SubscriptionStore:
         """Forget the subscription everywhere: positions, acks, and the dispatch lease."""
         calls = [
             # name
-            ("sub-delete-4", topic, p,
+            ("sub-delete-5", topic, p,
              [keys.subscription(topic, p, name), keys.sub_acks(topic, p, name), keys.subscriptions_of(topic, p),
-              keys.sub_pending(topic, p, name)],
+              keys.sub_pending(topic, p, name), keys.sub_deliveries(topic, p, name)],
              [name])
             for p in partitions
         ]
         await self._run(calls)
-        await self.forget_deliveries(topic, partitions, name)
         async with storage_errors():
             await self.redis.delete(keys.subscription_owner(topic, name))
 
