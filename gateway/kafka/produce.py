@@ -24,7 +24,7 @@ from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
-from gateway.kafka.produce_request import ProduceRequest
+from gateway.kafka.produce_request import MAX_VERSION, MIN_VERSION, TOPIC_IDS_FROM, ProduceRequest
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string, topic_key
 
 
@@ -38,10 +38,7 @@ class PartitionResult:
     log_append_time: int = -1  # on LogAppendTime topics, the time the batches were stamped with
 
 
-TOPIC_IDS_VERSION = 13
-
-
-@handles(ApiKey.PRODUCE, 3, 13)
+@handles(ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION)  # the versions the hand-written reader reads
 async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
     items: list[tuple[str, int, bytes | memoryview]] = []
     results: dict[tuple[str, int], PartitionResult] = {}
@@ -49,7 +46,7 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
     tid = req.transactional_id
     txn_denied = tid is not None and not await ctx.allowed(ResourceType.TRANSACTIONAL_ID, tid, Operation.WRITE)
     for n, topic in enumerate(req.topic_data):
-        if ctx.api_version >= TOPIC_IDS_VERSION:
+        if ctx.api_version >= TOPIC_IDS_FROM:
             info = None if topic.topic_id is None else await ctx.services.log.topic_by_id(topic.topic_id.hex,
                                                                                          fresh=True)
             name = f"\0{n}" if info is None else info.name  # an id no topic has: a key no topic name can be
@@ -143,7 +140,7 @@ def encode_produce_response(
     flex = version >= 9
     out = bytearray(array_len(len(topics), flex))
     for key, parts in topics:
-        out += topic_key(key, version >= TOPIC_IDS_VERSION, flex)
+        out += topic_key(key, version >= TOPIC_IDS_FROM, flex)
         out += array_len(len(parts), flex)
         for p in parts:
             out += I32.pack(p.index) + I16.pack(p.error) + I64.pack(p.base_offset) + I64.pack(p.log_append_time)
