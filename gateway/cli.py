@@ -149,6 +149,9 @@ def _bench_parser(sub: Any) -> None:
                    help="without --redis-url: a local Redis Cluster of three primaries instead of one Redis")
     p.add_argument("--gateways", type=int, default=1,
                    help="gateway processes side by side over the same Redis (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="with --kafka or --peer: each gateway a `gateway serve --workers N`, the clients "
+                   "bootstrapping from worker 0 (default: %(default)s)")
     p.add_argument("--partitions", type=int, default=1,
                    help="partitions of the benchmark topic, and raw streams of the baselines "
                    "(default: %(default)s)")

@@ -45,9 +45,9 @@ def run_bench(args: argparse.Namespace) -> None:
         elif args.kafka and args.acks == "all":
             rows, note = kafka.measure_acks(url, sizes, seconds, args.partitions), kafka.ACKS_NOTE
         elif args.peer:
-            rows, note = peer.measure_peer(url, sizes, seconds), peer.NOTE
+            rows, note = peer.measure_peer(url, sizes, seconds, args.workers), peer.NOTE
         elif args.kafka:
-            rows = kafka.measure_kafka(url, sizes, seconds, args.partitions, args.gateways)
+            rows = kafka.measure_kafka(url, sizes, seconds, args.partitions, args.gateways, args.workers)
         else:
             rows = native.measure_native(url, sizes, seconds, args.partitions, args.gateways)
     if note:

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +21,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Callable, Coroutine, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TextIO, TypeVar
@@ -286,6 +287,25 @@ def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500) -
         r.close()
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a live process (0 for one gone meanwhile)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    """The processes `pid` started: a `--workers` supervisor's workers."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
 class CpuMeter:
     """CPU seconds spent by this process (the client), the gateways and Redis during a measurement."""
 
@@ -300,10 +320,7 @@ class CpuMeter:
 
     def sample(self) -> tuple[float, float, float]:
         """CPU seconds so far: (this process and its children, the gateways, Redis)."""
-        gateway = 0.0
-        for pid in self.pids:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            gateway += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        gateway = sum(_cpu_seconds(pid) for top in self.pids for pid in (top, *_children(top)))
         children = resource.getrusage(resource.RUSAGE_CHILDREN)  # a client run as a process
         client = time.process_time() + children.ru_utime + children.ru_stime
         return client, gateway, self._redis_cpu()
@@ -368,15 +385,35 @@ def with_replica(redis_url: str) -> Iterator[None]:
         r.close()
 
 
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports: a `gateway serve --workers` takes its port + index."""
+    for _ in range(100):
+        base = free_port()
+        if base + count <= 65536 and all(_port_free(base + i) for i in range(1, count)):
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports found")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 @contextmanager
-def running_gateway(redis_url: str) -> Iterator[dict[str, int]]:
-    """A gateway process, as users run it, on free ports: its `kafka`, `native` and `admin` ports and its `pid`."""
-    ports = {"kafka": free_port(), "native": free_port(), "admin": free_port()}
-    Progress.doing_else("starting a gateway")
+def running_gateway(redis_url: str, workers: int = 1) -> Iterator[dict[str, int]]:
+    """A gateway process, as users run it, on free ports: its `kafka`, `native` and `admin` ports
+    and its `pid`. With `workers` > 1, `gateway serve --workers`: the ports are worker 0's (the
+    others follow them), the pid the supervisor's (`CpuMeter` counts its workers with it)."""
+    ports = {"kafka": free_ports(workers), "native": free_ports(workers), "admin": free_port()}
+    Progress.doing_else("starting a gateway" if workers == 1 else f"starting a gateway of {workers} workers")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--redis-url", redis_url, "--log-level", "WARNING",
          "--kafka-port", str(ports["kafka"]), "--native-port", str(ports["native"]),
-         "--admin-port", str(ports["admin"])],
+         "--admin-port", str(ports["admin"]), "--workers", str(workers)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert proc.stdout is not None
@@ -394,10 +431,10 @@ def running_gateway(redis_url: str) -> Iterator[dict[str, int]]:
 
 
 @contextmanager
-def running_gateways(redis_url: str, count: int) -> Iterator[list[dict[str, int]]]:
-    """`count` gateway processes over one Redis, each on its own ports."""
+def running_gateways(redis_url: str, count: int, workers: int = 1) -> Iterator[list[dict[str, int]]]:
+    """`count` gateway processes over one Redis, each on its own ports (and of `workers` workers)."""
     with ExitStack() as stack:
-        yield [stack.enter_context(running_gateway(redis_url)) for _ in range(count)]
+        yield [stack.enter_context(running_gateway(redis_url, workers)) for _ in range(count)]
 
 
 def create_topic(admin_port: int, topic: str, partitions: int) -> None:

@@ -189,10 +189,12 @@ def measure_acks(url: str, sizes: list[int], seconds: float, partitions: int) ->
     return rows
 
 
-def measure_kafka(url: str, sizes: list[int], seconds: float, partitions: int, gateways: int) -> list[Row]:
-    """Every row of `gateway bench --kafka`, the clients bootstrapping from all `gateways`."""
+def measure_kafka(url: str, sizes: list[int], seconds: float, partitions: int, gateways: int,
+                  workers: int = 1) -> list[Row]:
+    """Every row of `gateway bench --kafka`, the clients bootstrapping from all `gateways` (each of
+    `workers` workers, whose ports Metadata tells them)."""
     rows: list[Row] = []
-    with running_gateways(url, gateways) as running:
+    with running_gateways(url, gateways, workers) as running:
         for size in sizes:
             rows += _measure_size(url, running, size, seconds, partitions)
     return rows

