@@ -194,9 +194,10 @@ async def measure_cleaner(url: str) -> tuple[list[Row], list[str]]:
         finally:
             tracemalloc.stop()
         Progress.doing_else("")
+        passes = -(-DISTINCT // MAX_KEYS)
         lines.append(f"cleaner peak memory, {DISTINCT:,} distinct keys: {peak / 1e6:.1f} MB (tracemalloc peak of "
-                     f"the first pass, whose offset map fills at {MAX_KEYS:,} keys; the rest take "
-                     f"{-(-DISTINCT // MAX_KEYS) - 1} more passes of the same bound)")
+                     f"the first pass; its offset map holds at most {MAX_KEYS:,} keys, so {passes} pass"
+                     f"{'es' if passes > 1 else ''} of the same bound clean them)")
     finally:
         await gw.stop()
     return rows, lines
