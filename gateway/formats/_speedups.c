@@ -199,15 +199,13 @@ typedef struct {
 
 #define MAP_FIRST_SLOTS 4096
 
+/* Free slots; NULL when out of memory (no Python error is set: it may run without the GIL). */
 static slot_t *new_slots(Py_ssize_t n)
 {
     slot_t *slots = PyMem_RawMalloc((size_t)n * sizeof(slot_t)); /* traced by tracemalloc */
-    if (slots == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        slots[i].offset = -1;
+    if (slots != NULL)
+        for (Py_ssize_t i = 0; i < n; i++)
+            slots[i].offset = -1;
     return slots;
 }
 
@@ -232,7 +230,11 @@ static int map_init(OffsetMap *self, PyObject *args, PyObject *kwds)
     self->nslots = self->max_slots < MAP_FIRST_SLOTS ? self->max_slots : MAP_FIRST_SLOTS;
     self->used = 0;
     self->slots = new_slots(self->nslots);
-    return self->slots == NULL ? -1 : 0;
+    if (self->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
 }
 
 static void map_dealloc(OffsetMap *self)
@@ -278,40 +280,56 @@ static int grow(OffsetMap *m)
     return 0;
 }
 
-static PyObject *map_add(OffsetMap *self, PyObject *args)
+enum { ADD_OK, ADD_CORRUPT, ADD_FULL, ADD_NOMEM };
+
+/* The records of one body into the map, without the GIL (no Python object is touched). */
+static int map_add_body(OffsetMap *self, const uint8_t *b, Py_ssize_t size, Py_ssize_t count, long long base)
 {
-    Py_buffer body;
-    Py_ssize_t count, pos = 0;
-    long long base;
+    Py_ssize_t pos = 0;
     uint64_t d[2];
     rec_t r;
-    if (!PyArg_ParseTuple(args, "y*nL:add", &body, &count, &base))
-        return NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (next_record(body.buf, body.len, &pos, &r, 1) < 0) {
-            PyBuffer_Release(&body);
-            return corrupt();
-        }
+        if (next_record(b, size, &pos, &r, 1) < 0)
+            return ADD_CORRUPT;
         if (r.key_len < 0)
             continue;
-        if ((self->used + 1) * 4 > self->nslots * 3 && self->nslots < self->max_slots && grow(self) < 0) {
-            PyBuffer_Release(&body);
-            return NULL;
-        }
-        slot_t *s = map_slot(self, (const uint8_t *)body.buf + r.key, (Py_ssize_t)r.key_len, d);
+        if ((self->used + 1) * 4 > self->nslots * 3 && self->nslots < self->max_slots && grow(self) < 0)
+            return ADD_NOMEM;
+        slot_t *s = map_slot(self, b + r.key, (Py_ssize_t)r.key_len, d);
         if (s->offset < 0) {
-            if (self->used == self->capacity) {
-                PyBuffer_Release(&body);
-                PyErr_SetString(PyExc_OverflowError, "the offset map is full");
-                return NULL;
-            }
+            if (self->used == self->capacity)
+                return ADD_FULL;
             s->a = d[0];
             s->b = d[1];
             self->used++;
         }
         s->offset = base + r.off_delta;
     }
+    return ADD_OK;
+}
+
+static PyObject *map_add(OffsetMap *self, PyObject *args)
+{
+    Py_buffer body;
+    Py_ssize_t count;
+    long long base;
+    int rc;
+    if (!PyArg_ParseTuple(args, "y*nL:add", &body, &count, &base))
+        return NULL;
+    /* the caller holds the map and the body; hashing runs beside the event loop's thread */
+    Py_BEGIN_ALLOW_THREADS
+    rc = map_add_body(self, body.buf, body.len, count, base);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&body);
+    switch (rc) {
+    case ADD_CORRUPT:
+        return corrupt();
+    case ADD_FULL:
+        PyErr_SetString(PyExc_OverflowError, "the offset map is full");
+        return NULL;
+    case ADD_NOMEM:
+        return PyErr_NoMemory();
+    }
     Py_RETURN_NONE;
 }
 
