@@ -1,16 +1,18 @@
 """The log cleaner: compacted topics keep the latest record of each key (docs/compaction.md).
 
 One pass over a partition, as Kafka's `Cleaner.doClean` does it: an offset map (key digest -> the
-latest offset of that key) is built from the dirty section, then the whole log below the end of that
-section is copied into the next generation of the cleaned stream without the records the map
-supersedes, and that generation is made current in one step. Every write is a script fenced by the
-cleaner role's lease epoch; a pass stopped anywhere leaves the log as it was, and the next pass
-starts again.
+latest offset of that key) is built from the dirty section in one walk, then the whole log below
+the end of that section is copied into the next generation of the cleaned stream without the
+records that go, and that generation is made current in one step. The map's offsets are the
+section's survivors, so the copy hashes no key of the section and reads only its batches that keep
+something. Every write is a script fenced by the cleaner role's lease epoch; a pass stopped
+anywhere leaves the log as it was, and the next pass starts again.
 
 Bounds: the map holds at most `MAX_KEYS` 16-byte digests (Kafka's `SkimpyOffsetMap` holds MD5
-digests too); a dirty section with more distinct keys is cleaned in several passes, each up to the
-batch where the map filled. At most `SCAN_ENTRIES` batches and one `ADD_BYTES` group of rewritten
-ones are in memory at a time. Redis holds the old and the new cleaned generation during a pass.
+digests too) and the section's index at most `MAX_BATCHES` batches; a dirty section with more is
+cleaned in several passes, each up to the batch where one filled. At most two XRANGE replies of
+`SCAN_ENTRIES` batches, `SCAN_ENTRIES` read batches and one `ADD_BYTES` group of rewritten ones
+are in memory at a time. Redis holds the old and the new cleaned generation during a pass.
 """
 
 from __future__ import annotations
