@@ -148,17 +148,6 @@ class Run:
         return [StoredBatch(first.base_offset, last.next_offset - first.base_offset, last.max_ts, joined)]
 
 
-async def _add_all(offsets: OffsetMapLike, adds: list[tuple[bytes | memoryview, int, int]]) -> None:
-    """Batches' records into the offset map, in a thread: the C walk hashes without the GIL, beside
-    the event loop reading the next XRANGE's reply."""
-    def add() -> None:
-        for body, count, base in adds:
-            offsets.add(body, count, base)
-
-    if adds:
-        await asyncio.to_thread(add)
-
-
 def _is_aborted(h: BatchHeader, base: int, aborted: list[AbortedRange]) -> bool:
     return h.transactional and any(
         a.producer_id == h.producer_id and a.first_offset <= base < a.marker_offset for a in aborted)
@@ -296,8 +285,6 @@ class LogCleaner:
         if last is None:
             return section
         section.end = last.base_offset
-        adds: list[tuple[bytes | memoryview, int, int]] = []  # batches for the map, a group at a time
-        promised = 0  # keys the map holds once `adds` are in, at most
         async with aclosing(self.store.scan(topic, partition)) as batches:
             async for b in batches:
                 if not self._cleanable(b, st, policy, now, last.base_offset):
@@ -306,18 +293,13 @@ class LogCleaner:
                 assert b.batch is not None
                 h = parse_header(b.batch, verify_crc=False)
                 kind = _CONTROL if h.control else _ABORTED if _is_aborted(h, b.base_offset, aborted) else _DATA
-                if kind == _DATA and promised and promised + h.record_count > self.max_keys or \
+                if kind == _DATA and section.offsets and len(section.offsets) + h.record_count > self.max_keys or \
                         len(section.index) >= MAX_BATCHES * _FIELDS:
                     section.end = b.base_offset
                     break
                 if kind == _DATA:
-                    adds.append((record_body(h, b.batch), h.record_count, b.base_offset))
-                    promised += h.record_count
-                    if len(adds) == SCAN_ENTRIES:
-                        await _add_all(section.offsets, adds)
-                        adds, promised = [], len(section.offsets)
+                    section.offsets.add(record_body(h, b.batch), h.record_count, b.base_offset)
                 section.index.extend((b.base_offset, b.span, b.max_ts, b.size, h.record_count, kind))
-        await _add_all(section.offsets, adds)
         section.survivors = section.offsets.survivors()
         return section
 

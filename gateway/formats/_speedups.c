@@ -111,7 +111,7 @@ static PyObject *keyless(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(i < count ? i : -1);
 }
 
-/* -- SipHash-2-4 with 128 bits out (Aumasson and Bernstein's reference), the offset map's digest -- */
+/* -- SipHash with 128 bits out (Aumasson and Bernstein's reference), the offset map's digest ------ */
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 #define SIPROUND                                                                                     \
@@ -132,7 +132,10 @@ static uint64_t le64(const uint8_t *p)
     return v;
 }
 
-static void siphash128(const uint64_t k[2], const uint8_t *in, size_t n, uint64_t out[2])
+/* SipHash-c-d with 128 bits out: 2-4 is the reference's, and its test vectors check this code; the
+ * offset map takes 1-3 (as CPython's and Rust's hash tables do for short keys): a keyed function
+ * with a random key per pass, so no one can make two keys collide without knowing it. */
+static inline void siphash_cd(const uint64_t k[2], const uint8_t *in, size_t n, uint64_t out[2], int c, int d)
 {
     uint64_t v0 = 0x736f6d6570736575ULL ^ k[0], v1 = 0x646f72616e646f6dULL ^ k[1] ^ 0xee;
     uint64_t v2 = 0x6c7967656e657261ULL ^ k[0], v3 = 0x7465646279746573ULL ^ k[1];
@@ -141,20 +144,34 @@ static void siphash128(const uint64_t k[2], const uint8_t *in, size_t n, uint64_
     for (; in != end; in += 8) {
         m = le64(in);
         v3 ^= m;
-        SIPROUND; SIPROUND;
+        for (int i = 0; i < c; i++)
+            SIPROUND;
         v0 ^= m;
     }
     for (size_t i = 0; i < n % 8; i++)
         last |= (uint64_t)in[i] << (8 * i);
     v3 ^= last;
-    SIPROUND; SIPROUND;
+    for (int i = 0; i < c; i++)
+        SIPROUND;
     v0 ^= last;
     v2 ^= 0xee;
-    SIPROUND; SIPROUND; SIPROUND; SIPROUND;
+    for (int i = 0; i < d; i++)
+        SIPROUND;
     out[0] = v0 ^ v1 ^ v2 ^ v3;
     v1 ^= 0xdd;
-    SIPROUND; SIPROUND; SIPROUND; SIPROUND;
+    for (int i = 0; i < d; i++)
+        SIPROUND;
     out[1] = v0 ^ v1 ^ v2 ^ v3;
+}
+
+static void siphash128(const uint64_t k[2], const uint8_t *in, size_t n, uint64_t out[2])
+{
+    siphash_cd(k, in, n, out, 2, 4);
+}
+
+static void map_digest(const uint64_t k[2], const uint8_t *in, size_t n, uint64_t out[2])
+{
+    siphash_cd(k, in, n, out, 1, 3);
 }
 
 static PyObject *siphash(PyObject *self, PyObject *args)
@@ -199,7 +216,7 @@ typedef struct {
 
 #define MAP_FIRST_SLOTS 4096
 
-/* Free slots; NULL when out of memory (no Python error is set: it may run without the GIL). */
+/* Free slots; NULL when out of memory (the caller sets the error). */
 static slot_t *new_slots(Py_ssize_t n)
 {
     slot_t *slots = PyMem_RawMalloc((size_t)n * sizeof(slot_t)); /* traced by tracemalloc */
@@ -257,7 +274,7 @@ static slot_t *find(slot_t *slots, Py_ssize_t nslots, const uint64_t d[2])
 
 static slot_t *map_slot(OffsetMap *m, const uint8_t *key, Py_ssize_t n, uint64_t d[2])
 {
-    siphash128(m->k, key, (size_t)n, d);
+    map_digest(m->k, key, (size_t)n, d);
     return find(m->slots, m->nslots, d);
 }
 
@@ -282,7 +299,7 @@ static int grow(OffsetMap *m)
 
 enum { ADD_OK, ADD_CORRUPT, ADD_FULL, ADD_NOMEM };
 
-/* The records of one body into the map, without the GIL (no Python object is touched). */
+/* The records of one body into the map (no Python object is touched). */
 static int map_add_body(OffsetMap *self, const uint8_t *b, Py_ssize_t size, Py_ssize_t count, long long base)
 {
     Py_ssize_t pos = 0;
@@ -316,10 +333,7 @@ static PyObject *map_add(OffsetMap *self, PyObject *args)
     int rc;
     if (!PyArg_ParseTuple(args, "y*nL:add", &body, &count, &base))
         return NULL;
-    /* the caller holds the map and the body; hashing runs beside the event loop's thread */
-    Py_BEGIN_ALLOW_THREADS
     rc = map_add_body(self, body.buf, body.len, count, base);
-    Py_END_ALLOW_THREADS
     PyBuffer_Release(&body);
     switch (rc) {
     case ADD_CORRUPT:
@@ -491,7 +505,7 @@ static PyTypeObject OffsetMapType = {
 static PyMethodDef methods[] = {
     {"keyless", keyless, METH_VARARGS, "The index of the first record without a key, -1 when none."},
     {"filter_records", filter_records, METH_VARARGS, "The records that stay: (body, kept, tombstones, max timestamp delta)."},
-    {"siphash128", siphash, METH_VARARGS, "SipHash-2-4, 128 bits out: the offset map's digest."},
+    {"siphash128", siphash, METH_VARARGS, "SipHash-2-4, 128 bits out (the offset map's is SipHash-1-3)."},
     {NULL, NULL, 0, NULL},
 };
 

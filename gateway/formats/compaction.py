@@ -20,7 +20,7 @@ count, and makes no Python object per record:
 `gateway/formats/_speedups.c` does these in C when the extension was built (setuptools builds it
 when the machine has a compiler and Python's headers; `./dev` installs them); the Python walks below
 give the same results (tests/test_compaction_walks.py runs both on the same batches). They differ in
-the offset map's digest (SipHash-2-4 keyed by a random seed in C, BLAKE2b here, both 16 bytes), so
+the offset map's digest (SipHash-1-3 keyed by a random seed in C, BLAKE2b here, both 16 bytes), so
 only a collision of 16-byte digests, which neither ever meets, could tell them apart; and in memory:
 the C map is a table of 24-byte slots at most 3/4 full that doubles as keys come (32 bytes a key at
 most), the Python one a dict of about 125 bytes a key.
