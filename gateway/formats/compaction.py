@@ -83,7 +83,8 @@ def py_keyless(body: bytes | memoryview, count: int) -> int:
     it reads the usual encodings in place: a record length of one or two bytes, a timestamp delta
     of one, an offset delta of one or two; longer ones take a slower path. Negative lengths and
     records running past the body are checked once, after the walk (lengths only move it forward
-    when none is negative). About 0.35 us a record of 100 bytes, against 0.47 for `walk`."""
+    when none is negative). About 0.35 us a record of 100 bytes, against 0.47 for a walk that calls
+    `read_varint`."""
     pos = end = signs = 0
     found = -1
     try:
