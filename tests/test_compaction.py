@@ -4,6 +4,7 @@ its gaps, with real Kafka clients."""
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
@@ -24,11 +25,12 @@ from gateway.formats.records import (
     Compression,
     build_batch,
     delete_horizon,
+    filter_batch,
     iter_records,
+    join_batches,
+    joinable,
     keyless_record,
     parse_header,
-    raw_records,
-    rewrite_batch,
 )
 from gateway.server.gateway import Gateway
 from gateway.store import keys
@@ -55,22 +57,45 @@ def _batch(records: list[tuple[bytes | None, bytes | None]], codec: Compression 
     return b.build()
 
 
+def _offsets(*offsets: int) -> bytes:
+    return array("q", offsets).tobytes()
+
+
 @pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD, Compression.SNAPPY])
 def test_a_rewritten_batch_keeps_offsets_sequence_and_span(codec: Compression) -> None:
     batch = bytearray(_batch([(b"a", b"1"), (b"b", b"2"), (b"a", None), (b"c", b"4")], codec))
     batch[:8] = (500).to_bytes(8, "big")
-    h, recs = raw_records(bytes(batch))
-    out = rewrite_batch(h, [recs[1], recs[2]], delete_horizon=90_000)
-    nh = parse_header(out)  # the CRC checks
+    out = filter_batch(bytes(batch), 500, _offsets(501, 502), now=80_000, delete_retention_ms=10_000)
+    assert out.batch is not None and (out.records, out.horizon) == (2, 90_000)
+    nh = parse_header(out.batch)  # the CRC checks
     assert (nh.base_offset, nh.last_offset_delta, nh.record_count) == (500, 3, 2)
     assert (nh.producer_id, nh.producer_epoch, nh.base_sequence, nh.compression) == (7, 1, 40, codec)
     assert nh.attributes & ATTR_DELETE_HORIZON and delete_horizon(nh) == 90_000
-    got = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in iter_records(out)]
+    got = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in iter_records(out.batch)]
     assert got == [(501, 1001, b"b", b"2", [("h", b"v")]), (502, 1002, b"a", None, [("h", b"v")])]
-    # a second rewrite keeps the horizon the first one set
-    h2, recs2 = raw_records(out)
-    again = parse_header(rewrite_batch(h2, recs2[1:]))
-    assert delete_horizon(again) == 90_000 and [r.timestamp for r in iter_records(rewrite_batch(h2, recs2[1:]))] == [1002]
+    # a second rewrite keeps the horizon the first one set, and after it the tombstone goes
+    again = filter_batch(out.batch, 500, _offsets(502), now=85_000, delete_retention_ms=10_000)
+    assert again.batch is not None and delete_horizon(parse_header(again.batch)) == 90_000
+    assert [r.timestamp for r in iter_records(again.batch)] == [1002]
+    assert filter_batch(again.batch, 500, _offsets(502), now=90_000, delete_retention_ms=10_000).batch is None
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
+def test_joined_batches_keep_every_record_offset_and_timestamp(codec: Compression) -> None:
+    first, second = BatchBuilder(codec), BatchBuilder(codec)
+    for i in range(4):
+        first.append(b"v%d" % i, b"k%d" % i, [("h", b"x")], timestamp=5_000 + i)
+    for i in range(3):
+        second.append(None if i == 1 else b"w%d" % i, b"j%d" % i, timestamp=4_000 + 10 * i)  # older than the first
+    parts = [(500, first.build()), (504, second.build())]
+    assert all(joinable(parse_header(b)) for _, b in parts)
+    assert not joinable(parse_header(_batch([(b"a", b"1")])))  # a producer id: its sequence stays its own
+    joined = join_batches(parts)
+    h = parse_header(joined)  # the CRC checks
+    assert (h.last_offset_delta, h.record_count, h.max_timestamp, h.compression) == (6, 7, 5_003, codec)
+    records = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in iter_records(joined, 500)]
+    assert records == [(r.offset, r.timestamp, r.key, r.value, r.headers)
+                       for base, b in parts for r in iter_records(b, base)]
 
 
 def test_keyless_records_are_found_in_any_codec() -> None:

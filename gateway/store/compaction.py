@@ -8,11 +8,13 @@ makes it current in one step (`clean-switch-4`), every script fenced by the clea
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import ErrorCode, error_for
+from gateway.formats.records import RECORD_COUNT, RECORD_COUNT_AT
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.log import AbortedRange, _aborted, _pairs, last_stable_offset
@@ -23,17 +25,28 @@ SCAN_ENTRIES = 64  # batches read per XRANGE of a pass
 
 @dataclass(frozen=True)
 class StoredBatch:
-    """One entry of a partition's log as the cleaner reads it."""
+    """One entry of a partition's log as the cleaner reads it (or, without its bytes, as it knows
+    it from an earlier read)."""
 
     base_offset: int
     span: int  # the offsets it covers: its entry's `n`
     max_ts: int  # its entry's `t`: the running maximum timestamp of the log up to it
-    batch: bytes
+    batch: bytes | None  # None: not read
     appended_before: int = -1  # its entry's `c` in the main stream: bytes appended before it
+    known_size: int = -1  # the batch's size and record count when it is not read
+    known_records: int = -1
 
     @property
     def next_offset(self) -> int:
         return self.base_offset + self.span
+
+    @property
+    def size(self) -> int:
+        return self.known_size if self.batch is None else len(self.batch)
+
+    @property
+    def records(self) -> int:
+        return self.known_records if self.batch is None else RECORD_COUNT.unpack_from(self.batch, RECORD_COUNT_AT)[0]
 
 
 @dataclass(frozen=True)
@@ -90,20 +103,44 @@ class CleanerStore:
         return _batch(entries[0]) if entries else None
 
     async def scan(self, topic: str, partition: int, *, generation: int | None = None,
-                   end: int | None = None) -> AsyncIterator[StoredBatch]:
+                   end: int | None = None) -> AsyncGenerator[StoredBatch, None]:
         """The batches of the main stream (or of the cleaned stream of `generation`) in offset order,
-        up to the one starting at `end`, a few at a time."""
+        up to the one starting at `end`, `SCAN_ENTRIES` at a time. The next XRANGE is sent before
+        the batches of the last one are handed out, so Redis makes its reply while the caller
+        works: at most two replies are held. Iterate it under `contextlib.aclosing` when leaving
+        early, so a read ahead is not left running."""
         key = keys.log(topic, partition) if generation is None else keys.clean_log(topic, partition, generation)
-        low = "-"
-        while True:
-            async with storage_errors():
-                entries: Any = await self.redis.xrange(key, low, "+" if end is None else f"({end}-1",
-                                                       count=SCAN_ENTRIES)
-            for entry in entries:
-                yield _batch(entry)
-            if len(entries) < SCAN_ENTRIES:
-                return
-            low = "(" + entries[-1][0].decode()
+        high = "+" if end is None else f"({end}-1"
+        ahead: asyncio.Task[Any] | None = asyncio.ensure_future(self._range(key, "-", high))
+        try:
+            while ahead is not None:
+                entries = await ahead
+                ahead = None
+                if len(entries) == SCAN_ENTRIES:
+                    ahead = asyncio.ensure_future(self._range(key, "(" + entries[-1][0].decode(), high))
+                    await asyncio.sleep(0)  # the read ahead sends its command
+                for entry in entries:
+                    yield _batch(entry)
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    async def _range(self, key: str, low: str, high: str) -> Any:
+        async with storage_errors():
+            return await self.redis.xrange(key, low, high, count=SCAN_ENTRIES)
+
+    async def fetch(self, topic: str, partition: int, runs: list[tuple[int, int]]) -> dict[int, StoredBatch]:
+        """The main stream's batches of these runs (the base offsets of a run's first and last
+        entries), by base offset, in one round trip. One that is gone is missing."""
+        if not runs:
+            return {}
+        key = keys.log(topic, partition)
+        pipe = self.redis.pipeline(transaction=False)
+        for first, last in runs:
+            pipe.xrange(key, f"{first}-1", f"{last}-1")
+        async with storage_errors():
+            replies: Any = await pipe.execute()
+        return {b.base_offset: b for entries in replies for b in map(_batch, entries)}
 
     async def memory(self, topic: str, partition: int) -> int:
         """Bytes Redis holds for the partition's log: MEMORY USAGE of its main stream and of both
