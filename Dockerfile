@@ -2,7 +2,7 @@
 # image runs exactly what `pip install` of the package gives (the Lua scripts ship inside it).
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY gateway ./gateway
 COPY lua ./lua
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .

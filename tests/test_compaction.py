@@ -180,6 +180,46 @@ async def test_a_changelog_compacts_to_the_latest_value_per_key(quiet: Gateway, 
     assert await quiet.services.log.bounds("changelog", 0) == (0, updates + 1)
 
 
+@pytest.fixture
+def python_walks(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The pure-Python record walks in place of the C ones, as on a machine without a compiler; counts
+    their calls, so a test shows they ran."""
+    from gateway.domain import compaction as cleaner
+    from gateway.formats import compaction as walks
+    from gateway.formats import records
+
+    calls = {"keyless": 0, "filter": 0, "map": 0}
+
+    def counted(name: str, fn: Any) -> Any:
+        def call(*args: Any) -> Any:
+            calls[name] += 1
+            return fn(*args)
+        return call
+
+    monkeypatch.setattr(records, "keyless", counted("keyless", walks.py_keyless))
+    monkeypatch.setattr(records, "filter_records", counted("filter", walks.py_filter_records))
+    monkeypatch.setattr(cleaner, "OffsetMap", counted("map", walks.PyOffsetMap))
+    return calls
+
+
+async def test_the_python_walks_refuse_and_clean_as_the_c_ones(quiet: Gateway, python_walks: dict[str, int]) -> None:
+    """Without the C extension the package runs the Python walks: keyless records refused, a changelog
+    with a tombstone cleaned to what the C walks leave (the test above), read back by a real client."""
+    bs = kafka_bootstrap(quiet)
+    await _create(quiet, "py-changelog")
+    [refused] = await quiet.services.log.append([("py-changelog", 0, _batch([(b"a", b"1"), (None, b"2")]))])
+    assert isinstance(refused.result, InvalidRecord)
+    expected = await _changelog(bs, "py-changelog", 2_000, 40)
+    [(_, gone)] = await produce("confluent", bs, "py-changelog", [(b"k7", None)])  # a tombstone for k7
+    expected = [s for s in expected if s[2] != b"k7"] + [(0, gone, b"k7", None)]
+    [(_, head)] = await produce("confluent", bs, "py-changelog", [(b"head", b"again")])  # the new active head:
+    expected.append((0, head, b"head", b"again"))  # not cleaned, nor does it supersede the older "head" (Kafka's)
+    done = await _pass(quiet, "py-changelog")
+    assert done is not None and done.records_dropped == 2_000 + 3 - len(expected)
+    assert await consume("confluent", bs, "py-changelog", 0, 0, len(expected)) == sorted(expected, key=lambda s: s[1])
+    assert all(python_walks.values()), python_walks
+
+
 async def _pass(gw: Gateway, topic: str) -> PassResult | None:
     return await _cleaner(gw).clean(topic, 0, Policy.of(await gw.services.log.topic_config(topic)))
 

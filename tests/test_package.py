@@ -17,7 +17,7 @@ from tests.kafka_clients import consume, produce
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "gateway", "lua")  # what the wheel is built from, as in the Dockerfile
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "gateway", "lua")  # what the wheel is built from, as in the Dockerfile
 
 
 def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -40,7 +40,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src.mkdir()
     for name in SOURCES:  # a copy, so the build leaves nothing in the checkout
         if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
         else:
             shutil.copy2(ROOT / name, src / name)
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp / "dist", src, cwd=tmp)
@@ -56,11 +56,14 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_installed_package_is_the_wheel_with_every_script(venv, tmp_path):
-    code = ("import gateway; from gateway.store import scripts; "
-            "print(gateway.__file__); print(scripts.LUA_DIR); print(len(scripts.all_specs()))")
-    module, lua_dir, count = run(venv / "bin" / "python", "-c", code, cwd=tmp_path, env=outside_env()).split()
+    code = ("import gateway; from gateway.store import scripts; from gateway.formats import compaction; "
+            "print(gateway.__file__); print(scripts.LUA_DIR); print(len(scripts.all_specs())); "
+            "print(compaction.ACCELERATED)")
+    module, lua_dir, count, accelerated = run(
+        venv / "bin" / "python", "-c", code, cwd=tmp_path, env=outside_env()).split()
     assert Path(module).is_relative_to(venv) and Path(lua_dir).is_relative_to(venv)
     assert int(count) == len(list((ROOT / "lua").glob("*.lua")))
+    assert accelerated == "True"  # the wheel built the C walks of compacted topics (this machine has gcc)
 
 
 async def test_gateway_serve_from_the_wheel_round_trips_records(venv, gateway_process, tmp_path):
