@@ -628,8 +628,10 @@ def test_share_fetch_encoder_matches_kio(version: int) -> None:
     batch = b"\x00" * 8 + b"batch-bytes"
     parts = [SharePartition(0, 3, records=[batch[:5], memoryview(batch)[5:]], size=len(batch),
                             acquired=[(0, 4, 1), (7, 9, 2)]),
-             SharePartition(1, 3, error=KafkaError.unknown_topic_id, ack_error=KafkaError.invalid_record_state)]
-    ours = b"".join(encode_share_fetch_response(KafkaError.none, None, 30000, [(tid, parts), (None, [])]))
+             SharePartition(1, 3, error=KafkaError.unknown_topic_id, ack_error=KafkaError.invalid_record_state),
+             SharePartition(2, 5, error=KafkaError.not_leader_or_follower)]
+    ours = b"".join(encode_share_fetch_response(KafkaError.none, None, 30000, [(tid, parts), (None, [])],
+                                                [(5, "gw5.example", 9097)]))
     theirs = codec.encode_body(codec.build(codec.response_class(ApiKey.SHARE_FETCH, version), {
         "throttle_time": 0, "error_code": KafkaError.none, "acquisition_lock_timeout": 30000, "responses": [
             {"topic_id": tid, "partitions": [
@@ -639,9 +641,11 @@ def test_share_fetch_encoder_matches_kio(version: int) -> None:
                                       {"first_offset": 7, "last_offset": 9, "delivery_count": 2}]},
                 {"partition_index": 1, "error_code": KafkaError.unknown_topic_id,
                  "acknowledge_error_code": int(KafkaError.invalid_record_state),
-                 "current_leader": {"leader_id": 3, "leader_epoch": 0}, "records": b"", "acquired_records": []}]},
+                 "current_leader": {"leader_id": 3, "leader_epoch": 0}, "records": b"", "acquired_records": []},
+                {"partition_index": 2, "error_code": KafkaError.not_leader_or_follower, "acknowledge_error_code": 0,
+                 "current_leader": {"leader_id": 5, "leader_epoch": 0}, "records": b"", "acquired_records": []}]},
             {"topic_id": uuid.UUID(int=0), "partitions": []}],
-        "node_endpoints": []}))
+        "node_endpoints": [{"node_id": 5, "host": "gw5.example", "port": 9097, "rack": None}]}))
     failed = b"".join(encode_share_fetch_response(KafkaError.share_session_not_found, "gone", 0, []))
     assert ours == theirs
     assert failed == codec.encode_body(codec.build(codec.response_class(ApiKey.SHARE_FETCH, version), {

@@ -7,6 +7,7 @@ moves the cursor over the contiguous run. One script call per partition, all pip
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,7 @@ class SubscriptionStore:
         return replies
 
     async def open(
-        self, topic: str, partitions: range, name: str, *, initial: str, mode: str
+        self, topic: str, partitions: Sequence[int], name: str, *, initial: str, mode: str
     ) -> list[Position]:
         """Create (at `initial`: 'earliest' or 'latest') or load the subscription on each partition."""
         now = now_ms()
@@ -178,13 +179,28 @@ class SubscriptionStore:
         ]
         await self._run(calls)
         async with storage_errors():
-            await self.redis.delete(keys.subscription_owner(topic, name))
+            await self.redis.delete(keys.subscription_owner(topic, name), keys.subscription_owners(topic, name))
+
+    async def _lease(self, topic: str, name: str, node: int, ttl_ms: int, partitions: str) -> list[Any]:
+        async with storage_errors():
+            # node, ttl_ms, partitions
+            reply: list[Any] = await self.scripts.call(
+                "sub-lease-2", [keys.subscription_owner(topic, name), keys.subscription_owners(topic, name)],
+                [node, ttl_ms, partitions])
+        return reply
 
     async def lease(self, topic: str, name: str, node: int, ttl_ms: int) -> None:
-        """Take or renew this node's lease on dispatching the subscription (ttl 0 releases it);
-        ConsumerBusy when another gateway holds it."""
-        async with storage_errors():
-            # node, ttl_ms
-            reply = await self.scripts.call("sub-lease-1", [keys.subscription_owner(topic, name)], [node, ttl_ms])
+        """Take or renew this node's lease on dispatching the whole subscription (ttl 0 releases it);
+        ConsumerBusy when another gateway holds it or any of its partitions."""
+        reply = await self._lease(topic, name, node, ttl_ms, "*")
         if reply[0] != ErrorCode.OK:
             raise ConsumerBusy(f"subscription {name!r} on {topic!r} is served by gateway {reply[1].decode()}")
+
+    async def lease_partitions(self, topic: str, name: str, node: int, ttl_ms: int,
+                               partitions: list[int]) -> dict[int, int]:
+        """Take or renew (ttl 0: give up) this node's leases on dispatching some partitions of the
+        subscription; those another gateway holds, with its node id (the rest are this node's)."""
+        if not partitions:
+            return {}
+        reply = await self._lease(topic, name, node, ttl_ms, " ".join(map(str, partitions)))
+        return {p: int(h) for p, h in zip(partitions, reply[1:], strict=True) if h}

@@ -25,7 +25,7 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -145,6 +145,7 @@ class Acquired:
 class ShareFetched:
     records: dict[TopicPartition, list[Acquired]] = field(default_factory=dict)
     ack_errors: dict[TopicPartition, ShareErrorKind] = field(default_factory=dict)
+    elsewhere: set[TopicPartition] = field(default_factory=set)  # asked for, led by another gateway
 
 
 @dataclass
@@ -225,7 +226,11 @@ class ShareCoordinator:
     def __init__(
         self, log_service: LogService, subscriptions: SubscriptionService, store: Store, *,
         session_timeout_ms: int, heartbeat_interval_ms: int, min_lock_duration_ms: int,
+        leads: Callable[[str, int], bool] = lambda topic, partition: True,
     ) -> None:
+        """`leads`: whether this gateway leads a partition (Metadata's answer); a member fetches a
+        partition where it is led, and there alone its subscription dispatches it."""
+        self.leads = leads
         self.log = log_service
         self.subscriptions = subscriptions
         self.store = store.share_groups
@@ -451,12 +456,19 @@ class ShareCoordinator:
         member = self._members.get((group_id, member_id))
         if member is None:
             member = self._members[(group_id, member_id)] = _Member(self, group_id, member_id)
-        topics = {t for t, _ in session.partitions}
+        out.elsewhere = {(t, p) for t, p in add if not self.leads(t, p)}
+        mine: dict[str, frozenset[int]] = {}
+        for t, p in session.partitions:
+            mine[t] = mine.get(t, frozenset()) | ({p} if self.leads(t, p) else set())
+        topics = set(mine)
         for topic in set(member.consumers) - topics:
             consumer = member.consumers.pop(topic)
             await self.subscriptions.unsubscribe_consumer(consumer)
         for topic in topics - set(member.consumers):
-            await self._attach(member, topic)
+            await self._attach(member, topic, mine[topic])
+        for topic, consumer in member.consumers.items():
+            if consumer.subscription is not None:
+                consumer.subscription.take_partitions(consumer, mine[topic])
         if max_records <= 0 or not topics:
             return out
         taken = member.take(max_records, max_bytes)
@@ -474,7 +486,7 @@ class ShareCoordinator:
         out.records = _acquired((t, d) for t, d in taken if (t, d.partition) in session.partitions)
         return out
 
-    async def _attach(self, member: _Member, topic: str) -> None:
+    async def _attach(self, member: _Member, topic: str, partitions: frozenset[int]) -> None:
         """The member becomes a consumer of the topic's subscription of the group's name."""
         cfg = self._configs.get(member.group_id) or await self.configs(member.group_id)
         reset = self.value(cfg, AUTO_OFFSET_RESET)
@@ -487,6 +499,7 @@ class ShareCoordinator:
         consumer = await self.subscriptions.subscribe(
             topic, member.group_id, member, mode=Mode.SHARED, initial_position=reset,
             consumer_name=member.member_id, ack_timeout=int(self.value(cfg, LOCK_DURATION)) / 1000,
+            split=True, partitions=partitions,
         )
         member.consumers[topic] = consumer
         member.topics[consumer.id] = topic
