@@ -195,6 +195,20 @@ class Subscription:
                 d.offsets = set()
             self.outstanding[p] = {}
 
+    def give_back(self, deliveries: list[Delivery]) -> None:
+        """Deliveries handed to a consumer that never passed them on: up for delivery again, their
+        delivery counts unchanged."""
+        for d in deliveries:
+            if d.consumer is not None:
+                d.consumer.deliveries.discard(d)
+            d.consumer = None
+            held = self.outstanding[d.partition]
+            for o in d.offsets:
+                if held.get(o) is d:
+                    del held[o]
+        self.redeliver.extendleft(reversed([d for d in deliveries if d.offsets]))
+        self.wake.set()
+
     def draining(self) -> set[int]:
         """Partitions owned here that no consumer takes any more but that still have records in flight."""
         return {p for p in self.owned - self.wanted() if self.outstanding[p]}

@@ -202,6 +202,18 @@ class _Member:
         consumer = self.consumers.get(topic)
         return consumer is not None and d.consumer is consumer and bool(d.offsets)
 
+    def give_back(self, topic: str, keep: frozenset[int]) -> None:
+        """What was handed out of the topic's partitions other than `keep` and not yet fetched goes
+        back to the subscription undelivered (the member no longer fetches those partitions here)."""
+        consumer = self.consumers.get(topic)
+        sub = consumer.subscription if consumer is not None else None
+        if sub is None:
+            return
+        back = [d for t, d in self.handed if t == topic and d.partition not in keep and self.held(t, d)]
+        if back:
+            self.handed = [(t, d) for t, d in self.handed if not (t == topic and d in back)]
+            sub.give_back(back)
+
     def take(self, max_records: int, max_bytes: int) -> list[tuple[str, Delivery]]:
         """What was handed out and is still held, up to the limits (the first batch always)."""
         out: list[tuple[str, Delivery]] = []
@@ -456,7 +468,9 @@ class ShareCoordinator:
         member = self._members.get((group_id, member_id))
         if member is None:
             member = self._members[(group_id, member_id)] = _Member(self, group_id, member_id)
-        out.elsewhere = {(t, p) for t, p in add if not self.leads(t, p)}
+        # every partition of the session another gateway leads, as Kafka answers for a session's
+        # partitions its broker does not lead: the client asks Metadata again and moves it there
+        out.elsewhere = {(t, p) for t, p in session.partitions if not self.leads(t, p)}
         mine: dict[str, frozenset[int]] = {}
         for t, p in session.partitions:
             mine[t] = mine.get(t, frozenset()) | ({p} if self.leads(t, p) else set())
@@ -468,11 +482,12 @@ class ShareCoordinator:
             await self._attach(member, topic, mine[topic])
         for topic, consumer in member.consumers.items():
             if consumer.subscription is not None:
+                member.give_back(topic, mine[topic])
                 consumer.subscription.take_partitions(consumer, mine[topic])
         if max_records <= 0 or not topics:
             return out
         taken = member.take(max_records, max_bytes)
-        if not taken and max_wait > 0:
+        if not taken and max_wait > 0 and not out.elsewhere:
             member.arrived.clear()
             for consumer in member.consumers.values():
                 if consumer.subscription is not None:
