@@ -503,6 +503,43 @@ async def share_fetch(conn: Conn, group: str, member: str, epoch: int, tid: uuid
         "forgotten_topics_data": []})
 
 
+async def test_share_group_describe_shows_the_simple_assignors_assignment(gw: Gateway) -> None:
+    """Four members on six partitions, then eight: each partition goes to ceil(members / partitions)
+    members, and each member within one partition of the others."""
+    await services(gw).log.create_topic("wide", 6)
+    epochs: dict[str, int] = {}
+
+    async def beat_all(conn: Conn, members: list[str]) -> None:
+        for m in members:
+            r = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+                "group_id": "wide", "member_id": m, "member_epoch": epochs.get(m, 0),
+                "subscribed_topic_names": ["wide"] if m not in epochs else None})
+            assert r.error_code == KafkaError.none, r
+            epochs[m] = r.member_epoch
+
+    async def described(conn: Conn) -> dict[str, set[int]]:
+        (g,) = (await call(conn, ApiKey.SHARE_GROUP_DESCRIBE, 1, {"group_ids": ["wide"]})).groups
+        assert g.assignor_name == "simple"
+        return {m.member_id: {p for t in m.assignment.topic_partitions for p in t.partitions} for m in g.members}
+
+    def check(assignment: dict[str, set[int]], sharing: int) -> None:
+        assert sorted(p for ps in assignment.values() for p in ps) == sorted(list(range(6)) * sharing)
+        sizes = [len(ps) for ps in assignment.values()]
+        assert max(sizes) - min(sizes) <= 1
+
+    first = [f"m{i}" for i in range(4)]
+    async with wire(gw) as conn:
+        await beat_all(conn, first)
+        await beat_all(conn, first)  # each member hears of the others' joining
+        four = await described(conn)
+        check(four, 1)
+        more = [f"m{i}" for i in range(4, 8)]
+        await beat_all(conn, more)
+        await beat_all(conn, first + more)
+        eight = await described(conn)
+        check(eight, 2)
+
+
 async def test_share_sessions_and_record_states_on_the_wire(gw: Gateway) -> None:
     bs = kafka_bootstrap(gw)
     await group_configs(bs, "w", share_auto_offset_reset="earliest")

@@ -34,7 +34,7 @@ from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, bytes_len, str
 
 SOURCE_GROUP = 8  # DescribeConfigs' DYNAMIC_GROUP_CONFIG
 SOURCE_DEFAULT = 5
-ASSIGNOR = "simple"  # Kafka's share-group assignor; every member is given every partition here
+ASSIGNOR = "simple"  # Kafka's share-group assignor (`gateway.domain.groups.share.simple_assignment`)
 
 
 def share_error(exc: BaseException) -> KafkaError:
