@@ -134,20 +134,23 @@ def services(gw: Gateway) -> Services:
     return gw.services
 
 
-async def test_three_share_consumers_split_a_partition_none_lost_none_twice(gw: Gateway) -> None:
-    bs, n = kafka_bootstrap(gw), 3000
-    await group_configs(bs, "split", share_auto_offset_reset="earliest")
+@pytest.mark.parametrize("explicit", [True, False], ids=["explicit", "implicit"])
+async def test_three_share_consumers_split_a_partition_none_lost_none_twice(gw: Gateway, explicit: bool) -> None:
+    """30,000 records of one partition through three share consumers, accepting each record
+    (explicitly, or implicitly by the commit after each poll)."""
+    bs, n, group = kafka_bootstrap(gw), 30_000, f"split-{explicit}"
+    await group_configs(bs, group, share_auto_offset_reset="earliest")
     await fill(bs, n)
     accepted: list[list[int]] = [[], [], []]
     lock = threading.Lock()
 
     def work(i: int) -> None:
-        c = share_consumer(bs, "split")
+        c = share_consumer(bs, group, explicit)
         try:
-            deadline = time.monotonic() + TIMEOUT
+            deadline = time.monotonic() + TIMEOUT * 3
             while sum(map(len, accepted)) < n and time.monotonic() < deadline:
                 batch = [m for m in c.poll(0.2) if m.error() is None]
-                for m in batch:
+                for m in batch if explicit else ():
                     c.acknowledge(m)
                 if batch and all(r is None for r in c.commit_sync(TIMEOUT).values()):
                     with lock:
