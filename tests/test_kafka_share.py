@@ -506,6 +506,46 @@ async def share_fetch(conn: Conn, group: str, member: str, epoch: int, tid: uuid
         "forgotten_topics_data": []})
 
 
+async def test_renew_extends_a_records_lock(gw: Gateway) -> None:
+    """KIP-1222's RENEW (ShareAcknowledge v2, acknowledge type 4): m1 renews the records it holds
+    while m2 long-polls for twice their lock duration, which gets m2 nothing; once m1 stops renewing,
+    the locks expire and m2 gets the records, delivered a second time."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "renew", share_auto_offset_reset="earliest", share_record_lock_duration_ms="1000")
+    await fill(bs, 5)
+    tid = uuid.UUID(hex=(await services(gw).log.topic(TOPIC)).topic_id)
+
+    def fetch(member: str, epoch: int, wait_ms: int) -> dict[str, Any]:
+        return {"group_id": "renew", "member_id": member, "share_session_epoch": epoch, "max_wait": wait_ms,
+                "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100,
+                "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}],
+                "forgotten_topics_data": []}
+
+    def acquired(r: Any) -> list[tuple[int, int, int]]:
+        return [(a.first_offset, a.last_offset, a.delivery_count)
+                for t in r.responses for p in t.partitions for a in p.acquired_records]
+
+    async with wire(gw) as c1, wire(gw) as c2:
+        await join(c1, "renew", "m1")
+        await join(c2, "renew", "m2")
+        held = acquired(await call(c1, ApiKey.SHARE_FETCH, 2, fetch("m1", 0, 2000)))
+        assert held and held[0][0] == 0 and held[-1][1] == 4
+        waiting = asyncio.ensure_future(call(c2, ApiKey.SHARE_FETCH, 2, fetch("m2", 0, 2000)))
+        epoch = 1
+        while not waiting.done():  # renewed every quarter of the lock duration, until m2's poll ends
+            renewed = await call(c1, ApiKey.SHARE_ACKNOWLEDGE, 2, {
+                "group_id": "renew", "member_id": "m1", "share_session_epoch": epoch, "is_renew_ack": True,
+                "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": 0, "last_offset": 4, "acknowledge_types": [4]}]}]}]})
+            assert renewed.error_code == KafkaError.none
+            assert renewed.responses[0].partitions[0].error_code == KafkaError.none
+            epoch += 1
+            await asyncio.wait([waiting], timeout=0.25)
+        assert acquired(await waiting) == []  # two lock durations, and nothing of m1's came to m2
+        later = acquired(await call(c2, ApiKey.SHARE_FETCH, 2, fetch("m2", 1, 5000)))
+        assert later and all(n == 2 for _, _, n in later)  # m1 stopped renewing: its locks expired
+
+
 async def test_share_group_describe_shows_the_simple_assignors_assignment(gw: Gateway) -> None:
     """Four members on six partitions, then eight: each partition goes to ceil(members / partitions)
     members, and each member within one partition of the others."""
