@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
@@ -36,6 +36,7 @@ from tests import conftest
 from tests.conftest import (
     GatewayProcess,
     admin_url,
+    eventually,
     kafka_bootstrap,
     native_url,
     running_gateway,
@@ -504,6 +505,35 @@ async def share_fetch(conn: Conn, group: str, member: str, epoch: int, tid: uuid
         "topics": [] if tid is None else [{"topic_id": tid, "partitions": [
             {"partition_index": 0, "acknowledgement_batches": acks or []}]}],
         "forgotten_topics_data": []})
+
+
+async def test_a_silent_fetchers_share_session_is_closed(redis_url: str) -> None:
+    """A member that fetches here but never heartbeats here (its group coordinated by another
+    gateway) and then falls silent: after the session timeout its share session is gone and what it
+    held is back in the queue, well before its records' locks would expire."""
+    cfg = test_config(redis_url, **{**SETTINGS, "group_consumer_session_timeout_ms": 1000})
+    async with running_gateway(cfg) as g:
+        bs = kafka_bootstrap(g)
+        await group_configs(bs, "ghost", share_auto_offset_reset="earliest")
+        await fill(bs, 10)
+        tid = uuid.UUID(hex=(await services(g).log.topic(TOPIC)).topic_id)
+
+        async def in_flight() -> dict[int, int]:
+            view = await services(g).share.view("ghost")
+            assert view is not None
+            return view.in_flight.get(TOPIC, {}).get(0, {})
+
+        async with wire(g) as conn:
+            got = await share_fetch(conn, "ghost", "m1", 0, tid)
+            assert got.responses[0].partitions[0].acquired_records
+            assert await in_flight()
+            await eventually(lambda: _empty(in_flight()), what="the silent member's records released")
+            again = await share_fetch(conn, "ghost", "m1", 1, tid)
+            assert again.error_code == KafkaError.share_session_not_found
+
+
+async def _empty(held: Awaitable[dict[int, int]]) -> bool:
+    return not await held
 
 
 async def test_renew_extends_a_records_lock(gw: Gateway) -> None:

@@ -38,6 +38,7 @@ from gateway.domain.groups.share import (
     ShareErrorKind,
     ShareGroup,
     ShareMember,
+    ShareSession,
 )
 from gateway.domain.log import LogService
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
@@ -185,6 +186,8 @@ class _Member:
         self.topics: dict[int, str] = {}  # consumer id -> topic
         self.handed: list[tuple[str, Delivery]] = []
         self.arrived = asyncio.Event()
+        self.seen = now_ms()  # the end of its last request here
+        self.fetching = 0  # its requests in progress here
 
     async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
         topic = self.topics.get(consumer_id)
@@ -332,9 +335,13 @@ class ShareCoordinator:
         self._wake.set()
 
     async def _reap(self) -> None:
-        """Remove members whose session timed out, releasing what they held."""
+        """Remove members whose session timed out, releasing what they held; and forget the share
+        sessions of members silent here that long (on a gateway leading some of their partitions
+        but not coordinating their group, no heartbeat says when they have gone), so that what
+        they held is redelivered and their partitions can move to another leader."""
         while True:
             deadlines = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
+            deadlines += [m.seen + self.session_timeout_ms for m in self._members.values() if not m.fetching]
             wait = 1.0 if not deadlines else max(0.0, min(deadlines) - now_ms()) / 1000
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
@@ -343,6 +350,11 @@ class ShareCoordinator:
             for group_id, group in list(self.groups.items()):
                 for member_id in group.expire(now):
                     log.info("share group %s: member %s timed out", group_id, member_id)
+                    await self._drop(group_id, member_id)
+            for (group_id, member_id), m in list(self._members.items()):
+                if not m.fetching and m.seen + self.session_timeout_ms <= now:
+                    log.info("share group %s: member %s silent here, its share session closed", group_id, member_id)
+                    self._group(group_id).sessions.pop(member_id, None)
                     await self._drop(group_id, member_id)
 
     async def _drop(self, group_id: str, member_id: str) -> None:
@@ -468,6 +480,18 @@ class ShareCoordinator:
         member = self._members.get((group_id, member_id))
         if member is None:
             member = self._members[(group_id, member_id)] = _Member(self, group_id, member_id)
+            self._start_reaper()
+        member.fetching += 1
+        try:
+            return await self._fetch(member, session, out, max_records=max_records, max_bytes=max_bytes,
+                                     max_wait=max_wait)
+        finally:
+            member.fetching -= 1
+            member.seen = now_ms()
+
+    async def _fetch(self, member: _Member, session: ShareSession, out: ShareFetched, *, max_records: int,
+                     max_bytes: int, max_wait: float) -> ShareFetched:
+        """The member takes the partitions of its session this gateway leads, then records of them."""
         # every partition of the session another gateway leads, as Kafka answers for a session's
         # partitions its broker does not lead: the client asks Metadata again and moves it there
         out.elsewhere = {(t, p) for t, p in session.partitions if not self.leads(t, p)}
@@ -540,6 +564,8 @@ class ShareCoordinator:
         if session_epoch is not None:
             self._group(group_id).close_session(member_id, session_epoch)
         member = self._members.get((group_id, member_id))
+        if member is not None:
+            member.seen = now_ms()
         errors: dict[TopicPartition, ShareErrorKind] = {}
         by_topic: dict[str, dict[int, list[AckBatch]]] = {}
         for (topic, p), batches in acks.items():
