@@ -65,14 +65,18 @@ async def test_acks_on_a_missing_subscription_are_refused(env):
 async def test_delivery_counts_stop_at_the_limit_and_go_once_acknowledged(env):
     _, subs, redis = env
     await subs.open("t", range(1), "s", initial="earliest", mode="shared")
-    assert await subs.delivered("t", "s", 2, {0: [0, 1]}) == {0: {0: 1, 1: 1}}
-    assert await subs.delivered("t", "s", 2, {0: [0]}) == {0: {0: 2}}
-    assert await subs.delivered("t", "s", 2, {0: [0, 1]}) == {0: {0: -2, 1: 2}}  # 0 at the limit: not again
-    # acknowledged (below the cursor, or individually above it): swept once the counts have grown
     counts = keys.sub_deliveries("t", 0, "s")
-    await subs.delivered("t", "s", 5, {0: list(range(2, 1100))})  # past 1024: swept (nothing to drop)
+    assert await subs.delivered("t", "s", 2, {0: [0, 1]}) == {0: None}  # first deliveries: nothing per offset
+    assert await redis.hgetall(counts) == {b"next": b"2"}
+    assert await subs.delivered("t", "s", 2, {0: [0]}) == {0: {0: 2}}
+    assert await subs.delivered("t", "s", 2, {0: [0, 1, 2]}) == {0: {0: -2, 1: 2, 2: 1}}  # 0 at the limit: not again
+    # acknowledged (below the cursor, or individually above it): swept once the counts have grown
+    await subs.delivered("t", "s", 5, {0: list(range(3, 1200))})
+    await subs.delivered("t", "s", 5, {0: list(range(2, 1100))})  # past 1024 counts: swept (nothing to drop)
     assert await subs.ack("t", "s", {0: (-1, [0, 1, *range(3, 1099)])}) == {0: 2}
-    await subs.delivered("t", "s", 5, {0: list(range(1100, 2201))})  # doubled since: swept
-    assert sorted(int(f) for f in await redis.hkeys(counts)) == [2, 1099, *range(1100, 2201)]
+    await subs.delivered("t", "s", 5, {0: list(range(1100, 1200)) + list(range(1200, 2300))})
+    await subs.delivered("t", "s", 5, {0: list(range(1200, 2300))})  # doubled since: swept
+    assert sorted(int(f) for f in await redis.hkeys(counts) if f != b"next") == [2, 1099, *range(1100, 2300)]
     await subs.seek("t", "s", {0: 0})  # a seek starts the records afresh
     assert not await redis.exists(counts)
+    assert await subs.delivered("t", "s", 2, {0: [0, 1]}) == {0: None}

@@ -480,16 +480,22 @@ class Subscription:
         generation = self._generation
         offsets: dict[int, list[int]] = {}
         for d in batch:
-            offsets.setdefault(d.partition, []).extend(sorted(d.offsets))
-        counts = await self.service.store.delivered(self.topic, self.name, self.delivery_limit, offsets)
+            offsets.setdefault(d.partition, []).extend(d.offsets)
+        counts = await self.service.store.delivered(self.topic, self.name, self.delivery_limit,
+                                                    {p: sorted(offs) for p, offs in offsets.items()})
         if generation != self._generation:
             return []
         out: list[Delivery] = []
         over = False
         for d in batch:
+            counted = counts[d.partition]
+            if counted is None:  # the usual case: new records from the log, each delivered once now
+                d.redelivery_count = 0
+                out.append(d)
+                continue
             by_count: dict[int, set[int]] = {}
             for o in d.offsets:
-                by_count.setdefault(counts[d.partition][o], set()).add(o)
+                by_count.setdefault(counted[o], set()).add(o)
             for n, offs in sorted(by_count.items()):
                 if n < 0:  # at the limit already: delivered -n times, by a gateway gone since
                     self.redeliver.append(Delivery(d.partition, d.entry, offs, -n))

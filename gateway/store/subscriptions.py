@@ -97,18 +97,20 @@ class SubscriptionStore:
         replies = await self._run(calls)
         return {p: int(r[1]) for p, r in zip(acks, replies, strict=True)}
 
-    async def delivered(self, topic: str, name: str, limit: int, offsets: dict[int, list[int]]) -> dict[int, dict[int, int]]:
-        """Count a delivery of these offsets, per partition; each offset's count with it, or minus its
-        count for one delivered `limit` times already (not counted again: it is to be archived)."""
+    async def delivered(self, topic: str, name: str, limit: int,
+                        offsets: dict[int, list[int]]) -> dict[int, dict[int, int] | None]:
+        """Count a delivery of these offsets (ascending), per partition; each offset's count with it,
+        or minus its count for one delivered `limit` times already (not counted again: it is to be
+        archived); None for a partition whose offsets all go out for the first time."""
         calls = [
             # limit, offsets
             ("sub-deliver-3", topic, p,
              [keys.subscription(topic, p, name), keys.sub_deliveries(topic, p, name), keys.sub_acks(topic, p, name)],
-             [limit, " ".join(map(str, offs))])
+             [limit, _ranges(offs)])
             for p, offs in offsets.items()
         ]
         replies = await self._run(calls)
-        return {p: dict(zip(offs, map(int, r[1:]), strict=True))
+        return {p: None if int(r[1]) else dict(zip(offs, map(int, r[2:]), strict=True))
                 for (p, offs), r in zip(offsets.items(), replies, strict=True)}
 
     async def lock(self, topic: str, name: str, txn_id: str, acks: dict[int, tuple[int, list[int]]]) -> None:
@@ -204,3 +206,16 @@ class SubscriptionStore:
             return {}
         reply = await self._lease(topic, name, node, ttl_ms, " ".join(map(str, partitions)))
         return {p: int(h) for p, h in zip(partitions, reply[1:], strict=True) if h}
+
+
+def _ranges(offsets: list[int]) -> str:
+    """Ascending offsets as space-separated offsets and first-last runs."""
+    out: list[str] = []
+    i = 0
+    while i < len(offsets):
+        j = i
+        while j + 1 < len(offsets) and offsets[j + 1] == offsets[j] + 1:
+            j += 1
+        out.append(str(offsets[i]) if i == j else f"{offsets[i]}-{offsets[j]}")
+        i = j + 1
+    return " ".join(out)
