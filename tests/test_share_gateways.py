@@ -6,6 +6,7 @@ and none accepted twice, while a second gateway joins, and when one of two is ki
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
-import redis
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -25,8 +25,11 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from gateway.store import keys
+from gateway.store.connection import connect
 from tests.conftest import GatewayProcess
 from tests.test_gateway_failover import _drain, gateway_pair
+
+REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 TOPIC = "queue"
@@ -45,11 +48,14 @@ def leaders(bs: str) -> dict[int, int]:
 
 def dispatchers(redis_url: str) -> dict[int, int]:
     """Partition -> the node id holding the share group's partition lease (a live one)."""
-    r = redis.Redis.from_url(redis_url)
-    try:
-        held = r.hgetall(keys.subscription_owners(TOPIC, GROUP))
-    finally:
-        r.close()
+    async def read() -> dict[bytes | str, bytes | str]:
+        r = connect(redis_url)
+        try:
+            return await r.hgetall(keys.subscription_owners(TOPIC, GROUP))
+        finally:
+            await r.aclose()
+
+    held = asyncio.run(read())
     now_ms = time.time() * 1000
     return {int(p): int(v.split()[0]) for p, v in held.items() if int(v.split()[1]) > now_ms}
 
