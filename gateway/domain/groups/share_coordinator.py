@@ -12,6 +12,12 @@ killed loses none; what it held locked is delivered again from the subscription'
 delivery count Redis kept for it. Members, sessions and locks are kept in process, as Kafka keeps
 its timers (a new gateway's members join again on UNKNOWN_MEMBER_ID).
 
+Across gateways, as in Kafka (whose SharePartitionManager lives on each partition's leader), a
+member fetches a partition from the gateway Metadata names its leader: there alone the group's
+subscription dispatches it (split by partition, each under a lease), and a fetch elsewhere is
+answered NOT_LEADER_OR_FOLLOWER with the leader. Membership is the coordinator's; a leader that
+does not coordinate the group closes the share session of a member silent for the session timeout.
+
 Followed: KIP-932; Kafka 4.2's `SharePartition` (acquire, acknowledge: a batch of offsets not all
 acquired by the member is INVALID_RECORD_STATE and changes nothing; release on session close and
 member departure; archive at the delivery limit) and `GroupConfig` (the share group configs, their
