@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gateway.domain.log import LogService
-from gateway.errors import SubscriptionNotFound
+from gateway.errors import ConsumerBusy, SubscriptionNotFound
 from gateway.formats.records import build_batch
 from gateway.store import Store, keys
+from tests.conftest import eventually
 
 
 @pytest.fixture
@@ -80,3 +81,25 @@ async def test_delivery_counts_stop_at_the_limit_and_go_once_acknowledged(env):
     await subs.seek("t", "s", {0: 0})  # a seek starts the records afresh
     assert not await redis.exists(counts)
     assert await subs.delivered("t", "s", 2, {0: [0, 1]}) == {0: None}
+
+
+async def test_whole_and_partition_dispatch_leases_exclude_each_other(env):
+    """A subscription is dispatched whole by one gateway, or partition by partition: node 1 holding
+    partitions keeps node 2 from the whole, node 2 holding the whole keeps node 1 from any partition,
+    and a lease given up or run out is anyone's."""
+    _, subs, _ = env
+    assert await subs.lease_partitions("t", "s", 1, 60_000, [0, 2]) == {}
+    assert await subs.lease_partitions("t", "s", 2, 60_000, [1, 2]) == {2: 1}  # 1 is node 2's now
+    with pytest.raises(ConsumerBusy):
+        await subs.lease("t", "s", 3, 60_000)
+    await subs.lease_partitions("t", "s", 1, 0, [0, 2])
+    await subs.lease_partitions("t", "s", 2, 0, [1])
+    await subs.lease("t", "s", 3, 60_000)
+    assert await subs.lease_partitions("t", "s", 1, 60_000, [0]) == {0: 3}
+    await subs.lease("t", "s", 3, 0)
+    assert await subs.lease_partitions("t", "s", 1, 1, [0]) == {}  # a lease of 1 ms runs out at once
+    await eventually(lambda: _free(subs), what="the partition lease running out")
+
+
+async def _free(subs) -> bool:
+    return await subs.lease_partitions("t", "s", 2, 60_000, [0]) == {}
