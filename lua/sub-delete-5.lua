@@ -5,7 +5,7 @@
   KEYS[2] acks     sorted set of offsets acked individually
   KEYS[3] subs     set of subscription names on the partition
   KEYS[4] pending  offsets locked by transactions
-  KEYS[5] deliveries  hash of offset -> times delivered
+  KEYS[5] deliveries  hash of offset -> times delivered (see sub-deliver-3)
   ARGV[1] name     the subscription's name
   Returns {0}.
 ]]

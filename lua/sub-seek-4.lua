@@ -4,7 +4,7 @@
   KEYS[1] sub      the subscription's hash (cursor)
   KEYS[2] acks     sorted set of offsets acked individually
   KEYS[3] meta     the partition's meta hash (hw, start)
-  KEYS[4] deliveries  hash of offset -> times delivered
+  KEYS[4] deliveries  hash of offset -> times delivered (see sub-deliver-3)
   ARGV[1] offset   the next offset to deliver; -1 for the log start, -2 for the high watermark
   Returns {0, cursor} (clamped into the log), {2} for no partition, {15} for no subscription.
 ]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
-from gateway.domain.groups.share import ShareError, ShareErrorKind, ShareGroup
+from gateway.domain.groups.share import ShareError, ShareErrorKind, ShareGroup, simple_assignment
 from gateway.domain.groups.share_coordinator import duration_ms
 
 TOPICS = {"a": 2, "b": 1}
@@ -18,16 +18,46 @@ def beat(g: ShareGroup, member: str, epoch: int, topics: list[str] | None = None
     return r.member_epoch, r.assignment
 
 
-def test_every_member_is_given_every_partition_of_its_topics() -> None:
+def test_members_share_the_partitions_of_their_topics() -> None:
     g = ShareGroup("g")
     e1, a1 = beat(g, "m1", 0, ["a"])
     assert a1 == {"a": frozenset({0, 1})} and e1 > 0
-    e2, a2 = beat(g, "m2", 0, ["a", "b"])
-    assert a2 == {"a": frozenset({0, 1}), "b": frozenset({0})} and e2 > e1
-    # the group moved on: m1 is told its (same) assignment with its new epoch, as Kafka does, then nothing
-    assert beat(g, "m1", e1) == (e2, a1)
+    e2, a2 = beat(g, "m2", 0, ["a", "b"])  # topic by topic: half of a, all of b
+    assert a2 == {"a": frozenset({1}), "b": frozenset({0})} and e2 > e1
+    # the group moved on: m1 is told its new assignment with the new epoch, then nothing
+    assert beat(g, "m1", e1) == (e2, {"a": frozenset({0})})
     assert beat(g, "m1", e2) == (e2, None)
     assert g.state == "Stable"
+
+
+def held(assignment: dict[str, set[tuple[str, int]]]) -> dict[tuple[str, int], int]:
+    """How many members each partition is assigned to."""
+    out: dict[tuple[str, int], int] = {}
+    for tps in assignment.values():
+        for tp in tps:
+            out[tp] = out.get(tp, 0) + 1
+    return out
+
+
+@pytest.mark.parametrize(("members", "partitions"), [(3, 6), (4, 6), (4, 2), (3, 1), (7, 3), (1, 5)])
+def test_the_simple_assignor_balances(members: int, partitions: int) -> None:
+    """Each partition to ceil(members / partitions) members, each member within one partition of the others."""
+    tps = [("t", p) for p in range(partitions)]
+    got = simple_assignment(tps, [f"m{i}" for i in range(members)], {})
+    sharing = -(-members // partitions)
+    assert held(got) == {tp: sharing for tp in tps}
+    sizes = [len(a) for a in got.values()]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_the_simple_assignor_keeps_what_members_have() -> None:
+    tps = [("t", p) for p in range(6)]
+    before = {"m1": {("t", 0), ("t", 1), ("t", 2)}, "m2": {("t", 3), ("t", 4), ("t", 5)}}
+    after = simple_assignment(tps, ["m1", "m2", "m3"], before)
+    assert held(after) == {tp: 1 for tp in tps}
+    assert all(len(a) == 2 for a in after.values())
+    assert after["m1"] <= before["m1"] and after["m2"] <= before["m2"]  # only what the newcomer needs moved
+    assert simple_assignment(tps, ["m1", "m2"], before) == before  # balanced already: nothing moves
 
 
 def test_epochs_are_checked() -> None:

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
@@ -36,6 +36,7 @@ from tests import conftest
 from tests.conftest import (
     GatewayProcess,
     admin_url,
+    eventually,
     kafka_bootstrap,
     native_url,
     running_gateway,
@@ -134,20 +135,23 @@ def services(gw: Gateway) -> Services:
     return gw.services
 
 
-async def test_three_share_consumers_split_a_partition_none_lost_none_twice(gw: Gateway) -> None:
-    bs, n = kafka_bootstrap(gw), 3000
-    await group_configs(bs, "split", share_auto_offset_reset="earliest")
+@pytest.mark.parametrize("explicit", [True, False], ids=["explicit", "implicit"])
+async def test_three_share_consumers_split_a_partition_none_lost_none_twice(gw: Gateway, explicit: bool) -> None:
+    """30,000 records of one partition through three share consumers, accepting each record
+    (explicitly, or implicitly by the commit after each poll)."""
+    bs, n, group = kafka_bootstrap(gw), 30_000, f"split-{explicit}"
+    await group_configs(bs, group, share_auto_offset_reset="earliest")
     await fill(bs, n)
     accepted: list[list[int]] = [[], [], []]
     lock = threading.Lock()
 
     def work(i: int) -> None:
-        c = share_consumer(bs, "split")
+        c = share_consumer(bs, group, explicit)
         try:
-            deadline = time.monotonic() + TIMEOUT
+            deadline = time.monotonic() + TIMEOUT * 3
             while sum(map(len, accepted)) < n and time.monotonic() < deadline:
                 batch = [m for m in c.poll(0.2) if m.error() is None]
-                for m in batch:
+                for m in batch if explicit else ():
                     c.acknowledge(m)
                 if batch and all(r is None for r in c.commit_sync(TIMEOUT).values()):
                     with lock:
@@ -503,6 +507,112 @@ async def share_fetch(conn: Conn, group: str, member: str, epoch: int, tid: uuid
         "forgotten_topics_data": []})
 
 
+async def test_a_silent_fetchers_share_session_is_closed(redis_url: str) -> None:
+    """A member that fetches here but never heartbeats here (its group coordinated by another
+    gateway) and then falls silent: after the session timeout its share session is gone and what it
+    held is back in the queue, well before its records' locks would expire."""
+    cfg = test_config(redis_url, **{**SETTINGS, "group_consumer_session_timeout_ms": 1000})
+    async with running_gateway(cfg) as g:
+        bs = kafka_bootstrap(g)
+        await group_configs(bs, "ghost", share_auto_offset_reset="earliest")
+        await fill(bs, 10)
+        tid = uuid.UUID(hex=(await services(g).log.topic(TOPIC)).topic_id)
+
+        async def in_flight() -> dict[int, int]:
+            view = await services(g).share.view("ghost")
+            assert view is not None
+            return view.in_flight.get(TOPIC, {}).get(0, {})
+
+        async with wire(g) as conn:
+            got = await share_fetch(conn, "ghost", "m1", 0, tid)
+            assert got.responses[0].partitions[0].acquired_records
+            assert await in_flight()
+            await eventually(lambda: _empty(in_flight()), what="the silent member's records released")
+            again = await share_fetch(conn, "ghost", "m1", 1, tid)
+            assert again.error_code == KafkaError.share_session_not_found
+
+
+async def _empty(held: Awaitable[dict[int, int]]) -> bool:
+    return not await held
+
+
+async def test_renew_extends_a_records_lock(gw: Gateway) -> None:
+    """KIP-1222's RENEW (ShareAcknowledge v2, acknowledge type 4): m1 renews the records it holds
+    while m2 long-polls for twice their lock duration, which gets m2 nothing; once m1 stops renewing,
+    the locks expire and m2 gets the records, delivered a second time."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "renew", share_auto_offset_reset="earliest", share_record_lock_duration_ms="1000")
+    await fill(bs, 5)
+    tid = uuid.UUID(hex=(await services(gw).log.topic(TOPIC)).topic_id)
+
+    def fetch(member: str, epoch: int, wait_ms: int) -> dict[str, Any]:
+        return {"group_id": "renew", "member_id": member, "share_session_epoch": epoch, "max_wait": wait_ms,
+                "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100,
+                "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}],
+                "forgotten_topics_data": []}
+
+    def acquired(r: Any) -> list[tuple[int, int, int]]:
+        return [(a.first_offset, a.last_offset, a.delivery_count)
+                for t in r.responses for p in t.partitions for a in p.acquired_records]
+
+    async with wire(gw) as c1, wire(gw) as c2:
+        await join(c1, "renew", "m1")
+        await join(c2, "renew", "m2")
+        held = acquired(await call(c1, ApiKey.SHARE_FETCH, 2, fetch("m1", 0, 2000)))
+        assert held and held[0][0] == 0 and held[-1][1] == 4
+        waiting = asyncio.ensure_future(call(c2, ApiKey.SHARE_FETCH, 2, fetch("m2", 0, 2000)))
+        epoch = 1
+        while not waiting.done():  # renewed every quarter of the lock duration, until m2's poll ends
+            renewed = await call(c1, ApiKey.SHARE_ACKNOWLEDGE, 2, {
+                "group_id": "renew", "member_id": "m1", "share_session_epoch": epoch, "is_renew_ack": True,
+                "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": 0, "last_offset": 4, "acknowledge_types": [4]}]}]}]})
+            assert renewed.error_code == KafkaError.none
+            assert renewed.responses[0].partitions[0].error_code == KafkaError.none
+            epoch += 1
+            await asyncio.wait([waiting], timeout=0.25)
+        assert acquired(await waiting) == []  # two lock durations, and nothing of m1's came to m2
+        later = acquired(await call(c2, ApiKey.SHARE_FETCH, 2, fetch("m2", 1, 5000)))
+        assert later and all(n == 2 for _, _, n in later)  # m1 stopped renewing: its locks expired
+
+
+async def test_share_group_describe_shows_the_simple_assignors_assignment(gw: Gateway) -> None:
+    """Four members on six partitions, then eight: each partition goes to ceil(members / partitions)
+    members, and each member within one partition of the others."""
+    await services(gw).log.create_topic("wide", 6)
+    epochs: dict[str, int] = {}
+
+    async def beat_all(conn: Conn, members: list[str]) -> None:
+        for m in members:
+            r = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+                "group_id": "wide", "member_id": m, "member_epoch": epochs.get(m, 0),
+                "subscribed_topic_names": ["wide"] if m not in epochs else None})
+            assert r.error_code == KafkaError.none, r
+            epochs[m] = r.member_epoch
+
+    async def described(conn: Conn) -> dict[str, set[int]]:
+        (g,) = (await call(conn, ApiKey.SHARE_GROUP_DESCRIBE, 1, {"group_ids": ["wide"]})).groups
+        assert g.assignor_name == "simple"
+        return {m.member_id: {p for t in m.assignment.topic_partitions for p in t.partitions} for m in g.members}
+
+    def check(assignment: dict[str, set[int]], sharing: int) -> None:
+        assert sorted(p for ps in assignment.values() for p in ps) == sorted(list(range(6)) * sharing)
+        sizes = [len(ps) for ps in assignment.values()]
+        assert max(sizes) - min(sizes) <= 1
+
+    first = [f"m{i}" for i in range(4)]
+    async with wire(gw) as conn:
+        await beat_all(conn, first)
+        await beat_all(conn, first)  # each member hears of the others' joining
+        four = await described(conn)
+        check(four, 1)
+        more = [f"m{i}" for i in range(4, 8)]
+        await beat_all(conn, more)
+        await beat_all(conn, first + more)
+        eight = await described(conn)
+        check(eight, 2)
+
+
 async def test_share_sessions_and_record_states_on_the_wire(gw: Gateway) -> None:
     bs = kafka_bootstrap(gw)
     await group_configs(bs, "w", share_auto_offset_reset="earliest")
@@ -628,8 +738,10 @@ def test_share_fetch_encoder_matches_kio(version: int) -> None:
     batch = b"\x00" * 8 + b"batch-bytes"
     parts = [SharePartition(0, 3, records=[batch[:5], memoryview(batch)[5:]], size=len(batch),
                             acquired=[(0, 4, 1), (7, 9, 2)]),
-             SharePartition(1, 3, error=KafkaError.unknown_topic_id, ack_error=KafkaError.invalid_record_state)]
-    ours = b"".join(encode_share_fetch_response(KafkaError.none, None, 30000, [(tid, parts), (None, [])]))
+             SharePartition(1, 3, error=KafkaError.unknown_topic_id, ack_error=KafkaError.invalid_record_state),
+             SharePartition(2, 5, error=KafkaError.not_leader_or_follower)]
+    ours = b"".join(encode_share_fetch_response(KafkaError.none, None, 30000, [(tid, parts), (None, [])],
+                                                [(5, "gw5.example", 9097)]))
     theirs = codec.encode_body(codec.build(codec.response_class(ApiKey.SHARE_FETCH, version), {
         "throttle_time": 0, "error_code": KafkaError.none, "acquisition_lock_timeout": 30000, "responses": [
             {"topic_id": tid, "partitions": [
@@ -639,9 +751,11 @@ def test_share_fetch_encoder_matches_kio(version: int) -> None:
                                       {"first_offset": 7, "last_offset": 9, "delivery_count": 2}]},
                 {"partition_index": 1, "error_code": KafkaError.unknown_topic_id,
                  "acknowledge_error_code": int(KafkaError.invalid_record_state),
-                 "current_leader": {"leader_id": 3, "leader_epoch": 0}, "records": b"", "acquired_records": []}]},
+                 "current_leader": {"leader_id": 3, "leader_epoch": 0}, "records": b"", "acquired_records": []},
+                {"partition_index": 2, "error_code": KafkaError.not_leader_or_follower, "acknowledge_error_code": 0,
+                 "current_leader": {"leader_id": 5, "leader_epoch": 0}, "records": b"", "acquired_records": []}]},
             {"topic_id": uuid.UUID(int=0), "partitions": []}],
-        "node_endpoints": []}))
+        "node_endpoints": [{"node_id": 5, "host": "gw5.example", "port": 9097, "rack": None}]}))
     failed = b"".join(encode_share_fetch_response(KafkaError.share_session_not_found, "gone", 0, []))
     assert ours == theirs
     assert failed == codec.encode_body(codec.build(codec.response_class(ApiKey.SHARE_FETCH, version), {

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
 from gateway.domain.log import LogService
-from gateway.errors import SubscriptionNotFound
+from gateway.errors import ConsumerBusy, SubscriptionNotFound
 from gateway.formats.records import build_batch
 from gateway.store import Store, keys
+from gateway.store.connection import RedisClient
+from gateway.store.subscriptions import SubscriptionStore
+from tests.conftest import eventually
+
+Env = tuple[LogService, SubscriptionStore, RedisClient]
 
 
 @pytest.fixture
-async def env(redis_url, raw_redis):
+async def env(redis_url: str, raw_redis: RedisClient) -> AsyncIterator[Env]:
     store = Store.open(redis_url)
     logs = LogService(store, auto_create=False)
     await logs.create_topic("t", 1)
@@ -20,7 +27,7 @@ async def env(redis_url, raw_redis):
     await store.close()
 
 
-async def test_initial_position_only_when_created(env):
+async def test_initial_position_only_when_created(env: Env) -> None:
     _, subs, _ = env
     (pos,) = await subs.open("t", range(1), "late", initial="latest", mode="shared")
     assert (pos.cursor, pos.created) == (10, True)
@@ -30,7 +37,7 @@ async def test_initial_position_only_when_created(env):
     assert (pos.cursor, pos.created) == (10, False)
 
 
-async def test_out_of_order_acks_wait_until_contiguous(env):
+async def test_out_of_order_acks_wait_until_contiguous(env: Env) -> None:
     _, subs, redis = env
     await subs.open("t", range(1), "s", initial="earliest", mode="shared")
     assert await subs.ack("t", "s", {0: (-1, [1, 2, 5])}) == {0: 0}
@@ -44,7 +51,7 @@ async def test_out_of_order_acks_wait_until_contiguous(env):
     assert await redis.zcard(keys.sub_acks("t", 0, "s")) == 0
 
 
-async def test_seek_clamps_and_forgets_acks(env):
+async def test_seek_clamps_and_forgets_acks(env: Env) -> None:
     logs, subs, _ = env
     await subs.open("t", range(1), "s", initial="earliest", mode="exclusive")
     await subs.ack("t", "s", {0: (-1, [4, 7])})
@@ -56,23 +63,49 @@ async def test_seek_clamps_and_forgets_acks(env):
     assert await subs.ack("t", "s", {0: (-1, [])}) == {0: 4}
 
 
-async def test_acks_on_a_missing_subscription_are_refused(env):
+async def test_acks_on_a_missing_subscription_are_refused(env: Env) -> None:
     _, subs, _ = env
     with pytest.raises(SubscriptionNotFound):
         await subs.ack("t", "nope", {0: (-1, [1])})
 
 
-async def test_delivery_counts_stop_at_the_limit_and_go_once_acknowledged(env):
+async def test_delivery_counts_stop_at_the_limit_and_go_once_acknowledged(env: Env) -> None:
     _, subs, redis = env
     await subs.open("t", range(1), "s", initial="earliest", mode="shared")
-    assert await subs.delivered("t", "s", 2, {0: [0, 1]}) == {0: {0: 1, 1: 1}}
-    assert await subs.delivered("t", "s", 2, {0: [0]}) == {0: {0: 2}}
-    assert await subs.delivered("t", "s", 2, {0: [0, 1]}) == {0: {0: -2, 1: 2}}  # 0 at the limit: not again
-    # acknowledged (below the cursor, or individually above it): swept once the counts have grown
     counts = keys.sub_deliveries("t", 0, "s")
-    await subs.delivered("t", "s", 5, {0: list(range(2, 1100))})  # past 1024: swept (nothing to drop)
+    assert await subs.delivered("t", "s", 2, {0: [0, 1]}) == {0: None}  # first deliveries: nothing per offset
+    assert await redis.hgetall(counts) == {b"next": b"2"}
+    assert await subs.delivered("t", "s", 2, {0: [0]}) == {0: {0: 2}}
+    assert await subs.delivered("t", "s", 2, {0: [0, 1, 2]}) == {0: {0: -2, 1: 2, 2: 1}}  # 0 at the limit: not again
+    # acknowledged (below the cursor, or individually above it): swept once the counts have grown
+    await subs.delivered("t", "s", 5, {0: list(range(3, 1200))})
+    await subs.delivered("t", "s", 5, {0: list(range(2, 1100))})  # past 1024 counts: swept (nothing to drop)
     assert await subs.ack("t", "s", {0: (-1, [0, 1, *range(3, 1099)])}) == {0: 2}
-    await subs.delivered("t", "s", 5, {0: list(range(1100, 2201))})  # doubled since: swept
-    assert sorted(int(f) for f in await redis.hkeys(counts)) == [2, 1099, *range(1100, 2201)]
+    await subs.delivered("t", "s", 5, {0: list(range(1100, 1200)) + list(range(1200, 2300))})
+    await subs.delivered("t", "s", 5, {0: list(range(1200, 2300))})  # doubled since: swept
+    assert sorted(int(f) for f in await redis.hkeys(counts) if f != b"next") == [2, 1099, *range(1100, 2300)]
     await subs.seek("t", "s", {0: 0})  # a seek starts the records afresh
     assert not await redis.exists(counts)
+    assert await subs.delivered("t", "s", 2, {0: [0, 1]}) == {0: None}
+
+
+async def test_whole_and_partition_dispatch_leases_exclude_each_other(env: Env) -> None:
+    """A subscription is dispatched whole by one gateway, or partition by partition: node 1 holding
+    partitions keeps node 2 from the whole, node 2 holding the whole keeps node 1 from any partition,
+    and a lease given up or run out is anyone's."""
+    _, subs, _ = env
+    assert await subs.lease_partitions("t", "s", 1, 60_000, [0, 2]) == {}
+    assert await subs.lease_partitions("t", "s", 2, 60_000, [1, 2]) == {2: 1}  # 1 is node 2's now
+    with pytest.raises(ConsumerBusy):
+        await subs.lease("t", "s", 3, 60_000)
+    await subs.lease_partitions("t", "s", 1, 0, [0, 2])
+    await subs.lease_partitions("t", "s", 2, 0, [1])
+    await subs.lease("t", "s", 3, 60_000)
+    assert await subs.lease_partitions("t", "s", 1, 60_000, [0]) == {0: 3}
+    await subs.lease("t", "s", 3, 0)
+    assert await subs.lease_partitions("t", "s", 1, 1, [0]) == {}  # a lease of 1 ms runs out at once
+    await eventually(lambda: _free(subs), what="the partition lease running out")
+
+
+async def _free(subs: SubscriptionStore) -> bool:
+    return await subs.lease_partitions("t", "s", 2, 60_000, [0]) == {}

@@ -124,6 +124,10 @@ class Registry:
         live = self.live()
         return [owner(f"p\0{topic}\0{p}", live) for p in range(partitions)]
 
+    def leader(self, topic: str, partition: int) -> Peer:
+        """The gateway leading one partition (as `leaders` names it)."""
+        return owner(f"p\0{topic}\0{partition}", self.live())
+
     def group_coordinator(self, group_id: str) -> Peer:
         """The gateway to coordinate a group nobody coordinates now (it then takes the group's lease)."""
         return owner(f"g\0{group_id}", self.live())

@@ -15,6 +15,13 @@ transactions go out as a read-uncommitted Fetch returns them, markers never do).
   the cursor.
 - shared: batches go round-robin to consumers with permits; acks are individual; a negative ack,
   an ack timeout or a departing consumer puts the unacked offsets up for redelivery to anyone.
+
+Across gateways a subscription is dispatched whole by one gateway, under a lease; a second gateway's
+consumers get ConsumerBusy. A share group's subscription is split instead (Kafka keeps a
+share-partition on the partition's leader): each partition is dispatched by the gateway whose
+consumers take it (a share member takes the partitions its gateway leads), under a partition lease,
+given up only when nothing of it is in flight there. A native consumer attached to a split
+subscription takes every partition its gateway dispatches.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from gateway.domain.watermark import SubscriptionWatermark, WatermarkService
 from gateway.errors import ConsumerBusy, GatewayError, NotAllowed, SubscriptionNotFound
 from gateway.store import Store
 from gateway.store.log import Entry
-from gateway.store.subscriptions import PendingAckConflict
+from gateway.store.subscriptions import PendingAckConflict, Position
 
 log = logging.getLogger(__name__)
 
@@ -82,25 +89,36 @@ class Consumer:
     ack_timeout: float = 0.0  # seconds; 0: none
     permits: int = 0
     subscription: Subscription | None = None
+    partitions: frozenset[int] | None = None  # the partitions it takes; None: all
     deliveries: set[Delivery] = field(default_factory=set)
 
 
 _WAIT_POLL = 1.0  # seconds: a last resort should a wake-up from another gateway be lost
 LEASE_MS = 10_000  # how long a dead gateway keeps others from taking over its subscriptions
 _RENEW_EVERY = LEASE_MS / 3000  # seconds
+_SPLIT_RETRY = 0.2  # seconds between tries at a partition lease another gateway holds, or to give one up
 
 
 class Subscription:
-    """One subscription's dispatcher on this gateway; exists while it has consumers here."""
+    """One subscription's dispatcher on this gateway; exists while it has consumers here.
+
+    It dispatches the partitions it `owns`: all of them under the whole-subscription lease, or, split
+    (a share group's subscription), those whose partition leases it holds. Split, it leases the
+    partitions its consumers take (a share member takes those this gateway leads), and gives one
+    up only once nothing of it is in flight here, so a record is never held on two gateways."""
 
     def __init__(
-        self, service: SubscriptionService, topic: str, name: str, mode: Mode, partitions: int
+        self, service: SubscriptionService, topic: str, name: str, mode: Mode, partitions: int,
+        *, split: bool = False, initial: str = "latest",
     ) -> None:
         self.service = service
         self.topic = topic
         self.name = name
         self.mode = mode
         self.partitions = partitions
+        self.split = split
+        self.initial = initial
+        self.owned: set[int] = set() if split else set(range(partitions))
         self.consumers: list[Consumer] = []
         self.cursor: dict[int, int] = {}
         self.read_pos: dict[int, int] = {}
@@ -116,7 +134,7 @@ class Subscription:
         self.watermark = SubscriptionWatermark(service.watermarks, topic) if service.watermarks else None
         self.watermark_sent: int | None = None  # what the consumers were told last
         self._watermark_lock = asyncio.Lock()
-        self._renew_at = time.monotonic() + _RENEW_EVERY  # also when added partitions are looked for
+        self._renew_at = 0.0 if split else time.monotonic() + _RENEW_EVERY  # also when added partitions are looked for
         # deliveries after which a record is archived (acknowledged undelivered) rather than
         # redelivered, 0 for none: a share group's share.delivery.count.limit; `on_archive` hears of it
         self.delivery_limit = 0
@@ -134,6 +152,66 @@ class Subscription:
             return [c for c in self.consumers if c.permits > 0]
         active = self.active
         return [active] if active is not None and active.permits > 0 else []
+
+    def wanted(self) -> set[int]:
+        """The partitions some consumer here takes."""
+        out: set[int] = set()
+        for c in self.consumers:
+            out |= set(range(self.partitions)) if c.partitions is None else set(c.partitions)
+        return {p for p in out if 0 <= p < self.partitions}
+
+    def take_partitions(self, consumer: Consumer, partitions: frozenset[int] | None) -> None:
+        """What `consumer` takes from now on; a split subscription leases what it lacks at once."""
+        if consumer.partitions != partitions:
+            consumer.partitions = partitions
+            self._renew_at = 0.0
+            self.wake.set()
+
+    def _readable(self, targets: list[Consumer]) -> list[int]:
+        """The partitions owned here that one of `targets` takes."""
+        if any(c.partitions is None for c in targets):
+            return sorted(self.owned)
+        return sorted({p for c in targets for p in (c.partitions or ()) if p in self.owned})
+
+    def owned_now(self, partitions: dict[int, Position]) -> None:
+        """A split subscription leased these partitions: it reads them from their durable positions."""
+        for p, pos in partitions.items():
+            self.cursor[p] = self.read_pos[p] = pos.cursor
+            self.max_acked[p] = pos.max_acked
+            self.outstanding[p] = {}
+            self.owned.add(p)
+        if partitions:
+            self.wake.set()
+
+    def disown(self, partitions: set[int]) -> None:
+        """Stop dispatching these partitions; what is still in flight of them is forgotten here (the
+        caller gives a partition up once nothing is, unless its lease ran out)."""
+        self.owned -= partitions
+        self.redeliver = deque(d for d in self.redeliver if d.partition not in partitions)
+        for p in partitions:
+            for d in set(self.outstanding.get(p, {}).values()):
+                if d.consumer is not None:
+                    d.consumer.deliveries.discard(d)
+                d.offsets = set()
+            self.outstanding[p] = {}
+
+    def give_back(self, deliveries: list[Delivery]) -> None:
+        """Deliveries handed to a consumer that never passed them on: up for delivery again, their
+        delivery counts unchanged."""
+        for d in deliveries:
+            if d.consumer is not None:
+                d.consumer.deliveries.discard(d)
+            d.consumer = None
+            held = self.outstanding[d.partition]
+            for o in d.offsets:
+                if held.get(o) is d:
+                    del held[o]
+        self.redeliver.extendleft(reversed([d for d in deliveries if d.offsets]))
+        self.wake.set()
+
+    def draining(self) -> set[int]:
+        """Partitions owned here that no consumer takes any more but that still have records in flight."""
+        return {p for p in self.owned - self.wanted() if self.outstanding[p]}
 
     def _release(self, deliveries: list[Delivery]) -> None:
         """Put what a consumer held up for redelivery to whoever comes next."""
@@ -320,7 +398,7 @@ class Subscription:
                 if time.monotonic() >= self._renew_at:
                     await self.service.renew(self)
                     await self.service.grow(self)
-                    self._renew_at = time.monotonic() + _RENEW_EVERY
+                    self._renew_at = time.monotonic() + self.service.renew_every(self)
                 progressed = await self._dispatch_once()
             except asyncio.CancelledError:
                 raise
@@ -330,7 +408,8 @@ class Subscription:
                 await self._wait(False, 0.5)
                 continue
             if not progressed:
-                await self._wait(bool(self._targets()), self._next_deadline())
+                await self._wait(bool(self._targets()),
+                                 min(self._next_deadline(), max(0.0, self._renew_at - time.monotonic())))
 
     def _next_deadline(self) -> float:
         while self._deadlines and not self._deadlines[0][2].offsets:
@@ -340,7 +419,7 @@ class Subscription:
         return max(0.0, min(_WAIT_POLL, self._deadlines[0][0] - time.monotonic()))
 
     async def _wait(self, for_log: bool, timeout: float) -> None:
-        parts = [(self.topic, p) for p in range(self.partitions)]
+        parts = [(self.topic, p) for p in sorted(self.owned)]
         if for_log:
             try:
                 if await self.service.log.arm_wakeups(parts):
@@ -374,15 +453,18 @@ class Subscription:
         targets = self._targets()
         if not targets:
             return False
+        readable = set(self._readable(targets))
         batch: list[Delivery] = []
+        waiting: deque[Delivery] = deque()  # for a consumer that takes its partition, when one has permits
         while self.redeliver and len(batch) < 64:
             d = self.redeliver.popleft()
             self._unclaimed(d)
             if d.offsets:
-                batch.append(d)
+                (batch if d.partition in readable else waiting).append(d)
+        self.redeliver.extendleft(reversed(waiting))
         if not batch:
             before = dict(self.read_pos)
-            batch = await self._read(sum(c.permits for c in targets))
+            batch = await self._read(sum(c.permits for c in targets), sorted(readable))
             if not batch:
                 return self.read_pos != before  # skipped acked or hidden entries: read on at once
         if self.delivery_limit:
@@ -398,16 +480,22 @@ class Subscription:
         generation = self._generation
         offsets: dict[int, list[int]] = {}
         for d in batch:
-            offsets.setdefault(d.partition, []).extend(sorted(d.offsets))
-        counts = await self.service.store.delivered(self.topic, self.name, self.delivery_limit, offsets)
+            offsets.setdefault(d.partition, []).extend(d.offsets)
+        counts = await self.service.store.delivered(self.topic, self.name, self.delivery_limit,
+                                                    {p: sorted(offs) for p, offs in offsets.items()})
         if generation != self._generation:
             return []
         out: list[Delivery] = []
         over = False
         for d in batch:
+            counted = counts[d.partition]
+            if counted is None:  # the usual case: new records from the log, each delivered once now
+                d.redelivery_count = 0
+                out.append(d)
+                continue
             by_count: dict[int, set[int]] = {}
             for o in d.offsets:
-                by_count.setdefault(counts[d.partition][o], set()).add(o)
+                by_count.setdefault(counted[o], set()).add(o)
             for n, offs in sorted(by_count.items()):
                 if n < 0:  # at the limit already: delivered -n times, by a gateway gone since
                     self.redeliver.append(Delivery(d.partition, d.entry, offs, -n))
@@ -442,10 +530,11 @@ class Subscription:
         if offsets:
             await self.acknowledge(offsets, {})
 
-    async def _read(self, budget: int) -> list[Delivery]:
+    async def _read(self, budget: int, parts: list[int]) -> list[Delivery]:
         """New batches from the partitions' read positions, as many as the permits allow."""
         generation = self._generation
-        parts = list(range(self.partitions))
+        if not parts:
+            return []
         slices = await asyncio.gather(
             *(self.service.log.read(self.topic, p, self.read_pos[p], min(64, max(1, budget)),
                                     read_committed=self.read_committed)
@@ -499,7 +588,11 @@ class Subscription:
         per_consumer: dict[Consumer, list[Delivery]] = {}
         now = time.monotonic()
         for d in batch:
-            live = [c for c in targets if c.permits > 0] or targets
+            takers = [c for c in targets if c.partitions is None or d.partition in c.partitions]
+            if not takers:  # its consumers left meanwhile
+                self.redeliver.append(d)
+                continue
+            live = [c for c in takers if c.permits > 0] or takers
             consumer = live[self._rr % len(live)]
             self._rr += 1
             consumer.permits -= len(d.offsets)
@@ -528,11 +621,13 @@ class SubscriptionService:
 
     def __init__(
         self, log_service: LogService, store: Store, node_id: int = 0,
-        watermarks: WatermarkService | None = None,
+        watermarks: WatermarkService | None = None, lease_ms: int = LEASE_MS,
     ) -> None:
-        """Gateways sharing a Redis need distinct node ids: a subscription is dispatched by one
-        gateway at a time, under a lease, so modes and acks mean the same across gateways. With
-        `watermarks`, each subscription keeps its watermark and tells its consumers."""
+        """Gateways sharing a Redis need distinct node ids: a subscription (or, split, each of its
+        partitions) is dispatched by one gateway at a time, under a lease of `lease_ms`, so modes
+        and acks mean the same across gateways. With `watermarks`, each subscription keeps its
+        watermark and tells its consumers."""
+        self.lease_ms = lease_ms
         self.log = log_service
         self.store = store.subscriptions
         # transactions' states ("COMMITTED", ...): lets a conflict with a transaction that has
@@ -556,8 +651,36 @@ class SubscriptionService:
             return {}
         return {p: Counter(d.redelivery_count + 1 for d in held.values()) for p, held in sub.outstanding.items()}
 
+    def renew_every(self, sub: Subscription) -> float:
+        """Seconds to the next renewal: soon while a split subscription lacks or drains a partition."""
+        every = min(_RENEW_EVERY, self.lease_ms / 3000)
+        if sub.split and (sub.wanted() != sub.owned):
+            return min(every, _SPLIT_RETRY)
+        return every
+
     async def renew(self, sub: Subscription) -> None:
-        await self.store.lease(sub.topic, sub.name, self.node_id, LEASE_MS)
+        """Renew the lease; split, also give up the partitions no consumer here takes and nothing is in
+        flight of, and take those consumers here take that no other gateway holds."""
+        if not sub.split:
+            await self.store.lease(sub.topic, sub.name, self.node_id, self.lease_ms)
+            return
+        wanted = sub.wanted()
+        keep = (sub.owned & wanted) | sub.draining()
+        drop = sub.owned - keep
+        if drop:
+            sub.disown(drop)
+            await self.store.lease_partitions(sub.topic, sub.name, self.node_id, 0, sorted(drop))
+        asked = keep | wanted
+        others = await self.store.lease_partitions(sub.topic, sub.name, self.node_id, self.lease_ms, sorted(asked))
+        lost = keep & others.keys()
+        if lost:  # its lease ran out here (Redis unreachable that long): another gateway has it now
+            log.warning("%s/%s: partitions %s are dispatched by another gateway now", sub.topic, sub.name,
+                        sorted(lost))
+            sub.disown(lost)
+        gained = sorted(asked - keep - others.keys())
+        if gained:
+            positions = await self.store.open(sub.topic, gained, sub.name, initial=sub.initial, mode=sub.mode.value)
+            sub.owned_now(dict(zip(gained, positions, strict=True)))
 
     async def grow(self, sub: Subscription) -> None:
         """Take in partitions added to the topic since; everything on them is new to the subscription."""
@@ -570,12 +693,17 @@ class SubscriptionService:
             sub.cursor[p] = sub.read_pos[p] = pos.cursor
             sub.max_acked[p] = pos.max_acked
             sub.outstanding[p] = {}
+            if not sub.split:
+                sub.owned.add(p)
         sub.partitions = info.partitions
         await sub.watermark_moved(reload={p: sub.cursor[p] for p in added})
 
-    async def _release_lease(self, topic: str, name: str) -> None:
+    async def _release_lease(self, sub: Subscription) -> None:
         with contextlib.suppress(Exception):
-            await self.store.lease(topic, name, self.node_id, 0)
+            if sub.split:
+                await self.store.lease_partitions(sub.topic, sub.name, self.node_id, 0, sorted(sub.owned))
+            else:
+                await self.store.lease(sub.topic, sub.name, self.node_id, 0)
 
     async def subscribe(
         self,
@@ -587,7 +715,12 @@ class SubscriptionService:
         initial_position: str = "latest",
         consumer_name: str = "",
         ack_timeout: float = 0.0,
+        split: bool = False,
+        partitions: frozenset[int] | None = None,
     ) -> Consumer:
+        """`partitions`: those the consumer takes (None: all). `split` (shared mode): a subscription
+        first opened here by this consumer is dispatched by partition, each under a lease of its own,
+        rather than whole; a consumer joining one open here already takes it as it is."""
         if not name:
             raise NotAllowed("a subscription needs a name")
         info = await self.log.topic(topic)
@@ -595,14 +728,16 @@ class SubscriptionService:
             sub = self._subs.get((topic, name))
             if sub is not None and sub.mode != mode:
                 raise ConsumerBusy(f"subscription {name!r} is in use in {sub.mode} mode")
-            consumer = Consumer(next(self._ids), consumer_name, sink, ack_timeout)
+            consumer = Consumer(next(self._ids), consumer_name, sink, ack_timeout, partitions=partitions)
+            split = split and mode == Mode.SHARED
             if sub is None:
-                await self.store.lease(topic, name, self.node_id, LEASE_MS)
+                if not split:
+                    await self.store.lease(topic, name, self.node_id, self.lease_ms)
+                sub = Subscription(self, topic, name, mode, info.partitions, split=split, initial=initial_position)
                 try:
                     positions = await self.store.open(
                         topic, range(info.partitions), name, initial=initial_position, mode=mode.value
                     )
-                    sub = Subscription(self, topic, name, mode, info.partitions)
                     for p, pos in enumerate(positions):
                         sub.cursor[p] = sub.read_pos[p] = pos.cursor
                         sub.max_acked[p] = pos.max_acked
@@ -610,7 +745,7 @@ class SubscriptionService:
                         await sub.watermark.load(dict(sub.cursor))
                         sub.watermark_sent = sub.watermark.value
                 except BaseException:
-                    await self._release_lease(topic, name)
+                    await self._release_lease(sub)
                     raise
                 sub.attach(consumer)
                 self._subs[(topic, name)] = sub
@@ -636,7 +771,7 @@ class SubscriptionService:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
-                await self._release_lease(sub.topic, sub.name)
+                await self._release_lease(sub)
 
     async def delete_subscription(self, consumer: Consumer) -> None:
         """The consumer leaves and takes the subscription with it; refused while others are attached."""
@@ -721,4 +856,4 @@ class SubscriptionService:
         for sub in subs:
             if sub.task is not None:
                 sub.task.cancel()
-            await self._release_lease(sub.topic, sub.name)
+            await self._release_lease(sub)

@@ -29,12 +29,12 @@ from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message
 from gateway.kafka.fetch import MAX_WAIT
 from gateway.kafka.groups import _authorize, _client_host, _coordinator, _response, group_error
-from gateway.kafka.metadata import LEADER_EPOCH, broker
+from gateway.kafka.metadata import LEADER_EPOCH, broker, peer_address
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, bytes_len, string, topic_key
 
 SOURCE_GROUP = 8  # DescribeConfigs' DYNAMIC_GROUP_CONFIG
 SOURCE_DEFAULT = 5
-ASSIGNOR = "simple"  # Kafka's share-group assignor; every member is given every partition here
+ASSIGNOR = "simple"  # Kafka's share-group assignor (`gateway.domain.groups.share.simple_assignment`)
 
 
 def share_error(exc: BaseException) -> KafkaError:
@@ -178,7 +178,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
     if fetched is None:
         return Encoded(encode_share_fetch_response(KafkaError.none, None, lock_ms, []))
     by_id = {name: tid for tid, name in names.items() if name is not None}
-    for topic, _ in set(fetched.records) | set(fetched.ack_errors):
+    for topic, _ in set(fetched.records) | set(fetched.ack_errors) | fetched.elsewhere:
         if topic not in by_id:  # a topic of the session the request did not name
             info = await ctx.services.log.topic(topic, create=False)
             by_id[topic] = uuid.UUID(hex=info.topic_id) if info.topic_id else None
@@ -188,6 +188,12 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
         if names[t.topic_id] is None:
             topics[t.topic_id] = [SharePartition(p.partition_index, leader, KafkaError.unknown_topic_id)
                                   for p in t.partitions]
+    endpoints: dict[int, tuple[int, str, int]] = {}
+    for topic, p in sorted(fetched.elsewhere - set(fetched.ack_errors) - set(fetched.records)):
+        elsewhere = peer_address(ctx, ctx.services.registry.leader(topic, p))
+        endpoints[elsewhere[0]] = elsewhere
+        topics.setdefault(by_id.get(topic), []).append(
+            SharePartition(p, elsewhere[0], KafkaError.not_leader_or_follower))
     for tp in sorted(set(fetched.records) | set(fetched.ack_errors)):
         topic, p = tp
         ack_error = fetched.ack_errors.get(tp)
@@ -199,7 +205,8 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
         topics.setdefault(by_id.get(topic), []).append(part)
     codes = {p.error for ps in topics.values() for p in ps} | {p.ack_error for ps in topics.values() for p in ps}
     codes.discard(KafkaError.none)
-    return Encoded(encode_share_fetch_response(KafkaError.none, None, lock_ms, list(topics.items())), codes)
+    return Encoded(encode_share_fetch_response(KafkaError.none, None, lock_ms, list(topics.items()),
+                                               sorted(endpoints.values())), codes)
 
 
 @dataclass
@@ -216,9 +223,11 @@ class SharePartition:
 
 
 def encode_share_fetch_response(
-    error: KafkaError, message: str | None, lock_ms: int, topics: list[tuple[uuid.UUID | None, list[SharePartition]]]
+    error: KafkaError, message: str | None, lock_ms: int, topics: list[tuple[uuid.UUID | None, list[SharePartition]]],
+    endpoints: list[tuple[int, str, int]] | None = None,
 ) -> list[bytes | memoryview]:
-    """ShareFetchResponse v1-v2 body as chunks (the versions are alike), equal to kio's encoding."""
+    """ShareFetchResponse v1-v2 body as chunks (the versions are alike), equal to kio's encoding;
+    `endpoints` (node id, host, port) are the leaders a NOT_LEADER_OR_FOLLOWER partition names."""
     chunks: list[bytes | memoryview] = []
     out = bytearray(I32.pack(0) + I16.pack(error) + string(message, True) + I32.pack(lock_ms))
     out += array_len(len(topics), True)
@@ -237,7 +246,10 @@ def encode_share_fetch_response(
                 out += I64.pack(first) + I64.pack(last) + I16.pack(count) + NO_TAGS
             out += NO_TAGS
         out += NO_TAGS
-    out += array_len(0, True) + NO_TAGS  # node endpoints: for NOT_LEADER errors, never answered here
+    out += array_len(len(endpoints or ()), True)
+    for node, host, port in endpoints or ():
+        out += I32.pack(node) + string(host, True) + I32.pack(port) + string(None, True) + NO_TAGS
+    out += NO_TAGS
     chunks.append(bytes(out))
     return chunks
 

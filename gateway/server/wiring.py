@@ -43,7 +43,7 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
         await log.warn_unmet_min_insync()  # acks=all produces to such topics are refused: say so at once
         delay = DelayService(store, notify_partition=log.notifier.notify)
         watermark = WatermarkService(store, log, snapshot_marks=config.watermark_snapshot_marks)
-        subscriptions = SubscriptionService(log, store, config.node_id, watermarks=watermark)
+        subscriptions = SubscriptionService(log, store, config.node_id, watermarks=watermark, lease_ms=config.lease_ms)
         closing.push_async_callback(subscriptions.close)  # hands subscription leases over
         txn = TransactionCoordinator(
             store,
@@ -77,6 +77,7 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
             log, subscriptions, store, session_timeout_ms=config.group_consumer_session_timeout_ms,
             heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             min_lock_duration_ms=config.group_share_min_record_lock_duration_ms,
+            leads=lambda topic, p: registry.leader(topic, p).node_id == config.node_id,
         )
         closing.push_async_callback(share.close)  # releases what its members hold, before the subscriptions close
         closing.push_async_callback(registry.release)

@@ -249,6 +249,12 @@ def subscription_owner(topic: str, name: str) -> str:
     return f"{partition_tag(topic, 0)}:owner:{name}"
 
 
+def subscription_owners(topic: str, name: str) -> str:
+    """Hash of a subscription's partition leases (partition -> "<node> <lease end ms>"), for
+    dispatch split by partition across gateways; in the slot of `subscription_owner`."""
+    return f"{partition_tag(topic, 0)}:owners:{name}"
+
+
 def group_owner(group_id: str) -> str:
     """String "<node id> <host> <port>" of the gateway coordinating a group, under a lease (PX)."""
     return f"{group_tag(group_id)}:owner"

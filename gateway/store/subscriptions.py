@@ -7,6 +7,7 @@ moves the cursor over the contiguous run. One script call per partition, all pip
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,7 +73,7 @@ class SubscriptionStore:
         return replies
 
     async def open(
-        self, topic: str, partitions: range, name: str, *, initial: str, mode: str
+        self, topic: str, partitions: Sequence[int], name: str, *, initial: str, mode: str
     ) -> list[Position]:
         """Create (at `initial`: 'earliest' or 'latest') or load the subscription on each partition."""
         now = now_ms()
@@ -96,18 +97,20 @@ class SubscriptionStore:
         replies = await self._run(calls)
         return {p: int(r[1]) for p, r in zip(acks, replies, strict=True)}
 
-    async def delivered(self, topic: str, name: str, limit: int, offsets: dict[int, list[int]]) -> dict[int, dict[int, int]]:
-        """Count a delivery of these offsets, per partition; each offset's count with it, or minus its
-        count for one delivered `limit` times already (not counted again: it is to be archived)."""
+    async def delivered(self, topic: str, name: str, limit: int,
+                        offsets: dict[int, list[int]]) -> dict[int, dict[int, int] | None]:
+        """Count a delivery of these offsets (ascending), per partition; each offset's count with it,
+        or minus its count for one delivered `limit` times already (not counted again: it is to be
+        archived); None for a partition whose offsets all go out for the first time."""
         calls = [
             # limit, offsets
             ("sub-deliver-3", topic, p,
              [keys.subscription(topic, p, name), keys.sub_deliveries(topic, p, name), keys.sub_acks(topic, p, name)],
-             [limit, " ".join(map(str, offs))])
+             [limit, _ranges(offs)])
             for p, offs in offsets.items()
         ]
         replies = await self._run(calls)
-        return {p: dict(zip(offs, map(int, r[1:]), strict=True))
+        return {p: None if int(r[1]) else dict(zip(offs, map(int, r[2:]), strict=True))
                 for (p, offs), r in zip(offsets.items(), replies, strict=True)}
 
     async def lock(self, topic: str, name: str, txn_id: str, acks: dict[int, tuple[int, list[int]]]) -> None:
@@ -178,13 +181,41 @@ class SubscriptionStore:
         ]
         await self._run(calls)
         async with storage_errors():
-            await self.redis.delete(keys.subscription_owner(topic, name))
+            await self.redis.delete(keys.subscription_owner(topic, name), keys.subscription_owners(topic, name))
+
+    async def _lease(self, topic: str, name: str, node: int, ttl_ms: int, partitions: str) -> list[Any]:
+        async with storage_errors():
+            # node, ttl_ms, partitions
+            reply: list[Any] = await self.scripts.call(
+                "sub-lease-2", [keys.subscription_owner(topic, name), keys.subscription_owners(topic, name)],
+                [node, ttl_ms, partitions])
+        return reply
 
     async def lease(self, topic: str, name: str, node: int, ttl_ms: int) -> None:
-        """Take or renew this node's lease on dispatching the subscription (ttl 0 releases it);
-        ConsumerBusy when another gateway holds it."""
-        async with storage_errors():
-            # node, ttl_ms
-            reply = await self.scripts.call("sub-lease-1", [keys.subscription_owner(topic, name)], [node, ttl_ms])
+        """Take or renew this node's lease on dispatching the whole subscription (ttl 0 releases it);
+        ConsumerBusy when another gateway holds it or any of its partitions."""
+        reply = await self._lease(topic, name, node, ttl_ms, "*")
         if reply[0] != ErrorCode.OK:
             raise ConsumerBusy(f"subscription {name!r} on {topic!r} is served by gateway {reply[1].decode()}")
+
+    async def lease_partitions(self, topic: str, name: str, node: int, ttl_ms: int,
+                               partitions: list[int]) -> dict[int, int]:
+        """Take or renew (ttl 0: give up) this node's leases on dispatching some partitions of the
+        subscription; those another gateway holds, with its node id (the rest are this node's)."""
+        if not partitions:
+            return {}
+        reply = await self._lease(topic, name, node, ttl_ms, " ".join(map(str, partitions)))
+        return {p: int(h) for p, h in zip(partitions, reply[1:], strict=True) if h}
+
+
+def _ranges(offsets: list[int]) -> str:
+    """Ascending offsets as space-separated offsets and first-last runs."""
+    out: list[str] = []
+    i = 0
+    while i < len(offsets):
+        j = i
+        while j + 1 < len(offsets) and offsets[j + 1] == offsets[j] + 1:
+            j += 1
+        out.append(str(offsets[i]) if i == j else f"{offsets[i]}-{offsets[j]}")
+        i = j + 1
+    return " ".join(out)

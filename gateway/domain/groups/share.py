@@ -4,10 +4,9 @@ Pure, as `classic.py` and `consumer.py`: no Redis, no tasks, no timers; the time
 event. What a share group hands out is records, not partitions: every member of a topic reads its
 partitions through the topic's shared subscription of the group's name
 (`gateway.domain.subscriptions`), which gives each record to one member at a time under a lock. So
-the assignment only says which partitions a member may fetch, and every member is given every
-partition of the topics it subscribes to: the first assignor of KIP-932 ("simple": a partition may
-be assigned to many members), which needs no reconciliation, so a member reaches its target in one
-heartbeat.
+the assignment only says which partitions a member fetches, and a partition may be assigned to
+several members; it needs no reconciliation, so a member reaches its target in one heartbeat. The
+assignment is Kafka 4.2's server-side "simple" assignor (`simple_assignment`).
 
 As Kafka's `GroupMetadataManager.shareGroupHeartbeat`: member epoch 0 joins (the member id is the
 client's own from ShareGroupHeartbeat v1, KIP-1082), -1 leaves; the group epoch moves whenever the
@@ -24,6 +23,7 @@ SHARE_SESSION_NOT_FOUND.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -35,6 +35,7 @@ LEAVE_EPOCH = -1
 CLOSE_SESSION_EPOCH = -1
 
 Assignment = dict[str, frozenset[int]]  # topic name -> partitions
+TopicPartition = tuple[str, int]
 
 
 class ShareErrorKind(IntEnum):
@@ -67,6 +68,59 @@ class ShareMember:
     assignment: Assignment = field(default_factory=dict)
 
 
+def simple_assignment(
+    partitions: list[TopicPartition], members: list[str], current: Mapping[str, Iterable[TopicPartition]]
+) -> dict[str, set[TopicPartition]]:
+    """Kafka 4.2's share-group `SimpleAssignor` (group-coordinator,
+    org.apache.kafka.coordinator.group.assignor: SimpleHomogeneousAssignmentBuilder, and per topic
+    SimpleHeterogeneousAssignmentBuilder), balance before stickiness: each partition goes to
+    ceil(members / partitions) members (its desired sharing), and each member to within one
+    partition of the others; what a member has (`current`) it keeps where that allows. Steps as
+    Kafka's: drop what is no longer a target, revoke partitions shared more than desired (from
+    members over their count first), revoke from members still over their count, then give the
+    partitions lacking members to the members under their count, round robin."""
+    if not partitions or not members:
+        return {m: set() for m in members}
+    sharing = -(-len(members) // len(partitions))
+    precise = sharing * len(partitions) / len(members)
+    desired = {m: math.ceil(precise * (i + 1)) - math.ceil(precise * i) for i, m in enumerate(members)}
+    targets = set(partitions)
+    owned = {m: [tp for tp in sorted(current.get(m, ())) if tp in targets] for m in members}
+    holders: dict[TopicPartition, list[str]] = {tp: [] for tp in partitions}
+    for m in members:
+        for tp in owned[m]:
+            holders[tp].append(m)
+    over = {m for m in members if len(owned[m]) > desired[m]}
+    for tp in partitions:
+        for prefer_over in (True, False):
+            for m in list(holders[tp]):
+                if len(holders[tp]) <= sharing:
+                    break
+                if (m in over) == prefer_over:
+                    holders[tp].remove(m)
+                    owned[m].remove(tp)
+    for m in members:
+        while len(owned[m]) > desired[m]:
+            holders[owned[m].pop()].remove(m)
+    unfilled = [m for m in members if len(owned[m]) < desired[m]]
+    turn = 0
+    for tp in partitions:
+        tried = 0
+        while len(holders[tp]) < sharing and unfilled and tried < len(unfilled):
+            m = unfilled[turn % len(unfilled)]
+            if tp in owned[m]:
+                turn, tried = turn + 1, tried + 1
+                continue
+            owned[m].append(tp)
+            holders[tp].append(m)
+            tried = 0
+            if len(owned[m]) >= desired[m]:
+                unfilled.remove(m)
+            else:
+                turn += 1
+    return {m: set(owned[m]) for m in members}
+
+
 @dataclass(frozen=True)
 class HeartbeatResult:
     member_id: str
@@ -90,6 +144,8 @@ class ShareGroup:
         self.members: dict[str, ShareMember] = {}
         self.sessions: dict[str, ShareSession] = {}
         self._sizes: dict[str, int] = {}  # partition counts the assignments were computed from
+        self.targets: dict[str, Assignment] = {}  # each member's target assignment at `_assigned_at`
+        self._assigned_at = -1
 
     @property
     def state(self) -> str:
@@ -134,13 +190,36 @@ class ShareGroup:
         if sizes != self._sizes:
             self._sizes = sizes
             self.epoch += 1
-        target = {t: frozenset(range(sizes[t])) for t in member.subscribed if t in sizes}
+        if self._assigned_at != self.epoch:
+            self._assign()
+        target = self.targets.get(member_id, {})
         changed = target != member.assignment or member_epoch == JOIN_EPOCH
         if member.epoch != self.epoch:
             member.previous_epoch, member.epoch = member.epoch, self.epoch
             changed = changed or member_epoch != member.epoch
         member.assignment = target
         return HeartbeatResult(member_id, member.epoch, target if changed else None)
+
+    def _assign(self) -> None:
+        """Every member's target assignment by `simple_assignment`: over all the topics at once when
+        the members subscribe to the same ones (Kafka's homogeneous case), else topic by topic."""
+        subscribed = {m.member_id: sorted(t for t in m.subscribed if t in self._sizes) for m in self.members.values()}
+        current = {mid: [(t, p) for t, ps in a.items() for p in ps] for mid, a in self.targets.items()}
+        groups: list[tuple[list[str], list[str]]]  # (topics, members) assigned together
+        if len({tuple(ts) for ts in subscribed.values()}) <= 1:
+            groups = [(next(iter(subscribed.values()), []), sorted(subscribed))]
+        else:
+            topics = sorted({t for ts in subscribed.values() for t in ts})
+            groups = [([t], sorted(m for m, ts in subscribed.items() if t in ts)) for t in topics]
+        targets: dict[str, dict[str, set[int]]] = {m: {} for m in subscribed}
+        for topics, members in groups:
+            partitions = [(t, p) for t in topics for p in range(self._sizes[t])]
+            mine = {m: [tp for tp in current.get(m, []) if tp[0] in topics] for m in members}
+            for m, tps in simple_assignment(partitions, members, mine).items():
+                for t, p in tps:
+                    targets[m].setdefault(t, set()).add(p)
+        self.targets = {m: {t: frozenset(ps) for t, ps in a.items()} for m, a in targets.items()}
+        self._assigned_at = self.epoch
 
     def remove(self, member_id: str) -> None:
         if self.members.pop(member_id, None) is not None:

@@ -12,6 +12,12 @@ killed loses none; what it held locked is delivered again from the subscription'
 delivery count Redis kept for it. Members, sessions and locks are kept in process, as Kafka keeps
 its timers (a new gateway's members join again on UNKNOWN_MEMBER_ID).
 
+Across gateways, as in Kafka (whose SharePartitionManager lives on each partition's leader), a
+member fetches a partition from the gateway Metadata names its leader: there alone the group's
+subscription dispatches it (split by partition, each under a lease), and a fetch elsewhere is
+answered NOT_LEADER_OR_FOLLOWER with the leader. Membership is the coordinator's; a leader that
+does not coordinate the group closes the share session of a member silent for the session timeout.
+
 Followed: KIP-932; Kafka 4.2's `SharePartition` (acquire, acknowledge: a batch of offsets not all
 acquired by the member is INVALID_RECORD_STATE and changes nothing; release on session close and
 member departure; archive at the delivery limit) and `GroupConfig` (the share group configs, their
@@ -25,7 +31,7 @@ import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -38,6 +44,7 @@ from gateway.domain.groups.share import (
     ShareErrorKind,
     ShareGroup,
     ShareMember,
+    ShareSession,
 )
 from gateway.domain.log import LogService
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
@@ -145,6 +152,7 @@ class Acquired:
 class ShareFetched:
     records: dict[TopicPartition, list[Acquired]] = field(default_factory=dict)
     ack_errors: dict[TopicPartition, ShareErrorKind] = field(default_factory=dict)
+    elsewhere: set[TopicPartition] = field(default_factory=set)  # asked for, led by another gateway
 
 
 @dataclass
@@ -184,6 +192,8 @@ class _Member:
         self.topics: dict[int, str] = {}  # consumer id -> topic
         self.handed: list[tuple[str, Delivery]] = []
         self.arrived = asyncio.Event()
+        self.seen = now_ms()  # the end of its last request here
+        self.fetching = 0  # its requests in progress here
 
     async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
         topic = self.topics.get(consumer_id)
@@ -200,6 +210,18 @@ class _Member:
     def held(self, topic: str, d: Delivery) -> bool:
         consumer = self.consumers.get(topic)
         return consumer is not None and d.consumer is consumer and bool(d.offsets)
+
+    def give_back(self, topic: str, keep: frozenset[int]) -> None:
+        """What was handed out of the topic's partitions other than `keep` and not yet fetched goes
+        back to the subscription undelivered (the member no longer fetches those partitions here)."""
+        consumer = self.consumers.get(topic)
+        sub = consumer.subscription if consumer is not None else None
+        if sub is None:
+            return
+        back = [d for t, d in self.handed if t == topic and d.partition not in keep and self.held(t, d)]
+        if back:
+            self.handed = [(t, d) for t, d in self.handed if not (t == topic and d in back)]
+            sub.give_back(back)
 
     def take(self, max_records: int, max_bytes: int) -> list[tuple[str, Delivery]]:
         """What was handed out and is still held, up to the limits (the first batch always)."""
@@ -225,7 +247,11 @@ class ShareCoordinator:
     def __init__(
         self, log_service: LogService, subscriptions: SubscriptionService, store: Store, *,
         session_timeout_ms: int, heartbeat_interval_ms: int, min_lock_duration_ms: int,
+        leads: Callable[[str, int], bool] = lambda topic, partition: True,
     ) -> None:
+        """`leads`: whether this gateway leads a partition (Metadata's answer); a member fetches a
+        partition where it is led, and there alone its subscription dispatches it."""
+        self.leads = leads
         self.log = log_service
         self.subscriptions = subscriptions
         self.store = store.share_groups
@@ -315,9 +341,13 @@ class ShareCoordinator:
         self._wake.set()
 
     async def _reap(self) -> None:
-        """Remove members whose session timed out, releasing what they held."""
+        """Remove members whose session timed out, releasing what they held; and forget the share
+        sessions of members silent here that long (on a gateway leading some of their partitions
+        but not coordinating their group, no heartbeat says when they have gone), so that what
+        they held is redelivered and their partitions can move to another leader."""
         while True:
             deadlines = [d for g in self.groups.values() if (d := g.next_deadline()) is not None]
+            deadlines += [m.seen + self.session_timeout_ms for m in self._members.values() if not m.fetching]
             wait = 1.0 if not deadlines else max(0.0, min(deadlines) - now_ms()) / 1000
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
@@ -326,6 +356,11 @@ class ShareCoordinator:
             for group_id, group in list(self.groups.items()):
                 for member_id in group.expire(now):
                     log.info("share group %s: member %s timed out", group_id, member_id)
+                    await self._drop(group_id, member_id)
+            for (group_id, member_id), m in list(self._members.items()):
+                if not m.fetching and m.seen + self.session_timeout_ms <= now:
+                    log.info("share group %s: member %s silent here, its share session closed", group_id, member_id)
+                    self._group(group_id).sessions.pop(member_id, None)
                     await self._drop(group_id, member_id)
 
     async def _drop(self, group_id: str, member_id: str) -> None:
@@ -451,16 +486,38 @@ class ShareCoordinator:
         member = self._members.get((group_id, member_id))
         if member is None:
             member = self._members[(group_id, member_id)] = _Member(self, group_id, member_id)
-        topics = {t for t, _ in session.partitions}
+            self._start_reaper()
+        member.fetching += 1
+        try:
+            return await self._fetch(member, session, out, max_records=max_records, max_bytes=max_bytes,
+                                     max_wait=max_wait)
+        finally:
+            member.fetching -= 1
+            member.seen = now_ms()
+
+    async def _fetch(self, member: _Member, session: ShareSession, out: ShareFetched, *, max_records: int,
+                     max_bytes: int, max_wait: float) -> ShareFetched:
+        """The member takes the partitions of its session this gateway leads, then records of them."""
+        # every partition of the session another gateway leads, as Kafka answers for a session's
+        # partitions its broker does not lead: the client asks Metadata again and moves it there
+        out.elsewhere = {(t, p) for t, p in session.partitions if not self.leads(t, p)}
+        mine: dict[str, frozenset[int]] = {}
+        for t, p in session.partitions:
+            mine[t] = mine.get(t, frozenset()) | ({p} if self.leads(t, p) else set())
+        topics = set(mine)
         for topic in set(member.consumers) - topics:
             consumer = member.consumers.pop(topic)
             await self.subscriptions.unsubscribe_consumer(consumer)
         for topic in topics - set(member.consumers):
-            await self._attach(member, topic)
+            await self._attach(member, topic, mine[topic])
+        for topic, consumer in member.consumers.items():
+            if consumer.subscription is not None:
+                member.give_back(topic, mine[topic])
+                consumer.subscription.take_partitions(consumer, mine[topic])
         if max_records <= 0 or not topics:
             return out
         taken = member.take(max_records, max_bytes)
-        if not taken and max_wait > 0:
+        if not taken and max_wait > 0 and not out.elsewhere:
             member.arrived.clear()
             for consumer in member.consumers.values():
                 if consumer.subscription is not None:
@@ -474,7 +531,7 @@ class ShareCoordinator:
         out.records = _acquired((t, d) for t, d in taken if (t, d.partition) in session.partitions)
         return out
 
-    async def _attach(self, member: _Member, topic: str) -> None:
+    async def _attach(self, member: _Member, topic: str, partitions: frozenset[int]) -> None:
         """The member becomes a consumer of the topic's subscription of the group's name."""
         cfg = self._configs.get(member.group_id) or await self.configs(member.group_id)
         reset = self.value(cfg, AUTO_OFFSET_RESET)
@@ -487,6 +544,7 @@ class ShareCoordinator:
         consumer = await self.subscriptions.subscribe(
             topic, member.group_id, member, mode=Mode.SHARED, initial_position=reset,
             consumer_name=member.member_id, ack_timeout=int(self.value(cfg, LOCK_DURATION)) / 1000,
+            split=True, partitions=partitions,
         )
         member.consumers[topic] = consumer
         member.topics[consumer.id] = topic
@@ -512,6 +570,8 @@ class ShareCoordinator:
         if session_epoch is not None:
             self._group(group_id).close_session(member_id, session_epoch)
         member = self._members.get((group_id, member_id))
+        if member is not None:
+            member.seen = now_ms()
         errors: dict[TopicPartition, ShareErrorKind] = {}
         by_topic: dict[str, dict[int, list[AckBatch]]] = {}
         for (topic, p), batches in acks.items():
