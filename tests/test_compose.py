@@ -42,7 +42,7 @@ def test_dockerfile_builds_the_wheel_and_runs_gateway_serve_installed_from_it():
     assert 'ENTRYPOINT ["gateway", "serve"]' in text
     build, run = re.split(r"^FROM ", text, flags=re.M)[1:]
     copied = {src for line in build.splitlines() if line.startswith("COPY ") for src in line.split()[1:-1]}
-    assert copied == {"gateway", "lua", "pyproject.toml", "README.md"}  # what the wheel is built from
+    assert copied == {"gateway", "lua", "pyproject.toml", "setup.py", "README.md"}  # what the wheel is built from
     assert all((ROOT / path).exists() for path in copied)
     assert "pip wheel" in build and "COPY --from=build" in run and "pip install" in run
     assert "-e " not in text and "COPY gateway" not in run, "the image runs the installed wheel, not the sources"
