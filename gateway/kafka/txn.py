@@ -105,10 +105,13 @@ async def _add_one(
             errors[(topic, partition)] = KafkaError.topic_authorization_failed
         else:
             to_check.append((topic, partition))
-    # each topic's description read once, all side by side
-    names = sorted({t for t, _ in to_check})
-    infos = dict(zip(names, await asyncio.gather(*(ctx.services.log.topic(t, create=False) for t in names),
-                                                 return_exceptions=True), strict=True))
+    # each topic's description once (as last seen, if it has the partitions wanted), all side by side
+    highest: dict[str, int] = {}
+    for t, p in to_check:
+        highest[t] = max(p, highest.get(t, 0))
+    names = sorted(highest)
+    infos = dict(zip(names, await asyncio.gather(*(ctx.services.log.known_topic(t, partition=highest[t])
+                                                   for t in names), return_exceptions=True), strict=True))
     for topic, partition in to_check:
         info = infos[topic]
         if isinstance(info, Exception):
