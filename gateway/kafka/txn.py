@@ -1,7 +1,8 @@
 """Kafka's transaction APIs over the coordinator: thin translations, errors mapped as clients act on them.
 
-EndTxn returns once every marker is written and the outcome recorded, so the producer's next
-transaction never meets CONCURRENT_TRANSACTIONS from this one.
+EndTxn returns once every marker is written and what the transaction held settled; the outcome is
+recorded just after, and the producer's next request about its transaction waits for that here, so
+its next transaction never meets CONCURRENT_TRANSACTIONS from this one.
 """
 
 from __future__ import annotations
