@@ -211,12 +211,14 @@ def encode(commands: list[tuple[Any, ...]]) -> list[bytes | bytearray | memoryvi
     for command in commands:
         small += b"*%d\r\n" % len(command)
         for arg in command:
-            b = arg if isinstance(arg, bytes | bytearray | memoryview) else str(arg).encode()
-            small += b"$%d\r\n" % len(b)
+            kind = type(arg)  # the usual kinds first: this runs for every argument of every call
+            b = arg.encode() if kind is str else b"%d" % arg if kind is int else arg \
+                if isinstance(arg, bytes | bytearray | memoryview) else str(arg).encode()
             if len(b) >= BIG:
-                chunks += [bytes(small), b]
+                chunks += [bytes(small + b"$%d\r\n" % len(b)), b]
                 small = bytearray(b"\r\n")
             else:
+                small += b"$%d\r\n" % len(b)
                 small += b
                 small += b"\r\n"
     chunks.append(bytes(small))
