@@ -104,6 +104,12 @@ def redis_round_trip() -> None:
         counter[0] += 1
 
 
+def uncounted_round_trips() -> None:
+    """The rest of the current task's round trips are no longer its request's: the request does not
+    wait for them (the task runs on after answering)."""
+    _ROUND_TRIPS.set(None)
+
+
 @contextmanager
 def counting_round_trips() -> Iterator[list[int]]:
     """Count the Redis round trips of the block (and of the tasks it starts) in the list's one item:

@@ -256,3 +256,16 @@ async def test_consume_transform_produce_exactly_once_with_aiokafka(gateway):
     await worker(abort_after=None)
     out = await asyncio.to_thread(ck_read, bs, "aio-out", 1, "read_committed", 30, settle=0.5)
     assert sorted(out) == sorted(b"out-%d" % i for i in range(30))
+
+
+async def test_the_next_request_of_a_producer_finds_its_ended_transaction_complete(gateway):
+    """EndTxn answers once its markers are written and records the outcome just after: the producer's
+    next request, a describe or its next transaction, finds the last one complete, never ending."""
+    await gateway.services.log.create_topic("ended", 1)
+    producers = gateway.services.txn_producers
+    pid, epoch = await producers.init("tx-ended", 10_000)
+    for commit in (True, False, True):
+        await producers.add_partitions("tx-ended", pid, epoch, [("ended", 0)])
+        await producers.end("tx-ended", pid, epoch, commit)
+        state = await producers.describe("tx-ended")
+        assert state.kafka_state == ("CompleteCommit" if commit else "CompleteAbort")

@@ -178,6 +178,14 @@ class LogService:
         self._remember(info)
         return info
 
+    async def known_topic(self, name: str, *, partition: int = 0) -> TopicInfo:
+        """The topic's description as last seen here when it has `partition` (a topic only grows),
+        read from Redis otherwise: for checks on a hot path, as Kafka's metadata cache serves them."""
+        info = self._topics.get(name)
+        if info is not None and partition < info.partitions:
+            return info
+        return await self.topic(name, create=False)
+
     def _remember(self, info: TopicInfo) -> None:
         old = self._topics.get(info.name)
         if old is not None and old.topic_id != info.topic_id:

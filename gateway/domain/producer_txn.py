@@ -116,6 +116,7 @@ class TransactionalProducers:
     async def init(self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
         """(producer id, epoch) for a (re)starting transactional producer; fences the older one."""
         self.coordinator.check_timeout(timeout_ms)
+        await self.coordinator.settled(full_key("", transactional_id))
         state = await self.fence.get("", transactional_id)
         presented = -1
         if producer_id >= 0 and state is not None:
@@ -161,6 +162,7 @@ class TransactionalProducers:
     async def verify_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]]
     ) -> dict[tuple[str, int], bool]:
+        await self.coordinator.settled(full_key("", transactional_id))
         state = await self._key(transactional_id, producer_id, epoch)
         info = await self.coordinator.describe(state.txn) if state.txn else None
         inside = set(info.partitions) if info is not None and info.state == "OPEN" else set()
@@ -227,6 +229,7 @@ class TransactionalProducers:
             raise InvalidTxnState(f"{transactional_id!r} has no transaction to end") from exc
 
     async def describe(self, transactional_id: str) -> ProducerState:
+        await self.coordinator.settled(full_key("", transactional_id))
         state = await self.fence.get("", transactional_id)
         if state is None:
             raise TransactionNotFound(f"unknown transactional.id {transactional_id!r}")

@@ -16,6 +16,7 @@ import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gateway import telemetry
 from gateway.clock import now_ms
 from gateway.errors import ErrorCode, GatewayError, InvalidRequest
 from gateway.formats.records import build_control_batch
@@ -95,7 +96,9 @@ class TransactionCoordinator:
         self.keep_finished_ms = keep_finished_ms
         self.settlers = list(settlers)
         self.partition_settlers = dict(partition_settlers or {})
-        self._ending: dict[str, asyncio.Task[str]] = {}
+        # each running roll-forward: (set once its markers and settlements are done, the whole run)
+        self._ending: dict[str, tuple[asyncio.Future[None], asyncio.Task[str]]] = {}
+        self._finishing: dict[str, asyncio.Task[str]] = {}  # by transaction key: its last end's final step
 
     def check_timeout(self, timeout_ms: int | None) -> int:
         timeout = self.default_timeout_ms if timeout_ms is None or timeout_ms <= 0 else timeout_ms
@@ -140,25 +143,49 @@ class TransactionCoordinator:
     ) -> None:
         await self.txns.add(str(txn), "subscription", [sub_member(t, p, s) for t, p, s in subs], epoch)
 
+    async def settled(self, key: str) -> None:
+        """Wait until the last transaction of transaction key `key` (full name) that this gateway
+        ended has its outcome recorded: `end_current` answers before that last step, and the
+        key's next step must not find its transaction still ending. Its failure is not this
+        caller's: the transaction stays unfinished, for the step to be refused as ending still
+        (CONCURRENT_TRANSACTIONS, which clients retry) until the reaper rolls it forward."""
+        finishing = self._finishing.get(key)
+        if finishing is not None and not finishing.done():
+            await asyncio.wait((finishing,))
+
     async def join(self, key: str, producer_id: int, epoch: int, kind: str, members: list[str]) -> str:
         """Add members (`part_member`s or `sub_member`s by `kind`) to the current transaction of the
         transaction key `key` (full name), opened first when there is none, checking the caller is
         the key's producer in the same step (the store's ProducerRefused when not)."""
+        await self.settled(key)
         return await self.txns.join(key, producer_id, epoch, self.coordinator_id, self.default_timeout_ms,
                                     self.max_timeout_ms, kind, members)
 
     async def current(self, key: str, producer_id: int, epoch: int, sub: tuple[str, int, str]) -> tuple[str, str, bool]:
         """(id, state, whether subscription `sub` is in it) of transaction key `key`'s current
         transaction ("", "", False: none), checking the caller is its producer in the same step."""
+        await self.settled(key)
         return await self.txns.current(key, producer_id, epoch, "subscription", sub_member(*sub))
 
     async def end_current(self, key: str, producer_id: int, epoch: int, commit: bool) -> str:
         """`end` of the current transaction of transaction key `key` (full name), checking the caller
-        is its producer in the same step (the store's ProducerRefused when not)."""
+        is its producer in the same step (the store's ProducerRefused when not). Answers once every
+        marker is written and everything settled, the outcome visible to readers; the final state is
+        recorded after (one round trip less to wait for), and the key's next step waits for it
+        (`settled`). Kafka answers EndTxn earlier still, before its markers."""
+        await self.settled(key)
         _crash_point("before-point-of-no-return")
         ending = await self.txns.end("", commit, epoch, key=key, producer_id=producer_id)
         _crash_point("after-point-of-no-return")
-        return await self._complete(ending.txn_id, ending)
+        marked, running = self._rolling(ending.txn_id, ending)
+        if not running.done():
+            self._finishing[key] = running
+            running.add_done_callback(lambda done: self._finishing.pop(key, None) if self._finishing.get(key)
+                                      is done else None)
+        await asyncio.wait((marked, running), return_when=asyncio.FIRST_COMPLETED)
+        if marked.done() and not marked.cancelled():
+            return COMMITTED if ending.state in (COMMITTING, COMMITTED) else ABORTED
+        return running.result()
 
     async def describe(self, txn: TxnId | str) -> TxnInfo | None:
         return await self.txns.describe(str(txn))
@@ -194,14 +221,28 @@ class TransactionCoordinator:
 
     async def _complete(self, txn_id: str, ending: Ending) -> str:
         """Markers, subscription settlement, final state; concurrent callers share one run."""
-        running = self._ending.get(txn_id)
-        if running is None:
-            running = asyncio.ensure_future(self._roll_forward(txn_id, ending))
-            self._ending[txn_id] = running
-            running.add_done_callback(lambda _: self._ending.pop(txn_id, None))
+        _, running = self._rolling(txn_id, ending)
         return await asyncio.shield(running)
 
-    async def _roll_forward(self, txn_id: str, ending: Ending) -> str:
+    def _rolling(self, txn_id: str, ending: Ending) -> tuple[asyncio.Future[None], asyncio.Task[str]]:
+        """The roll-forward of `txn_id` running, started now when none is: (done once its markers
+        and settlements are, the whole run)."""
+        run = self._ending.get(txn_id)
+        if run is None:
+            marked: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            running = asyncio.ensure_future(self._roll_forward(txn_id, ending, marked))
+            run = self._ending[txn_id] = (marked, running)
+            running.add_done_callback(lambda done: self._rolled(txn_id, marked, done))
+        return run
+
+    def _rolled(self, txn_id: str, marked: asyncio.Future[None], done: asyncio.Task[str]) -> None:
+        self._ending.pop(txn_id, None)
+        marked.cancel()  # a run that failed before its markers were done
+        if not done.cancelled() and (exc := done.exception()) is not None and marked.done() \
+                and not marked.cancelled():
+            log.warning("transaction %s: could not record its end (%s); it is rolled forward later", txn_id, exc)
+
+    async def _roll_forward(self, txn_id: str, ending: Ending, marked: asyncio.Future[None]) -> str:
         if ending.state in (COMMITTED, ABORTED):
             return ending.state
         commit = ending.state == COMMITTING
@@ -211,6 +252,8 @@ class TransactionCoordinator:
             await self._write_markers(txn_id, ending, commit)
         finally:
             await subs
+        marked.set_result(None)
+        telemetry.uncounted_round_trips()  # an end answered at its markers does not wait for this one
         _crash_point("before-finish")
         return await self.txns.finish(txn_id, self.keep_finished_ms)
 

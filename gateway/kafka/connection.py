@@ -80,6 +80,7 @@ class KafkaConnection:
                     await room.acquire()  # returns at once
                 elif not await _unless_done(room.acquire(), writing):
                     return  # the writer ended while all those answers were pending
+                earlier = {t for t in earlier if not t.done()}  # a request answered waits for nothing
                 if not bare and _api_key(frame) != ApiKey.PRODUCE and earlier:
                     # only produces overlap: anything else sees every earlier request done
                     if not await _unless_done(asyncio.wait(earlier), writing):
@@ -89,7 +90,7 @@ class KafkaConnection:
                 started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 task = asyncio.ensure_future(self._answer(frame, bare, started))
                 answers.put_nowait(task)
-                earlier = {t for t in earlier if not t.done()} | {task}
+                earlier.add(task)
                 # on to the next request once this one is answered, or its appends are on their way
                 if not await _either_unless(task, started, writing):
                     return

@@ -1,7 +1,8 @@
 """Kafka's transaction APIs over the coordinator: thin translations, errors mapped as clients act on them.
 
-EndTxn returns once every marker is written and the outcome recorded, so the producer's next
-transaction never meets CONCURRENT_TRANSACTIONS from this one.
+EndTxn returns once every marker is written and what the transaction held settled; the outcome is
+recorded just after, and the producer's next request about its transaction waits for that here, so
+its next transaction never meets CONCURRENT_TRANSACTIONS from this one.
 """
 
 from __future__ import annotations
@@ -105,10 +106,13 @@ async def _add_one(
             errors[(topic, partition)] = KafkaError.topic_authorization_failed
         else:
             to_check.append((topic, partition))
-    # each topic's description read once, all side by side
-    names = sorted({t for t, _ in to_check})
-    infos = dict(zip(names, await asyncio.gather(*(ctx.services.log.topic(t, create=False) for t in names),
-                                                 return_exceptions=True), strict=True))
+    # each topic's description once (as last seen, if it has the partitions wanted), all side by side
+    highest: dict[str, int] = {}
+    for t, p in to_check:
+        highest[t] = max(p, highest.get(t, 0))
+    names = sorted(highest)
+    infos = dict(zip(names, await asyncio.gather(*(ctx.services.log.known_topic(t, partition=highest[t])
+                                                   for t in names), return_exceptions=True), strict=True))
     for topic, partition in to_check:
         info = infos[topic]
         if isinstance(info, Exception):

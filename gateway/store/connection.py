@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -184,13 +183,27 @@ def _sentinel_client(parsed: SentinelUrl, options: dict[str, Any]) -> SentinelRe
     return client
 
 
-@asynccontextmanager
-async def storage_errors() -> AsyncIterator[None]:
+class _StorageErrors:
+    """`storage_errors`' context: a class, not a generator, as every Redis call enters one and a
+    generator's context costs a generator, its frame and two steps of it each time."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, UNAVAILABLE):
+            raise StorageUnavailable(f"redis unavailable: {exc}") from exc
+        return False
+
+
+_STORAGE_ERRORS = _StorageErrors()
+
+
+def storage_errors() -> _StorageErrors:
     """Turn Redis being away into the retriable `StorageUnavailable`."""
-    try:
-        yield
-    except UNAVAILABLE as exc:
-        raise StorageUnavailable(f"redis unavailable: {exc}") from exc
+    return _STORAGE_ERRORS
 
 
 async def wait_reachable(redis: RedisClient, url: str, timeout: float) -> None:

@@ -50,6 +50,7 @@ class RespConnection(asyncio.BufferedProtocol):
         self._waiting: deque[tuple[asyncio.Future[list[Any]], int, list[Any]]] = deque()
         self._transport: asyncio.Transport | None = None
         self._lost: BaseException | None = None
+        self._corked: list[bytes | bytearray | memoryview] | None = None  # commands to write this turn
 
     # -- the caller's side ----------------------------------------------------------------------
 
@@ -65,9 +66,21 @@ class RespConnection(asyncio.BufferedProtocol):
             return fut
         assert self._transport is not None
         redis_round_trip()
-        self._transport.writelines(encode(commands))
+        if self._corked is None:
+            # written at the end of this turn of the event loop, with whatever else callers send by
+            # then: one system call for all of them (in order, so Redis runs them as sent)
+            self._corked = encode(commands)
+            asyncio.get_running_loop().call_soon(self._flush)
+        else:
+            self._corked += encode(commands)
         self._waiting.append((fut, len(commands), []))
         return fut
+
+    def _flush(self) -> None:
+        chunks, self._corked = self._corked, None
+        if chunks and self.usable:
+            assert self._transport is not None
+            self._transport.writelines(chunks)
 
     def close(self) -> None:
         if self._transport is not None:
@@ -198,12 +211,14 @@ def encode(commands: list[tuple[Any, ...]]) -> list[bytes | bytearray | memoryvi
     for command in commands:
         small += b"*%d\r\n" % len(command)
         for arg in command:
-            b = arg if isinstance(arg, bytes | bytearray | memoryview) else str(arg).encode()
-            small += b"$%d\r\n" % len(b)
+            kind = type(arg)  # the usual kinds first: this runs for every argument of every call
+            b = arg.encode() if kind is str else b"%d" % arg if kind is int else arg \
+                if isinstance(arg, bytes | bytearray | memoryview) else str(arg).encode()
             if len(b) >= BIG:
-                chunks += [bytes(small), b]
+                chunks += [bytes(small + b"$%d\r\n" % len(b)), b]
                 small = bytearray(b"\r\n")
             else:
+                small += b"$%d\r\n" % len(b)
                 small += b
                 small += b"\r\n"
     chunks.append(bytes(small))
