@@ -192,10 +192,10 @@ class _StorageErrors:
     async def __aenter__(self) -> None:
         return None
 
-    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        """Never swallows an exception (None): mypy then knows code after the block is reached only normally."""
         if isinstance(exc, UNAVAILABLE):
             raise StorageUnavailable(f"redis unavailable: {exc}") from exc
-        return False
 
 
 _STORAGE_ERRORS = _StorageErrors()
