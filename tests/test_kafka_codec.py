@@ -194,6 +194,22 @@ def test_an_array_longer_than_the_request_is_refused_before_kio_sees_it():
         codec.decode_request(frame, codec.read_header(frame))
 
 
+
+@pytest.mark.parametrize(("api", "version", "body", "field"), [
+    (ApiKey.DELETE_ACLS, 1, struct.pack(">i", -1), "filters"),  # an array
+    (ApiKey.DELETE_ACLS, 2, b"\x00\x00", "filters"),  # a compact array (length 0 means null), no tags
+    (ApiKey.DESCRIBE_GROUPS, 0, struct.pack(">ih", 1, -1), "groups"),  # a string in an array of strings
+])
+def test_a_null_where_the_schema_has_none_is_refused_as_kafka_refuses_it(api, version, body, field):
+    """Kafka's generated readers throw "non-nullable field ... was serialized as null"; kio would hand
+    the handler a None."""
+    head = struct.pack(">hhih", api, version, 1, -1)
+    if codec.request_class(api, version).__header_schema__.__flexible__:
+        head += b"\x00"
+    frame = head + body
+    with pytest.raises(codec.MalformedRequest, match=f"non-nullable field {field} was serialized as null"):
+        codec.decode_request(frame, codec.read_header(frame))
+
 st.register_type_strategy(Records, st.binary(max_size=40).map(Records))
 ADVERTISED = [(r.api_key, v) for r in supported() for v in range(r.min_version, r.max_version + 1)]
 

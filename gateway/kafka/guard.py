@@ -1,10 +1,13 @@
-"""A length check run before kio decodes a request: no array may claim more items than bytes remain.
+"""A length check run before kio decodes a request: no array may claim more items than bytes remain,
+and no field the schema does not let be null is null.
 
 kio's native reader sizes an array's storage from the length on the wire before reading the items,
 so a 40-byte request claiming four billion items makes it ask for 32 GB, and the process aborts.
 This skims the request along kio's own schema (no objects built, strings and bytes skipped by
 their lengths) and refuses any array longer than the bytes left after it. Each item takes at least
-one byte, so a real request always passes.
+one byte, so a real request always passes. A null (length -1) where the schema has no null is
+refused as Kafka's generated readers refuse it ("non-nullable field ... was serialized as null"):
+kio would hand the handler a None it never expects.
 """
 
 from __future__ import annotations
@@ -49,9 +52,15 @@ def _length(buf: bytes | memoryview, pos: int, flexible: bool, wide: bool) -> tu
     return _I16.unpack_from(buf, pos)[0], pos + 2
 
 
-def _sized(flexible: bool, wide: bool) -> Skim:
+def _not_null(name: str) -> None:
+    raise MalformedRequest(f"non-nullable field {name} was serialized as null")
+
+
+def _sized(flexible: bool, wide: bool, nullable: bool, name: str) -> Skim:
     def skim(buf: bytes | memoryview, pos: int) -> int:
         n, pos = _length(buf, pos, flexible, wide)
+        if n < 0 and not nullable:
+            _not_null(name)
         end = pos + max(n, 0)
         if end > len(buf):
             raise MalformedRequest("a string or bytes field runs past the request")
@@ -69,11 +78,13 @@ def _fixed(size: int) -> Skim:
     return skim
 
 
-def _array(item: Skim, flexible: bool, item_size: int | None = None) -> Skim:
+def _array(item: Skim, flexible: bool, nullable: bool, name: str, item_size: int | None = None) -> Skim:
     """An array; items of one fixed size are skipped in one step (Fetch's partitions, for one)."""
 
     def skim(buf: bytes | memoryview, pos: int) -> int:
         n, pos = _length(buf, pos, flexible, True)
+        if n < 0 and not nullable:
+            _not_null(name)
         if n > len(buf) - pos:
             raise MalformedRequest(f"an array claims {n} items with {len(buf) - pos} bytes left")
         if item_size is not None:
@@ -96,30 +107,30 @@ def _nullable(inner: Skim) -> Skim:
     return skim
 
 
-def _primitive(kind: str, flexible: bool) -> Skim:
+def _primitive(kind: str, flexible: bool, nullable: bool, name: str) -> Skim:
     if kind in _FIXED:
         return _fixed(_FIXED[kind])
     if kind == "string":
-        return _sized(flexible, wide=False)
+        return _sized(flexible, False, nullable, name)
     if kind in ("bytes", "records"):
-        return _sized(flexible, wide=True)
+        return _sized(flexible, True, nullable, name)
     raise MalformedRequest(f"no length check for kafka type {kind!r}")
 
 
 def _field(f: Any, flexible: bool) -> tuple[Skim, int | None]:
     """The skim of one field, and its size when that is fixed."""
     shape = classify_field(f)
+    nullable = is_optional(f)
     if isinstance(shape, EntityTupleField):
         inner, size = _entity(shape.type_)
-        return _array(inner, flexible, size), None
+        return _array(inner, flexible, nullable, f.name, size), None
     if isinstance(shape, EntityField):
         inner, size = _entity(shape.type_)
-        return (_nullable(inner), None) if is_optional(f) else (inner, size)
+        return (_nullable(inner), None) if nullable else (inner, size)
     kind = f.metadata["kafka_type"]
-    item = _primitive(kind, flexible)
-    if shape.is_array:
-        return _array(item, flexible, _FIXED.get(kind)), None
-    return item, _FIXED.get(kind)
+    if shape.is_array:  # the array may be null, never its items
+        return _array(_primitive(kind, flexible, False, f.name), flexible, nullable, f.name, _FIXED.get(kind)), None
+    return _primitive(kind, flexible, nullable, f.name), _FIXED.get(kind)
 
 
 @cache
