@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from gateway.store.embedded import EmbeddedRedis
+from gateway.store.embedded import EmbeddedRedis, port_free
 from tests.conftest import GatewayProcess
 from tests.test_gateway_failover import consume_all
 
@@ -179,22 +179,13 @@ def test_workers_past_the_last_port_is_one_line(tmp_path: Path) -> None:
                           "choose a lower --kafka-port (GATEWAY_KAFKA_PORT)\n")
 
 
-def bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def test_a_worker_that_cannot_start_stops_all_with_one_line(tmp_path: Path) -> None:
     for _ in range(20):  # a port taken, worker 1's (the configured Kafka port + 1), below a free one
         taken = socket.socket()
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        if bindable(port - 1):
+        if port_free(port - 1):
             break
         taken.close()
     with taken:

@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ import redis
 from redis.typing import EncodableT, FieldT
 
 from gateway.store.connection import CLUSTER_SCHEMES, is_cluster_url
-from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port
+from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port, port_free
 
 T = TypeVar("T")
 
@@ -389,18 +388,9 @@ def free_ports(count: int) -> int:
     """The first of `count` consecutive free ports: a `gateway serve --workers` takes its port + index."""
     for _ in range(100):
         base = free_port()
-        if base + count <= 65536 and all(_port_free(base + i) for i in range(1, count)):
+        if base + count <= 65536 and all(port_free(base + i) for i in range(1, count)):
             return base
     raise RuntimeError(f"no {count} consecutive free ports found")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @contextmanager

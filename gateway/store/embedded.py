@@ -40,6 +40,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether `port` can be bound now (a `--workers` gateway needs its port + index free too)."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def redis_server_binary() -> str:
     found = shutil.which("redis-server")
     if not found:
