@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gateway.clock import now_ms
 from gateway.domain.readahead import ReadAhead
+from gateway.domain.record_checks import check_records
 from gateway.domain.roles import NO_LEASE, Lease
 from gateway.domain.topic_configs import (
     BROKER_DEFAULTS,
@@ -30,7 +31,6 @@ from gateway.domain.topic_configs import (
 from gateway.errors import (
     CorruptMessage,
     InvalidPartitions,
-    InvalidRecord,
     InvalidRequest,
     MessageTooLarge,
     OffsetOutOfRange,
@@ -42,7 +42,6 @@ from gateway.errors import (
 from gateway.formats.records import (
     BatchHeader,
     iter_records,
-    keyless_record,
     parse_header,
     split_batches,
     stamp_log_append_time,
@@ -343,8 +342,7 @@ class LogService:
                         raise CorruptMessage("record count does not match the last offset delta")
                     if h.control:  # markers are the coordinator's: a forged one would end transactions
                         raise InvalidRequest("clients cannot write control batches")
-                if "compact" in cfg["cleanup.policy"].split(","):
-                    _check_keys(topic, partition, batches)
+                check_records(topic, partition, batches, cfg, now_ms())
                 replicas = int(cfg["min.insync.replicas"]) - 1 if acks == -1 else 0
                 if cfg["message.timestamp.type"] == "LogAppendTime":
                     stamped[i] = now_ms()
@@ -581,16 +579,6 @@ def absent_offsets(e: Entry) -> set[int]:
     if parse_header(e.batch, verify_crc=False).record_count == e.count:
         return set()
     return set(range(e.base_offset, e.next_offset)) - {r.offset for r in iter_records(e.batch, e.base_offset)}
-
-
-def _check_keys(topic: str, partition: int, batches: list[tuple[BatchHeader, memoryview]]) -> None:
-    """A compacted topic keeps the latest record of each key, so it refuses a record without one,
-    and with it the whole blob, as Kafka's `LogValidator.validateKey` does (INVALID_RECORD). Other
-    topics never pay for this scan."""
-    for _, view in batches:
-        if keyless_record(view) >= 0:
-            raise InvalidRecord(f"Compacted topic cannot accept message without key in topic partition "
-                                f"{topic}-{partition}.")
 
 
 def _hidden(e: Entry, sl: Slice) -> bool:
