@@ -392,6 +392,15 @@ def test_a_regex_subscription_gains_a_topic_created_later() -> None:
     assert co.doc.regexes == {}
 
 
+def test_a_regex_matching_nothing_is_kept_without_a_rebalance() -> None:
+    co = Coordinator({"audit": 1})
+    a = co.join("a", None, regex="orders-.*")
+    assert co.doc is not None
+    epoch = co.doc.group_epoch
+    a.heartbeat()  # the resolution lands: stored, though it names no topic, and the epoch stays
+    assert (co.doc.regexes, co.doc.group_epoch) == ({"orders-.*": ()}, epoch)
+
+
 def test_a_topic_gaining_partitions_is_reassigned() -> None:
     co = Coordinator({"t": 2})
     a, b = co.join("a"), co.join("b")

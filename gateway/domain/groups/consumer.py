@@ -19,9 +19,9 @@ The three layers of Kafka's group-coordinator module, followed here:
 
 Kept in process only, as Kafka keeps its timers: each member's session deadline, the revocation
 deadline (rebalance timeout) of a member asked to revoke, and when the group's regular expressions
-were last resolved (a gateway that takes a group over resolves them again at once). A stored group first seen here (`arm`)
-gives every member a fresh session and every revoking member a fresh revocation deadline, as a new
-Kafka coordinator does when it loads a group.
+were last resolved (a gateway that takes a group over resolves them again at once). A stored group
+first seen here (`arm`) gives every member a fresh session and every revoking member a fresh
+revocation deadline, as a new Kafka coordinator does when it loads a group.
 """
 
 from __future__ import annotations
@@ -255,8 +255,8 @@ class ConsumerGroup:
         if replaced is not None:
             self._replace(g, replaced, updated)
         g.members[member_id] = updated
-        if self._refresh_regexes(g, now, topics):
-            bump = True
+        moved, resolved = self._refresh_regexes(g, now, topics)
+        bump |= moved
         counts = {t: topics[t] for t in sorted(_subscribed_names(g)) if t in topics}
         if counts != g.partition_counts:
             g.partition_counts, bump = counts, True
@@ -275,9 +275,9 @@ class ConsumerGroup:
             else:
                 self.revocations.pop(member_id, None)
         self.touch(reconciled, now)
-        return reconciled, bump or retarget or replaced is not None
+        return reconciled, bump or retarget or resolved or replaced is not None
 
-    def _refresh_regexes(self, g: ConsumerGroupDoc, now: float, topics: Mapping[str, int]) -> bool:
+    def _refresh_regexes(self, g: ConsumerGroupDoc, now: float, topics: Mapping[str, int]) -> tuple[bool, bool]:
         """Kafka resolves a group's regular expressions asynchronously (GroupMetadataManager's
         maybeUpdateRegularExpressions schedules the resolution, handleRegularExpressionsResult
         applies it and bumps the group epoch): the heartbeat that brings a new regex is answered
@@ -285,22 +285,22 @@ class ConsumerGroup:
         and the next heartbeat of any member applies it first, resolving the regexes against the
         topics of that moment. A refresh is scheduled when a member brings a regex no member had,
         or, at most once per `REGEX_REFRESH_MIN_INTERVAL` after the last one, when a regex is
-        unresolved or topics were created since. Returns whether the resolved topics changed."""
-        changed = False
+        unresolved or topics were created since. Returns whether the topics the regexes name changed
+        (the group epoch moves, as handleRegularExpressionsResult bumps it) and whether the stored
+        resolutions did (a regex that matches nothing is stored too)."""
+        before = dict(g.regexes)
         in_use = {m.subscribed_regex for m in g.members.values() if m.subscribed_regex}
         if self.regex_refresh is not None:  # the result of the refresh scheduled before
             for rx in sorted(self.regex_refresh & in_use):
-                matched = matching(rx, list(topics))
-                changed |= g.regexes.get(rx) != matched
-                g.regexes[rx] = matched
+                g.regexes[rx] = matching(rx, list(topics))
             self.regex_refresh, self.regex_refreshed_at, self.regex_topics = None, now, frozenset(topics)
         for rx in set(g.regexes) - in_use:  # the last member of a regex left it (Kafka's tombstone)
-            changed |= bool(g.regexes.pop(rx))
-        if not in_use or now <= self.regex_refreshed_at + REGEX_REFRESH_MIN_INTERVAL:
-            return changed
-        if in_use != set(g.regexes) or not set(topics) <= self.regex_topics:  # a new regex is unresolved
+            del g.regexes[rx]
+        if in_use and now > self.regex_refreshed_at + REGEX_REFRESH_MIN_INTERVAL and (
+                in_use != set(g.regexes) or not set(topics) <= self.regex_topics):  # a new regex is unresolved
             self.regex_refresh = frozenset(in_use)
-        return changed
+        moved = any(before.get(rx, ()) != g.regexes.get(rx, ()) for rx in set(before) | set(g.regexes))
+        return moved, g.regexes != before
 
     def touch(self, m: ConsumerMemberDoc, now: float) -> None:
         """Start the member's session again: a classic member's own timeout, else the group's."""
