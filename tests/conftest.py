@@ -355,11 +355,14 @@ def java17_home() -> str:
 
 
 def spark_env() -> dict[str, str]:
-    """What a Spark driver and its Python workers need: Java 17, this interpreter, this checkout."""
+    """What a Spark driver and its Python workers need: Java 17, this interpreter, this checkout, and
+    loopback as its address (Spark otherwise looks up the machine's own name, which a container or a
+    new root need not resolve, and fails before it starts)."""
     root = str(Path(__file__).resolve().parents[1])
     path = os.environ.get("PYTHONPATH", "")
     return {
         "JAVA_HOME": java17_home(),
+        "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "PYTHONPATH": root + (os.pathsep + path if path else ""),

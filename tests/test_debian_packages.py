@@ -1,6 +1,7 @@
 """debian-packages.txt is the one list of Debian packages the project needs, and ./dev installs it:
 every program the suite started (recorded by an audit hook in conftest.py) comes from a package on
-that list, from a package every Debian has, or from the virtual environment itself. A
+that list, from a package every Debian has, or from a virtual environment (what pip installed, on
+the python3 the README asks for). A
 test that starts a program nothing installs fails here, rather than on the next fresh machine.
 
 This test runs last (conftest.py orders it), so in a whole run it sees every program started."""
@@ -76,15 +77,14 @@ def test_every_program_the_suite_started_comes_from_a_listed_package(redis_serve
     assert SPAWNED, "the suite's own Redis at least was started"
     readme = shell_programs(block("GATEWAY_ADMIN_TOKEN="))  # the README's shell block that test_readme runs
     assert {"curl", "gateway"} <= readme
-    ours = (Path(sys.prefix).resolve(), ROOT)
     search = os.pathsep.join([str(Path(sys.prefix) / "bin"), os.environ.get("PATH", "")])
     packages = listed()
     unlisted = {}
     for program in sorted(SPAWNED | readme):
         path = program if os.sep in program else shutil.which(program, path=search)
         assert path, f"the suite started {program!r}, which is on no PATH"
-        if any(Path(path).resolve().is_relative_to(d) for d in ours):
-            continue  # the virtual environment's own (pip installed it) or the repository's
+        if (Path(path).parent.parent / "pyvenv.cfg").is_file() or Path(path).resolve().is_relative_to(ROOT):
+            continue  # a virtual environment's (pip installed it, on the python3 the README asks for) or ours
         package = owner(path)
         if package is None or (package not in packages and not in_every_debian(package)):
             unlisted[path] = package
