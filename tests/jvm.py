@@ -1,0 +1,177 @@
+"""The suite's JVM side: Apache Kafka 4.4's clients, tools and broker from the jars tests/jvm pins
+(`./dev test` resolves them and writes tests/jvm/target/classpath.txt), and the small programs in
+tests/jvm/src that the tests run. Nothing here skips: without the built module a test fails, naming
+what to run."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.store.embedded import free_port
+from tests.conftest import java17_home
+
+JVM = Path(__file__).resolve().parent / "jvm"
+TIMEOUT = 120.0
+# a short-lived client starts faster on the C1 compiler and the serial collector
+CLIENT_JVM = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx512m"]
+
+
+def classpath() -> str:
+    listed = JVM / "target" / "classpath.txt"
+    if not listed.is_file():
+        raise RuntimeError("tests/jvm is not built: `./dev test` builds it (it needs Maven and a Java 17 JDK)")
+    return os.pathsep.join([str(JVM / "target" / "classes"), listed.read_text().strip()])
+
+
+def java_command(main: str, *args: str, options: list[str] = CLIENT_JVM, log_level: str = "WARN") -> list[str]:
+    """`java` running `main` from tests/jvm's classpath; Log4j writes to stderr at `log_level`."""
+    return [str(Path(java17_home()) / "bin" / "java"), *options, f"-Dlog.level={log_level}",
+            "-cp", classpath(), main, *args]
+
+
+@dataclass
+class Ran:
+    returncode: int
+    out: str  # stdout: what the program reports
+    err: str  # stderr: its log
+
+    def lines(self) -> list[str]:
+        return self.out.splitlines()
+
+
+async def java(main: str, *args: str, timeout: float = TIMEOUT, check: bool = True) -> Ran:
+    """Run a main class to its end, awaited (a gateway under test may share this event loop), killed
+    at `timeout`. With `check`, a non-zero exit fails, showing what it printed."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = await asyncio.create_subprocess_exec(*java_command(main, *args), stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=out, stderr=err)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        out.seek(0)
+        err.seek(0)
+        ran = Ran(proc.returncode, out.read().decode(), err.read().decode())
+    if check and ran.returncode != 0:
+        raise AssertionError(f"{main} {' '.join(args)} exited {ran.returncode}:\n{ran.out}\n{ran.err}")
+    return ran
+
+
+def random_cluster_id() -> str:
+    """What `kafka-storage random-uuid` prints: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+
+
+@dataclass
+class KafkaBroker:
+    """One Apache Kafka 4.4 node in KRaft mode, broker and controller in one process, as
+    `kafka-server-start.sh config/server.properties` runs it, in `dir` (its storage, properties and
+    log, broker.log, which stays there after the run)."""
+
+    dir: Path
+    port: int = field(default_factory=free_port)
+    controller_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[str] | None = None
+    started = "Kafka Server started"  # KafkaRaftServer's line once the broker serves clients
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "broker.log"
+
+    def properties(self) -> str:
+        return "\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"log.dirs={self.dir / 'data'}",
+            # one node: the internal topics have one replica, and one partition each, which a
+            # test's first group, transaction or share group then creates in a moment
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "share.coordinator.state.topic.num.partitions=1",
+            # as the suite's gateways: no 3 s wait before a new classic group's first rebalance
+            "group.initial.rebalance.delay.ms=0",
+            # ACLs served, as the gateway always serves them; the unauthenticated clients of the
+            # tests may do anything, as they may on a gateway without --auth
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:ANONYMOUS",
+            "",
+        ])
+
+    def start(self, timeout: float = TIMEOUT) -> None:
+        """Format the storage with Kafka's own StorageTool, start the node and return once it
+        logs that it serves; ports taken by another process meanwhile are chosen again."""
+        for attempt in range(3):
+            try:
+                self._start(timeout)
+                return
+            except RuntimeError as exc:
+                if attempt == 2 or "Address already in use" not in str(exc):
+                    raise
+                self.port, self.controller_port = free_port(), free_port()
+
+    def _start(self, timeout: float) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        config = self.dir / "server.properties"
+        config.write_text(self.properties())
+        formatted = subprocess.run(
+            java_command("kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
+                         "--cluster-id", random_cluster_id(), "--config", str(config)),
+            capture_output=True, text=True, timeout=timeout)
+        if formatted.returncode != 0:
+            raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
+        self.proc = subprocess.Popen(java_command("kafka.Kafka", str(config), options=[], log_level="INFO"),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        up = threading.Event()
+        threading.Thread(target=self._copy_log, args=(up,), daemon=True).start()
+        if not up.wait(timeout) or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError(f"the Kafka broker did not start; its log, {self.log}:\n{self.log_tail()}")
+
+    def _copy_log(self, up: threading.Event) -> None:
+        """Everything the broker prints goes to broker.log; `up` is set at its started line, or when
+        it exits."""
+        assert self.proc is not None and self.proc.stdout is not None
+        with self.log.open("a") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                if self.started in line:
+                    up.set()
+        up.set()
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "".join(self.log.read_text().splitlines(keepends=True)[-lines:]) if self.log.exists() else ""
+
+    def stop(self) -> None:
+        """A controlled shutdown (SIGTERM, as kafka-server-stop.sh sends), SIGKILL if it hangs."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
