@@ -3,6 +3,8 @@ a real Kafka 4.4 broker: what each observes must be the same (tests/jvm/src hold
 
 from __future__ import annotations
 
+import difflib
+import pprint
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -22,7 +24,9 @@ async def same_on_both(gateway, kafka_broker, scenario: Scenario) -> object:
     """What `scenario` observes against the gateway, checked equal to what it observes on Kafka."""
     on_kafka = await scenario(kafka_broker.bootstrap)
     on_gateway = await scenario(kafka_bootstrap(gateway))
-    assert on_gateway == on_kafka
+    assert on_gateway == on_kafka, "\n".join(difflib.unified_diff(
+        pprint.pformat(on_kafka, width=200).splitlines(), pprint.pformat(on_gateway, width=200).splitlines(),
+        "kafka", "gateway", lineterm=""))
     return on_kafka
 
 
@@ -93,3 +97,15 @@ async def test_share_consumer(gateway, kafka_broker):
 
     records = await same_on_both(gateway, kafka_broker, scenario)
     assert len(records) == 20
+
+
+async def test_admin_client(gateway, kafka_broker):
+    """The Admin client's common methods, in one scenario (tests/jvm/.../AdminOps.java): topics,
+    configs, offsets by time, records deleted, partitions added, group offsets, ACLs."""
+    topic = unique("admin")
+
+    async def scenario(bs: str) -> list[str]:
+        return (await java("gateway.jvm.AdminOps", bs, topic)).lines()
+
+    report = await same_on_both(gateway, kafka_broker, scenario)
+    assert "delete records: 4" in report and "offset earliest: 4" in report

@@ -41,9 +41,10 @@ Synonym = tuple[str, str, int]  # name, value, source
 
 
 def _entry(name: str, kind: Kind, doc: str | None, synonyms: list[Synonym], *,
-           read_only: bool = False) -> dict[str, Any]:
-    """A config whose value and source are those of its first synonym (the one that applies)."""
-    _, value, source = synonyms[0]
+           read_only: bool = False, default: str | None = None) -> dict[str, Any]:
+    """A config whose value and source are those of its first synonym (the one that applies), else
+    `default`, Kafka's."""
+    _, value, source = synonyms[0] if synonyms else (name, default, SOURCE_DEFAULT)
     return {"name": name, "value": value, "read_only": read_only, "config_source": source, "is_sensitive": False,
             "synonyms": [{"name": n, "value": v, "source": s} for n, v, s in synonyms], "config_type": kind,
             "documentation": doc}
@@ -55,7 +56,10 @@ def _synonyms(spec: ConfigDef, own: str | None, cluster: dict[str, str]) -> list
     out = [] if own is None else [(spec.name, own, SOURCE_TOPIC)]
     if spec.broker is not None and spec.broker in cluster:
         out.append((spec.broker, cluster[spec.broker], SOURCE_DYNAMIC_DEFAULT_BROKER))
-    out.append((spec.broker or spec.name, spec.default, SOURCE_DEFAULT))
+    if spec.broker_fallback is None:
+        out.append((spec.broker or spec.name, spec.default, SOURCE_DEFAULT))
+    elif spec.broker in cluster:  # Kafka lists broker synonyms from its own name on: none when unset
+        out.append((*spec.broker_fallback, SOURCE_DEFAULT))
     return out
 
 
@@ -66,7 +70,7 @@ def topic_config_entries(config: dict[str, str], cluster: dict[str, str],
     for name, spec in TOPIC_CONFIGS.items():
         if keys is not None and name not in keys:
             continue
-        out.append(_entry(name, spec.kind, spec.doc, _synonyms(spec, config.get(name), cluster)))
+        out.append(_entry(name, spec.kind, spec.doc, _synonyms(spec, config.get(name), cluster), default=spec.default))
     return out
 
 
@@ -113,7 +117,7 @@ async def _broker_entries(ctx: RequestContext, name: str, keys: list[str] | None
             out.append(_entry(key, kind, doc, [(key, value, SOURCE_STATIC_BROKER)], read_only=True))
     for broker, spec in BROKER_DEFAULTS.items():
         if wanted(broker):
-            out.append(_entry(broker, spec.kind, spec.doc, _synonyms(spec, None, cluster)))
+            out.append(_entry(broker, spec.kind, spec.doc, _synonyms(spec, None, cluster), default=spec.default))
     return out
 
 
