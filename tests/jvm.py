@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -46,14 +47,15 @@ class Ran:
         return self.out.splitlines()
 
 
-async def java(main: str, *args: str, timeout: float = TIMEOUT, check: bool = True) -> Ran:
+async def java(main: str, *args: str, timeout: float = TIMEOUT, check: bool = True, stdin: str | None = None) -> Ran:
     """Run a main class to its end, awaited (a gateway under test may share this event loop), killed
     at `timeout`. With `check`, a non-zero exit fails, showing what it printed."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = await asyncio.create_subprocess_exec(*java_command(main, *args), stdin=asyncio.subprocess.DEVNULL,
-                                                    stdout=out, stderr=err)
+        proc = await asyncio.create_subprocess_exec(
+            *java_command(main, *args), stdout=out, stderr=err,
+            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE)
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
+            await asyncio.wait_for(proc.communicate(None if stdin is None else stdin.encode()), timeout)
         finally:
             if proc.returncode is None:
                 proc.kill()
@@ -64,6 +66,41 @@ async def java(main: str, *args: str, timeout: float = TIMEOUT, check: bool = Tr
     if check and ran.returncode != 0:
         raise AssertionError(f"{main} {' '.join(args)} exited {ran.returncode}:\n{ran.out}\n{ran.err}")
     return ran
+
+
+# Kafka's scripts (bin/kafka-*.sh) and the main classes they run
+TOOLS = {
+    "kafka-acls": "org.apache.kafka.tools.AclCommand",
+    "kafka-configs": "org.apache.kafka.tools.ConfigCommand",
+    "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+    "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
+    "kafka-delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "kafka-features": "org.apache.kafka.tools.FeatureCommand",
+    "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
+    "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
+    "kafka-topics": "org.apache.kafka.tools.TopicCommand",
+    "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-verifiable-consumer": "org.apache.kafka.tools.VerifiableConsumer",
+    "kafka-verifiable-producer": "org.apache.kafka.tools.VerifiableProducer",
+}
+
+
+@dataclass
+class ToolRun:
+    command: list[str]  # as a user types it: the script's name, then its arguments
+    exit: int
+    out: str  # stdout and stderr together
+
+
+async def tools(*commands: list[str], timeout: float = TIMEOUT) -> list[ToolRun]:
+    """Run Kafka's command-line tools, one after another in one JVM (tests/jvm's Tools), each as
+    its script runs it: `["kafka-topics", "--bootstrap-server", ...]`."""
+    lines = "".join("\t".join([TOOLS[c[0]], *c[1:]]) + "\n" for c in commands)
+    ran = await java("gateway.jvm.Tools", stdin=lines, timeout=timeout)
+    parts = re.split(r"^=== exit (-?\d+)\n", ran.out, flags=re.M)
+    runs = [ToolRun(c, int(code), out) for c, out, code in zip(commands, parts[0::2], parts[1::2], strict=False)]
+    assert len(runs) == len(commands), f"the tools stopped after {len(runs)} of {len(commands)}:\n{ran.out}\n{ran.err}"
+    return runs
 
 
 def random_cluster_id() -> str:
