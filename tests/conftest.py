@@ -74,9 +74,9 @@ def _started(kind: type[EmbeddedRedis] | type[EmbeddedCluster], prefix: str) -> 
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One real Apache Kafka 4.4 node (tests/jvm.py's KafkaBroker) for the run, started the first time
+    """One real Apache Kafka 4.4 node (tests/kafka_jvm.py's KafkaBroker) for the run, started the first time
     a test asks for it, stopped at the end; its log stays in its temporary directory."""
-    from tests.jvm import KafkaBroker
+    from tests.kafka_jvm import KafkaBroker
 
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker"))
     broker.start()

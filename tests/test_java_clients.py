@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from tests.conftest import kafka_bootstrap
-from tests.jvm import java
+from tests.kafka_jvm import java
 from tests.kafka_clients import create_topic
 from tests.test_kafka_share import group_configs
 

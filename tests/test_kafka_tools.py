@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GatewayProcess, kafka_bootstrap
-from tests.jvm import TOOLS, ToolRun, java_command, tools
+from tests.kafka_jvm import TOOLS, ToolRun, java_command, tools
 from tests.kafka_clients import create_topic
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
