@@ -7,16 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import difflib
 import os
+import pprint
 import re
 import subprocess
 import tempfile
 import threading
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gateway.store.embedded import free_port
-from tests.conftest import java17_home
+from tests.conftest import java17_home, kafka_bootstrap
 
 JVM = Path(__file__).resolve().parent / "jvm"
 TIMEOUT = 120.0
@@ -108,6 +113,11 @@ def random_cluster_id() -> str:
     return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
 
 
+# Transactions V1, the protocol the gateway speaks (V2, KIP-890 part 2, is issue 34): Kafka 4.4
+# finalizes V2 by default, under which producers bump their epoch at every transaction's end
+FORMAT_FEATURES = ["--feature", "transaction.version=1"]
+
+
 @dataclass
 class KafkaBroker:
     """One Apache Kafka 4.4 node in KRaft mode, broker and controller in one process, as
@@ -158,7 +168,7 @@ class KafkaBroker:
         ])
 
     def start(self, timeout: float = TIMEOUT) -> None:
-        """Format the storage with Kafka's own StorageTool, start the node and return once it
+        """Format the storage with Kafka's own StorageTool (FORMAT_FEATURES), start the node and return once it
         logs that it serves; ports taken by another process meanwhile are chosen again."""
         for attempt in range(3):
             try:
@@ -175,7 +185,7 @@ class KafkaBroker:
         config.write_text(self.properties())
         formatted = subprocess.run(
             java_command("kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
-                         "--cluster-id", random_cluster_id(), "--config", str(config)),
+                         "--cluster-id", random_cluster_id(), "--config", str(config), *FORMAT_FEATURES),
             capture_output=True, text=True, timeout=timeout)
         if formatted.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
@@ -212,3 +222,21 @@ class KafkaBroker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+
+
+Scenario = Callable[[str], Awaitable[object]]
+
+
+async def same_on_both(gateway: Any, kafka_broker: KafkaBroker, scenario: Scenario) -> Any:
+    """What `scenario` observes against the gateway, checked equal to what it observes on Kafka."""
+    on_kafka = await scenario(kafka_broker.bootstrap)
+    on_gateway = await scenario(kafka_bootstrap(gateway))
+    assert on_gateway == on_kafka, "\n".join(difflib.unified_diff(
+        pprint.pformat(on_kafka, width=200).splitlines(), pprint.pformat(on_gateway, width=200).splitlines(),
+        "kafka", "gateway", lineterm=""))
+    return on_kafka
+
+
+def unique(prefix: str) -> str:
+    """A name no earlier test used: the broker lives as long as the run."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"

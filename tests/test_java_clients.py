@@ -3,36 +3,13 @@ a real Kafka 4.4 broker: what each observes must be the same (tests/jvm/src hold
 
 from __future__ import annotations
 
-import difflib
-import pprint
-import uuid
-from collections.abc import Awaitable, Callable
-
 import pytest
 
-from tests.conftest import kafka_bootstrap
-from tests.kafka_jvm import java
 from tests.kafka_clients import create_topic
+from tests.kafka_jvm import java, same_on_both, unique
 from tests.test_kafka_share import group_configs
 
-pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
-
-Scenario = Callable[[str], Awaitable[object]]
-
-
-async def same_on_both(gateway, kafka_broker, scenario: Scenario) -> object:
-    """What `scenario` observes against the gateway, checked equal to what it observes on Kafka."""
-    on_kafka = await scenario(kafka_broker.bootstrap)
-    on_gateway = await scenario(kafka_bootstrap(gateway))
-    assert on_gateway == on_kafka, "\n".join(difflib.unified_diff(
-        pprint.pformat(on_kafka, width=200).splitlines(), pprint.pformat(on_gateway, width=200).splitlines(),
-        "kafka", "gateway", lineterm=""))
-    return on_kafka
-
-
-def unique(prefix: str) -> str:
-    """A name no earlier test used: the broker lives as long as the run."""
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
 
 
 async def test_idempotent_producer(gateway, kafka_broker):

@@ -9,14 +9,14 @@ import asyncio
 import contextlib
 import json
 import re
-import uuid
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import GatewayProcess, kafka_bootstrap
-from tests.kafka_jvm import TOOLS, ToolRun, java_command, tools
 from tests.kafka_clients import create_topic
+from tests.kafka_jvm import TOOLS, ToolRun, java, java_command, same_on_both, tools, unique
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
 
@@ -72,7 +72,7 @@ def normalized(run: ToolRun) -> str:
 
 
 async def test_tools_answer_as_on_kafka(gateway, kafka_broker, tmp_path):
-    topic = f"tools-{uuid.uuid4().hex[:8]}"
+    topic = unique("tools")
     records = tmp_path / "delete-records.json"
     records.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "offset": 30}]}))
 
@@ -91,6 +91,22 @@ async def test_tools_answer_as_on_kafka(gateway, kafka_broker, tmp_path):
     assert (features.exit, features.out.strip()) == (0, "")
 
 
+async def verifiable(tool: str, bs: str, topic: str, *args: str) -> asyncio.subprocess.Process:
+    """kafka-verifiable-producer or -consumer in a JVM of its own, its JSON events on stdout."""
+    return await asyncio.create_subprocess_exec(
+        *java_command(TOOLS[tool], "--bootstrap-server", bs, "--topic", topic, *args),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+
+
+async def events(proc: asyncio.subprocess.Process, name: str) -> AsyncIterator[dict]:
+    """The events called `name` a verifiable client prints, as they come."""
+    assert proc.stdout is not None
+    async for line in proc.stdout:
+        event = json.loads(line)
+        if event["name"] == name:
+            yield event
+
+
 async def test_verifiable_producer_and_consumer_through_a_gateway_kill(gateway_process: GatewayProcess):
     """kafka-verifiable-producer keeps sending while the gateway is killed (SIGKILL) and started again;
     kafka-verifiable-consumer then reads every record the producer saw acknowledged."""
@@ -99,21 +115,16 @@ async def test_verifiable_producer_and_consumer_through_a_gateway_kill(gateway_p
     gp.start()
     topic = "verifiable"
     await create_topic(gp.kafka_bootstrap, topic, 3)
-    producer = await asyncio.create_subprocess_exec(
-        *java_command(TOOLS["kafka-verifiable-producer"], "--bootstrap-server", gp.kafka_bootstrap,
-                      "--topic", topic, "--max-messages", "1500", "--throughput", "300", "--acks", "-1"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    producer = await verifiable("kafka-verifiable-producer", gp.kafka_bootstrap, topic,
+                                "--max-messages", "1500", "--throughput", "300", "--acks", "-1")
     acked: dict[str, tuple[int, int]] = {}  # value: (partition, offset)
     enough = asyncio.Event()
 
     async def read_producer() -> None:
-        assert producer.stdout is not None
-        async for line in producer.stdout:
-            event = json.loads(line)
-            if event["name"] == "producer_send_success":
-                acked[event["value"]] = (event["partition"], event["offset"])
-                if len(acked) == 300:
-                    enough.set()
+        async for event in events(producer, "producer_send_success"):
+            acked[event["value"]] = (event["partition"], event["offset"])
+            if len(acked) == 300:
+                enough.set()
 
     reading = asyncio.create_task(read_producer())
     try:
@@ -127,20 +138,15 @@ async def test_verifiable_producer_and_consumer_through_a_gateway_kill(gateway_p
             producer.kill()
     assert producer.returncode == 0 and len(acked) > 300
 
-    consumer = await asyncio.create_subprocess_exec(
-        *java_command(TOOLS["kafka-verifiable-consumer"], "--bootstrap-server", gp.kafka_bootstrap,
-                      "--topic", topic, "--group-id", "verifiable", "--reset-policy", "earliest", "--verbose"),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    consumer = await verifiable("kafka-verifiable-consumer", gp.kafka_bootstrap, topic,
+                                "--group-id", "verifiable", "--reset-policy", "earliest", "--verbose")
     consumed: dict[str, tuple[int, int]] = {}
 
     async def read_consumer() -> None:
-        assert consumer.stdout is not None
-        async for line in consumer.stdout:
-            event = json.loads(line)
-            if event["name"] == "record_data":
-                consumed[event["value"]] = (event["partition"], event["offset"])
-                if acked.keys() <= consumed.keys():
-                    return
+        async for event in events(consumer, "record_data"):
+            consumed[event["value"]] = (event["partition"], event["offset"])
+            if acked.keys() <= consumed.keys():
+                return
 
     try:
         await asyncio.wait_for(read_consumer(), 120)
@@ -148,3 +154,47 @@ async def test_verifiable_producer_and_consumer_through_a_gateway_kill(gateway_p
         consumer.terminate()
         await consumer.wait()
     assert all(consumed[v] == at for v, at in acked.items())
+
+
+# columns of kafka-transactions' tables that differ between any two clusters, and the coordinator
+# epoch, which the gateway has not (docs/kafka-differences.md)
+VARIABLE_COLUMNS = {"Coordinator", "CoordinatorId", "ProducerId", "CurrentTransactionStartTimeMs",
+                    "TransactionDurationMs", "LastTimestamp", "LatestCoordinatorEpoch"}
+
+
+def table(out: str, keep: Callable[[dict[str, str]], bool] = lambda row: True) -> list[dict[str, str]]:
+    """A kafka-transactions table as rows by column name, less the columns in VARIABLE_COLUMNS."""
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header, *rows = lines
+    return [{k: v for k, v in row.items() if k not in VARIABLE_COLUMNS}
+            for row in (dict(zip(header, values, strict=False)) for values in rows) if keep(row)]
+
+
+async def test_kafka_transactions_answers_as_on_kafka(gateway, kafka_broker):
+    """kafka-transactions on a transaction left open by its producer: list, describe,
+    describe-producers, find-hanging, then abort by its first offset, after which read_committed
+    readers read past it."""
+    topic = unique("txns")
+
+    async def scenario(bs: str) -> list[object]:
+        await create_topic(bs, topic, 1)
+        await java("gateway.jvm.Produce", bs, topic, "commit:2,open:3", f"transactional.id={topic}")
+        b, tx = ["--bootstrap-server", bs], "kafka-transactions"
+        producers = [tx, *b, "describe-producers", "--topic", topic, "--partition", "0"]
+        listed, described, before, hanging, aborted, after = await tools(
+            [tx, *b, "list"],
+            [tx, *b, "describe", "--transactional-id", topic],
+            producers,
+            [tx, *b, "find-hanging", "--topic", topic],
+            [tx, *b, "abort", "--topic", topic, "--partition", "0", "--start-offset", "3"],
+            producers)
+        read = await java("gateway.jvm.Consume", bs, topic, "0", "isolation.level=read_committed")
+        return [table(listed.out, lambda row: row["TransactionalId"] == topic), table(described.out),
+                table(before.out), hanging.out, (aborted.exit, aborted.out), table(after.out), read.lines()]
+
+    answers = await same_on_both(gateway, kafka_broker, scenario)
+    assert answers[1][0]["TransactionState"] == "Ongoing" and answers[2][0]["CurrentTransactionStartOffset"] == "3"
+    assert answers[5][0]["CurrentTransactionStartOffset"] == "None"
+    assert [line.split()[2] for line in answers[6]] == ["commit-0", "commit-1"]

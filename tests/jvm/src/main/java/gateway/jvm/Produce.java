@@ -1,5 +1,6 @@
 package gateway.jvm;
 
+import java.time.Duration;
 import java.util.Properties;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -11,15 +12,19 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * its value (so the partition a record lands in is the same on every broker), and prints each
  * acknowledgement as `partition offset value`. PLAN is steps separated by commas: `send:N` sends N
  * records outside a transaction; `commit:N` and `abort:N` send N records in a transaction, then commit
- * or abort it (the settings must name a transactional.id) and print `commit` or `abort`.
+ * or abort it (the settings must name a transactional.id) and print `commit` or `abort`; `open:N`, the
+ * last step, sends N records in a transaction and leaves it open: the producer is closed at once,
+ * which aborts nothing.
  */
 public final class Produce {
     public static void main(String[] args) throws Exception {
         Properties props = Props.of(args[0], args, 3);
         boolean transactional = props.containsKey("transactional.id");
         int sent = 0;
-        try (KafkaProducer<String, String> producer =
-                new KafkaProducer<>(props, new StringSerializer(), new StringSerializer())) {
+        boolean open = false;
+        KafkaProducer<String, String> producer =
+                new KafkaProducer<>(props, new StringSerializer(), new StringSerializer());
+        try {
             if (transactional) {
                 producer.initTransactions();
             }
@@ -43,7 +48,10 @@ public final class Produce {
                 if (!action.equals("send")) {
                     System.out.println(action);
                 }
+                open = action.equals("open");
             }
+        } finally {
+            producer.close(open ? Duration.ZERO : Duration.ofMinutes(1));
         }
     }
 }
