@@ -57,14 +57,18 @@ public final class AdminOps {
                     new AlterConfigOp(new ConfigEntry("retention.ms", ""), AlterConfigOp.OpType.DELETE)))).all().get());
             report("configs", () -> configs(admin, resource));
 
-            produceTen(args[0], p0);
+            long base = produceTen(args[0], p0);
+            report("producers", () -> admin.describeProducers(List.of(p0)).partitionResult(p0).get()
+                    .activeProducers().stream().map(s -> "epoch " + s.producerEpoch() + " last sequence "
+                            + s.lastSequence() + " in a transaction " + s.currentTransactionStartOffset().isPresent())
+                    .toList());
             Map<String, OffsetSpec> specs = new TreeMap<>(Map.of(
                     "earliest", OffsetSpec.earliest(), "latest", OffsetSpec.latest(),
-                    "max timestamp", OffsetSpec.maxTimestamp(), "at 4500", OffsetSpec.forTimestamp(4500),
-                    "after the last", OffsetSpec.forTimestamp(99_999)));
+                    "max timestamp", OffsetSpec.maxTimestamp(), "at 4500", OffsetSpec.forTimestamp(base + 4500),
+                    "after the last", OffsetSpec.forTimestamp(base + 99_999)));
             specs.forEach((name, spec) -> report("offset " + name, () -> {
                 var info = admin.listOffsets(Map.of(p0, spec)).partitionResult(p0).get();
-                return info.offset() + " at " + info.timestamp();
+                return info.offset() + " at " + (info.timestamp() < 0 ? -1 : info.timestamp() - base);
             }));
             report("delete records", () -> admin.deleteRecords(Map.of(p0, RecordsToDelete.beforeOffset(4)))
                     .lowWatermarks().get(p0).get().lowWatermark());
@@ -139,13 +143,18 @@ public final class AdminOps {
                 .collect(Collectors.joining("; "));
     }
 
-    /** Ten records to one partition, timestamped 1000 to 10000. */
-    private static void produceTen(String bootstrap, TopicPartition tp) throws Exception {
+    /**
+     * Ten records to one partition, timestamped base + 1000 to base + 10000, where base is a minute
+     * ago (recent enough for no retention to remove them); returns base.
+     */
+    private static long produceTen(String bootstrap, TopicPartition tp) throws Exception {
+        long base = System.currentTimeMillis() - 60_000;
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(
                 Props.of(bootstrap, new String[0], 0), new StringSerializer(), new StringSerializer())) {
             for (int i = 1; i <= 10; i++) {
-                producer.send(new ProducerRecord<>(tp.topic(), tp.partition(), i * 1000L, null, "r" + i)).get();
+                producer.send(new ProducerRecord<>(tp.topic(), tp.partition(), base + i * 1000L, null, "r" + i)).get();
             }
         }
+        return base;
     }
 }
