@@ -11,6 +11,7 @@ import difflib
 import os
 import pprint
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -168,46 +169,52 @@ class KafkaBroker:
         ])
 
     def start(self, timeout: float = TIMEOUT) -> None:
-        """Format the storage with Kafka's own StorageTool (FORMAT_FEATURES), start the node and return once it
-        logs that it serves; ports taken by another process meanwhile are chosen again."""
+        """Format the storage with Kafka's own StorageTool (with FORMAT_FEATURES), start the node and
+        return once it logs that it serves; ports another process took meanwhile are chosen again."""
         for attempt in range(3):
-            try:
-                self._start(timeout)
+            if self._start(timeout):
                 return
-            except RuntimeError as exc:
-                if attempt == 2 or "Address already in use" not in str(exc):
-                    raise
-                self.port, self.controller_port = free_port(), free_port()
+            if attempt == 2 or "Address already in use" not in self.log.read_text():
+                raise RuntimeError(f"the Kafka broker did not start; its log, {self.log}:\n{self.log_tail()}")
+            self.port, self.controller_port = free_port(), free_port()
 
-    def _start(self, timeout: float) -> None:
+    def _start(self, timeout: float) -> bool:
+        """One try: whether the node started (else it is stopped, and its log says why)."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        # formatted afresh: the storage records the controller's address, which a retry changes
+        shutil.rmtree(self.dir / "data", ignore_errors=True)
         config = self.dir / "server.properties"
         config.write_text(self.properties())
         formatted = subprocess.run(
-            java_command("kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
+            java_command("kafka.tools.StorageTool", "format", "--standalone",
                          "--cluster-id", random_cluster_id(), "--config", str(config), *FORMAT_FEATURES),
             capture_output=True, text=True, timeout=timeout)
         if formatted.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
         self.proc = subprocess.Popen(java_command("kafka.Kafka", str(config), options=[], log_level="INFO"),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        up = threading.Event()
-        threading.Thread(target=self._copy_log, args=(up,), daemon=True).start()
-        if not up.wait(timeout) or self.proc.poll() is not None:
-            self.stop()
-            raise RuntimeError(f"the Kafka broker did not start; its log, {self.log}:\n{self.log_tail()}")
+        seen = threading.Event()
+        started: list[bool] = []
+        copying = threading.Thread(target=self._copy_log, args=(seen, started), daemon=True)
+        copying.start()
+        if seen.wait(timeout) and started:
+            return True
+        self.stop()
+        copying.join(10)  # its log complete before anyone reads it, or a retry writes the next
+        return False
 
-    def _copy_log(self, up: threading.Event) -> None:
-        """Everything the broker prints goes to broker.log; `up` is set at its started line, or when
-        it exits."""
+    def _copy_log(self, seen: threading.Event, started: list[bool]) -> None:
+        """Everything the broker prints goes to broker.log; `seen` is set at its started line (and
+        `started` holds True), or when its output ends."""
         assert self.proc is not None and self.proc.stdout is not None
-        with self.log.open("a") as log:
+        with self.log.open("w") as log:
             for line in self.proc.stdout:
                 log.write(line)
                 log.flush()
                 if self.started in line:
-                    up.set()
-        up.set()
+                    started.append(True)
+                    seen.set()
+        seen.set()
 
     def log_tail(self, lines: int = 60) -> str:
         return "".join(self.log.read_text().splitlines(keepends=True)[-lines:]) if self.log.exists() else ""
