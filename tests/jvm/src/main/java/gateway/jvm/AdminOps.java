@@ -103,6 +103,32 @@ public final class AdminOps {
             report("delete acls", () -> admin.deleteAcls(List.of(filter)).all().get());
             report("describe acls", () -> admin.describeAcls(filter).values().get());
 
+            String missing = topic + "-missing";
+            ConfigResource missingTopic = new ConfigResource(ConfigResource.Type.TOPIC, missing);
+            report("bad topic name", () -> admin.createTopics(List.of(new NewTopic("bad/name", 1, (short) 1))).all().get());
+            report("bad config", () -> admin.createTopics(List.of(new NewTopic(missing, 1, (short) 1)
+                    .configs(Map.of("retention.ms", "soon")))).all().get());
+            report("unknown config", () -> admin.createTopics(List.of(new NewTopic(missing, 1, (short) 1)
+                    .configs(Map.of("no.such.config", "1")))).all().get());
+            report("no partitions", () -> admin.createTopics(List.of(new NewTopic(missing, 0, (short) 1))).all().get());
+            report("describe a missing topic", () -> partitions(admin, missing));
+            report("configs of a missing topic", () -> configs(admin, missingTopic));
+            report("alter a missing topic", () -> admin.incrementalAlterConfigs(Map.of(missingTopic, List.of(
+                    new AlterConfigOp(new ConfigEntry("retention.ms", "1"), AlterConfigOp.OpType.SET)))).all().get());
+            report("alter to a bad value", () -> admin.incrementalAlterConfigs(Map.of(resource, List.of(
+                    new AlterConfigOp(new ConfigEntry("retention.ms", "soon"), AlterConfigOp.OpType.SET)))).all().get());
+            report("delete a missing topic", () -> admin.deleteTopics(List.of(missing)).all().get());
+            report("describe a missing group", () -> {
+                ConsumerGroupDescription d = admin.describeConsumerGroups(List.of(missing)).all().get().get(missing);
+                return d.groupState() + " " + d.type() + " members " + d.members().size();
+            });
+            report("offsets of a missing group", () -> admin.listConsumerGroupOffsets(missing)
+                    .partitionsToOffsetAndMetadata().get());
+            report("cluster", () -> {
+                var cluster = admin.describeCluster();
+                return cluster.nodes().get().size() + " nodes, controller " + (cluster.controller().get() != null);
+            });
+
             report("delete topic", () -> admin.deleteTopics(List.of(topic)).all().get());
             report("partitions", () -> partitions(admin, topic));
         }
