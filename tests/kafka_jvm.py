@@ -187,7 +187,8 @@ class KafkaBroker:
         config.write_text(self.properties())
         formatted = subprocess.run(
             java_command("kafka.tools.StorageTool", "format", "--standalone",
-                         "--cluster-id", random_cluster_id(), "--config", str(config), *FORMAT_FEATURES),
+                         # one argument: an id may begin with "-", which would read as an option
+                         f"--cluster-id={random_cluster_id()}", "--config", str(config), *FORMAT_FEATURES),
             capture_output=True, text=True, timeout=timeout)
         if formatted.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
