@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.domain.topic_configs import BROKER_DEFAULTS, TOPIC_CONFIGS, Change, ConfigDef, Kind, Op
-from gateway.errors import AuthorizationFailed, InvalidRequest
+from gateway.errors import AuthorizationFailed, InvalidRequest, TopicNotFound
 from gateway.kafka import codec, share
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
@@ -149,6 +149,8 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                 res["configs"] = await share.describe_group_configs(ctx, r.resource_name, keys)
             else:
                 res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs")
+        except TopicNotFound as exc:  # Kafka's message is empty
+            res.update(error_code=kafka_error(exc), error_message="")
         except Exception as exc:
             res.update(error_code=kafka_error(exc), error_message=error_message(exc))
         if not getattr(req, "include_synonyms", False):
@@ -185,6 +187,8 @@ async def _alter(ctx: RequestContext, r: Any, changes: list[Change], incremental
             await share.alter_group_configs(ctx, r.resource_name, changes, incremental, validate_only)
         else:
             res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs change")
+    except TopicNotFound as exc:
+        res.update(error_code=kafka_error(exc), error_message=f"The topic '{r.resource_name}' does not exist.")
     except Exception as exc:
         res.update(error_code=kafka_error(exc), error_message=error_message(exc))
     return res

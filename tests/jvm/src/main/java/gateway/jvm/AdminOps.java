@@ -36,7 +36,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
 /**
  * AdminOps BOOTSTRAP TOPIC [key=value...]: the Admin client's common methods, one after another, on a
  * new topic TOPIC (and a consumer group and ACLs of the same name), printing `what: result` a line;
- * a failure prints the exception's class.
+ * a failure prints the exception's class and message.
  */
 public final class AdminOps {
     private static final List<String> CONFIGS = List.of(
@@ -77,6 +77,7 @@ public final class AdminOps {
                     .lowWatermarks().get(p0).get().lowWatermark());
             report("create partitions", () -> admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(3))).all().get());
             report("partitions", () -> partitions(admin, topic));
+            report("as many partitions", () -> admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(3))).all().get());
             report("fewer partitions", () -> admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(1))).all().get());
 
             String group = topic;
@@ -106,6 +107,9 @@ public final class AdminOps {
             String missing = topic + "-missing";
             ConfigResource missingTopic = new ConfigResource(ConfigResource.Type.TOPIC, missing);
             report("bad topic name", () -> admin.createTopics(List.of(new NewTopic("bad/name", 1, (short) 1))).all().get());
+            report("topic name ..", () -> admin.createTopics(List.of(new NewTopic("..", 1, (short) 1))).all().get());
+            report("long topic name", () -> admin.createTopics(List.of(new NewTopic("t".repeat(250), 1, (short) 1)))
+                    .all().get());
             report("bad config", () -> admin.createTopics(List.of(new NewTopic(missing, 1, (short) 1)
                     .configs(Map.of("retention.ms", "soon")))).all().get());
             report("unknown config", () -> admin.createTopics(List.of(new NewTopic(missing, 1, (short) 1)
@@ -144,7 +148,7 @@ public final class AdminOps {
             Object value = call.run();
             result = value == null ? "ok" : value.toString();
         } catch (ExecutionException e) {
-            result = e.getCause().getClass().getSimpleName();
+            result = e.getCause().getClass().getSimpleName() + ": " + e.getCause().getMessage();
             e.printStackTrace();
         } catch (Exception e) {
             result = e.getClass().getSimpleName();
