@@ -108,8 +108,9 @@ async def events(proc: asyncio.subprocess.Process, name: str) -> AsyncIterator[d
 
 
 async def test_verifiable_producer_and_consumer_through_a_gateway_kill(gateway_process: GatewayProcess):
-    """kafka-verifiable-producer keeps sending while the gateway is killed (SIGKILL) and started again;
-    kafka-verifiable-consumer then reads every record the producer saw acknowledged."""
+    """kafka-verifiable-producer and kafka-verifiable-consumer keep going while the gateway is killed
+    (SIGKILL) and started again: the consumer reads every record the producer saw acknowledged, at
+    the offset it was acknowledged at."""
     gp = gateway_process
     gp.args += ["--log-level", "WARNING"]  # nothing reads its output: keep the pipe from filling
     gp.start()
@@ -117,8 +118,11 @@ async def test_verifiable_producer_and_consumer_through_a_gateway_kill(gateway_p
     await create_topic(gp.kafka_bootstrap, topic, 3)
     producer = await verifiable("kafka-verifiable-producer", gp.kafka_bootstrap, topic,
                                 "--max-messages", "1500", "--throughput", "300", "--acks", "-1")
+    consumer = await verifiable("kafka-verifiable-consumer", gp.kafka_bootstrap, topic,
+                                "--group-id", "verifiable", "--reset-policy", "earliest", "--verbose")
     acked: dict[str, tuple[int, int]] = {}  # value: (partition, offset)
-    enough = asyncio.Event()
+    consumed: dict[str, tuple[int, int]] = {}
+    enough, caught_up = asyncio.Event(), asyncio.Event()
 
     async def read_producer() -> None:
         async for event in events(producer, "producer_send_success"):
@@ -126,33 +130,32 @@ async def test_verifiable_producer_and_consumer_through_a_gateway_kill(gateway_p
             if len(acked) == 300:
                 enough.set()
 
-    reading = asyncio.create_task(read_producer())
+    def check() -> None:
+        if producing.done() and acked.keys() <= consumed.keys():
+            caught_up.set()
+
+    async def read_consumer() -> None:
+        async for event in events(consumer, "record_data"):
+            consumed[event["value"]] = (event["partition"], event["offset"])
+            check()
+
+    producing = asyncio.create_task(read_producer())
+    consuming = asyncio.create_task(read_consumer())
     try:
         await asyncio.wait_for(enough.wait(), 60)
         await asyncio.to_thread(gp.kill)
         await asyncio.to_thread(gp.start)
         await asyncio.wait_for(producer.wait(), 120)
-        await reading
+        await producing
+        check()
+        await asyncio.wait_for(caught_up.wait(), 120)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            producer.kill()
+        for proc in (producer, consumer):
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            await proc.wait()
+        consuming.cancel()
     assert producer.returncode == 0 and len(acked) > 300
-
-    consumer = await verifiable("kafka-verifiable-consumer", gp.kafka_bootstrap, topic,
-                                "--group-id", "verifiable", "--reset-policy", "earliest", "--verbose")
-    consumed: dict[str, tuple[int, int]] = {}
-
-    async def read_consumer() -> None:
-        async for event in events(consumer, "record_data"):
-            consumed[event["value"]] = (event["partition"], event["offset"])
-            if acked.keys() <= consumed.keys():
-                return
-
-    try:
-        await asyncio.wait_for(read_consumer(), 120)
-    finally:
-        consumer.terminate()
-        await consumer.wait()
     assert all(consumed[v] == at for v, at in acked.items())
 
 
