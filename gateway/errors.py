@@ -46,6 +46,7 @@ class ErrorCode(IntEnum):
     NOT_ENOUGH_REPLICAS = 30
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 31
     INVALID_RECORD = 32
+    INVALID_TIMESTAMP = 33
 
     @property
     def retriable(self) -> bool:
@@ -176,9 +177,20 @@ class InvalidConfig(GatewayError):
 
 
 class InvalidRecord(GatewayError):
-    """A record the topic cannot take (a record without a key on a compacted topic): the batch is refused."""
+    """A record the topic cannot take (a record without a key on a compacted topic): the batch is
+    refused; `record_errors` names each bad record by its index in the batch, with why."""
 
     code = ErrorCode.INVALID_RECORD
+
+    def __init__(self, message: str = "", record_errors: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors or []
+
+
+class InvalidTimestamp(InvalidRecord):
+    """A record's timestamp outside what the topic accepts (`message.timestamp.*.max.ms`)."""
+
+    code = ErrorCode.INVALID_TIMESTAMP
 
 
 class UnsupportedVersion(GatewayError):

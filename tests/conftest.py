@@ -27,6 +27,26 @@ from gateway.store import Store
 from gateway.store.connection import CLUSTER_SCHEMES, RedisClient, connect, is_cluster_url
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port
 
+SPAWNED: set[str] = set()
+"""Every program the suite has started so far, as given to `subprocess.Popen` (its `argv[0]` where no
+executable is named): tests/test_debian_packages.py checks each against debian-packages.txt."""
+
+
+def _record_spawn(event: str, args: tuple[Any, ...]) -> None:
+    if event == "subprocess.Popen":
+        executable, argv = args[0], args[1]
+        program = executable or (argv if isinstance(argv, (str, bytes, os.PathLike)) else argv[0])
+        SPAWNED.add(os.fsdecode(program))
+
+
+sys.addaudithook(_record_spawn)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The check of the programs the suite started runs last, when they have all been started."""
+    last = [i for i in items if i.nodeid.startswith("tests/test_debian_packages.py::")]
+    items[:] = [i for i in items if i not in last] + last
+
 
 def _docker_engine() -> bool:
     try:

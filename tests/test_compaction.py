@@ -112,6 +112,7 @@ def _produce_keyless(bs: str) -> None:
     p.produce("table", b"kept?", key=b"k", on_delivery=lambda err, _m: errors.append(err))
     p.produce("table", b"no key", on_delivery=lambda err, _m: errors.append(err))  # same batch as the first
     p.flush(TIMEOUT)
+    # one bad record: librdkafka gives the whole batch the partition's error (tests/test_kafka_record_errors.py)
     assert len(errors) == 2 and all(e is not None and e.code() == ck.KafkaError.INVALID_RECORD for e in errors)
     lo, hi = ck.Consumer({"bootstrap.servers": bs, "group.id": "g"}).get_watermark_offsets(
         ck.TopicPartition("table", 0), timeout=TIMEOUT)
@@ -122,7 +123,12 @@ async def test_a_record_without_a_key_is_refused_with_its_batch(gateway: Gateway
     await asyncio.to_thread(_produce_keyless, kafka_bootstrap(gateway))
     [done] = await gateway.services.log.append([("table", 0, _batch([(b"a", b"1"), (None, b"2")], Compression.LZ4))])
     assert isinstance(done.result, InvalidRecord)
-    assert str(done.result) == "Compacted topic cannot accept message without key in topic partition table-0."
+    assert done.result.record_errors == [(1, "Compacted topic cannot accept message without key in topic partition "
+                                              "table-0")]
+    assert str(done.result) == (
+        "One or more records have been rejected due to 1 record errors in total, and only showing the first three "
+        "errors at most: [RecordError(batchIndex=1, message='Compacted topic cannot accept message without key in "
+        "topic partition table-0')]")
     assert await gateway.services.log.bounds("table", 0) == (0, 0)
 
 

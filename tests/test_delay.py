@@ -102,6 +102,22 @@ async def test_due_messages_are_appended_at_once(env):
     assert (await svc.stats("t", 1)).messages == 1
 
 
+async def test_a_due_message_never_overtakes_an_earlier_one_still_waiting(env):
+    store, log = env
+    clock = Clock()
+    svc = service(store, log, clock)
+    await svc.schedule([DelayRequest("t", 0, msg("a"), T0 + 10)])
+    clock.ms = T0 + 20  # "a" is due, but no scheduler has moved it yet
+    res = await svc.schedule([DelayRequest("t", 0, msg("b"), T0 + 15), DelayRequest("t", 0, msg("early"), T0 + 5)])
+    assert [r.held for r in res] == [1, 1]  # "b" waits behind "a"; "early" is due before "a": at once
+    assert await log_values(log, "t") == ["early"]
+    assert await svc.scheduler().step() == 2
+    assert await log_values(log, "t") == ["early", "a", "b"]
+    # messages of one call that are all due enter in delivery-time order, not the order given
+    await svc.schedule([DelayRequest("t", 1, msg(v), T0 + dt) for v, dt in (("x", -1), ("y", -3), ("z", -2))])
+    assert await log_values(log, "t", 1) == ["y", "z", "x"]
+
+
 async def test_sealed_buckets_read_back_in_order_across_segments(env, raw_redis):
     store, log = env
     clock = Clock()
@@ -279,15 +295,20 @@ async def test_two_concurrent_schedulers_deliver_exactly_once(redis_url):
     stores = [Store.open(redis_url), Store.open(redis_url)]
     log = LogService(stores[0])
     await log.create_topic("t", 4)
-    producers = [service(s, log, bucket_max=100, segment_entries=16, move_limit=7) for s in stores]
     base = now_ms() + 200
+    # the producers schedule as of a moment before the first delivery time, however long that takes
+    # on a loaded machine, so every message waits for the schedulers (the order test's premise)
+    before = Clock(base - 1)
+    producers = [service(s, log, before, bucket_max=100, segment_entries=16, move_limit=7) for s in stores]
     n = 2000
-    held = 0  # on a slow machine the last ones are due before they are scheduled: appended at once
+    held = 0
     for k, svc in enumerate(producers):  # both gateways produce, both schedule
         requests = [DelayRequest("t", i % 4, msg(f"m{i}"), base + (i * 13) % 400) for i in range(k, n, 2)]
         per_partition = {r.partition: s for r, s in zip(requests, await svc.schedule(requests), strict=True)}
         held += sum(s.held for s in per_partition.values())
-    schedulers = [svc.scheduler(max_sleep=0.05) for svc in producers]
+    assert held == n
+    movers = [service(s, log, bucket_max=100, segment_entries=16, move_limit=7) for s in stores]
+    schedulers = [svc.scheduler(max_sleep=0.05) for svc in movers]
     try:
         async with running(schedulers[0]), running(schedulers[1]):
             async def all_moved() -> bool:  # in the logs, and counted by the schedulers that moved them

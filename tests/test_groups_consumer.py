@@ -365,14 +365,40 @@ def test_a_static_member_that_does_not_come_back_is_removed_at_its_session_end()
 
 
 def test_a_regex_subscription_gains_a_topic_created_later() -> None:
+    """Kafka resolves regexes off the heartbeat that brings them (GroupMetadataManager's
+    maybeUpdateRegularExpressions): literal topics come in the first answer, a regex's matches in a
+    later heartbeat, and a topic created later once the last refresh is 10 s old."""
     co = Coordinator({"orders-eu": 2, "audit": 1})
+    b = co.join("b", ["audit"])
     a = co.join("a", None, regex="orders-.*")
+    assert (a.owned, b.owned) == ({}, parts(audit=[0]))
+    assert co.doc is not None and co.doc.regexes == {}
+    b.heartbeat()  # any member's heartbeat lands the resolution; the epoch moves
+    a.heartbeat()
     assert a.owned == parts(**{"orders-eu": [0, 1]})
     co.topics["orders-us"] = 3
     co.topics["orders"] = 1  # the whole name must match: "orders" is not "orders-.*"
+    co.now += 5
     a.heartbeat()
+    a.heartbeat()  # the last refresh is 5 s old: the new topic waits
+    assert a.owned == parts(**{"orders-eu": [0, 1]})
+    co.now += 5.5
+    a.heartbeat()  # schedules the refresh ...
+    a.heartbeat()  # ... which this one lands
     assert a.owned == parts(**{"orders-eu": [0, 1], "orders-us": [0, 1, 2]})
-    assert co.doc is not None and co.doc.regexes == {"orders-.*": ("orders-eu", "orders-us")}
+    assert co.doc.regexes == {"orders-.*": ("orders-eu", "orders-us")}
+    a.leave()
+    b.heartbeat()  # the last member of the regex left: its resolution goes
+    assert co.doc.regexes == {}
+
+
+def test_a_regex_matching_nothing_is_kept_without_a_rebalance() -> None:
+    co = Coordinator({"audit": 1})
+    a = co.join("a", None, regex="orders-.*")
+    assert co.doc is not None
+    epoch = co.doc.group_epoch
+    a.heartbeat()  # the resolution lands: stored, though it names no topic, and the epoch stays
+    assert (co.doc.regexes, co.doc.group_epoch) == ({"orders-.*": ()}, epoch)
 
 
 def test_a_topic_gaining_partitions_is_reassigned() -> None:

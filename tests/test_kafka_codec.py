@@ -50,7 +50,9 @@ i64s = st.integers(-1, 2**40)
 @settings(max_examples=25, deadline=None)
 @given(
     topics=st.lists(
-        st.tuples(names, st.lists(st.tuples(st.integers(0, 1000), errors, i64s, i64s, st.none() | names), max_size=3)),
+        st.tuples(names, st.lists(st.tuples(st.integers(0, 1000), errors, i64s, i64s, st.none() | names,
+                                            st.lists(st.tuples(st.integers(0, 2**31 - 1), names), max_size=3)),
+                                  max_size=3)),
         max_size=3,
     )
 )
@@ -58,13 +60,15 @@ def test_produce_response_matches_kio(version, topics):
     def key(name: str) -> str | uuid.UUID:  # v13 names topics by id
         return uuid.uuid5(uuid.NAMESPACE_OID, name) if version >= 13 else name
 
-    ours = [(key(name), [PartitionResult(i, e, b, s, m) for i, e, b, s, m in parts]) for name, parts in topics]
+    ours = [(key(name), [PartitionResult(i, e, b, s, m, record_errors=tuple(r)) for i, e, b, s, m, r in parts])
+            for name, parts in topics]
     expected = kio_body(ApiKey.PRODUCE, version, {
         "throttle_time": 0,
         "responses": [
             {"name": name, "topic_id": name, "partition_responses": [
                 {"index": p.index, "error_code": p.error, "base_offset": p.base_offset, "log_append_time": None,
-                 "log_start_offset": p.log_start, "record_errors": (), "error_message": p.message}
+                 "log_start_offset": p.log_start, "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in p.record_errors]
+                 if version >= 8 else (), "error_message": p.message}
                 for p in parts]}
             for name, parts in ours
         ],

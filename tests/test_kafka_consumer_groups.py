@@ -239,8 +239,24 @@ async def test_regex_subscription_picks_up_a_topic_created_later(redis_url: str)
         await eventually(lambda: a.owned == {("pre-a", 0), ("pre-a", 1)}, what="the matching topic assigned")
         await services(gw).log.create_topic("pre-b", 2)
         await produce("confluent", bs, "pre-b", messages(0, 50))
+        # as Kafka's coordinator, the gateway looks for new topics at most every 10 s (consumer.py)
         await eventually(lambda: consumed_once(log, 50), what="the later topic consumed")
         assert a.owned == {("pre-a", 0), ("pre-a", 1), ("pre-b", 0), ("pre-b", 1)}
+        await a.close()
+
+
+async def test_regex_matches_come_after_the_literal_topics(redis_url: str) -> None:
+    """Kafka resolves a new regex off the heartbeat that brings it: the first assignment has the
+    subscription's literal topics, the regex's matches come with a later heartbeat."""
+    async with running(redis_url) as gw:
+        await services(gw).log.create_topic("plain", 1)
+        await services(gw).log.create_topic("rx-a", 2)
+        bs, log = kafka_bootstrap(gw), Log()
+        a = Member("a", bs, "gx", log, ["plain", "^rx-.*"]).start()
+        await eventually(lambda: a.owned == {("plain", 0), ("rx-a", 0), ("rx-a", 1)}, what="both assigned")
+        with log.lock:
+            assigned = [parts for _, who, what, parts in sorted(log.events) if what == "assign"]
+        assert assigned == [frozenset({("plain", 0)}), frozenset({("rx-a", 0), ("rx-a", 1)})]
         await a.close()
 
 

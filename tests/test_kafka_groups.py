@@ -497,3 +497,42 @@ async def test_consumers_starting_together_share_the_first_assignment(redis_url)
 async def _members(gw: Gateway, group_id: str) -> int:
     d = await gw.services.groups.describe(group_id)
     return len(d.members) if d else 0
+
+
+def _commit_for_another_member(bs: str) -> None:
+    """Two confluent-kafka members share a topic; one commits the partition the rebalance gave the
+    other, as a client does with a record it fetched before the rebalance."""
+    conf = {"bootstrap.servers": bs, "group.id": "gu", "enable.auto.commit": False,
+            "session.timeout.ms": SESSION_MS, "heartbeat.interval.ms": HEARTBEAT_MS,
+            "partition.assignment.strategy": "roundrobin"}
+    a, b = ck.Consumer(conf), ck.Consumer(conf)
+    deadline = time.monotonic() + 30
+
+    def poll_until(done: object) -> None:
+        while not done():  # type: ignore[operator]
+            assert time.monotonic() < deadline, "the group did not settle"
+            for c in members:
+                c.poll(0.05)
+
+    members = [a]
+    a.subscribe([TOPIC])
+    poll_until(lambda: len(a.assignment()) == 2)
+    members.append(b)
+    b.subscribe([TOPIC])
+    poll_until(lambda: len(a.assignment()) == len(b.assignment()) == 1)
+    [theirs] = b.assignment()
+    done = a.commit(offsets=[ck.TopicPartition(TOPIC, theirs.partition, 5)], asynchronous=False)
+    assert done is not None and [(tp.partition, tp.error) for tp in done] == [(theirs.partition, None)]
+    [committed] = b.committed([ck.TopicPartition(TOPIC, theirs.partition)], timeout=10)
+    assert committed.offset == 5
+    for c in members:
+        c.poll(0.05)
+    assert [tp.partition for tp in b.assignment()] == [theirs.partition]  # no rebalance came of it
+    a.close()
+    b.close()
+
+
+async def test_a_member_commits_a_partition_another_member_owns(gateway):
+    """Kafka's ClassicGroup.validateOffsetCommit checks only the member id and the generation."""
+    await gateway.services.log.create_topic(TOPIC, 2)
+    await asyncio.to_thread(_commit_for_another_member, kafka_bootstrap(gateway))

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.groups.offsets import encode_consumer_assignment
 from gateway.kafka.dispatch import ApiKey, load_handlers, lookup
 from tests.kafka_wire import call
 
@@ -197,3 +198,22 @@ async def test_list_and_delete_groups_at_each_version(conn, version):
     ]
     r = await call(conn, ApiKey.LIST_GROUPS, version)
     assert [g.group_id for g in r.groups] == ["b"]
+
+
+async def test_a_member_commits_a_partition_it_was_not_assigned(conn):
+    """Kafka's ClassicGroup.validateOffsetCommit checks the member id and the generation only: a
+    member's commit for a partition the leader gave nobody (or another member) is accepted."""
+    r = await call(conn, ApiKey.JOIN_GROUP, 3, {"group_id": "u", "session_timeout": 6000, "rebalance_timeout": 6000,
+                                                "member_id": "", "protocol_type": "consumer", "protocols": PROTOCOLS})
+    me, generation = r.member_id, r.generation_id
+    s = await call(conn, ApiKey.SYNC_GROUP, 3, {"group_id": "u", "generation_id": generation, "member_id": me,
+                                                "assignments": [{"member_id": me, "assignment": encode_consumer_assignment({"t": frozenset({0})})}]})
+    assert s.error_code == KafkaError.none
+    resp = await call(conn, ApiKey.OFFSET_COMMIT, 8, {
+        "group_id": "u", "generation_id_or_member_epoch": generation, "member_id": me, "topics": [
+            {"name": "t", "partitions": [{"partition_index": p, "committed_offset": 5 + p, "committed_metadata": ""}
+                                         for p in (0, 1)]}]})
+    assert [(p.partition_index, p.error_code) for p in resp.topics[0].partitions] == [
+        (0, KafkaError.none), (1, KafkaError.none)]
+    f = await call(conn, ApiKey.OFFSET_FETCH, 7, {"group_id": "u", "topics": None})
+    assert [(p.partition_index, p.committed_offset) for p in f.topics[0].partitions] == [(0, 5), (1, 6)]

@@ -249,10 +249,37 @@ def _broker_configs(bs_a: str, bs_b: str) -> None:
     assert (configs["retention.ms"].value, configs["retention.ms"].source) == (
         "3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
 
-    per_broker = ConfigResource(ResourceType.BROKER, "0", incremental_configs=[
-        ConfigEntry("log.retention.ms", "1", incremental_operation=AlterConfigOpType.SET)])
-    with pytest.raises(KafkaException):
-        wait_all(a.incremental_alter_configs([per_broker]))
+
+
+def _per_broker_configs(bs_a: str, bs_b: str) -> None:
+    """Gateway 0's own configs through confluent-kafka's AdminClient, which sends a broker's configs
+    requests to that broker."""
+    a, b = AdminClient({"bootstrap.servers": bs_a}), AdminClient({"bootstrap.servers": bs_b})
+    zero = ConfigResource(ResourceType.BROKER, "0", incremental_configs=[
+        ConfigEntry("log.retention.ms", "60000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("message.max.bytes", "5000", incremental_operation=AlterConfigOpType.SET)])
+    wait_all(b.incremental_alter_configs([zero]))
+    [broker] = wait_all(a.describe_configs([ConfigResource(ResourceType.BROKER, "0")],
+                                           request_timeout=TIMEOUT)).values()
+    retention = broker["log.retention.ms"]
+    assert (retention.value, retention.source) == ("60000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert broker["log.cleanup.policy"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    [other] = wait_all(b.describe_configs([ConfigResource(ResourceType.BROKER, "1")])).values()
+    assert (other["log.retention.ms"].value, other["log.retention.ms"].source) == (
+        "3600000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)  # gateway 1 keeps the cluster's
+    # AlterConfigs replaces the broker's whole set: message.max.bytes goes back to the cluster's
+    wait_all(a.alter_configs([ConfigResource(ResourceType.BROKER, "0", set_config={"log.retention.ms": "120000"})]))
+    [broker] = wait_all(a.describe_configs([ConfigResource(ResourceType.BROKER, "0")])).values()
+    assert (broker["log.retention.ms"].value, broker["log.retention.ms"].source) == (
+        "120000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert broker["message.max.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    # a read-only config is refused per broker as cluster-wide
+    static = ConfigResource(ResourceType.BROKER, "0", incremental_configs=[
+        ConfigEntry("num.partitions", "3", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as refused:
+        wait_all(a.incremental_alter_configs([static]))
+    err = refused.value.args[0]
+    assert err.code() == ck.KafkaError.INVALID_REQUEST and "Cannot update these configs dynamically" in err.str()
 
 
 async def test_broker_configs_are_shared_by_every_gateway(two):
@@ -278,6 +305,41 @@ async def test_broker_configs_are_shared_by_every_gateway(two):
     assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
         ("log.retention.ms", "3600000", 3), ("log.retention.hours", "168", 5)]  # the cluster's, then Kafka's
     assert retention.documentation and retention.config_type == 5  # LONG
+    await asyncio.to_thread(_per_broker_configs, kafka_bootstrap(a), kafka_bootstrap(b))
+    # synonyms in Kafka's order (confluent-kafka keeps one synonym per name): a topic's, then the broker's own
+    # (DYNAMIC_BROKER_CONFIG), the cluster-wide default, Kafka's default
+    for resource_type, name, key in [(4, "0", "log.retention.ms"), (2, "inherits", "retention.ms")]:
+        resp = await ask(a, ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
+            {"resource_type": resource_type, "resource_name": name, "configuration_keys": [key]}],
+            "include_synonyms": True})
+        [res] = resp.results  # type: ignore[attr-defined]
+        [entry] = res.configs
+        assert (entry.value, entry.config_source) == ("120000", 2)
+        assert [(s.name, s.value, s.source) for s in entry.synonyms] == [
+            ("log.retention.ms", "120000", 2), ("log.retention.ms", "3600000", 3), ("log.retention.hours", "168", 5)]
+    # topics resolve with the configs of the gateway they are on: gateway 1 keeps the cluster-wide ones
+    assert (await b.services.log.topic_config("inherits"))["retention.ms"] == "3600000"
+    # deleting the broker's own value falls back to the cluster-wide one
+    resp = await ask(a, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+        {"resource_type": 4, "resource_name": "0", "configs": [
+            {"name": "log.retention.ms", "config_operation": Op.DELETE, "value": None}]}]})
+    assert resp.responses[0].error_code == KafkaError.none  # type: ignore[attr-defined]
+    assert (await a.services.log.topic_config("inherits"))["retention.ms"] == "3600000"
+    # a broker resource names the gateway the request reached (ConfigAdminManager, ConfigHelper)
+    for name, message in [("1", "Unexpected broker id, expected 0, but received 1"),
+                          ("7", "Unexpected broker id, expected 0, but received 7"),
+                          ("x", "Node id must be an integer, but it is: x")]:
+        resp = await ask(a, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+            {"resource_type": 4, "resource_name": name, "configs": [
+                {"name": "log.retention.ms", "config_operation": Op.SET, "value": "1"}]}]})
+        [res] = resp.responses  # type: ignore[attr-defined]
+        assert (res.error_code, res.error_message) == (KafkaError.invalid_request, message)
+    for name, message in [("7", "Unexpected broker id, expected 1 or empty string, but received 7"),
+                          ("x", "Broker id must be an integer, but it is: x")]:
+        resp = await ask(b, ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
+            {"resource_type": 4, "resource_name": name, "configuration_keys": None}]})
+        [res] = resp.results  # type: ignore[attr-defined]
+        assert (res.error_code, res.error_message) == (KafkaError.invalid_request, message)
     # the cluster-wide max.message.bytes applies on the other gateway's produce path too
     await a.services.log.alter_cluster_config([Change("message.max.bytes", Op.SET, "100")])
     await b.services.log.cluster_config(fresh=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gateway.clock import now_ms
 from gateway.domain.readahead import ReadAhead
+from gateway.domain.record_checks import check_records
 from gateway.domain.roles import NO_LEASE, Lease
 from gateway.domain.topic_configs import (
     BROKER_DEFAULTS,
@@ -30,7 +31,6 @@ from gateway.domain.topic_configs import (
 from gateway.errors import (
     CorruptMessage,
     InvalidPartitions,
-    InvalidRecord,
     InvalidRequest,
     MessageTooLarge,
     OffsetOutOfRange,
@@ -42,7 +42,6 @@ from gateway.errors import (
 from gateway.formats.records import (
     BatchHeader,
     iter_records,
-    keyless_record,
     parse_header,
     split_batches,
     stamp_log_append_time,
@@ -123,6 +122,20 @@ class Produced:
     log_append_time: int = -1  # the time the batches were stamped with, on LogAppendTime topics
 
 
+@dataclass(frozen=True)
+class BrokerDefaults:
+    """The dynamic broker configs as last read: cluster-wide, this gateway's own, and both merged
+    (its own first), the defaults its topics resolve with."""
+
+    read_at: float
+    cluster: dict[str, str]
+    own: dict[str, str]
+    effective: dict[str, str]
+
+
+_NOT_READ = BrokerDefaults(-CLUSTER_CONFIG_TTL, {}, {}, {})
+
+
 def check_partitions(n: int) -> None:
     """A topic's partition count; Kafka's INVALID_PARTITIONS otherwise (never a quiet default)."""
     if n < 1:
@@ -134,9 +147,10 @@ def check_partitions(n: int) -> None:
 class LogService:
     def __init__(
         self, store: Store, *, auto_create: bool = True, default_partitions: int = 1,
-        peers: Callable[[], bool] = lambda: False,
+        peers: Callable[[], bool] = lambda: False, node_id: int = 0,
     ) -> None:
         self.store = store
+        self.node_id = node_id  # whose per-broker configs apply here
         self.auto_create = auto_create
         self.default_partitions = default_partitions
         self.notifier = Notifier()
@@ -146,7 +160,7 @@ class LogService:
         self._by_id: dict[str, TopicInfo] = {}  # topics by id, as last seen: an id names one incarnation
         self._avg_batch: dict[tuple[str, int], int] = {}  # recent stored batch size per partition
         self._ahead = ReadAhead(self._read)
-        self._cluster: tuple[float, dict[str, str]] = (-CLUSTER_CONFIG_TTL, {})  # (read at, configs)
+        self._defaults = _NOT_READ
         self._resolved: dict[str, tuple[TopicInfo, dict[str, str], dict[str, str]]] = {}
 
     # -- topics ---------------------------------------------------------------------------------
@@ -246,21 +260,27 @@ class LogService:
         await self.warn_unmet_min_insync([new])
         return new
 
-    async def cluster_config(self, *, fresh: bool = False) -> dict[str, str]:
-        """The cluster-wide broker configs an admin set (shared by every gateway through Redis); read
-        again once `CLUSTER_CONFIG_TTL` has passed, or at once when `fresh`."""
-        at, configs = self._cluster
+    async def broker_defaults(self, *, fresh: bool = False) -> BrokerDefaults:
+        """The broker configs an admin set, cluster-wide and for this gateway alone (shared by every
+        gateway through Redis); read again once `CLUSTER_CONFIG_TTL` has passed, or at once when `fresh`."""
         now = time.monotonic()
-        if fresh or now - at >= CLUSTER_CONFIG_TTL:
-            _, configs = await self.store.cluster_config.get()
-            self._cluster = (now, configs)
-        return configs
+        if fresh or now - self._defaults.read_at >= CLUSTER_CONFIG_TTL:
+            (_, cluster), (_, own) = await asyncio.gather(self.store.cluster_config.get(),
+                                                          self.store.broker_config(self.node_id).get())
+            self._defaults = BrokerDefaults(now, cluster, own, {**cluster, **own})
+        return self._defaults
+
+    async def cluster_config(self, *, fresh: bool = False) -> dict[str, str]:
+        """The broker configs that topics resolve with on this gateway: its own over the cluster-wide
+        ones, as a Kafka broker's per-broker dynamic configs override the cluster defaults."""
+        return (await self.broker_defaults(fresh=fresh)).effective
 
     async def alter_cluster_config(
-        self, changes: list[Change], *, incremental: bool = True, validate_only: bool = False
+        self, changes: list[Change], *, incremental: bool = True, validate_only: bool = False, node: bool = False,
     ) -> dict[str, str]:
-        """Change the cluster-wide defaults (broker names: log.retention.ms, ...), as one step; only
-        those Kafka changes at run time (`BROKER_DEFAULTS`), others are refused as Kafka does."""
+        """Change the cluster-wide defaults (broker names: log.retention.ms, ...), or with `node`
+        this gateway's own (Kafka's per-broker dynamic configs), as one step; only those Kafka
+        changes at run time (`BROKER_DEFAULTS`), others are refused as Kafka does."""
 
         def static(name: str) -> Exception:
             return InvalidRequest(f"Cannot update these configs dynamically: {name}")
@@ -268,10 +288,11 @@ class LogService:
         def changed(current: dict[str, str]) -> dict[str, str]:
             return apply(current, changes, BROKER_DEFAULTS, incremental=incremental, unknown=static)
 
+        store = self.store.broker_config(self.node_id) if node else self.store.cluster_config
         if validate_only:
-            return changed(await self.cluster_config(fresh=True))
-        new = await self.store.cluster_config.alter(changed)
-        self._cluster = (time.monotonic(), new)
+            return changed((await store.get())[1])
+        new = await store.alter(changed)
+        self._defaults = _NOT_READ
         return new
 
     async def add_partitions(self, name: str, total: int) -> TopicInfo:
@@ -344,8 +365,7 @@ class LogService:
                         raise CorruptMessage("record count does not match the last offset delta")
                     if h.control:  # markers are the coordinator's: a forged one would end transactions
                         raise InvalidRequest("clients cannot write control batches")
-                if "compact" in cfg["cleanup.policy"].split(","):
-                    _check_keys(topic, partition, batches)
+                check_records(topic, partition, batches, cfg, now_ms())
                 replicas = int(cfg["min.insync.replicas"]) - 1 if acks == -1 else 0
                 if cfg["message.timestamp.type"] == "LogAppendTime":
                     stamped[i] = now_ms()
@@ -586,16 +606,6 @@ def absent_offsets(e: Entry) -> set[int]:
     if parse_header(e.batch, verify_crc=False).record_count == e.count:
         return set()
     return set(range(e.base_offset, e.next_offset)) - {r.offset for r in iter_records(e.batch, e.base_offset)}
-
-
-def _check_keys(topic: str, partition: int, batches: list[tuple[BatchHeader, memoryview]]) -> None:
-    """A compacted topic keeps the latest record of each key, so it refuses a record without one,
-    and with it the whole blob, as Kafka's `LogValidator.validateKey` does (INVALID_RECORD). Other
-    topics never pay for this scan."""
-    for _, view in batches:
-        if keyless_record(view) >= 0:
-            raise InvalidRecord(f"Compacted topic cannot accept message without key in topic partition "
-                                f"{topic}-{partition}.")
 
 
 def _hidden(e: Entry, sl: Slice) -> bool:

@@ -88,7 +88,7 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
                     res.update(topic_id=topic_uuid(info.topic_id))
                 if res["error_code"] == KafkaError.none:
                     res.update(num_partitions=partitions, replication_factor=factor,
-                               configs=topic_config_entries(info_config, await log.cluster_config()))
+                               configs=topic_config_entries(info_config, await log.broker_defaults()))
         except Refused as exc:
             res.update(error_code=exc.error, error_message=str(exc))
         except TopicExists:

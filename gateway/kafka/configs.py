@@ -5,9 +5,11 @@ reported with the source of its value and its synonyms as Kafka's `ConfigHelper`
 own value (DYNAMIC_TOPIC_CONFIG), else the cluster-wide default an admin set under the broker name
 (DYNAMIC_DEFAULT_BROKER_CONFIG, kept in Redis for every gateway), else Kafka's default
 (DEFAULT_CONFIG). A broker resource named by a node id lists the gateway's settings under Kafka's
-names (STATIC_BROKER_CONFIG, read-only) and the cluster-wide defaults; the default broker resource
-(name "") holds the defaults an admin set, and is the one that changes: gateways share them, so no
-gateway keeps configs of its own.
+names (STATIC_BROKER_CONFIG, read-only) and the dynamic broker configs; the default broker resource
+(name "") holds the cluster-wide defaults an admin set, and a broker resource named by the node id of
+the gateway the request reached holds that gateway's own (DYNAMIC_BROKER_CONFIG, kept in Redis by
+node id), which apply over the cluster-wide ones on that gateway, as Kafka's per-broker dynamic
+configs do (DynamicBrokerConfig). Both take the configs Kafka changes at run time.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.log import BrokerDefaults
 from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.domain.topic_configs import BROKER_DEFAULTS, TOPIC_CONFIGS, Change, ConfigDef, Kind, Op
 from gateway.errors import AuthorizationFailed, InvalidRequest, TopicNotFound
@@ -27,6 +30,7 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_GROUP = 32  # KIP-848's group configs: a share group's here (`gateway.kafka.share`)
 SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
+SOURCE_DYNAMIC_BROKER = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
@@ -50,27 +54,32 @@ def _entry(name: str, kind: Kind, doc: str | None, synonyms: list[Synonym], *,
             "documentation": doc}
 
 
-def _synonyms(spec: ConfigDef, own: str | None, cluster: dict[str, str]) -> list[Synonym]:
-    """Where the value could come from, the one that applies first (Kafka's order): the topic's own,
-    the cluster-wide default, Kafka's default (under the broker name where Kafka has one)."""
+def _synonyms(spec: ConfigDef, own: str | None, defaults: BrokerDefaults) -> list[Synonym]:
+    """Where the value could come from, the one that applies first (Kafka's order, DynamicBrokerConfig's
+    brokerSynonyms after the topic's own): the topic's own, this broker's dynamic config, the
+    cluster-wide default, Kafka's default (under the broker name where Kafka has one)."""
     out = [] if own is None else [(spec.name, own, SOURCE_TOPIC)]
-    if spec.broker is not None and spec.broker in cluster:
-        out.append((spec.broker, cluster[spec.broker], SOURCE_DYNAMIC_DEFAULT_BROKER))
+    if spec.broker is not None:
+        if spec.broker in defaults.own:
+            out.append((spec.broker, defaults.own[spec.broker], SOURCE_DYNAMIC_BROKER))
+        if spec.broker in defaults.cluster:
+            out.append((spec.broker, defaults.cluster[spec.broker], SOURCE_DYNAMIC_DEFAULT_BROKER))
     if spec.broker_fallback is None:
         out.append((spec.broker or spec.name, spec.default, SOURCE_DEFAULT))
-    elif spec.broker in cluster:  # Kafka lists broker synonyms from its own name on: none when unset
+    elif spec.broker in defaults.own or spec.broker in defaults.cluster:
+        # Kafka lists broker synonyms from its own name on: none while that one is unset
         out.append((*spec.broker_fallback, SOURCE_DEFAULT))
     return out
 
 
-def topic_config_entries(config: dict[str, str], cluster: dict[str, str],
+def topic_config_entries(config: dict[str, str], defaults: BrokerDefaults,
                          keys: list[str] | None = None) -> list[dict[str, Any]]:
     """Every topic config (or those in `keys`) with the value that applies and where it comes from."""
     out = []
     for name, spec in TOPIC_CONFIGS.items():
         if keys is not None and name not in keys:
             continue
-        out.append(_entry(name, spec.kind, spec.doc, _synonyms(spec, config.get(name), cluster), default=spec.default))
+        out.append(_entry(name, spec.kind, spec.doc, _synonyms(spec, config.get(name), defaults), default=spec.default))
     return out
 
 
@@ -97,27 +106,41 @@ def _static_broker_configs(ctx: RequestContext) -> dict[str, tuple[str, Kind, st
     }
 
 
+def this_broker(ctx: RequestContext, name: str, *, describe: bool) -> None:
+    """A broker resource named by a node id names the gateway the request reached, as Kafka's broker
+    checks (ConfigHelper.describeConfigs; ConfigAdminManager.validateResourceNameIsCurrentNodeId):
+    clients send a broker's configs requests to that broker."""
+    node = ctx.services.config.node_id
+    try:
+        asked = int(name)
+    except ValueError:
+        what = "Broker id" if describe else "Node id"
+        raise InvalidRequest(f"{what} must be an integer, but it is: {name}") from None
+    if asked != node:
+        also = " or empty string" if describe else ""
+        raise InvalidRequest(f"Unexpected broker id, expected {node}{also}, but received {name}")
+
+
 async def _broker_entries(ctx: RequestContext, name: str, keys: list[str] | None) -> list[dict[str, Any]]:
-    cluster = await ctx.services.log.cluster_config(fresh=True)
+    defaults = await ctx.services.log.broker_defaults(fresh=True)
 
     def wanted(key: str) -> bool:
         return keys is None or key in keys
 
     out = []
     if name == "":  # the cluster-wide defaults: those set
-        for broker, value in cluster.items():
+        for broker, value in defaults.cluster.items():
             spec = BROKER_DEFAULTS.get(broker)
             if spec is not None and wanted(broker):
                 out.append(_entry(broker, spec.kind, spec.doc, [(broker, value, SOURCE_DYNAMIC_DEFAULT_BROKER)]))
         return out
-    if name != str(ctx.services.config.node_id) and name not in {str(p.node_id) for p in ctx.services.registry.live()}:
-        raise InvalidRequest(f"no broker {name!r}: name a live gateway's node id, or \"\" for the cluster")
+    this_broker(ctx, name, describe=True)
     for key, (value, kind, doc) in _static_broker_configs(ctx).items():
         if wanted(key):
             out.append(_entry(key, kind, doc, [(key, value, SOURCE_STATIC_BROKER)], read_only=True))
     for broker, spec in BROKER_DEFAULTS.items():
         if wanted(broker):
-            out.append(_entry(broker, spec.kind, spec.doc, _synonyms(spec, None, cluster), default=spec.default))
+            out.append(_entry(broker, spec.kind, spec.doc, _synonyms(spec, None, defaults), default=spec.default))
     return out
 
 
@@ -138,8 +161,8 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                 if not await ctx.allowed(ResourceType.TOPIC, r.resource_name, Operation.DESCRIBE_CONFIGS):
                     raise AuthorizationFailed(f"not allowed to describe {r.resource_name!r}")
                 info = await ctx.services.log.topic(r.resource_name, create=False)
-                cluster = await ctx.services.log.cluster_config(fresh=True)
-                res["configs"] = topic_config_entries(info.config, cluster, keys)
+                defaults = await ctx.services.log.broker_defaults(fresh=True)
+                res["configs"] = topic_config_entries(info.config, defaults, keys)
             elif r.resource_type == RESOURCE_BROKER:
                 if not await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.DESCRIBE_CONFIGS):
                     res.update(error_code=KafkaError.cluster_authorization_failed, error_message="not authorized")
@@ -178,11 +201,11 @@ async def _alter(ctx: RequestContext, r: Any, changes: list[Change], incremental
         elif r.resource_type == RESOURCE_BROKER:
             if not await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.ALTER_CONFIGS):
                 res.update(error_code=KafkaError.cluster_authorization_failed, error_message="not authorized")
-            elif r.resource_name != "":
-                raise InvalidRequest("gateways keep no configs of their own: alter the cluster-wide defaults, "
-                                     "the broker resource named \"\" (--entity-default)")
             else:
-                await log.alter_cluster_config(changes, incremental=incremental, validate_only=validate_only)
+                if r.resource_name != "":
+                    this_broker(ctx, r.resource_name, describe=False)
+                await log.alter_cluster_config(changes, incremental=incremental, validate_only=validate_only,
+                                               node=r.resource_name != "")
         elif r.resource_type == RESOURCE_GROUP:
             await share.alter_group_configs(ctx, r.resource_name, changes, incremental, validate_only)
         else:

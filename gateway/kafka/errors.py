@@ -51,6 +51,7 @@ _BY_CODE: dict[ErrorCode, KafkaError] = {
     ErrorCode.NOT_ENOUGH_REPLICAS: KafkaError.not_enough_replicas,
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: KafkaError.not_enough_replicas_after_append,
     ErrorCode.INVALID_RECORD: KafkaError.invalid_record,
+    ErrorCode.INVALID_TIMESTAMP: KafkaError.invalid_timestamp,
 }
 
 

@@ -4,6 +4,8 @@ acks=0 gets no response at all; acks=1 is answered once Redis has the batches; a
 topic with min.insync.replicas N also waits for N-1 Redis replicas to hold them (Redis's WAIT),
 answering NOT_ENOUGH_REPLICAS (nothing written) or NOT_ENOUGH_REPLICAS_AFTER_APPEND as Kafka's
 leader does (ReplicaManager/Partition.appendRecordsToLeader). The response is hand-encoded (the hot path).
+A batch refused for bad records names them in `record_errors` from v8 (KIP-467), with the refusal's
+text as `error_message`, as ReplicaManager answers a RecordValidationException.
 
 From v13 topics are named by id (KIP-516): each id is looked up afresh, one read per topic of the
 request, so records never go to a topic made again under the name of the one the producer meant;
@@ -21,7 +23,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from gateway import telemetry
 from gateway.domain.log import Produced
 from gateway.domain.security import Operation, ResourceType
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidRecord
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.produce_request import MAX_VERSION, MIN_VERSION, TOPIC_IDS_FROM, ProduceRequest
@@ -36,6 +38,7 @@ class PartitionResult:
     log_start: int = -1
     message: str | None = None
     log_append_time: int = -1  # on LogAppendTime topics, the time the batches were stamped with
+    record_errors: tuple[tuple[int, str], ...] = ()  # v8+ (KIP-467): the bad records of a refused batch
 
 
 @handles(ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION)  # the versions the hand-written reader reads
@@ -82,7 +85,8 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
         for (_, _, blob), done in zip(items, appended, strict=True):
             r = done.result
             if isinstance(r, Exception):
-                res = PartitionResult(done.partition, kafka_error(r), message=error_message(r))
+                res = PartitionResult(done.partition, kafka_error(r), message=error_message(r),
+                                      record_errors=tuple(r.record_errors) if isinstance(r, InvalidRecord) else ())
             else:
                 res = PartitionResult(done.partition, base_offset=r.base_offset, log_start=r.log_start,
                                       log_append_time=done.log_append_time)
@@ -147,7 +151,11 @@ def encode_produce_response(
             if version >= 5:
                 out += I64.pack(p.log_start)
             if version >= 8:
-                out += array_len(0, flex)  # record_errors
+                out += array_len(len(p.record_errors), flex)
+                for index, message in p.record_errors:
+                    out += I32.pack(index) + string(message, flex)
+                    if flex:
+                        out += NO_TAGS
                 out += string(p.message, flex)
             if flex:
                 out += NO_TAGS

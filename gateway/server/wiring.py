@@ -38,7 +38,8 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
     async with contextlib.AsyncExitStack() as closing:
         store.replication.configure(config.state_min_insync_replicas, config.state_replication_timeout_ms)
         log = LogService(store, auto_create=config.auto_create_topics,
-                         default_partitions=config.default_partitions, peers=registry.peers)
+                         default_partitions=config.default_partitions, peers=registry.peers,
+                         node_id=config.node_id)
         closing.push_async_callback(log.close)
         await log.warn_unmet_min_insync()  # acks=all produces to such topics are refused: say so at once
         delay = DelayService(store, notify_partition=log.notifier.notify)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gateway.store import keys
 from gateway.store.cluster_config import ClusterConfigStore
 from gateway.store.compaction import CleanerStore
 from gateway.store.connection import RedisClient, connect, wait_reachable
@@ -37,6 +38,7 @@ class Store:
         self.replication = Replication(redis, plain, plain.specs.values())
         # the state changes a client is told are done wait for the replicas (see `replication`)
         scripts = DurableScripts(plain, self.replication)
+        self._scripts = scripts
         self.log = LogStore(redis, scripts, self.replication)
         self.txn = TxnStore(redis, scripts)
         self.txn_offsets = TxnOffsetStore(redis, scripts)
@@ -52,6 +54,10 @@ class Store:
         self.cluster_config = ClusterConfigStore(redis, scripts)
         self.cleaner = CleanerStore(redis, scripts)
         self.share_groups = ShareGroupStore(redis, scripts)
+
+    def broker_config(self, node_id: int) -> ClusterConfigStore:
+        """One gateway's own dynamic broker configs, kept as the cluster-wide ones are."""
+        return ClusterConfigStore(self._redis, self._scripts, keys.broker_config(node_id))
 
     @classmethod
     def open(cls, url: str) -> Store:

@@ -304,6 +304,12 @@ CLUSTER_CONFIG = "gw:cluster-config"
 configs (log.retention.ms, message.max.bytes, ...) that an admin set; every gateway reads them."""
 
 
+def broker_config(node_id: int) -> str:
+    """String: msgpack {v: version, c: broker config name -> value}, one gateway's own dynamic broker
+    configs (Kafka's DYNAMIC_BROKER_CONFIG), by its node id; they apply over the cluster-wide ones."""
+    return f"gw:broker-config:{node_id}"
+
+
 def share_group_config(group_id: str) -> str:
     """A share group's configs (share.record.lock.duration.ms, ...): msgpack {v = version, c = map}."""
     return f"{group_tag(group_id)}:share-config"

@@ -146,15 +146,22 @@ local function dl_next_due(K)
 end
 
 -- Schedule messages ({{at, batch, count, max_ts}, ...}) or append those already due to the log.
+-- The partition's log takes delayed messages in delivery-time order: the items are taken by
+-- delivery time (ties in the order given), and one already due is appended at once only while
+-- nothing due no later than it still waits; else it waits behind those, and the scheduler, which
+-- moves in delivery-time order, delivers it after them.
 -- Returns how many were held and the earliest delivery time among them (-1 if none).
 local function dl_schedule(K, C, now, items)
   local meta = redis.call('HMGET', K.meta, 'hw', 'maxts', 'bytes')
   if not meta[1] then return nil end
   local hw, maxts, bytes = tonumber(meta[1]), tonumber(meta[2] or '-1'), tonumber(meta[3] or '0')
   local held, first = 0, -1
+  for i, it in ipairs(items) do it[5] = i end
+  table.sort(items, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[5] < b[5]) end)
+  local waiting = dl_next_due(K)
   for _, it in ipairs(items) do
     local at, batch, count, batch_max_ts = it[1], it[2], it[3], it[4]
-    if at <= now then
+    if at <= now and (waiting < 0 or at < waiting) then
       hw, maxts, bytes = append_entry(K.log, K.meta, hw, maxts, bytes, batch, count, batch_max_ts)
     else
       dl_maybe_seal(K, C, now)
@@ -166,6 +173,7 @@ local function dl_schedule(K, C, now, items)
       redis.call('HINCRBY', K.dmeta, 'n', 1)
       held = held + 1
       if first < 0 or at < first then first = at end
+      if waiting < 0 or at < waiting then waiting = at end
     end
   end
   dl_maybe_seal(K, C, now)

@@ -17,10 +17,11 @@ The three layers of Kafka's group-coordinator module, followed here:
   held by another member, assigned or pending revocation, is not given (UNRELEASED_PARTITIONS), so
   no partition is ever owned by two members.
 
-Kept in process only, as Kafka keeps its timers: each member's session deadline, and the revocation
-deadline (rebalance timeout) of a member asked to revoke. A stored group first seen here (`arm`)
-gives every member a fresh session and every revoking member a fresh revocation deadline, as a new
-Kafka coordinator does when it loads a group.
+Kept in process only, as Kafka keeps its timers: each member's session deadline, the revocation
+deadline (rebalance timeout) of a member asked to revoke, and when the group's regular expressions
+were last resolved (a gateway that takes a group over resolves them again at once). A stored group
+first seen here (`arm`) gives every member a fresh session and every revoking member a fresh
+revocation deadline, as a new Kafka coordinator does when it loads a group.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+REGEX_REFRESH_MIN_INTERVAL = 10.0  # seconds: Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1  # ConsumerGroupHeartbeat v1+: the client names itself
 
 
@@ -153,6 +155,12 @@ class ConsumerGroup:
         # a classic member (online migration) told to rejoin, or that joined and must sync: by when
         # (its rebalance timeout; Kafka's consumer group join and sync timeouts)
         self.classic_deadlines: dict[str, float] = {}
+        # regular expressions are resolved as Kafka's coordinator resolves them, off the heartbeat
+        # that asks (`_refresh_regexes`): the refresh a heartbeat scheduled, the time of the last
+        # one and the topics it saw (to tell new topics)
+        self.regex_refresh: frozenset[str] | None = None
+        self.regex_refreshed_at = float("-inf")
+        self.regex_topics: frozenset[str] = frozenset()
         self.armed = False
 
     # -- what the driver asks -------------------------------------------------------------------
@@ -176,6 +184,7 @@ class ConsumerGroup:
         self.sessions.clear()
         self.revocations.clear()
         self.classic_deadlines.clear()
+        self.regex_refresh, self.regex_refreshed_at, self.regex_topics = None, float("-inf"), frozenset()
         self.armed = False
 
     # -- ConsumerGroupHeartbeat -----------------------------------------------------------------
@@ -246,11 +255,8 @@ class ConsumerGroup:
         if replaced is not None:
             self._replace(g, replaced, updated)
         g.members[member_id] = updated
-
-        in_use = {m.subscribed_regex for m in g.members.values() if m.subscribed_regex}
-        regexes = {rx: matching(rx, list(topics)) for rx in sorted(in_use)}
-        if regexes != g.regexes:
-            g.regexes, bump = regexes, True
+        moved, resolved = self._refresh_regexes(g, now, topics)
+        bump |= moved
         counts = {t: topics[t] for t in sorted(_subscribed_names(g)) if t in topics}
         if counts != g.partition_counts:
             g.partition_counts, bump = counts, True
@@ -269,7 +275,32 @@ class ConsumerGroup:
             else:
                 self.revocations.pop(member_id, None)
         self.touch(reconciled, now)
-        return reconciled, bump or retarget or replaced is not None
+        return reconciled, bump or retarget or resolved or replaced is not None
+
+    def _refresh_regexes(self, g: ConsumerGroupDoc, now: float, topics: Mapping[str, int]) -> tuple[bool, bool]:
+        """Kafka resolves a group's regular expressions asynchronously (GroupMetadataManager's
+        maybeUpdateRegularExpressions schedules the resolution, handleRegularExpressionsResult
+        applies it and bumps the group epoch): the heartbeat that brings a new regex is answered
+        without its topics, which come in a later heartbeat. Here a heartbeat schedules the refresh
+        and the next heartbeat of any member applies it first, resolving the regexes against the
+        topics of that moment. A refresh is scheduled when a member brings a regex no member had,
+        or, at most once per `REGEX_REFRESH_MIN_INTERVAL` after the last one, when a regex is
+        unresolved or topics were created since. Returns whether the topics the regexes name changed
+        (the group epoch moves, as handleRegularExpressionsResult bumps it) and whether the stored
+        resolutions did (a regex that matches nothing is stored too)."""
+        before = dict(g.regexes)
+        in_use = {m.subscribed_regex for m in g.members.values() if m.subscribed_regex}
+        if self.regex_refresh is not None:  # the result of the refresh scheduled before
+            for rx in sorted(self.regex_refresh & in_use):
+                g.regexes[rx] = matching(rx, list(topics))
+            self.regex_refresh, self.regex_refreshed_at, self.regex_topics = None, now, frozenset(topics)
+        for rx in set(g.regexes) - in_use:  # the last member of a regex left it (Kafka's tombstone)
+            del g.regexes[rx]
+        if in_use and now > self.regex_refreshed_at + REGEX_REFRESH_MIN_INTERVAL and (
+                in_use != set(g.regexes) or not set(topics) <= self.regex_topics):  # a new regex is unresolved
+            self.regex_refresh = frozenset(in_use)
+        moved = any(before.get(rx, ()) != g.regexes.get(rx, ()) for rx in set(before) | set(g.regexes))
+        return moved, g.regexes != before
 
     def touch(self, m: ConsumerMemberDoc, now: float) -> None:
         """Start the member's session again: a classic member's own timeout, else the group's."""

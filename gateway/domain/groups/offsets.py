@@ -1,9 +1,11 @@
 """Committed offsets of a group (Kafka's OffsetCommit and OffsetFetch), whatever its protocol.
 
 The store's commit script checks the committer (member, generation, static instance) and writes in
-one step; here are the checks that need no group state (metadata size, partitions that exist) and
-the one that needs the assignment: a member of a stable consumer group commits only partitions it
-was given. Transactional offset commits go through the transaction coordinator instead.
+one step; here are the checks that need no group state (metadata size, partitions that exist). A
+classic group's member may commit any partition, owned or not, as Kafka's
+`ClassicGroup.validateOffsetCommit` checks only its member id and generation: clients commit what
+they consumed just before a rebalance, and a refusal would make them rejoin once more.
+Transactional offset commits go through the transaction coordinator instead.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import struct
 from collections.abc import Awaitable, Callable
 
 from gateway.clock import now_ms
-from gateway.domain.groups.classic import STABLE
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.store.groups import CommittedOffset, GroupStore
 
@@ -28,7 +29,6 @@ class OffsetManager:
     def __init__(self, store: GroupStore, partitions: Callable[[str], Awaitable[int]] | None = None) -> None:
         self.store = store
         self.partitions = partitions
-        self._assigned: dict[tuple[str, int, str], set[Partition] | None] = {}  # see `_owned`
 
     async def check(
         self, group_id: str, generation: int, member_id: str, offsets: dict[Partition, tuple[int, int, str | None]]
@@ -51,12 +51,6 @@ class OffsetManager:
             else:
                 outcome[(topic, partition)] = None
                 good[(topic, partition)] = CommittedOffset(offset, epoch, metadata or "", now)
-        if good and member_id:
-            owned = await self._owned(group_id, generation, member_id)
-            for tp in [tp for tp in good if owned is not None and tp not in owned]:
-                # a record fetched before the last rebalance: its partition is another member's now
-                outcome[tp] = GroupErrorKind.ILLEGAL_GENERATION
-                del good[tp]
         return outcome, good
 
     async def write(
@@ -80,25 +74,6 @@ class OffsetManager:
         if parts is None:
             return dict(sorted(found.items()))
         return {p: found.get(p) for p in parts}
-
-    async def _owned(self, group_id: str, generation: int, member_id: str) -> set[Partition] | None:
-        """The partitions a consumer-group member was assigned in a stable `generation`, or None when
-        unknown (a rebalance under way, another protocol, no assignment): then any commit goes, as
-        with Kafka's classic coordinator. Kafka accepts a commit for a partition the member no
-        longer owns, so a client committing a record it fetched before a rebalance moves another
-        member's offset (a duplicate or a loss); refusing it closes that window."""
-        key = (group_id, generation, member_id)
-        if key in self._assigned:
-            return self._assigned[key]
-        g = await self.store.load(group_id)
-        m = g.members.get(member_id) if g is not None else None
-        if g is None or m is None or g.generation != generation or g.state != STABLE or g.protocol_type != "consumer":
-            return None
-        owned = consumer_assignment(m.assignment)
-        if len(self._assigned) >= 4096:
-            self._assigned.clear()
-        self._assigned[key] = owned
-        return owned
 
 
 def consumer_subscription(raw: bytes) -> set[str] | None:
