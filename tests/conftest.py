@@ -92,6 +92,30 @@ def _started(kind: type[EmbeddedRedis] | type[EmbeddedCluster], prefix: str) -> 
             server.stop()
 
 
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real Apache Kafka 4.4 node (tests/kafka_jvm.py's KafkaBroker) for the run, started the first time
+    a test asks for it, stopped at the end; its log stays in its temporary directory."""
+    from tests.kafka_jvm import KafkaBroker
+
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used the Kafka broker shows the end of the broker's log."""
+    outcome = yield
+    report = outcome.get_result()
+    broker = getattr(item, "funcargs", {}).get("kafka_broker")
+    if report.failed and broker is not None:
+        report.sections.append(("Kafka broker log (end)", f"{broker.log}\n{broker.log_tail()}"))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--redis-backends", default="",
                      help="run every test on these backends (comma-separated: single, cluster) instead of "

@@ -166,3 +166,12 @@ def compression(client: str, codec: str) -> dict[str, object]:
     if client == "confluent":
         return {"compression.type": codec}
     return {"compression_type": None if codec == "none" else codec}
+
+
+async def create_topic(bs: str, topic: str, partitions: int = 1, **configs: str) -> None:
+    """Create a topic with confluent-kafka's AdminClient, failing on any error."""
+    import confluent_kafka.admin as cka
+
+    admin = cka.AdminClient({"bootstrap.servers": bs})
+    futures = admin.create_topics([cka.NewTopic(topic, partitions, 1, config=configs)], operation_timeout=TIMEOUT)
+    await asyncio.to_thread(futures[topic].result, TIMEOUT)

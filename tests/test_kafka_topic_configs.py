@@ -100,9 +100,11 @@ def _real_world(bs: str) -> None:
                 assert (entry.value, entry.source) == (given[key], ConfigSource.DYNAMIC_TOPIC_CONFIG.value), key
             else:
                 assert (entry.value, entry.source) == (TOPIC_CONFIGS[key].default, ConfigSource.DEFAULT_CONFIG.value)
+        # log.retention.ms has no default of its own (log.retention.hours has): Kafka lists no synonym
+        # for it unless set
         retention = configs["retention.ms"]
-        assert [(s.name, s.source) for s in retention.synonyms.values()][-1] == (
-            "log.retention.ms", ConfigSource.DEFAULT_CONFIG.value)
+        assert [(s.name, s.source) for s in retention.synonyms.values()] == (
+            [("retention.ms", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)] if "retention.ms" in given else [])
 
     wait_all(admin.create_topics([NewTopic(n, p, rf, config=c) for n, (p, rf, c) in COMPACTED.items()]))
     for name, (_, _, given) in COMPACTED.items():
@@ -301,7 +303,7 @@ async def test_broker_configs_are_shared_by_every_gateway(two):
     [res] = resp.results  # type: ignore[attr-defined]
     [retention] = res.configs
     assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
-        ("log.retention.ms", "3600000", 3), ("log.retention.ms", "604800000", 5)]  # the cluster's, then Kafka's
+        ("log.retention.ms", "3600000", 3), ("log.retention.hours", "168", 5)]  # the cluster's, then Kafka's
     assert retention.documentation and retention.config_type == 5  # LONG
     await asyncio.to_thread(_per_broker_configs, kafka_bootstrap(a), kafka_bootstrap(b))
     # synonyms in Kafka's order (confluent-kafka keeps one synonym per name): a topic's, then the broker's own
@@ -314,7 +316,7 @@ async def test_broker_configs_are_shared_by_every_gateway(two):
         [entry] = res.configs
         assert (entry.value, entry.config_source) == ("120000", 2)
         assert [(s.name, s.value, s.source) for s in entry.synonyms] == [
-            ("log.retention.ms", "120000", 2), ("log.retention.ms", "3600000", 3), ("log.retention.ms", "604800000", 5)]
+            ("log.retention.ms", "120000", 2), ("log.retention.ms", "3600000", 3), ("log.retention.hours", "168", 5)]
     # topics resolve with the configs of the gateway they are on: gateway 1 keeps the cluster-wide ones
     assert (await b.services.log.topic_config("inherits"))["retention.ms"] == "3600000"
     # deleting the broker's own value falls back to the cluster-wide one

@@ -48,6 +48,7 @@ from gateway.formats.records import (
 )
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, PartitionBounds, Slice, TopicInfo
+from gateway.store.log import PartitionProducer as PartitionProducer  # the faces' DescribeProducers
 from gateway.store.replication import PrimaryStatus
 
 log = logging.getLogger(__name__)
@@ -468,6 +469,10 @@ class LogService:
         """(log start offset, high watermark) of each partition, None for one that does not exist;
         one round trip, for listings of every partition."""
         return await self.store.log.bounds_many(parts)
+
+    async def producer_states(self, topic: str, partition: int) -> list[PartitionProducer]:
+        """The producers a partition keeps sequences for, with their open transactions there."""
+        return await self.store.log.producer_states(topic, partition)
 
     async def allocate_producer_id(self) -> int:
         """A producer id never handed out before, by any gateway: the log's dedupe is keyed by it."""

@@ -62,6 +62,9 @@ class ConfigDef:
     high: float | None = None
     choices: tuple[str, ...] = ()
     rule: Callable[[str], str | None] | None = None  # a further check: what is wrong, or None
+    # where Kafka's default comes from when its broker config has none of its own (name, value):
+    # log.retention.ms has none, log.retention.hours holds it
+    broker_fallback: tuple[str, str] | None = None
 
     def check(self, value: str) -> str:
         kept = self._parse(value.strip())
@@ -146,10 +149,11 @@ _NO_EFFECT = {
 
 def _topic(name: str, kind: Kind, default: object, doc: str, *, effective: bool = False, why: str = "",
            broker: str | None = None, low: float | None = None, high: float | None = None,
-           choices: tuple[str, ...] = (), rule: Callable[[str], str | None] | None = None) -> ConfigDef:
+           choices: tuple[str, ...] = (), rule: Callable[[str], str | None] | None = None,
+           broker_fallback: tuple[str, str] | None = None) -> ConfigDef:
     text = doc if effective else f"{doc} Accepted without effect here: {_NO_EFFECT[why]}."
     shown = str(default).lower() if isinstance(default, bool) else str(default)
-    return ConfigDef(name, kind, shown, text, effective, broker, low, high, choices, rule)
+    return ConfigDef(name, kind, shown, text, effective, broker, low, high, choices, rule, broker_fallback)
 
 
 _B, _I, _L, _S, _D, _LI = Kind.BOOLEAN, Kind.INT, Kind.LONG, Kind.STRING, Kind.DOUBLE, Kind.LIST
@@ -175,7 +179,8 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
     _topic("flush.messages", _L, LONG_MAX, "Messages between forced flushes of the log to disk.",
            why="flush", broker="log.flush.interval.messages", low=1),
     _topic("flush.ms", _L, LONG_MAX, "Milliseconds between forced flushes of the log to disk.",
-           why="flush", broker="log.flush.interval.ms", low=0),
+           why="flush", broker="log.flush.interval.ms",
+           broker_fallback=("log.flush.scheduler.interval.ms", str(LONG_MAX)), low=0),
     _topic("follower.replication.throttled.replicas", _LI, "", "Replicas whose follower replication is "
            "throttled: '*' or partition:broker pairs.", why="replicas", rule=_throttled),
     _topic("index.interval.bytes", _I, 4096, "Bytes between offset index entries.",
@@ -216,15 +221,18 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
     _topic("retention.bytes", _L, -1, "The most bytes a partition keeps before its oldest batches are "
            "deleted; -1: no limit.", effective=True, broker="log.retention.bytes"),
     _topic("retention.ms", _L, 604_800_000, "How long batches are kept before they are deleted; -1: no "
-           "limit.", effective=True, broker="log.retention.ms", low=-1),
+           "limit.", effective=True, broker="log.retention.ms",
+           broker_fallback=("log.retention.hours", "168"), low=-1),
     _topic("segment.bytes", _I, 1_073_741_824, "The size of a segment file.", why="segment",
            broker="log.segment.bytes", low=1_048_576),
     _topic("segment.index.bytes", _I, 10_485_760, "The size of a segment's offset index.", why="segment",
            broker="log.index.size.max.bytes", low=4),
     _topic("segment.jitter.ms", _L, 0, "Random jitter of segment rolls.", why="segment",
-           broker="log.roll.jitter.ms", low=0),
+           broker="log.roll.jitter.ms",
+           broker_fallback=("log.roll.jitter.hours", "0"), low=0),
     _topic("segment.ms", _L, 604_800_000, "The time after which a segment rolls.", why="segment",
-           broker="log.roll.ms", low=1),
+           broker="log.roll.ms",
+           broker_fallback=("log.roll.hours", "168"), low=1),
     _topic("unclean.leader.election.enable", _B, False, "Whether a replica out of sync may lead.",
            why="replicas", broker="unclean.leader.election.enable"),
     # the gateway's own

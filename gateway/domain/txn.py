@@ -282,6 +282,16 @@ class TransactionCoordinator:
             if group is first:
                 _crash_point("after-first-marker")
 
+    async def write_markers(self, partitions: list[tuple[str, int]], producer_id: int, producer_epoch: int,
+                            commit: bool) -> None:
+        """Markers for a producer's open transaction on these partitions, as an operator asks for
+        them (Kafka's WriteTxnMarkers, from `kafka-transactions abort`) for a transaction its
+        coordinator will not finish: the coordinator's own record of it is left as it is."""
+        marker = build_control_batch(commit, producer_id, producer_epoch)
+        await self.txns.write_markers(partitions, producer_id, producer_epoch, commit, marker)
+        for topic, partition in partitions:
+            self.notify_partition(topic, partition)
+
     async def _settle_subscriptions(self, txn_id: str, subs: list[tuple[str, int, str]], commit: bool) -> None:
         for topic, partition, sub in subs:
             for settle_sub in self.settlers:

@@ -9,12 +9,12 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.security import Operation, ResourceType
 from gateway.domain.topic_configs import validate_topic_config
-from gateway.errors import AuthorizationFailed, TopicNotFound
+from gateway.errors import AuthorizationFailed, TopicExists, TopicNotFound
 from gateway.kafka import codec
 from gateway.kafka.authz import may_create_topic
 from gateway.kafka.configs import topic_config_entries
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
-from gateway.kafka.errors import error_message, kafka_error, topic_name_error
+from gateway.kafka.errors import error_message, kafka_error, topic_name_error, topic_name_message
 from gateway.kafka.metadata import topic_uuid
 
 DEFAULT_REPLICATION_FACTOR = 1  # what -1 stands for; Redis, not the gateways, replicates (configs.REPLICATION_DOC)
@@ -71,17 +71,17 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
             if not await may_create_topic(ctx, t.name):
                 res.update(error_code=KafkaError.topic_authorization_failed, error_message="not authorized")
             elif bad_name is not None:
-                res.update(error_code=bad_name, error_message=f"illegal topic name {t.name!r}")
+                res.update(error_code=bad_name, error_message=topic_name_message(t.name))
             elif t.num_partitions == 0 or t.num_partitions < -1:
-                res.update(error_code=KafkaError.invalid_partitions, error_message="partitions must be at least 1")
+                res.update(error_code=KafkaError.invalid_partitions,
+                           error_message="Number of partitions was set to an invalid non-positive value.")
             else:
                 assigned, factor = _replication(ctx, t)
                 partitions = assigned or (log.default_partitions if t.num_partitions == -1 else t.num_partitions)
                 if req.validate_only:
                     info_config = validate_topic_config(configs)
                     if await _exists(ctx, t.name):
-                        res.update(error_code=KafkaError.topic_already_exists,
-                                   error_message=f"topic {t.name!r} exists")
+                        res.update(error_code=KafkaError.topic_already_exists, error_message=_exists_message(t.name))
                 else:
                     info = await log.create_topic(t.name, partitions, configs)
                     partitions, info_config = info.partitions, info.config
@@ -91,11 +91,17 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
                                configs=topic_config_entries(info_config, await log.broker_defaults()))
         except Refused as exc:
             res.update(error_code=exc.error, error_message=str(exc))
+        except TopicExists:
+            res.update(error_code=KafkaError.topic_already_exists, error_message=_exists_message(t.name))
         except Exception as exc:
             res.update(error_code=kafka_error(exc), error_message=error_message(exc))
         results.append(res)
     return codec.build(codec.response_class(ApiKey.CREATE_TOPICS, ctx.api_version),
                        {"throttle_time": 0, "topics": results})
+
+
+def _exists_message(name: str) -> str:
+    return f"Topic '{name}' already exists."
 
 
 async def _exists(ctx: RequestContext, name: str) -> bool:
@@ -142,7 +148,9 @@ async def _delete_topic(ctx: RequestContext, name: str | None, topic_id: uuid.UU
     except Exception as exc:
         if by_id and isinstance(exc, TopicNotFound):  # deleted (maybe made again) since it was looked up
             return {"name": None, "topic_id": topic_id, "error_code": KafkaError.unknown_topic_id}
-        return {"name": name, "topic_id": topic_id, "error_code": kafka_error(exc), "error_message": error_message(exc)}
+        # Kafka names no missing topic in its message (the client says what the code means)
+        message = None if isinstance(exc, TopicNotFound) else error_message(exc)
+        return {"name": name, "topic_id": topic_id, "error_code": kafka_error(exc), "error_message": message}
 
 
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
@@ -155,8 +163,10 @@ async def create_partitions(ctx: RequestContext, req: Any) -> Any:
                 raise AuthorizationFailed(f"not allowed to alter {t.name!r}")
             info = await log.topic(t.name, create=False)
             if t.count <= info.partitions:
-                results.append({"name": t.name, "error_code": KafkaError.invalid_partitions,
-                                "error_message": f"topic {t.name!r} has {info.partitions} partitions already"})
+                results.append({"name": t.name, "error_code": KafkaError.invalid_partitions, "error_message": (
+                    f"Topic already has {info.partitions} partition(s)." if t.count == info.partitions else
+                    f"The topic {t.name} currently has {info.partitions} partition(s); {t.count} would not be an "
+                    "increase.")})
                 continue
             if not req.validate_only:
                 await log.add_partitions(t.name, t.count)

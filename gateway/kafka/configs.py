@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from gateway.domain.log import BrokerDefaults
 from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.domain.topic_configs import BROKER_DEFAULTS, TOPIC_CONFIGS, Change, ConfigDef, Kind, Op
-from gateway.errors import AuthorizationFailed, InvalidRequest
+from gateway.errors import AuthorizationFailed, InvalidRequest, TopicNotFound
 from gateway.kafka import codec, share
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
@@ -45,9 +45,10 @@ Synonym = tuple[str, str, int]  # name, value, source
 
 
 def _entry(name: str, kind: Kind, doc: str | None, synonyms: list[Synonym], *,
-           read_only: bool = False) -> dict[str, Any]:
-    """A config whose value and source are those of its first synonym (the one that applies)."""
-    _, value, source = synonyms[0]
+           read_only: bool = False, default: str | None = None) -> dict[str, Any]:
+    """A config whose value and source are those of its first synonym (the one that applies), else
+    `default`, Kafka's."""
+    _, value, source = synonyms[0] if synonyms else (name, default, SOURCE_DEFAULT)
     return {"name": name, "value": value, "read_only": read_only, "config_source": source, "is_sensitive": False,
             "synonyms": [{"name": n, "value": v, "source": s} for n, v, s in synonyms], "config_type": kind,
             "documentation": doc}
@@ -63,7 +64,11 @@ def _synonyms(spec: ConfigDef, own: str | None, defaults: BrokerDefaults) -> lis
             out.append((spec.broker, defaults.own[spec.broker], SOURCE_DYNAMIC_BROKER))
         if spec.broker in defaults.cluster:
             out.append((spec.broker, defaults.cluster[spec.broker], SOURCE_DYNAMIC_DEFAULT_BROKER))
-    out.append((spec.broker or spec.name, spec.default, SOURCE_DEFAULT))
+    if spec.broker_fallback is None:
+        out.append((spec.broker or spec.name, spec.default, SOURCE_DEFAULT))
+    elif spec.broker in defaults.own or spec.broker in defaults.cluster:
+        # Kafka lists broker synonyms from its own name on: none while that one is unset
+        out.append((*spec.broker_fallback, SOURCE_DEFAULT))
     return out
 
 
@@ -74,7 +79,7 @@ def topic_config_entries(config: dict[str, str], defaults: BrokerDefaults,
     for name, spec in TOPIC_CONFIGS.items():
         if keys is not None and name not in keys:
             continue
-        out.append(_entry(name, spec.kind, spec.doc, _synonyms(spec, config.get(name), defaults)))
+        out.append(_entry(name, spec.kind, spec.doc, _synonyms(spec, config.get(name), defaults), default=spec.default))
     return out
 
 
@@ -135,7 +140,7 @@ async def _broker_entries(ctx: RequestContext, name: str, keys: list[str] | None
             out.append(_entry(key, kind, doc, [(key, value, SOURCE_STATIC_BROKER)], read_only=True))
     for broker, spec in BROKER_DEFAULTS.items():
         if wanted(broker):
-            out.append(_entry(broker, spec.kind, spec.doc, _synonyms(spec, None, defaults)))
+            out.append(_entry(broker, spec.kind, spec.doc, _synonyms(spec, None, defaults), default=spec.default))
     return out
 
 
@@ -167,6 +172,8 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                 res["configs"] = await share.describe_group_configs(ctx, r.resource_name, keys)
             else:
                 res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs")
+        except TopicNotFound as exc:  # Kafka's message is empty
+            res.update(error_code=kafka_error(exc), error_message="")
         except Exception as exc:
             res.update(error_code=kafka_error(exc), error_message=error_message(exc))
         if not getattr(req, "include_synonyms", False):
@@ -203,6 +210,8 @@ async def _alter(ctx: RequestContext, r: Any, changes: list[Change], incremental
             await share.alter_group_configs(ctx, r.resource_name, changes, incremental, validate_only)
         else:
             res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs change")
+    except TopicNotFound as exc:
+        res.update(error_code=kafka_error(exc), error_message=f"The topic '{r.resource_name}' does not exist.")
     except Exception as exc:
         res.update(error_code=kafka_error(exc), error_message=error_message(exc))
     return res

@@ -81,6 +81,18 @@ def error_message(exc: BaseException | None) -> str | None:
     return str(exc) if isinstance(exc, GatewayError) else "internal error"
 
 
+def topic_name_message(name: str) -> str:
+    """What Kafka's Topic.validate says of a name it refuses (INVALID_TOPIC_EXCEPTION's message)."""
+    if not name:
+        return "Topic name is invalid: the empty string is not allowed"
+    if name in (".", ".."):
+        return f"Topic name is invalid: '{name}' is not allowed"
+    if len(name) > 249:
+        return f"Topic name is invalid: the length of '{name}' is longer than the max allowed length 249"
+    return (f"Topic name is invalid: '{name}' contains one or more characters other than ASCII alphanumerics, "
+            "'.', '_' and '-'")
+
+
 def topic_name_error(name: str) -> KafkaError | None:
     """INVALID_TOPIC_EXCEPTION for a name Kafka would refuse, before anything touches storage."""
     try:

@@ -83,7 +83,9 @@ async def _walk(
         start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         upper = min(info.partitions, start + budget)
         entries = partition_entries([p.node_id for p in registry.leaders(name, info.partitions)], serving)
-        partitions = [entries[p] for p in range(max(0, start), upper)]
+        # empty ELR lists, never null: Kafka sends lists, and its Java Admin client fails on a null
+        partitions = [{**entries[p], "eligible_leader_replicas": (), "last_known_elr": ()}
+                      for p in range(max(0, start), upper)]
         out.append({
             "error_code": KafkaError.none, "name": name, "topic_id": topic_uuid(info.topic_id), "is_internal": False,
             "partitions": partitions,

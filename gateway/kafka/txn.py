@@ -14,13 +14,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.clock import now_ms
+from gateway.domain.log import PartitionProducer
 from gateway.domain.producer_txn import (
     CommittedOffset,
     InvalidProducerIdMapping,
     ProducerState,
     UnknownMember,
 )
-from gateway.domain.security import Operation, ResourceType
+from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.domain.txn import InvalidTransactionTimeout
 from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError
 from gateway.kafka import codec
@@ -273,3 +274,62 @@ async def list_transactions(ctx: RequestContext, req: Any) -> Any:
                     "transaction_state": state.kafka_state})
     return codec.build(cls, {"error_code": KafkaError.none,
                              "unknown_state_filters": sorted(wanted - known), "transaction_states": out})
+
+
+@handles(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
+async def describe_producers(ctx: RequestContext, req: Any) -> Any:
+    """The producers each partition keeps sequences for (kafka-transactions describe-producers, and
+    find-hanging and abort, which look for open transactions through it)."""
+    cls = codec.response_class(ApiKey.DESCRIBE_PRODUCERS, ctx.api_version)
+    topics = []
+    for t in req.topics:
+        allowed = await ctx.allowed(ResourceType.TOPIC, t.name, Operation.READ)
+        partitions = []
+        for p in t.partition_indexes:
+            try:
+                if not allowed:
+                    raise AuthorizationFailed(f"not allowed to read topic {t.name!r}")
+                states = await ctx.services.log.producer_states(t.name, p)
+                partitions.append({"partition_index": p, "error_code": KafkaError.none, "error_message": None,
+                                   "active_producers": [_producer(s) for s in states]})
+            except Exception as exc:
+                code = KafkaError.topic_authorization_failed if isinstance(exc, AuthorizationFailed) else kafka_error(exc)
+                partitions.append({"partition_index": p, "error_code": code, "error_message": None,
+                                   "active_producers": []})
+        topics.append({"name": t.name, "partitions": partitions})
+    return codec.build(cls, {"throttle_time": 0, "topics": topics})
+
+
+def _producer(state: PartitionProducer) -> dict[str, Any]:
+    # the coordinator epoch of the last marker: the gateway's coordinator has no epochs (-1, none)
+    return {"producer_id": state.producer_id, "producer_epoch": state.producer_epoch,
+            "last_sequence": state.last_sequence, "last_timestamp": state.last_timestamp, "coordinator_epoch": -1,
+            "current_txn_start_offset": state.txn_start_offset}
+
+
+@handles(ApiKey.WRITE_TXN_MARKERS, 1, 1)
+async def write_txn_markers(ctx: RequestContext, req: Any) -> Any:
+    """Markers written on an operator's word (the Admin client's abortTransaction, which
+    `kafka-transactions abort` sends for a hanging transaction); Kafka's brokers send it to each other."""
+    cls = codec.response_class(ApiKey.WRITE_TXN_MARKERS, ctx.api_version)
+    allowed = await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.CLUSTER_ACTION)
+    results = []
+    for m in req.markers:
+        topics = []
+        for t in m.topics:
+            partitions = []
+            for p in t.partition_indexes:
+                try:
+                    if not allowed:
+                        raise AuthorizationFailed("not allowed to write transaction markers")
+                    await ctx.services.txn.write_markers([(t.name, p)], m.producer_id, m.producer_epoch,
+                                                         m.transaction_result)
+                    code = KafkaError.none
+                except AuthorizationFailed:
+                    code = KafkaError.cluster_authorization_failed
+                except Exception as exc:
+                    code = kafka_error(exc)
+                partitions.append({"partition_index": p, "error_code": code})
+            topics.append({"name": t.name, "partitions": partitions})
+        results.append({"producer_id": m.producer_id, "topics": topics})
+    return codec.build(cls, {"markers": results})

@@ -29,6 +29,7 @@ partition's keys live in a slot of their own, so they follow the record without 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -173,6 +174,17 @@ def _pairs(reply: list[Any]) -> list[tuple[bytes, Any]]:
     if reply and isinstance(reply[0], list | tuple):
         return [(m, score) for m, score in reply]
     return list(zip(reply[::2], reply[1::2], strict=True))
+
+
+@dataclass(frozen=True)
+class PartitionProducer:
+    """What a partition remembers of one idempotent producer (Kafka's DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int  # -1: none since its epoch began
+    last_timestamp: int  # the max timestamp of its last batch still in the log; -1: none
+    txn_start_offset: int  # the first offset of its open transaction here; -1: none
 
 
 @dataclass(frozen=True)
@@ -585,6 +597,34 @@ class LogStore:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
         assert start is not None  # a partition's meta holds both from its creation
         return int(start), int(hw)
+
+    async def producer_states(self, topic: str, partition: int) -> list[PartitionProducer]:
+        """The producers whose sequences the partition keeps (`pids`, written by append-4.lua), with
+        their open transactions; each one's last batch is read for its timestamp."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hget(keys.meta(topic, partition), "hw")
+        pipe.hgetall(keys.producers(topic, partition))
+        pipe.hgetall(keys.open_txns(topic, partition))
+        async with storage_errors():
+            hw, pids, txns = await pipe.execute()
+        if hw is None:
+            raise TopicNotFound(f"{topic}-{partition} does not exist")
+        opened = {int(pid): int(value.split(b":", 1)[0]) for pid, value in txns.items()}
+        states = {int(pid): json.loads(raw) for pid, raw in pids.items()}
+        # a Lua table left empty is encoded as {}: a producer with no batch since its epoch began
+        last = {pid: s["b"][-1] for pid, s in states.items() if isinstance(s["b"], list) and s["b"]}
+        log = keys.log(topic, partition)
+        pipe = self.redis.pipeline(transaction=False)
+        for batch in last.values():
+            pipe.xrange(log, f"{batch[2]}-1", f"{batch[2]}-1")
+        async with storage_errors():
+            entries = dict(zip(last, await pipe.execute(), strict=True))
+        out = []
+        for pid, s in sorted(states.items()):
+            found = entries.get(pid)
+            ts = parse_header(found[0][1][b"b"], verify_crc=False).max_timestamp if found else -1
+            out.append(PartitionProducer(pid, s["e"], last[pid][1] if pid in last else -1, ts, opened.get(pid, -1)))
+        return out
 
     async def max_timestamp(self, topic: str, partition: int) -> int:
         """The largest timestamp of a data batch ever appended to the partition (`maxts`); -1: none."""

@@ -1,0 +1,203 @@
+"""Apache Kafka 4.4's command-line tools, unchanged (their main classes from the kafka-tools jar, as
+bin/kafka-*.sh runs them), against the gateway; the same commands against a real Kafka 4.4 broker,
+and what they print compared. The verifiable producer and consumer (Kafka's own system tests' check
+that whatever was acknowledged is consumed) run through a gateway SIGKILL and restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GatewayProcess, kafka_bootstrap
+from tests.kafka_clients import create_topic
+from tests.kafka_jvm import TOOLS, ToolRun, java, java_command, same_on_both, tools, unique
+
+pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
+
+
+def session(bs: str, topic: str, records_file: Path) -> list[list[str]]:
+    """An operator's session with the tools on a new topic and a consumer group of the same name."""
+    b = ["--bootstrap-server", bs]
+    group = ["--group", topic]
+    reset = ["kafka-consumer-groups", *b, "--reset-offsets", *group, "--topic", topic]
+    acl = ["--allow-principal", "User:alice", "--operation", "Read", "--topic", topic]
+    return [
+        ["kafka-topics", *b, "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1",
+         "--config", "retention.ms=3600000"],
+        ["kafka-producer-perf-test", "--topic", topic, "--num-records", "90", "--record-size", "100",
+         "--throughput", "-1", "--command-property", f"bootstrap.servers={bs}", "acks=all"],
+        ["kafka-topics", *b, "--alter", "--topic", topic, "--partitions", "2"],
+        ["kafka-topics", *b, "--describe", "--topic", topic],
+        ["kafka-configs", *b, "--entity-type", "topics", "--entity-name", topic, "--alter",
+         "--add-config", "max.message.bytes=20000"],
+        ["kafka-configs", *b, "--entity-type", "topics", "--entity-name", topic, "--describe"],
+        ["kafka-consumer-perf-test", *b, "--topic", topic, "--num-records", "90", *group],
+        ["kafka-get-offsets", *b, "--topic", topic],
+        ["kafka-consumer-groups", *b, "--describe", *group],
+        ["kafka-delete-records", *b, "--offset-json-file", str(records_file)],
+        ["kafka-get-offsets", *b, "--topic", topic, "--time", "-2"],
+        [*reset, "--to-earliest", "--execute"],
+        [*reset, "--shift-by", "-5", "--execute"],
+        [*reset, "--to-datetime", "2020-01-01T00:00:00.000", "--execute"],
+        [*reset, "--shift-by", "5", "--execute"],
+        ["kafka-consumer-groups", *b, "--describe", *group, "--offsets"],
+        ["kafka-consumer-groups", *b, "--delete-offsets", *group, "--topic", topic],
+        ["kafka-acls", *b, "--add", *acl],
+        ["kafka-acls", *b, "--list", "--topic", topic],
+        ["kafka-acls", *b, "--remove", "--force", *acl],
+        ["kafka-acls", *b, "--list", "--topic", topic],
+        ["kafka-topics", *b, "--delete", "--topic", topic],
+        ["kafka-consumer-groups", *b, "--list"],  # the last two are not compared: see normalized
+        ["kafka-features", *b, "describe"],
+    ]
+
+
+def normalized(run: ToolRun) -> str:
+    """What a tool printed, less what differs between any two clusters: ids, node ids, timings.
+    min.insync.replicas=1 is Kafka 4.4's cluster-wide dynamic default (docs/kafka-differences.md)."""
+    out = run.out
+    if run.command[0] == "kafka-producer-perf-test":
+        out = re.findall(r"^(\d+) records sent", out, re.M)[-1]
+    elif run.command[0] == "kafka-consumer-perf-test":
+        out = out.strip().splitlines()[-1].split(", ")[4]  # data.consumed.in.nMsg
+    out = re.sub(r"TopicId: \S+", "TopicId: <id>", out)
+    out = re.sub(r"\b(Leader|Replicas|Isr): \d+", r"\1: <node>", out)
+    return f"exit {run.exit}\n" + out.replace("min.insync.replicas=1,", "")
+
+
+async def test_tools_answer_as_on_kafka(gateway, kafka_broker, tmp_path):
+    topic = unique("tools")
+    records = tmp_path / "delete-records.json"
+    records.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "offset": 30}]}))
+
+    async def run(bs: str) -> list[ToolRun]:
+        return await tools(*session(bs, topic, records))
+
+    on_kafka, on_gateway = await run(kafka_broker.bootstrap), await run(kafka_bootstrap(gateway))
+    compared = len(on_kafka) - 2
+    for k, g in zip(on_kafka[:compared], on_gateway[:compared], strict=True):
+        assert normalized(g) == normalized(k), f"{' '.join(g.command)}\nkafka:\n{k.out}\ngateway:\n{g.out}"
+    assert normalized(on_gateway[1]) == "exit 0\n90" and normalized(on_gateway[6]) == "exit 0\n90"
+    assert f"{topic}:0:30" in on_gateway[10].out.split()  # the log start offset after delete-records
+    [listing, features] = on_gateway[compared:]
+    assert listing.exit == 0 and topic in listing.out.split()
+    # the gateway finalizes no features (docs/kafka-differences.md): describe lists none, and succeeds
+    assert (features.exit, features.out.strip()) == (0, "")
+
+
+async def verifiable(tool: str, bs: str, topic: str, *args: str) -> asyncio.subprocess.Process:
+    """kafka-verifiable-producer or -consumer in a JVM of its own, its JSON events on stdout."""
+    return await asyncio.create_subprocess_exec(
+        *java_command(TOOLS[tool], "--bootstrap-server", bs, "--topic", topic, *args),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+
+
+async def events(proc: asyncio.subprocess.Process, name: str) -> AsyncIterator[dict]:
+    """The events called `name` a verifiable client prints, as they come."""
+    assert proc.stdout is not None
+    async for line in proc.stdout:
+        event = json.loads(line)
+        if event["name"] == name:
+            yield event
+
+
+async def test_verifiable_producer_and_consumer_through_a_gateway_kill(gateway_process: GatewayProcess):
+    """kafka-verifiable-producer and kafka-verifiable-consumer keep going while the gateway is killed
+    (SIGKILL) and started again: the consumer reads every record the producer saw acknowledged, at
+    the offset it was acknowledged at."""
+    gp = gateway_process
+    gp.args += ["--log-level", "WARNING"]  # nothing reads its output: keep the pipe from filling
+    gp.start()
+    topic = "verifiable"
+    await create_topic(gp.kafka_bootstrap, topic, 3)
+    producer = await verifiable("kafka-verifiable-producer", gp.kafka_bootstrap, topic,
+                                "--max-messages", "1500", "--throughput", "300", "--acks", "-1")
+    consumer = await verifiable("kafka-verifiable-consumer", gp.kafka_bootstrap, topic,
+                                "--group-id", "verifiable", "--reset-policy", "earliest", "--verbose")
+    acked: dict[str, tuple[int, int]] = {}  # value: (partition, offset)
+    consumed: dict[str, tuple[int, int]] = {}
+    enough, caught_up = asyncio.Event(), asyncio.Event()
+
+    async def read_producer() -> None:
+        async for event in events(producer, "producer_send_success"):
+            acked[event["value"]] = (event["partition"], event["offset"])
+            if len(acked) == 300:
+                enough.set()
+
+    def check() -> None:
+        if producing.done() and acked.keys() <= consumed.keys():
+            caught_up.set()
+
+    async def read_consumer() -> None:
+        async for event in events(consumer, "record_data"):
+            consumed[event["value"]] = (event["partition"], event["offset"])
+            check()
+
+    producing = asyncio.create_task(read_producer())
+    consuming = asyncio.create_task(read_consumer())
+    try:
+        await asyncio.wait_for(enough.wait(), 60)
+        await asyncio.to_thread(gp.kill)
+        await asyncio.to_thread(gp.start)
+        await asyncio.wait_for(producer.wait(), 120)
+        await producing
+        check()
+        await asyncio.wait_for(caught_up.wait(), 120)
+    finally:
+        for proc in (producer, consumer):
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            await proc.wait()
+        consuming.cancel()
+    assert producer.returncode == 0 and len(acked) > 300
+    assert all(consumed[v] == at for v, at in acked.items())
+
+
+# columns of kafka-transactions' tables that differ between any two clusters, and the coordinator
+# epoch, which the gateway has not (docs/kafka-differences.md)
+VARIABLE_COLUMNS = {"Coordinator", "CoordinatorId", "ProducerId", "CurrentTransactionStartTimeMs",
+                    "TransactionDurationMs", "LastTimestamp", "LatestCoordinatorEpoch"}
+
+
+def table(out: str, keep: Callable[[dict[str, str]], bool] = lambda row: True) -> list[dict[str, str]]:
+    """A kafka-transactions table as rows by column name, less the columns in VARIABLE_COLUMNS."""
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    if not lines:
+        return []
+    header, *rows = lines
+    return [{k: v for k, v in row.items() if k not in VARIABLE_COLUMNS}
+            for row in (dict(zip(header, values, strict=False)) for values in rows) if keep(row)]
+
+
+async def test_kafka_transactions_answers_as_on_kafka(gateway, kafka_broker):
+    """kafka-transactions on a transaction left open by its producer: list, describe,
+    describe-producers, find-hanging, then abort by its first offset, after which read_committed
+    readers read past it."""
+    topic = unique("txns")
+
+    async def scenario(bs: str) -> list[object]:
+        await create_topic(bs, topic, 1)
+        await java("gateway.jvm.Produce", bs, topic, "commit:2,open:3", f"transactional.id={topic}")
+        b, tx = ["--bootstrap-server", bs], "kafka-transactions"
+        producers = [tx, *b, "describe-producers", "--topic", topic, "--partition", "0"]
+        listed, described, before, hanging, aborted, after = await tools(
+            [tx, *b, "list"],
+            [tx, *b, "describe", "--transactional-id", topic],
+            producers,
+            [tx, *b, "find-hanging", "--topic", topic],
+            [tx, *b, "abort", "--topic", topic, "--partition", "0", "--start-offset", "3"],
+            producers)
+        read = await java("gateway.jvm.Consume", bs, topic, "0", "isolation.level=read_committed")
+        return [table(listed.out, lambda row: row["TransactionalId"] == topic), table(described.out),
+                table(before.out), hanging.out, (aborted.exit, aborted.out), table(after.out), read.lines()]
+
+    answers = await same_on_both(gateway, kafka_broker, scenario)
+    assert answers[1][0]["TransactionState"] == "Ongoing" and answers[2][0]["CurrentTransactionStartOffset"] == "3"
+    assert answers[5][0]["CurrentTransactionStartOffset"] == "None"
+    assert [line.split()[2] for line in answers[6]] == ["commit-0", "commit-1"]
