@@ -197,6 +197,42 @@ async def test_reject_never_redelivers(gw: Gateway) -> None:
     assert values(later) == [b"after"]
 
 
+async def test_acknowledgements_with_no_new_records_are_answered_applied(gw: Gateway) -> None:
+    """Explicit acknowledgements that ride on a ShareFetch finding no new records, and on the
+    request that closes the consumer: the acknowledgement commit callback hears every one applied,
+    none failed (a partition left out of the answer would be reported INVALID_RECORD_STATE)."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "ackonly", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+    heard: list[tuple[dict[Any, set[int]], Any]] = []
+
+    def acked() -> set[int]:
+        return {o for offsets, _ in heard for os in offsets.values() for o in os}
+
+    def run() -> None:
+        c = share_consumer(bs, "ackonly")
+        c.set_acknowledgement_commit_callback(lambda offsets, exc: heard.append((offsets, exc)))
+        try:
+            got: list[ck.Message] = []
+            deadline = time.monotonic() + TIMEOUT
+            while len(got) < 10 or acked() < set(range(10)):  # the last acknowledgements go with an empty fetch
+                assert time.monotonic() < deadline, f"{len(got)} records, {sorted(acked())} acknowledged"
+                batch = [m for m in c.poll(0.5) if m.error() is None]
+                for m in batch:
+                    c.acknowledge(m)
+                got += batch
+            produce_sync(bs, [b"last"])
+            last = poll_until(c, lambda s: b"last" in values(s))
+            for m in last:
+                c.acknowledge(m)
+        finally:
+            c.close()  # carries the last acknowledgement
+
+    await asyncio.to_thread(run)
+    assert [exc for _, exc in heard if exc is not None] == []
+    assert acked() == set(range(11))
+
+
 def produce_sync(bs: str, vals: list[bytes], topic: str = TOPIC) -> None:
     p = ck.Producer({"bootstrap.servers": bs})
     for v in vals:

@@ -4,7 +4,10 @@ Thin translations over the share coordinator (`gateway.domain.groups.share_coord
 4.2's KafkaApis.handleShareGroupHeartbeat / handleShareFetchRequest / handleShareAcknowledgeRequest:
 topics travel by id; a topic id no topic has is UNKNOWN_TOPIC_ID for each of its partitions; the
 session errors (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH) and an unknown member are
-answered at the top level, acknowledgements refused per partition (INVALID_RECORD_STATE). A
+answered at the top level, acknowledgements refused per partition (INVALID_RECORD_STATE). Every
+partition that carried acknowledgements is in a ShareFetch's answer with its AcknowledgeErrorCode
+(0 when applied), with records or none, the session-closing fetch's too, as KafkaApis merges the
+acknowledge results into the fetch response (combineShareFetchAndShareAcknowledgeResponses). A
 ShareFetch returns whole stored batches and, per batch, the ranges of it the member acquired with
 their delivery counts; the client skips the records outside them.
 """
@@ -175,10 +178,9 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
     except Exception as exc:
         return _failed(share_error(exc), exc)
     lock_ms = await _lock_ms(ctx, group_id)
-    if fetched is None:
-        return Encoded(encode_share_fetch_response(KafkaError.none, None, lock_ms, []))
     by_id = {name: tid for tid, name in names.items() if name is not None}
-    for topic, _ in set(fetched.records) | set(fetched.ack_errors) | fetched.elsewhere:
+    answered = set(fetched.records) | fetched.acknowledged  # every partition that carried acknowledgements
+    for topic, _ in answered | fetched.elsewhere:
         if topic not in by_id:  # a topic of the session the request did not name
             info = await ctx.services.log.topic(topic, create=False)
             by_id[topic] = uuid.UUID(hex=info.topic_id) if info.topic_id else None
@@ -189,12 +191,12 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
             topics[t.topic_id] = [SharePartition(p.partition_index, leader, KafkaError.unknown_topic_id)
                                   for p in t.partitions]
     endpoints: dict[int, tuple[int, str, int]] = {}
-    for topic, p in sorted(fetched.elsewhere - set(fetched.ack_errors) - set(fetched.records)):
+    for topic, p in sorted(fetched.elsewhere - answered):
         elsewhere = peer_address(ctx, ctx.services.registry.leader(topic, p))
         endpoints[elsewhere[0]] = elsewhere
         topics.setdefault(by_id.get(topic), []).append(
             SharePartition(p, elsewhere[0], KafkaError.not_leader_or_follower))
-    for tp in sorted(set(fetched.records) | set(fetched.ack_errors)):
+    for tp in sorted(answered):
         topic, p = tp
         ack_error = fetched.ack_errors.get(tp)
         part = SharePartition(p, leader, ack_error=KafkaError.none if ack_error is None else KafkaError(int(ack_error)))

@@ -151,7 +151,8 @@ class Acquired:
 @dataclass
 class ShareFetched:
     records: dict[TopicPartition, list[Acquired]] = field(default_factory=dict)
-    ack_errors: dict[TopicPartition, ShareErrorKind] = field(default_factory=dict)
+    acknowledged: set[TopicPartition] = field(default_factory=set)  # carried acknowledgements
+    ack_errors: dict[TopicPartition, ShareErrorKind] = field(default_factory=dict)  # of those, refused
     elsewhere: set[TopicPartition] = field(default_factory=set)  # asked for, led by another gateway
 
 
@@ -472,17 +473,18 @@ class ShareCoordinator:
         self, group_id: str, member_id: str, session_epoch: int, add: Iterable[TopicPartition],
         forget: Iterable[TopicPartition], acks: Mapping[TopicPartition, list[AckBatch]], *,
         max_records: int, max_bytes: int, max_wait: float,
-    ) -> ShareFetched | None:
+    ) -> ShareFetched:
         """A ShareFetch: the session moved on, the acknowledgements applied, then records acquired
-        (waiting up to `max_wait` for some). None when the request closes the session."""
+        (waiting up to `max_wait` for some); no records when the request closes the session, only
+        the outcome of its acknowledgements."""
         group = self._group(group_id)
         session = group.session(member_id, session_epoch, add, forget)
-        out = ShareFetched()
+        out = ShareFetched(acknowledged=set(acks))
         if acks:
             out.ack_errors = await self.acknowledge(group_id, member_id, acks)
         if session is None:
             await self._drop(group_id, member_id)
-            return None
+            return out
         member = self._members.get((group_id, member_id))
         if member is None:
             member = self._members[(group_id, member_id)] = _Member(self, group_id, member_id)
