@@ -165,6 +165,42 @@ async def test_three_share_consumers_split_a_partition_none_lost_none_twice(gw: 
     assert sum(1 for a in accepted if a) >= 2  # the queue was shared
 
 
+@pytest.mark.parametrize("partitions", [1, 3])
+async def test_every_record_reaches_a_consumer_on_its_first_delivery(gw: Gateway, partitions: int) -> None:
+    """Four share consumers join one by one (moving partitions between them as they come) and drain
+    10,000 records, accepting each: with no failure, every record's first delivery reaches the
+    application (delivery count 1), none is delivered twice."""
+    bs, n, group, topic = kafka_bootstrap(gw), 10_000, f"first-{partitions}", f"first{partitions}"
+    await services(gw).log.create_topic(topic, partitions)
+    await group_configs(bs, group, share_auto_offset_reset="earliest")
+    await fill(bs, n, topic=topic)
+    delivered: list[tuple[int, int, int]] = []  # partition, offset, delivery count
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        time.sleep(i * 0.05)  # staggered joins: each one moves the assignment
+        c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit"})
+        c.subscribe([topic])
+        try:
+            deadline = time.monotonic() + TIMEOUT * 2
+            while time.monotonic() < deadline:
+                with lock:
+                    if len({(p, o) for p, o, _ in delivered}) >= n:
+                        return
+                batch = [m for m in c.poll(0.2) if m.error() is None]
+                for m in batch:
+                    c.acknowledge(m)
+                with lock:
+                    delivered.extend((m.partition() or 0, offset(m), count(m)) for m in batch)
+        finally:
+            c.close()
+
+    await asyncio.gather(*(asyncio.to_thread(work, i) for i in range(4)))
+    per_partition = [sorted(o for p, o, _ in delivered if p == q) for q in range(partitions)]
+    assert sum(map(len, per_partition)) == n and len({(p, o) for p, o, _ in delivered}) == n  # each once
+    assert [(p, o, c) for p, o, c in delivered if c != 1] == []
+
+
 async def test_release_redelivers_with_a_higher_delivery_count(gw: Gateway) -> None:
     bs = kafka_bootstrap(gw)
     await group_configs(bs, "rel", share_auto_offset_reset="earliest")

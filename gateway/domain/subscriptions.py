@@ -74,6 +74,9 @@ class Delivery:
     redelivery_count: int = 0
     consumer: Consumer | None = None
     deadline: float = 0.0
+    # this delivery is counted in Redis already (`Subscription._counted`): one handed out and given
+    # back unsent goes out again as the same delivery, not counted twice
+    counted: bool = False
 
     def skip(self) -> list[int]:
         """Offsets of the batch, relative to its base, that the consumer must not process."""
@@ -209,6 +212,15 @@ class Subscription:
         self.redeliver.extendleft(reversed([d for d in deliveries if d.offsets]))
         self.wake.set()
 
+    def start_locks(self, deliveries: list[Delivery]) -> None:
+        """The ack timeouts of these deliveries start now: a share member's records are locked from
+        the response that carries them, as Kafka's acquisition lock starts when a fetch acquires."""
+        now = time.monotonic()
+        for d in deliveries:
+            if d.consumer is not None and d.consumer.ack_timeout > 0 and d.offsets:
+                d.deadline = now + d.consumer.ack_timeout
+                heapq.heappush(self._deadlines, (d.deadline, next(self._tie), d))
+
     def draining(self) -> set[int]:
         """Partitions owned here that no consumer takes any more but that still have records in flight."""
         return {p for p in self.owned - self.wanted() if self.outstanding[p]}
@@ -221,6 +233,7 @@ class Subscription:
             d.consumer = None
             if d.offsets:
                 d.redelivery_count += 1
+                d.counted = False
                 self.redeliver.append(d)
 
     def _rewind(self) -> None:
@@ -480,17 +493,22 @@ class Subscription:
         generation = self._generation
         offsets: dict[int, list[int]] = {}
         for d in batch:
-            offsets.setdefault(d.partition, []).extend(d.offsets)
+            if not d.counted:
+                offsets.setdefault(d.partition, []).extend(d.offsets)
         counts = await self.service.store.delivered(self.topic, self.name, self.delivery_limit,
-                                                    {p: sorted(offs) for p, offs in offsets.items()})
+                                                    {p: sorted(offs) for p, offs in offsets.items()}) if offsets else {}
         if generation != self._generation:
             return []
         out: list[Delivery] = []
         over = False
         for d in batch:
-            counted = counts[d.partition]
+            counted = counts.get(d.partition)
+            if d.counted:
+                out.append(d)
+                continue
             if counted is None:  # the usual case: new records from the log, each delivered once now
                 d.redelivery_count = 0
+                d.counted = True
                 out.append(d)
                 continue
             by_count: dict[int, set[int]] = {}
@@ -501,7 +519,7 @@ class Subscription:
                     self.redeliver.append(Delivery(d.partition, d.entry, offs, -n))
                     over = True
                 else:
-                    out.append(Delivery(d.partition, d.entry, offs, n - 1))
+                    out.append(Delivery(d.partition, d.entry, offs, n - 1, counted=True))
             d.offsets = set()  # replaced by the parts above
         if over:
             await self.archive_over_limit()
@@ -585,6 +603,9 @@ class Subscription:
 
     async def _hand_out(self, batch: list[Delivery], targets: list[Consumer]) -> None:
         generation = self._generation
+        # only those still here: one that left while the batch was read would hold it unseen until
+        # its lock expired, and it would go out again as a second delivery
+        targets = [c for c in targets if c in self.consumers]
         per_consumer: dict[Consumer, list[Delivery]] = {}
         now = time.monotonic()
         for d in batch:

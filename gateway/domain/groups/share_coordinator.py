@@ -183,7 +183,11 @@ class ShareGroupView:
 
 
 class _Member:
-    """A member's consumers (one per topic it fetched) and what they were handed, not yet fetched."""
+    """A member's consumers (one per topic it fetched) and what they were handed, not yet fetched.
+
+    What is handed to a member waits here, unlocked, until a response carries it: its lock starts
+    then (`take`), and what the member never fetches goes back to the queue as it was (`give_back`),
+    not as a delivery that failed, so no record's first delivery is lost on the way."""
 
     def __init__(self, coordinator: ShareCoordinator, group_id: str, member_id: str) -> None:
         self.coordinator = coordinator
@@ -199,6 +203,8 @@ class _Member:
     async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
         topic = self.topics.get(consumer_id)
         if topic is not None:
+            for d in deliveries:
+                d.deadline = 0.0  # locked from the response that carries it (`take`)
             self.handed.extend((topic, d) for d in deliveries)
             self.arrived.set()
 
@@ -225,7 +231,8 @@ class _Member:
             sub.give_back(back)
 
     def take(self, max_records: int, max_bytes: int) -> list[tuple[str, Delivery]]:
-        """What was handed out and is still held, up to the limits (the first batch always)."""
+        """What was handed out and is still held, up to the limits (the first batch always), its
+        locks started now."""
         out: list[tuple[str, Delivery]] = []
         records = size = 0
         keep: list[tuple[str, Delivery]] = []
@@ -239,6 +246,9 @@ class _Member:
             records += len(d.offsets)
             size += len(d.entry.batch)
         self.handed = keep
+        for topic, consumer in self.consumers.items():
+            if consumer.subscription is not None:
+                consumer.subscription.start_locks([d for t, d in out if t == topic])
         return out
 
 
@@ -369,7 +379,8 @@ class ShareCoordinator:
         member = self._members.pop((group_id, member_id), None)
         if member is None:
             return
-        for consumer in member.consumers.values():
+        for topic, consumer in member.consumers.items():
+            member.give_back(topic, frozenset())  # never sent: not a delivery that failed
             await self.subscriptions.unsubscribe_consumer(consumer)
 
     async def view(self, group_id: str) -> ShareGroupView | None:
@@ -508,6 +519,7 @@ class ShareCoordinator:
             mine[t] = mine.get(t, frozenset()) | ({p} if self.leads(t, p) else set())
         topics = set(mine)
         for topic in set(member.consumers) - topics:
+            member.give_back(topic, frozenset())
             consumer = member.consumers.pop(topic)
             await self.subscriptions.unsubscribe_consumer(consumer)
         for topic in topics - set(member.consumers):
