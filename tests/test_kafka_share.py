@@ -21,7 +21,14 @@ import aiohttp
 import confluent_kafka as ck
 import pytest
 from confluent_kafka import AcknowledgeType
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
@@ -342,6 +349,72 @@ async def test_auto_offset_reset_latest_and_earliest(gw: Gateway) -> None:
     await produce("confluent", bs, TOPIC, [(None, b"fresh")])
     await thread
     assert got == [b"fresh"]
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+async def test_a_topic_created_again_under_a_live_share_group_is_read_afresh(gw: Gateway, reset: str) -> None:
+    """A share consumer reads a 3-partition topic, which is then deleted and created again with 2
+    partitions while the consumer goes on polling: the new topic (a new topic id) is read from
+    share.auto.offset.reset, as Kafka keys share-partition state by topic id, so its records are
+    all delivered, first deliveries, none of the old topic's; with `latest`, from where the new
+    topic stood when the group first read it."""
+    bs, topic, group = kafka_bootstrap(gw), f"reborn-{reset}", f"reborn-{reset}"
+    admin = AdminClient({"bootstrap.servers": bs})
+
+    async def create(partitions: int) -> None:
+        (f,) = admin.create_topics([NewTopic(topic, partitions)]).values()
+        await asyncio.to_thread(f.result, TIMEOUT)
+
+    await create(3)
+    await group_configs(bs, group, share_auto_offset_reset=reset)
+    c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit",
+                          "topic.metadata.refresh.interval.ms": "500"})
+    c.subscribe([topic])
+    got: list[ck.Message] = []
+
+    def poll_for(wanted: set[bytes]) -> None:
+        deadline = time.monotonic() + TIMEOUT * 2
+        while not wanted <= set(values(got)):
+            assert time.monotonic() < deadline, f"got {sorted(set(values(got)))}"
+            for m in c.poll(0.5):
+                if m.error() is None:
+                    got.append(m)
+                    c.acknowledge(m)
+
+    try:
+        if reset == "latest":  # the group reads the old topic before anything is written to it
+            old_id = (await services(gw).log.topic(topic)).topic_id
+            reading = asyncio.create_task(asyncio.to_thread(poll_for, {b"r%d" % i for i in range(30)}))
+            await eventually(lambda: _reads(services(gw), topic, group, old_id), what="the group reads the topic")
+            await fill(bs, 30, topic=topic)
+            await reading
+        else:
+            await fill(bs, 30, topic=topic)
+            await asyncio.to_thread(poll_for, {b"r%d" % i for i in range(30)})
+        (f,) = admin.delete_topics([topic]).values()
+        await asyncio.to_thread(f.result, TIMEOUT)
+        await create(2)
+        del got[:]
+        if reset == "latest":
+            # the consumer polls until the group reads the new topic, then records are written to it
+            waiting = asyncio.create_task(asyncio.to_thread(poll_for, {b"new%d" % i for i in range(10)}))
+            new_id = (await services(gw).log.topic(topic)).topic_id
+            await eventually(lambda: _reads(services(gw), topic, group, new_id), what="the group reads the new topic")
+            await produce("confluent", bs, topic, [(None, b"new%d" % i) for i in range(10)])
+            await waiting
+        else:
+            await produce("confluent", bs, topic, [(None, b"new%d" % i) for i in range(10)])
+            await asyncio.to_thread(poll_for, {b"new%d" % i for i in range(10)})
+    finally:
+        await asyncio.to_thread(c.close)
+    assert sorted(values(got)) == sorted(b"new%d" % i for i in range(10))
+    assert all(count(m) == 1 for m in got)
+
+
+async def _reads(s: Services, topic: str, group: str, topic_id: str) -> bool:
+    """Whether the group's subscription on this gateway reads the incarnation of `topic_id`."""
+    sub = s.subscriptions._subs.get((topic, group))
+    return sub is not None and sub.topic_id == topic_id and not sub.deleted and bool(sub.cursor)
 
 
 async def test_auto_offset_reset_by_duration(gw: Gateway) -> None:

@@ -174,6 +174,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
             group_id, req.member_id or "", req.share_session_epoch, add, forget, _acks(req.topics, names),
             max_records=req.max_records, max_bytes=min(req.max_bytes, ctx.services.config.fetch_max_bytes),
             max_wait=min(req.max_wait.total_seconds(), MAX_WAIT),
+            topic_ids={name: tid.hex for tid, name in names.items() if name is not None and tid is not None},
         )
     except Exception as exc:
         return _failed(share_error(exc), exc)

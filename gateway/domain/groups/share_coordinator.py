@@ -483,11 +483,12 @@ class ShareCoordinator:
     async def fetch(
         self, group_id: str, member_id: str, session_epoch: int, add: Iterable[TopicPartition],
         forget: Iterable[TopicPartition], acks: Mapping[TopicPartition, list[AckBatch]], *,
-        max_records: int, max_bytes: int, max_wait: float,
+        max_records: int, max_bytes: int, max_wait: float, topic_ids: Mapping[str, str] | None = None,
     ) -> ShareFetched:
         """A ShareFetch: the session moved on, the acknowledgements applied, then records acquired
         (waiting up to `max_wait` for some); no records when the request closes the session, only
-        the outcome of its acknowledgements."""
+        the outcome of its acknowledgements. `topic_ids`: the ids the request named its topics by;
+        one the member's subscription does not know is a topic created again, read afresh at once."""
         group = self._group(group_id)
         session = group.session(member_id, session_epoch, add, forget)
         out = ShareFetched(acknowledged=set(acks))
@@ -502,6 +503,10 @@ class ShareCoordinator:
             self._start_reaper()
         member.fetching += 1
         try:
+            for topic, consumer in member.consumers.items():
+                sub = consumer.subscription
+                if sub is not None and (topic_ids or {}).get(topic, sub.topic_id) != sub.topic_id:
+                    await self.subscriptions.refresh(sub)
             return await self._fetch(member, session, out, max_records=max_records, max_bytes=max_bytes,
                                      max_wait=max_wait)
         finally:
