@@ -276,6 +276,105 @@ async def test_acknowledgements_with_no_new_records_are_answered_applied(gw: Gat
     assert acked() == set(range(11))
 
 
+async def one_per_batch(gw: Gateway, topic: str, n: int, partitions: int = 1) -> None:
+    """`n` records "b<i>", each in a stored batch of its own, spread over the topic's partitions."""
+    await services(gw).log.create_topic(topic, partitions)
+    await produce("confluent", kafka_bootstrap(gw), topic, [(b"k%d" % i, b"b%d" % i) for i in range(n)],
+                  **{"linger.ms": 0, "batch.num.messages": 1})
+
+
+def polls(bs: str, group: str, topic: str, n: int, **conf: object) -> list[list[ck.Message]]:
+    """The non-empty polls of a consumer with `conf` (accepting each record) until `n` records came."""
+    c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit",
+                          **conf})
+    c.subscribe([topic])
+    out: list[list[ck.Message]] = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while sum(map(len, out)) < n:
+            assert time.monotonic() < deadline, f"{sum(map(len, out))} records"
+            batch = [m for m in c.poll(0.5) if m.error() is None]
+            for m in batch:
+                c.acknowledge(m)
+            if batch:
+                out.append(batch)
+    finally:
+        c.close()
+    return out
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+async def test_fetch_max_bytes_is_a_soft_limit_of_one_batch(gw: Gateway, partitions: int) -> None:
+    """fetch.max.bytes=1: every ShareFetch answer holds one stored batch (the first batch always
+    goes, KIP-74), of one partition however many the consumer fetches; the default limit lets
+    many go at once."""
+    bs, topic = kafka_bootstrap(gw), f"fmb{partitions}"
+    await one_per_batch(gw, topic, 10, partitions)
+    await group_configs(bs, f"fmb-one-{partitions}", share_auto_offset_reset="earliest")
+    await group_configs(bs, f"fmb-default-{partitions}", share_auto_offset_reset="earliest")
+    one = await asyncio.to_thread(polls, bs, f"fmb-one-{partitions}", topic, 10, **{"fetch.max.bytes": 1})
+    assert [len(b) for b in one] == [1] * 10
+    default = await asyncio.to_thread(polls, bs, f"fmb-default-{partitions}", topic, 10)
+    assert len(default) < 10 and sorted(values([m for b in default for m in b])) == sorted(values([m for b in one for m in b]))
+
+
+async def test_fetch_max_bytes_zero_fetches_nothing(gw: Gateway) -> None:
+    """MaxBytes=0 is refused per partition with UNKNOWN_SERVER_ERROR, at once and acquiring nothing,
+    as Kafka's PartitionMaxBytesStrategy refuses it: a consumer with fetch.max.bytes=0 polls no
+    records and no error, and another consumer of the group then gets every record on its first
+    delivery."""
+    bs, topic = kafka_bootstrap(gw), "fmb0"
+    await one_per_batch(gw, topic, 10)
+    await group_configs(bs, "fmb0", share_auto_offset_reset="earliest")
+
+    def starved() -> list[ck.Message]:
+        c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": "fmb0", "fetch.max.bytes": 0})
+        c.subscribe([topic])
+        try:
+            return [m for _ in range(5) for m in c.poll(1.0)]
+        finally:
+            c.close()
+
+    assert await asyncio.to_thread(starved) == []
+    tid = uuid.UUID(hex=(await services(gw).log.topic(topic)).topic_id)
+    async with wire(gw) as conn:
+        r = await call(conn, ApiKey.SHARE_FETCH, 1, {
+            "group_id": "fmb0", "member_id": "m0", "share_session_epoch": 0, "max_wait": 5000, "min_bytes": 1,
+            "max_bytes": 0, "max_records": 100, "batch_size": 100, "forgotten_topics_data": [],
+            "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]})
+        (p,) = r.responses[0].partitions
+        assert (p.error_code, p.error_message, p.acquired_records) == (
+            KafkaError.unknown_server_error, "Request max bytes must be greater than 0", ())
+    got = [m for b in await asyncio.to_thread(polls, bs, "fmb0", topic, 10) for m in b]
+    assert sorted(offset(m) for m in got) == list(range(10)) and all(count(m) == 1 for m in got)
+
+
+async def test_max_records_and_batch_size(gw: Gateway) -> None:
+    """max.poll.records=5 over ten one-record batches: no answer holds more than five records. On
+    the wire, BatchSize shapes the acquired ranges as Kafka's SharePartition.createBatches does:
+    joined across stored batches, a new one begun at a batch boundary once BatchSize is reached."""
+    bs, topic = kafka_bootstrap(gw), "mr"
+    await one_per_batch(gw, topic, 20)
+    await group_configs(bs, "mr", share_auto_offset_reset="earliest")
+    await group_configs(bs, "bs", share_auto_offset_reset="earliest")
+    capped = await asyncio.to_thread(polls, bs, "mr", topic, 20, **{"max.poll.records": 5})
+    assert max(len(b) for b in capped) <= 5 and len(capped) >= 4
+    tid = uuid.UUID(hex=(await services(gw).log.topic(topic)).topic_id)
+    async with wire(gw) as conn:
+        async def fetch(epoch: int, max_records: int, batch_size: int) -> list[tuple[int, int, int]]:
+            r = await call(conn, ApiKey.SHARE_FETCH, 1, {
+                "group_id": "bs", "member_id": "m0", "share_session_epoch": epoch, "max_wait": 5000, "min_bytes": 1,
+                "max_bytes": 1 << 20, "max_records": max_records, "batch_size": batch_size,
+                "forgotten_topics_data": [],
+                "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]})
+            return [(a.first_offset, a.last_offset, a.delivery_count)
+                    for t in r.responses for p in t.partitions for a in p.acquired_records]
+
+        first = await fetch(0, 10, 3)
+        assert first == [(0, 2, 1), (3, 5, 1), (6, 8, 1), (9, 9, 1)]
+        assert await fetch(1, 10, 100) == [(10, 19, 1)]
+
+
 def produce_sync(bs: str, vals: list[bytes], topic: str = TOPIC) -> None:
     p = ck.Producer({"bootstrap.servers": bs})
     for v in vals:

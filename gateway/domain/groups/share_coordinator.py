@@ -153,6 +153,7 @@ class ShareFetched:
     records: dict[TopicPartition, list[Acquired]] = field(default_factory=dict)
     acknowledged: set[TopicPartition] = field(default_factory=set)  # carried acknowledgements
     ack_errors: dict[TopicPartition, ShareErrorKind] = field(default_factory=dict)  # of those, refused
+    failed: dict[TopicPartition, str] = field(default_factory=dict)  # fetch refused (why): Kafka's UNKNOWN_SERVER_ERROR
     elsewhere: set[TopicPartition] = field(default_factory=set)  # asked for, led by another gateway
 
 
@@ -230,21 +231,30 @@ class _Member:
             self.handed = [(t, d) for t, d in self.handed if not (t == topic and d in back)]
             sub.give_back(back)
 
-    def take(self, max_records: int, max_bytes: int) -> list[tuple[str, Delivery]]:
-        """What was handed out and is still held, up to the limits (the first batch always), its
-        locks started now."""
+    def take(self, max_records: int, max_bytes: int, partitions: int = 1) -> list[tuple[str, Delivery]]:
+        """What was handed out and is still held, within a ShareFetch's limits as Kafka applies
+        them, its locks started now. MaxBytes is shared evenly among the `partitions` fetched
+        (DelayedShareFetch's UNIFORM PartitionMaxBytesStrategy) and a partition gives whole stored
+        batches within its share and what is left of MaxBytes, except that the first batch always
+        goes (KIP-74's min-one-message, so a batch larger than the limit cannot stall the consumer);
+        MaxRecords is soft: batches are taken whole until it is reached (ShareFetchUtils acquires
+        `maxFetchRecords - acquiredRecordsCount` per partition, batch-aligned)."""
         out: list[tuple[str, Delivery]] = []
         records = size = 0
+        share = max_bytes // max(1, partitions)
+        per_partition: dict[TopicPartition, int] = {}
         keep: list[tuple[str, Delivery]] = []
         for topic, d in self.handed:
             if not self.held(topic, d):
                 continue
-            if out and (records >= max_records or size + len(d.entry.batch) > max_bytes):
+            n, tp = len(d.entry.batch), (topic, d.partition)
+            if out and (records >= max_records or size + n > max_bytes or per_partition.get(tp, 0) + n > share):
                 keep.append((topic, d))
                 continue
             out.append((topic, d))
             records += len(d.offsets)
-            size += len(d.entry.batch)
+            size += n
+            per_partition[tp] = per_partition.get(tp, 0) + n
         self.handed = keep
         for topic, consumer in self.consumers.items():
             if consumer.subscription is not None:
@@ -535,7 +545,12 @@ class ShareCoordinator:
                 consumer.subscription.take_partitions(consumer, mine[topic])
         if max_records <= 0 or not topics:
             return out
-        taken = member.take(max_records, max_bytes)
+        if max_bytes <= 0:  # Kafka's PartitionMaxBytesStrategy refuses it; the fetch fails at once
+            out.failed = {tp: "Request max bytes must be greater than 0" for tp in sorted(session.partitions)
+                          if tp not in out.elsewhere}
+            return out
+        fetched = len(session.partitions) - len(out.elsewhere)
+        taken = member.take(max_records, max_bytes, fetched)
         if not taken and max_wait > 0 and not out.elsewhere:
             member.arrived.clear()
             for consumer in member.consumers.values():
@@ -546,7 +561,7 @@ class ShareCoordinator:
                 await asyncio.wait_for(member.arrived.wait(), max_wait)
             for consumer in member.consumers.values():
                 consumer.permits = 0
-            taken = member.take(max_records, max_bytes)
+            taken = member.take(max_records, max_bytes, fetched)
         out.records = _acquired((t, d) for t, d in taken if (t, d.partition) in session.partitions)
         return out
 
