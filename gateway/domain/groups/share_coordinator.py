@@ -186,9 +186,11 @@ class ShareGroupView:
 class _Member:
     """A member's consumers (one per topic it fetched) and what they were handed, not yet fetched.
 
-    What is handed to a member waits here, unlocked, until a response carries it: its lock starts
-    then (`take`), and what the member never fetches goes back to the queue as it was (`give_back`),
-    not as a delivery that failed, so no record's first delivery is lost on the way."""
+    Records are handed to a member only while one of its fetches waits for them, and wait here,
+    unlocked, until that fetch's response carries them: their locks start then (`take`), and what
+    the response has no room for, or what arrives after it, goes back to the queue as it was
+    (`give_back`), not as a delivery that failed, as Kafka acquires only what a response carries.
+    So no record's first delivery is lost on the way, nor held by a member that stopped fetching."""
 
     def __init__(self, coordinator: ShareCoordinator, group_id: str, member_id: str) -> None:
         self.coordinator = coordinator
@@ -203,11 +205,15 @@ class _Member:
 
     async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
         topic = self.topics.get(consumer_id)
-        if topic is not None:
-            for d in deliveries:
-                d.deadline = 0.0  # locked from the response that carries it (`take`)
-            self.handed.extend((topic, d) for d in deliveries)
+        if topic is None:
+            return
+        for d in deliveries:
+            d.deadline = 0.0  # locked from the response that carries it (`take`)
+        self.handed.extend((topic, d) for d in deliveries)
+        if self.fetching:
             self.arrived.set()
+        else:  # its fetch ended meanwhile
+            self.give_back(topic, frozenset())
 
     async def reset(self, consumer_id: int) -> None:
         """A seek forgot what was in flight: `take` drops what it handed out."""
@@ -562,6 +568,8 @@ class ShareCoordinator:
             for consumer in member.consumers.values():
                 consumer.permits = 0
             taken = member.take(max_records, max_bytes, fetched)
+        for topic in member.consumers:  # what the response has no room for
+            member.give_back(topic, frozenset())
         out.records = _acquired((t, d) for t, d in taken if (t, d.partition) in session.partitions)
         return out
 
