@@ -32,6 +32,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
+from gateway.config import Config, ConfigError
 from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.services import Services
 from gateway.domain.subscriptions import Delivery
@@ -57,7 +58,7 @@ Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 T = TypeVar("T")
 
 TOPIC = "jobs"
-LOCK_MS = 500
+LOCK_MS = 1000  # the least Kafka allows (group.share.min.record.lock.duration.ms), as librdkafka's CI sets it
 TIMEOUT = 30.0
 SETTINGS = {"group_share_min_record_lock_duration_ms": LOCK_MS, "group_consumer_heartbeat_interval_ms": 250,
             "group_consumer_session_timeout_ms": 5000}
@@ -973,6 +974,50 @@ async def test_share_group_configs_are_checked_and_described(gw: Gateway) -> Non
     assert described["share.delivery.count.limit"].value == "3"
     assert described["share.record.lock.duration.ms"].value == "30000"
     assert described["share.record.lock.duration.ms"].is_default
+
+
+async def test_record_lock_durations_follow_the_gateway_settings(redis_url: str) -> None:
+    """As Kafka's group.share.{min.,,max.}record.lock.duration.ms: the gateway's default is a group's
+    share.record.lock.duration.ms until the group sets its own, which must lie between the minimum
+    and the maximum (1000 ms accepted with the minimum at 1000, as librdkafka's CI runs Kafka); a
+    ShareFetch answers the group's duration, and an unacknowledged record's lock expires after it."""
+    cfg = test_config(redis_url, **{**SETTINGS, "group_share_min_record_lock_duration_ms": 1000,
+                                    "group_share_record_lock_duration_ms": 20_000,
+                                    "group_share_max_record_lock_duration_ms": 40_000})
+    async with running_gateway(cfg) as g:
+        bs = kafka_bootstrap(g)
+        await fill(bs, 5)
+        await group_configs(bs, "dur", share_auto_offset_reset="earliest")
+        admin = AdminClient({"bootstrap.servers": bs})
+        (f,) = admin.describe_configs([ConfigResource(ResourceType.GROUP, "dur")]).values()
+        described = (await asyncio.to_thread(f.result, TIMEOUT))["share.record.lock.duration.ms"]
+        assert (described.value, described.is_default) == ("20000", True)
+        tid = uuid.UUID(hex=(await services(g).log.topic(TOPIC)).topic_id)
+        async with wire(g) as conn:
+            assert (await share_fetch(conn, "dur", "m1", 0, tid)).acquisition_lock_timeout.total_seconds() == 20
+        for refused in ("999", "40001"):
+            with pytest.raises(ck.KafkaException) as exc:
+                await group_configs(bs, "dur", share_record_lock_duration_ms=refused)
+            assert exc.value.args[0].code() == ck.KafkaError.INVALID_CONFIG, refused
+        await group_configs(bs, "short", share_auto_offset_reset="earliest", share_record_lock_duration_ms="1000")
+        async with wire(g) as conn:
+            got = await share_fetch(conn, "short", "m2", 0, tid)
+            assert got.acquisition_lock_timeout.total_seconds() == 1
+            assert {a.delivery_count for a in got.responses[0].partitions[0].acquired_records} == {1}
+            # never acknowledged: after its lock of one second, m2's next fetch gets it again
+            again = await share_fetch(conn, "short", "m2", 1, tid)
+            assert {a.delivery_count for a in again.responses[0].partitions[0].acquired_records} == {2}
+
+
+def test_record_lock_duration_settings_are_bounded_as_kafkas() -> None:
+    for bad in ({"group_share_min_record_lock_duration_ms": 999},
+                {"group_share_min_record_lock_duration_ms": 30_001},
+                {"group_share_max_record_lock_duration_ms": 29_999},
+                {"group_share_record_lock_duration_ms": 14_999},
+                {"group_share_record_lock_duration_ms": 60_001}):
+        with pytest.raises(ConfigError):
+            Config(**bad)  # type: ignore[arg-type]
+    assert Config(group_share_min_record_lock_duration_ms=1000).group_share_record_lock_duration_ms == 30_000
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -469,9 +469,13 @@ class Subscription:
     def _expire(self) -> None:
         now = time.monotonic()
         expired: list[Delivery] = []
+        once: set[Delivery] = set()
         while self._deadlines and self._deadlines[0][0] <= now:
-            _, _, d = heapq.heappop(self._deadlines)
-            if d.offsets and d.consumer is not None and 0 < d.deadline <= now:
+            deadline, _, d = heapq.heappop(self._deadlines)
+            # a delivery's lock restarted (renewed, or started when sent) leaves its older entries
+            # behind: only the entry of its current deadline expires it, and once
+            if deadline == d.deadline and d.offsets and d.consumer is not None and d not in once:
+                once.add(d)
                 expired.append(d)
         for d in expired:
             for o in d.offsets:

@@ -97,16 +97,19 @@ def _topic_name(value: str) -> str | None:
     return None
 
 
-def share_group_configs(min_lock_ms: int) -> dict[str, ConfigDef]:
-    """Kafka's GroupConfig share configs, the lock duration bounded below by this gateway's minimum."""
+def share_group_configs(lock_durations_ms: tuple[int, int, int] = (15_000, 30_000, 60_000)) -> dict[str, ConfigDef]:
+    """Kafka's GroupConfig share configs; `lock_durations_ms` is this gateway's (minimum, default,
+    maximum) share.record.lock.duration.ms, Kafka's group.share.{min.,,max.}record.lock.duration.ms
+    (GroupConfig.validate bounds a group's value by the two, and the default is the broker's)."""
+    min_lock_ms, lock_ms, max_lock_ms = lock_durations_ms
     return {c.name: c for c in (
         ConfigDef(AUTO_OFFSET_RESET, Kind.STRING, "latest",
                   "Where a share group starts on a partition it has not read: latest, earliest, or "
                   "by_duration:<ISO-8601 duration> (the first record at or after now less the duration).",
                   effective=True, rule=_auto_offset_reset),
-        ConfigDef(LOCK_DURATION, Kind.INT, "30000",
+        ConfigDef(LOCK_DURATION, Kind.INT, str(lock_ms),
                   "How long a delivered record stays locked to its consumer before it is delivered again.",
-                  effective=True, low=min_lock_ms, high=MAX_LOCK_DURATION_MS),
+                  effective=True, low=min_lock_ms, high=max_lock_ms),
         ConfigDef(DELIVERY_LIMIT, Kind.INT, "5",
                   "Deliveries of a record after which it is archived instead of delivered again.",
                   effective=True, low=2, high=10),
@@ -273,7 +276,7 @@ class ShareCoordinator:
 
     def __init__(
         self, log_service: LogService, subscriptions: SubscriptionService, store: Store, *,
-        session_timeout_ms: int, heartbeat_interval_ms: int, min_lock_duration_ms: int,
+        session_timeout_ms: int, heartbeat_interval_ms: int, lock_durations_ms: tuple[int, int, int],
         leads: Callable[[str, int], bool] = lambda topic, partition: True,
     ) -> None:
         """`leads`: whether this gateway leads a partition (Metadata's answer); a member fetches a
@@ -284,7 +287,7 @@ class ShareCoordinator:
         self.store = store.share_groups
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.specs = share_group_configs(min_lock_duration_ms)
+        self.specs = share_group_configs(lock_durations_ms)
         self.groups: dict[str, ShareGroup] = {}
         self.stats: dict[str, Stats] = {}
         self._members: dict[tuple[str, str], _Member] = {}
