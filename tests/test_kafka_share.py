@@ -821,6 +821,30 @@ async def test_renew_extends_a_records_lock(gw: Gateway) -> None:
         assert later and all(n == 2 for _, _, n in later)  # m1 stopped renewing: its locks expired
 
 
+async def test_records_of_a_forgotten_partition_stay_acquired(gw: Gateway) -> None:
+    """A share session that forgets a partition (as librdkafka's does when it closes) leaves what
+    the member acquired of it acquired: acknowledged afterwards, it is accepted, as in Kafka."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "forget", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+    tid = uuid.UUID(hex=(await services(gw).log.topic(TOPIC)).topic_id)
+    async with wire(gw) as conn:
+        await join(conn, "forget", "m1")
+        got = await share_fetch(conn, "forget", "m1", 0, tid)
+        held = [(a.first_offset, a.last_offset) for a in got.responses[0].partitions[0].acquired_records]
+        assert held
+        forgot = await call(conn, ApiKey.SHARE_FETCH, 1, {
+            "group_id": "forget", "member_id": "m1", "share_session_epoch": 1, "max_wait": 0, "min_bytes": 1,
+            "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100, "topics": [],
+            "forgotten_topics_data": [{"topic_id": tid, "partitions": [0]}]})
+        assert forgot.error_code == KafkaError.none
+        acked = await call(conn, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+            "group_id": "forget", "member_id": "m1", "share_session_epoch": -1, "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": first, "last_offset": last, "acknowledge_types": [1]} for first, last in held]}]}]})
+        assert (acked.error_code, acked.responses[0].partitions[0].error_code) == (KafkaError.none, KafkaError.none)
+
+
 async def test_share_group_describe_shows_the_simple_assignors_assignment(gw: Gateway) -> None:
     """Four members on six partitions, then eight: each partition goes to ceil(members / partitions)
     members, and each member within one partition of the others."""

@@ -542,16 +542,15 @@ class ShareCoordinator:
         for t, p in session.partitions:
             mine[t] = mine.get(t, frozenset()) | ({p} if self.leads(t, p) else set())
         topics = set(mine)
-        for topic in set(member.consumers) - topics:
-            member.give_back(topic, frozenset())
-            consumer = member.consumers.pop(topic)
-            await self.subscriptions.unsubscribe_consumer(consumer)
         for topic in topics - set(member.consumers):
             await self._attach(member, topic, mine[topic])
+        # a topic or partition the session forgot is fetched no more, but what the member acquired
+        # of it stays its own until acknowledged, released or expired, as in Kafka, where the
+        # records a member acquired outlive its session's partitions (its consumer leaves with it)
         for topic, consumer in member.consumers.items():
             if consumer.subscription is not None:
-                member.give_back(topic, mine[topic])
-                consumer.subscription.take_partitions(consumer, mine[topic])
+                member.give_back(topic, mine.get(topic, frozenset()))
+                consumer.subscription.take_partitions(consumer, mine.get(topic, frozenset()))
         if max_records <= 0 or not topics:
             return out
         if max_bytes <= 0:  # Kafka's PartitionMaxBytesStrategy refuses it; the fetch fails at once
