@@ -220,6 +220,8 @@ def _requests() -> list[tuple[str, int, int, dict, object]]:
             {"resource_type": 2, "resource_name": "orders", "configuration_keys": None}]},
          lambda r: r.results[0].error_code),
         ("describe cluster", ApiKey.DESCRIBE_CLUSTER, 0, {}, lambda r: r.error_code),
+        ("list partition reassignments", ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout": 1000, "topics": None},
+         lambda r: r.error_code),
     ]
 
 
@@ -235,6 +237,7 @@ DENIED = {
     "create topics": KafkaError.topic_authorization_failed,
     "describe configs": KafkaError.topic_authorization_failed,
     "describe cluster": KafkaError.cluster_authorization_failed,
+    "list partition reassignments": KafkaError.cluster_authorization_failed,
 }
 
 

@@ -1,4 +1,4 @@
-"""Topic admin: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords."""
+"""Topic admin: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, ListPartitionReassignments."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from gateway.domain.security import Operation, ResourceType
 from gateway.domain.topic_configs import validate_topic_config
 from gateway.errors import AuthorizationFailed, TopicExists, TopicNotFound
 from gateway.kafka import codec
-from gateway.kafka.authz import may_create_topic
+from gateway.kafka.authz import may_create_topic, may_describe_cluster
 from gateway.kafka.configs import topic_config_entries
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error, topic_name_message
@@ -203,3 +203,15 @@ async def delete_records(ctx: RequestContext, req: Any) -> Any:
         topics.append({"name": t.name, "partitions": parts})
     return codec.build(codec.response_class(ApiKey.DELETE_RECORDS, ctx.api_version),
                        {"throttle_time": 0, "topics": topics})
+
+
+@handles(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
+async def list_partition_reassignments(ctx: RequestContext, req: Any) -> Any:
+    """No reassignment is ever under way: a partition has one copy, in Redis, and every gateway serves
+    it. Kafka's controller answers the same with none running (ReplicationControlManager.
+    listPartitionReassignments lists only partitions that are reassigning, skipping unknown topics),
+    after ControllerApis.handleListPartitionReassignments's check of DESCRIBE on the cluster, whose
+    failure the Java client shows with the error's own wording."""
+    cls = codec.response_class(ApiKey.LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
+    error = KafkaError.none if await may_describe_cluster(ctx) else KafkaError.cluster_authorization_failed
+    return codec.build(cls, {"throttle_time": 0, "error_code": error, "error_message": None, "topics": []})

@@ -176,8 +176,9 @@ public final class AdminMethods {
                     .filter(g -> g.groupId().startsWith(name)).map(g -> g.groupId() + " " + g.type()).sorted().toList());
             report("listOffsets", () -> admin.listOffsets(Map.of(p0, OffsetSpec.earliest())).partitionResult(p0).get()
                     .offset());
-            report("listPartitionReassignments", () -> admin.listPartitionReassignments(Set.of(p0)).reassignments()
-                    .get());
+            report("listPartitionReassignments", () -> admin.listPartitionReassignments(
+                    Set.of(p0, new TopicPartition(name + "-missing", 0))).reassignments().get());
+            report("listPartitionReassignments, all", () -> admin.listPartitionReassignments().reassignments().get());
             report("listShareGroupOffsets", () -> admin.listShareGroupOffsets(
                     Map.of(name + "-share", new ListShareGroupOffsetsSpec())).all().get());
             report("listStreamsGroupOffsets", () -> admin.listStreamsGroupOffsets(
