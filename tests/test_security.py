@@ -222,6 +222,8 @@ def _requests() -> list[tuple[str, int, int, dict, object]]:
         ("describe cluster", ApiKey.DESCRIBE_CLUSTER, 0, {}, lambda r: r.error_code),
         ("list partition reassignments", ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout": 1000, "topics": None},
          lambda r: r.error_code),
+        ("elect leaders", ApiKey.ELECT_LEADERS, 2, {"election_type": 0, "timeout": 1000, "topic_partitions": [
+            {"topic": "orders", "partitions": [0]}]}, lambda r: r.replica_election_results[0].partition_result[0].error_code),
     ]
 
 
@@ -238,6 +240,7 @@ DENIED = {
     "describe configs": KafkaError.topic_authorization_failed,
     "describe cluster": KafkaError.cluster_authorization_failed,
     "list partition reassignments": KafkaError.cluster_authorization_failed,
+    "elect leaders": KafkaError.cluster_authorization_failed,
 }
 
 

@@ -18,6 +18,7 @@ import org.apache.kafka.clients.admin.AbortTransactionSpec;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.ElectLeadersResult;
 import org.apache.kafka.clients.admin.FeatureUpdate;
 import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsSpec;
 import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
@@ -156,9 +157,10 @@ public final class AdminMethods {
             report("describeTransactions", () -> admin.describeTransactions(List.of(name)).all().get());
             report("describeUserScramCredentials", () -> admin.describeUserScramCredentials(List.of(name)).all().get()
                     .values().stream().map(d -> d.credentialInfos().toString()).toList());
-            report("electLeaders", () -> admin.electLeaders(ElectionType.PREFERRED, Set.of(p0)).partitions().get()
-                    .values().stream().map(e -> e.map(t -> t.getClass().getSimpleName() + ": " + t.getMessage())
-                            .orElse("elected")).toList());
+            Set<TopicPartition> elected = Set.of(p0, new TopicPartition(name, 9), new TopicPartition(name + "-missing", 0));
+            report("electLeaders", () -> elections(admin.electLeaders(ElectionType.PREFERRED, elected)));
+            report("electLeaders, unclean", () -> elections(admin.electLeaders(ElectionType.UNCLEAN, elected)));
+            report("electLeaders, all", () -> elections(admin.electLeaders(ElectionType.PREFERRED, null)));
             report("expireDelegationToken", () -> admin.expireDelegationToken(noToken).expiryTimestamp().get() > 0);
             report("fenceProducers", () -> admin.fenceProducers(List.of(name)).all().get());
             report("forceTerminateTransaction", () -> admin.forceTerminateTransaction(name).result().get());
@@ -229,6 +231,12 @@ public final class AdminMethods {
         }
         REPORTED.add(method);
         System.out.println(method + ": " + result.strip());
+    }
+
+    /** Each partition's election: "elected", or its error's class and message. */
+    private static Map<TopicPartition, String> elections(ElectLeadersResult result) throws Exception {
+        return result.partitions().get().entrySet().stream().collect(Collectors.toMap(Map.Entry::getKey,
+                e -> e.getValue().map(t -> t.getClass().getSimpleName() + ": " + t.getMessage()).orElse("elected")));
     }
 
     /** A value as one line, maps sorted by key so that both sides print in one order. */
