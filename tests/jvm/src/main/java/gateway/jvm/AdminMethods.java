@@ -20,6 +20,7 @@ import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ElectLeadersResult;
 import org.apache.kafka.clients.admin.FeatureUpdate;
+import org.apache.kafka.clients.admin.ListConfigResourcesOptions;
 import org.apache.kafka.clients.admin.ListConsumerGroupOffsetsSpec;
 import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
 import org.apache.kafka.clients.admin.ListStreamsGroupOffsetsSpec;
@@ -62,6 +63,8 @@ import org.apache.kafka.common.resource.ResourceType;
  * ids, topic ids, cluster ids or times).
  */
 public final class AdminMethods {
+    private static final Set<String> REPORTED = new HashSet<>();
+
     public static void main(String[] args) throws Exception {
         String name = args[1];
         TopicPartition p0 = new TopicPartition(name, 0);
@@ -168,7 +171,7 @@ public final class AdminMethods {
                     new AlterConfigOp(new ConfigEntry("retention.ms", "60000"), AlterConfigOp.OpType.SET)))).all().get());
             report("listClientMetricsResources", () -> admin.listClientMetricsResources().all().get());
             report("listConfigResources", () -> admin.listConfigResources(
-                    Set.of(ConfigResource.Type.GROUP), new org.apache.kafka.clients.admin.ListConfigResourcesOptions())
+                    Set.of(ConfigResource.Type.GROUP), new ListConfigResourcesOptions())
                     .all().get().stream().filter(r -> r.name().startsWith(name)).toList());
             report("listConsumerGroupOffsets", () -> admin.listConsumerGroupOffsets(
                     Map.of(name, new ListConsumerGroupOffsetsSpec())).partitionsToOffsetAndMetadata(name).get());
@@ -213,8 +216,6 @@ public final class AdminMethods {
                 .map(Method::getName).filter(m -> !REPORTED.contains(m)).sorted().distinct()
                 .forEach(m -> System.out.println(m + ": not called"));
     }
-
-    private static final Set<String> REPORTED = new HashSet<>();
 
     interface Call {
         Object run() throws Exception;
