@@ -68,18 +68,25 @@ public final class AdminMethods {
     public static void main(String[] args) throws Exception {
         String name = args[1];
         TopicPartition p0 = new TopicPartition(name, 0);
+        // abortTransaction's marker differs (docs/kafka-differences.md): on its own topic, so that
+        // no other method sees its offset
+        TopicPartition markers = new TopicPartition(name + "-markers", 0);
         ConfigResource topicConfigs = new ConfigResource(ConfigResource.Type.TOPIC, name);
         byte[] noToken = new byte[] {1, 2, 3};
         try (Admin admin = Admin.create(Props.of(args[0], args, 2))) {
             int node = admin.describeCluster().nodes().get().iterator().next().id();
-            admin.createTopics(List.of(new NewTopic(name, 1, (short) 1))).all().get();
+            admin.createTopics(List.of(new NewTopic(name, 1, (short) 1), new NewTopic(markers.topic(), 1, (short) 1)))
+                    .all().get();
+            // groups for the describe methods, and others for the delete methods, which come first
             admin.alterConsumerGroupOffsets(name, Map.of(p0, new OffsetAndMetadata(0))).all().get();
+            admin.alterConsumerGroupOffsets(name + "-gone", Map.of(p0, new OffsetAndMetadata(0))).all().get();
+            admin.alterShareGroupOffsets(name + "-share-gone", Map.of(p0, 0L)).all().get();
             KafkaMetric metric = (KafkaMetric) admin.metrics().values().iterator().next();
 
             report("abortTransaction", () -> {
-                admin.abortTransaction(new AbortTransactionSpec(p0, 4242, (short) 0, 0)).all().get();
-                return "end offset " + admin.listOffsets(Map.of(p0, OffsetSpec.latest())).partitionResult(p0).get()
-                        .offset();
+                admin.abortTransaction(new AbortTransactionSpec(markers, 4242, (short) 0, 0)).all().get();
+                return "end offset " + admin.listOffsets(Map.of(markers, OffsetSpec.latest())).partitionResult(markers)
+                        .get().offset();
             });
             report("addRaftVoter", () -> admin.addRaftVoter(9, Uuid.randomUuid(),
                     Set.of(new RaftVoterEndpoint("CONTROLLER", "127.0.0.1", 1))).all().get());
@@ -117,13 +124,13 @@ public final class AdminMethods {
             report("createTopics", () -> admin.createTopics(List.of(new NewTopic(name + "-new", 1, (short) 1)))
                     .all().get());
             report("deleteAcls", () -> admin.deleteAcls(List.of(acls)).all().get().size());
-            report("deleteConsumerGroupOffsets", () -> admin.deleteConsumerGroupOffsets(name, Set.of(p0)).all().get());
-            report("deleteConsumerGroups", () -> admin.deleteConsumerGroups(List.of(name)).all().get());
+            report("deleteConsumerGroupOffsets", () -> admin.deleteConsumerGroupOffsets(name + "-gone", Set.of(p0)).all().get());
+            report("deleteConsumerGroups", () -> admin.deleteConsumerGroups(List.of(name + "-gone")).all().get());
             report("deleteRecords", () -> admin.deleteRecords(Map.of(p0, RecordsToDelete.beforeOffset(0)))
                     .lowWatermarks().get(p0).get().lowWatermark());
-            report("deleteShareGroupOffsets", () -> admin.deleteShareGroupOffsets(name + "-share", Set.of(name))
+            report("deleteShareGroupOffsets", () -> admin.deleteShareGroupOffsets(name + "-share-gone", Set.of(name))
                     .all().get());
-            report("deleteShareGroups", () -> admin.deleteShareGroups(List.of(name + "-share")).all().get());
+            report("deleteShareGroups", () -> admin.deleteShareGroups(List.of(name + "-share-gone")).all().get());
             report("deleteStreamsGroupOffsets", () -> admin.deleteStreamsGroupOffsets(name + "-streams", Set.of(p0))
                     .all().get());
             report("deleteStreamsGroups", () -> admin.deleteStreamsGroups(List.of(name + "-streams")).all().get());
@@ -145,7 +152,7 @@ public final class AdminMethods {
             report("describeMetadataQuorum", () -> admin.describeMetadataQuorum().quorumInfo().get().voters().size()
                     + " voters");
             // the coordinator epoch differs on purpose (docs/kafka-differences.md), the timestamp by nature
-            report("describeProducers", () -> admin.describeProducers(List.of(p0)).partitionResult(p0).get()
+            report("describeProducers", () -> admin.describeProducers(List.of(markers)).partitionResult(markers).get()
                     .activeProducers().stream().map(s -> "producer " + s.producerId() + " epoch " + s.producerEpoch()
                             + " last sequence " + s.lastSequence() + " in a transaction "
                             + s.currentTransactionStartOffset().isPresent()).toList());
@@ -179,7 +186,7 @@ public final class AdminMethods {
                     .filter(g -> g.groupId().startsWith(name)).map(g -> g.groupId()).sorted().toList());
             report("listGroups", () -> admin.listGroups().all().get().stream()
                     .filter(g -> g.groupId().startsWith(name)).map(g -> g.groupId() + " " + g.type()).sorted().toList());
-            report("listOffsets", () -> admin.listOffsets(Map.of(p0, OffsetSpec.earliest())).partitionResult(p0).get()
+            report("listOffsets", () -> admin.listOffsets(Map.of(p0, OffsetSpec.latest())).partitionResult(p0).get()
                     .offset());
             report("listPartitionReassignments", () -> admin.listPartitionReassignments(
                     Set.of(p0, new TopicPartition(name + "-missing", 0))).reassignments().get());
