@@ -81,6 +81,7 @@ public final class AdminMethods {
             admin.alterConsumerGroupOffsets(name, Map.of(p0, new OffsetAndMetadata(0))).all().get();
             admin.alterConsumerGroupOffsets(name + "-gone", Map.of(p0, new OffsetAndMetadata(0))).all().get();
             admin.alterShareGroupOffsets(name + "-share-gone", Map.of(p0, 0L)).all().get();
+            admin.fenceProducers(List.of(name + "-txn")).all().get();  // a transactional id to describe
             KafkaMetric metric = (KafkaMetric) admin.metrics().values().iterator().next();
 
             report("abortTransaction", () -> {
@@ -164,7 +165,9 @@ public final class AdminMethods {
                     .values().stream().map(g -> g.groupState() + " members " + g.members().size()).toList());
             report("describeTopics", () -> admin.describeTopics(List.of(name)).allTopicNames().get().get(name)
                     .partitions().size() + " partitions");
-            report("describeTransactions", () -> admin.describeTransactions(List.of(name)).all().get());
+            report("describeTransactions", () -> admin.describeTransactions(List.of(name + "-txn")).all().get()
+                    .values().stream().map(d -> d.state() + " epoch " + d.producerEpoch() + " timeout "
+                            + d.transactionTimeoutMs() + " partitions " + d.topicPartitions()).toList());
             report("describeUserScramCredentials", () -> admin.describeUserScramCredentials(List.of(name)).all().get()
                     .values().stream().map(d -> d.credentialInfos().toString()).toList());
             Set<TopicPartition> elected = Set.of(p0, new TopicPartition(name, 9), new TopicPartition(name + "-missing", 0));
@@ -199,7 +202,7 @@ public final class AdminMethods {
                     .sorted().toList());
             report("listTransactions", () -> admin.listTransactions().all().get().stream()
                     .filter(t -> t.transactionalId().startsWith(name))
-                    .map(t -> t.transactionalId() + " " + t.state()).toList());
+                    .map(t -> t.transactionalId() + " " + t.state()).sorted().toList());
             report("metrics", () -> admin.metrics().isEmpty() ? "none" : "some");
             report("registerMetricForSubscription", () -> {
                 admin.registerMetricForSubscription(metric);
