@@ -39,6 +39,10 @@ async def may_describe_cluster(ctx: RequestContext) -> bool:
     return await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.DESCRIBE)
 
 
+async def may_alter_cluster(ctx: RequestContext) -> bool:
+    return await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.ALTER)
+
+
 async def authorized_operations(ctx: RequestContext, resource: ResourceType, name: str, requested: bool) -> int:
     """KIP-430's field for one resource: the operations the principal may do on it, when requested."""
     if not requested:

@@ -452,7 +452,10 @@ class ShareCoordinator:
 
     async def start_offsets(self, group_id: str, topics: Mapping[str, list[int]] | None) -> dict[str, dict[int, int]]:
         """Per topic the group reads (or of `topics`), each partition's start offset: the cursor of
-        its subscription, below which every record is acknowledged or archived; -1 where it has none."""
+        its subscription, below which every record is acknowledged or archived; -1 where it has none.
+        Without `topics`, only the partitions the group has state for, as Kafka's
+        GroupCoordinatorService.describeShareGroupAllOffsets lists the group's initialized partitions
+        alone (a partition added to the topic later has none until the group reads it)."""
         names = list(topics) if topics is not None else [t.name for t in await self.log.list_topics()]
         out: dict[str, dict[int, int]] = {}
         for topic in names:
@@ -463,7 +466,10 @@ class ShareCoordinator:
             cursors = (await self.subscriptions.store.positions(topic, range(partitions))).get(group_id)
             if cursors is None and topics is None:
                 continue
-            wanted = topics[topic] if topics is not None and topics[topic] else range(partitions)
+            if topics is None:
+                wanted: Iterable[int] = sorted(cursors or {})
+            else:
+                wanted = topics[topic] or range(partitions)
             out[topic] = {p: (cursors or {}).get(p, -1) for p in wanted}
         return out
 
