@@ -45,12 +45,19 @@ MAX_WAIT = 30.0  # seconds a long poll may wait at most: an empty answer sooner 
 
 @dataclass
 class FetchPartition:
+    """One partition of the answer. A partition in error carries nothing else: -1 offsets and, for
+    a partition the request named wrongly, an empty aborted list (Kafka's
+    `FetchResponse.partitionResponse(partition, error)` leaves the schema's defaults). A read's
+    aborted list is null unless it lists some (read_committed with records), as Kafka's
+    `KafkaApis` sets `abortedTransactions.orElse(null)` from the log read, an offset out of range
+    included (`ReplicaManager.readFromLog`: `FetchDataInfo.empty`, offsets -1)."""
+
     index: int
     error: KafkaError = KafkaError.none
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start: int = -1
-    aborted: list[tuple[int, int]] | None = None
+    aborted: list[tuple[int, int]] | None = field(default_factory=list)
     records: list[bytes | memoryview] = field(default_factory=list)
     size: int = 0
 
@@ -174,12 +181,11 @@ async def _read_all(
         if generation is not None and sl.generation != generation:
             out.append(FetchPartition(p, KafkaError.inconsistent_topic_id))
             continue
-        fp = FetchPartition(p, high_watermark=sl.high_watermark, last_stable_offset=sl.stable,
-                            log_start=sl.log_start, aborted=[] if committed else None)
         if offset < sl.log_start or offset > sl.high_watermark:
-            fp.error = KafkaError.offset_out_of_range
-            out.append(fp)
+            out.append(FetchPartition(p, KafkaError.offset_out_of_range, aborted=None))
             continue
+        fp = FetchPartition(p, high_watermark=sl.high_watermark, last_stable_offset=sl.stable,
+                            log_start=sl.log_start, aborted=None)
         last = offset
         for entry in sl.entries:
             if committed and entry.base_offset >= sl.stable:

@@ -76,6 +76,12 @@ async def list_offsets(ctx: RequestContext, req: Any) -> Encoded:
     return Encoded(encode_list_offsets_response(ctx.api_version, topics), errors)
 
 
+def _epoch(p: OffsetResult) -> int:
+    """The leader epoch of an answer: none (-1) for an error and for a time that found no record,
+    as Kafka's `TimestampAndOffset` of no record carries no epoch (`UnifiedLog.fetchOffsetByTimestamp`)."""
+    return LEADER_EPOCH if p.error == KafkaError.none and p.offset >= 0 else -1
+
+
 def encode_list_offsets_response(version: int, topics: list[tuple[str, list[OffsetResult]]]) -> list[bytes | memoryview]:
     """ListOffsetsResponse v1-v10 body, equal to kio's encoding of the same values."""
     flex = version >= 6
@@ -87,7 +93,7 @@ def encode_list_offsets_response(version: int, topics: list[tuple[str, list[Offs
         for p in parts:
             out += I32.pack(p.index) + I16.pack(p.error) + I64.pack(p.timestamp) + I64.pack(p.offset)
             if version >= 4:
-                out += I32.pack(LEADER_EPOCH if p.error == KafkaError.none else -1)
+                out += I32.pack(_epoch(p))
             if flex:
                 out += NO_TAGS
         if flex:
