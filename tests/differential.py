@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.conftest import eventually
 from tests.kafka_differences import differences, normalise, plain
 from tests.kafka_wire import build_request, decode, read_response, request
 
@@ -64,6 +65,23 @@ async def side(name: str, bootstrap: str) -> AsyncIterator[Side]:
         yield s
     finally:
         await s.close()
+
+
+async def coordinators_ready(s: Side) -> None:
+    """Await a broker's group, transaction, share and producer-id services: a fresh Kafka node creates
+    their internal topics on first use and answers COORDINATOR_NOT_AVAILABLE (or load in progress)
+    until then."""
+    async def ready() -> bool:
+        found = await s.call(10, 4, {"key_type": 0, "coordinator_keys": ["warm-up"]})
+        txn = await s.call(10, 4, {"key_type": 1, "coordinator_keys": ["warm-up"]})
+        idempotent = await s.call(22, 4, {"transactional_id": None, "transaction_timeout": 60_000,
+                                          "producer_id": -1, "producer_epoch": -1})
+        share = await s.call(76, 1, {"group_id": "warm-up", "member_id": str(uuid.uuid4()), "member_epoch": 0,
+                                     "subscribed_topic_names": ["warm-up"]})
+        return (found["coordinators"][0]["error_code"] == txn["coordinators"][0]["error_code"]
+                == share["error_code"] == idempotent["error_code"] == 0)
+
+    await eventually(ready, 60, f"{s.name}'s coordinators")
 
 
 Scenario = Callable[[Side, str], Awaitable[Any]]

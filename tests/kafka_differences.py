@@ -71,8 +71,6 @@ FOUND: dict[str, str] = {
     "alter_configs_replaces_all": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
     "describe_configs": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
     "describe_configs_synonyms": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
-    "classic_group_life": "DescribeGroups of a classic group in CompletingRebalance names its protocol; Kafka "
-                          "answers an empty protocol_data until the group is Stable",
     "consumer_group_life": "a new KIP-848 member gets member epoch 1 with its assignment at once; Kafka answers "
                            "epoch 2 and an empty assignment first; subscribed_topic_regex null, Kafka ''",
     "share_group_life": "a new share member gets epoch 3 and its assignment in the first heartbeat; Kafka epoch 2 "
@@ -108,28 +106,7 @@ FOUND: dict[str, str] = {
                                                "INVALID_REPLICA_ASSIGNMENT",
     "create_topics_duplicate_in_request": "a topic twice in one CreateTopics: Kafka INVALID_REQUEST (42) once, "
                                           "the gateway creates it",
-    "delete_records_to_2": "Fetch below the log start: Kafka OFFSET_OUT_OF_RANGE with high watermark, last "
-                           "stable offset and log start -1; the gateway fills them in",
-    "delete_records_to_3": "Fetch below the log start (as delete_records_to_2)",
-    "delete_records_to_6": "Fetch below the log start (as delete_records_to_2)",
-    "delete_records_to_minus_1": "Fetch below the log start (as delete_records_to_2)",
-    "fetch_offset_out_of_range": "Fetch out of range: Kafka -1 for high watermark, last stable offset and log "
-                                 "start; the gateway fills them in",
-    "fetch_unknown_partition": "Fetch error partitions: Kafka an empty aborted_transactions list, the gateway null",
-    "fetch_unknown_topic_id": "Fetch error partitions: Kafka an empty aborted_transactions list, the gateway null",
     "incremental_alter_configs_bad_operation": "IncrementalAlterConfigs with operation 9: answers differ",
-    **dict.fromkeys([f"list_offsets_after_last_v{v}" for v in range(4, 11)],
-                    "ListOffsets v4+ by a time after the last record: Kafka leader_epoch -1 with offset -1, the "
-                    "gateway 0"),
-    "list_offsets_empty_topic": "ListOffsets -3 and by time on an empty partition: Kafka leader_epoch -1, the "
-                                "gateway 0",
-    "transactions_a": "read_committed Fetch of aborted and committed transactions: the records and "
-                      "aborted-transaction lists Kafka sends differ from the gateway's",
-    "transactions_aa": "read_committed Fetch (as transactions_a)",
-    "transactions_ac": "read_committed Fetch (as transactions_a)",
-    "transactions_c": "read_committed Fetch (as transactions_a)",
-    "transactions_ca": "read_committed Fetch (as transactions_a)",
-    "transactions_cac": "read_committed Fetch (as transactions_a)",
 }
 
 
@@ -168,9 +145,11 @@ def batches(records: bytes | None) -> Any:
             for h, batch in split_batches(bytes(records), verify_crc=False)]
 
 
-def normalise(value: Any, path: str = "") -> Any:
+def normalise(value: Any, path: str = "", *, unordered: bool = False) -> Any:
     """`value` (plain data) with every MUST_DIFFER field and every ALLOWED path replaced by a
-    placeholder: what is left is what both brokers must answer alike."""
+    placeholder: what is left is what both brokers must answer alike. With `unordered`, arrays of
+    entities are sorted: Kafka answers the topics and partitions of a request in its own maps'
+    order, and clients match answers by name and index."""
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
@@ -178,10 +157,11 @@ def normalise(value: Any, path: str = "") -> Any:
             if key in MUST_DIFFER or any(here.endswith(a.where) for a in ALLOWED):
                 out[key] = PLACEHOLDER
             else:
-                out[key] = normalise(item, here)
+                out[key] = normalise(item, here, unordered=unordered)
         return out
     if isinstance(value, list):
-        return [normalise(v, path) for v in value]
+        items = [normalise(v, path, unordered=unordered) for v in value]
+        return sorted(items, key=repr) if unordered and all(isinstance(v, dict) for v in items) else items
     return value
 
 
@@ -199,3 +179,8 @@ def differences(kafka: Any, gateway: Any, path: str = "") -> list[str]:
     if isinstance(kafka, list) and isinstance(gateway, list) and len(kafka) == len(gateway):
         return [d for i, (k, g) in enumerate(zip(kafka, gateway, strict=True)) for d in differences(k, g, f"{path}[{i}]")]
     return [] if kafka == gateway else [f"{path}: kafka {kafka!r} != gateway {gateway!r}"]
+
+
+# Found by the generated wire traffic and not fixed yet: (api key, a path in the answer) -> what
+# differs; listed in docs/kafka-differences.md beside FOUND.
+WIRE_FOUND: dict[tuple[int, str], str] = {}
