@@ -36,13 +36,24 @@ class OffsetResult:
     offset: int = -1
 
 
-async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, committed: bool) -> OffsetResult:
+def leader_epoch_error(current_leader_epoch: int) -> KafkaError | None:
+    """What Kafka's `Partition.checkCurrentLeaderEpoch` answers a client's idea of the leader epoch
+    (-1: none given): an older one is fenced, a newer one unknown."""
+    if current_leader_epoch == -1 or current_leader_epoch == LEADER_EPOCH:
+        return None
+    return KafkaError.fenced_leader_epoch if current_leader_epoch < LEADER_EPOCH else KafkaError.unknown_leader_epoch
+
+
+async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, committed: bool,
+                  current_leader_epoch: int = -1) -> OffsetResult:
     """One partition's answer; read_committed readers see "latest" as the last stable offset."""
     log = ctx.services.log
     if not await ctx.allowed(ResourceType.TOPIC, topic, Operation.DESCRIBE):
         return OffsetResult(partition, KafkaError.topic_authorization_failed)
     try:
         await log.check_partition(topic, partition)
+        if (stale := leader_epoch_error(current_leader_epoch)) is not None:
+            return OffsetResult(partition, stale)
         start, hw = await log.bounds(topic, partition)
         if ts in (EARLIEST, EARLIEST_LOCAL):
             return OffsetResult(partition, offset=start)
@@ -69,7 +80,8 @@ async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, comm
 async def list_offsets(ctx: RequestContext, req: Any) -> Encoded:
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
     topics = [
-        (t.name, [await _lookup(ctx, t.name, p.partition_index, p.timestamp, committed) for p in t.partitions])
+        (t.name, [await _lookup(ctx, t.name, p.partition_index, p.timestamp, committed,
+                                getattr(p, "current_leader_epoch", -1)) for p in t.partitions])
         for t in req.topics
     ]
     errors = {r.error for _, parts in topics for r in parts} - {KafkaError.none}
