@@ -25,6 +25,7 @@ from gateway.formats.records import iter_records, split_batches
 MUST_DIFFER: dict[str, str] = {
     "throttle_time_ms": "each broker's own quota throttling",
     "node_id": "different clusters",
+    "broker_id": "different clusters",
     "leader_id": "different clusters",
     "replica_nodes": "node ids: different clusters",
     "isr_nodes": "node ids: different clusters",
@@ -118,6 +119,14 @@ def found(scenario: str) -> str | None:
 
 PLACEHOLDER = "<differs>"
 
+# Kafka's internal topics, which a listing of every topic shows there and never on the gateway
+INTERNAL_TOPICS = Allowed("__", "Internal topics (`__consumer_offsets`",
+                          "the gateway keeps group offsets, transactions and share state in Redis")
+
+# what the gateway answers where Kafka closes the connection
+ANSWERS_INSTEAD_OF_CLOSING = Allowed("UNSUPPORTED_VERSION (35)", "A request of a version or api key the broker does not serve",
+                                     "a client that skipped ApiVersions reads an error instead of a dropped connection")
+
 
 def plain(value: Any) -> Any:
     """A kio entity (or any nesting of them) as dicts, lists and scalars, fields in schema order."""
@@ -160,7 +169,8 @@ def normalise(value: Any, path: str = "", *, unordered: bool = False) -> Any:
                 out[key] = normalise(item, here, unordered=unordered)
         return out
     if isinstance(value, list):
-        items = [normalise(v, path, unordered=unordered) for v in value]
+        items = [normalise(v, path, unordered=unordered) for v in value
+                 if not (isinstance(v, dict) and str(v.get("name") or "").startswith(INTERNAL_TOPICS.where))]
         return sorted(items, key=repr) if unordered and all(isinstance(v, dict) for v in items) else items
     return value
 
@@ -183,4 +193,47 @@ def differences(kafka: Any, gateway: Any, path: str = "") -> list[str]:
 
 # Found by the generated wire traffic and not fixed yet: (api key, a path in the answer) -> what
 # differs; listed in docs/kafka-differences.md beside FOUND.
-WIRE_FOUND: dict[tuple[int, str], str] = {}
+def _paths(api_key: int, paths: str, what: str) -> dict[tuple[int, str], str]:
+    return {(api_key, path): what for path in paths.split()}
+
+
+WIRE_FOUND: dict[tuple[int, str], str] = {
+    (18, "error_code"): "ApiVersions: a client software name or version outside Kafka's pattern "
+                        "([a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?) is INVALID_REQUEST on Kafka; the gateway accepts it",
+    (29, ""): "DescribeAcls with an UNKNOWN pattern type or resource type filter: Kafka closes the connection, the "
+              "gateway answers INVALID_REQUEST",
+    (29, "error_code"): "DescribeAcls with a principal filter that is not Type:name: Kafka matches nothing, the "
+                        "gateway answers INVALID_REQUEST",
+    **_paths(60, "brokers endpoint_type error_code",
+             "DescribeCluster with an endpoint type other than brokers (1): Kafka UNSUPPORTED_ENDPOINT_TYPE or "
+             "MISMATCHED_ENDPOINT_TYPE and no brokers; the gateway answers as for brokers"),
+    **_paths(60, "cluster_authorized_operations",
+             "DescribeCluster in error: Kafka leaves cluster_authorized_operations unset, the gateway fills it"),
+    **_paths(3, "cluster_authorized_operations",
+             "Metadata: Kafka 4 never fills cluster_authorized_operations (KIP-700), the gateway does when asked"),
+    **_paths(32, "results.error_code results.resource_name results.resource_type",
+             "DescribeConfigs of resource type UNKNOWN (0), or of configuration keys Kafka does not know: "
+             "Kafka INVALID_REQUEST for that resource, the gateway answers otherwise"),
+    **_paths(75, "next_cursor next_cursor.partition_index next_cursor.topic_name topics "
+                 "topics.topic_authorized_operations",
+             "DescribeTopicPartitions paging with a cursor or a limit of 0 or less, and the authorized "
+             "operations of an unknown topic: Kafka's answers differ from the gateway's"),
+    **_paths(1, "error_code responses responses.partitions.error_code responses.partitions.high_watermark "
+                "responses.partitions.last_stable_offset responses.partitions.log_start_offset "
+                "responses.partitions.records responses.partitions.aborted_transactions",
+             "Fetch with a negative max_bytes (Kafka UNKNOWN_SERVER_ERROR), a current leader epoch other than "
+             "the leader's (Kafka FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH), or a topic with no partitions "
+             "(Kafka leaves it out): the gateway reads and answers"),
+    **_paths(2, "topics topics.partitions.error_code topics.partitions.leader_epoch topics.partitions.offset "
+                "topics.partitions.timestamp",
+             "ListOffsets: a topic with no partitions (Kafka leaves it out), a max-timestamp (-3) asked below "
+             "v7 (Kafka UNSUPPORTED_VERSION for that partition), and the order of errors for unknown "
+             "partitions named with a leader epoch"),
+    **_paths(3, "brokers topics topics.error_code topics.name topics.partitions topics.topic_authorized_operations",
+             "Metadata naming a topic by a topic id as well as a name: Kafka looks it up by id "
+             "(UNKNOWN_TOPIC_ID) or refuses (INVALID_REQUEST); the gateway uses the name. Kafka fills "
+             "topic_authorized_operations for an unknown topic, the gateway not"),
+    **_paths(9, "groups.topics topics",
+             "OffsetFetch: a topic named with no partitions is listed by Kafka with none, left out by the "
+             "gateway; partition -1 is listed by Kafka"),
+}
