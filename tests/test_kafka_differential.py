@@ -361,6 +361,8 @@ def _create_partitions(count: int, validate_only: bool, version: int = 3) -> Sce
         await create(s, name, 2)
         grown = await s.call(37, version, {"topics": [{"name": name, "count": count, "assignments": None}],
                                            "timeout": 10_000, "validate_only": validate_only})
+        if grown["results"][0]["error_code"] == 0 and not validate_only:
+            await serving(s, name, count)  # Kafka's broker learns of new partitions a moment later
         meta = await s.call(3, 12, {"topics": [{"name": name}]})
         return [grown, len(meta["topics"][0]["partitions"])]
     return run
@@ -477,14 +479,24 @@ def _acls(v: int) -> Scenario:
         created = await s.call(30, v, {"creations": [
             {**ACL, "resource_name": name}, {**ACL, "resource_name": name, "operation": 2, "permission_type": 2},
             {**ACL, "resource_name": name + "-", "resource_pattern_type": 4}]})
-        described = await s.call(29, v, _acl_filter(name))
+        described = await acls_settled(s, v, _acl_filter(name), 2)
         deleted = await s.call(31, v, {"filters": [_acl_filter(name)]})
         for r in described["resources"]:
             r["acls"].sort(key=repr)  # a set: Kafka's order is its own
         for r in deleted["filter_results"]:
             r["matching_acls"].sort(key=repr)
-        return [created, described, deleted, await s.call(29, v, _acl_filter(name))]
+        return [created, described, deleted, await acls_settled(s, v, _acl_filter(name), 0)]
     return run
+
+
+async def acls_settled(s: Side, version: int, acl_filter: dict[str, Any], count: int) -> Any:
+    """DescribeAcls once it shows `count` bindings: Kafka's authorizer learns of created and deleted
+    ACLs from the metadata log a moment after CreateAcls and DeleteAcls answer."""
+    async def described() -> Any:
+        resp = await s.call(29, version, acl_filter)
+        return resp if sum(len(r["acls"]) for r in resp["resources"]) == count else None
+
+    return await eventually(described, 30, f"{count} ACLs")
 
 
 family("acls", range(1, 4), _acls)
@@ -509,8 +521,9 @@ ACL_BAD = {
 def _acl_create(over: dict[str, Any]) -> Scenario:
     async def run(s: Side, name: str) -> Any:
         created = await s.call(30, 3, {"creations": [{**ACL, "resource_name": name, **over}]})
-        described = await s.call(29, 3, _acl_filter(
-            over.get("resource_name", name), resource_type_filter=1, pattern_type_filter=1))
+        ok = created["results"][0]["error_code"] == 0
+        described = await acls_settled(s, 3, _acl_filter(
+            over.get("resource_name", name), resource_type_filter=1, pattern_type_filter=1), int(ok))
         await s.call(31, 3, {"filters": [_acl_filter(over.get("resource_name", name), resource_type_filter=1,
                                                      pattern_type_filter=1)]})
         return [created, described]
