@@ -198,8 +198,6 @@ def _paths(api_key: int, paths: str, what: str) -> dict[tuple[int, str], str]:
 
 
 WIRE_FOUND: dict[tuple[int, str], str] = {
-    (18, "error_code"): "ApiVersions: a client software name or version outside Kafka's pattern "
-                        "([a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?) is INVALID_REQUEST on Kafka; the gateway accepts it",
     (29, ""): "DescribeAcls with an UNKNOWN pattern type or resource type filter: Kafka closes the connection, the "
               "gateway answers INVALID_REQUEST",
     (29, "error_code"): "DescribeAcls with a principal filter that is not Type:name: Kafka matches nothing, the "

@@ -122,6 +122,18 @@ family("api_versions", range(0, 5), lambda v: lambda s, name: s.call(18, v, {
     "client_software_name": "differential", "client_software_version": "1"}))
 
 
+def _api_versions_software(name: str, version: str) -> Scenario:
+    async def run(s: Side, _: str) -> Any:
+        answer = await s.call(18, 3, {"client_software_name": name, "client_software_version": version})
+        return [answer["error_code"], len(answer["api_keys"]) > 0]
+    return run
+
+
+for _case, (_name, _version) in {"empty_name": ("", "1"), "bad_name": ("my client", "1"),
+                                 "bad_version": ("client", "1.0-"), "dotted": ("a.b-c", "1.2.3-rc1")}.items():
+    SCENARIOS[f"api_versions_software_{_case}"] = _api_versions_software(_name, _version)
+
+
 def _metadata(v: int) -> Scenario:
     async def run(s: Side, name: str) -> Any:
         await create(s, name, 3)
