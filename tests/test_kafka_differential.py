@@ -336,13 +336,17 @@ CREATE_CASES: dict[str, Callable[[str], dict[str, Any]]] = {
                                "configs": [{"name": "retention.ms", "value": "3600000"},
                                            {"name": "cleanup.policy", "value": "compact"}]},
     "assignments": lambda n: {"name": n, "num_partitions": -1, "replication_factor": -1,
-                              "assignments": [{"partition_index": 0, "broker_ids": [1]}]},
+                              "assignments": [{"partition_index": 0, "broker_ids": []}]},
 }
 
 
 def _create_topics(case: Callable[[str], dict[str, Any]], version: int, validate_only: bool) -> Scenario:
     async def run(s: Side, name: str) -> Any:
-        return await s.call(19, version, {"topics": [case(name)], "timeout": 10_000, "validate_only": validate_only})
+        topic = case(name)
+        if topic.get("assignments"):  # onto this broker's own node
+            node = (await s.call(3, 12, {"topics": []}))["brokers"][0]["node_id"]
+            topic["assignments"] = [{**a, "broker_ids": [node]} for a in topic["assignments"]]
+        return await s.call(19, version, {"topics": [topic], "timeout": 10_000, "validate_only": validate_only})
     return run
 
 
