@@ -129,8 +129,12 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
             parts = await _read_all(ctx, wanted, max_bytes, committed)
             break
     topics: list[tuple[str | uuid.UUID | None, list[FetchPartition]]] = []
+    kept: list[FetchTopic] = []
     it = iter(parts)
     for n, t in zip(named, req.topics, strict=True):
+        if not t.partitions:
+            continue  # answered by partition, as Kafka groups them: a topic without any gets no entry
+        kept.append(n)
         if n.error != KafkaError.none:
             topics.append((n.key, [FetchPartition(p.partition, n.error) for p in t.partitions]))
         else:
@@ -139,7 +143,7 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
                 await _check_incarnation(ctx, n, answered)
             topics.append((n.key, answered))
     codes: set[KafkaError] = set()
-    for n, (_, answered) in zip(named, topics, strict=True):
+    for n, (_, answered) in zip(kept, topics, strict=True):
         if size := sum(p.size for p in answered):
             telemetry.fetched("kafka", n.name, size)
         codes.update(p.error for p in answered if p.error != KafkaError.none)

@@ -26,6 +26,11 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # no tiered storage: the same as earliest
 LATEST_TIERED = -5  # no tiered storage: nothing
+# the first version that may ask each special timestamp (ListOffsetsRequest.json: v7 KIP-734, v8 and
+# v9 KIP-405/KIP-1005); any other negative one is of a version above ours. Asked below it, Kafka 4.4
+# answers UNSUPPORTED_VERSION for that partition, before looking the partition up (as the
+# differential corpus's list_offsets_special family shows)
+SINCE_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, comm
     log = ctx.services.log
     if not await ctx.allowed(ResourceType.TOPIC, topic, Operation.DESCRIBE):
         return OffsetResult(partition, KafkaError.topic_authorization_failed)
+    if ts < EARLIEST and ctx.api_version < SINCE_VERSION.get(ts, ctx.api_version + 1):
+        return OffsetResult(partition, KafkaError.unsupported_version)
     try:
         await log.check_partition(topic, partition)
         if (stale := leader_epoch_error(current_leader_epoch)) is not None:
@@ -79,10 +86,11 @@ async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, comm
 @handles(ApiKey.LIST_OFFSETS, 1, 10)
 async def list_offsets(ctx: RequestContext, req: Any) -> Encoded:
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+    # answered by partition, as Kafka groups them: a topic named without partitions gets no entry
     topics = [
         (t.name, [await _lookup(ctx, t.name, p.partition_index, p.timestamp, committed,
                                 getattr(p, "current_leader_epoch", -1)) for p in t.partitions])
-        for t in req.topics
+        for t in req.topics if t.partitions
     ]
     errors = {r.error for _, parts in topics for r in parts} - {KafkaError.none}
     return Encoded(encode_list_offsets_response(ctx.api_version, topics), errors)
