@@ -10,6 +10,7 @@ count is the number of test ids.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +34,9 @@ from tests.kafka_differences import (
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 
 SCENARIOS: dict[str, Scenario] = {}
-T0 = 1_700_000_000_000  # record timestamps the scenarios choose, so both logs hold the same ones
+# record timestamps the scenarios choose, so both logs hold the same ones: an hour ago, well inside
+# Kafka's 7-day retention (older records are deleted by its retention check minutes into a run)
+T0 = (time.time_ns() // 1_000_000_000 - 3600) * 1000
 
 
 def scenario(fn: Scenario) -> Scenario:
@@ -213,6 +216,18 @@ for _ts, _label in ((-1, "latest"), (-2, "earliest"), (T0 + 500, "by_time"), (T0
 family("list_offsets_max_timestamp", range(7, 11), lambda v: _list_offsets(v, -3))
 
 
+def _special_timestamps(v: int) -> Scenario:
+    """Every special timestamp at one version, the ones the version predates included."""
+    async def run(s: Side, name: str) -> Any:
+        await create(s, name, 1)
+        await produce(s, name, 0, 2)
+        return [await list_offsets(s, name, ts, v) for ts in (-3, -4, -5, -6, -7)]
+    return run
+
+
+family("list_offsets_special", range(1, 11), _special_timestamps)
+
+
 @scenario
 async def list_offsets_empty_topic(s: Side, name: str) -> Any:
     await create(s, name, 1)
@@ -231,6 +246,16 @@ async def list_offsets_leader_epochs(s: Side, name: str) -> Any:
     await create(s, name, 1)
     return [await s.call(2, 7, {"replica_id": -1, "topics": [{"name": name, "partitions": [
         {"partition_index": 0, "timestamp": -1, "current_leader_epoch": epoch}]}]}) for epoch in (-1, 0, -7, 5)]
+
+
+@scenario
+async def topics_named_without_partitions(s: Side, name: str) -> Any:
+    """A topic named with no partitions in ListOffsets and Fetch: answered by partition, so absent."""
+    await create(s, name, 1)
+    listed = await s.call(2, 7, {"replica_id": -1, "topics": [{"name": name, "partitions": []}]})
+    fetched = await s.call(1, 12, {"replica_id": -1, "max_bytes": 1000, "session_epoch": -1,
+                                   "topics": [{"topic": name, "partitions": []}]})
+    return [listed, fetched]
 
 
 @scenario
@@ -445,6 +470,8 @@ def _alter(op: int, key: str, value: str | None, validate_only: bool = False) ->
         altered = await s.call(44, 1, {"validate_only": validate_only, "resources": [
             {"resource_type": 2, "resource_name": name,
              "configs": [{"name": key, "config_operation": op, "value": value}]}]})
+        if altered["responses"][0]["error_code"] == 0 and not validate_only and op == 0:
+            await configs_settled(s, name, key, value)
         return [altered, await describe_configs(s, name, [key])]
     return run
 
@@ -462,6 +489,16 @@ for _name, _args in {
     "set_bad_compression": (0, "compression.type", "rar"),
 }.items():
     SCENARIOS[f"incremental_alter_configs_{_name}"] = _alter(*_args)
+
+
+async def configs_settled(s: Side, topic: str, key: str, value: str | None) -> None:
+    """Await DescribeConfigs showing `key` set to `value`: Kafka's broker learns of altered configs
+    from the metadata log a moment after the controller answers."""
+    async def shown() -> bool:
+        configs = (await describe_configs(s, topic, [key]))["results"][0]["configs"]
+        return any(c["name"] == key and c["value"] == value for c in configs)
+
+    await eventually(shown, 30, f"{key}={value}")
 
 
 @scenario
