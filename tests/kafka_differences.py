@@ -76,8 +76,6 @@ FOUND: dict[str, str] = {
                            "epoch 2 and an empty assignment first; subscribed_topic_regex null, Kafka ''",
     "share_group_life": "a new share member gets epoch 3 and its assignment in the first heartbeat; Kafka epoch 2 "
                         "and an empty assignment",
-    "share_group_heartbeat_bad_requests": "a share heartbeat with a null subscription on join: Kafka "
-                                          "INVALID_REQUEST (42), the gateway another answer",
     "create_acls_any_operation": "CreateAcls with ANY operation: Kafka UNKNOWN_SERVER_ERROR (-1), gateway INVALID_REQUEST",
     "create_acls_any_pattern": "CreateAcls with ANY pattern type: Kafka UNKNOWN_SERVER_ERROR (-1), gateway INVALID_REQUEST",
     "create_acls_match_pattern": "CreateAcls with MATCH pattern type: Kafka UNKNOWN_SERVER_ERROR (-1), gateway "
