@@ -72,8 +72,8 @@ FOUND: dict[str, str] = {
     "alter_configs_replaces_all": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
     "describe_configs": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
     "describe_configs_synonyms": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
-    "consumer_group_life": "a new KIP-848 member gets member epoch 1 with its assignment at once; Kafka answers "
-                           "epoch 2 and an empty assignment first; subscribed_topic_regex null, Kafka ''",
+    "consumer_group_life": "a new KIP-848 member gets member epoch 1 and its assignment in its first heartbeat; "
+                           "Kafka 4.4 answers epoch 2 and an empty assignment, computed a moment later",
     "share_group_life": "a new share member gets epoch 3 and its assignment in the first heartbeat; Kafka epoch 2 "
                         "and an empty assignment",
     "create_acls_any_operation": "CreateAcls with ANY operation: Kafka UNKNOWN_SERVER_ERROR (-1), gateway INVALID_REQUEST",
