@@ -34,9 +34,16 @@ class Side:
         return conn
 
     async def call(self, api_key: int, version: int, values: dict[str, Any] | None = None) -> Any:
-        """One request on this scenario's connection; the answer as plain data."""
-        conn = self.conns[0] if self.conns else await self.connect()
-        return plain(await send(conn, build_request(api_key, version, values)))
+        """One request on this scenario's connection; the answer as plain data, or "closed" when the
+        broker closes the connection instead (the next call opens another)."""
+        conn = self.conns[-1] if self.conns else await self.connect()
+        try:
+            return plain(await send(conn, build_request(api_key, version, values)))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.conns.remove(conn)
+            conn[1].close()
+            await self.connect()
+            return "closed"
 
     async def topic_id(self, topic: str) -> uuid.UUID:
         meta = await self.call(3, 12, {"topics": [{"name": topic}]})

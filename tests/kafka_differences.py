@@ -76,15 +76,6 @@ FOUND: dict[str, str] = {
                            "Kafka 4.4 answers epoch 2 and an empty assignment, computed a moment later",
     "share_group_life": "a new share member gets epoch 3 and its assignment in the first heartbeat; Kafka epoch 2 "
                         "and an empty assignment",
-    "create_acls_any_operation": "CreateAcls with ANY operation: Kafka UNKNOWN_SERVER_ERROR (-1), gateway INVALID_REQUEST",
-    "create_acls_any_pattern": "CreateAcls with ANY pattern type: Kafka UNKNOWN_SERVER_ERROR (-1), gateway INVALID_REQUEST",
-    "create_acls_match_pattern": "CreateAcls with MATCH pattern type: Kafka UNKNOWN_SERVER_ERROR (-1), gateway "
-                                 "INVALID_REQUEST",
-    "create_acls_any_resource_type": "CreateAcls with resource type ANY: answers differ (one side closes)",
-    "create_acls_unknown_permission": "CreateAcls with permission UNKNOWN: answers differ (one side closes)",
-    "create_acls_unknown_resource_type": "CreateAcls with resource type UNKNOWN: answers differ (one side closes)",
-    "describe_acls_bad_filter": "DescribeAcls with an UNKNOWN operation or pattern filter: one side closes the "
-                                "connection",
     **dict.fromkeys([f"create_topics_v{v}" for v in range(5, 8)],
                     "CreateTopics v5+ lists a new topic's configs: Kafka 4.4's in name order, with "
                     "errors.deadletterqueue.group.enable, max.decompressed.message.bytes, remote.copy.lag.bytes "
@@ -194,10 +185,6 @@ def _paths(api_key: int, paths: str, what: str) -> dict[tuple[int, str], str]:
 
 
 WIRE_FOUND: dict[tuple[int, str], str] = {
-    (29, ""): "DescribeAcls with an UNKNOWN pattern type or resource type filter: Kafka closes the connection, the "
-              "gateway answers INVALID_REQUEST",
-    (29, "error_code"): "DescribeAcls with a principal filter that is not Type:name: Kafka matches nothing, the "
-                        "gateway answers INVALID_REQUEST",
     **_paths(60, "brokers endpoint_type error_code",
              "DescribeCluster with an endpoint type other than brokers (1): Kafka UNSUPPORTED_ENDPOINT_TYPE or "
              "MISMATCHED_ENDPOINT_TYPE and no brokers; the gateway answers as for brokers"),
