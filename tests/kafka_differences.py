@@ -185,11 +185,6 @@ def _paths(api_key: int, paths: str, what: str) -> dict[tuple[int, str], str]:
 
 
 WIRE_FOUND: dict[tuple[int, str], str] = {
-    **_paths(60, "brokers endpoint_type error_code",
-             "DescribeCluster with an endpoint type other than brokers (1): Kafka UNSUPPORTED_ENDPOINT_TYPE or "
-             "MISMATCHED_ENDPOINT_TYPE and no brokers; the gateway answers as for brokers"),
-    **_paths(60, "cluster_authorized_operations",
-             "DescribeCluster in error: Kafka leaves cluster_authorized_operations unset, the gateway fills it"),
     **_paths(3, "cluster_authorized_operations",
              "Metadata: Kafka 4 never fills cluster_authorized_operations (KIP-700), the gateway does when asked"),
     **_paths(32, "results.error_code results.resource_name results.resource_type",

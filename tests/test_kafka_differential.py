@@ -137,6 +137,16 @@ for _case, (_name, _version) in {"empty_name": ("", "1"), "bad_name": ("my clien
     SCENARIOS[f"api_versions_software_{_case}"] = _api_versions_software(_name, _version)
 
 
+def _describe_cluster(v: int) -> Scenario:
+    async def run(s: Side, _: str) -> Any:
+        return [await s.call(60, v, {"endpoint_type": endpoint, "include_cluster_authorized_operations": True})
+                for endpoint in (1, 2, 0, 7)]
+    return run
+
+
+family("describe_cluster", range(0, 3), _describe_cluster)
+
+
 def _metadata(v: int) -> Scenario:
     async def run(s: Side, name: str) -> Any:
         await create(s, name, 3)
