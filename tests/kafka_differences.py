@@ -94,6 +94,9 @@ FOUND: dict[str, str] = {
                                           "(38), the gateway creates",
     "create_topics_replication_factor_2_validate_only": "replication factor 2 on one node: Kafka "
                                                         "INVALID_REPLICATION_FACTOR (38)",
+    "describe_configs_two_resources_one_name": "DescribeConfigs naming a topic and, in the same request, a "
+                                               "resource of type UNKNOWN (0): Kafka answers INVALID_REQUEST "
+                                               "for both, the gateway describes the topic",
     "incremental_alter_configs_bad_operation": "IncrementalAlterConfigs with operation 9: answers differ",
 }
 
@@ -188,8 +191,8 @@ WIRE_FOUND: dict[tuple[int, str], str] = {
     **_paths(3, "cluster_authorized_operations",
              "Metadata: Kafka 4 never fills cluster_authorized_operations (KIP-700), the gateway does when asked"),
     **_paths(32, "results.error_code results.resource_name results.resource_type",
-             "DescribeConfigs of resource type UNKNOWN (0), or of configuration keys Kafka does not know: "
-             "Kafka INVALID_REQUEST for that resource, the gateway answers otherwise"),
+             "DescribeConfigs with a resource of type UNKNOWN (0) beside others: Kafka INVALID_REQUEST for "
+             "every resource of the request, the gateway for that one (as describe_configs_two_resources_one_name)"),
     **_paths(75, "next_cursor next_cursor.partition_index next_cursor.topic_name topics "
                  "topics.topic_authorized_operations",
              "DescribeTopicPartitions paging with a cursor or a limit of 0 or less, and the authorized "

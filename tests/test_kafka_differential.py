@@ -469,6 +469,25 @@ async def describe_configs_unknown_topic(s: Side, name: str) -> Any:
 
 
 @scenario
+async def describe_configs_resource_types(s: Side, name: str) -> Any:
+    """Every resource type code, known or not, named for a topic that exists."""
+    await create(s, name, 1)
+    return [await s.call(32, 4, {"resources": [{"resource_type": t, "resource_name": name,
+                                               "configuration_keys": ["retention.ms"]}]})
+            for t in (0, 1, 3, 5, 7)]
+
+
+@scenario
+async def describe_configs_two_resources_one_name(s: Side, name: str) -> Any:
+    await create(s, name, 1)
+    described = await s.call(32, 4, {"resources": [
+        {"resource_type": 2, "resource_name": name, "configuration_keys": ["retention.ms"]},
+        {"resource_type": 0, "resource_name": name, "configuration_keys": []}]})
+    described["results"].sort(key=lambda r: r["resource_type"])  # Kafka answers in its own order
+    return described
+
+
+@scenario
 async def describe_configs_unknown_key(s: Side, name: str) -> Any:
     await create(s, name, 1)
     return await describe_configs(s, name, ["no.such.config", "retention.ms"])
