@@ -170,8 +170,9 @@ async def test_describe_groups_at_each_version(conn, version):
                                             "member_id": "", "protocol_type": "consumer", "protocols": PROTOCOLS})
     r = await call(conn, ApiKey.DESCRIBE_GROUPS, version, {"groups": ["d", "missing"]})
     d, missing = r.groups
+    # not yet Stable: no protocol named, as Kafka 4.4 answers (tests/test_kafka_differential.py, classic_group_life)
     assert (d.error_code, d.group_state, d.protocol_type, d.protocol_data) == (
-        KafkaError.none, "CompletingRebalance", "consumer", "range",
+        KafkaError.none, "CompletingRebalance", "consumer", "",
     )
     assert len(d.members) == 1 and d.members[0].client_id == "test"
     expected = KafkaError.group_id_not_found if version >= 6 else KafkaError.none

@@ -28,7 +28,7 @@ from gateway.errors import InvalidRequest
 from gateway.kafka import codec
 from gateway.kafka.authz import ANY_CODE, OPERATION_CODES, PATTERN_CODES, PERMISSION_CODES, RESOURCE_CODES
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
-from gateway.kafka.errors import error_message, kafka_error
+from gateway.kafka.errors import MalformedRequest, error_message, kafka_error
 
 T = TypeVar("T")
 
@@ -52,6 +52,37 @@ def _decode(codes: Mapping[int, T], code: int, what: str, *, any_ok: bool = Fals
     if code not in codes:
         raise InvalidRequest(f"invalid {what} {code}")
     return codes[code]
+
+
+def _refuse_unknown(entries: Any, fields: tuple[str, str, str, str]) -> None:
+    """Kafka's CreateAcls, DescribeAcls and DeleteAcls requests refuse an UNKNOWN element (code 0)
+    while they are read (`validate()` throws IllegalArgumentException), so the broker closes the
+    connection: MalformedRequest does the same here."""
+    for entry in entries:
+        for name in fields:
+            if getattr(entry, name) == 0:
+                raise MalformedRequest(f"ACL element {name} is UNKNOWN")
+
+
+_KNOWN: tuple[Mapping[int, object], ...] = (_RESOURCES, _PATTERNS, _OPERATIONS, _PERMISSIONS)
+
+
+def _matches_nothing(f: Any) -> bool:
+    """A filter with a code its enum lacks (other than 0): Kafka reads it as UNKNOWN, which no
+    binding matches, and answers without error."""
+    return any(getattr(f, name) not in codes and getattr(f, name) != ANY_CODE
+               for name, codes in zip(_FILTER_FIELDS, _KNOWN, strict=True))
+
+
+_CREATION_FIELDS = ("resource_type", "resource_pattern_type", "operation", "permission_type")
+_FILTER_FIELDS = ("resource_type_filter", "pattern_type_filter", "operation", "permission_type")
+
+
+def _any_in_creation(c: Any) -> bool:
+    """A creation with ANY (or the MATCH pattern) somewhere: Kafka cannot build its binding and
+    answers UNKNOWN_SERVER_ERROR for it (ResourcePattern and AccessControlEntry refuse ANY)."""
+    return ANY_CODE in (c.resource_type, c.operation, c.permission_type) or c.resource_pattern_type in (
+        PATTERN_CODES["any"], PATTERN_CODES["match"])
 
 
 def _creation(c: Any) -> Acl:
@@ -98,9 +129,14 @@ async def create_acls(ctx: RequestContext, req: Any) -> Any:
         return _response(ctx, {"results": [
             {"error_code": KafkaError.cluster_authorization_failed, "error_message": _NOT_AUTHORIZED}
             for _ in req.creations]})
+    _refuse_unknown(req.creations, _CREATION_FIELDS)
     results: list[dict[str, Any]] = []
     valid: list[tuple[int, Acl]] = []
     for i, c in enumerate(req.creations):
+        if _any_in_creation(c):
+            results.append({"error_code": KafkaError.unknown_server_error,
+                            "error_message": "an ACL binding may not contain ANY or MATCH"})
+            continue
         try:
             valid.append((i, _creation(c)))
             results.append({"error_code": KafkaError.none, "error_message": None})
@@ -119,6 +155,9 @@ async def describe_acls(ctx: RequestContext, req: Any) -> Any:
     if not await _cluster(ctx, Operation.DESCRIBE):
         return _response(ctx, {"error_code": KafkaError.cluster_authorization_failed,
                                "error_message": _NOT_AUTHORIZED, "resources": []})
+    _refuse_unknown([req], _FILTER_FIELDS)
+    if _matches_nothing(req):
+        return _response(ctx, {"error_code": KafkaError.none, "error_message": None, "resources": []})
     try:
         found = await ctx.services.security.acls(acl_filter=_filter(req, req.resource_name_filter))
     except Exception as exc:
@@ -140,9 +179,13 @@ async def delete_acls(ctx: RequestContext, req: Any) -> Any:
         return _response(ctx, {"filter_results": [
             {"error_code": KafkaError.cluster_authorization_failed, "error_message": _NOT_AUTHORIZED,
              "matching_acls": []} for _ in req.filters]})
+    _refuse_unknown(req.filters, _FILTER_FIELDS)
     results: list[dict[str, Any]] = []
     valid: list[tuple[int, AclFilter]] = []
     for i, f in enumerate(req.filters):
+        if _matches_nothing(f):
+            results.append({"error_code": KafkaError.none, "error_message": None, "matching_acls": []})
+            continue
         try:
             valid.append((i, _filter(f, f.resource_name_filter)))
             results.append({"error_code": KafkaError.none, "error_message": None, "matching_acls": []})

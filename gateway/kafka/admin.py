@@ -4,6 +4,7 @@ have nothing to do here (ListPartitionReassignments, ElectLeaders): a partition 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
@@ -61,15 +62,28 @@ def _replication(ctx: RequestContext, t: Any) -> tuple[int | None, int]:
 
 @handles(ApiKey.CREATE_TOPICS, 2, 7)
 async def create_topics(ctx: RequestContext, req: Any) -> Any:
+    """As Kafka's ControllerApis.createTopics and ReplicationControlManager: a name given twice is
+    answered once, INVALID_REQUEST, and a config with a null value is INVALID_CONFIG."""
     log = ctx.services.log
     results = []
+    named = Counter(t.name for t in req.topics)
+    answered: set[str] = set()
     for t in req.topics:
         configs = {c.name: c.value for c in t.configs}
         res: dict[str, Any] = {"name": t.name, "topic_id": None, "error_code": KafkaError.none,
                                "error_message": None, "num_partitions": -1, "replication_factor": -1}
+        if t.name in answered:
+            continue
+        answered.add(t.name)
         try:
             bad_name = topic_name_error(t.name)
-            if not await may_create_topic(ctx, t.name):
+            nulls = [name for name, value in configs.items() if value is None]
+            if named[t.name] > 1:
+                res.update(error_code=KafkaError.invalid_request, error_message="Duplicate topic name.")
+            elif nulls:
+                res.update(error_code=KafkaError.invalid_config,
+                           error_message=f"Null value not supported for topic configs: {', '.join(nulls)}")
+            elif not await may_create_topic(ctx, t.name):
                 res.update(error_code=KafkaError.topic_authorization_failed, error_message="not authorized")
             elif bad_name is not None:
                 res.update(error_code=bad_name, error_message=topic_name_message(t.name))

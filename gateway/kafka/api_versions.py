@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
@@ -14,9 +15,18 @@ def _api_keys() -> list[dict[str, int]]:
     return [{"api_key": r.api_key, "min_version": r.min_version, "max_version": r.max_version} for r in supported()]
 
 
+# what Kafka's ApiVersionsRequest.isValid asks of a v3+ client's software name and version
+SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
 @handles(ApiKey.API_VERSIONS, 0, 4)
 async def api_versions(ctx: RequestContext, req: Any) -> Any:
+    """A v3+ request whose client software name or version is not of Kafka's pattern gets
+    INVALID_REQUEST and no list, as Kafka's `KafkaApis.handleApiVersionsRequest` answers it."""
     cls = codec.response_class(ApiKey.API_VERSIONS, ctx.api_version)
+    if ctx.api_version >= 3 and not all(
+            SOFTWARE_NAME_VERSION.fullmatch(str(v)) for v in (req.client_software_name, req.client_software_version)):
+        return codec.build(cls, {"error_code": KafkaError.invalid_request, "api_keys": [], "throttle_time": 0})
     return codec.build(cls, {"error_code": KafkaError.none, "api_keys": _api_keys(), "throttle_time": 0})
 
 

@@ -128,7 +128,9 @@ async def consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
                 {
                     "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
                     "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
-                    "subscribed_topic_names": list(m.subscribed_topics), "subscribed_topic_regex": m.subscribed_regex,
+                    # Kafka keeps a member without a regex as "" (ConsumerGroupMemberMetadataValue's default)
+                    "subscribed_topic_names": list(m.subscribed_topics),
+                    "subscribed_topic_regex": m.subscribed_regex or "",
                     "assignment": {"topic_partitions": topics.by_id(m.assignment, named=True)},
                     "target_assignment": {"topic_partitions": topics.by_id(m.target_assignment, named=True)},
                     "member_type": CLASSIC_MEMBER_TYPE if m.classic else CONSUMER_MEMBER_TYPE,

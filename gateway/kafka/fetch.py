@@ -45,12 +45,19 @@ MAX_WAIT = 30.0  # seconds a long poll may wait at most: an empty answer sooner 
 
 @dataclass
 class FetchPartition:
+    """One partition of the answer. A partition in error carries nothing else: -1 offsets and, for
+    a partition the request named wrongly, an empty aborted list (Kafka's
+    `FetchResponse.partitionResponse(partition, error)` leaves the schema's defaults). A read's
+    aborted list is null unless it lists some (read_committed with records), as Kafka's
+    `KafkaApis` sets `abortedTransactions.orElse(null)` from the log read, an offset out of range
+    included (`ReplicaManager.readFromLog`: `FetchDataInfo.empty`, offsets -1)."""
+
     index: int
     error: KafkaError = KafkaError.none
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start: int = -1
-    aborted: list[tuple[int, int]] | None = None
+    aborted: list[tuple[int, int]] | None = field(default_factory=list)
     records: list[bytes | memoryview] = field(default_factory=list)
     size: int = 0
 
@@ -122,8 +129,12 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
             parts = await _read_all(ctx, wanted, max_bytes, committed)
             break
     topics: list[tuple[str | uuid.UUID | None, list[FetchPartition]]] = []
+    kept: list[FetchTopic] = []
     it = iter(parts)
     for n, t in zip(named, req.topics, strict=True):
+        if not t.partitions:
+            continue  # answered by partition, as Kafka groups them: a topic without any gets no entry
+        kept.append(n)
         if n.error != KafkaError.none:
             topics.append((n.key, [FetchPartition(p.partition, n.error) for p in t.partitions]))
         else:
@@ -132,7 +143,7 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
                 await _check_incarnation(ctx, n, answered)
             topics.append((n.key, answered))
     codes: set[KafkaError] = set()
-    for n, (_, answered) in zip(named, topics, strict=True):
+    for n, (_, answered) in zip(kept, topics, strict=True):
         if size := sum(p.size for p in answered):
             telemetry.fetched("kafka", n.name, size)
         codes.update(p.error for p in answered if p.error != KafkaError.none)
@@ -174,12 +185,11 @@ async def _read_all(
         if generation is not None and sl.generation != generation:
             out.append(FetchPartition(p, KafkaError.inconsistent_topic_id))
             continue
-        fp = FetchPartition(p, high_watermark=sl.high_watermark, last_stable_offset=sl.stable,
-                            log_start=sl.log_start, aborted=[] if committed else None)
         if offset < sl.log_start or offset > sl.high_watermark:
-            fp.error = KafkaError.offset_out_of_range
-            out.append(fp)
+            out.append(FetchPartition(p, KafkaError.offset_out_of_range, aborted=None))
             continue
+        fp = FetchPartition(p, high_watermark=sl.high_watermark, last_stable_offset=sl.stable,
+                            log_start=sl.log_start, aborted=None)
         last = offset
         for entry in sl.entries:
             if committed and entry.base_offset >= sl.stable:

@@ -406,15 +406,20 @@ async def describe_groups(ctx: RequestContext, req: Any) -> Any:
                 ),
             })
             continue
+        # only a Stable group names its protocol and its members' metadata for it; otherwise Kafka
+        # describes the members without metadata (GroupMetadataManager.describeGroups,
+        # ClassicGroupMember.describeNoMetadata)
+        stable = d.state == "Stable"
         out.append({
             "group_id": group_id,
             "error_code": KafkaError.none,
             "group_state": d.state,
             "protocol_type": d.protocol_type,
-            "protocol_data": d.protocol,
+            "protocol_data": d.protocol if stable else "",
             "members": [
                 {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
-                 "client_host": m.client_host, "member_metadata": m.metadata, "member_assignment": m.assignment}
+                 "client_host": m.client_host, "member_metadata": m.metadata if stable else b"",
+                 "member_assignment": m.assignment}
                 for m in d.members
             ],
             "authorized_operations": await authorized_operations(ctx, ResourceType.GROUP, group_id, wants_operations),

@@ -136,10 +136,22 @@ async def _topic(ctx: RequestContext, req: Any, name: str, partitions: int, topi
     }
 
 
+BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeClusterRequest's EndpointType
+
+
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
+    """A gateway serves brokers' endpoints only: asked for controllers' it answers
+    MISMATCHED_ENDPOINT_TYPE, for an unknown type UNSUPPORTED_ENDPOINT_TYPE, nothing else set (as
+    Kafka's AuthHelper.computeDescribeClusterResponse answers on a broker)."""
     live = brokers(ctx)
     cls = codec.response_class(ApiKey.DESCRIBE_CLUSTER, ctx.api_version)
+    wanted = getattr(req, "endpoint_type", BROKER_ENDPOINTS)
+    if wanted != BROKER_ENDPOINTS:
+        error = (KafkaError.mismatched_endpoint_type if wanted == CONTROLLER_ENDPOINTS
+                 else KafkaError.unsupported_endpoint_type)
+        return codec.build(cls, {"error_code": error, "error_message": f"endpoint type {wanted} is not served",
+                                 "endpoint_type": BROKER_ENDPOINTS, "controller_id": -1, "brokers": []})
     if not await may_describe_cluster(ctx):
         return codec.build(cls, {"error_code": KafkaError.cluster_authorization_failed, "cluster_id": CLUSTER_ID,
                                  "controller_id": -1, "brokers": [], "error_message": "not authorized"})

@@ -26,6 +26,11 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4  # no tiered storage: the same as earliest
 LATEST_TIERED = -5  # no tiered storage: nothing
+# the first version that may ask each special timestamp (ListOffsetsRequest.json: v7 KIP-734, v8 and
+# v9 KIP-405/KIP-1005); any other negative one is of a version above ours. Asked below it, Kafka 4.4
+# answers UNSUPPORTED_VERSION for that partition, before looking the partition up (as the
+# differential corpus's list_offsets_special family shows)
+SINCE_VERSION = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9}
 
 
 @dataclass(frozen=True)
@@ -36,13 +41,26 @@ class OffsetResult:
     offset: int = -1
 
 
-async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, committed: bool) -> OffsetResult:
+def leader_epoch_error(current_leader_epoch: int) -> KafkaError | None:
+    """What Kafka's `Partition.checkCurrentLeaderEpoch` answers a client's idea of the leader epoch
+    (-1: none given): an older one is fenced, a newer one unknown."""
+    if current_leader_epoch == -1 or current_leader_epoch == LEADER_EPOCH:
+        return None
+    return KafkaError.fenced_leader_epoch if current_leader_epoch < LEADER_EPOCH else KafkaError.unknown_leader_epoch
+
+
+async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, committed: bool,
+                  current_leader_epoch: int = -1) -> OffsetResult:
     """One partition's answer; read_committed readers see "latest" as the last stable offset."""
     log = ctx.services.log
     if not await ctx.allowed(ResourceType.TOPIC, topic, Operation.DESCRIBE):
         return OffsetResult(partition, KafkaError.topic_authorization_failed)
+    if ts < EARLIEST and ctx.api_version < SINCE_VERSION.get(ts, ctx.api_version + 1):
+        return OffsetResult(partition, KafkaError.unsupported_version)
     try:
         await log.check_partition(topic, partition)
+        if (stale := leader_epoch_error(current_leader_epoch)) is not None:
+            return OffsetResult(partition, stale)
         start, hw = await log.bounds(topic, partition)
         if ts in (EARLIEST, EARLIEST_LOCAL):
             return OffsetResult(partition, offset=start)
@@ -68,12 +86,20 @@ async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, comm
 @handles(ApiKey.LIST_OFFSETS, 1, 10)
 async def list_offsets(ctx: RequestContext, req: Any) -> Encoded:
     committed = getattr(req, "isolation_level", 0) == READ_COMMITTED
+    # answered by partition, as Kafka groups them: a topic named without partitions gets no entry
     topics = [
-        (t.name, [await _lookup(ctx, t.name, p.partition_index, p.timestamp, committed) for p in t.partitions])
-        for t in req.topics
+        (t.name, [await _lookup(ctx, t.name, p.partition_index, p.timestamp, committed,
+                                getattr(p, "current_leader_epoch", -1)) for p in t.partitions])
+        for t in req.topics if t.partitions
     ]
     errors = {r.error for _, parts in topics for r in parts} - {KafkaError.none}
     return Encoded(encode_list_offsets_response(ctx.api_version, topics), errors)
+
+
+def _epoch(p: OffsetResult) -> int:
+    """The leader epoch of an answer: none (-1) for an error and for a time that found no record,
+    as Kafka's `TimestampAndOffset` of no record carries no epoch (`UnifiedLog.fetchOffsetByTimestamp`)."""
+    return LEADER_EPOCH if p.error == KafkaError.none and p.offset >= 0 else -1
 
 
 def encode_list_offsets_response(version: int, topics: list[tuple[str, list[OffsetResult]]]) -> list[bytes | memoryview]:
@@ -87,7 +113,7 @@ def encode_list_offsets_response(version: int, topics: list[tuple[str, list[Offs
         for p in parts:
             out += I32.pack(p.index) + I16.pack(p.error) + I64.pack(p.timestamp) + I64.pack(p.offset)
             if version >= 4:
-                out += I32.pack(LEADER_EPOCH if p.error == KafkaError.none else -1)
+                out += I32.pack(_epoch(p))
             if flex:
                 out += NO_TAGS
         if flex:

@@ -22,10 +22,14 @@ MAX_EPOCH = 32767
 @handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(ctx: RequestContext, req: Any) -> Any:
     cls = codec.response_class(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
-    if req.transactional_id is not None:
-        return await init_transactional(ctx, req)
     pid = getattr(req, "producer_id", -1)
     epoch = getattr(req, "producer_epoch", -1)
+    if (pid == -1) != (epoch == -1):
+        # an id without an epoch or an epoch without an id: Kafka's KafkaApis.handleInitProducerIdRequest
+        # answers INVALID_REQUEST before asking any coordinator
+        return codec.build(cls, {"error_code": KafkaError.invalid_request, "producer_id": -1, "producer_epoch": -1})
+    if req.transactional_id is not None:
+        return await init_transactional(ctx, req)
     if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
         # KIP-360: an idempotent producer resets its sequences under the next epoch of its id
         return codec.build(cls, {"error_code": KafkaError.none, "producer_id": pid, "producer_epoch": epoch + 1})

@@ -70,6 +70,11 @@ async def init_transactional(ctx: RequestContext, req: Any) -> Any:
         return codec.build(cls, {"error_code": KafkaError.transactional_id_authorization_failed,
                                  "producer_id": -1, "producer_epoch": -1})
     timeout_ms = int(req.transaction_timeout.total_seconds() * 1000)
+    if timeout_ms <= 0:
+        # Kafka's TransactionCoordinator.validateTransactionTimeoutMs refuses <= 0 (the native face's
+        # "none given" is not a Kafka client's to ask)
+        return codec.build(cls, {"error_code": KafkaError.invalid_transaction_timeout,
+                                 "producer_id": -1, "producer_epoch": -1})
     try:
         pid, epoch = await ctx.services.txn_producers.init(
             req.transactional_id, timeout_ms, getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)

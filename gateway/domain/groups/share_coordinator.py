@@ -40,6 +40,7 @@ from gateway.domain.groups.coordinator import GroupListing
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.domain.groups.share import (
     CLOSE_SESSION_EPOCH,
+    JOIN_EPOCH,
     HeartbeatResult,
     ShareErrorKind,
     ShareGroup,
@@ -351,15 +352,22 @@ class ShareCoordinator:
         await self.configs(group_id, fresh=True)
         async with self._lock:
             group = self.groups.get(group_id)
+            fresh = group is None
             if group is None:
-                group = self.groups[group_id] = ShareGroup(group_id)
-                self.stats.setdefault(group_id, Stats())
-                await self.store.remember(group_id)
+                if member_epoch != JOIN_EPOCH and group_id not in await self.store.known():
+                    # only a join makes a share group (Kafka's GroupMetadataManager.shareGroupHeartbeat:
+                    # getOrMaybeCreatePersistedShareGroup(groupId, memberEpoch == 0))
+                    raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"Share group {group_id} not found.")
+                group = ShareGroup(group_id)
             result = group.heartbeat(
                 member_id, member_epoch, subscribed, topics, now_ms=now_ms(),
                 session_timeout_ms=self.session_timeout_ms, rack_id=rack_id, client_id=client_id,
                 client_host=client_host,
             )
+            if fresh:  # kept only once a heartbeat of it is accepted: a refused join makes no group
+                self.groups[group_id] = group
+                self.stats.setdefault(group_id, Stats())
+                await self.store.remember(group_id)
         if result.left:
             await self._drop(group_id, member_id)
         self._start_reaper()
