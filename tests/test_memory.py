@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import confluent_kafka as ck
 import pytest
 from confluent_kafka import AcknowledgeType
@@ -31,6 +32,7 @@ from gateway.store.connection import RedisClient, connect
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from tests.conftest import (
     GatewayProcess,
+    admin_url,
     eventually,
     kafka_bootstrap,
     native_url,
@@ -333,6 +335,23 @@ async def test_native_sends_get_storage_full_and_delayed_ones_too(tmp_path: Path
                 with pytest.raises(StorageFull) as refused:
                     await send()
                 assert refused.value.retriable
+            await shows_memory(gw, "native-fill")
+
+
+async def shows_memory(gw: Gateway, topic: str) -> None:
+    """While produce is refused: /health is degraded (still 200), the metrics say so per primary, and
+    the topic's partition holds the bytes the fill put there."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(admin_url(gw) + "/health") as resp:
+            health = await resp.json()
+            assert resp.status == 200 and health["status"] == "degraded" and "high-water mark" in health["writes_refused"]
+        async with http.get(admin_url(gw) + "/metrics") as resp:
+            metrics = await resp.text()
+        async with http.get(admin_url(gw) + f"/admin/v2/topics/{topic}") as resp:
+            described = await resp.json()
+    assert "gateway_redis_memory_produce_refused 1.0" in metrics
+    assert "gateway_redis_memory_max_bytes{primary=" in metrics
+    assert described["partitions"][0]["bytes"] > MAXMEMORY * MARK / 2  # most of what filled Redis
 
 
 @pytest.mark.slow

@@ -177,6 +177,11 @@ class MemoryBudget:
 
     # -- what operators see --------------------------------------------------------------------
 
+    async def partition_bytes(self, topic: str, partitions: int) -> list[int]:
+        """Bytes each partition takes in Redis, estimated by MEMORY USAGE (which samples a stream),
+        read when asked: for the admin API and DescribeLogDirs, never on a produce."""
+        return await self._memory.partition_bytes(topic, partitions)
+
     def reason(self) -> str | None:
         """Why produce is refused now, or None when it is not."""
         if self._evicting:
