@@ -27,6 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from gateway.client import Client, StorageFull, StorageUnavailable
 from gateway.config import MiB, memory_size
+from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store.connection import RedisClient, connect
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
@@ -39,6 +40,7 @@ from tests.conftest import (
     running_gateway,
     test_config,
 )
+from tests.kafka_wire import call
 from tests.test_startup import serve
 
 MAXMEMORY = 12 * MiB
@@ -336,6 +338,32 @@ async def test_native_sends_get_storage_full_and_delayed_ones_too(tmp_path: Path
                     await send()
                 assert refused.value.retriable
             await shows_memory(gw, "native-fill")
+
+
+@pytest.mark.parametrize("version", [1, 4])
+async def test_describe_log_dirs_shows_partition_sizes_and_the_memory_budget(tmp_path: Path, version: int) -> None:
+    with small_redis(tmp_path) as server:
+        async with gateway_on(server.url) as gw, await Client.connect(native_url(gw)) as client:
+            producer = await client.create_producer("sized")
+            for _ in range(50):
+                await producer.send(VALUE)
+            assert gw.services is not None
+            await gw.services.memory.sample()
+            conn = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
+            try:
+                every = await call(conn, ApiKey.DESCRIBE_LOG_DIRS, version, {"topics": None})
+                some = await call(conn, ApiKey.DESCRIBE_LOG_DIRS, version, {"topics": [
+                    {"topic": "sized", "partitions": [0, 7]}, {"topic": "absent", "partitions": [0]}]})
+            finally:
+                conn[1].close()
+    for resp in (every, some):
+        (result,) = resp.results
+        assert result.error_code == 0 and result.log_dir == server.url
+        (topic,) = result.topics  # "absent" and partition 7 are hosted nowhere: left out, as Kafka does
+        assert topic.name == "sized" and [p.partition_index for p in topic.partitions] == [0]
+        assert 50 * len(VALUE) < topic.partitions[0].partition_size < 4 * 50 * len(VALUE)
+        if version >= 4:
+            assert result.total_bytes == MAXMEMORY and 0 < result.usable_bytes < MAXMEMORY
 
 
 async def shows_memory(gw: Gateway, topic: str) -> None:
