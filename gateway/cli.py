@@ -167,6 +167,9 @@ def _bench_parser(sub: Any) -> None:
                    "Redis: produce, consume and transactions")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
+    p.add_argument("--memory", action="store_true",
+                   help="Redis bytes per stored record beside the payload: Kafka produce batched and one record "
+                   "per batch, native produce (--sizes, default 100,1024,10240)")
     p.add_argument("--share", action="store_true",
                    help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
                    "(--records of the first --sizes)")

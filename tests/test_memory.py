@@ -190,7 +190,7 @@ class Filler:
             except BufferError:
                 p.poll(0.05)
             p.poll(0)
-        p.flush(TIMEOUT)
+        p.flush(20)
 
     async def finish(self) -> None:
         self.stop.set()

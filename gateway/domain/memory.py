@@ -15,9 +15,10 @@ is each Redis primary's `maxmemory`, so:
   Produce resumes by itself once they free memory.
 
 The check costs no Redis round trip on the produce path. Each primary's `INFO memory` is sampled
-every `SAMPLE_INTERVAL` (and at once after Redis refuses a write for memory); between samples the
-bytes this gateway appended count against the smallest room left, so one gateway never overshoots
-its mark by more than the other gateways write in one interval. Redis itself refusing past
+every `SAMPLE_INTERVAL` near its mark, every `FAR_INTERVAL` far from it (and at once after Redis
+refuses a write for memory); between samples the bytes this gateway appended count against the
+smallest room left, so one gateway never overshoots its mark by more than the other gateways write
+in one interval. Redis itself refusing past
 `maxmemory` (OOM, mapped to `StorageFull` in the store) is the backstop: its check comes before a
 script's first write, so a refused change wrote nothing.
 """
@@ -37,8 +38,13 @@ from gateway.store.memory import PrimaryMemory
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL = 0.1
-"""Seconds between samples of each primary's memory: INFO memory costs Redis microseconds, and in
-this time one gateway appends at most a few tens of MB (Redis's Lua append tops out near 280 MB/s)."""
+"""Seconds between samples of each primary's memory near its mark (within `NEAR` of maxmemory below
+it, or refusing): in this time one gateway appends at most a few tens of MB (Redis's Lua append tops
+out near 280 MB/s), and its own appends count against the room meanwhile."""
+FAR_INTERVAL = 1.0
+"""Seconds between samples while every primary is far from its mark, or has no maxmemory (its policy
+is still checked): sampling ten times a second cost measurable produce throughput."""
+NEAR = 0.1
 WARN_EVERY = 60.0
 """Seconds between repeated warnings while produce stays refused: one a minute, not one a request."""
 DEFAULT_HIGH_WATERMARK = 0.9
@@ -87,6 +93,11 @@ class MemoryBudget:
         """Read every primary's memory now, and log what changed for produce."""
         self._take(await self._memory.primaries())
 
+    def _next_sample(self) -> float:
+        """Seconds to the next sample: `interval` near a mark, `FAR_INTERVAL` far from every one."""
+        near = any(p.maxmemory and p.used >= self._mark(p) - NEAR * p.maxmemory for p in self.primaries)
+        return self.interval if near or self._full or self._evicting else max(self.interval, FAR_INTERVAL)
+
     async def run(self) -> None:
         """Sample until `stop`: every interval, and at once when Redis refused a write for memory."""
         while not self._stop.is_set():
@@ -98,7 +109,7 @@ class MemoryBudget:
                 log.exception("sampling Redis's memory failed; trying again in %.1f s", self.interval)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.interval):
+                async with asyncio.timeout(self._next_sample()):
                     await self._wake.wait()
 
     def stop(self) -> None:
