@@ -138,12 +138,7 @@ class MemoryBudget:
             log.warning("Redis at %s has maxmemory-policy noeviction again: produce resumes", address)
         for p in primaries:
             if p.address in self._full - was_full:
-                self._warned = time.monotonic()
-                log.warning("Redis at %s holds %s, %.0f%% of its maxmemory %s, at or above the high-water mark "
-                            "%g (--redis-memory-high-watermark): produce is refused (retriable) until retention, "
-                            "DeleteRecords or deleted topics free memory, or maxmemory is raised",
-                            p.address, _mib(p.used), 100 * p.used / p.maxmemory, _mib(p.maxmemory),
-                            self.high_watermark)
+                self._warn_full(p, p.used)
             elif p.address in was_full - self._full:
                 log.warning("Redis at %s holds %s of its maxmemory %s, below the high-water mark: produce resumes",
                             p.address, _mib(p.used), _mib(p.maxmemory))
@@ -151,6 +146,13 @@ class MemoryBudget:
             self._warned = time.monotonic()
             log.warning("produce still refused for Redis's memory (%s): %d produce(s) refused so far",
                         self.reason(), self.refused)
+
+    def _warn_full(self, p: PrimaryMemory, used: int) -> None:
+        self._warned = time.monotonic()
+        log.warning("Redis at %s holds %s, %.0f%% of its maxmemory %s, at or above the high-water mark %g "
+                    "(--redis-memory-high-watermark): produce is refused (retriable) until retention, DeleteRecords "
+                    "or deleted topics free memory, or maxmemory is raised",
+                    p.address, _mib(used), 100 * used / p.maxmemory, _mib(p.maxmemory), self.high_watermark)
 
     def _mark(self, p: PrimaryMemory) -> int:
         return int(p.maxmemory * self.high_watermark)
@@ -176,7 +178,12 @@ class MemoryBudget:
         if p is None or not p.maxmemory:  # a primary not sampled yet (a cluster grew), or without limit
             return
         added = self._added.get(address, 0)
-        if address in self._full or p.used + self._spent + added + size > self._mark(p):
+        if address not in self._full and (estimate := p.used + self._spent + added + size) > self._mark(p):
+            # reached between samples by this gateway's own appends: full until a sample says otherwise
+            self._full.add(address)
+            self._room = -1
+            self._warn_full(p, estimate)
+        if address in self._full:
             self.refused += 1
             raise StorageFull(f"Redis at {address} is at its high-water mark ({self.high_watermark:g} of "
                               f"maxmemory {_mib(p.maxmemory)}): produce refused until memory is freed")
