@@ -74,7 +74,7 @@ def _admin_parser(sub: Any) -> None:
         parser.add_argument("name", help="the topic")
         return parser
 
-    on_topic("describe", "partitions with their offsets, and the effective config")
+    on_topic("describe", "partitions with their offsets and bytes in Redis, and the effective config")
     on_topic("alter-config", "set or reset topic configs").add_argument(
         "--config", action="append", default=[], metavar="KEY=VALUE",
         help="a config to set; KEY= (empty) resets it to its default; repeat for more")
