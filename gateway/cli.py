@@ -74,7 +74,7 @@ def _admin_parser(sub: Any) -> None:
         parser.add_argument("name", help="the topic")
         return parser
 
-    on_topic("describe", "partitions with their offsets, and the effective config")
+    on_topic("describe", "partitions with their offsets and bytes in Redis, and the effective config")
     on_topic("alter-config", "set or reset topic configs").add_argument(
         "--config", action="append", default=[], metavar="KEY=VALUE",
         help="a config to set; KEY= (empty) resets it to its default; repeat for more")
@@ -167,6 +167,9 @@ def _bench_parser(sub: Any) -> None:
                    "Redis: produce, consume and transactions")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
+    p.add_argument("--memory", action="store_true",
+                   help="Redis bytes per stored record beside the payload: Kafka produce batched and one record "
+                   "per batch, native produce (--sizes, default 100,1024,10240)")
     p.add_argument("--share", action="store_true",
                    help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
                    "(--records of the first --sizes)")

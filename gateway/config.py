@@ -5,6 +5,7 @@ check of its values, and the `gateway serve` flag (`--kafka-port`), the environm
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -61,6 +62,46 @@ REDIS_URL_SCHEMES = (
 the Sentinels of a primary."""
 REDIS_URL = Check(lambda v: v == "" or v.partition("://")[0] in REDIS_URL_SCHEMES and "://" in v,
                   "empty (an embedded Redis) or a URL starting " + ", ".join(f"{s}://" for s in REDIS_URL_SCHEMES))
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 1000**2, "mb": 1024**2, "g": 1000**3, "gb": 1024**3}
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit when lower (a container)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
+
+
+def memory_size(value: str) -> int:
+    """Bytes for `value`: a fraction of the machine's memory (0 < f <= 1: "0.5"), or bytes as Redis
+    writes them ("1073741824", "512mb", "2gb"); ValueError otherwise."""
+    text = value.strip().lower()
+    number = text.rstrip("kmgb")
+    unit = text[len(number):]
+    if unit not in _UNITS or not number:
+        raise ValueError(value)
+    amount = float(number)
+    if not math.isfinite(amount):
+        raise ValueError(value)
+    if unit == "" and 0 < amount <= 1:
+        return int(machine_memory() * amount)
+    if amount < 1 or amount != int(amount):
+        raise ValueError(value)
+    return int(amount) * _UNITS[unit]
+
+
+def _is_memory_size(value: str) -> bool:
+    try:
+        return memory_size(value) > 0
+    except ValueError:
+        return False
+
+
+MEMORY_SIZE = Check(_is_memory_size, "a fraction of the machine's memory (0.5) or bytes (1073741824, 512mb, 2gb)")
+FRACTION = Check(lambda v: 0 < v <= 1, "above 0 and at most 1")
 LOG_LEVEL = Check(lambda v: v.upper() in logging.getLevelNamesMapping(), "a logging level: DEBUG, INFO, WARNING, ERROR")
 
 
@@ -152,6 +193,14 @@ class Config:
     tls_cert_file: str = setting("", "PEM certificate chain: with it every listener speaks TLS", metavar="FILE")
     tls_key_file: str = setting("", "the certificate's private key (PEM)", metavar="FILE")
     redis_fsync: str = setting("everysec", "embedded Redis's appendfsync", check=one_of("always", "everysec", "no"))
+    redis_maxmemory: str = setting(
+        "0.5", "embedded Redis's maxmemory (with maxmemory-policy noeviction): a fraction of the machine's "
+        "memory, or bytes (1073741824, 512mb, 2gb); half leaves room for the copies an AOF rewrite's fork "
+        "makes and for the gateway", check=MEMORY_SIZE, metavar="BYTES|FRACTION")
+    redis_memory_high_watermark: float = setting(
+        0.9, "fraction of each Redis primary's maxmemory at which produce is refused (retriable), keeping the "
+        "rest for offset commits, transaction ends, group and share state, retention and deletions",
+        check=FRACTION, metavar="FRACTION")
     txn_default_timeout_ms: int = setting(60_000, "timeout of a transaction that names none", check=POSITIVE,
                                           metavar="MS")
     txn_max_timeout_ms: int = setting(900_000, "longest transaction timeout a client may ask for", check=POSITIVE,

@@ -47,6 +47,7 @@ class ErrorCode(IntEnum):
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 31
     INVALID_RECORD = 32
     INVALID_TIMESTAMP = 33
+    STORAGE_FULL = 34
 
     @property
     def retriable(self) -> bool:
@@ -56,6 +57,7 @@ class ErrorCode(IntEnum):
 _RETRIABLE = frozenset(
     {
         ErrorCode.STORAGE_UNAVAILABLE,
+        ErrorCode.STORAGE_FULL,
         ErrorCode.TIMEOUT,
         ErrorCode.CONCURRENT_TRANSACTIONS,
         ErrorCode.OUT_OF_ORDER_SEQUENCE,
@@ -156,6 +158,13 @@ class StorageUnavailable(GatewayError):
     """Redis cannot be reached; retry later."""
 
     code = ErrorCode.STORAGE_UNAVAILABLE
+
+
+class StorageFull(GatewayError):
+    """Redis's memory, the log's disk, is at its limit (the gateway's high-water mark or Redis's
+    maxmemory): nothing was written; retry once retention or deletions free memory."""
+
+    code = ErrorCode.STORAGE_FULL
 
 
 class Timeout(GatewayError):

@@ -126,8 +126,12 @@ class AdminApi:
             redis_ok = await asyncio.wait_for(self.services.log.ping(), 2)
         except Exception:
             redis_ok = False
-        return web.json_response({"status": "ok" if redis_ok else "degraded", "redis": redis_ok},
-                                 status=200 if redis_ok else 503)
+        # writes refused for memory: degraded, yet still serving reads and the control plane (200)
+        refused = self.services.memory.reason()
+        body: dict[str, Any] = {"status": "ok" if redis_ok and not refused else "degraded", "redis": redis_ok}
+        if refused:
+            body["writes_refused"] = refused
+        return web.json_response(body, status=200 if redis_ok else 503)
 
     async def prometheus(self, request: web.Request) -> web.Response:
         body, content_type = await self.metrics.render()
@@ -155,9 +159,11 @@ class AdminApi:
     async def _describe(self, name: str) -> dict[str, Any]:
         info = await self.services.log.topic(name, create=False)
         bounds = await self.services.log.bounds_many([(name, p) for p in range(info.partitions)])
+        sizes = await self.services.memory.partition_bytes(name, info.partitions)
         partitions: list[dict[str, Any]] = [
-            {"partition": p, "log_start_offset": b[0] if b else None, "high_watermark": b[1] if b else None}
-            for p, b in enumerate(bounds)
+            {"partition": p, "log_start_offset": b[0] if b else None, "high_watermark": b[1] if b else None,
+             "bytes": size}
+            for p, (b, size) in enumerate(zip(bounds, sizes, strict=True))
         ]
         if "compact" in effective_config(info).get("cleanup.policy", "").split(","):
             for p, out in enumerate(partitions):  # the log cleaner's state (docs/compaction.md)

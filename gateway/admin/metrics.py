@@ -88,10 +88,33 @@ class Metrics:
                 start.add_metric([t, str(p)], b[0])
                 hw.add_metric([t, str(p)], b[1])
         count = GaugeMetricFamily("gateway_topics", "Topics", value=len(topics))
-        return [*traffic_families(), count, hw, start, *await self.replication_gauges(), *await self.delayed_gauges(parts),
+        return [*traffic_families(), count, hw, start, *self.memory_gauges(), *await self.replication_gauges(),
+                *await self.delayed_gauges(parts),
                 *await self.transaction_gauges(), *await self.group_gauges(),
                 *await self.watermark_gauges([(t.name, t.partitions) for t in topics]),
                 *await share_group_families(self.services.share)]
+
+    def memory_gauges(self) -> list[Metric]:
+        """Per Redis primary, its memory as last sampled (no round trip of its own): used, maxmemory,
+        and the fraction of the produce high-water mark used; whether produce is refused for memory."""
+        memory = self.services.memory
+        used = GaugeMetricFamily("gateway_redis_memory_used_bytes", "Bytes a Redis primary counts against its maxmemory",
+                                 labels=["primary"])
+        limit = GaugeMetricFamily("gateway_redis_memory_max_bytes", "maxmemory of a Redis primary (0: none)",
+                                  labels=["primary"])
+        mark = GaugeMetricFamily("gateway_redis_memory_high_watermark_ratio",
+                                 "Used memory over the produce high-water mark (1: produce refused)", labels=["primary"])
+        for p in memory.primaries:
+            used.add_metric([p.address], p.used)
+            limit.add_metric([p.address], p.maxmemory)
+            if p.maxmemory:
+                mark.add_metric([p.address], p.used / (p.maxmemory * memory.high_watermark))
+        refusing = GaugeMetricFamily("gateway_redis_memory_produce_refused",
+                                     "1 while produce is refused for Redis's memory (a full or evicting primary)",
+                                     value=1 if memory.reason() else 0)
+        refused = CounterMetricFamily("gateway_redis_memory_refused_produces",
+                                      "Produces refused for Redis's memory", value=memory.refused)
+        return [used, limit, mark, refusing, refused]
 
     async def replication_gauges(self) -> list[Metric]:
         """Per Redis primary, its replicas online; per replica, how far behind it is (the primary's

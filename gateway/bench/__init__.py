@@ -7,14 +7,26 @@ printed beside its raw-Redis baseline, spread over as many streams as the topic 
 and the ratio between them.
 
 One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `share`, `groups`,
-`peer`, `compaction`), each on `common` alone; this one only picks among them.
+`peer`, `compaction`, `memory`), each on `common` alone; this one only picks among them.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from gateway.bench import compaction, delayed, groups, kafka, native, peer, share, spark, txn, watermarks
+from gateway.bench import (
+    compaction,
+    delayed,
+    groups,
+    kafka,
+    memory,
+    native,
+    peer,
+    share,
+    spark,
+    txn,
+    watermarks,
+)
 from gateway.bench.common import Progress, Row, bench_redis, print_table
 
 
@@ -26,6 +38,9 @@ def run_bench(args: argparse.Namespace) -> None:
     with Progress(seconds), bench_redis(args.redis_url, args.cluster) as url:
         if args.delayed:
             print(delayed.format_metrics(delayed.measure_delayed(url, args.count)))
+            return
+        if args.memory:
+            print(memory.format_rows(memory.measure_memory(url, [int(s) for s in str(args.sizes or "100,1024,10240").split(",")])))
             return
         if args.groups:
             print(groups.format_rows(groups.measure_groups(url, [int(n) for n in str(args.members).split(",")])))

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.clock import now_ms
+from gateway.domain.memory import MemoryBudget
 from gateway.domain.roles import NO_LEASE, Lease
 from gateway.errors import AWAY, CorruptMessage, NotAllowed
 from gateway.formats.records import BatchBuilder, iter_records, parse_header, split_batches
@@ -67,7 +68,9 @@ class DelayService:
         *,
         notify_partition: Callable[[str, int], None] = lambda t, p: None,
         clock: Callable[[], int] = now_ms,
+        memory: MemoryBudget | None = None,
     ) -> None:
+        self.memory = memory or MemoryBudget(store)  # never sampled: admits every message
         self.index = store.delay if config is None else store.delay.shaped(config)
         self.txns = store.txn
         self.notify_partition = notify_partition  # LogService.notifier.notify: wakes log readers
@@ -116,8 +119,11 @@ class DelayService:
     async def schedule(self, requests: list[DelayRequest]) -> list[Scheduled]:
         """Hold each message until its time; one already due is appended to the log at once.
         One script call per partition, all in one round trip. Transactional requests are held
-        under their transaction and report `held` 0 until it commits."""
+        under their transaction and report `held` 0 until it commits. Refused whole (`StorageFull`)
+        while a partition's Redis primary is at its memory high-water mark."""
         items = [self._item(r) for r in requests]
+        for r in requests:
+            self.memory.admit(r.topic, r.partition, len(r.batch))
         now = self.clock()
         groups: dict[tuple[str, int, str | None], list[int]] = defaultdict(list)
         for i, r in enumerate(requests):

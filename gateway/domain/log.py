@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gateway.clock import now_ms
+from gateway.domain.memory import MemoryBudget
 from gateway.domain.readahead import ReadAhead
 from gateway.domain.record_checks import check_records
 from gateway.domain.roles import NO_LEASE, Lease
@@ -35,6 +36,7 @@ from gateway.errors import (
     MessageTooLarge,
     OffsetOutOfRange,
     PartitionNotFound,
+    StorageFull,
     StorageUnavailable,
     TopicExists,
     TopicNotFound,
@@ -147,10 +149,11 @@ def check_partitions(n: int) -> None:
 class LogService:
     def __init__(
         self, store: Store, *, auto_create: bool = True, default_partitions: int = 1,
-        peers: Callable[[], bool] = lambda: False, node_id: int = 0,
+        peers: Callable[[], bool] = lambda: False, node_id: int = 0, memory: MemoryBudget | None = None,
     ) -> None:
         self.store = store
         self.node_id = node_id  # whose per-broker configs apply here
+        self.memory = memory or MemoryBudget(store)  # never sampled: admits every produce
         self.auto_create = auto_create
         self.default_partitions = default_partitions
         self.notifier = Notifier()
@@ -335,7 +338,7 @@ class LogService:
 
     async def append(
         self, items: list[tuple[str, int, bytes | memoryview]], *, sent: Callable[[], None] | None = None,
-        acks: int = 1, timeout_ms: int = 30_000,
+        acks: int = 1, timeout_ms: int = 30_000, control: bool = False,
     ) -> list[Produced]:
         """Append record blobs (one or more batches each) to partitions in one round trip.
 
@@ -346,6 +349,9 @@ class LogService:
         `min.insync.replicas` counts Redis itself and its replicas, as Kafka counts the leader and
         its followers: the batches are acknowledged once Redis's WAIT says N-1 replicas hold them,
         within most of `timeout_ms` (the answer must reach the client before it gives up).
+        A produce is refused (`StorageFull`, nothing written) while its Redis primary is at its memory
+        high-water mark (`MemoryBudget`); `control` appends (a share group's dead letters, moved on
+        a consumer's acknowledgement) use the room above it.
         """
         requests: list[AppendRequest] = []
         owners: list[int] = []  # index into `items` of each request
@@ -370,6 +376,8 @@ class LogService:
                 if cfg["message.timestamp.type"] == "LogAppendTime":
                     stamped[i] = now_ms()
                     batches = [stamp_log_append_time(h, view, stamped[i]) for h, view in batches]
+                if not control:
+                    self.memory.admit(topic, partition, len(blob))
             except Exception as exc:
                 refused[i] = exc
                 continue
@@ -385,6 +393,8 @@ class LogService:
                     outcome[i] = res
                 if not isinstance(res, Exception):
                     self.notifier.notify(req.topic, req.partition)
+                elif isinstance(res, StorageFull):  # Redis's own refusal, past maxmemory: look again now
+                    self.memory.oom_seen()
         return [Produced(t, p, outcome[i], stamped.get(i, -1)) for i, (t, p, _) in enumerate(items)]
 
     @staticmethod

@@ -13,6 +13,7 @@ from gateway.domain.fence import FenceService
 from gateway.domain.groups.coordinator import GroupCoordinator
 from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
+from gateway.domain.memory import MemoryBudget
 from gateway.domain.producer_txn import TransactionalProducers
 from gateway.domain.registry import Registry
 from gateway.domain.roles import RoleLeases
@@ -37,3 +38,4 @@ class Services:
     roles: RoleLeases  # background roles run by one gateway at a time
     security: SecurityService
     share: ShareCoordinator  # KIP-932's share groups, over the subscriptions
+    memory: MemoryBudget  # Redis's memory per primary, and produce's high-water mark

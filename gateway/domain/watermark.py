@@ -223,11 +223,14 @@ class WatermarkService:
         producer_id: int = -1,
         producer_epoch: int = -1,
         unless_since: list[int] | None = None,
+        control: bool = False,
     ) -> list[int]:
         """W_SET (or W_IDLE when `event_time` is None) of `producer` into every partition of the
         topic, in one round trip; the markers' offsets by partition. In a transaction (its id, producer
         id and epoch) the caller has added the partitions to it first. With `unless_since` (an offset
-        per partition), a partition where the producer has a mark at or after it gets none (-1)."""
+        per partition), a partition where the producer has a mark at or after it gets none (-1). A
+        producer's marks are refused (`StorageFull`) while a partition's Redis primary is at its memory
+        high-water mark; `control` ones (the gateway idling a producer that went away) are not."""
         if not producer:
             raise InvalidRequest("a watermark needs the producer's name")
         info = await self.log.topic(topic, create=False)
@@ -238,6 +241,9 @@ class WatermarkService:
         appends = [MarkAppend(topic, p, batch, body, txn_id, producer_id, producer_epoch,
                               since[p] if p < len(since) else -1, owner(producer))
                    for p in range(info.partitions)]
+        if not control:
+            for p in range(info.partitions):
+                self.log.memory.admit(topic, p, len(batch))
         if txn_id:
             await self.txns.needs(txn_id, self.settle_kind, [(topic, p) for p in range(info.partitions)])
         results = await self.index.append(appends)
@@ -262,7 +268,7 @@ class WatermarkService:
         None, writing nothing, when it is in no partition's set. Its next watermark puts it back."""
         if producer not in (await self._members(await self.log.topic(topic, create=False)))[0]:
             return None
-        return await self.send(topic, producer, None)
+        return await self.send(topic, producer, None, control=True)
 
     async def idle_pass(self, topics: list[TopicInfo]) -> list[tuple[str, str]]:
         """On topics with `watermark.idle.timeout.ms`, W_IDLE on behalf of each producer whose latest

@@ -36,6 +36,9 @@ _BY_CODE: dict[ErrorCode, KafkaError] = {
     ErrorCode.UNKNOWN_PRODUCER_ID: KafkaError.unknown_producer_id,
     ErrorCode.NOT_ALLOWED: KafkaError.policy_violation,
     ErrorCode.STORAGE_UNAVAILABLE: KafkaError.kafka_storage_error,
+    # a broker whose log dir fails (a full disk among its causes) answers a produce so, and clients
+    # retry it (Kafka 4.4: KafkaStorageException, retriable; ReplicaManager.appendToLocalLog)
+    ErrorCode.STORAGE_FULL: KafkaError.kafka_storage_error,
     ErrorCode.TIMEOUT: KafkaError.request_timed_out,
     ErrorCode.INVALID_CONFIG: KafkaError.invalid_config,
     ErrorCode.UNSUPPORTED_VERSION: KafkaError.unsupported_version,

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from gateway.admin.http import start_admin_server
-from gateway.config import SETTINGS, Config
+from gateway.config import SETTINGS, Config, memory_size
 from gateway.domain.compaction import LogCleaner
 from gateway.domain.registry import Registry
 from gateway.domain.roles import Role
@@ -84,7 +84,8 @@ class Gateway:
         cfg = self.config
         self._check_tls()
         if not cfg.redis_url:
-            self.embedded = EmbeddedRedis(cfg.data_dir, fsync=cfg.redis_fsync)
+            self.embedded = EmbeddedRedis(cfg.data_dir, fsync=cfg.redis_fsync,
+                                              maxmemory=memory_size(cfg.redis_maxmemory))
             # started from this thread, which lives as long as the process: the child's death signal follows it
             self.embedded.launch(owner=f"kafka port {cfg.kafka_port}, admin port {cfg.admin_port}")
         self._closing = contextlib.AsyncExitStack()
@@ -133,6 +134,7 @@ class Gateway:
             leased("delay scheduler", lambda lease: svc.delay.scheduler(lease=lease)),
         ]
         self._tasks += [asyncio.create_task(role.run()) for role in self._roles]
+        self._tasks.append(asyncio.create_task(svc.memory.run()))  # every gateway samples for its own produce
 
     async def _wait_for_redis(self, store: Store) -> None:
         """A Redis the user named gets a few seconds to answer, so a wrong URL is reported while they
@@ -189,6 +191,8 @@ class Gateway:
     async def stop(self, grace: float = 5.0) -> None:
         for role in self._roles:
             role.stop()  # a cancel alone can be absorbed inside a Redis call
+        if self.services is not None:
+            self.services.memory.stop()
         for task in self._tasks:
             task.cancel()
         if self._tasks:

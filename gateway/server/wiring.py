@@ -18,6 +18,7 @@ from gateway.domain.groups.consumer import ConsumerGroupConfig
 from gateway.domain.groups.coordinator import open_coordinator
 from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
+from gateway.domain.memory import MemoryBudget
 from gateway.domain.producer_txn import TransactionalProducers, group_offsets_settler, subscription_settler
 from gateway.domain.registry import Registry
 from gateway.domain.roles import RoleLeases
@@ -37,12 +38,14 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
     reverse order of their building; the store, the caller's, closes after."""
     async with contextlib.AsyncExitStack() as closing:
         store.replication.configure(config.state_min_insync_replicas, config.state_replication_timeout_ms)
+        memory = MemoryBudget(store, config.redis_memory_high_watermark)
+        await memory.check_start()  # an evicting Redis would lose acknowledged records: refused here
         log = LogService(store, auto_create=config.auto_create_topics,
                          default_partitions=config.default_partitions, peers=registry.peers,
-                         node_id=config.node_id)
+                         node_id=config.node_id, memory=memory)
         closing.push_async_callback(log.close)
         await log.warn_unmet_min_insync()  # acks=all produces to such topics are refused: say so at once
-        delay = DelayService(store, notify_partition=log.notifier.notify)
+        delay = DelayService(store, notify_partition=log.notifier.notify, memory=memory)
         watermark = WatermarkService(store, log, snapshot_marks=config.watermark_snapshot_marks)
         subscriptions = SubscriptionService(log, store, config.node_id, watermarks=watermark, lease_ms=config.lease_ms)
         closing.push_async_callback(subscriptions.close)  # hands subscription leases over
@@ -85,4 +88,4 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
         closing.push_async_callback(share.close)  # releases what its members hold, before the subscriptions close
         closing.push_async_callback(registry.release)
         yield Services(config, log, txn, fence, delay, groups, txn_producers, watermark, subscriptions,
-                       registry, roles, security, share)
+                       registry, roles, security, share, memory)

@@ -33,7 +33,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from gateway.config import SETTINGS, Config
+from gateway.config import SETTINGS, Config, memory_size
 from gateway.errors import GatewayError
 from gateway.server.gateway import EMBEDDED_READY_TIMEOUT, Gateway, loop_factory
 from gateway.store.embedded import EmbeddedRedis, die_with_parent
@@ -121,7 +121,8 @@ class Supervisor:
             loop.add_signal_handler(sig, self._stopping.set)
         try:
             if not cfg.redis_url:
-                self.embedded = EmbeddedRedis(cfg.data_dir, fsync=cfg.redis_fsync)
+                self.embedded = EmbeddedRedis(cfg.data_dir, fsync=cfg.redis_fsync,
+                                              maxmemory=memory_size(cfg.redis_maxmemory))
                 self.embedded.launch(owner=f"gateway supervisor of {cfg.workers} workers, kafka port {cfg.kafka_port}")
                 await asyncio.to_thread(self.embedded.wait_ready, EMBEDDED_READY_TIMEOUT)
             url = cfg.redis_url or (self.embedded.url if self.embedded else "")

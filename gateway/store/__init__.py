@@ -13,6 +13,7 @@ from gateway.store.delay import DelayStore
 from gateway.store.fence import FenceStore
 from gateway.store.groups import GroupStore
 from gateway.store.log import LogStore
+from gateway.store.memory import MemoryStore
 from gateway.store.registry import RegistryStore
 from gateway.store.replication import DurableScripts, Replication
 from gateway.store.roles import RoleStore
@@ -40,6 +41,7 @@ class Store:
         scripts = DurableScripts(plain, self.replication)
         self._scripts = scripts
         self.log = LogStore(redis, scripts, self.replication)
+        self.memory = MemoryStore(redis, self.replication)
         self.txn = TxnStore(redis, scripts)
         self.txn_offsets = TxnOffsetStore(redis, scripts)
         self.fence = FenceStore(redis, scripts)

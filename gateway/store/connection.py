@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
 from redis.backoff import ExponentialBackoff, NoBackoff
 
-from gateway.errors import GatewayError, StorageUnavailable
+from gateway.errors import GatewayError, StorageFull, StorageUnavailable
 from gateway.telemetry import redis_round_trip
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,29 @@ def _sentinel_client(parsed: SentinelUrl, options: dict[str, Any]) -> SentinelRe
     return client
 
 
+OOM_WARNING_EVERY = 60.0
+"""Seconds between the warnings that Redis refuses writes for memory: one a minute, not one a request."""
+_oom_warned = -OOM_WARNING_EVERY
+_oom_refused = 0  # refusals since the last warning
+
+
+def storage_full(exc: BaseException | object) -> StorageFull | None:
+    """Redis's OOM refusal (a write past its maxmemory, under `noeviction`) as the retriable
+    `StorageFull`, else None. Redis checks memory before a script's first write, so a refused script
+    wrote nothing: nothing is half-done. Warns once a minute while refusals last."""
+    if not isinstance(exc, rexc.ResponseError) or not str(exc).startswith("OOM"):
+        return None
+    global _oom_warned, _oom_refused
+    _oom_refused += 1
+    now = time.monotonic()
+    if now - _oom_warned >= OOM_WARNING_EVERY:
+        log.warning("Redis refused %d write(s) for memory (OOM: used memory above its maxmemory); they were "
+                    "answered with a retriable error. Free memory (retention, DeleteRecords, deleting topics) "
+                    "or raise maxmemory", _oom_refused)
+        _oom_warned, _oom_refused = now, 0
+    return StorageFull("redis is out of memory (maxmemory reached); retry once memory is freed")
+
+
 class _StorageErrors:
     """`storage_errors`' context: a class, not a generator, as every Redis call enters one and a
     generator's context costs a generator, its frame and two steps of it each time."""
@@ -196,13 +220,16 @@ class _StorageErrors:
         """Never swallows an exception (None): mypy then knows code after the block is reached only normally."""
         if isinstance(exc, UNAVAILABLE):
             raise StorageUnavailable(f"redis unavailable: {exc}") from exc
+        if (full := storage_full(exc)) is not None:
+            raise full from exc
 
 
 _STORAGE_ERRORS = _StorageErrors()
 
 
 def storage_errors() -> _StorageErrors:
-    """Turn Redis being away into the retriable `StorageUnavailable`."""
+    """Turn Redis being away into the retriable `StorageUnavailable`, and Redis out of memory into
+    the retriable `StorageFull`."""
     return _STORAGE_ERRORS
 
 

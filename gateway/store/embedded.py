@@ -65,7 +65,7 @@ class EmbeddedRedis:
 
     def __init__(
         self, data_dir: Path, *, port: int | None = None, fsync: str = "everysec", cluster: bool = False,
-        replica_of: int | None = None, node_timeout_ms: int = 5000,
+        replica_of: int | None = None, node_timeout_ms: int = 5000, maxmemory: int = 0,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
@@ -74,6 +74,7 @@ class EmbeddedRedis:
         self.node_timeout_ms = node_timeout_ms  # a cluster node's silence before its replica takes over
         self.cluster_port = free_port() if cluster else 0  # the cluster bus's, kept across restarts
         self.replica_of = replica_of  # the port of a loopback primary this server replicates
+        self.maxmemory = maxmemory  # bytes; 0: no limit. Either way Redis never evicts (noeviction)
         self.proc: subprocess.Popen[bytes] | None = None
         self._lock: int | None = None  # the data dir's lock file, open while this process owns the dir
 
@@ -157,6 +158,8 @@ class EmbeddedRedis:
             "--pidfile", str(self.data_dir / "redis.pid"),
             "--logfile", str(self.data_dir / "redis.log"),
             "--protected-mode", "yes",
+            "--maxmemory", str(self.maxmemory),
+            "--maxmemory-policy", "noeviction",
         ]
         if self.cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", str(self.data_dir / "nodes.conf"),
@@ -239,10 +242,11 @@ class EmbeddedCluster:
     `replicas` more (none by default), created with `redis-cli --cluster create` as an operator would."""
 
     def __init__(self, data_dir: Path, *, primaries: int = 3, replicas: int = 0, fsync: str = "everysec",
-                 node_timeout_ms: int = 5000) -> None:
+                 node_timeout_ms: int = 5000, maxmemory: int = 0) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.replicas = replicas
-        self.nodes = [EmbeddedRedis(self.data_dir / f"node-{i}", fsync=fsync, cluster=True, node_timeout_ms=node_timeout_ms)
+        self.nodes = [EmbeddedRedis(self.data_dir / f"node-{i}", fsync=fsync, cluster=True, node_timeout_ms=node_timeout_ms,
+                                    maxmemory=maxmemory)
                       for i in range(primaries * (1 + replicas))]
 
     @property

@@ -41,14 +41,14 @@ What does not wait, and why:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisClusterException, ResponseError
 
 from gateway.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, StorageUnavailable
-from gateway.store.connection import RedisClient, storage_errors
+from gateway.store.connection import RedisClient, storage_errors, storage_full
 from gateway.store.resp import DirectConnections, RespConnection, RespError
 from gateway.store.scripts import Scripts, ScriptSpec
 
@@ -217,16 +217,26 @@ class Replication:
 
     async def primaries(self) -> list[PrimaryStatus]:
         """Every primary's replicas, read now (for the admin API and metrics)."""
+        found = await self.on_primaries(lambda redis, node: redis.info("replication", **node))
+        return [primary_status(addr, info) for addr, info in sorted(found)]
+
+    async def on_primaries(self, command: Callable[[RedisClient, dict[str, Any]], Awaitable[Any]]) -> list[tuple[str, Any]]:
+        """`command(client, target)` on every primary at once (a Cluster's each, else the one Redis or
+        Sentinel's current primary), as ("host:port", its answer); `target` is the keyword arguments
+        that send a command to that node."""
         async with storage_errors():
             if hasattr(self.redis, "get_primaries"):
                 await self.redis.initialize()  # the nodes are known once it has run a command
                 nodes = self.redis.get_primaries()
-                infos = await asyncio.gather(*(self.redis.info("replication", target_nodes=n) for n in nodes))
-                found = [(f"{n.host}:{n.port}", i) for n, i in zip(nodes, infos, strict=True)]
-            else:
-                host, port = self.connections.address("")
-                found = [(f"{host}:{port}", await self.redis.info("replication"))]
-        return [primary_status(addr, info) for addr, info in sorted(found)]
+                answers = await asyncio.gather(*(command(self.redis, {"target_nodes": n}) for n in nodes))
+                return [(f"{n.host}:{n.port}", a) for n, a in zip(nodes, answers, strict=True)]
+            host, port = self.connections.address("")
+            return [(f"{host}:{port}", await command(self.redis, {}))]
+
+    def address(self, key: str) -> str:
+        """"host:port" of the primary holding `key`."""
+        host, port = self.connections.address(key)
+        return f"{host}:{port}"
 
     async def run(self, calls: list[tuple[str, list[str], list[Any]]], *, durable: list[bool] | None = None,
                   direct: bool = False) -> list[Any]:
@@ -299,7 +309,8 @@ class Replication:
                 conn.close()  # its node was demoted: the next connection finds the primary
             return StorageUnavailable(f"redis: {reply}; retry")
         if isinstance(reply, RespError):
-            return ResponseError(str(reply))
+            error = ResponseError(str(reply))
+            return storage_full(error) or error
         return reply
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from gateway.store.connection import RedisClient
+from gateway.store.connection import RedisClient, storage_full
 
 LUA_DIR = files("gateway.store") / "lua"
 _INCLUDE = re.compile(r'^--- @include "([\w-]+)"\s*$', re.M)
@@ -104,7 +104,8 @@ class Scripts:
 
     async def call_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Several calls in one round trip by SHA (one per node on a cluster); calls refused with
-        NOSCRIPT (none ran) are loaded and sent again. Errors come back in place, as exceptions."""
+        NOSCRIPT (none ran) are loaded and sent again. Errors come back in place, as exceptions
+        (Redis out of memory as `StorageFull`)."""
         replies: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for attempt in range(2):
@@ -115,7 +116,7 @@ class Scripts:
             results = await pipe.execute(raise_on_error=False)
             missing = []
             for i, r in zip(todo, results, strict=True):
-                replies[i] = r
+                replies[i] = storage_full(r) or r
                 if isinstance(r, NoScriptError):
                     missing.append(i)
             if not missing or attempt:

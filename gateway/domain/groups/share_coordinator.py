@@ -710,7 +710,7 @@ class ShareCoordinator:
         if not batches:
             return
         written = 0
-        for produced in await self.log.append(batches):
+        for produced in await self.log.append(batches, control=True):
             if isinstance(produced.result, Exception):
                 raise produced.result
             written += not produced.result.duplicate
