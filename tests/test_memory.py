@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -30,7 +31,7 @@ from gateway.config import MiB, memory_size
 from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store.connection import RedisClient, connect
-from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
+from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port, redis_server_binary
 from tests.conftest import (
     GatewayProcess,
     admin_url,
@@ -92,6 +93,61 @@ def test_an_evicting_redis_is_refused_at_start_in_one_line(tmp_path: Path, polic
     assert lines == [f"gateway: Redis at 127.0.0.1:{server.port} has maxmemory-policy {policy}, which evicts keys "
                      "the gateway needs (acknowledged records among them): set it to noeviction (CONFIG SET "
                      "maxmemory-policy noeviction, and in its redis.conf) or use another Redis"]
+
+
+@contextlib.contextmanager
+def managed_redis(tmp_path: Path, policy: str) -> Iterator[str]:
+    """A Redis as managed services run one: CONFIG renamed away (their clients cannot call it), so
+    maxmemory and its policy can only be read from INFO memory."""
+    port = free_port()
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--dir", str(tmp_path), "--maxmemory", str(MAXMEMORY), "--maxmemory-policy", policy,
+                             "--rename-command", "CONFIG", "managed-config-only"], stdout=subprocess.DEVNULL)
+    try:
+        import redis
+
+        r = redis.Redis(port=port)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "the Redis did not start"
+                time.sleep(0.05)
+        with pytest.raises(redis.ResponseError):
+            r.config_get("maxmemory")
+        r.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_without_config_the_policy_is_read_from_info_memory(tmp_path: Path) -> None:
+    with managed_redis(tmp_path / "redis", "allkeys-lru") as url:
+        code, lines = serve(tmp_path / "data", "--redis-url", url)
+    assert code != 0
+    assert len(lines) == 1 and "has maxmemory-policy allkeys-lru, which evicts keys" in lines[0]
+
+
+async def test_without_config_a_noeviction_redis_is_served_and_its_budget_shown(tmp_path: Path) -> None:
+    with managed_redis(tmp_path / "redis", "noeviction") as url:
+        async with gateway_on(url) as gw:
+            assert refusing(gw) is None
+            async with await Client.connect(native_url(gw)) as client:
+                producer = await client.create_producer("managed")
+                assert (await producer.send(b"room enough")).offset == 0
+            shown = f'gateway_redis_memory_max_bytes{{primary="{url.split("/")[2]}"}} '
+
+            async def budget_shown() -> bool:  # once a sample (from INFO memory) has been taken
+                async with aiohttp.ClientSession() as http, http.get(admin_url(gw) + "/metrics") as resp:
+                    text = await resp.text()
+                return any(float(line.removeprefix(shown)) == MAXMEMORY
+                           for line in text.splitlines() if line.startswith(shown))
+
+            await eventually(budget_shown, what="maxmemory from INFO memory in the metrics")
 
 
 @contextlib.contextmanager
