@@ -38,6 +38,7 @@ def session(bs: str, topic: str, records_file: Path) -> list[list[str]]:
          "--add-config", "max.message.bytes=20000"],
         ["kafka-configs", *b, "--entity-type", "topics", "--entity-name", topic, "--describe"],
         ["kafka-consumer-perf-test", *b, "--topic", topic, "--num-records", "90", *group],
+        ["kafka-log-dirs", *b, "--describe", "--topic-list", topic],
         ["kafka-get-offsets", *b, "--topic", topic],
         ["kafka-consumer-groups", *b, "--describe", *group],
         ["kafka-delete-records", *b, "--offset-json-file", str(records_file)],
@@ -66,9 +67,17 @@ def normalized(run: ToolRun) -> str:
         out = re.findall(r"^(\d+) records sent", out, re.M)[-1]
     elif run.command[0] == "kafka-consumer-perf-test":
         out = out.strip().splitlines()[-1].split(", ")[4]  # data.consumed.in.nMsg
+    elif run.command[0] == "kafka-log-dirs":  # a dir's path and a partition's bytes are each broker's own
+        out = json.dumps([[sorted((p["partition"], p["offsetLag"], p["isFuture"]) for p in d["partitions"])
+                           for d in b["logDirs"]] for b in log_dirs(run)["brokers"]])
     out = re.sub(r"TopicId: \S+", "TopicId: <id>", out)
     out = re.sub(r"\b(Leader|Replicas|Isr): \d+", r"\1: <node>", out)
     return f"exit {run.exit}\n" + out.replace("min.insync.replicas=1,", "")
+
+
+def log_dirs(run: ToolRun) -> dict:
+    """kafka-log-dirs' answer: the JSON line it prints after its two lines of progress."""
+    return json.loads(run.out.strip().splitlines()[-1])
 
 
 async def test_tools_answer_as_on_kafka(gateway, kafka_broker, tmp_path):
@@ -84,7 +93,9 @@ async def test_tools_answer_as_on_kafka(gateway, kafka_broker, tmp_path):
     for k, g in zip(on_kafka[:compared], on_gateway[:compared], strict=True):
         assert normalized(g) == normalized(k), f"{' '.join(g.command)}\nkafka:\n{k.out}\ngateway:\n{g.out}"
     assert normalized(on_gateway[1]) == "exit 0\n90" and normalized(on_gateway[6]) == "exit 0\n90"
-    assert f"{topic}:0:30" in on_gateway[10].out.split()  # the log start offset after delete-records
+    [dirs] = [d for b in log_dirs(on_gateway[7])["brokers"] for d in b["logDirs"]]  # one dir: its Redis
+    assert sum(p["size"] for p in dirs["partitions"]) > 90 * 100  # the records' bytes in Redis
+    assert f"{topic}:0:30" in on_gateway[11].out.split()  # the log start offset after delete-records
     [listing, features] = on_gateway[compared:]
     assert listing.exit == 0 and topic in listing.out.split()
     # the gateway finalizes no features (docs/kafka-differences.md): describe lists none, and succeeds
