@@ -245,6 +245,17 @@ async def same_on_both(gateway: Any, kafka_broker: KafkaBroker, scenario: Scenar
     return on_kafka
 
 
+DIFFERENCES = Path(__file__).resolve().parents[1] / "docs" / "kafka-differences.md"
+
+
+def allowed(what: str) -> str:
+    """`what`, once checked to name a row of the allowlist's table in docs/kafka-differences.md: a
+    test lets a difference through only where that one list says why."""
+    rows = re.findall(r"^\| (.+?) \|", DIFFERENCES.read_text(), flags=re.M)
+    assert what in rows, f"docs/kafka-differences.md lists no {what!r}"
+    return what
+
+
 def unique(prefix: str) -> str:
     """A name no earlier test used: the broker lives as long as the run."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"

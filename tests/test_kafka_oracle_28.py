@@ -1,0 +1,287 @@
+"""Issue 28's scenarios run against the real Kafka 4.4 broker and the gateway, answers compared.
+
+Each scenario is one function of a bootstrap address that returns what a real client (or a kio wire
+request, where exact fields matter) observed; `same_on_both` runs it on both and requires equal
+answers. Only what two clusters cannot share is normalised away (node ids, the broker's clock);
+anything else that differs is a bug or a line in docs/kafka-differences.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.clock import now_ms
+from gateway.formats.records import Compression
+from gateway.kafka.configs import SOURCE_DYNAMIC_BROKER
+from gateway.kafka.dispatch import ApiKey
+from tests.conftest import eventually
+from tests.kafka_jvm import allowed, same_on_both, unique
+from tests.kafka_wire import call
+from tests.test_kafka_consumer_groups import Log, Member
+from tests.test_kafka_record_errors import _batch, _ck_produce, _watermarks
+
+pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
+
+TIMEOUT = 30.0
+HOUR = 3_600_000
+NOT_LEADER, UNKNOWN_TOPIC = KafkaError.not_leader_or_follower, KafkaError.unknown_topic_or_partition
+
+
+async def wire(bs: str, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    """One request on a connection of its own, its decoded response."""
+    host, port = bs.rsplit(":", 1)
+    conn = await asyncio.open_connection(host, int(port))
+    try:
+        return await call(conn, api_key, version, values)
+    finally:
+        conn[1].close()
+
+
+def create_topics(bs: str, *topics: tuple[str, int, dict[str, str]]) -> None:
+    """Create topics and wait until each partition has a leader: Kafka's CreateTopics answers
+    before its broker leads them, and a request sent in between is refused."""
+    admin = AdminClient({"bootstrap.servers": bs})
+    for f in admin.create_topics([NewTopic(t, n, config=c) for t, n, c in topics]).values():
+        f.result(timeout=TIMEOUT)
+    deadline = time.monotonic() + TIMEOUT
+    for name, partitions, _ in topics:
+        while True:
+            meta = admin.list_topics(name, timeout=TIMEOUT).topics[name]
+            if meta.error is None and len(meta.partitions) == partitions and all(
+                    p.leader >= 0 for p in meta.partitions.values()):
+                break
+            assert time.monotonic() < deadline, f"{name} has no leaders"
+            time.sleep(0.05)
+
+
+def node_id(bs: str) -> int:
+    """The id of the one broker (Kafka) or gateway (in-process) at `bs`."""
+    [node] = AdminClient({"bootstrap.servers": bs}).list_topics(timeout=TIMEOUT).brokers
+    return int(node)
+
+
+# -- Produce: per-record errors (KIP-467) ------------------------------------------------------------
+
+def _clock_free(message: str | None) -> str | None:
+    """A timestamp message's range `[now - before.max, now + after.max]` read from the broker's clock,
+    kept as its width."""
+    if message is None:
+        return None
+    return re.sub(r"\[(-?\d+), (-?\d+)\]", lambda m: f"[width {int(m[2]) - int(m[1])}]", message)
+
+
+async def test_record_errors_match_kafka(gateway, kafka_broker) -> None:
+    """A compacted topic's batch with keyless records and a batch with out-of-range timestamps:
+    Produce v11's partition errors, messages and record_errors, what confluent-kafka reports for each
+    record, and that nothing was written."""
+    table, clock = unique("table"), unique("clock")
+    now = now_ms()
+
+    async def scenario(bs: str) -> object:
+        await asyncio.to_thread(create_topics, bs, (table, 1, {"cleanup.policy": "compact"}),
+                                (clock, 1, {"message.timestamp.before.max.ms": str(HOUR)}))
+        request = {"transactional_id": None, "acks": 1, "timeout": 5000, "topic_data": [
+            {"name": table, "partition_data": [{"index": 0, "records": _batch(
+                [b"a", None, b"c", None, None], [now] * 5, Compression.GZIP)}]},
+            {"name": clock, "partition_data": [{"index": 0, "records": _batch(
+                [b"a", b"b", b"c", b"d"], [now, now + 2 * HOUR, now - 2 * HOUR, now])}]}]}
+
+        async def led() -> Any:
+            """The answer once both partitions are led: a refused batch writes nothing, so it
+            may be sent again."""
+            resp = await wire(bs, ApiKey.PRODUCE, 11, request)
+            codes = {p.error_code for t in resp.responses for p in t.partition_responses}
+            return None if codes & {NOT_LEADER, UNKNOWN_TOPIC} else resp
+
+        resp = await eventually(led, TIMEOUT, "the partitions led")
+        wire_answer = sorted(
+            (t.name, p.index, int(p.error_code), _clock_free(p.error_message),
+             [(e.batch_index, _clock_free(e.batch_index_error_message)) for e in p.record_errors])
+            for t in resp.responses for p in t.partition_responses)
+        keys = [b"k0", None, b"k2", None]
+        stamps = [now, now + 2 * HOUR, now - 2 * HOUR, now]
+        one_bad = [now, now + 2 * HOUR]
+        by_client = await asyncio.to_thread(lambda: [
+            _ck_produce(bs, table, [(k, None) for k in keys]),
+            _ck_produce(bs, clock, [(b"k", ts) for ts in stamps]),
+            _ck_produce(bs, clock, [(b"k", ts) for ts in one_bad]),
+            [_watermarks(bs, t) for t in (table, clock)]])
+        return wire_answer, by_client
+
+    await same_on_both(gateway, kafka_broker, scenario)
+
+
+# -- Per-broker dynamic configs ------------------------------------------------------------------
+
+BROKER_KEYS = ["log.retention.ms", "message.max.bytes", "log.cleanup.policy", "num.partitions"]
+SETTING_SOURCE = allowed("The source of a gateway setting listed under a broker config's name "
+                         "(`num.partitions`, `auto.create.topics.enable`, ...)")
+SETTINGS = {"num.partitions"}  # read-only here, a gateway setting
+
+
+def _no_node(text: str | None, node: int) -> str | None:
+    """An error message with the broker's own id (and the wrong ids the scenario derives from it)
+    written as names."""
+    if text is None:
+        return None
+    return re.sub(r"\b(\d+)\b", lambda m: {str(node): "<node>", str(node + 6): "<node+6>"}.get(m[1], m[1]), text)
+
+
+async def _describe_broker(bs: str, name: str, node: int) -> object:
+    resp = await wire(bs, ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
+        {"resource_type": ResourceType.BROKER.value, "resource_name": name, "configuration_keys": BROKER_KEYS}],
+        "include_synonyms": True, "include_documentation": False})
+    [res] = resp.results
+    def source(name: str, value: int) -> object:
+        return SETTING_SOURCE if name in SETTINGS else value
+
+    configs = sorted((c.name, c.value, c.read_only, source(c.name, c.config_source), c.is_sensitive,
+                      int(c.config_type), [(s.name, s.value, source(c.name, s.source)) for s in c.synonyms])
+                     for c in res.configs)
+    return int(res.error_code), _no_node(res.error_message, node), configs
+
+
+async def _incremental(bs: str, name: str, node: int, *changes: tuple[str, int, str | None]) -> object:
+    resp = await wire(bs, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+        {"resource_type": ResourceType.BROKER.value, "resource_name": name, "configs": [
+            {"name": k, "config_operation": op, "value": v} for k, op, v in changes]}]})
+    [res] = resp.responses
+    return int(res.error_code), _no_node(res.error_message, node)
+
+
+def _admin_alter(bs: str, node: int, incremental: bool, **configs: str) -> None:
+    """Through confluent-kafka's AdminClient, which sends a broker's configs to that broker: SET
+    each config (IncrementalAlterConfigs), or replace the broker's whole set (AlterConfigs)."""
+    admin = AdminClient({"bootstrap.servers": bs})
+    named = {k.replace("_", "."): v for k, v in configs.items()}
+    if incremental:
+        resource = ConfigResource(ResourceType.BROKER, str(node), incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in named.items()])
+        futures = admin.incremental_alter_configs([resource])
+    else:
+        futures = admin.alter_configs([ConfigResource(ResourceType.BROKER, str(node), set_config=named)])
+    for f in futures.values():
+        f.result(timeout=TIMEOUT)
+
+
+async def test_per_broker_configs_match_kafka(gateway, kafka_broker) -> None:
+    """A broker's own dynamic configs: set (IncrementalAlterConfigs), replaced (AlterConfigs), deleted,
+    described with sources and synonyms; a read-only config and other brokers' ids refused. The
+    broker's own configs are emptied at the end: the Kafka broker serves the whole run."""
+
+    async def scenario(bs: str) -> object:
+        node = await asyncio.to_thread(node_id, bs)
+        me = str(node)
+        seen: list[object] = [await _describe_broker(bs, me, node)]
+
+        async def described_once(key: str, value: str | None) -> None:
+            """Kafka's broker applies a change as it replays the controller's record, a moment after
+            the answer: wait for that, then record what DescribeConfigs says."""
+            async def applied() -> bool:
+                _, _, configs = await _describe_broker(bs, me, node)  # type: ignore[misc]
+                own = [c[1] for c in configs if c[0] == key and c[3] == SOURCE_DYNAMIC_BROKER]  # DYNAMIC_BROKER_CONFIG
+                return own == ([] if value is None else [value])
+            await eventually(applied, TIMEOUT, f"{key}={value} applied")
+            seen.append(await _describe_broker(bs, me, node))
+
+        try:
+            await asyncio.to_thread(_admin_alter, bs, node, True, log_retention_ms="60000", message_max_bytes="5000")
+            await described_once("log.retention.ms", "60000")
+            await asyncio.to_thread(_admin_alter, bs, node, False, log_retention_ms="120000")
+            await described_once("log.retention.ms", "120000")
+            seen.append(await _incremental(bs, me, node, ("log.retention.ms", 1, None)))  # DELETE
+            await described_once("log.retention.ms", None)
+            seen.append(await _incremental(bs, me, node, ("num.partitions", 0, "3")))
+            for wrong in (str(node + 6), "x"):
+                seen.append(await _incremental(bs, wrong, node, ("log.retention.ms", 0, "1")))
+                seen.append(await _describe_broker(bs, wrong, node))
+        finally:
+            await asyncio.to_thread(_admin_alter, bs, node, False)
+        return seen
+
+    await same_on_both(gateway, kafka_broker, scenario)
+
+
+# -- KIP-848 regular-expression subscriptions -------------------------------------------------------
+
+async def test_regex_matches_come_after_the_literal_topics_as_on_kafka(gateway, kafka_broker) -> None:
+    """A consumer-protocol member subscribed to a literal topic and a regex: the sequence of
+    assignments it is given (Kafka resolves the regex after the heartbeat that brought it)."""
+    plain, prefix = unique("plain"), unique("rx")
+
+    async def scenario(bs: str) -> object:
+        await asyncio.to_thread(create_topics, bs, (plain, 1, {}), (f"{prefix}-a", 2, {}))
+        log = Log()
+        member = Member("a", bs, unique("gx"), log, [plain, f"^{prefix}-.*"]).start()
+        try:
+            await eventually(lambda: len(member.owned) == 3, TIMEOUT, "both topics assigned")
+        finally:
+            await member.close()
+        with log.lock:
+            return [sorted(parts) for _, _, what, parts in sorted(log.events) if what == "assign"]
+
+    await same_on_both(gateway, kafka_broker, scenario)
+
+
+# -- Classic groups: OffsetCommit of a partition the member does not own ----------------------------
+
+def _commit_for_another_member(bs: str, topic: str) -> object:
+    """Two classic confluent-kafka members share a topic; one commits the partition the rebalance
+    gave the other, as a client does with a record it fetched just before the rebalance. What the
+    commit answered, what the group then holds, and whether a rebalance came of it."""
+    conf = {"bootstrap.servers": bs, "group.id": unique("gu"), "enable.auto.commit": False,
+            "partition.assignment.strategy": "roundrobin"}
+    a, b = ck.Consumer(conf), ck.Consumer(conf)
+    members = [a]
+    deadline = time.monotonic() + TIMEOUT
+    rebalances = threading.Event()
+
+    def poll_until(done: Any) -> None:
+        while not done():
+            assert time.monotonic() < deadline, "the group did not settle"
+            for c in members:
+                c.poll(0.05)
+
+    try:
+        a.subscribe([topic])
+        poll_until(lambda: len(a.assignment()) == 2)
+        members.append(b)
+        b.subscribe([topic], on_revoke=lambda *_: rebalances.set())
+        poll_until(lambda: len(a.assignment()) == len(b.assignment()) == 1)
+        [theirs] = b.assignment()
+        done = a.commit(offsets=[ck.TopicPartition(topic, theirs.partition, 5)], asynchronous=False)
+        [committed] = b.committed([ck.TopicPartition(topic, theirs.partition)], timeout=TIMEOUT)
+        for c in members:
+            c.poll(0.2)
+        return ([(tp.partition == theirs.partition, tp.offset, tp.error) for tp in done or []],
+                committed.offset, [tp.partition for tp in b.assignment()] == [theirs.partition],
+                rebalances.is_set())
+    finally:
+        for c in members:
+            c.close()
+
+
+async def test_committing_a_partition_another_member_owns_as_on_kafka(gateway, kafka_broker) -> None:
+    topic = unique("owned")
+
+    async def scenario(bs: str) -> object:
+        await asyncio.to_thread(create_topics, bs, (topic, 2, {}))
+        return await asyncio.to_thread(_commit_for_another_member, bs, topic)
+
+    await same_on_both(gateway, kafka_broker, scenario)
