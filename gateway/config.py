@@ -126,9 +126,16 @@ class Config:
         "bidirectional", "whether a classic group moves to the consumer protocol as its members roll over "
         "(upgrade), back when the last one of that protocol leaves (downgrade), both, or neither (Kafka's "
         "group.consumer.migration.policy)", check=one_of("disabled", "upgrade", "downgrade", "bidirectional"))
+    group_share_record_lock_duration_ms: int = setting(
+        30_000, "how long a share group's delivered record stays locked to its consumer when the group "
+        "sets no share.record.lock.duration.ms (Kafka's group.share.record.lock.duration.ms)",
+        check=between(1_000, 3_600_000), metavar="MS")
     group_share_min_record_lock_duration_ms: int = setting(
         15_000, "the shortest share.record.lock.duration.ms a share group may set (Kafka's "
-        "group.share.min.record.lock.duration.ms)", check=POSITIVE, metavar="MS")
+        "group.share.min.record.lock.duration.ms)", check=between(1_000, 30_000), metavar="MS")
+    group_share_max_record_lock_duration_ms: int = setting(
+        60_000, "the longest share.record.lock.duration.ms a share group may set (Kafka's "
+        "group.share.max.record.lock.duration.ms)", check=between(30_000, 3_600_000), metavar="MS")
     group_initial_rebalance_delay_ms: int = setting(
         3_000, "how long the first rebalance of a new classic group waits for more members to join, so "
         "that members starting together share the first assignment (Kafka's group.initial.rebalance.delay.ms)",
@@ -172,6 +179,15 @@ class Config:
         key, cert = SETTINGS["tls_key_file"], SETTINGS["tls_cert_file"]
         if self.tls_key_file and not self.tls_cert_file:
             raise ConfigError(f"{key.label} needs {cert.label}")
+        lock, least, most = (SETTINGS[f"group_share_{k}record_lock_duration_ms"] for k in ("", "min_", "max_"))
+        if not self.group_share_min_record_lock_duration_ms <= self.group_share_record_lock_duration_ms:
+            raise ConfigError(f"{lock.label} must be at least {least.label} "
+                              f"({self.group_share_min_record_lock_duration_ms}), not "
+                              f"{self.group_share_record_lock_duration_ms}")
+        if not self.group_share_record_lock_duration_ms <= self.group_share_max_record_lock_duration_ms:
+            raise ConfigError(f"{lock.label} must be at most {most.label} "
+                              f"({self.group_share_max_record_lock_duration_ms}), not "
+                              f"{self.group_share_record_lock_duration_ms}")
         longest = SETTINGS["txn_max_timeout_ms"]
         if self.txn_default_timeout_ms > self.txn_max_timeout_ms:
             raise ConfigError(f"{SETTINGS['txn_default_timeout_ms'].label} must be at most {longest.label} "

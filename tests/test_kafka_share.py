@@ -21,10 +21,18 @@ import aiohttp
 import confluent_kafka as ck
 import pytest
 from confluent_kafka import AcknowledgeType
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
+from gateway.config import Config, ConfigError
 from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.services import Services
 from gateway.domain.subscriptions import Delivery
@@ -50,7 +58,7 @@ Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 T = TypeVar("T")
 
 TOPIC = "jobs"
-LOCK_MS = 500
+LOCK_MS = 1000  # the least Kafka allows (group.share.min.record.lock.duration.ms), as librdkafka's CI sets it
 TIMEOUT = 30.0
 SETTINGS = {"group_share_min_record_lock_duration_ms": LOCK_MS, "group_consumer_heartbeat_interval_ms": 250,
             "group_consumer_session_timeout_ms": 5000}
@@ -165,6 +173,46 @@ async def test_three_share_consumers_split_a_partition_none_lost_none_twice(gw: 
     assert sum(1 for a in accepted if a) >= 2  # the queue was shared
 
 
+@pytest.mark.parametrize(("topics", "partitions"), [(1, 1), (1, 3), (4, 2)])
+async def test_every_record_reaches_a_consumer_on_its_first_delivery(gw: Gateway, topics: int, partitions: int) -> None:
+    """Four share consumers join one by one (moving partitions, and with several topics whole
+    topics, between them as they come) and drain 10,000 records, accepting each: with no failure,
+    every record's first delivery reaches the application (delivery count 1), none is delivered
+    twice (librdkafka's 0174 max-concurrency test counts the same)."""
+    bs, n, group = kafka_bootstrap(gw), 10_000, f"first-{topics}-{partitions}"
+    names = [f"first{topics}-{partitions}-{t}" for t in range(topics)]
+    for name in names:
+        await services(gw).log.create_topic(name, partitions)
+    await group_configs(bs, group, share_auto_offset_reset="earliest")
+    for t, name in enumerate(names):
+        share = n // topics
+        await fill(bs, share, start=t * share, topic=name)
+    delivered: list[tuple[str, int, int, int]] = []  # topic, partition, offset, delivery count
+    lock = threading.Lock()
+
+    def work(i: int) -> None:
+        time.sleep(i * 0.05)  # staggered joins: each one moves the assignment
+        c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit"})
+        c.subscribe(names)
+        try:
+            deadline = time.monotonic() + TIMEOUT * 2
+            while time.monotonic() < deadline:
+                with lock:
+                    if len({d[:3] for d in delivered}) >= n:
+                        return
+                batch = [m for m in c.poll(0.2) if m.error() is None]
+                for m in batch:
+                    c.acknowledge(m)
+                with lock:
+                    delivered.extend((m.topic() or "", m.partition() or 0, offset(m), count(m)) for m in batch)
+        finally:
+            c.close()
+
+    await asyncio.gather(*(asyncio.to_thread(work, i) for i in range(4)))
+    assert len(delivered) == n and len({d[:3] for d in delivered}) == n  # each once
+    assert [d for d in delivered if d[3] != 1] == []
+
+
 async def test_release_redelivers_with_a_higher_delivery_count(gw: Gateway) -> None:
     bs = kafka_bootstrap(gw)
     await group_configs(bs, "rel", share_auto_offset_reset="earliest")
@@ -195,6 +243,141 @@ async def test_reject_never_redelivers(gw: Gateway) -> None:
     rejected, later = await with_consumer(bs, "rej", run)
     assert sorted(offset(m) for m in rejected) == list(range(10))
     assert values(later) == [b"after"]
+
+
+async def test_acknowledgements_with_no_new_records_are_answered_applied(gw: Gateway) -> None:
+    """Explicit acknowledgements that ride on a ShareFetch finding no new records, and on the
+    request that closes the consumer: the acknowledgement commit callback hears every one applied,
+    none failed (a partition left out of the answer would be reported INVALID_RECORD_STATE)."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "ackonly", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+    heard: list[tuple[dict[Any, set[int]], Any]] = []
+
+    def acked() -> set[int]:
+        return {o for offsets, _ in heard for os in offsets.values() for o in os}
+
+    def run() -> None:
+        c = share_consumer(bs, "ackonly")
+        c.set_acknowledgement_commit_callback(lambda offsets, exc: heard.append((offsets, exc)))
+        try:
+            got: list[ck.Message] = []
+            deadline = time.monotonic() + TIMEOUT
+            while len(got) < 10 or acked() < set(range(10)):  # the last acknowledgements go with an empty fetch
+                assert time.monotonic() < deadline, f"{len(got)} records, {sorted(acked())} acknowledged"
+                batch = [m for m in c.poll(0.5) if m.error() is None]
+                for m in batch:
+                    c.acknowledge(m)
+                got += batch
+            produce_sync(bs, [b"last"])
+            last = poll_until(c, lambda s: b"last" in values(s))
+            for m in last:
+                c.acknowledge(m)
+        finally:
+            c.close()  # carries the last acknowledgement
+
+    await asyncio.to_thread(run)
+    assert [exc for _, exc in heard if exc is not None] == []
+    assert acked() == set(range(11))
+
+
+async def one_per_batch(gw: Gateway, topic: str, n: int, partitions: int = 1) -> None:
+    """`n` records "b<i>", each in a stored batch of its own, spread over the topic's partitions."""
+    await services(gw).log.create_topic(topic, partitions)
+    await produce("confluent", kafka_bootstrap(gw), topic, [(b"k%d" % i, b"b%d" % i) for i in range(n)],
+                  **{"linger.ms": 0, "batch.num.messages": 1})
+
+
+def polls(bs: str, group: str, topic: str, n: int, **conf: object) -> list[list[ck.Message]]:
+    """The non-empty polls of a consumer with `conf` (accepting each record) until `n` records came."""
+    c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit",
+                          **conf})
+    c.subscribe([topic])
+    out: list[list[ck.Message]] = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while sum(map(len, out)) < n:
+            assert time.monotonic() < deadline, f"{sum(map(len, out))} records"
+            batch = [m for m in c.poll(0.5) if m.error() is None]
+            for m in batch:
+                c.acknowledge(m)
+            if batch:
+                out.append(batch)
+    finally:
+        c.close()
+    return out
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+async def test_fetch_max_bytes_is_a_soft_limit_of_one_batch(gw: Gateway, partitions: int) -> None:
+    """fetch.max.bytes=1: every ShareFetch answer holds one stored batch (the first batch always
+    goes, KIP-74), of one partition however many the consumer fetches; the default limit lets
+    many go at once."""
+    bs, topic = kafka_bootstrap(gw), f"fmb{partitions}"
+    await one_per_batch(gw, topic, 10, partitions)
+    await group_configs(bs, f"fmb-one-{partitions}", share_auto_offset_reset="earliest")
+    await group_configs(bs, f"fmb-default-{partitions}", share_auto_offset_reset="earliest")
+    one = await asyncio.to_thread(polls, bs, f"fmb-one-{partitions}", topic, 10, **{"fetch.max.bytes": 1})
+    assert [len(b) for b in one] == [1] * 10
+    default = await asyncio.to_thread(polls, bs, f"fmb-default-{partitions}", topic, 10)
+    assert len(default) < 10 and sorted(values([m for b in default for m in b])) == sorted(values([m for b in one for m in b]))
+
+
+async def test_fetch_max_bytes_zero_fetches_nothing(gw: Gateway) -> None:
+    """MaxBytes=0 is refused per partition with UNKNOWN_SERVER_ERROR, at once and acquiring nothing,
+    as Kafka's PartitionMaxBytesStrategy refuses it: a consumer with fetch.max.bytes=0 polls no
+    records and no error, and another consumer of the group then gets every record on its first
+    delivery."""
+    bs, topic = kafka_bootstrap(gw), "fmb0"
+    await one_per_batch(gw, topic, 10)
+    await group_configs(bs, "fmb0", share_auto_offset_reset="earliest")
+
+    def starved() -> list[ck.Message]:
+        c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": "fmb0", "fetch.max.bytes": 0})
+        c.subscribe([topic])
+        try:
+            return [m for _ in range(5) for m in c.poll(1.0)]
+        finally:
+            c.close()
+
+    assert await asyncio.to_thread(starved) == []
+    tid = uuid.UUID(hex=(await services(gw).log.topic(topic)).topic_id)
+    async with wire(gw) as conn:
+        r = await call(conn, ApiKey.SHARE_FETCH, 1, {
+            "group_id": "fmb0", "member_id": "m0", "share_session_epoch": 0, "max_wait": 5000, "min_bytes": 1,
+            "max_bytes": 0, "max_records": 100, "batch_size": 100, "forgotten_topics_data": [],
+            "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]})
+        (p,) = r.responses[0].partitions
+        assert (p.error_code, p.error_message, p.acquired_records) == (
+            KafkaError.unknown_server_error, "Request max bytes must be greater than 0", ())
+    got = [m for b in await asyncio.to_thread(polls, bs, "fmb0", topic, 10) for m in b]
+    assert sorted(offset(m) for m in got) == list(range(10)) and all(count(m) == 1 for m in got)
+
+
+async def test_max_records_and_batch_size(gw: Gateway) -> None:
+    """max.poll.records=5 over ten one-record batches: no answer holds more than five records. On
+    the wire, BatchSize shapes the acquired ranges as Kafka's SharePartition.createBatches does:
+    joined across stored batches, a new one begun at a batch boundary once BatchSize is reached."""
+    bs, topic = kafka_bootstrap(gw), "mr"
+    await one_per_batch(gw, topic, 20)
+    await group_configs(bs, "mr", share_auto_offset_reset="earliest")
+    await group_configs(bs, "bs", share_auto_offset_reset="earliest")
+    capped = await asyncio.to_thread(polls, bs, "mr", topic, 20, **{"max.poll.records": 5})
+    assert max(len(b) for b in capped) <= 5 and len(capped) >= 4
+    tid = uuid.UUID(hex=(await services(gw).log.topic(topic)).topic_id)
+    async with wire(gw) as conn:
+        async def fetch(epoch: int, max_records: int, batch_size: int) -> list[tuple[int, int, int]]:
+            r = await call(conn, ApiKey.SHARE_FETCH, 1, {
+                "group_id": "bs", "member_id": "m0", "share_session_epoch": epoch, "max_wait": 5000, "min_bytes": 1,
+                "max_bytes": 1 << 20, "max_records": max_records, "batch_size": batch_size,
+                "forgotten_topics_data": [],
+                "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]})
+            return [(a.first_offset, a.last_offset, a.delivery_count)
+                    for t in r.responses for p in t.partitions for a in p.acquired_records]
+
+        first = await fetch(0, 10, 3)
+        assert first == [(0, 2, 1), (3, 5, 1), (6, 8, 1), (9, 9, 1)]
+        assert await fetch(1, 10, 100) == [(10, 19, 1)]
 
 
 def produce_sync(bs: str, vals: list[bytes], topic: str = TOPIC) -> None:
@@ -270,6 +453,72 @@ async def test_auto_offset_reset_latest_and_earliest(gw: Gateway) -> None:
     await produce("confluent", bs, TOPIC, [(None, b"fresh")])
     await thread
     assert got == [b"fresh"]
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+async def test_a_topic_created_again_under_a_live_share_group_is_read_afresh(gw: Gateway, reset: str) -> None:
+    """A share consumer reads a 3-partition topic, which is then deleted and created again with 2
+    partitions while the consumer goes on polling: the new topic (a new topic id) is read from
+    share.auto.offset.reset, as Kafka keys share-partition state by topic id, so its records are
+    all delivered, first deliveries, none of the old topic's; with `latest`, from where the new
+    topic stood when the group first read it."""
+    bs, topic, group = kafka_bootstrap(gw), f"reborn-{reset}", f"reborn-{reset}"
+    admin = AdminClient({"bootstrap.servers": bs})
+
+    async def create(partitions: int) -> None:
+        (f,) = admin.create_topics([NewTopic(topic, partitions)]).values()
+        await asyncio.to_thread(f.result, TIMEOUT)
+
+    await create(3)
+    await group_configs(bs, group, share_auto_offset_reset=reset)
+    c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit",
+                          "topic.metadata.refresh.interval.ms": "500"})
+    c.subscribe([topic])
+    got: list[ck.Message] = []
+
+    def poll_for(wanted: set[bytes]) -> None:
+        deadline = time.monotonic() + TIMEOUT * 2
+        while not wanted <= set(values(got)):
+            assert time.monotonic() < deadline, f"got {sorted(set(values(got)))}"
+            for m in c.poll(0.5):
+                if m.error() is None:
+                    got.append(m)
+                    c.acknowledge(m)
+
+    try:
+        if reset == "latest":  # the group reads the old topic before anything is written to it
+            old_id = (await services(gw).log.topic(topic)).topic_id
+            reading = asyncio.create_task(asyncio.to_thread(poll_for, {b"r%d" % i for i in range(30)}))
+            await eventually(lambda: _reads(services(gw), topic, group, old_id), what="the group reads the topic")
+            await fill(bs, 30, topic=topic)
+            await reading
+        else:
+            await fill(bs, 30, topic=topic)
+            await asyncio.to_thread(poll_for, {b"r%d" % i for i in range(30)})
+        (f,) = admin.delete_topics([topic]).values()
+        await asyncio.to_thread(f.result, TIMEOUT)
+        await create(2)
+        del got[:]
+        if reset == "latest":
+            # the consumer polls until the group reads the new topic, then records are written to it
+            waiting = asyncio.create_task(asyncio.to_thread(poll_for, {b"new%d" % i for i in range(10)}))
+            new_id = (await services(gw).log.topic(topic)).topic_id
+            await eventually(lambda: _reads(services(gw), topic, group, new_id), what="the group reads the new topic")
+            await produce("confluent", bs, topic, [(None, b"new%d" % i) for i in range(10)])
+            await waiting
+        else:
+            await produce("confluent", bs, topic, [(None, b"new%d" % i) for i in range(10)])
+            await asyncio.to_thread(poll_for, {b"new%d" % i for i in range(10)})
+    finally:
+        await asyncio.to_thread(c.close)
+    assert sorted(values(got)) == sorted(b"new%d" % i for i in range(10))
+    assert all(count(m) == 1 for m in got)
+
+
+async def _reads(s: Services, topic: str, group: str, topic_id: str) -> bool:
+    """Whether the group's subscription on this gateway reads the incarnation of `topic_id`."""
+    sub = s.subscriptions._subs.get((topic, group))
+    return sub is not None and sub.topic_id == topic_id and not sub.deleted and bool(sub.cursor)
 
 
 async def test_auto_offset_reset_by_duration(gw: Gateway) -> None:
@@ -576,6 +825,30 @@ async def test_renew_extends_a_records_lock(gw: Gateway) -> None:
         assert later and all(n == 2 for _, _, n in later)  # m1 stopped renewing: its locks expired
 
 
+async def test_records_of_a_forgotten_partition_stay_acquired(gw: Gateway) -> None:
+    """A share session that forgets a partition (as librdkafka's does when it closes) leaves what
+    the member acquired of it acquired: acknowledged afterwards, it is accepted, as in Kafka."""
+    bs = kafka_bootstrap(gw)
+    await group_configs(bs, "forget", share_auto_offset_reset="earliest")
+    await fill(bs, 10)
+    tid = uuid.UUID(hex=(await services(gw).log.topic(TOPIC)).topic_id)
+    async with wire(gw) as conn:
+        await join(conn, "forget", "m1")
+        got = await share_fetch(conn, "forget", "m1", 0, tid)
+        held = [(a.first_offset, a.last_offset) for a in got.responses[0].partitions[0].acquired_records]
+        assert held
+        forgot = await call(conn, ApiKey.SHARE_FETCH, 1, {
+            "group_id": "forget", "member_id": "m1", "share_session_epoch": 1, "max_wait": 0, "min_bytes": 1,
+            "max_bytes": 1 << 20, "max_records": 100, "batch_size": 100, "topics": [],
+            "forgotten_topics_data": [{"topic_id": tid, "partitions": [0]}]})
+        assert forgot.error_code == KafkaError.none
+        acked = await call(conn, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+            "group_id": "forget", "member_id": "m1", "share_session_epoch": -1, "topics": [{"topic_id": tid, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": first, "last_offset": last, "acknowledge_types": [1]} for first, last in held]}]}]})
+        assert (acked.error_code, acked.responses[0].partitions[0].error_code) == (KafkaError.none, KafkaError.none)
+
+
 async def test_share_group_describe_shows_the_simple_assignors_assignment(gw: Gateway) -> None:
     """Four members on six partitions, then eight: each partition goes to ceil(members / partitions)
     members, and each member within one partition of the others."""
@@ -729,6 +1002,50 @@ async def test_share_group_configs_are_checked_and_described(gw: Gateway) -> Non
     assert described["share.delivery.count.limit"].value == "3"
     assert described["share.record.lock.duration.ms"].value == "30000"
     assert described["share.record.lock.duration.ms"].is_default
+
+
+async def test_record_lock_durations_follow_the_gateway_settings(redis_url: str) -> None:
+    """As Kafka's group.share.{min.,,max.}record.lock.duration.ms: the gateway's default is a group's
+    share.record.lock.duration.ms until the group sets its own, which must lie between the minimum
+    and the maximum (1000 ms accepted with the minimum at 1000, as librdkafka's CI runs Kafka); a
+    ShareFetch answers the group's duration, and an unacknowledged record's lock expires after it."""
+    cfg = test_config(redis_url, **{**SETTINGS, "group_share_min_record_lock_duration_ms": 1000,
+                                    "group_share_record_lock_duration_ms": 20_000,
+                                    "group_share_max_record_lock_duration_ms": 40_000})
+    async with running_gateway(cfg) as g:
+        bs = kafka_bootstrap(g)
+        await fill(bs, 5)
+        await group_configs(bs, "dur", share_auto_offset_reset="earliest")
+        admin = AdminClient({"bootstrap.servers": bs})
+        (f,) = admin.describe_configs([ConfigResource(ResourceType.GROUP, "dur")]).values()
+        described = (await asyncio.to_thread(f.result, TIMEOUT))["share.record.lock.duration.ms"]
+        assert (described.value, described.is_default) == ("20000", True)
+        tid = uuid.UUID(hex=(await services(g).log.topic(TOPIC)).topic_id)
+        async with wire(g) as conn:
+            assert (await share_fetch(conn, "dur", "m1", 0, tid)).acquisition_lock_timeout.total_seconds() == 20
+        for refused in ("999", "40001"):
+            with pytest.raises(ck.KafkaException) as exc:
+                await group_configs(bs, "dur", share_record_lock_duration_ms=refused)
+            assert exc.value.args[0].code() == ck.KafkaError.INVALID_CONFIG, refused
+        await group_configs(bs, "short", share_auto_offset_reset="earliest", share_record_lock_duration_ms="1000")
+        async with wire(g) as conn:
+            got = await share_fetch(conn, "short", "m2", 0, tid)
+            assert got.acquisition_lock_timeout.total_seconds() == 1
+            assert {a.delivery_count for a in got.responses[0].partitions[0].acquired_records} == {1}
+            # never acknowledged: after its lock of one second, m2's next fetch gets it again
+            again = await share_fetch(conn, "short", "m2", 1, tid)
+            assert {a.delivery_count for a in again.responses[0].partitions[0].acquired_records} == {2}
+
+
+def test_record_lock_duration_settings_are_bounded_as_kafkas() -> None:
+    for bad in ({"group_share_min_record_lock_duration_ms": 999},
+                {"group_share_min_record_lock_duration_ms": 30_001},
+                {"group_share_max_record_lock_duration_ms": 29_999},
+                {"group_share_record_lock_duration_ms": 14_999},
+                {"group_share_record_lock_duration_ms": 60_001}):
+        with pytest.raises(ConfigError):
+            Config(**bad)  # type: ignore[arg-type]
+    assert Config(group_share_min_record_lock_duration_ms=1000).group_share_record_lock_duration_ms == 30_000
 
 
 @pytest.mark.parametrize("version", [1, 2])

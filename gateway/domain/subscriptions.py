@@ -40,9 +40,9 @@ from typing import Protocol
 
 from gateway.domain.log import LogService, absent_offsets, committed_entries, uncommitted_entries
 from gateway.domain.watermark import SubscriptionWatermark, WatermarkService
-from gateway.errors import ConsumerBusy, GatewayError, NotAllowed, SubscriptionNotFound
+from gateway.errors import ConsumerBusy, GatewayError, NotAllowed, SubscriptionNotFound, TopicNotFound
 from gateway.store import Store
-from gateway.store.log import Entry
+from gateway.store.log import Entry, TopicInfo
 from gateway.store.subscriptions import PendingAckConflict, Position
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,9 @@ class Delivery:
     redelivery_count: int = 0
     consumer: Consumer | None = None
     deadline: float = 0.0
+    # this delivery is counted in Redis already (`Subscription._counted`): one handed out and given
+    # back unsent goes out again as the same delivery, not counted twice
+    counted: bool = False
 
     def skip(self) -> list[int]:
         """Offsets of the batch, relative to its base, that the consumer must not process."""
@@ -109,10 +112,12 @@ class Subscription:
 
     def __init__(
         self, service: SubscriptionService, topic: str, name: str, mode: Mode, partitions: int,
-        *, split: bool = False, initial: str = "latest",
+        *, split: bool = False, initial: str = "latest", topic_id: str = "",
     ) -> None:
         self.service = service
         self.topic = topic
+        self.topic_id = topic_id  # the incarnation of the topic read (a topic re-created gets a new id)
+        self.deleted = False  # the topic is gone: nothing is read until it is created again
         self.name = name
         self.mode = mode
         self.partitions = partitions
@@ -209,6 +214,31 @@ class Subscription:
         self.redeliver.extendleft(reversed([d for d in deliveries if d.offsets]))
         self.wake.set()
 
+    def start_locks(self, deliveries: list[Delivery]) -> None:
+        """The ack timeouts of these deliveries start now: a share member's records are locked from
+        the response that carries them, as Kafka's acquisition lock starts when a fetch acquires."""
+        now = time.monotonic()
+        for d in deliveries:
+            if d.consumer is not None and d.consumer.ack_timeout > 0 and d.offsets:
+                d.deadline = now + d.consumer.ack_timeout
+                heapq.heappush(self._deadlines, (d.deadline, next(self._tie), d))
+
+    def reincarnated(self, topic_id: str, partitions: int) -> None:
+        """The topic was deleted and created again: what was in flight belonged to the old one and
+        is forgotten (its records are gone; an acknowledgement of them is refused), and nothing is
+        read until the new incarnation's positions are set (`SubscriptionService.refresh`)."""
+        self._generation += 1
+        for d in [*self.redeliver, *(d for held in self.outstanding.values() for d in held.values())]:
+            d.offsets = set()
+        for c in self.consumers:
+            c.deliveries.clear()
+        self.redeliver.clear()
+        self._deadlines.clear()
+        self.topic_id, self.partitions = topic_id, partitions
+        self.outstanding = {p: {} for p in range(partitions)}
+        self.cursor, self.read_pos, self.max_acked = {}, {}, {}
+        self.owned = {p for p in self.owned if p < partitions} if self.split else set(range(partitions))
+
     def draining(self) -> set[int]:
         """Partitions owned here that no consumer takes any more but that still have records in flight."""
         return {p for p in self.owned - self.wanted() if self.outstanding[p]}
@@ -221,6 +251,7 @@ class Subscription:
             d.consumer = None
             if d.offsets:
                 d.redelivery_count += 1
+                d.counted = False
                 self.redeliver.append(d)
 
     def _rewind(self) -> None:
@@ -438,9 +469,13 @@ class Subscription:
     def _expire(self) -> None:
         now = time.monotonic()
         expired: list[Delivery] = []
+        once: set[Delivery] = set()
         while self._deadlines and self._deadlines[0][0] <= now:
-            _, _, d = heapq.heappop(self._deadlines)
-            if d.offsets and d.consumer is not None and 0 < d.deadline <= now:
+            deadline, _, d = heapq.heappop(self._deadlines)
+            # a delivery's lock restarted (renewed, or started when sent) leaves its older entries
+            # behind: only the entry of its current deadline expires it, and once
+            if deadline == d.deadline and d.offsets and d.consumer is not None and d not in once:
+                once.add(d)
                 expired.append(d)
         for d in expired:
             for o in d.offsets:
@@ -448,6 +483,8 @@ class Subscription:
         self._release(expired)
 
     async def _dispatch_once(self) -> bool:
+        if self.deleted:
+            return False
         self._expire()
         await self.archive_over_limit()  # whether or not anyone is there to take more
         targets = self._targets()
@@ -480,17 +517,22 @@ class Subscription:
         generation = self._generation
         offsets: dict[int, list[int]] = {}
         for d in batch:
-            offsets.setdefault(d.partition, []).extend(d.offsets)
+            if not d.counted:
+                offsets.setdefault(d.partition, []).extend(d.offsets)
         counts = await self.service.store.delivered(self.topic, self.name, self.delivery_limit,
-                                                    {p: sorted(offs) for p, offs in offsets.items()})
+                                                    {p: sorted(offs) for p, offs in offsets.items()}) if offsets else {}
         if generation != self._generation:
             return []
         out: list[Delivery] = []
         over = False
         for d in batch:
-            counted = counts[d.partition]
+            counted = counts.get(d.partition)
+            if d.counted:
+                out.append(d)
+                continue
             if counted is None:  # the usual case: new records from the log, each delivered once now
                 d.redelivery_count = 0
+                d.counted = True
                 out.append(d)
                 continue
             by_count: dict[int, set[int]] = {}
@@ -501,7 +543,7 @@ class Subscription:
                     self.redeliver.append(Delivery(d.partition, d.entry, offs, -n))
                     over = True
                 else:
-                    out.append(Delivery(d.partition, d.entry, offs, n - 1))
+                    out.append(Delivery(d.partition, d.entry, offs, n - 1, counted=True))
             d.offsets = set()  # replaced by the parts above
         if over:
             await self.archive_over_limit()
@@ -585,6 +627,9 @@ class Subscription:
 
     async def _hand_out(self, batch: list[Delivery], targets: list[Consumer]) -> None:
         generation = self._generation
+        # only those still here: one that left while the batch was read would hold it unseen until
+        # its lock expired, and it would go out again as a second delivery
+        targets = [c for c in targets if c in self.consumers]
         per_consumer: dict[Consumer, list[Delivery]] = {}
         now = time.monotonic()
         for d in batch:
@@ -654,7 +699,7 @@ class SubscriptionService:
     def renew_every(self, sub: Subscription) -> float:
         """Seconds to the next renewal: soon while a split subscription lacks or drains a partition."""
         every = min(_RENEW_EVERY, self.lease_ms / 3000)
-        if sub.split and (sub.wanted() != sub.owned):
+        if sub.deleted or (sub.split and sub.wanted() != sub.owned):
             return min(every, _SPLIT_RETRY)
         return every
 
@@ -683,9 +728,10 @@ class SubscriptionService:
             sub.owned_now(dict(zip(gained, positions, strict=True)))
 
     async def grow(self, sub: Subscription) -> None:
-        """Take in partitions added to the topic since; everything on them is new to the subscription."""
-        info = await self.log.topic(sub.topic, create=False)
-        if info.partitions <= sub.partitions:
+        """Take in partitions added to the topic since (everything on them is new to the
+        subscription), or start over on a topic deleted and created again (`refresh`)."""
+        info = await self.refresh(sub)
+        if info is None or info.partitions <= sub.partitions:
             return
         added = range(sub.partitions, info.partitions)
         positions = await self.store.open(sub.topic, added, sub.name, initial="earliest", mode=sub.mode.value)
@@ -697,6 +743,32 @@ class SubscriptionService:
                 sub.owned.add(p)
         sub.partitions = info.partitions
         await sub.watermark_moved(reload={p: sub.cursor[p] for p in added})
+
+    async def refresh(self, sub: Subscription, info: TopicInfo | None = None) -> TopicInfo | None:
+        """The topic as it is now (None while it is deleted). A topic deleted and created again under
+        its name is a new one (a new topic id): the subscription starts over on it from its
+        initial position, as Kafka keys share-partition state by topic id, so a share group reads
+        a re-created topic from share.auto.offset.reset rather than from where it was on the old."""
+        if info is None:
+            try:
+                info = await self.log.topic(sub.topic, create=False)
+            except TopicNotFound:
+                sub.deleted = True
+                return None
+        sub.deleted = False
+        if not sub.topic_id or info.topic_id == sub.topic_id:
+            sub.topic_id = sub.topic_id or info.topic_id
+            return info
+        log.info("%s/%s: the topic was created again, read from its %s", sub.topic, sub.name, sub.initial)
+        sub.reincarnated(info.topic_id, info.partitions)
+        parts = sorted(sub.owned)
+        positions = await self.store.open(sub.topic, parts, sub.name, initial=sub.initial, mode=sub.mode.value)
+        for p, pos in zip(parts, positions, strict=True):
+            sub.cursor[p] = sub.read_pos[p] = pos.cursor
+            sub.max_acked[p] = pos.max_acked
+        await sub.watermark_moved(reload=dict(sub.cursor))
+        sub.wake.set()
+        return info
 
     async def _release_lease(self, sub: Subscription) -> None:
         with contextlib.suppress(Exception):
@@ -733,7 +805,8 @@ class SubscriptionService:
             if sub is None:
                 if not split:
                     await self.store.lease(topic, name, self.node_id, self.lease_ms)
-                sub = Subscription(self, topic, name, mode, info.partitions, split=split, initial=initial_position)
+                sub = Subscription(self, topic, name, mode, info.partitions, split=split, initial=initial_position,
+                                   topic_id=info.topic_id)
                 try:
                     positions = await self.store.open(
                         topic, range(info.partitions), name, initial=initial_position, mode=mode.value
@@ -751,6 +824,7 @@ class SubscriptionService:
                 self._subs[(topic, name)] = sub
                 sub.task = asyncio.create_task(sub.run(), name=f"dispatch {topic}/{name}")
             else:
+                await self.refresh(sub, info)
                 sub.attach(consumer)
             return consumer
 

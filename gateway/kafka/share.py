@@ -4,7 +4,10 @@ Thin translations over the share coordinator (`gateway.domain.groups.share_coord
 4.2's KafkaApis.handleShareGroupHeartbeat / handleShareFetchRequest / handleShareAcknowledgeRequest:
 topics travel by id; a topic id no topic has is UNKNOWN_TOPIC_ID for each of its partitions; the
 session errors (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH) and an unknown member are
-answered at the top level, acknowledgements refused per partition (INVALID_RECORD_STATE). A
+answered at the top level, acknowledgements refused per partition (INVALID_RECORD_STATE). Every
+partition that carried acknowledgements is in a ShareFetch's answer with its AcknowledgeErrorCode
+(0 when applied), with records or none, the session-closing fetch's too, as KafkaApis merges the
+acknowledge results into the fetch response (combineShareFetchAndShareAcknowledgeResponses). A
 ShareFetch returns whole stored batches and, per batch, the ranges of it the member acquired with
 their delivery counts; the client skips the records outside them.
 """
@@ -171,14 +174,14 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
             group_id, req.member_id or "", req.share_session_epoch, add, forget, _acks(req.topics, names),
             max_records=req.max_records, max_bytes=min(req.max_bytes, ctx.services.config.fetch_max_bytes),
             max_wait=min(req.max_wait.total_seconds(), MAX_WAIT),
+            topic_ids={name: tid.hex for tid, name in names.items() if name is not None and tid is not None},
         )
     except Exception as exc:
         return _failed(share_error(exc), exc)
     lock_ms = await _lock_ms(ctx, group_id)
-    if fetched is None:
-        return Encoded(encode_share_fetch_response(KafkaError.none, None, lock_ms, []))
     by_id = {name: tid for tid, name in names.items() if name is not None}
-    for topic, _ in set(fetched.records) | set(fetched.ack_errors) | fetched.elsewhere:
+    answered = set(fetched.records) | fetched.acknowledged | set(fetched.failed)  # acknowledgements: always
+    for topic, _ in answered | fetched.elsewhere:
         if topic not in by_id:  # a topic of the session the request did not name
             info = await ctx.services.log.topic(topic, create=False)
             by_id[topic] = uuid.UUID(hex=info.topic_id) if info.topic_id else None
@@ -189,24 +192,41 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
             topics[t.topic_id] = [SharePartition(p.partition_index, leader, KafkaError.unknown_topic_id)
                                   for p in t.partitions]
     endpoints: dict[int, tuple[int, str, int]] = {}
-    for topic, p in sorted(fetched.elsewhere - set(fetched.ack_errors) - set(fetched.records)):
+    for topic, p in sorted(fetched.elsewhere - answered):
         elsewhere = peer_address(ctx, ctx.services.registry.leader(topic, p))
         endpoints[elsewhere[0]] = elsewhere
         topics.setdefault(by_id.get(topic), []).append(
             SharePartition(p, elsewhere[0], KafkaError.not_leader_or_follower))
-    for tp in sorted(set(fetched.records) | set(fetched.ack_errors)):
+    for tp in sorted(answered):
         topic, p = tp
         ack_error = fetched.ack_errors.get(tp)
         part = SharePartition(p, leader, ack_error=KafkaError.none if ack_error is None else KafkaError(int(ack_error)))
+        if tp in fetched.failed:
+            part.error, part.message = KafkaError.unknown_server_error, fetched.failed[tp]
         for a in fetched.records.get(tp, []):
             part.records += with_base_offset(a.entry.batch, a.entry.base_offset)
             part.size += len(a.entry.batch)
             part.acquired += a.ranges
+        part.acquired = in_batches(part.acquired, req.batch_size)
         topics.setdefault(by_id.get(topic), []).append(part)
     codes = {p.error for ps in topics.values() for p in ps} | {p.ack_error for ps in topics.values() for p in ps}
     codes.discard(KafkaError.none)
     return Encoded(encode_share_fetch_response(KafkaError.none, None, lock_ms, list(topics.items()),
                                                sorted(endpoints.values())), codes)
+
+
+def in_batches(ranges: list[tuple[int, int, int]], batch_size: int) -> list[tuple[int, int, int]]:
+    """Acquired ranges (first, last, delivery count), in offset order, shaped as Kafka's
+    SharePartition.createBatches shapes a fetch's: contiguous ranges of one delivery count are
+    joined across stored batches, and a new one begins at a batch boundary once the current one
+    spans `batch_size` records (ShareFetch's BatchSize) or more."""
+    out: list[tuple[int, int, int]] = []
+    for first, last, count in ranges:
+        if out and out[-1][2] == count and out[-1][1] + 1 == first and first - out[-1][0] < batch_size:
+            out[-1] = (out[-1][0], last, count)
+        else:
+            out.append((first, last, count))
+    return out
 
 
 @dataclass
@@ -217,6 +237,7 @@ class SharePartition:
     leader: int
     error: KafkaError = KafkaError.none
     ack_error: KafkaError = KafkaError.none
+    message: str | None = None  # the error's
     records: list[bytes | memoryview] = field(default_factory=list)
     size: int = 0
     acquired: list[tuple[int, int, int]] = field(default_factory=list)  # first, last, delivery count
@@ -234,7 +255,7 @@ def encode_share_fetch_response(
     for tid, parts in topics:
         out += topic_key(tid, True, True) + array_len(len(parts), True)
         for p in parts:
-            out += I32.pack(p.index) + I16.pack(p.error) + string(None, True) + I16.pack(p.ack_error)
+            out += I32.pack(p.index) + I16.pack(p.error) + string(p.message, True) + I16.pack(p.ack_error)
             out += string(None, True) + I32.pack(p.leader) + I32.pack(LEADER_EPOCH) + NO_TAGS
             out += bytes_len(p.size, True)
             if p.records:

@@ -77,7 +77,9 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
         share = ShareCoordinator(
             log, subscriptions, store, session_timeout_ms=config.group_consumer_session_timeout_ms,
             heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
-            min_lock_duration_ms=config.group_share_min_record_lock_duration_ms,
+            lock_durations_ms=(config.group_share_min_record_lock_duration_ms,
+                               config.group_share_record_lock_duration_ms,
+                               config.group_share_max_record_lock_duration_ms),
             leads=lambda topic, p: registry.leader(topic, p).node_id == config.node_id,
         )
         closing.push_async_callback(share.close)  # releases what its members hold, before the subscriptions close

@@ -97,16 +97,19 @@ def _topic_name(value: str) -> str | None:
     return None
 
 
-def share_group_configs(min_lock_ms: int) -> dict[str, ConfigDef]:
-    """Kafka's GroupConfig share configs, the lock duration bounded below by this gateway's minimum."""
+def share_group_configs(lock_durations_ms: tuple[int, int, int] = (15_000, 30_000, 60_000)) -> dict[str, ConfigDef]:
+    """Kafka's GroupConfig share configs; `lock_durations_ms` is this gateway's (minimum, default,
+    maximum) share.record.lock.duration.ms, Kafka's group.share.{min.,,max.}record.lock.duration.ms
+    (GroupConfig.validate bounds a group's value by the two, and the default is the broker's)."""
+    min_lock_ms, lock_ms, max_lock_ms = lock_durations_ms
     return {c.name: c for c in (
         ConfigDef(AUTO_OFFSET_RESET, Kind.STRING, "latest",
                   "Where a share group starts on a partition it has not read: latest, earliest, or "
                   "by_duration:<ISO-8601 duration> (the first record at or after now less the duration).",
                   effective=True, rule=_auto_offset_reset),
-        ConfigDef(LOCK_DURATION, Kind.INT, "30000",
+        ConfigDef(LOCK_DURATION, Kind.INT, str(lock_ms),
                   "How long a delivered record stays locked to its consumer before it is delivered again.",
-                  effective=True, low=min_lock_ms, high=MAX_LOCK_DURATION_MS),
+                  effective=True, low=min_lock_ms, high=max_lock_ms),
         ConfigDef(DELIVERY_LIMIT, Kind.INT, "5",
                   "Deliveries of a record after which it is archived instead of delivered again.",
                   effective=True, low=2, high=10),
@@ -151,7 +154,9 @@ class Acquired:
 @dataclass
 class ShareFetched:
     records: dict[TopicPartition, list[Acquired]] = field(default_factory=dict)
-    ack_errors: dict[TopicPartition, ShareErrorKind] = field(default_factory=dict)
+    acknowledged: set[TopicPartition] = field(default_factory=set)  # carried acknowledgements
+    ack_errors: dict[TopicPartition, ShareErrorKind] = field(default_factory=dict)  # of those, refused
+    failed: dict[TopicPartition, str] = field(default_factory=dict)  # fetch refused (why): Kafka's UNKNOWN_SERVER_ERROR
     elsewhere: set[TopicPartition] = field(default_factory=set)  # asked for, led by another gateway
 
 
@@ -182,7 +187,13 @@ class ShareGroupView:
 
 
 class _Member:
-    """A member's consumers (one per topic it fetched) and what they were handed, not yet fetched."""
+    """A member's consumers (one per topic it fetched) and what they were handed, not yet fetched.
+
+    Records are handed to a member only while one of its fetches waits for them, and wait here,
+    unlocked, until that fetch's response carries them: their locks start then (`take`), and what
+    the response has no room for, or what arrives after it, goes back to the queue as it was
+    (`give_back`), not as a delivery that failed, as Kafka acquires only what a response carries.
+    So no record's first delivery is lost on the way, nor held by a member that stopped fetching."""
 
     def __init__(self, coordinator: ShareCoordinator, group_id: str, member_id: str) -> None:
         self.coordinator = coordinator
@@ -197,9 +208,15 @@ class _Member:
 
     async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
         topic = self.topics.get(consumer_id)
-        if topic is not None:
-            self.handed.extend((topic, d) for d in deliveries)
+        if topic is None:
+            return
+        for d in deliveries:
+            d.deadline = 0.0  # locked from the response that carries it (`take`)
+        self.handed.extend((topic, d) for d in deliveries)
+        if self.fetching:
             self.arrived.set()
+        else:  # its fetch ended meanwhile
+            self.give_back(topic, frozenset())
 
     async def reset(self, consumer_id: int) -> None:
         """A seek forgot what was in flight: `take` drops what it handed out."""
@@ -223,21 +240,34 @@ class _Member:
             self.handed = [(t, d) for t, d in self.handed if not (t == topic and d in back)]
             sub.give_back(back)
 
-    def take(self, max_records: int, max_bytes: int) -> list[tuple[str, Delivery]]:
-        """What was handed out and is still held, up to the limits (the first batch always)."""
+    def take(self, max_records: int, max_bytes: int, partitions: int = 1) -> list[tuple[str, Delivery]]:
+        """What was handed out and is still held, within a ShareFetch's limits as Kafka applies
+        them, its locks started now. MaxBytes is shared evenly among the `partitions` fetched
+        (DelayedShareFetch's UNIFORM PartitionMaxBytesStrategy) and a partition gives whole stored
+        batches within its share and what is left of MaxBytes, except that the first batch always
+        goes (KIP-74's min-one-message, so a batch larger than the limit cannot stall the consumer);
+        MaxRecords is soft: batches are taken whole until it is reached (ShareFetchUtils acquires
+        `maxFetchRecords - acquiredRecordsCount` per partition, batch-aligned)."""
         out: list[tuple[str, Delivery]] = []
         records = size = 0
+        share = max_bytes // max(1, partitions)
+        per_partition: dict[TopicPartition, int] = {}
         keep: list[tuple[str, Delivery]] = []
         for topic, d in self.handed:
             if not self.held(topic, d):
                 continue
-            if out and (records >= max_records or size + len(d.entry.batch) > max_bytes):
+            n, tp = len(d.entry.batch), (topic, d.partition)
+            if out and (records >= max_records or size + n > max_bytes or per_partition.get(tp, 0) + n > share):
                 keep.append((topic, d))
                 continue
             out.append((topic, d))
             records += len(d.offsets)
-            size += len(d.entry.batch)
+            size += n
+            per_partition[tp] = per_partition.get(tp, 0) + n
         self.handed = keep
+        for topic, consumer in self.consumers.items():
+            if consumer.subscription is not None:
+                consumer.subscription.start_locks([d for t, d in out if t == topic])
         return out
 
 
@@ -246,7 +276,7 @@ class ShareCoordinator:
 
     def __init__(
         self, log_service: LogService, subscriptions: SubscriptionService, store: Store, *,
-        session_timeout_ms: int, heartbeat_interval_ms: int, min_lock_duration_ms: int,
+        session_timeout_ms: int, heartbeat_interval_ms: int, lock_durations_ms: tuple[int, int, int],
         leads: Callable[[str, int], bool] = lambda topic, partition: True,
     ) -> None:
         """`leads`: whether this gateway leads a partition (Metadata's answer); a member fetches a
@@ -257,7 +287,7 @@ class ShareCoordinator:
         self.store = store.share_groups
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.specs = share_group_configs(min_lock_duration_ms)
+        self.specs = share_group_configs(lock_durations_ms)
         self.groups: dict[str, ShareGroup] = {}
         self.stats: dict[str, Stats] = {}
         self._members: dict[tuple[str, str], _Member] = {}
@@ -368,7 +398,8 @@ class ShareCoordinator:
         member = self._members.pop((group_id, member_id), None)
         if member is None:
             return
-        for consumer in member.consumers.values():
+        for topic, consumer in member.consumers.items():
+            member.give_back(topic, frozenset())  # never sent: not a delivery that failed
             await self.subscriptions.unsubscribe_consumer(consumer)
 
     async def view(self, group_id: str) -> ShareGroupView | None:
@@ -471,24 +502,30 @@ class ShareCoordinator:
     async def fetch(
         self, group_id: str, member_id: str, session_epoch: int, add: Iterable[TopicPartition],
         forget: Iterable[TopicPartition], acks: Mapping[TopicPartition, list[AckBatch]], *,
-        max_records: int, max_bytes: int, max_wait: float,
-    ) -> ShareFetched | None:
+        max_records: int, max_bytes: int, max_wait: float, topic_ids: Mapping[str, str] | None = None,
+    ) -> ShareFetched:
         """A ShareFetch: the session moved on, the acknowledgements applied, then records acquired
-        (waiting up to `max_wait` for some). None when the request closes the session."""
+        (waiting up to `max_wait` for some); no records when the request closes the session, only
+        the outcome of its acknowledgements. `topic_ids`: the ids the request named its topics by;
+        one the member's subscription does not know is a topic created again, read afresh at once."""
         group = self._group(group_id)
         session = group.session(member_id, session_epoch, add, forget)
-        out = ShareFetched()
+        out = ShareFetched(acknowledged=set(acks))
         if acks:
             out.ack_errors = await self.acknowledge(group_id, member_id, acks)
         if session is None:
             await self._drop(group_id, member_id)
-            return None
+            return out
         member = self._members.get((group_id, member_id))
         if member is None:
             member = self._members[(group_id, member_id)] = _Member(self, group_id, member_id)
             self._start_reaper()
         member.fetching += 1
         try:
+            for topic, consumer in member.consumers.items():
+                sub = consumer.subscription
+                if sub is not None and (topic_ids or {}).get(topic, sub.topic_id) != sub.topic_id:
+                    await self.subscriptions.refresh(sub)
             return await self._fetch(member, session, out, max_records=max_records, max_bytes=max_bytes,
                                      max_wait=max_wait)
         finally:
@@ -505,18 +542,23 @@ class ShareCoordinator:
         for t, p in session.partitions:
             mine[t] = mine.get(t, frozenset()) | ({p} if self.leads(t, p) else set())
         topics = set(mine)
-        for topic in set(member.consumers) - topics:
-            consumer = member.consumers.pop(topic)
-            await self.subscriptions.unsubscribe_consumer(consumer)
         for topic in topics - set(member.consumers):
             await self._attach(member, topic, mine[topic])
+        # a topic or partition the session forgot is fetched no more, but what the member acquired
+        # of it stays its own until acknowledged, released or expired, as in Kafka, where the
+        # records a member acquired outlive its session's partitions (its consumer leaves with it)
         for topic, consumer in member.consumers.items():
             if consumer.subscription is not None:
-                member.give_back(topic, mine[topic])
-                consumer.subscription.take_partitions(consumer, mine[topic])
+                member.give_back(topic, mine.get(topic, frozenset()))
+                consumer.subscription.take_partitions(consumer, mine.get(topic, frozenset()))
         if max_records <= 0 or not topics:
             return out
-        taken = member.take(max_records, max_bytes)
+        if max_bytes <= 0:  # Kafka's PartitionMaxBytesStrategy refuses it; the fetch fails at once
+            out.failed = {tp: "Request max bytes must be greater than 0" for tp in sorted(session.partitions)
+                          if tp not in out.elsewhere}
+            return out
+        fetched = len(session.partitions) - len(out.elsewhere)
+        taken = member.take(max_records, max_bytes, fetched)
         if not taken and max_wait > 0 and not out.elsewhere:
             member.arrived.clear()
             for consumer in member.consumers.values():
@@ -527,7 +569,9 @@ class ShareCoordinator:
                 await asyncio.wait_for(member.arrived.wait(), max_wait)
             for consumer in member.consumers.values():
                 consumer.permits = 0
-            taken = member.take(max_records, max_bytes)
+            taken = member.take(max_records, max_bytes, fetched)
+        for topic in member.consumers:  # what the response has no room for
+            member.give_back(topic, frozenset())
         out.records = _acquired((t, d) for t, d in taken if (t, d.partition) in session.partitions)
         return out
 
