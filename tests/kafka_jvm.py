@@ -161,6 +161,9 @@ class KafkaBroker:
             "share.coordinator.state.topic.num.partitions=1",
             # as the suite's gateways: no 3 s wait before a new classic group's first rebalance
             "group.initial.rebalance.delay.ms=0",
+            # as librdkafka's CI and the suite's share-group gateways: a share group may lock its
+            # records for as little as 1 s (share.record.lock.duration.ms); the default stays 30 s
+            "group.share.min.record.lock.duration.ms=1000",
             # ACLs served, as the gateway always serves them; the unauthenticated clients of the
             # tests may do anything, as they may on a gateway without --auth
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",

@@ -12,6 +12,8 @@ import asyncio
 import re
 import threading
 import time
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import confluent_kafka as ck
@@ -30,11 +32,13 @@ from gateway.clock import now_ms
 from gateway.formats.records import Compression
 from gateway.kafka.configs import SOURCE_DYNAMIC_BROKER
 from gateway.kafka.dispatch import ApiKey
-from tests.conftest import eventually
+from gateway.server.gateway import Gateway
+from tests.conftest import eventually, running_gateway, test_config
 from tests.kafka_jvm import allowed, same_on_both, unique
 from tests.kafka_wire import call
 from tests.test_kafka_consumer_groups import Log, Member
 from tests.test_kafka_record_errors import _batch, _ck_produce, _watermarks
+from tests.test_kafka_share import count, group_configs, offset, poll_until, polls, produce_sync, values
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 
@@ -285,3 +289,108 @@ async def test_committing_a_partition_another_member_owns_as_on_kafka(gateway, k
         return await asyncio.to_thread(_commit_for_another_member, bs, topic)
 
     await same_on_both(gateway, kafka_broker, scenario)
+
+
+# -- Share groups (KIP-932) ------------------------------------------------------------------------
+
+LOCK_MS = 1000  # the least either allows, as the Kafka broker of the suite is set
+
+
+@pytest.fixture
+async def share_gateway(redis_url: str) -> AsyncIterator[Gateway]:
+    """A gateway whose share groups may lock records for as little as LOCK_MS, as the Kafka broker."""
+    async with running_gateway(test_config(redis_url, group_share_min_record_lock_duration_ms=LOCK_MS)) as gw:
+        yield gw
+
+
+def share_consumer(bs: str, group: str, topic: str, **conf: object) -> ck.ShareConsumer:
+    c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit",
+                          **conf})
+    c.subscribe([topic])
+    return c
+
+
+async def share_topic(bs: str, topic: str, partitions: int, group: str, **configs: str) -> None:
+    """A topic and a share group reading it from the earliest record, with the group's `configs`."""
+    await asyncio.to_thread(create_topics, bs, (topic, partitions, {}))
+    await group_configs(bs, group, share_auto_offset_reset="earliest", **configs)
+
+
+async def test_acknowledgements_with_no_new_records_as_on_kafka(share_gateway, kafka_broker) -> None:
+    """Acknowledgements riding on fetches that find no new records, and on close: what the
+    acknowledgement commit callback hears (which offsets, and any error)."""
+    topic, group = unique("ackonly"), unique("ackonly")
+
+    async def scenario(bs: str) -> object:
+        await share_topic(bs, topic, 1, group)
+        await asyncio.to_thread(produce_sync, bs, [b"r%d" % i for i in range(10)], topic)
+        heard: list[tuple[dict[Any, list[int]], Any]] = []
+
+        def acked() -> set[int]:
+            return {o for offsets, _ in heard for os in offsets.values() for o in os}
+
+        def run() -> None:
+            c = share_consumer(bs, group, topic)
+            c.set_acknowledgement_commit_callback(lambda offsets, exc: heard.append((offsets, exc)))
+            try:
+                got: list[ck.Message] = []
+                deadline = time.monotonic() + TIMEOUT
+                while len(got) < 10 or acked() < set(range(10)):
+                    assert time.monotonic() < deadline, f"{len(got)} records, {sorted(acked())} acknowledged"
+                    batch = [m for m in c.poll(0.5) if m.error() is None]
+                    for m in batch:
+                        c.acknowledge(m)
+                    got += batch
+                produce_sync(bs, [b"last"], topic)
+                for m in poll_until(c, lambda s: b"last" in values(s)):
+                    c.acknowledge(m)
+            finally:
+                c.close()  # carries the last acknowledgement
+
+        await asyncio.to_thread(run)
+        return sorted(acked()), [str(exc) for _, exc in heard if exc is not None]
+
+    await same_on_both(share_gateway, kafka_broker, scenario)
+
+
+async def test_fetch_max_bytes_zero_as_on_kafka(share_gateway, kafka_broker) -> None:
+    """A consumer with fetch.max.bytes=0 polls nothing; ShareFetch with MaxBytes 0 on the wire (its
+    partition's error and message, what it acquired); another consumer then gets every record on its
+    first delivery."""
+    topic, group = unique("fmb0"), unique("fmb0")
+
+    async def scenario(bs: str) -> object:
+        await share_topic(bs, topic, 1, group)
+        await asyncio.to_thread(produce_sync, bs, [b"r%d" % i for i in range(10)], topic)
+
+        def starved() -> list[bytes]:
+            c = share_consumer(bs, group, topic, **{"fetch.max.bytes": 0})
+            try:
+                return values([m for _ in range(5) for m in c.poll(1.0)])
+            finally:
+                c.close()
+
+        polled = await asyncio.to_thread(starved)
+        tid = await asyncio.to_thread(topic_id, bs, topic)
+        member = str(uuid.uuid4())
+        joined = await wire(bs, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+            "group_id": group, "member_id": member, "member_epoch": 0, "subscribed_topic_names": [topic]})
+        r = await wire(bs, ApiKey.SHARE_FETCH, 1, {
+            "group_id": group, "member_id": member, "share_session_epoch": 0, "max_wait": 5000, "min_bytes": 1,
+            "max_bytes": 0, "max_records": 100, "batch_size": 100, "forgotten_topics_data": [],
+            "topics": [{"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]})
+        on_wire = (int(joined.error_code), int(r.error_code), [
+            (p.partition_index, int(p.error_code), p.error_message, list(p.acquired_records))
+            for t in r.responses for p in t.partitions])
+        got = [m for b in await asyncio.to_thread(polls, bs, group, topic, 10) for m in b]
+        return polled, on_wire, sorted(offset(m) for m in got), sorted({count(m) for m in got})
+
+    await same_on_both(share_gateway, kafka_broker, scenario)
+
+
+def topic_id(bs: str, topic: str) -> uuid.UUID:
+    admin = AdminClient({"bootstrap.servers": bs})  # kept until the answer comes
+    [described] = admin.describe_topics(ck.TopicCollection([topic])).values()
+    tid = described.result(timeout=TIMEOUT).topic_id
+    bits = 2**64 - 1
+    return uuid.UUID(int=(tid.get_most_significant_bits() & bits) << 64 | tid.get_least_significant_bits() & bits)

@@ -180,7 +180,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
         return _failed(share_error(exc), exc)
     lock_ms = await _lock_ms(ctx, group_id)
     by_id = {name: tid for tid, name in names.items() if name is not None}
-    answered = set(fetched.records) | fetched.acknowledged | set(fetched.failed)  # acknowledgements: always
+    answered = set(fetched.records) | fetched.acknowledged  # acknowledgements: always
     for topic, _ in answered | fetched.elsewhere:
         if topic not in by_id:  # a topic of the session the request did not name
             info = await ctx.services.log.topic(topic, create=False)
@@ -201,8 +201,6 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
         topic, p = tp
         ack_error = fetched.ack_errors.get(tp)
         part = SharePartition(p, leader, ack_error=KafkaError.none if ack_error is None else KafkaError(int(ack_error)))
-        if tp in fetched.failed:
-            part.error, part.message = KafkaError.unknown_server_error, fetched.failed[tp]
         for a in fetched.records.get(tp, []):
             part.records += with_base_offset(a.entry.batch, a.entry.base_offset)
             part.size += len(a.entry.batch)
