@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.clock import now_ms
 from gateway.formats.records import Compression
-from gateway.kafka.configs import SOURCE_DYNAMIC_BROKER
+from gateway.kafka.configs import RESOURCE_BROKER, RESOURCE_GROUP, SOURCE_DYNAMIC_BROKER
 from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from tests.conftest import eventually, running_gateway, test_config
@@ -38,7 +38,7 @@ from tests.kafka_jvm import allowed, same_on_both, unique
 from tests.kafka_wire import call
 from tests.test_kafka_consumer_groups import Log, Member
 from tests.test_kafka_record_errors import _batch, _ck_produce, _watermarks
-from tests.test_kafka_share import count, group_configs, offset, poll_until, polls, produce_sync, values
+from tests.test_kafka_share import count, fill, group_configs, offset, poll_until, polls, produce_sync, values
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 
@@ -149,7 +149,7 @@ def _no_node(text: str | None, node: int) -> str | None:
 
 async def _describe_broker(bs: str, name: str, node: int) -> object:
     resp = await wire(bs, ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
-        {"resource_type": ResourceType.BROKER.value, "resource_name": name, "configuration_keys": BROKER_KEYS}],
+        {"resource_type": RESOURCE_BROKER, "resource_name": name, "configuration_keys": BROKER_KEYS}],
         "include_synonyms": True, "include_documentation": False})
     [res] = resp.results
     def source(name: str, value: int) -> object:
@@ -163,7 +163,7 @@ async def _describe_broker(bs: str, name: str, node: int) -> object:
 
 async def _incremental(bs: str, name: str, node: int, *changes: tuple[str, int, str | None]) -> object:
     resp = await wire(bs, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
-        {"resource_type": ResourceType.BROKER.value, "resource_name": name, "configs": [
+        {"resource_type": RESOURCE_BROKER, "resource_name": name, "configs": [
             {"name": k, "config_operation": op, "value": v} for k, op, v in changes]}]})
     [res] = resp.responses
     return int(res.error_code), _no_node(res.error_message, node)
@@ -394,3 +394,118 @@ def topic_id(bs: str, topic: str) -> uuid.UUID:
     tid = described.result(timeout=TIMEOUT).topic_id
     bits = 2**64 - 1
     return uuid.UUID(int=(tid.get_most_significant_bits() & bits) << 64 | tid.get_least_significant_bits() & bits)
+
+
+def poll_values(c: ck.ShareConsumer, got: list[ck.Message], wanted: set[bytes]) -> None:
+    """Poll, accepting each record into `got`, until its values hold `wanted`."""
+    deadline = time.monotonic() + TIMEOUT * 2
+    while not wanted <= set(values(got)):
+        assert time.monotonic() < deadline, f"got {sorted(set(values(got)))}"
+        for m in c.poll(0.5):
+            if m.error() is None:
+                got.append(m)
+                c.acknowledge(m)
+
+
+async def test_a_topic_created_again_under_a_live_share_group_as_on_kafka(share_gateway, kafka_broker) -> None:
+    """A share consumer reads a topic that is then deleted and created again (fewer partitions)
+    while it goes on polling: which records of the new topic it gets, and their delivery counts."""
+    topic, group = unique("reborn"), unique("reborn")
+
+    async def scenario(bs: str) -> object:
+        await share_topic(bs, topic, 3, group)
+        await asyncio.to_thread(produce_sync, bs, [b"r%d" % i for i in range(30)], topic)
+        c = share_consumer(bs, group, topic, **{"topic.metadata.refresh.interval.ms": "500"})
+        got: list[ck.Message] = []
+        try:
+            await asyncio.to_thread(poll_values, c, got, {b"r%d" % i for i in range(30)})
+            old = sorted(values(got))
+            admin = AdminClient({"bootstrap.servers": bs})
+            for f in admin.delete_topics([topic]).values():
+                await asyncio.to_thread(f.result, TIMEOUT)
+            await asyncio.to_thread(create_topics, bs, (topic, 2, {}))
+            del got[:]
+            await asyncio.to_thread(produce_sync, bs, [b"new%d" % i for i in range(10)], topic)
+            await asyncio.to_thread(poll_values, c, got, {b"new%d" % i for i in range(10)})
+        finally:
+            await asyncio.to_thread(c.close)
+        return old, sorted(values(got)), sorted({count(m) for m in got})
+
+    await same_on_both(share_gateway, kafka_broker, scenario)
+
+
+async def test_every_first_delivery_reaches_a_share_consumer_as_on_kafka(share_gateway, kafka_broker) -> None:
+    """Four share consumers join one after another and drain 3,000 records of three partitions,
+    accepting each: how many deliveries, of how many records, and which were not first deliveries."""
+    topic, group, n = unique("first"), unique("first"), 3000
+
+    async def scenario(bs: str) -> object:
+        await share_topic(bs, topic, 3, group)
+        await fill(bs, n, topic=topic)
+        delivered: list[tuple[int, int, int]] = []  # partition, offset, delivery count
+        lock = threading.Lock()
+
+        def drained() -> bool:
+            with lock:
+                return len({d[:2] for d in delivered}) >= n
+
+        def member(joined: threading.Event, previous: threading.Event | None) -> None:
+            if previous is not None:
+                previous.wait(TIMEOUT)  # joins one after another: each one moves the assignment
+            c = share_consumer(bs, group, topic)
+            try:
+                deadline = time.monotonic() + TIMEOUT * 2
+                while not drained() and time.monotonic() < deadline:
+                    batch = [m for m in c.poll(0.2) if m.error() is None]
+                    joined.set()
+                    for m in batch:
+                        c.acknowledge(m)
+                    with lock:
+                        delivered.extend((m.partition() or 0, offset(m), count(m)) for m in batch)
+            finally:
+                joined.set()
+                c.close()
+
+        events = [threading.Event() for _ in range(4)]
+        await asyncio.gather(*(asyncio.to_thread(member, e, events[i - 1] if i else None)
+                               for i, e in enumerate(events)))
+        return len(delivered), len({d[:2] for d in delivered}), [d for d in delivered if d[2] != 1]
+
+    await same_on_both(share_gateway, kafka_broker, scenario)
+
+
+LOCK_KEYS = ["share.record.lock.duration.ms", "share.auto.offset.reset", "share.delivery.count.limit"]
+
+
+async def test_a_groups_record_lock_duration_as_on_kafka(share_gateway, kafka_broker) -> None:
+    """share.record.lock.duration.ms set on the group (1 s): DescribeConfigs of the group, then a
+    consumer that takes records and never acknowledges them, and another consumer that gets them
+    once their locks expire, with their delivery counts."""
+    topic, group = unique("locks"), unique("locks")
+
+    async def scenario(bs: str) -> object:
+        await share_topic(bs, topic, 1, group, share_record_lock_duration_ms=str(LOCK_MS))
+        resp = await wire(bs, ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
+            {"resource_type": RESOURCE_GROUP, "resource_name": group, "configuration_keys": LOCK_KEYS}],
+            "include_synonyms": True, "include_documentation": False})
+        described = [(int(r.error_code), r.error_message, sorted(
+            (c.name, c.value, c.read_only, int(c.config_source), int(c.config_type),
+             [(s.name, s.value, int(s.source)) for s in c.synonyms]) for c in r.configs)) for r in resp.results]
+        await fill(bs, 20, topic=topic)
+
+        def run() -> tuple[list[ck.Message], list[ck.Message]]:
+            idle, busy = share_consumer(bs, group, topic), share_consumer(bs, group, topic)
+            try:
+                held = poll_until(idle, lambda s: len(s) >= 1)  # never acknowledged, never polled again
+                taken = poll_until(busy, lambda s: {offset(m) for m in held} <= {offset(m) for m in s},
+                                   lambda m: busy.acknowledge(m))
+                return held, taken
+            finally:
+                busy.close()
+                idle.close()
+
+        held, taken = await asyncio.to_thread(run)
+        counts = {offset(m): count(m) for m in taken}
+        return described, sorted({count(m) for m in held}), sorted({counts[offset(m)] for m in held})
+
+    await same_on_both(share_gateway, kafka_broker, scenario)

@@ -192,6 +192,8 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
             topics[t.topic_id] = [SharePartition(p.partition_index, leader, KafkaError.unknown_topic_id)
                                   for p in t.partitions]
     endpoints: dict[int, tuple[int, str, int]] = {}
+    for (_, p), old in sorted(fetched.stale.items()):
+        topics.setdefault(uuid.UUID(hex=old), []).append(SharePartition(p, leader, KafkaError.unknown_topic_id))
     for topic, p in sorted(fetched.elsewhere - answered):
         elsewhere = peer_address(ctx, ctx.services.registry.leader(topic, p))
         endpoints[elsewhere[0]] = elsewhere
@@ -307,7 +309,10 @@ async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
 
 
 async def describe_group_configs(ctx: RequestContext, group_id: str, keys: list[str] | None) -> list[dict[str, Any]]:
-    """The share group configs, each set one as a group config (DYNAMIC_GROUP_CONFIG), else Kafka's default."""
+    """The share group configs, each set one as a group config (DYNAMIC_GROUP_CONFIG), else the
+    default; the synonyms as Kafka's ConfigHelper.createGroupConfigEntry lists them: the group's own
+    value, then the default under the broker config's name where there is one
+    (group.share.record.lock.duration.ms), else under the group config's."""
     await _authorize(ctx, group_id, Operation.DESCRIBE_CONFIGS)
     share = _share(ctx)
     configs = await share.configs(group_id, fresh=True)
@@ -315,11 +320,11 @@ async def describe_group_configs(ctx: RequestContext, group_id: str, keys: list[
     for name, spec in share.specs.items():
         if keys is not None and name not in keys:
             continue
-        source = SOURCE_GROUP if name in configs else SOURCE_DEFAULT
-        value = configs.get(name, spec.default)
-        out.append({"name": name, "value": value, "read_only": False, "config_source": source, "is_sensitive": False,
-                    "synonyms": [{"name": name, "value": value, "source": source}], "config_type": spec.kind,
-                    "documentation": spec.doc})
+        synonyms = [{"name": name, "value": configs[name], "source": SOURCE_GROUP}] if name in configs else []
+        synonyms.append({"name": spec.broker or name, "value": spec.default, "source": SOURCE_DEFAULT})
+        out.append({"name": name, "value": synonyms[0]["value"], "read_only": False,
+                    "config_source": synonyms[0]["source"], "is_sensitive": False, "synonyms": synonyms,
+                    "config_type": spec.kind, "documentation": spec.doc})
     return out
 
 
