@@ -26,6 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
     ResourceType,
 )
+from kafka import KafkaProducer
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.clock import now_ms
@@ -90,10 +91,21 @@ def _clock_free(message: str | None) -> str | None:
     return re.sub(r"\[(-?\d+), (-?\d+)\]", lambda m: f"[width {int(m[2]) - int(m[1])}]", message)
 
 
+def _kp_errors(bs: str, topic: str, keys: list[bytes | None]) -> list[tuple[str, str]]:
+    """What kafka-python, which shows the broker's messages, raises for each record of one batch."""
+    p = KafkaProducer(bootstrap_servers=bs, linger_ms=1000, retries=0)
+    try:
+        futures = [p.send(topic, b"v", key=k) for k in keys]
+        p.flush(TIMEOUT)
+        return [(type(f.exception).__name__, str(f.exception)) for f in futures]
+    finally:
+        p.close()
+
+
 async def test_record_errors_match_kafka(gateway, kafka_broker) -> None:
     """A compacted topic's batch with keyless records and a batch with out-of-range timestamps:
-    Produce v11's partition errors, messages and record_errors, what confluent-kafka reports for each
-    record, and that nothing was written."""
+    Produce v11's partition errors, messages and record_errors, what confluent-kafka and kafka-python
+    report for each record, and that nothing was written."""
     table, clock = unique("table"), unique("clock")
     now = now_ms()
 
@@ -125,6 +137,7 @@ async def test_record_errors_match_kafka(gateway, kafka_broker) -> None:
             _ck_produce(bs, table, [(k, None) for k in keys]),
             _ck_produce(bs, clock, [(b"k", ts) for ts in stamps]),
             _ck_produce(bs, clock, [(b"k", ts) for ts in one_bad]),
+            _kp_errors(bs, table, keys),
             [_watermarks(bs, t) for t in (table, clock)]])
         return wire_answer, by_client
 
