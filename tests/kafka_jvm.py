@@ -162,6 +162,9 @@ class KafkaBroker:
             "share.coordinator.state.topic.num.partitions=1",
             # as the suite's gateways: no 3 s wait before a new classic group's first rebalance
             "group.initial.rebalance.delay.ms=0",
+            # as librdkafka's CI and the suite's share-group gateways: a share group may lock its
+            # records for as little as 1 s (share.record.lock.duration.ms); the default stays 30 s
+            "group.share.min.record.lock.duration.ms=1000",
             # ACLs served, as the gateway always serves them; the unauthenticated clients of the
             # tests may do anything, as they may on a gateway without --auth
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -244,6 +247,17 @@ async def same_on_both(gateway: Any, kafka_broker: KafkaBroker, scenario: Scenar
         pprint.pformat(on_kafka, width=200).splitlines(), pprint.pformat(on_gateway, width=200).splitlines(),
         "kafka", "gateway", lineterm=""))
     return on_kafka
+
+
+DIFFERENCES = Path(__file__).resolve().parents[1] / "docs" / "kafka-differences.md"
+
+
+def allowed(what: str) -> str:
+    """`what`, once checked to name a row of the allowlist's table in docs/kafka-differences.md: a
+    test lets a difference through only where that one list says why."""
+    rows = re.findall(r"^\| (.+?) \|", DIFFERENCES.read_text(), flags=re.M)
+    assert what in rows, f"docs/kafka-differences.md lists no {what!r}"
+    return what
 
 
 def unique(prefix: str) -> str:

@@ -358,7 +358,8 @@ def _kafka_python_brokers(bs: str, node_id: int, txn_max: int) -> None:
                                            config_filter="all")
         values = {k: v["value"] for k, v in described["broker"][str(node_id)].items()}
         assert values["transaction.max.timeout.ms"] == str(txn_max)
-        assert values["log.retention.ms"] == "604800000" and values["message.max.bytes"] == "1048588"
+        # unset, as on Kafka: its default is log.retention.hours'
+        assert values["log.retention.ms"] is None and values["message.max.bytes"] == "1048588"
         admin.create_topics([KNewTopic("kp-rf3", 2, 3)])
         [desc] = admin.describe_topics(["kp-rf3"])
         assert [(p["replica_nodes"], p["isr_nodes"]) for p in desc["partitions"]] == [([node_id], [node_id])] * 2

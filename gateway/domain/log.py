@@ -286,7 +286,8 @@ class LogService:
         changes at run time (`BROKER_DEFAULTS`), others are refused as Kafka does."""
 
         def static(name: str) -> Exception:
-            return InvalidRequest(f"Cannot update these configs dynamically: {name}")
+            # DynamicBrokerConfig.validateConfigs names them as a Java set prints: "[name]"
+            return InvalidRequest(f"Cannot update these configs dynamically: [{name}]")
 
         def changed(current: dict[str, str]) -> dict[str, str]:
             return apply(current, changes, BROKER_DEFAULTS, incremental=incremental, unknown=static)

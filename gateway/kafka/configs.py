@@ -140,7 +140,10 @@ async def _broker_entries(ctx: RequestContext, name: str, keys: list[str] | None
             out.append(_entry(key, kind, doc, [(key, value, SOURCE_STATIC_BROKER)], read_only=True))
     for broker, spec in BROKER_DEFAULTS.items():
         if wanted(broker):
-            out.append(_entry(broker, spec.kind, spec.doc, _synonyms(spec, None, defaults), default=spec.default))
+            # a broker config whose default lives in a fallback (log.retention.ms: log.retention.hours)
+            # has none of its own: Kafka's broker describes it unset, null, as KafkaConfig holds it
+            default = None if spec.broker_fallback is not None else spec.default
+            out.append(_entry(broker, spec.kind, spec.doc, _synonyms(spec, None, defaults), default=default))
     return out
 
 
@@ -154,7 +157,8 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
     results = []
     for r in req.resources:
         keys = None if r.configuration_keys is None else list(r.configuration_keys)
-        res: dict[str, Any] = {"error_code": KafkaError.none, "error_message": None,
+        # a described resource's message is "", the schema's default (ConfigHelper sets none)
+        res: dict[str, Any] = {"error_code": KafkaError.none, "error_message": "",
                                "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": []}
         try:
             if r.resource_type == RESOURCE_TOPIC:

@@ -180,7 +180,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
         return _failed(share_error(exc), exc)
     lock_ms = await _lock_ms(ctx, group_id)
     by_id = {name: tid for tid, name in names.items() if name is not None}
-    answered = set(fetched.records) | fetched.acknowledged | set(fetched.failed)  # acknowledgements: always
+    answered = set(fetched.records) | fetched.acknowledged  # acknowledgements: always
     for topic, _ in answered | fetched.elsewhere:
         if topic not in by_id:  # a topic of the session the request did not name
             info = await ctx.services.log.topic(topic, create=False)
@@ -192,6 +192,8 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
             topics[t.topic_id] = [SharePartition(p.partition_index, leader, KafkaError.unknown_topic_id)
                                   for p in t.partitions]
     endpoints: dict[int, tuple[int, str, int]] = {}
+    for (_, p), old in sorted(fetched.stale.items()):
+        topics.setdefault(uuid.UUID(hex=old), []).append(SharePartition(p, leader, KafkaError.unknown_topic_id))
     for topic, p in sorted(fetched.elsewhere - answered):
         elsewhere = peer_address(ctx, ctx.services.registry.leader(topic, p))
         endpoints[elsewhere[0]] = elsewhere
@@ -201,8 +203,6 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
         topic, p = tp
         ack_error = fetched.ack_errors.get(tp)
         part = SharePartition(p, leader, ack_error=KafkaError.none if ack_error is None else KafkaError(int(ack_error)))
-        if tp in fetched.failed:
-            part.error, part.message = KafkaError.unknown_server_error, fetched.failed[tp]
         for a in fetched.records.get(tp, []):
             part.records += with_base_offset(a.entry.batch, a.entry.base_offset)
             part.size += len(a.entry.batch)
@@ -309,7 +309,10 @@ async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
 
 
 async def describe_group_configs(ctx: RequestContext, group_id: str, keys: list[str] | None) -> list[dict[str, Any]]:
-    """The share group configs, each set one as a group config (DYNAMIC_GROUP_CONFIG), else Kafka's default."""
+    """The share group configs, each set one as a group config (DYNAMIC_GROUP_CONFIG), else the
+    default; the synonyms as Kafka's ConfigHelper.createGroupConfigEntry lists them: the group's own
+    value, then the default under the broker config's name where there is one
+    (group.share.record.lock.duration.ms), else under the group config's."""
     await _authorize(ctx, group_id, Operation.DESCRIBE_CONFIGS)
     share = _share(ctx)
     configs = await share.configs(group_id, fresh=True)
@@ -317,11 +320,11 @@ async def describe_group_configs(ctx: RequestContext, group_id: str, keys: list[
     for name, spec in share.specs.items():
         if keys is not None and name not in keys:
             continue
-        source = SOURCE_GROUP if name in configs else SOURCE_DEFAULT
-        value = configs.get(name, spec.default)
-        out.append({"name": name, "value": value, "read_only": False, "config_source": source, "is_sensitive": False,
-                    "synonyms": [{"name": name, "value": value, "source": source}], "config_type": spec.kind,
-                    "documentation": spec.doc})
+        synonyms = [{"name": name, "value": configs[name], "source": SOURCE_GROUP}] if name in configs else []
+        synonyms.append({"name": spec.broker or name, "value": spec.default, "source": SOURCE_DEFAULT})
+        out.append({"name": name, "value": synonyms[0]["value"], "read_only": False,
+                    "config_source": synonyms[0]["source"], "is_sensitive": False, "synonyms": synonyms,
+                    "config_type": spec.kind, "documentation": spec.doc})
     return out
 
 

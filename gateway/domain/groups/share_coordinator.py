@@ -110,10 +110,10 @@ def share_group_configs(lock_durations_ms: tuple[int, int, int] = (15_000, 30_00
                   effective=True, rule=_auto_offset_reset),
         ConfigDef(LOCK_DURATION, Kind.INT, str(lock_ms),
                   "How long a delivered record stays locked to its consumer before it is delivered again.",
-                  effective=True, low=min_lock_ms, high=max_lock_ms),
+                  effective=True, broker="group.share.record.lock.duration.ms", low=min_lock_ms, high=max_lock_ms),
         ConfigDef(DELIVERY_LIMIT, Kind.INT, "5",
                   "Deliveries of a record after which it is archived instead of delivered again.",
-                  effective=True, low=2, high=10),
+                  effective=True, broker="group.share.delivery.count.limit", low=2, high=10),
         ConfigDef(DEAD_LETTER_TOPIC, Kind.STRING, "",
                   "Beyond Kafka: a topic that receives every record rejected or archived at the delivery "
                   "limit, with headers saying why, how often it was delivered and where it came from; "
@@ -157,8 +157,9 @@ class ShareFetched:
     records: dict[TopicPartition, list[Acquired]] = field(default_factory=dict)
     acknowledged: set[TopicPartition] = field(default_factory=set)  # carried acknowledgements
     ack_errors: dict[TopicPartition, ShareErrorKind] = field(default_factory=dict)  # of those, refused
-    failed: dict[TopicPartition, str] = field(default_factory=dict)  # fetch refused (why): Kafka's UNKNOWN_SERVER_ERROR
     elsewhere: set[TopicPartition] = field(default_factory=set)  # asked for, led by another gateway
+    # of the session, a topic deleted and created again since the session named it: the old id
+    stale: dict[TopicPartition, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -206,6 +207,7 @@ class _Member:
         self.arrived = asyncio.Event()
         self.seen = now_ms()  # the end of its last request here
         self.fetching = 0  # its requests in progress here
+        self.ids: dict[str, str] = {}  # topic -> the id its share session names it by
 
     async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
         topic = self.topics.get(consumer_id)
@@ -540,11 +542,26 @@ class ShareCoordinator:
                 sub = consumer.subscription
                 if sub is not None and (topic_ids or {}).get(topic, sub.topic_id) != sub.topic_id:
                     await self.subscriptions.refresh(sub)
+            member.ids.update(topic_ids or {})
+            self._drop_stale(member, session, out)
             return await self._fetch(member, session, out, max_records=max_records, max_bytes=max_bytes,
                                      max_wait=max_wait)
         finally:
             member.fetching -= 1
             member.seen = now_ms()
+
+    @staticmethod
+    def _drop_stale(member: _Member, session: ShareSession, out: ShareFetched) -> None:
+        """A session's partitions of a topic created again since the session named it leave the
+        session, answered by their old id (UNKNOWN_TOPIC_ID) and acquiring nothing, as Kafka's
+        sessions hold topic ids: the client looks the topic up again and adds it by its new id.
+        Records of the new topic answered under an id the client does not know were dropped by it,
+        and reached the application only after their locks ran out, as second deliveries."""
+        stale = {t: member.ids[t] for t, c in member.consumers.items() if c.subscription is not None
+                 and c.subscription.topic_id and member.ids.get(t, c.subscription.topic_id) != c.subscription.topic_id}
+        gone = {tp for tp in session.partitions if tp[0] in stale}
+        session.partitions -= gone
+        out.stale = {tp: stale[tp[0]] for tp in gone}
 
     async def _fetch(self, member: _Member, session: ShareSession, out: ShareFetched, *, max_records: int,
                      max_bytes: int, max_wait: float) -> ShareFetched:
@@ -565,11 +582,9 @@ class ShareCoordinator:
             if consumer.subscription is not None:
                 member.give_back(topic, mine.get(topic, frozenset()))
                 consumer.subscription.take_partitions(consumer, mine.get(topic, frozenset()))
-        if max_records <= 0 or not topics:
-            return out
-        if max_bytes <= 0:  # Kafka's PartitionMaxBytesStrategy refuses it; the fetch fails at once
-            out.failed = {tp: "Request max bytes must be greater than 0" for tp in sorted(session.partitions)
-                          if tp not in out.elsewhere}
+        # Kafka 4.4 answers MaxBytes 0 at once with no partitions, no error, nothing acquired (as
+        # MaxRecords 0): librdkafka's fetch.max.bytes=0 test expects no records
+        if max_records <= 0 or max_bytes <= 0 or not topics:
             return out
         fetched = len(session.partitions) - len(out.elsewhere)
         taken = member.take(max_records, max_bytes, fetched)
