@@ -322,9 +322,12 @@ class Subscription:
         await self.watermark_moved()
 
     def applied(self, cursors: dict[int, int], individual: dict[int, list[int]], cumulative: dict[int, int]) -> None:
-        """Bring the in-memory view in line with acks the store has recorded."""
+        """Bring the in-memory view in line with acks the store has recorded. Acks of one partition
+        may finish out of order (a consumer's beside the dispatcher's own, of markers): the cursor
+        only moves forward, as it does in the store, or a stale answer would set it back and hold
+        the watermark behind a marker already acknowledged."""
         for p, cursor in cursors.items():
-            self.cursor[p] = cursor
+            self.cursor[p] = max(self.cursor.get(p, cursor), cursor)
             held = self.outstanding[p]
             offsets = individual.get(p, [])
             if offsets:
