@@ -39,7 +39,19 @@ from tests.kafka_jvm import allowed, same_on_both, unique
 from tests.kafka_wire import call
 from tests.test_kafka_consumer_groups import Log, Member
 from tests.test_kafka_record_errors import _batch, _ck_produce, _watermarks
-from tests.test_kafka_share import count, fill, group_configs, offset, poll_until, polls, produce_sync, values
+from tests.test_kafka_share import (
+    count,
+    fill,
+    group_configs,
+    held_then_taken,
+    offset,
+    poll_until,
+    poll_values,
+    polls,
+    produce_sync,
+    share_consumer,
+    values,
+)
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 
@@ -316,13 +328,6 @@ async def share_gateway(redis_url: str) -> AsyncIterator[Gateway]:
         yield gw
 
 
-def share_consumer(bs: str, group: str, topic: str, **conf: object) -> ck.ShareConsumer:
-    c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group, "share.acknowledgement.mode": "explicit",
-                          **conf})
-    c.subscribe([topic])
-    return c
-
-
 async def share_topic(bs: str, topic: str, partitions: int, group: str, **configs: str) -> None:
     """A topic and a share group reading it from the earliest record, with the group's `configs`."""
     await asyncio.to_thread(create_topics, bs, (topic, partitions, {}))
@@ -343,7 +348,7 @@ async def test_acknowledgements_with_no_new_records_as_on_kafka(share_gateway, k
             return {o for offsets, _ in heard for os in offsets.values() for o in os}
 
         def run() -> None:
-            c = share_consumer(bs, group, topic)
+            c = share_consumer(bs, group, topic=topic)
             c.set_acknowledgement_commit_callback(lambda offsets, exc: heard.append((offsets, exc)))
             try:
                 got: list[ck.Message] = []
@@ -377,7 +382,7 @@ async def test_fetch_max_bytes_zero_as_on_kafka(share_gateway, kafka_broker) -> 
         await asyncio.to_thread(produce_sync, bs, [b"r%d" % i for i in range(10)], topic)
 
         def starved() -> list[bytes]:
-            c = share_consumer(bs, group, topic, **{"fetch.max.bytes": 0})
+            c = share_consumer(bs, group, topic=topic, **{"fetch.max.bytes": 0})
             try:
                 return values([m for _ in range(5) for m in c.poll(1.0)])
             finally:
@@ -409,17 +414,6 @@ def topic_id(bs: str, topic: str) -> uuid.UUID:
     return uuid.UUID(int=(tid.get_most_significant_bits() & bits) << 64 | tid.get_least_significant_bits() & bits)
 
 
-def poll_values(c: ck.ShareConsumer, got: list[ck.Message], wanted: set[bytes]) -> None:
-    """Poll, accepting each record into `got`, until its values hold `wanted`."""
-    deadline = time.monotonic() + TIMEOUT * 2
-    while not wanted <= set(values(got)):
-        assert time.monotonic() < deadline, f"got {sorted(set(values(got)))}"
-        for m in c.poll(0.5):
-            if m.error() is None:
-                got.append(m)
-                c.acknowledge(m)
-
-
 async def test_a_topic_created_again_under_a_live_share_group_as_on_kafka(share_gateway, kafka_broker) -> None:
     """A share consumer reads a topic that is then deleted and created again (fewer partitions)
     while it goes on polling: which records of the new topic it gets, and their delivery counts."""
@@ -428,7 +422,7 @@ async def test_a_topic_created_again_under_a_live_share_group_as_on_kafka(share_
     async def scenario(bs: str) -> object:
         await share_topic(bs, topic, 3, group)
         await asyncio.to_thread(produce_sync, bs, [b"r%d" % i for i in range(30)], topic)
-        c = share_consumer(bs, group, topic, **{"topic.metadata.refresh.interval.ms": "500"})
+        c = share_consumer(bs, group, topic=topic, **{"topic.metadata.refresh.interval.ms": "500"})
         got: list[ck.Message] = []
         try:
             await asyncio.to_thread(poll_values, c, got, {b"r%d" % i for i in range(30)})
@@ -465,7 +459,7 @@ async def test_every_first_delivery_reaches_a_share_consumer_as_on_kafka(share_g
         def member(joined: threading.Event, previous: threading.Event | None) -> None:
             if previous is not None:
                 previous.wait(TIMEOUT)  # joins one after another: each one moves the assignment
-            c = share_consumer(bs, group, topic)
+            c = share_consumer(bs, group, topic=topic)
             try:
                 deadline = time.monotonic() + TIMEOUT * 2
                 while not drained() and time.monotonic() < deadline:
@@ -506,18 +500,7 @@ async def test_a_groups_record_lock_duration_as_on_kafka(share_gateway, kafka_br
              [(s.name, s.value, int(s.source)) for s in c.synonyms]) for c in r.configs)) for r in resp.results]
         await fill(bs, 20, topic=topic)
 
-        def run() -> tuple[list[ck.Message], list[ck.Message]]:
-            idle, busy = share_consumer(bs, group, topic), share_consumer(bs, group, topic)
-            try:
-                held = poll_until(idle, lambda s: len(s) >= 1)  # never acknowledged, never polled again
-                taken = poll_until(busy, lambda s: {offset(m) for m in held} <= {offset(m) for m in s},
-                                   lambda m: busy.acknowledge(m))
-                return held, taken
-            finally:
-                busy.close()
-                idle.close()
-
-        held, taken = await asyncio.to_thread(run)
+        held, taken = await asyncio.to_thread(held_then_taken, bs, group, topic)
         first: dict[int, int] = {}  # each record's count when the second consumer first got it
         for m in taken:
             first.setdefault(offset(m), count(m))

@@ -86,11 +86,36 @@ async def fill(bs: str, n: int, start: int = 0, topic: str = TOPIC) -> None:
                   **{"linger.ms": 0, "batch.num.messages": 25})
 
 
-def share_consumer(bs: str, group: str, explicit: bool = True) -> ck.ShareConsumer:
+def share_consumer(bs: str, group: str, explicit: bool = True, topic: str = TOPIC, **conf: object) -> ck.ShareConsumer:
     c = ck.ShareConsumer({"bootstrap.servers": bs, "group.id": group,
-                          "share.acknowledgement.mode": "explicit" if explicit else "implicit"})
-    c.subscribe([TOPIC])
+                          "share.acknowledgement.mode": "explicit" if explicit else "implicit", **conf})
+    c.subscribe([topic])
     return c
+
+
+def poll_values(c: ck.ShareConsumer, got: list[ck.Message], wanted: set[bytes]) -> None:
+    """Poll, accepting each record into `got`, until its values hold `wanted`."""
+    deadline = time.monotonic() + TIMEOUT * 2
+    while not wanted <= set(values(got)):
+        assert time.monotonic() < deadline, f"got {sorted(set(values(got)))}"
+        for m in c.poll(0.5):
+            if m.error() is None:
+                got.append(m)
+                c.acknowledge(m)
+
+
+def held_then_taken(bs: str, group: str, topic: str = TOPIC) -> tuple[list[ck.Message], list[ck.Message]]:
+    """One member takes records and sits on them (never acknowledged, never polled again); another
+    polls, acknowledging, until it has had every one of them, once their locks ran out."""
+    idle, busy = share_consumer(bs, group, topic=topic), share_consumer(bs, group, topic=topic)
+    try:
+        held = poll_until(idle, lambda s: len(s) >= 1)
+        taken = poll_until(busy, lambda s: {offset(m) for m in held} <= {offset(m) for m in s},
+                           lambda m: busy.acknowledge(m))
+        return held, taken
+    finally:
+        busy.close()
+        idle.close()
 
 
 def poll_until(c: ck.ShareConsumer, done: Callable[[list[ck.Message]], bool],
@@ -390,19 +415,7 @@ async def test_a_consumer_that_stops_polling_loses_its_locks(gw: Gateway) -> Non
     await group_configs(bs, "locks", share_auto_offset_reset="earliest", share_record_lock_duration_ms=str(LOCK_MS))
     await fill(bs, 20)
 
-    def run() -> tuple[list[ck.Message], list[ck.Message]]:
-        idle = share_consumer(bs, "locks")
-        busy = share_consumer(bs, "locks")
-        try:
-            held = poll_until(idle, lambda s: len(s) >= 1)  # never acknowledged, never polled again
-            taken = poll_until(busy, lambda s: {offset(m) for m in held} <= {offset(m) for m in s},
-                               lambda m: busy.acknowledge(m))
-            return held, taken
-        finally:
-            busy.close()
-            idle.close()
-
-    held, taken = await asyncio.to_thread(run)
+    held, taken = await asyncio.to_thread(held_then_taken, bs, "locks")
     counts = {offset(m): count(m) for m in taken}
     assert all(counts[offset(m)] >= 2 for m in held)
 
@@ -474,39 +487,30 @@ async def test_a_topic_created_again_under_a_live_share_group_is_read_afresh(gw:
     c.subscribe([topic])
     got: list[ck.Message] = []
 
-    def poll_for(wanted: set[bytes]) -> None:
-        deadline = time.monotonic() + TIMEOUT * 2
-        while not wanted <= set(values(got)):
-            assert time.monotonic() < deadline, f"got {sorted(set(values(got)))}"
-            for m in c.poll(0.5):
-                if m.error() is None:
-                    got.append(m)
-                    c.acknowledge(m)
-
     try:
         if reset == "latest":  # the group reads the old topic before anything is written to it
             old_id = (await services(gw).log.topic(topic)).topic_id
-            reading = asyncio.create_task(asyncio.to_thread(poll_for, {b"r%d" % i for i in range(30)}))
+            reading = asyncio.create_task(asyncio.to_thread(poll_values, c, got, {b"r%d" % i for i in range(30)}))
             await eventually(lambda: _reads(services(gw), topic, group, old_id), what="the group reads the topic")
             await fill(bs, 30, topic=topic)
             await reading
         else:
             await fill(bs, 30, topic=topic)
-            await asyncio.to_thread(poll_for, {b"r%d" % i for i in range(30)})
+            await asyncio.to_thread(poll_values, c, got, {b"r%d" % i for i in range(30)})
         (f,) = admin.delete_topics([topic]).values()
         await asyncio.to_thread(f.result, TIMEOUT)
         await create(2)
         del got[:]
         if reset == "latest":
             # the consumer polls until the group reads the new topic, then records are written to it
-            waiting = asyncio.create_task(asyncio.to_thread(poll_for, {b"new%d" % i for i in range(10)}))
+            waiting = asyncio.create_task(asyncio.to_thread(poll_values, c, got, {b"new%d" % i for i in range(10)}))
             new_id = (await services(gw).log.topic(topic)).topic_id
             await eventually(lambda: _reads(services(gw), topic, group, new_id), what="the group reads the new topic")
             await produce("confluent", bs, topic, [(None, b"new%d" % i) for i in range(10)])
             await waiting
         else:
             await produce("confluent", bs, topic, [(None, b"new%d" % i) for i in range(10)])
-            await asyncio.to_thread(poll_for, {b"new%d" % i for i in range(10)})
+            await asyncio.to_thread(poll_values, c, got, {b"new%d" % i for i in range(10)})
     finally:
         await asyncio.to_thread(c.close)
     assert sorted(values(got)) == sorted(b"new%d" % i for i in range(10))
