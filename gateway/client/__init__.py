@@ -19,6 +19,7 @@
 from gateway.client.client import Client
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ClientClosed, ConnectionLost
+from gateway.client.letters import DeadLetterPolicy
 from gateway.client.message import EVENT_TIME_HEADER, Message, MessageId
 from gateway.client.producer import Producer
 from gateway.client.reader import PartitionInfo, StoredBatch
@@ -57,6 +58,7 @@ __all__ = [
     "ConnectionLost",
     "Consumer",
     "ConsumerBusy",
+    "DeadLetterPolicy",
     "ExpiredTransactionError",
     "GatewayError",
     "InvalidConfig",

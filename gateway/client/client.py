@@ -20,6 +20,7 @@ from gateway.client import reader
 from gateway.client.connection import Connection, Credentials
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ConnectionLost
+from gateway.client.letters import MAX_RECONSUMETIMES, DeadLetterPolicy
 from gateway.client.message import Message
 from gateway.client.producer import Producer, creation
 from gateway.client.reader import PartitionInfo, StoredBatch
@@ -228,6 +229,8 @@ class Client:
         ack_timeout: float | None = None,
         negative_ack_delay: float = 1.0,
         on_watermark: Callable[[int | None], object] | None = None,
+        dead_letter_policy: DeadLetterPolicy | None = None,
+        retry_enable: bool = False,
     ) -> Consumer:
         """A consumer of every partition of `topic` on `subscription`.
 
@@ -237,6 +240,9 @@ class Client:
         `negative_ack_delay` (seconds): how long a negatively acknowledged message waits.
         `on_watermark`: called with each change of the subscription's watermark, in order with the
         messages (see `Consumer.last_watermark` and `Consumer.watermarks()`).
+        `dead_letter_policy`: the gateway moves a message redelivered more often to a dead-letter topic.
+        `retry_enable`: the consumer also receives its retry-letter topic, where `reconsume_later`
+        sends messages (with no policy given, Pulsar's: 16 reconsumes, then the dead-letter topic).
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
@@ -250,20 +256,38 @@ class Client:
             consumer_name=consumer_name or "",
             ack_timeout_ms=int((ack_timeout or 0) * 1000),
         )
-        resp = await self.request(pb.Request(subscribe=subscribe))
-        consumer = Consumer(
-            self,
-            subscribe,
-            consumer_id=resp.subscribed.consumer_id,
-            partitions=resp.subscribed.partitions,
-            mode=mode,
-            receiver_queue_size=max(1, receiver_queue_size),
-            negative_ack_delay=negative_ack_delay,
-            watermark=resp.subscribed.watermark_ms if resp.subscribed.HasField("watermark_ms") else None,
-            on_watermark=on_watermark,
-        )
-        consumer.start()
-        self._children.add(consumer)
+        if retry_enable and dead_letter_policy is None:
+            dead_letter_policy = DeadLetterPolicy(MAX_RECONSUMETIMES)
+        if dead_letter_policy is not None:
+            subscribe.dead_letter.CopyFrom(dead_letter_policy.resolved(topic, subscription))
+
+        async def open_one(subscribe: pb.Subscribe) -> Consumer:
+            resp = await self.request(pb.Request(subscribe=subscribe))
+            consumer = Consumer(
+                self,
+                subscribe,
+                consumer_id=resp.subscribed.consumer_id,
+                partitions=resp.subscribed.partitions,
+                mode=mode,
+                receiver_queue_size=max(1, receiver_queue_size),
+                negative_ack_delay=negative_ack_delay,
+                watermark=resp.subscribed.watermark_ms if resp.subscribed.HasField("watermark_ms") else None,
+                on_watermark=on_watermark,
+            )
+            consumer.start()
+            self._children.add(consumer)
+            return consumer
+
+        consumer = await open_one(subscribe)
+        if retry_enable:
+            retry = pb.Subscribe()
+            retry.CopyFrom(subscribe)
+            retry.topic, retry.initial_position = subscribe.dead_letter.retry_letter_topic, pb.EARLIEST
+            try:
+                consumer.receive_retries(await open_one(retry))
+            except BaseException:
+                await consumer.close()
+                raise
         return consumer
 
     async def new_transaction(

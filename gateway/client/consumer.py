@@ -17,7 +17,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from gateway.client.errors import ClientClosed
@@ -93,6 +93,7 @@ class Consumer:
         self._closed: GatewayError | None = None
         self._acks: _AckGroup | None = None
         self._nack_timers: set[asyncio.TimerHandle] = set()
+        self._retry: Consumer | None = None  # the retry-letter topic's consumer, received from here too
 
     # -- pushed by the connection ---------------------------------------------------------------
 
@@ -178,11 +179,21 @@ class Consumer:
 
     # -- the application's side -----------------------------------------------------------------
 
+    def receive_retries(self, retry: Consumer) -> None:
+        """`retry`, the consumer of this one's retry-letter topic, is received from here: its
+        messages come out of `receive` after this one's queued messages."""
+        retry._arrived = self._arrived
+        self._retry = retry
+
+    def _owner(self, mid: MessageId) -> Consumer:
+        """The consumer a message came from: this one, or its retry-letter topic's."""
+        return self._retry if self._retry is not None and mid.topic == self._retry.topic else self
+
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message; raises Timeout when none arrives within `timeout` seconds."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        while not self._queue:
+        while not self._queue and not (self._retry is not None and self._retry._queue):
             if self._closed is not None:
                 raise self._closed
             self._arrived.clear()
@@ -191,6 +202,10 @@ class Consumer:
                 raise Timeout(f"no message within {timeout}s")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), remaining)
+        return (self if self._queue or self._retry is None else self._retry)._take()
+
+    def _take(self) -> Message:
+        """The head of the queue, which holds a message."""
         msg = self._queue.popleft()
         assert isinstance(msg, Message)  # never a watermark at the head
         self._reached_watermarks()
@@ -226,6 +241,8 @@ class Consumer:
         delivered again when it aborts. TransactionConflict when another transaction holds it (or it
         was acked already): abort then."""
         mid = _id(message)
+        if self._owner(mid) is not self:
+            return await self._owner(mid).acknowledge(message, txn)
         if txn is not None:
             await self._txn_ack(txn, pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset]), False)
             return
@@ -239,6 +256,8 @@ class Consumer:
         if self.mode == "shared":
             raise NotAllowed("cumulative acknowledgement is not allowed on a shared subscription")
         mid = _id(message)
+        if self._owner(mid) is not self:
+            return await self._owner(mid).acknowledge_cumulative(message, txn)
         if txn is not None:
             await self._txn_ack(txn, pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset]), True)
             return
@@ -288,6 +307,8 @@ class Consumer:
         """Ask for the message again after the consumer's negative-ack delay."""
         self._check_open()
         mid = _id(message)
+        if self._owner(mid) is not self:
+            return await self._owner(mid).negative_acknowledge(message)
 
         def req() -> pb.Request:
             offsets = [pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset])]
@@ -305,6 +326,24 @@ class Consumer:
 
         handle = loop.call_later(self._nack_delay, fire)
         self._nack_timers.add(handle)
+
+    async def reconsume_later(self, message: Position, delay: float | timedelta = 0.0) -> None:
+        """Pulsar's reconsumeLater: the gateway sends the message to the retry-letter topic, delivered
+        again after `delay` (seconds or timedelta) with its RECONSUMETIMES property one higher, or,
+        past the policy's max_redeliver_count, to the dead-letter topic; and acknowledges it, all
+        at once. Needs `retry_enable` (or a dead-letter policy) at subscribe."""
+        self._check_open()
+        mid = _id(message)
+        owner = self._owner(mid)
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if seconds < 0:
+            raise ValueError("a reconsume delay cannot be negative")
+
+        def req() -> pb.Request:
+            return pb.Request(reconsume_later=pb.ReconsumeLater(
+                consumer_id=owner._id, partition=mid.partition, offset=mid.offset, delay_ms=round(seconds * 1000)))
+
+        await self.client.request(req)
 
     async def _send_quietly(self, req: Callable[[], pb.Request]) -> None:
         with contextlib.suppress(GatewayError):
@@ -352,9 +391,13 @@ class Consumer:
             await self._flush_acks()
         await self.client.request(lambda: pb.Request(unsubscribe=pb.Unsubscribe(consumer_id=self._id)))
         self._closed_locally()
+        if self._retry is not None:
+            await self._retry.unsubscribe()
 
     async def close(self) -> None:
         """Leave the subscription; messages not acknowledged go to its other consumers."""
+        if self._retry is not None:
+            await self._retry.close()
         if self._closed is not None:
             return
         if self._acks is not None:

@@ -179,9 +179,10 @@ class Letters:
         b.append(rec.value, rec.key, [*kept, *first, *counts])
         info = await self.log.topic(policy.retry_letter_topic)
         txn_id = str(await self.txn.begin(RECONSUME_TXN_TIMEOUT_MS))
+        target = (policy.retry_letter_topic, partition % info.partitions)
         try:
-            await self.delay.schedule([DelayRequest(policy.retry_letter_topic, partition % info.partitions, b.build(),
-                                                    self.delay.clock() + delay_ms, txn_id)])
+            await self.txn.add_partitions(txn_id, [target])  # its end settles the copy held there
+            await self.delay.schedule([DelayRequest(*target, b.build(), self.delay.clock() + delay_ms, txn_id)])
             await self.txn.add_subscriptions(txn_id, [(sub.topic, partition, sub.name)])
             await sub.acknowledge({partition: [offset]}, {}, txn_id)
         except BaseException:

@@ -32,7 +32,7 @@ LATEST: InitialPosition
 EARLIEST: InitialPosition
 
 class Request(_message.Message):
-    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe", "new_transaction", "end_transaction", "list_partitions", "read_range", "commit_transactions", "send_watermark", "get_watermark")
+    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe", "new_transaction", "end_transaction", "list_partitions", "read_range", "commit_transactions", "send_watermark", "get_watermark", "reconsume_later")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONNECT_FIELD_NUMBER: _ClassVar[int]
     CREATE_PRODUCER_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,7 @@ class Request(_message.Message):
     COMMIT_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     SEND_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     GET_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_LATER_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     connect: Connect
     create_producer: CreateProducer
@@ -73,7 +74,8 @@ class Request(_message.Message):
     commit_transactions: CommitTransactions
     send_watermark: SendWatermark
     get_watermark: GetWatermark
-    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., new_transaction: _Optional[_Union[NewTransaction, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransaction, _Mapping]] = ..., list_partitions: _Optional[_Union[ListPartitions, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., commit_transactions: _Optional[_Union[CommitTransactions, _Mapping]] = ..., send_watermark: _Optional[_Union[SendWatermark, _Mapping]] = ..., get_watermark: _Optional[_Union[GetWatermark, _Mapping]] = ...) -> None: ...
+    reconsume_later: ReconsumeLater
+    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., new_transaction: _Optional[_Union[NewTransaction, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransaction, _Mapping]] = ..., list_partitions: _Optional[_Union[ListPartitions, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., commit_transactions: _Optional[_Union[CommitTransactions, _Mapping]] = ..., send_watermark: _Optional[_Union[SendWatermark, _Mapping]] = ..., get_watermark: _Optional[_Union[GetWatermark, _Mapping]] = ..., reconsume_later: _Optional[_Union[ReconsumeLater, _Mapping]] = ...) -> None: ...
 
 class Response(_message.Message):
     __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "transaction_created", "partitions", "range_read", "transactions_committed", "watermark_receipt", "watermark", "messages", "consumer_reset", "watermark_update")
@@ -256,20 +258,44 @@ class CloseProducer(_message.Message):
     def __init__(self, handle: _Optional[int] = ...) -> None: ...
 
 class Subscribe(_message.Message):
-    __slots__ = ("topic", "subscription", "mode", "initial_position", "consumer_name", "ack_timeout_ms")
+    __slots__ = ("topic", "subscription", "mode", "initial_position", "consumer_name", "ack_timeout_ms", "dead_letter")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     ACK_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     mode: SubscriptionMode
     initial_position: InitialPosition
     consumer_name: str
     ack_timeout_ms: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., mode: _Optional[_Union[SubscriptionMode, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., ack_timeout_ms: _Optional[int] = ...) -> None: ...
+    dead_letter: DeadLetterPolicy
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., mode: _Optional[_Union[SubscriptionMode, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., ack_timeout_ms: _Optional[int] = ..., dead_letter: _Optional[_Union[DeadLetterPolicy, _Mapping]] = ...) -> None: ...
+
+class DeadLetterPolicy(_message.Message):
+    __slots__ = ("max_redeliver_count", "dead_letter_topic", "retry_letter_topic")
+    MAX_REDELIVER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RETRY_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    max_redeliver_count: int
+    dead_letter_topic: str
+    retry_letter_topic: str
+    def __init__(self, max_redeliver_count: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retry_letter_topic: _Optional[str] = ...) -> None: ...
+
+class ReconsumeLater(_message.Message):
+    __slots__ = ("consumer_id", "partition", "offset", "delay_ms")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    partition: int
+    offset: int
+    delay_ms: int
+    def __init__(self, consumer_id: _Optional[int] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delay_ms: _Optional[int] = ...) -> None: ...
 
 class Subscribed(_message.Message):
     __slots__ = ("consumer_id", "partitions", "watermark_ms")
