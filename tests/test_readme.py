@@ -47,6 +47,7 @@ RUN = {
     'create_producer("orders")': "test_native_snippet_receives_what_it_sent_on_every_run",
     "send_watermark": "test_watermark_snippet",
     "DeadLetterPolicy(": "test_dead_letter_snippet",
+    "subscribe_pattern(": "test_pattern_snippet",
     "register(spark)": "test_spark_snippets",
     "F.window": "test_spark_snippets",
     'writeStream.format("gateway")': "test_spark_snippets",
@@ -129,6 +130,10 @@ async def test_watermark_snippet(gateway: Gateway, tmp_path: Path) -> None:
     # then last_watermark, a late reading, and the watermark at that reading (after the sensor's W_SET);
     # on_watermark may print None among them, once the sensor went idle
     assert [line for line in lines if line != "None"] == [watermark, watermark, "b'19.0' True", watermark]
+
+
+async def test_pattern_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    assert await run_snippet(block("subscribe_pattern("), gateway, tmp_path) == "sensors-garden b'21.5'\n"
 
 
 async def test_dead_letter_snippet(gateway: Gateway, tmp_path: Path) -> None:

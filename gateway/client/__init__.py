@@ -21,6 +21,7 @@ from gateway.client.consumer import Consumer
 from gateway.client.errors import ClientClosed, ConnectionLost
 from gateway.client.letters import DeadLetterPolicy
 from gateway.client.message import EVENT_TIME_HEADER, Message, MessageId
+from gateway.client.pattern import PatternConsumer
 from gateway.client.producer import Producer
 from gateway.client.reader import PartitionInfo, StoredBatch
 from gateway.client.transaction import Transaction
@@ -71,6 +72,7 @@ __all__ = [
     "OffsetOutOfRange",
     "PartitionInfo",
     "PartitionNotFound",
+    "PatternConsumer",
     "Producer",
     "StorageFull",
     "StorageUnavailable",

@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import timedelta
 from ssl import SSLContext
+from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.client import reader
@@ -22,6 +24,7 @@ from gateway.client.consumer import Consumer
 from gateway.client.errors import ConnectionLost
 from gateway.client.letters import MAX_RECONSUMETIMES, DeadLetterPolicy
 from gateway.client.message import Message
+from gateway.client.pattern import PatternConsumer
 from gateway.client.producer import Producer, creation
 from gateway.client.reader import PartitionInfo, StoredBatch
 from gateway.client.transaction import Transaction
@@ -289,6 +292,39 @@ class Client:
                 await consumer.close()
                 raise
         return consumer
+
+    async def subscribe_pattern(
+        self,
+        pattern: str | re.Pattern[str],
+        subscription: str,
+        mode: str = "exclusive",
+        initial_position: str = "latest",
+        *,
+        pattern_auto_discovery_period: float = 60.0,
+        **options: Any,
+    ) -> PatternConsumer:
+        """A consumer of every topic whose whole name matches `pattern` (RE2 syntax), on
+        `subscription`: Pulsar's topicsPattern. Topics created later are found within
+        `pattern_auto_discovery_period` seconds and read from their earliest message;
+        `initial_position` is for those matching now. `options` are `subscribe`'s."""
+        regex = pattern.pattern if isinstance(pattern, re.Pattern) else pattern
+        consumer = PatternConsumer(
+            regex, subscription, lambda: self.list_topics(regex),
+            lambda topic, position: self.subscribe(topic, subscription, mode, position, **options),
+            pattern_auto_discovery_period, alive=lambda: not self._closing,
+        )
+        try:
+            await consumer.start(initial_position)
+        except BaseException:
+            await consumer.close()
+            raise
+        return consumer
+
+    async def list_topics(self, pattern: str = "") -> list[str]:
+        """The topics whose whole name matches `pattern` (RE2 syntax; "": all) that this client may
+        describe, sorted."""
+        resp = await self.request(pb.Request(list_topics=pb.ListTopics(pattern=pattern)))
+        return list(resp.topics.names)
 
     async def new_transaction(
         self, timeout: float | timedelta | None = None, *, group_key: str = "", group_commit_id: int = 0

@@ -58,6 +58,27 @@ class _Watermark:
 _CLOSED = object()
 
 
+async def receive_first(sources: Callable[[], list[Consumer]], arrived: asyncio.Event,
+                        closed: Callable[[], GatewayError | None], timeout: float | None) -> Message:
+    """The next message of the first of `sources` (asked again after each wait) that holds one,
+    the consumers sharing `arrived`; Timeout when none arrives within `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    while True:
+        for c in sources():
+            if c._queue:
+                return c._take()
+        exc = closed()
+        if exc is not None:
+            raise exc
+        arrived.clear()
+        remaining = None if deadline is None else deadline - loop.time()
+        if remaining is not None and remaining <= 0:
+            raise Timeout(f"no message within {timeout}s")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(arrived.wait(), remaining)
+
+
 class Consumer:
     def __init__(
         self,
@@ -182,8 +203,12 @@ class Consumer:
     def receive_retries(self, retry: Consumer) -> None:
         """`retry`, the consumer of this one's retry-letter topic, is received from here: its
         messages come out of `receive` after this one's queued messages."""
-        retry._arrived = self._arrived
+        retry.share_arrivals(self._arrived)
         self._retry = retry
+
+    def share_arrivals(self, arrived: asyncio.Event) -> None:
+        """Set `arrived` when messages arrive, for a receiver of several consumers (`receive_first`)."""
+        self._arrived = arrived
 
     def _owner(self, mid: MessageId) -> Consumer:
         """The consumer a message came from: this one, or its retry-letter topic's."""
@@ -191,18 +216,8 @@ class Consumer:
 
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message; raises Timeout when none arrives within `timeout` seconds."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not self._queue and not (self._retry is not None and self._retry._queue):
-            if self._closed is not None:
-                raise self._closed
-            self._arrived.clear()
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                raise Timeout(f"no message within {timeout}s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), remaining)
-        return (self if self._queue or self._retry is None else self._retry)._take()
+        retry = [self._retry] if self._retry is not None else []
+        return await receive_first(lambda: [self, *retry], self._arrived, lambda: self._closed, timeout)
 
     def _take(self) -> Message:
         """The head of the queue, which holds a message."""
