@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.client import reader
+from gateway.client.chunks import ChunkPolicy
 from gateway.client.connection import Connection, Credentials
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ConnectionLost
@@ -190,12 +191,17 @@ class Client:
         compression: Compression | str | None = None,
         send_timeout: float = 30.0,
         acks: str = "1",
+        chunking_enabled: bool = False,
+        chunk_max_message_size: int | None = None,
     ) -> Producer:
         """A producer on `topic` (created when the gateway auto-creates topics, else TopicNotFound).
 
         Messages wait up to `linger_ms` to share a batch; `batching=False` sends each alone.
         `acks="all"`: a send completes once the topic's `min.insync.replicas` - 1 Redis replicas hold
         it too (Kafka's acks=all); too few replicas fail it after `send_timeout` of retries.
+        `chunking_enabled`: a message over the topic's max.message.bytes (or over
+        `chunk_max_message_size`, when smaller) is sent in chunks of it, which consumers put together
+        again (Pulsar's chunking); else the gateway refuses it (MessageTooLarge).
         """
         if acks not in ("1", "all"):
             raise ValueError(f'acks is "1" or "all", not {acks!r}')
@@ -216,6 +222,8 @@ class Client:
             compression=Compression.parse(compression),
             send_timeout=send_timeout,
             acks=wire,
+            chunk_bytes=min(created.max_message_bytes, chunk_max_message_size or created.max_message_bytes)
+            if chunking_enabled else 0,
         )
         self._children.add(producer)
         return producer
@@ -234,6 +242,9 @@ class Client:
         on_watermark: Callable[[int | None], object] | None = None,
         dead_letter_policy: DeadLetterPolicy | None = None,
         retry_enable: bool = False,
+        max_pending_chunked_message: int = 10,
+        auto_ack_oldest_chunked_message_on_queue_full: bool = False,
+        expire_time_of_incomplete_chunked_message: float = 60.0,
     ) -> Consumer:
         """A consumer of every partition of `topic` on `subscription`.
 
@@ -246,6 +257,10 @@ class Client:
         `dead_letter_policy`: the gateway moves a message redelivered more often to a dead-letter topic.
         `retry_enable`: the consumer also receives its retry-letter topic, where `reconsume_later`
         sends messages (with no policy given, Pulsar's: 16 reconsumes, then the dead-letter topic).
+        Chunked messages (see `create_producer`) are put together again: at most
+        `max_pending_chunked_message` incomplete ones are held (the oldest is then acknowledged with
+        `auto_ack_oldest_chunked_message_on_queue_full`, else negatively acknowledged), and one
+        incomplete for `expire_time_of_incomplete_chunked_message` seconds is acknowledged and dropped.
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
@@ -276,6 +291,8 @@ class Client:
                 negative_ack_delay=negative_ack_delay,
                 watermark=resp.subscribed.watermark_ms if resp.subscribed.HasField("watermark_ms") else None,
                 on_watermark=on_watermark,
+                chunks=ChunkPolicy(max_pending_chunked_message, auto_ack_oldest_chunked_message_on_queue_full,
+                                   expire_time_of_incomplete_chunked_message),
             )
             consumer.start()
             self._children.add(consumer)

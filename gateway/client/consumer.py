@@ -15,11 +15,12 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gateway.client.chunks import Assembler, ChunkPolicy
 from gateway.client.errors import ClientClosed
 from gateway.client.message import Message, MessageId, decode_batch
 from gateway.errors import GatewayError, NotAllowed, Timeout
@@ -92,6 +93,7 @@ class Consumer:
         negative_ack_delay: float,
         watermark: int | None = None,
         on_watermark: Callable[[int | None], object] | None = None,
+        chunks: ChunkPolicy | None = None,
     ) -> None:
         self.client = client
         self.topic = subscribe.topic
@@ -115,6 +117,8 @@ class Consumer:
         self._acks: _AckGroup | None = None
         self._nack_timers: set[asyncio.TimerHandle] = set()
         self._retry: Consumer | None = None  # the retry-letter topic's consumer, received from here too
+        chunks = chunks or ChunkPolicy()
+        self._chunks = Assembler(chunks.max_pending, chunks.auto_ack_oldest, chunks.expire, self._give_up)
 
     # -- pushed by the connection ---------------------------------------------------------------
 
@@ -132,8 +136,19 @@ class Consumer:
 
     def _split(self, e: pb.EntryBatch) -> list[Message]:
         skip = {e.base_offset + s for s in e.skip}
-        return decode_batch(self.topic, e.partition, e.base_offset, e.batch, skip, e.redelivery_count,
-                            watermark=self._sent_watermark)
+        decoded = decode_batch(self.topic, e.partition, e.base_offset, e.batch, skip, e.redelivery_count,
+                               watermark=self._sent_watermark)
+        return [m for m in map(self._chunks.add, decoded) if m is not None]
+
+    def _give_up(self, msg: Message, ack: bool) -> None:
+        """An incomplete chunked message the assembler will not hold: its chunks' permits are free."""
+        self._taken_permits(len(msg.chunk_offsets))
+        if self._closed is None:
+            asyncio.ensure_future(self._quietly(self.acknowledge(msg) if ack else self.negative_acknowledge(msg)))
+
+    async def _quietly(self, step: Awaitable[None]) -> None:
+        with contextlib.suppress(GatewayError):
+            await step
 
     def on_watermark(self, update: pb.WatermarkUpdate) -> None:
         value = update.watermark_ms if update.HasField("watermark_ms") else None
@@ -165,6 +180,7 @@ class Consumer:
     def _restart_queue(self, watermark: int | None) -> None:
         """Prefetched messages are dropped: the watermark is what the gateway sent last."""
         self._queue.clear()
+        self._chunks.clear()
         self._taken = 0
         self._sent_watermark = watermark
         if watermark != self.last_watermark:
@@ -224,11 +240,15 @@ class Consumer:
         msg = self._queue.popleft()
         assert isinstance(msg, Message)  # never a watermark at the head
         self._reached_watermarks()
-        self._taken += 1
+        self._taken_permits(max(1, len(msg.chunk_offsets)))
+        return msg
+
+    def _taken_permits(self, n: int) -> None:
+        """`n` messages the gateway sent are out of the queue: permits again once half of it is."""
+        self._taken += n
         if self._taken >= max(1, self._queue_size // 2):
             self._grant(self._taken)
             self._taken = 0
-        return msg
 
     async def watermarks(self) -> AsyncIterator[int | None]:
         """The watermark now, then each change, in order with the messages: a change comes once every
@@ -259,10 +279,11 @@ class Consumer:
         if self._owner(mid) is not self:
             return await self._owner(mid).acknowledge(message, txn)
         if txn is not None:
-            await self._txn_ack(txn, pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset]), False)
+            await self._txn_ack(txn, pb.PartitionOffsets(partition=mid.partition, offsets=mid.chunks or [mid.offset]),
+                                False)
             return
         group = self._ack_group()
-        group.individual.setdefault(mid.partition, []).append(mid.offset)
+        group.individual.setdefault(mid.partition, []).extend(mid.chunks or [mid.offset])
         await asyncio.shield(group.done)
 
     async def acknowledge_cumulative(self, message: Position, txn: Transaction | None = None) -> None:
@@ -326,7 +347,7 @@ class Consumer:
             return await self._owner(mid).negative_acknowledge(message)
 
         def req() -> pb.Request:
-            offsets = [pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset])]
+            offsets = [pb.PartitionOffsets(partition=mid.partition, offsets=mid.chunks or [mid.offset])]
             return pb.Request(nack=pb.Nack(consumer_id=self._id, offsets=offsets))
 
         if self._nack_delay <= 0:

@@ -188,16 +188,18 @@ class CreateProducer(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., resume_producer_id: _Optional[int] = ..., acks: _Optional[_Union[Acks, str]] = ..., replica_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class ProducerCreated(_message.Message):
-    __slots__ = ("handle", "producer_id", "partitions", "producer_name")
+    __slots__ = ("handle", "producer_id", "partitions", "producer_name", "max_message_bytes")
     HANDLE_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     handle: int
     producer_id: int
     partitions: int
     producer_name: str
-    def __init__(self, handle: _Optional[int] = ..., producer_id: _Optional[int] = ..., partitions: _Optional[int] = ..., producer_name: _Optional[str] = ...) -> None: ...
+    max_message_bytes: int
+    def __init__(self, handle: _Optional[int] = ..., producer_id: _Optional[int] = ..., partitions: _Optional[int] = ..., producer_name: _Optional[str] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class Send(_message.Message):
     __slots__ = ("handle", "partition", "batch", "txn_id", "deliver_at_ms", "deliver_after_ms")
