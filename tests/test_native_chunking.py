@@ -13,9 +13,8 @@ import pytest
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import TopicPartition
 
-from gateway.client import Client, Message
+from gateway.client import Client, Message, MessageTooLarge
 from gateway.client.chunks import Assembler
-from gateway.errors import MessageTooLarge
 from gateway.server.gateway import Gateway
 from tests.conftest import kafka_bootstrap
 

@@ -48,6 +48,7 @@ RUN = {
     "send_watermark": "test_watermark_snippet",
     "DeadLetterPolicy(": "test_dead_letter_snippet",
     "subscribe_pattern(": "test_pattern_snippet",
+    "chunking_enabled=True": "test_chunking_snippet",
     "register(spark)": "test_spark_snippets",
     "F.window": "test_spark_snippets",
     'writeStream.format("gateway")': "test_spark_snippets",
@@ -134,6 +135,11 @@ async def test_watermark_snippet(gateway: Gateway, tmp_path: Path) -> None:
 
 async def test_pattern_snippet(gateway: Gateway, tmp_path: Path) -> None:
     assert await run_snippet(block("subscribe_pattern("), gateway, tmp_path) == "sensors-garden b'21.5'\n"
+
+
+@pytest.mark.kafka
+async def test_chunking_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    assert await run_snippet(block("chunking_enabled=True"), gateway, tmp_path) == "True 21\n"
 
 
 async def test_dead_letter_snippet(gateway: Gateway, tmp_path: Path) -> None:
