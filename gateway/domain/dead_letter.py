@@ -16,7 +16,8 @@ transaction and the acknowledgement locked by it (PENDING_ACK) until the commit 
 one point of no return; a gateway that dies before it leaves the transaction to time out, which
 drops the copy and delivers the original again.
 
-Pulsar's names, from its client (`RetryMessageUtil`: RECONSUMETIMES, DELAY_TIME, REAL_TOPIC,
+Pulsar's names, from PIP-58 (DeadLetterPolicy's retryLetterTopic, reconsumeLater) and its client
+(`RetryMessageUtil`: RECONSUMETIMES, DELAY_TIME, REAL_TOPIC,
 ORIGIN_MESSAGE_ID and the -RETRY/-DLQ suffixes; `ConsumerImpl.doReconsumeLater`: the first reconsume
 sets REAL_TOPIC and ORIGIN_MESSAGE_ID, each one counts RECONSUMETIMES up, and past
 maxRedeliverCount the message goes to the dead-letter topic instead; `processPossibleToDLQ`: a
@@ -123,7 +124,7 @@ class Letters:
         return written
 
     def attach(self, sub: Subscription, policy: LetterPolicy) -> None:
-        """A native consumer's policy on its subscription (the latest consumer's counts): a message
+        """A native consumer's policy on its subscription (the policy attached last counts): a message
         delivered max_redeliver_count + 1 times is dead-lettered instead of delivered again, with
         Pulsar's REAL_TOPIC and ORIGIN_MESSAGE_ID beside its own properties (kept when it has them,
         as a retry letter does)."""
