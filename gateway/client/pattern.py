@@ -5,8 +5,11 @@ The gateway matches the names (ListTopics, RE2 syntax as the Kafka face's KIP-84
 subscriptions, the whole name); the consumer asks again every `pattern_auto_discovery_period`
 seconds (Pulsar's patternAutoDiscoveryPeriod), subscribes to the topics new since and leaves those
 gone. A topic found after the start is read from its earliest message: it is new to the
-subscription, and whatever was sent to it before it was found belongs to it too. Messages of all the
-topics come out of one `receive`, taken from each topic in turn.
+subscription, and whatever was sent to it before it was found belongs to it too. The subscription's
+own dead-letter and retry-letter topics (`<topic>-<subscription>-DLQ`, `-RETRY`) are never taken as
+matches: their messages come through the retry consumer, or not at all, and a retry topic of a retry
+topic would follow every period. Messages of all the topics come out of one `receive`, taken from
+each topic in turn.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ class PatternConsumer:
 
     async def discover(self, initial_position: str = "earliest") -> None:
         """Subscribe to the matching topics not subscribed yet, and leave those that match no more."""
-        names = await self._topics()
+        letters = (f"-{self.subscription}-DLQ", f"-{self.subscription}-RETRY")
+        names = [t for t in await self._topics() if not t.endswith(letters)]
         for topic in [t for t in names if t not in self.consumers]:
             consumer = await self._subscribe(topic, initial_position)
             if self._closed is not None:
