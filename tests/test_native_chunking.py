@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import TopicPartition
 
-from gateway.client import Client, Message, MessageTooLarge
+from gateway.client import Client, Message, MessageTooLarge, NotAllowed
 from gateway.client.chunks import Assembler
 from gateway.server.gateway import Gateway
 from tests.conftest import kafka_bootstrap
@@ -56,6 +56,8 @@ async def test_a_20_mb_message_through_a_1_mb_topic(gateway: Gateway, client: Cl
     assert (msg.value == big, msg.key, msg.headers) == (True, b"k", {"kind": b"blob"})
     assert msg.message_id == sent and len(msg.chunk_offsets) == 21 and msg.chunk_offsets == sent.chunks
     assert small.value == b"small"
+    with pytest.raises(NotAllowed, match="chunked"):
+        await consumer.reconsume_later(msg)
     await consumer.close()
     again = await client.subscribe("big", "whole")  # acknowledged as one: no chunk comes again
     await producer.send(b"next")

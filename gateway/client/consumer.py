@@ -370,6 +370,8 @@ class Consumer:
         at once. Needs `retry_enable` (or a dead-letter policy) at subscribe."""
         self._check_open()
         mid = _id(message)
+        if mid.chunks:
+            raise NotAllowed("a chunked message cannot be reconsumed later: acknowledge or negatively acknowledge it")
         owner = self._owner(mid)
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
         if seconds < 0:
