@@ -144,3 +144,42 @@ async def test_dead_and_retry_letters_across_a_gateway_sigkill(redis_url: str, t
 async def _dead(client: Client) -> list[Message] | None:
     dead = await _all(client, "jobs-work-DLQ")
     return dead if len(dead) >= N else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["before-point-of-no-return", "after-point-of-no-return"])
+async def test_a_reconsume_cut_short_by_a_crash_is_done_once(redis_url: str, tmp_path: Path, step: str) -> None:
+    """The gateway dies inside a reconsume's transaction: before its point of no return the
+    transaction times out and the original comes again, to be reconsumed anew; after it, the next
+    gateway rolls it forward. Either way one retry copy, and the original is acknowledged."""
+    gp = GatewayProcess(tmp_path / "a", redis_url, args=["--lease-ms", "1500", "--log-level", "WARNING"])
+    gp.env = {**gp.env, "GATEWAY_CRASH_AT": step}
+    gp.start()
+    _drain(gp)
+    try:
+        async with await Client.connect(gp.native_url) as client:
+            # redeliveries while the transaction the crash left open times out: not to be dead-lettered
+            consumer = await client.subscribe("jobs", "work", "shared", negative_ack_delay=0.5, retry_enable=True,
+                                              dead_letter_policy=DeadLetterPolicy(max_redeliver_count=100))
+            producer = await client.create_producer("jobs")
+            await producer.send(b"once")
+            msg = await consumer.receive(TIMEOUT)
+            with pytest.raises(GatewayError):
+                await consumer.reconsume_later(msg)
+            assert gp.proc is not None and gp.proc.wait(10) == -9  # killed itself at the step
+            gp.env.pop("GATEWAY_CRASH_AT")
+            gp.start()
+            _drain(gp)
+            while (msg := await consumer.receive(TIMEOUT)).topic == "jobs":  # the original, again
+                try:
+                    await consumer.reconsume_later(msg)
+                except GatewayError:  # locked by the transaction the crash left open, until it times out
+                    await consumer.negative_acknowledge(msg)
+            await consumer.acknowledge(msg)
+            await producer.send(b"end")
+            after = await consumer.receive(TIMEOUT)
+            retried = await _all(client, "jobs-work-RETRY")
+    finally:
+        gp.kill()
+    assert (msg.value, after.value) == (b"once", b"end")  # the original is not delivered again
+    assert [(m.value, m.headers["RECONSUMETIMES"]) for m in retried] == [(b"once", b"1")]
