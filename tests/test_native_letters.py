@@ -16,6 +16,7 @@ from gateway.client import Client, Consumer, DeadLetterPolicy, GatewayError, Mes
 from tests.conftest import GatewayProcess, eventually
 from tests.test_gateway_failover import _drain
 
+REDIS_BACKENDS = ("single", "cluster")  # the copy and its origin in different slots: each test on both
 TIMEOUT = 30.0
 
 
