@@ -45,7 +45,8 @@ async def test_a_20_mb_message_through_a_1_mb_topic(gateway: Gateway, client: Cl
     big = os.urandom(20 * MB)
     with pytest.raises(MessageTooLarge):
         await plain.send(big)
-    consumer = await client.subscribe("big", "whole", initial_position="earliest")
+    # a queue of 4 messages, fewer than the chunks: they leave it room as they are held
+    consumer = await client.subscribe("big", "whole", initial_position="earliest", receiver_queue_size=4)
     producer = await client.create_producer("big", chunking_enabled=True)
     sent = await producer.send(big, key=b"k", headers={"kind": b"blob"})
     await producer.send(b"small")

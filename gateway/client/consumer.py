@@ -138,11 +138,14 @@ class Consumer:
         skip = {e.base_offset + s for s in e.skip}
         decoded = decode_batch(self.topic, e.partition, e.base_offset, e.batch, skip, e.redelivery_count,
                                watermark=self._sent_watermark)
-        return [m for m in map(self._chunks.add, decoded) if m is not None]
+        out = [m for m in map(self._chunks.add, decoded) if m is not None]
+        # chunks held for their message leave the queue's room to others, as Pulsar's consumer
+        # frees their permits: a message of more chunks than the queue holds still comes whole
+        self._taken_permits(len(decoded) - len(out))
+        return out
 
     def _give_up(self, msg: Message, ack: bool) -> None:
-        """An incomplete chunked message the assembler will not hold: its chunks' permits are free."""
-        self._taken_permits(len(msg.chunk_offsets))
+        """An incomplete chunked message the assembler will not hold."""
         if self._closed is None:
             asyncio.ensure_future(self._quietly(self.acknowledge(msg) if ack else self.negative_acknowledge(msg)))
 
@@ -240,11 +243,13 @@ class Consumer:
         msg = self._queue.popleft()
         assert isinstance(msg, Message)  # never a watermark at the head
         self._reached_watermarks()
-        self._taken_permits(max(1, len(msg.chunk_offsets)))
+        self._taken_permits(1)
         return msg
 
     def _taken_permits(self, n: int) -> None:
         """`n` messages the gateway sent are out of the queue: permits again once half of it is."""
+        if n <= 0:
+            return
         self._taken += n
         if self._taken >= max(1, self._queue_size // 2):
             self._grant(self._taken)
