@@ -73,6 +73,12 @@ async def test_reconsume_later_needs_a_policy(client: Client) -> None:
 N = 8  # messages of each kind
 
 
+def start(gp: GatewayProcess) -> None:
+    """Start (or start again on its ports) a gateway process whose output is read all along."""
+    gp.start()
+    _drain(gp)
+
+
 async def _all(client: Client, topic: str) -> list[Message]:
     out: list[Message] = []
     for p in await client.list_partitions(topic):
@@ -103,8 +109,7 @@ async def _work(consumer: Consumer, history: list[tuple[str, bytes, int, bytes |
 @pytest.mark.slow
 async def test_dead_and_retry_letters_across_a_gateway_sigkill(redis_url: str, tmp_path: Path) -> None:
     gp = GatewayProcess(tmp_path / "a", redis_url, args=["--lease-ms", "1500", "--log-level", "WARNING"])
-    gp.start()
-    _drain(gp)
+    start(gp)
     try:
         async with await Client.connect(gp.native_url) as client:
             consumer = await client.subscribe("jobs", "work", "shared", negative_ack_delay=0.05, retry_enable=True,
@@ -120,8 +125,7 @@ async def test_dead_and_retry_letters_across_a_gateway_sigkill(redis_url: str, t
 
             def restart() -> None:
                 gp.kill()
-                gp.start()
-                _drain(gp)
+                start(gp)
 
             await asyncio.to_thread(restart)  # while the consumer works on: steps in flight fail
             await asyncio.wait_for(work, 4 * TIMEOUT)
@@ -155,8 +159,7 @@ async def test_a_reconsume_cut_short_by_a_crash_is_done_once(redis_url: str, tmp
     gateway rolls it forward. Either way one retry copy, and the original is acknowledged."""
     gp = GatewayProcess(tmp_path / "a", redis_url, args=["--lease-ms", "1500", "--log-level", "WARNING"])
     gp.env = {**gp.env, "GATEWAY_CRASH_AT": step}
-    gp.start()
-    _drain(gp)
+    start(gp)
     try:
         async with await Client.connect(gp.native_url) as client:
             # redeliveries while the transaction the crash left open times out: not to be dead-lettered
@@ -169,8 +172,7 @@ async def test_a_reconsume_cut_short_by_a_crash_is_done_once(redis_url: str, tmp
                 await consumer.reconsume_later(msg)
             assert gp.proc is not None and gp.proc.wait(10) == -9  # killed itself at the step
             gp.env.pop("GATEWAY_CRASH_AT")
-            gp.start()
-            _drain(gp)
+            start(gp)
             while (msg := await consumer.receive(TIMEOUT)).topic == "jobs":  # the original, again
                 try:
                     await consumer.reconsume_later(msg)
