@@ -176,15 +176,6 @@ def _paths(api_key: int, paths: str, what: str) -> dict[tuple[int, str], str]:
 
 
 WIRE_FOUND: dict[tuple[int, str], str] = {
-    **_paths(3, "cluster_authorized_operations",
-             "Metadata: Kafka 4 never fills cluster_authorized_operations (KIP-700), the gateway does when asked"),
-    **_paths(32, "results.error_code results.resource_name results.resource_type",
-             "DescribeConfigs with a resource of type UNKNOWN (0) beside others: Kafka INVALID_REQUEST for "
-             "every resource of the request, the gateway for that one (as describe_configs_two_resources_one_name)"),
-    **_paths(75, "next_cursor next_cursor.partition_index next_cursor.topic_name topics "
-                 "topics.topic_authorized_operations",
-             "DescribeTopicPartitions paging with a cursor or a limit of 0 or less, and the authorized "
-             "operations of an unknown topic: Kafka's answers differ from the gateway's"),
     **_paths(1, "error_code responses responses.partitions.error_code responses.partitions.high_watermark "
                 "responses.partitions.last_stable_offset responses.partitions.log_start_offset "
                 "responses.partitions.records responses.partitions.aborted_transactions",
@@ -192,11 +183,4 @@ WIRE_FOUND: dict[tuple[int, str], str] = {
              "exception inside the broker, for the partition or, with the zero topic id, the whole "
              "request) or a current leader epoch other than the leader's (Kafka FENCED_LEADER_EPOCH or "
              "UNKNOWN_LEADER_EPOCH): the gateway reads and answers"),
-    **_paths(3, "brokers topics topics.error_code topics.name topics.partitions topics.topic_authorized_operations",
-             "Metadata naming a topic by a topic id as well as a name: Kafka looks it up by id "
-             "(UNKNOWN_TOPIC_ID) or refuses (INVALID_REQUEST); the gateway uses the name. Kafka fills "
-             "topic_authorized_operations for an unknown topic, the gateway not"),
-    **_paths(9, "groups.topics topics",
-             "OffsetFetch: a topic named with no partitions is listed by Kafka with none, left out by the "
-             "gateway; partition -1 is listed by Kafka"),
 }
