@@ -172,6 +172,33 @@ async def metadata_invalid_topic_name(s: Side, name: str) -> Any:
     return await s.call(3, 12, {"topics": [{"name": "bad name!"}], "allow_auto_topic_creation": False})
 
 
+@scenario
+async def metadata_topic_ids(s: Side, name: str) -> Any:
+    """By id beside a name (v12: the id alone counts), an id no topic has, an id before v12 (the whole
+    request refused), and the operations on a topic that is not there."""
+    await create(s, name, 1)
+    known, none = await s.topic_id(name), uuid.UUID(int=0)
+    ask = [[{"name": None, "topic_id": known}, {"name": name + "-other", "topic_id": none}],
+           [{"name": name, "topic_id": uuid.UUID(int=42)}]]
+    unknown = await s.call(3, 12, {"topics": [{"name": name + "-absent", "topic_id": none}, {"name": "bad name!"}],
+                                   "allow_auto_topic_creation": False, "include_topic_authorized_operations": True})
+    unknown["topics"].sort(key=lambda t: t["name"])  # Kafka answers in its own set's order
+    return [*[await s.call(3, 12, {"topics": t, "allow_auto_topic_creation": False}) for t in ask],
+            await s.call(3, 11, {"topics": [{"name": name, "topic_id": known}], "allow_auto_topic_creation": False}),
+            unknown]
+
+
+@scenario
+async def describe_topic_partitions_paging(s: Side, name: str) -> Any:
+    """Limits of 0 and below, a cursor within a topic, a negative cursor partition, an unknown topic."""
+    await create(s, name, 3)
+    topics = [{"name": name}, {"name": name + "-absent"}]
+    pages = [(0, None), (-5, None), (2, {"topic_name": name, "partition_index": 1}),
+             (1, {"topic_name": name, "partition_index": -1})]
+    return [await s.call(75, 0, {"topics": topics, "response_partition_limit": limit, "cursor": cursor})
+            for limit, cursor in pages]
+
+
 # -- Produce ----------------------------------------------------------------------------------------------
 
 
@@ -741,6 +768,14 @@ def _offset_fetch(v: int) -> Scenario:
 
 
 family("offset_fetch", range(1, 11), _offset_fetch)
+
+
+@scenario
+async def offset_fetch_topic_without_partitions(s: Side, name: str) -> Any:
+    await create(s, name, 1)
+    topics = [{"name": name, "partition_indexes": []}, {"name": name + "-absent", "partition_indexes": [-1, 0]}]
+    return [await s.call(9, 7, {"group_id": name, "topics": topics}),
+            await s.call(9, 8, {"groups": [{"group_id": name, "topics": topics}]})]
 
 
 @scenario
