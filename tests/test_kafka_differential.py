@@ -493,6 +493,13 @@ family("describe_configs_synonyms", range(1, 5), lambda v: _describe_configs(v, 
 
 
 @scenario
+async def describe_configs_all(s: Side, name: str) -> Any:
+    """Every config of a topic, for no names (null) and an empty list alike, in Kafka's order."""
+    await create(s, name, 1, TOPIC_CONFIGS)
+    return [await describe_configs(s, name, keys) for keys in (None, [])]
+
+
+@scenario
 async def describe_configs_unknown_topic(s: Side, name: str) -> Any:
     return await describe_configs(s, name, None)
 

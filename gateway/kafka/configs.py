@@ -63,15 +63,18 @@ def _entry(name: str, kind: Kind, doc: str | None, synonyms: list[Synonym], *,
 def _synonyms(spec: ConfigDef, own: str | None, defaults: BrokerDefaults) -> list[Synonym]:
     """Where the value could come from, the one that applies first (Kafka's order, DynamicBrokerConfig's
     brokerSynonyms after the topic's own): the topic's own, this broker's dynamic config, the
-    cluster-wide default, Kafka's default (under the broker name where Kafka has one)."""
+    cluster-wide default, Kafka's default under the broker name (none for a config Kafka has no
+    broker config for: its value is the default all the same)."""
     out = [] if own is None else [(spec.name, own, SOURCE_TOPIC)]
     if spec.broker is not None:
         if spec.broker in defaults.own:
             out.append((spec.broker, defaults.own[spec.broker], SOURCE_DYNAMIC_BROKER))
         if spec.broker in defaults.cluster:
             out.append((spec.broker, defaults.cluster[spec.broker], SOURCE_DYNAMIC_DEFAULT_BROKER))
-    if spec.broker_fallback is None:
-        out.append((spec.broker or spec.name, spec.default, SOURCE_DEFAULT))
+    if spec.broker is None:
+        pass  # Kafka lists none for a config without a broker config (ServerTopicConfigSynonyms)
+    elif spec.broker_fallback is None:
+        out.append((spec.broker, spec.default, SOURCE_DEFAULT))
     elif spec.broker in defaults.own or spec.broker in defaults.cluster:
         # Kafka lists broker synonyms from its own name on: none while that one is unset
         out.append((*spec.broker_fallback, SOURCE_DEFAULT))
