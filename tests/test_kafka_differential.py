@@ -532,13 +532,19 @@ async def describe_configs_unknown_key(s: Side, name: str) -> Any:
 def _alter(op: int, key: str, value: str | None, validate_only: bool = False) -> Scenario:
     async def run(s: Side, name: str) -> Any:
         await create(s, name, 1, {"retention.ms": "86400000"})
+        before = await _config_value(s, name, key)
         altered = await s.call(44, 1, {"validate_only": validate_only, "resources": [
             {"resource_type": 2, "resource_name": name,
              "configs": [{"name": key, "config_operation": op, "value": value}]}]})
-        if altered["responses"][0]["error_code"] == 0 and not validate_only and op == 0:
-            await configs_settled(s, name, key, value)
+        if altered["responses"][0]["error_code"] == 0 and not validate_only:
+            await configs_settled(s, name, key, value if op == 0 else None, before)
         return [altered, await describe_configs(s, name, [key])]
     return run
+
+
+async def _config_value(s: Side, topic: str, key: str) -> Any:
+    configs = (await describe_configs(s, topic, [key]))["results"][0]["configs"]
+    return next((c["value"] for c in configs), None)
 
 
 for _name, _args in {
@@ -556,12 +562,12 @@ for _name, _args in {
     SCENARIOS[f"incremental_alter_configs_{_name}"] = _alter(*_args)
 
 
-async def configs_settled(s: Side, topic: str, key: str, value: str | None) -> None:
-    """Await DescribeConfigs showing `key` set to `value`: Kafka's broker learns of altered configs
-    from the metadata log a moment after the controller answers."""
+async def configs_settled(s: Side, topic: str, key: str, value: str | None, before: Any = None) -> None:
+    """Await DescribeConfigs showing `key` set to `value` (None: no longer to `before`): Kafka's broker
+    learns of altered configs from the metadata log a moment after the controller answers."""
     async def shown() -> bool:
-        configs = (await describe_configs(s, topic, [key]))["results"][0]["configs"]
-        return any(c["name"] == key and c["value"] == value for c in configs)
+        now = await _config_value(s, topic, key)
+        return now == value if value is not None else now != before
 
     await eventually(shown, 30, f"{key}={value}")
 

@@ -29,8 +29,11 @@ from gateway.kafka.errors import error_message, kafka_error
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_GROUP = 32  # KIP-848's group configs: a share group's here (`gateway.kafka.share`)
-# ConfigResource.Type's ids (BROKER_LOGGER 8, CLIENT_METRICS 16 beside the above); any other is UNKNOWN
-RESOURCE_TYPES = frozenset({RESOURCE_TOPIC, RESOURCE_BROKER, 8, 16, RESOURCE_GROUP})
+RESOURCE_BROKER_LOGGER = 8
+RESOURCE_CLIENT_METRICS = 16
+# ConfigResource.Type's ids: any other is UNKNOWN, which fails a DescribeConfigs request as a whole
+RESOURCE_TYPES = frozenset({RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS,
+                            RESOURCE_GROUP})
 SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
 SOURCE_DYNAMIC_BROKER = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
@@ -66,14 +69,13 @@ def _synonyms(spec: ConfigDef, own: str | None, defaults: BrokerDefaults) -> lis
     cluster-wide default, Kafka's default under the broker name (none for a config Kafka has no
     broker config for: its value is the default all the same)."""
     out = [] if own is None else [(spec.name, own, SOURCE_TOPIC)]
-    if spec.broker is not None:
-        if spec.broker in defaults.own:
-            out.append((spec.broker, defaults.own[spec.broker], SOURCE_DYNAMIC_BROKER))
-        if spec.broker in defaults.cluster:
-            out.append((spec.broker, defaults.cluster[spec.broker], SOURCE_DYNAMIC_DEFAULT_BROKER))
-    if spec.broker is None:
-        pass  # Kafka lists none for a config without a broker config (ServerTopicConfigSynonyms)
-    elif spec.broker_fallback is None:
+    if spec.broker is None:  # no broker config: Kafka's ServerTopicConfigSynonyms has none to list
+        return out
+    if spec.broker in defaults.own:
+        out.append((spec.broker, defaults.own[spec.broker], SOURCE_DYNAMIC_BROKER))
+    if spec.broker in defaults.cluster:
+        out.append((spec.broker, defaults.cluster[spec.broker], SOURCE_DYNAMIC_DEFAULT_BROKER))
+    if spec.broker_fallback is None:
         out.append((spec.broker, spec.default, SOURCE_DEFAULT))
     elif spec.broker in defaults.own or spec.broker in defaults.cluster:
         # Kafka lists broker synonyms from its own name on: none while that one is unset
