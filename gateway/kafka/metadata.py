@@ -59,34 +59,49 @@ def partition_entries(leaders: list[int], serving: list[int]) -> list[dict[str, 
 
 @handles(ApiKey.METADATA, 0, 13)
 async def metadata(ctx: RequestContext, req: Any) -> Any:
+    """As Kafka 4.4's KafkaApis.handleTopicMetadataRequest: topics named by id (v12+) are looked up by
+    id alone, any names beside them ignored; before v12 an id or a null name fails the whole request.
+    Every topic answered but those the principal may not describe, and ids no topic has, says what
+    the principal may do on it when asked (an unknown or invalid name too)."""
+    cls = codec.response_class(ApiKey.METADATA, ctx.api_version)
+    wanted = req.topics
+    ids = [t.topic_id for t in wanted or () if getattr(t, "topic_id", None) is not None and t.topic_id.int]
+    if wanted is not None and ctx.api_version < 12 and (ids or any(t.name is None for t in wanted)):
+        return codec.build(cls, {"throttle_time": 0, "brokers": [], "topics": [
+            {"error_code": KafkaError.invalid_request, "name": t.name or "", "topic_id": t.topic_id, "partitions": []}
+            for t in wanted]})
     log = ctx.services.log
     live = brokers(ctx)
-    wanted = req.topics
     topics: list[dict[str, Any]] = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
         infos = await log.list_topics()  # only those the principal may describe
         topics = [await _topic(ctx, req, info.name, info.partitions, info.topic_id) for info in infos
                   if await ctx.allowed(ResourceType.TOPIC, info.name, Operation.DESCRIBE)]
+    elif ids:
+        found = [await _topic_by_id(ctx, req, i) for i in dict.fromkeys(ids)]
+        topics = sorted(found, key=lambda t: (t["error_code"] != KafkaError.unknown_topic_id,
+                                              t["error_code"] == KafkaError.topic_authorization_failed))
     else:
         create = ctx.services.config.auto_create_topics and getattr(req, "allow_auto_topic_creation", True)
         for t in wanted:
             if t.name is None:
                 topics.append(await _topic_by_id(ctx, req, t.topic_id))
                 continue
-            bad_name = topic_name_error(t.name)
-            if bad_name is not None:
-                topics.append({"error_code": bad_name, "name": t.name})
-                continue
             if not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.DESCRIBE):
                 topics.append({"error_code": KafkaError.topic_authorization_failed, "name": t.name})
                 continue
+            bad_name = topic_name_error(t.name)
             try:
-                info = await log.topic(t.name, create=create and await may_create_topic(ctx, t.name, auto=True))
+                if bad_name is not None:
+                    topics.append({"error_code": bad_name, "name": t.name})
+                else:
+                    info = await log.topic(t.name, create=create and await may_create_topic(ctx, t.name, auto=True))
+                    topics.append(await _topic(ctx, req, info.name, info.partitions, info.topic_id))
+                    continue
             except Exception as exc:
                 topics.append({"error_code": kafka_error(exc), "name": t.name})
-                continue
-            topics.append(await _topic(ctx, req, info.name, info.partitions, info.topic_id))
-    cls = codec.response_class(ApiKey.METADATA, ctx.api_version)
+            topics[-1]["topic_authorized_operations"] = await authorized_operations(
+                ctx, ResourceType.TOPIC, t.name, getattr(req, "include_topic_authorized_operations", False))
     return codec.build(
         cls,
         {
@@ -103,12 +118,9 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
 
 
 async def _topic_by_id(ctx: RequestContext, req: Any, topic_id: uuid.UUID | None) -> dict[str, Any]:
-    """A topic asked for by id (v12+, KIP-516), as Kafka 4.2's `handleTopicMetadataRequest`
-    answers: UNKNOWN_TOPIC_ID with no name for an id no topic has, and no name either for one the
-    principal may not describe (the id itself is not secret); never created. Before v12 a topic
-    must have a name (Kafka refuses the request: INVALID_REQUEST)."""
-    if ctx.api_version < 12:
-        return {"error_code": KafkaError.invalid_request, "name": "", "topic_id": topic_id}
+    """A topic asked for by id (v12+, KIP-516): UNKNOWN_TOPIC_ID with no name for an id no topic
+    has, and no name either for one the principal may not describe (the id itself is not secret);
+    never created."""
     info = None if topic_id is None else await ctx.services.log.topic_by_id(topic_id.hex)
     if info is None:
         return {"error_code": KafkaError.unknown_topic_id, "name": None, "topic_id": topic_id}
