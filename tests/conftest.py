@@ -158,6 +158,7 @@ def test_config(redis_url: str, **overrides: object) -> Config:
         kafka_port=0,
         native_port=0,
         admin_port=0,
+        schema_registry_port=0,  # off: a test of the registry picks a free port
         redis_url=redis_url,
         retention_check_interval=3600,
         # Kafka's 3 s wait before a new group's first rebalance would add 3 s to every test forming a
