@@ -241,6 +241,7 @@ class GatewayProcess:
     kafka_port: int = field(default_factory=free_port)
     native_port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
+    schema_registry_port: int = 0  # off unless a test asks: one fixed default port would collide
     proc: subprocess.Popen[str] | None = None
     banner: str = ""
     args: list[str] = field(default_factory=list)  # more `gateway serve` flags
@@ -283,6 +284,7 @@ class GatewayProcess:
             "--kafka-port", str(self.kafka_port),
             "--native-port", str(self.native_port),
             "--admin-port", str(self.admin_port),
+            "--schema-registry-port", str(self.schema_registry_port),
             "--data-dir", str(self.data_dir),
         ]
         if self.redis_url:

@@ -5,6 +5,7 @@ Karapace's `tests/integration/test_schema.py` ones that name an error code."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -86,3 +87,79 @@ async def test_register_and_read_back(sr: Registry) -> None:
     assert await sr.post("/subjects/users-value", avro(RECORD)) == (200, want)
     # the same schema under another subject keeps its id
     assert await sr.post("/subjects/other/versions", avro(RECORD)) == (200, {"id": schema_id})
+
+
+# -- the serializers applications use, through the Kafka face -----------------------------------
+
+
+@functools.cache
+def order_message_class() -> type:
+    """A Protobuf message class built at run time (what protoc would generate for test/order.proto)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fd = descriptor_pb2.FileDescriptorProto(name="test/order.proto", package="test", syntax="proto3")
+    m = fd.message_type.add(name="Order")
+    F = descriptor_pb2.FieldDescriptorProto
+    m.field.add(name="id", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    m.field.add(name="item", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    m.field.add(name="tags", number=3, type=F.TYPE_STRING, label=F.LABEL_REPEATED)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fd)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("test.Order"))
+
+
+def round_trip(url: str, fmt: str, values: list[Any]) -> tuple[list[bytes], Any]:
+    """Serialize `values` as producers do (registering the schema), then a function that decodes
+    bytes as consumers do (fetching the schema by the id in each record)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    ctx = SerializationContext(f"{fmt}-orders", MessageField.VALUE)
+    writer = SchemaRegistryClient({"url": url})
+    reader = SchemaRegistryClient({"url": url})  # caches nothing the writer learnt
+    if fmt == "avro":
+        schema = json.dumps({"type": "record", "name": "Order", "fields": [
+            {"name": "id", "type": "long"}, {"name": "item", "type": "string"}]})
+        ser: Any = AvroSerializer(writer, schema)
+        de: Any = AvroDeserializer(reader)
+    elif fmt == "json":
+        schema = json.dumps({"type": "object", "properties": {"id": {"type": "integer"},
+                                                              "item": {"type": "string"}}, "required": ["id"]})
+        ser, de = JSONSerializer(schema, writer), JSONDeserializer(None, schema_registry_client=reader)
+    else:
+        order = order_message_class()
+        ser, de = ProtobufSerializer(order, writer), ProtobufDeserializer(order)
+        de._registry = reader  # the deserializer of a known message type needs no registry; make it use one
+    return [ser(v, ctx) for v in values], lambda raw: de(raw, ctx)
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("fmt", ["avro", "json", "protobuf"])
+async def test_serializers_round_trip_records_through_the_gateway(registry_gateway: Gateway, sr: Registry,
+                                                                  fmt: str) -> None:
+    import asyncio
+
+    from tests.conftest import kafka_bootstrap
+    from tests.kafka_clients import consume, produce
+
+    if fmt == "protobuf":
+        cls = order_message_class()
+        values: list[Any] = [cls(id=i, item=f"item-{i}", tags=["a"] * i) for i in range(3)]
+    else:
+        values = [{"id": i, "item": f"item-{i}"} for i in range(3)]
+    raws, decode = await asyncio.to_thread(round_trip, sr.url, fmt, values)
+    bs, topic = kafka_bootstrap(registry_gateway), f"{fmt}-orders"
+    await produce("confluent", bs, topic, [(None, raw) for raw in raws])
+    stored = await consume("confluent", bs, topic, 0, 0, 3)
+    decoded = await asyncio.to_thread(lambda: [decode(v) for _, _, _, v in stored])
+    assert decoded == values
+    status, versions = await sr.get(f"/subjects/{topic}-value/versions")
+    assert (status, versions) == (200, [1])
+    schema_id = int.from_bytes(raws[0][1:5], "big")  # Confluent's framing: magic 0, then the id
+    status, body = await sr.get(f"/schemas/ids/{schema_id}")
+    assert status == 200 and body.get("schemaType", "AVRO") == {"avro": "AVRO", "json": "JSON"}.get(fmt, "PROTOBUF")
+    if fmt == "protobuf":  # served as .proto text unless asked for the serialized form
+        assert body["schema"].startswith('syntax = "proto3";\npackage test;\nmessage Order {\n  int64 id = 1;')

@@ -23,7 +23,8 @@ SERVE_TIMEOUT = 20.0  # well under the half minute an unreachable Redis used to 
 def serve(data_dir: Path, *flags: str) -> tuple[int, list[str]]:
     """Run `gateway serve` to its end; its exit code and its output lines (stdout and stderr)."""
     given = set(flags[::2])
-    ports = [item for flag in ("--kafka-port", "--native-port", "--admin-port") if flag not in given
+    ports = [item for flag in ("--kafka-port", "--native-port", "--admin-port", "--schema-registry-port")
+             if flag not in given
              for item in (flag, "0")]
     args = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(data_dir), *ports, *flags]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
