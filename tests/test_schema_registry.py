@@ -163,3 +163,116 @@ async def test_serializers_round_trip_records_through_the_gateway(registry_gatew
     assert status == 200 and body.get("schemaType", "AVRO") == {"avro": "AVRO", "json": "JSON"}.get(fmt, "PROTOBUF")
     if fmt == "protobuf":  # served as .proto text unless asked for the serialized form
         assert body["schema"].startswith('syntax = "proto3";\npackage test;\nmessage Order {\n  int64 id = 1;')
+
+
+# -- error codes ------------------------------------------------------------------------------------
+
+
+def err(status: int, code: int, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {"error_code": code, "message": message}
+
+
+async def test_reads_of_what_is_not_there(sr: Registry) -> None:
+    assert await sr.get("/subjects/nope/versions") == err(404, 40401, "Subject 'nope' not found.")
+    assert await sr.get("/subjects/nope/versions/1") == err(404, 40401, "Subject 'nope' not found.")
+    assert await sr.post("/subjects/users/versions", avro(RECORD)) == (200, {"id": 1})
+    assert await sr.get("/subjects/users/versions/9") == err(404, 40402, "Version 9 not found.")
+    for bad in ("0", "abc", "2147483648"):
+        assert await sr.get(f"/subjects/users/versions/{bad}") == err(
+            422, 42202, f"The specified version '{bad}' is not a valid version id. Allowed values are between "
+            '[1, 2^31-1] and the string "latest"')
+    assert await sr.get("/schemas/ids/999") == err(404, 40403, "Schema 999 not found")
+    assert await sr.post("/subjects/users", avro("string")) == err(404, 40403, "Schema not found")
+    assert await sr.post("/subjects/nope", avro(RECORD)) == err(404, 40401, "Subject 'nope' not found.")
+    assert await sr.get("/config/users") == err(
+        404, 40408, "Subject 'users' does not have subject-level compatibility configured")
+    assert await sr.get("/config/users?defaultToGlobal=true") == (200, {"compatibilityLevel": "BACKWARD"})
+    assert await sr.get("/mode/users") == err(404, 40409, "Subject 'users' does not have subject-level mode configured")
+    assert await sr.get("/mode") == (200, {"mode": "READWRITE"})
+
+
+async def test_refusals_of_bad_input_change_nothing(sr: Registry) -> None:
+    status, body = await sr.post("/subjects/users/versions", {"schema": '{"type": "recrod"}'})
+    assert status == 422 and body["error_code"] == 42201 and body["message"].startswith("Invalid AVRO schema")
+    status, body = await sr.post("/subjects/users/versions", {"schema": "{", "schemaType": "JSON"})
+    assert status == 422 and body["error_code"] == 42201
+    status, body = await sr.post("/subjects/users/versions", {"schema": "message X {}", "schemaType": "PROTOBUF"})
+    assert status == 422 and body["error_code"] == 42201
+    assert await sr.post("/subjects/users/versions", {"schema": "{}", "schemaType": "XML"}) == err(
+        422, 422, "Invalid schemaType XML")
+    status, body = await sr.call("POST", "/subjects/users/versions", "not an object")
+    assert status == 400
+    assert await sr.put("/config", {"compatibility": "SIDEWAYS"}) == err(
+        422, 42203, "Invalid compatibility level. Valid values are none, backward, forward, full, "
+        "backward_transitive, forward_transitive, and full_transitive")
+    assert await sr.put("/mode", {"mode": "WRITEONLY"}) == err(
+        422, 42204, "Invalid mode WRITEONLY. Valid values are READWRITE, READONLY and IMPORT")
+    assert await sr.get("/subjects") == (200, [])
+    assert await sr.get("/config") == (200, {"compatibilityLevel": "BACKWARD"})
+
+
+async def test_soft_and_hard_deletes(sr: Registry) -> None:
+    v1 = RECORD
+    v2 = {**RECORD, "fields": [*RECORD["fields"], {"name": "age", "type": "int", "default": 0}]}
+    assert (await sr.post("/subjects/users/versions", avro(v1)))[0] == 200
+    assert (await sr.post("/subjects/users/versions", avro(v2)))[0] == 200
+    assert await sr.delete("/subjects/users/versions/2?permanent=true") == err(
+        404, 40407, "Subject 'users' Version 2 was not deleted first before being permanently deleted")
+    assert await sr.delete("/subjects/users/versions/2") == (200, 2)
+    assert await sr.delete("/subjects/users/versions/2") == err(
+        404, 40406, "Subject 'users' Version 2 was soft deleted.Set permanent=true to delete permanently")
+    assert await sr.get("/subjects/users/versions") == (200, [1])
+    assert await sr.get("/subjects/users/versions?deleted=true") == (200, [1, 2])
+    assert (await sr.get("/subjects/users/versions/2"))[1]["error_code"] == 40402
+    assert (await sr.get("/subjects/users/versions/2?deleted=true"))[0] == 200
+    assert await sr.delete("/subjects/users?permanent=true") == err(
+        404, 40405, "Subject 'users' was not deleted first before being permanently deleted")
+    assert await sr.delete("/subjects/users") == (200, [1])
+    assert await sr.delete("/subjects/users") == err(
+        404, 40404, "Subject 'users' was soft deleted.Set permanent=true to delete permanently")
+    assert await sr.get("/subjects") == (200, [])
+    assert await sr.get("/subjects?deleted=true") == (200, ["users"])
+    assert await sr.delete("/subjects/users?permanent=true") == (200, [1, 2])
+    assert await sr.get("/subjects?deleted=true") == (200, [])
+    assert (await sr.get("/subjects/users/versions"))[1]["error_code"] == 40401
+    # gone for good: the subject starts again at version 1
+    assert (await sr.post("/subjects/users/versions", avro(v2)))[0] == 200
+    assert await sr.get("/subjects/users/versions") == (200, [1])
+
+
+async def test_modes(sr: Registry) -> None:
+    assert (await sr.post("/subjects/users/versions", avro(RECORD)))[0] == 200
+    assert await sr.put("/mode/users", {"mode": "READONLY"}) == (200, {"mode": "READONLY"})
+    assert await sr.post("/subjects/users/versions", avro("string")) == err(
+        422, 42205, "Subject users is in read-only mode")
+    assert (await sr.post("/subjects/others/versions", avro("string")))[0] == 200  # the global mode
+    assert await sr.delete("/mode/users") == (200, {"mode": "READONLY"})
+    assert await sr.put("/mode", {"mode": "IMPORT"}) == err(422, 42205, "Cannot import since found existing subjects")
+    assert await sr.post("/subjects/users/versions", {**avro("long"), "id": 42}) == err(
+        422, 42205, "Subject users is not in import mode")
+    assert await sr.put("/mode?force=true", {"mode": "IMPORT"}) == (200, {"mode": "IMPORT"})
+    # an import keeps the ids and versions it is given, unchecked
+    assert await sr.post("/subjects/imported/versions", {**avro("long"), "id": 42, "version": 7}) == (200, {"id": 42})
+    assert (await sr.get("/subjects/imported/versions/7"))[1]["id"] == 42
+    assert await sr.put("/mode", {"mode": "READWRITE"}) == (200, {"mode": "READWRITE"})
+    assert (await sr.post("/subjects/next/versions", avro("double")))[1]["id"] == 43  # after every id in use
+
+
+async def test_references_and_referencedby(sr: Registry) -> None:
+    address = {"type": "record", "name": "Address", "namespace": "shop", "fields": [{"name": "city", "type": "string"}]}
+    customer = {"type": "record", "name": "Customer", "namespace": "shop",
+                "fields": [{"name": "address", "type": "shop.Address"}]}
+    status, body = await sr.post("/subjects/address/versions", avro(address))
+    assert status == 200
+    address_id = body["id"]
+    ref = [{"name": "shop.Address", "subject": "address", "version": 1}]
+    status, body = await sr.post("/subjects/customer/versions", {**avro(customer), "references": ref})
+    assert status == 200
+    customer_id = body["id"]
+    assert (await sr.get(f"/schemas/ids/{customer_id}"))[1]["references"] == ref
+    assert await sr.get("/subjects/address/versions/1/referencedby") == (200, [customer_id])
+    assert await sr.delete("/subjects/address/versions/1") == err(
+        422, 42206, "One or more references exist to the schema {magic=1,keytype=SCHEMA,subject=address,version=1}.")
+    status, body = await sr.post("/subjects/customer/versions", avro(customer))  # Address unresolved
+    assert status == 422 and body["error_code"] == 42201
+    assert address_id != customer_id
