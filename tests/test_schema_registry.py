@@ -276,3 +276,123 @@ async def test_references_and_referencedby(sr: Registry) -> None:
     status, body = await sr.post("/subjects/customer/versions", avro(customer))  # Address unresolved
     assert status == 422 and body["error_code"] == 42201
     assert address_id != customer_id
+
+
+# -- compatibility --------------------------------------------------------------------------------
+
+
+def rec(*fields: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "record", "name": "R", "fields": list(fields)}
+
+
+A_INT, A_STR = {"name": "a", "type": "int"}, {"name": "a", "type": "string"}
+B, B_DEFAULT = {"name": "b", "type": "string"}, {"name": "b", "type": "string", "default": ""}
+
+
+def js(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"schema": json.dumps(schema), "schemaType": "JSON"}
+
+
+def obj(props: dict[str, Any], *, required: tuple[str, ...] = (), closed: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props, "required": list(required)}
+    if closed:
+        out["additionalProperties"] = False
+    return js(out)
+
+
+def pb(*fields: tuple[str, int, str], messages: tuple[str, ...] = ("M",)) -> dict[str, Any]:
+    """A proto3 file: message M with (name, number, scalar type) fields, and empty messages besides."""
+    import base64
+
+    from google.protobuf import descriptor_pb2
+
+    F = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(name="c.proto", package="c", syntax="proto3")
+    for name in messages:
+        m = fd.message_type.add(name=name)
+        if name == "M":
+            for fname, number, kind in fields:
+                m.field.add(name=fname, number=number, type=getattr(F, f"TYPE_{kind.upper()}"), label=F.LABEL_OPTIONAL)
+    return {"schema": base64.b64encode(fd.SerializeToString()).decode(), "schemaType": "PROTOBUF"}
+
+
+# (level, schemas registered in order, whether the last is accepted); from Confluent's "Schema
+# Evolution and Compatibility" summary table and Avro examples, and Karapace's compatibility tests
+# (tests/unit/compatibility/test_compatibility.py, test_jsonschema.py, protobuf's test_compatibility)
+CASES = {
+    "avro backward: a new field without a default": ("BACKWARD", [avro(rec(A_INT)), avro(rec(A_INT, B))], False),
+    "avro backward: a new field with a default": ("BACKWARD", [avro(rec(A_INT)), avro(rec(A_INT, B_DEFAULT))], True),
+    "avro backward: a field deleted": ("BACKWARD", [avro(rec(A_INT, B)), avro(rec(A_INT))], True),
+    "avro backward: int promoted to long": (
+        "BACKWARD", [avro(rec(A_INT)), avro(rec({"name": "a", "type": "long"}))], True),
+    "avro backward: int changed to string": ("BACKWARD", [avro(rec(A_INT)), avro(rec(A_STR))], False),
+    "avro backward: an enum symbol removed": (
+        "BACKWARD", [avro({"type": "enum", "name": "E", "symbols": ["X", "Y"]}),
+                     avro({"type": "enum", "name": "E", "symbols": ["X"]})], False),
+    "avro forward: a field deleted without a default": ("FORWARD", [avro(rec(A_INT, B)), avro(rec(A_INT))], False),
+    "avro forward: a new field without a default": ("FORWARD", [avro(rec(A_INT)), avro(rec(A_INT, B))], True),
+    "avro full: a new field with a default": ("FULL", [avro(rec(A_INT)), avro(rec(A_INT, B_DEFAULT))], True),
+    "avro full: a new field without a default": ("FULL", [avro(rec(A_INT)), avro(rec(A_INT, B))], False),
+    "avro none: anything": ("NONE", [avro(rec(A_INT)), avro(rec(A_STR))], True),
+    "avro backward: only the latest is compared": (
+        "BACKWARD", [avro(rec(A_INT, B_DEFAULT)), avro(rec(B_DEFAULT)),
+                     avro(rec(B_DEFAULT, {**A_STR, "default": ""}))], True),
+    "avro backward transitive: every version is compared": (
+        "BACKWARD_TRANSITIVE", [avro(rec(A_INT, B_DEFAULT)), avro(rec(B_DEFAULT)),
+                                avro(rec(B_DEFAULT, {**A_STR, "default": ""}))], False),
+    "json backward: integer widened to number": (
+        "BACKWARD", [js({"type": "integer"}), js({"type": "number"})], True),
+    "json backward: number narrowed to integer": (
+        "BACKWARD", [js({"type": "number"}), js({"type": "integer"})], False),
+    "json backward: a property added to an open content model": (
+        "BACKWARD", [obj({"a": {"type": "string"}}), obj({"a": {"type": "string"}, "b": {"type": "string"}})],
+        False),
+    "json backward: a property added to a closed content model": (
+        "BACKWARD", [obj({"a": {"type": "string"}}, closed=True),
+                     obj({"a": {"type": "string"}, "b": {"type": "string"}}, closed=True)], True),
+    "json backward: a required property added": (
+        "BACKWARD", [obj({"a": {"type": "string"}}, closed=True),
+                     obj({"a": {"type": "string"}, "b": {"type": "string"}}, required=("b",), closed=True)], False),
+    "json backward: a property removed from an open content model": (
+        "BACKWARD", [obj({"a": {"type": "string"}, "b": {"type": "string"}}), obj({"a": {"type": "string"}})],
+        True),
+    "json backward: maxLength decreased": (
+        "BACKWARD", [js({"type": "string", "maxLength": 10}), js({"type": "string", "maxLength": 5})], False),
+    "json backward: an enum narrowed": ("BACKWARD", [js({"enum": ["x", "y"]}), js({"enum": ["x"]})], False),
+    "json backward: an enum widened": ("BACKWARD", [js({"enum": ["x"]}), js({"enum": ["x", "y"]})], True),
+    "protobuf backward: a field added": ("BACKWARD", [pb(("a", 1, "int32")), pb(("a", 1, "int32"), ("b", 2, "string"))],
+                                         True),
+    "protobuf backward: int32 to int64": ("BACKWARD", [pb(("a", 1, "int32")), pb(("a", 1, "int64"))], True),
+    "protobuf backward: int32 to string": ("BACKWARD", [pb(("a", 1, "int32")), pb(("a", 1, "string"))], False),
+    "protobuf backward: a message removed": (
+        "BACKWARD", [pb(("a", 1, "int32"), messages=("M", "N")), pb(("a", 1, "int32"))], False),
+}
+
+
+async def test_compatibility_cases(sr: Registry) -> None:
+    """Each case in a subject of its own, at its level: the last schema refused with 409 as
+    Confluent's registry refuses it, or accepted; the compatibility endpoint says the same."""
+    outcomes = {}
+    for i, (name, (level, schemas, _)) in enumerate(CASES.items()):
+        subject = f"case-{i}"
+        assert await sr.put(f"/config/{subject}", {"compatibility": level}) == (200, {"compatibility": level})
+        for schema in schemas[:-1]:
+            assert (await sr.post(f"/subjects/{subject}/versions", schema))[0] == 200, name
+        status, check = await sr.post(f"/compatibility/subjects/{subject}/versions?verbose=true", schemas[-1])
+        assert status == 200 and check["is_compatible"] == (check["messages"] == []), (name, check)
+        status, body = await sr.post(f"/subjects/{subject}/versions", schemas[-1])
+        assert status in (200, 409), (name, body)
+        if status == 409:
+            assert body["error_code"] == 409 and body["message"].startswith(
+                f'Schema being registered is incompatible with an earlier schema for subject "{subject}"'), name
+        outcomes[name] = (status == 200, check["is_compatible"])
+    assert outcomes == {name: (accepted, accepted) for name, (_, _, accepted) in CASES.items()}
+
+
+async def test_compatibility_against_one_version(sr: Registry) -> None:
+    assert (await sr.post("/subjects/s/versions", avro(rec(A_INT))))[0] == 200
+    assert await sr.post("/compatibility/subjects/s/versions/latest", avro(rec(A_INT, B))) == (
+        200, {"is_compatible": False})
+    assert await sr.post("/compatibility/subjects/s/versions/1", avro(rec(A_INT, B_DEFAULT))) == (
+        200, {"is_compatible": True})
+    assert (await sr.post("/compatibility/subjects/s/versions/2", avro(rec(A_INT))))[1]["error_code"] == 40402
