@@ -5,6 +5,7 @@ Karapace's `tests/integration/test_schema.py` ones that name an error code."""
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 from collections.abc import AsyncIterator
@@ -396,3 +397,96 @@ async def test_compatibility_against_one_version(sr: Registry) -> None:
     assert await sr.post("/compatibility/subjects/s/versions/1", avro(rec(A_INT, B_DEFAULT))) == (
         200, {"is_compatible": True})
     assert (await sr.post("/compatibility/subjects/s/versions/2", avro(rec(A_INT))))[1]["error_code"] == 40402
+
+
+# -- several gateways, restarts, users ------------------------------------------------------------
+
+
+async def test_ids_unique_with_two_gateways_registering_at_once(redis_url: str) -> None:
+    """Both gateways register the same twenty schemas (each under a subject of its own and all under
+    one shared subject) at the same time: one id per schema whichever gateway answers, distinct ids
+    for distinct schemas, and the shared subject's versions never handed out twice."""
+    import asyncio
+
+    cfgs = [test_config(redis_url, schema_registry_port=free_port()) for _ in range(2)]
+    async with running_gateway(cfgs[0]) as a, running_gateway(cfgs[1]) as b, aiohttp.ClientSession() as session:
+        one, two = Registry(session, registry_url(a)), Registry(session, registry_url(b))
+        schemas = [avro(rec({"name": f"f{i}", "type": "int"})) for i in range(20)]
+        await one.put("/config/shared", {"compatibility": "NONE"})
+        calls = [r.post(f"/subjects/{subject}/versions", s) for i, s in enumerate(schemas)
+                 for r in (one, two) for subject in (f"own-{i}", "shared")]
+        answers = await asyncio.gather(*calls)
+        assert {status for status, _ in answers} == {200}
+        ids = [body["id"] for _, body in answers]
+        by_schema = [set(ids[i * 4:(i + 1) * 4]) for i in range(20)]
+        assert all(len(s) == 1 for s in by_schema), by_schema
+        assert len({s.pop() for s in by_schema}) == 20
+        for r in (one, two):  # both gateways read the same registry
+            status, versions = await r.get("/subjects/shared/versions")
+            assert status == 200 and len(versions) == len(set(versions)) >= 20
+            held = [(await r.get(f"/subjects/shared/versions/{v}"))[1]["id"] for v in versions]
+            assert set(held) == set(ids)
+
+
+async def test_a_restart_keeps_everything(redis_url: str) -> None:
+    cfg = test_config(redis_url, schema_registry_port=free_port())
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession() as session:
+        sr = Registry(session, registry_url(gw))
+        assert await sr.post("/subjects/users/versions", avro(RECORD)) == (200, {"id": 1})
+        assert await sr.put("/config/users", {"compatibility": "FULL"}) == (200, {"compatibility": "FULL"})
+        assert await sr.put("/mode/frozen", {"mode": "READONLY"}) == (200, {"mode": "READONLY"})
+        assert (await sr.post("/subjects/gone/versions", avro("string")))[0] == 200
+        assert await sr.delete("/subjects/gone") == (200, [1])
+        before = [await sr.get(p) for p in ("/subjects?deleted=true", "/subjects/users/versions/1", "/schemas/ids/2")]
+    cfg = test_config(redis_url, schema_registry_port=free_port())
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession() as session:
+        sr = Registry(session, registry_url(gw))
+        assert [await sr.get(p) for p in ("/subjects?deleted=true", "/subjects/users/versions/1",
+                                          "/schemas/ids/2")] == before
+        assert await sr.get("/config/users") == (200, {"compatibilityLevel": "FULL"})
+        assert await sr.get("/mode/frozen") == (200, {"mode": "READONLY"})
+        assert await sr.get("/subjects") == (200, ["users"])
+        assert await sr.post("/subjects/next/versions", avro("long")) == (200, {"id": 3})
+
+
+async def test_users_and_acls(redis_url: str) -> None:
+    """HTTP Basic with the gateway's users; a subject is authorised as the topic of its name."""
+    from gateway.domain.security import Acl
+
+    cfg = test_config(redis_url, schema_registry_port=free_port(), auth=True, super_users="admin")
+    async with running_gateway(cfg) as gw:
+        security = gw.services.security  # type: ignore[union-attr]
+        for user in ("admin", "alice", "bob"):
+            await security.set_user(user, f"{user}-secret")
+        await security.add_acl(Acl("User:alice", "topic", "orders-", "write", "prefixed"))
+        await security.add_acl(Acl("User:bob", "topic", "orders-value", "read"))
+        url = registry_url(gw)
+
+        def as_user(user: str | None, password: str = "") -> aiohttp.ClientSession:
+            basic = base64.b64encode(f"{user}:{password or f'{user}-secret'}".encode()).decode()
+            return aiohttp.ClientSession(headers={"Authorization": f"Basic {basic}"} if user else None)
+
+        async with as_user(None) as s:
+            assert await Registry(s, url).get("/subjects") == err(401, 401, "Unauthorized")
+        async with as_user("alice", "wrong") as s:
+            assert await Registry(s, url).get("/subjects") == err(401, 401, "Unauthorized")
+        async with as_user("alice") as s:
+            alice = Registry(s, url)
+            assert await alice.post("/subjects/orders-value/versions", avro(RECORD)) == (200, {"id": 1})
+            status, body = await alice.post("/subjects/payments-value/versions", avro(RECORD))
+            assert (status, body["error_code"]) == (403, 40301)
+            assert (await alice.put("/config", {"compatibility": "NONE"}))[0] == 403
+        async with as_user("bob") as s:
+            bob = Registry(s, url)
+            assert await bob.get("/subjects") == (200, ["orders-value"])
+            assert (await bob.get("/schemas/ids/1"))[0] == 200
+            assert (await bob.post("/subjects/orders-value/versions", avro("string")))[0] == 403
+            assert (await bob.delete("/subjects/orders-value"))[0] == 403
+        async with as_user("admin") as s:
+            admin = Registry(s, url)
+            assert (await admin.post("/subjects/payments-value/versions", avro("string")))[0] == 200
+            assert await admin.put("/config", {"compatibility": "NONE"}) == (200, {"compatibility": "NONE"})
+        async with as_user("bob") as s:  # what bob may not read, he does not see
+            bob = Registry(s, url)
+            assert await bob.get("/subjects") == (200, ["orders-value"])
+            assert (await bob.get("/schemas/ids/2"))[1]["error_code"] == 40403

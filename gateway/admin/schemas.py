@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from contextvars import ContextVar
 from typing import Any, cast
 
 from aiohttp import web
@@ -30,7 +31,7 @@ from gateway.errors import AuthenticationFailed, GatewayError
 from gateway.net import server_ssl_context
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
-_PRINCIPAL = "schema_registry.principal"  # the authenticated caller, on the request
+_CALLER: ContextVar[str | None] = ContextVar("schema_registry_caller", default=None)  # set per request's task
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -118,7 +119,7 @@ class SchemaRegistryApi:
         @web.middleware
         async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
             if security.enabled:
-                request[_PRINCIPAL] = await principal_of(security, request.headers.get("Authorization", ""))
+                _CALLER.set(await principal_of(security, request.headers.get("Authorization", "")))
             return await handler(request)
 
         return authenticate
@@ -126,7 +127,7 @@ class SchemaRegistryApi:
     async def _may(self, request: web.Request, subject: str | None, operation: Operation) -> bool:
         if not self.security.enabled:
             return True
-        principal = request.get(_PRINCIPAL)
+        principal = _CALLER.get()
         if subject is None:
             return await self.security.authorize(principal, ResourceType.CLUSTER, CLUSTER_NAME, operation,
                                                  request.remote)
