@@ -7,6 +7,7 @@ Confluent's AvroSchemaProvider resolves references), JSON Schema checked against
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ class Parsed:
     model: Any = field(compare=False)  # avro.schema.Schema, a JSON value, a FileDescriptorProto
     references: tuple[Reference, ...] = ()
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         """What one schema id stands for, whichever gateway registers it."""
         refs = json.dumps([r.to_json() for r in self.references], sort_keys=True)

@@ -38,31 +38,43 @@ class View:
     configs: dict[str | None, str] = field(default_factory=dict)  # None: the global level
     modes: dict[str | None, str] = field(default_factory=dict)
     max_id: int = 0
+    holders: dict[int, set[tuple[str, int]]] = field(default_factory=dict)  # id -> (subject, version)s
+
+    def _put(self, subject: str, number: int, v: Version | None) -> None:
+        """Set (or with None remove) one subject version, keeping the index by id."""
+        versions = self.subjects.setdefault(subject, {})
+        old = versions.pop(number, None)
+        if old is not None:
+            self.holders[old.schema_id].discard((subject, number))
+            if not self.holders[old.schema_id]:
+                del self.holders[old.schema_id]
+        if v is not None:
+            versions[number] = v
+            self.holders.setdefault(v.schema_id, set()).add((subject, number))
+            self.max_id = max(self.max_id, v.schema_id)
+        elif not versions:
+            del self.subjects[subject]
 
     def apply(self, key: dict[str, Any], value: dict[str, Any] | None) -> None:
         kind, subject = key.get("keytype"), key.get("subject")
         if kind == "SCHEMA" and isinstance(subject, str):
-            versions = self.subjects.setdefault(subject, {})
             if value is None:
-                versions.pop(int(key.get("version", 0)), None)
-                if not versions:
-                    del self.subjects[subject]
+                self._put(subject, int(key.get("version", 0)), None)
                 return
             refs = tuple(Reference(str(r["name"]), str(r["subject"]), int(r["version"]))
                          for r in value.get("references") or ())
             v = Version(subject, int(value["version"]), int(value["id"]), str(value["schema"]),
                         str(value.get("schemaType") or "AVRO"), refs, bool(value.get("deleted", False)))
-            versions[v.version] = v
-            self.max_id = max(self.max_id, v.schema_id)
+            self._put(subject, v.version, v)
         elif kind == "CONFIG":
             self._setting(self.configs, subject, value, "compatibilityLevel")
         elif kind == "MODE":
             self._setting(self.modes, subject, value, "mode")
         elif kind == "DELETE_SUBJECT" and isinstance(subject, str) and value is not None:
             upto = int(value.get("version", 2**31))  # Confluent's soft delete of a whole subject
-            for n, v in self.subjects.get(subject, {}).items():
+            for n, v in list(self.subjects.get(subject, {}).items()):
                 if n <= upto:
-                    self.subjects[subject][n] = replace(v, deleted=True)
+                    self._put(subject, n, replace(v, deleted=True))
 
     @staticmethod
     def _setting(where: dict[str | None, str], subject: Any, value: dict[str, Any] | None, name: str) -> None:
@@ -77,7 +89,7 @@ class View:
 
     def by_id(self, schema_id: int) -> list[Version]:
         """Every subject version holding the schema (soft-deleted ones too), subjects in name order."""
-        return [v for s in sorted(self.subjects) for v in self.versions(s, deleted=True) if v.schema_id == schema_id]
+        return [self.subjects[s][n] for s, n in sorted(self.holders.get(schema_id, ()))]
 
     def referenced_by(self, subject: str, version: int) -> list[int]:
         return sorted({v.schema_id for s in self.subjects for v in self.versions(s)
