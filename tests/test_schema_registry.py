@@ -255,6 +255,8 @@ async def test_modes(sr: Registry) -> None:
     # an import keeps the ids and versions it is given, unchecked
     assert await sr.post("/subjects/imported/versions", {**avro("long"), "id": 42, "version": 7}) == (200, {"id": 42})
     assert (await sr.get("/subjects/imported/versions/7"))[1]["id"] == 42
+    assert await sr.post("/subjects/imported/versions", {**avro("float"), "id": 42}) == err(
+        422, 42205, "Overwrite new schema with id 42 is not permitted.")
     assert await sr.put("/mode", {"mode": "READWRITE"}) == (200, {"mode": "READWRITE"})
     assert (await sr.post("/subjects/next/versions", avro("double")))[1]["id"] == 43  # after every id in use
 

@@ -10,16 +10,16 @@ cluster's ALTER_CONFIGS): see the README's "Schema Registry"."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from contextvars import ContextVar
-from typing import Any, cast
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway import telemetry
+from gateway.admin.listener import HttpListener, listen
 from gateway.admin.security import principal_of
 from gateway.domain.schemas import errors
 from gateway.domain.schemas.errors import RegistryError
@@ -28,7 +28,6 @@ from gateway.domain.schemas.view import Version
 from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType, SecurityService
 from gateway.domain.services import Services
 from gateway.errors import AuthenticationFailed, GatewayError
-from gateway.net import server_ssl_context
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _CALLER: ContextVar[str | None] = ContextVar("schema_registry_caller", default=None)  # set per request's task
@@ -325,28 +324,8 @@ class SchemaRegistryApi:
         return _json({"mode": await self.registry.delete_mode(subject)})
 
 
-class SchemaRegistryListener:
-    def __init__(self, runner: web.AppRunner, site: web.TCPSite) -> None:
-        self.runner = runner
-        server = cast("asyncio.Server | None", site._server)  # aiohttp declares the AbstractServer
-        assert server is not None and server.sockets
-        self.port = int(server.sockets[0].getsockname()[1])
-
-    async def close(self, grace: float = 5.0) -> None:
-        await self.runner.cleanup()
-
-
-async def start_schema_registry(services: Services, host: str, port: int) -> SchemaRegistryListener:
+async def start_schema_registry(services: Services, host: str, port: int) -> HttpListener:
     api = SchemaRegistryApi(services.schemas, services.security)
     app = web.Application(middlewares=[_answered, api.authentication()])
     app.add_routes(api.routes())
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    cfg = services.config
-    try:
-        site = web.TCPSite(runner, host, port, ssl_context=server_ssl_context(cfg.tls_cert_file, cfg.tls_key_file))
-        await site.start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return SchemaRegistryListener(runner, site)
+    return await listen(app, services.config, host, port)

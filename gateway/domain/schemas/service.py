@@ -18,7 +18,7 @@ from gateway.domain.schemas import errors, proto, records
 from gateway.domain.schemas.compat import Level, incompatibilities
 from gateway.domain.schemas.formats import Parsed, Reference, SchemaType, descriptor_of, parse, schema_type
 from gateway.domain.schemas.view import Version, View
-from gateway.errors import TopicExists, TopicNotFound
+from gateway.errors import InvalidRequest, TopicExists, TopicNotFound
 from gateway.formats.records import build_batch, iter_records
 from gateway.store import Store
 
@@ -198,9 +198,12 @@ class SchemaRegistry:
             if found:
                 raise errors.incompatible(subject, found)
         every = self.view.versions(subject, deleted=True)
-        schema_id, number = await self.alloc.allocate(
-            new.fingerprint, subject, self.view.max_id, every[-1].version if every else 0,
-            -1 if wanted is None else int(wanted))
+        try:
+            schema_id, number = await self.alloc.allocate(
+                new.fingerprint, subject, self.view.max_id, every[-1].version if every else 0,
+                -1 if wanted is None else int(wanted))
+        except InvalidRequest:  # the id asked for is another schema's
+            raise errors.not_permitted(f"Overwrite new schema with id {wanted} is not permitted.") from None
         if mode == "IMPORT" and body.get("version") is not None:
             number = parse_version(body["version"])
         refs = [r.to_json() for r in new.references]
