@@ -3,7 +3,7 @@ decides whether two registrations are the same schema, and the parsed model comp
 
 Avro is parsed by Apache Avro's own `avro` package (named types of referenced schemas first, as
 Confluent's AvroSchemaProvider resolves references), JSON Schema checked against its meta-schema by
-`jsonschema`, Protobuf taken as a serialized FileDescriptorProto (`gateway.domain.schemas.proto`)."""
+`jsonschema`, Protobuf read into a FileDescriptorProto (`gateway.domain.schemas.proto`)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def parse(kind: SchemaType, text: str, deps: list[Parsed], references: tuple[Ref
             return _avro(text, deps, references, normalize)
         if kind is SchemaType.JSON:
             return _json(text, references, normalize)
-        fd = proto.descriptor(text)
+        fd = proto.descriptor(text, [descriptor_of(d) for d in deps if d.type is SchemaType.PROTOBUF])
         served = proto.serialized(fd)
         return Parsed(kind, served, proto.identity(fd, normalize), fd, references)
     except RegistryError:

@@ -1,6 +1,6 @@
 """Protobuf schemas as FileDescriptorProto: read from the base64 serialized form that
-confluent-kafka's ProtobufSerializer registers (and `?format=serialized` serves back), written as
-.proto text for everyone else, and compared by Karapace's rules (`compatibility/protobuf/checks.py`
+confluent-kafka's ProtobufSerializer registers (and `?format=serialized` serves back) or from
+.proto text (`proto_text`), written as .proto text for everyone else, and compared by Karapace's rules (`compatibility/protobuf/checks.py`
 and `protobuf/compare_result.py`: a message dropped, a field's kind or label changed, are
 incompatible; added or removed fields are not, on the wire a reader skips or defaults them)."""
 
@@ -10,6 +10,7 @@ import base64
 import binascii
 from collections.abc import Iterator
 
+from google.protobuf import descriptor_pool
 from google.protobuf.descriptor_pb2 import (
     DescriptorProto,
     EnumDescriptorProto,
@@ -17,6 +18,8 @@ from google.protobuf.descriptor_pb2 import (
     FileDescriptorProto,
 )
 from google.protobuf.message import DecodeError
+
+from gateway.domain.schemas import proto_text
 
 F = FieldDescriptorProto
 _SCALARS = {
@@ -34,16 +37,23 @@ _WIRE_GROUPS = [
 ]
 
 
-def descriptor(text: str) -> FileDescriptorProto:
-    """The file a schema string describes: base64 of a serialized FileDescriptorProto."""
+def descriptor(text: str, deps: list[FileDescriptorProto]) -> FileDescriptorProto:
+    """The file a schema string describes, `.proto` text or base64 of a serialized
+    FileDescriptorProto (what confluent-kafka registers), checked by building it with the files it
+    imports (`deps`) as protoc would: ValueError naming what is wrong."""
     try:
-        raw = base64.b64decode(text.strip(), validate=True)
-        fd = FileDescriptorProto.FromString(raw)
+        fd = FileDescriptorProto.FromString(base64.b64decode(text.strip(), validate=True))
     except (binascii.Error, DecodeError, ValueError):
-        raise ValueError("not a base64 serialized FileDescriptorProto (.proto text is not parsed here: see "
-                         "docs/kafka-differences.md)") from None
+        fd = proto_text.parse(text, deps)
     if not fd.message_type and not fd.enum_type:
         raise ValueError("the file defines no message and no enum")
+    pool = descriptor_pool.DescriptorPool()
+    try:
+        for d in deps:
+            pool.Add(d)
+        pool.Add(fd)
+    except TypeError as exc:  # the pool's words: an unknown type, a field number used twice, ...
+        raise ValueError(str(exc)) from None
     return fd
 
 
@@ -83,6 +93,13 @@ def _message(m: DescriptorProto, pad: str, proto3: bool) -> list[str]:
     for f in m.field:
         if f.HasField("oneof_index") and not f.proto3_optional:
             oneofs.setdefault(f.oneof_index, []).append(f)
+    for f in m.field:
+        if f.HasField("oneof_index") and not f.proto3_optional:
+            fields = oneofs.pop(f.oneof_index, [])  # the whole oneof where its first field stands
+            if fields:
+                out.append(f"{inner}oneof {m.oneof_decl[f.oneof_index].name} {{")
+                out += [f"{inner}  {_type_name(g)} {g.name} = {g.number};" for g in fields]
+                out.append(f"{inner}}}")
             continue
         entry = maps.get(f.type_name.rsplit(".", 1)[-1]) if f.type == F.TYPE_MESSAGE else None
         if entry is not None and f.label == F.LABEL_REPEATED:
@@ -93,10 +110,6 @@ def _message(m: DescriptorProto, pad: str, proto3: bool) -> list[str]:
         if f.label == F.LABEL_OPTIONAL and (f.proto3_optional or not proto3):
             label = "optional "
         out.append(f"{inner}{label}{_type_name(f)} {f.name} = {f.number};")
-    for i, fields in sorted(oneofs.items()):
-        out.append(f"{inner}oneof {m.oneof_decl[i].name} {{")
-        out += [f"{inner}  {_type_name(f)} {f.name} = {f.number};" for f in fields]
-        out.append(f"{inner}}}")
     for n in m.nested_type:
         if not n.options.map_entry:
             out += _message(n, inner, proto3)

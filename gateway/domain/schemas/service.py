@@ -13,6 +13,8 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+from google.protobuf.descriptor_pb2 import FileDescriptorProto
+
 from gateway.domain.log import LogService
 from gateway.domain.schemas import errors, proto, records
 from gateway.domain.schemas.compat import Level, incompatibilities
@@ -108,7 +110,8 @@ class SchemaRegistry:
     # -- schemas ------------------------------------------------------------------------------
 
     def _resolve(self, refs: tuple[Reference, ...], seen: tuple[str, ...] = ()) -> list[Parsed]:
-        """The referenced schemas, parsed, each after those it references itself."""
+        """The referenced schemas, parsed, each after those it references itself; a Protobuf file
+        under the name it is imported by (the reference's name), as protoc would find it."""
         out: list[Parsed] = []
         for r in refs:
             versions = self.view.versions(r.subject)
@@ -116,7 +119,14 @@ class SchemaRegistry:
             if not found or r.subject in seen:
                 raise errors.invalid_schema(f"Invalid schema: reference {r.name} to subject '{r.subject}' "
                                             f"version {r.version} not found")
-            out.append(self.parsed(found[0], seen + (r.subject,)))
+            p = self.parsed(found[0], seen + (r.subject,))
+            if p.type is SchemaType.PROTOBUF:
+                out += [d for d in self._resolve(found[0].references, seen + (r.subject,)) if d not in out]
+                fd = FileDescriptorProto()
+                fd.CopyFrom(descriptor_of(p))
+                fd.name = r.name
+                p = replace(p, model=fd)
+            out.append(p)
         return out
 
     def parsed(self, v: Version, seen: tuple[str, ...] = ()) -> Parsed:
