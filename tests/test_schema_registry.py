@@ -535,3 +535,40 @@ message Order {
     assert status == 409 and "FIELD_KIND_CHANGE: shop.Order.id (1)" in body["message"]
     status, body = await sr.post("/subjects/orders-value/versions", {**proto, "schema": order})  # no reference
     assert status == 422 and body["error_code"] == 42201 and "Money" in body["message"]
+
+
+async def test_tls_as_the_other_listeners(redis_url: str, tmp_path: Any) -> None:
+    import asyncio
+
+    import trustme
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca.cert_pem.write_to_path(tmp_path / "ca.pem")
+    cert.private_key_pem.write_to_path(tmp_path / "key.pem")
+    for i, blob in enumerate(cert.cert_chain_pems):
+        blob.write_to_path(tmp_path / "cert.pem", append=i > 0)
+    cfg = test_config(redis_url, schema_registry_port=free_port(), tls_cert_file=str(tmp_path / "cert.pem"),
+                      tls_key_file=str(tmp_path / "key.pem"))
+    async with running_gateway(cfg) as gw:
+        url = f"https://127.0.0.1:{gw.listeners['schema_registry'].port}"
+
+        def register() -> tuple[int, str]:
+            client = SchemaRegistryClient({"url": url, "ssl.ca.location": str(tmp_path / "ca.pem")})
+            schema_id = client.register_schema("secure", Schema(json.dumps(RECORD), "AVRO"))
+            return schema_id, SchemaRegistryClient({"url": url, "ssl.ca.location": str(tmp_path / "ca.pem")}
+                                                   ).get_schema(schema_id).schema_str
+
+        assert await asyncio.to_thread(register) == (1, json.dumps(RECORD, separators=(",", ":")))
+
+
+async def test_records_written_by_hand_to_the_topic_are_passed_over(registry_gateway: Gateway, sr: Registry) -> None:
+    from gateway.formats.records import build_batch
+
+    assert (await sr.post("/subjects/users/versions", avro(RECORD)))[0] == 200
+    assert registry_gateway.services is not None
+    junk = [(b"not json", b"{}", []), (b'{"keytype":"SCHEMA","subject":"users","version":2}', b'{"id":"x"}', [])]
+    await registry_gateway.services.log.append([("_schemas", 0, build_batch(junk))])
+    assert (await sr.post("/subjects/users/versions", avro({**RECORD, "fields": [*RECORD["fields"], B_DEFAULT]})))[0] == 200
+    assert await sr.get("/subjects/users/versions") == (200, [1, 2])

@@ -52,13 +52,13 @@ def assert_released(data_dir: Path) -> None:
         os.close(fd)
 
 
-@pytest.mark.parametrize("face", ["kafka", "native", "admin"])
+@pytest.mark.parametrize("face", ["kafka", "native", "admin", "schema-registry"])
 def test_a_port_in_use_is_one_line_naming_its_flag(tmp_path, taken_port, face):
     data_dir = tmp_path / "data"
     code, lines = serve(data_dir, f"--{face}-port", str(taken_port))
     assert code != 0
-    assert lines == [f"gateway: {face} port {taken_port} is in use: choose another with --{face}-port "
-                     f"(GATEWAY_{face.upper()}_PORT)"]
+    assert lines == [f"gateway: {face.replace('-', ' ')} port {taken_port} is in use: choose another with "
+                     f"--{face}-port (GATEWAY_{face.upper().replace('-', '_')}_PORT)"]
     assert_released(data_dir)
 
 

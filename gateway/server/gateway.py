@@ -158,6 +158,7 @@ class Gateway:
             return await start(services, cfg.host, port)
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else (exc.strerror or str(exc))
+            name = name.replace("_", " ")  # schema_registry: "schema registry port 8081 is in use"
             host = SETTINGS["host"]
             if exc.errno == errno.EADDRINUSE:
                 problem, fix = f"{name} port {port} is in use", f"choose another with {setting.label}"

@@ -10,6 +10,7 @@ schema gets one id everywhere (its fingerprint is the key), as Confluent's singl
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +25,7 @@ from gateway.errors import InvalidRequest, TopicExists, TopicNotFound
 from gateway.formats.records import build_batch, iter_records
 from gateway.store import Store
 
+log = logging.getLogger(__name__)
 MODES = ("READWRITE", "READONLY", "IMPORT")
 DEFAULT_LEVEL = Level.BACKWARD
 MAX_VERSION = 2**31 - 1
@@ -89,8 +91,11 @@ class SchemaRegistry:
                     for r in iter_records(e.batch, e.base_offset):
                         if r.offset >= self._offset:
                             decoded = records.decode(r.key, r.value)
-                            if decoded is not None:
-                                self.view.apply(*decoded)
+                            try:
+                                if decoded is not None:
+                                    self.view.apply(*decoded)
+                            except (KeyError, ValueError, TypeError) as exc:  # written by hand: passed over
+                                log.warning("_schemas offset %d: not a registry record (%s): skipped", r.offset, exc)
                     self._offset = max(self._offset, e.next_offset)
 
     async def _write(self, items: list[tuple[bytes, bytes | None]]) -> None:
