@@ -322,4 +322,5 @@ SHARE_GROUPS = "gw:share-groups"
 SCHEMA_IDS = "{gw:schemas}:ids"
 """Hash: "fp:<fingerprint>" -> Schema Registry id, "id:<id>" -> fingerprint, "last" -> the last id handed out."""
 SCHEMA_VERSIONS = "{gw:schemas}:versions"
-"""Hash: subject -> the last version handed out in it (same slot as SCHEMA_IDS: one script takes both)."""
+"""Hash: "n:<subject>" -> the last version handed out in it, "f:<fingerprint>:<subject>" -> the version
+last handed out to that schema there (same slot as SCHEMA_IDS: one script takes both)."""

@@ -29,6 +29,8 @@ class SchemaAllocStore:
             raise InvalidRequest(f"schema id {wanted_id} is taken by another schema (id {int(reply[1])})")
         return int(reply[1]), int(reply[2])
 
-    async def forget(self, subject: str) -> None:
+    async def forget(self, subject: str, fingerprints: list[str]) -> None:
+        """The subject's versions, and its schemas' (`fingerprints`) there, are deleted for good."""
         async with storage_errors():
-            await self.scripts.call("schema-forget-1", [keys.SCHEMA_VERSIONS], [subject])  # subject
+            await self.scripts.call("schema-forget-1", [keys.SCHEMA_VERSIONS],
+                                    [subject, " ".join(fingerprints)])  # subject, fingerprints

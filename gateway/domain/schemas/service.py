@@ -270,8 +270,9 @@ class SchemaRegistry:
         if permanent:
             if live:
                 raise errors.subject_not_soft_deleted(subject)
+            prints = [self.parsed(v).fingerprint for v in every]
             await self._write([(records.schema_key(subject, v.version), None) for v in every])
-            await self.alloc.forget(subject)
+            await self.alloc.forget(subject, prints)
             return [v.version for v in every]
         if not live:
             raise errors.subject_soft_deleted(subject)
