@@ -83,6 +83,8 @@ async def test_register_and_read_back(sr: Registry) -> None:
     assert await sr.get("/subjects/users-value/versions/latest") == (200, want)
     assert await sr.get("/subjects/users-value/versions/1/schema") == (200, RECORD)
     assert await sr.get(f"/schemas/ids/{schema_id}") == (200, {"schema": text})
+    assert await sr.get(f"/schemas/ids/{schema_id}?includeSubjects=true&fetchMaxId=true") == (
+        200, {"schema": text, "subjects": ["users-value"], "maxId": schema_id})
     assert await sr.get(f"/schemas/ids/{schema_id}/versions") == (200, [{"subject": "users-value", "version": 1}])
     assert await sr.get(f"/schemas/ids/{schema_id}/subjects") == (200, ["users-value"])
     assert await sr.post("/subjects/users-value", avro(RECORD)) == (200, want)

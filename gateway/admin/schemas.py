@@ -193,8 +193,11 @@ class SchemaRegistryApi:
         schema_id = self._schema_id(request)
         v = await self._readable(request, schema_id)
         out = {k: x for k, x in self._shown(request, v).items() if k in ("schemaType", "references", "schema")}
-        if "subject" in request.query:
-            out["subjects"] = [h.subject for h in self.registry.view.by_id(schema_id) if not h.deleted]
+        if _flag(request, "includeSubjects"):
+            out["subjects"] = list(dict.fromkeys(h.subject for h in self.registry.view.by_id(schema_id)
+                                                 if not h.deleted))
+        if _flag(request, "fetchMaxId"):
+            out["maxId"] = self.registry.view.max_id
         return _json(out)
 
     async def raw_by_id(self, request: web.Request) -> web.Response:
