@@ -98,15 +98,21 @@ async def test_register_and_read_back(sr: Registry) -> None:
 @functools.cache
 def order_message_class() -> type:
     """A Protobuf message class built at run time (what protoc would generate for test/order.proto)."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 
-    fd = descriptor_pb2.FileDescriptorProto(name="test/order.proto", package="test", syntax="proto3")
+    fd = descriptor_pb2.FileDescriptorProto(name="test/order.proto", package="test", syntax="proto3",
+                                            dependency=["google/protobuf/timestamp.proto"])
     m = fd.message_type.add(name="Order")
     F = descriptor_pb2.FieldDescriptorProto
     m.field.add(name="id", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
     m.field.add(name="item", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
     m.field.add(name="tags", number=3, type=F.TYPE_STRING, label=F.LABEL_REPEATED)
+    m.field.add(name="at", number=4, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                type_name=".google.protobuf.Timestamp")  # a well-known type: imported, not referenced
     pool = descriptor_pool.DescriptorPool()
+    timestamp = descriptor_pb2.FileDescriptorProto()
+    timestamp_pb2.DESCRIPTOR.CopyToProto(timestamp)
+    pool.Add(timestamp)
     pool.Add(fd)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("test.Order"))
 
@@ -151,6 +157,8 @@ async def test_serializers_round_trip_records_through_the_gateway(registry_gatew
     if fmt == "protobuf":
         cls = order_message_class()
         values: list[Any] = [cls(id=i, item=f"item-{i}", tags=["a"] * i) for i in range(3)]
+        for i, v in enumerate(values):
+            v.at.seconds = 1_700_000_000 + i
     else:
         values = [{"id": i, "item": f"item-{i}"} for i in range(3)]
     raws, decode = await asyncio.to_thread(round_trip, sr.url, fmt, values)
@@ -165,7 +173,8 @@ async def test_serializers_round_trip_records_through_the_gateway(registry_gatew
     status, body = await sr.get(f"/schemas/ids/{schema_id}")
     assert status == 200 and body.get("schemaType", "AVRO") == {"avro": "AVRO", "json": "JSON"}.get(fmt, "PROTOBUF")
     if fmt == "protobuf":  # served as .proto text unless asked for the serialized form
-        assert body["schema"].startswith('syntax = "proto3";\npackage test;\nmessage Order {\n  int64 id = 1;')
+        assert body["schema"].startswith('syntax = "proto3";\npackage test;\nimport "google/protobuf/timestamp.proto";'
+                                         '\nmessage Order {\n  int64 id = 1;')
 
 
 # -- error codes ------------------------------------------------------------------------------------
@@ -508,6 +517,7 @@ async def test_proto_text_schemas(sr: Registry) -> None:
     order = """syntax = "proto3";
 package shop;
 import "money.proto";
+import "google/protobuf/timestamp.proto";
 // an order, as written by hand
 message Order {
   int64 id = 1;
@@ -515,6 +525,7 @@ message Order {
   map<string, int32> counts = 3;
   oneof pay { Money total = 4; string voucher = 5; }
   repeated Line lines = 6;
+  google.protobuf.Timestamp at = 7;
   message Line { string sku = 1 [deprecated = true]; Status status = 2; }
   enum Status { NEW = 0; SHIPPED = 1; }
 }
@@ -526,10 +537,11 @@ message Order {
     assert status == 200, body
     status, shown = await sr.get("/subjects/orders-value/versions/1")
     assert shown["schema"].splitlines()[:5] == [
-        'syntax = "proto3";', "package shop;", 'import "money.proto";', "message Order {", "  int64 id = 1;"]
+        'syntax = "proto3";', "package shop;", 'import "money.proto";', 'import "google/protobuf/timestamp.proto";',
+        "message Order {"]
     status, serialized = await sr.get(f"/schemas/ids/{body['id']}?format=serialized")
     fd = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(serialized["schema"]))
-    assert [f.name for f in fd.message_type[0].field] == ["id", "note", "counts", "total", "voucher", "lines"]
+    assert [f.name for f in fd.message_type[0].field] == ["id", "note", "counts", "total", "voucher", "lines", "at"]
     # the text served back is the same schema: a lookup finds it
     assert (await sr.post("/subjects/orders-value", {**proto, "schema": shown["schema"], "references": ref}))[
         1]["id"] == body["id"]

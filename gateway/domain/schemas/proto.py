@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from collections.abc import Iterator
 
 from google.protobuf import descriptor_pool
@@ -41,20 +42,47 @@ def descriptor(text: str, deps: list[FileDescriptorProto]) -> FileDescriptorProt
     """The file a schema string describes, `.proto` text or base64 of a serialized
     FileDescriptorProto (what confluent-kafka registers), checked by building it with the files it
     imports (`deps`) as protoc would: ValueError naming what is wrong."""
+    known = well_known()
     try:
         fd = FileDescriptorProto.FromString(base64.b64decode(text.strip(), validate=True))
     except (binascii.Error, DecodeError, ValueError):
-        fd = proto_text.parse(text, deps)
+        fd = proto_text.parse(text, [*deps, *known.values()])
     if not fd.message_type and not fd.enum_type:
         raise ValueError("the file defines no message and no enum")
     pool = descriptor_pool.DescriptorPool()
+    given = {d.name for d in deps}
     try:
+        for name in [d for d in known if d not in given]:
+            pool.Add(known[name])
         for d in deps:
             pool.Add(d)
         pool.Add(fd)
     except TypeError as exc:  # the pool's words: an unknown type, a field number used twice, ...
         raise ValueError(str(exc)) from None
     return fd
+
+
+@functools.cache
+def well_known() -> dict[str, FileDescriptorProto]:
+    """Protobuf's well-known types (google/protobuf/timestamp.proto, ...), which a schema imports
+    without a reference: Confluent's serializers skip them (`skip.known.types`) and its registry
+    knows them."""
+    from google.protobuf import (  # noqa: F401  (imported for the files they add to the default pool)
+        any_pb2,
+        duration_pb2,
+        empty_pb2,
+        field_mask_pb2,
+        struct_pb2,
+        timestamp_pb2,
+        wrappers_pb2,
+    )
+
+    out = {}
+    for name in ("any", "duration", "empty", "field_mask", "struct", "timestamp", "wrappers"):
+        fd = FileDescriptorProto()
+        descriptor_pool.Default().FindFileByName(f"google/protobuf/{name}.proto").CopyToProto(fd)
+        out[fd.name] = fd
+    return out
 
 
 def serialized(fd: FileDescriptorProto) -> str:
