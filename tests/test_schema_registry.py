@@ -88,6 +88,14 @@ async def test_register_and_read_back(sr: Registry) -> None:
     assert await sr.get(f"/schemas/ids/{schema_id}/versions") == (200, [{"subject": "users-value", "version": 1}])
     assert await sr.get(f"/schemas/ids/{schema_id}/subjects") == (200, ["users-value"])
     assert await sr.post("/subjects/users-value", avro(RECORD)) == (200, want)
+    # however it is written, and with ?normalize=true shown in Avro's own form
+    assert await sr.post("/subjects/plain/versions", avro({"type": "string"})) == (200, {"id": schema_id + 1})
+    assert await sr.post("/subjects/plain/versions", avro("string")) == (200, {"id": schema_id + 1})
+    assert await sr.get("/subjects/plain/versions") == (200, [1])
+    status, body = await sr.post("/subjects/named/versions?normalize=true", {"schema": json.dumps(
+        {"type": "record", "name": "N", "namespace": "a", "fields": [{"name": "f", "type": {"type": "int"}}]})})
+    assert (await sr.get("/subjects/named/versions/1/schema"))[1] == {
+        "type": "record", "name": "N", "namespace": "a", "fields": [{"name": "f", "type": "int"}]}
     # the same schema under another subject keeps its id
     assert await sr.post("/subjects/other/versions", avro(RECORD)) == (200, {"id": schema_id})
 

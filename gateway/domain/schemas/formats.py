@@ -99,9 +99,11 @@ def _avro(text: str, deps: list[Parsed], references: tuple[Reference, ...], norm
             avro.schema.make_avsc_object(json.loads(d.text), names)
     raw = json.loads(text)
     schema = avro.schema.make_avsc_object(raw, names)
-    # normalised: Avro's own rendering (full names, no redundant namespaces), else the text as sent
+    # normalised: Avro's own rendering (full names, no redundant namespaces), else the text as sent;
+    # either way one schema is one schema however written ("string" is {"type": "string"}), as
+    # Confluent's AvroSchema compares its canonical string
     shown = _compact(schema.to_json()) if normalize and not deps else _compact(raw)
-    return Parsed(SchemaType.AVRO, shown, _compact(json.loads(shown), sort=True), schema, references)
+    return Parsed(SchemaType.AVRO, shown, _compact(schema.to_json(), sort=True), schema, references)
 
 
 def _json(text: str, references: tuple[Reference, ...], normalize: bool) -> Parsed:
