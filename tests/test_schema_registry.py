@@ -595,3 +595,26 @@ async def test_records_written_by_hand_to_the_topic_are_passed_over(registry_gat
     await registry_gateway.services.log.append([("_schemas", 0, build_batch(junk))])
     assert (await sr.post("/subjects/users/versions", avro({**RECORD, "fields": [*RECORD["fields"], B_DEFAULT]})))[0] == 200
     assert await sr.get("/subjects/users/versions") == (200, [1, 2])
+
+
+def test_a_gateway_killed_and_started_again_keeps_its_schemas(gateway_process: Any) -> None:
+    """`gateway serve` on its embedded Redis, killed with SIGKILL: the schemas are in the _schemas
+    topic, which the embedded Redis's AOF kept."""
+    import urllib.request
+
+    def call(path: str, body: Any = None) -> Any:
+        request = urllib.request.Request(f"http://127.0.0.1:{gateway_process.schema_registry_port}{path}",
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return json.loads(r.read())
+
+    gateway_process.schema_registry_port = free_port()
+    gateway_process.start()
+    assert "schema registry" in gateway_process.banner
+    assert call("/subjects/users/versions", avro(RECORD)) == {"id": 1}
+    gateway_process.kill()
+    gateway_process.start()
+    assert call("/subjects/users/versions/latest")["id"] == 1
+    assert call("/subjects/names/versions", avro("string")) == {"id": 2}  # ids go on after those kept
+    assert gateway_process.stop() == 0
