@@ -618,3 +618,33 @@ def test_a_gateway_killed_and_started_again_keeps_its_schemas(gateway_process: A
     assert call("/subjects/users/versions/latest")["id"] == 1
     assert call("/subjects/names/versions", avro("string")) == {"id": 2}  # ids go on after those kept
     assert gateway_process.stop() == 0
+
+
+async def test_the_log_cleaner_compacts_the_topic_and_the_registry_reads_the_same(redis_url: str) -> None:
+    """_schemas is compacted like any topic: what the cleaner drops (levels set again, versions
+    rewritten as deleted) changes nothing a gateway reading the topic afresh finds."""
+    from gateway.domain.compaction import Policy
+
+    paths = ("/subjects?deleted=true", "/subjects/users/versions?deleted=true", "/subjects/users/versions/2",
+             "/config/users", "/schemas/ids/1", "/subjects/gone/versions?deleted=true")
+    cfg = test_config(redis_url, schema_registry_port=free_port(), cleaner_interval=3600)
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession() as session:
+        sr = Registry(session, registry_url(gw))
+        for level in ("NONE", "FULL", "FORWARD", "BACKWARD"):
+            assert (await sr.put("/config/users", {"compatibility": level}))[0] == 200
+        for schema in (RECORD, {**RECORD, "fields": [*RECORD["fields"], B_DEFAULT]}):
+            assert (await sr.post("/subjects/gone/versions", avro(schema)))[0] == 200
+        assert (await sr.post("/subjects/users/versions", avro(RECORD)))[0] == 200
+        assert (await sr.post("/subjects/users/versions", avro({**RECORD, "fields": [*RECORD["fields"], B_DEFAULT]})))[
+            0] == 200
+        assert await sr.delete("/subjects/users/versions/1") == (200, 1)
+        assert (await sr.delete("/subjects/gone"))[0] == 200
+        assert (await sr.delete("/subjects/gone?permanent=true"))[0] == 200
+        before = [await sr.get(p) for p in paths]
+        assert gw.services is not None and gw.cleaner is not None
+        done = await gw.cleaner.clean("_schemas", 0, Policy.of(await gw.services.log.topic_config("_schemas")))
+        assert done is not None and done.records_dropped > 0
+    cfg = test_config(redis_url, schema_registry_port=free_port())
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession() as session:
+        sr = Registry(session, registry_url(gw))
+        assert [await sr.get(p) for p in paths] == before
