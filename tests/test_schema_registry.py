@@ -209,6 +209,8 @@ async def test_reads_of_what_is_not_there(sr: Registry) -> None:
     assert await sr.get("/config/users?defaultToGlobal=true") == (200, {"compatibilityLevel": "BACKWARD"})
     assert await sr.get("/mode/users") == err(404, 40409, "Subject 'users' does not have subject-level mode configured")
     assert await sr.get("/mode") == (200, {"mode": "READWRITE"})
+    assert await sr.get("/no/such/route") == err(404, 404, "HTTP 404 Not Found")
+    assert await sr.get("/schemas/ids/abc") == err(404, 404, "HTTP 404 Not Found")
 
 
 async def test_refusals_of_bad_input_change_nothing(sr: Registry) -> None:

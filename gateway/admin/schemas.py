@@ -11,6 +11,7 @@ cluster's ALTER_CONFIGS): see the README's "Schema Registry"."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from contextvars import ContextVar
 from typing import Any
@@ -29,6 +30,7 @@ from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType, Secur
 from gateway.domain.services import Services
 from gateway.errors import AuthenticationFailed, GatewayError
 
+log = logging.getLogger(__name__)
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 _CALLER: ContextVar[str | None] = ContextVar("schema_registry_caller", default=None)  # set per request's task
 
@@ -64,6 +66,9 @@ async def _answered(request: web.Request, handler: Handler) -> web.StreamRespons
         response = _error(500, 50001 if exc.retriable else 500, f"Error in the backend data store: {exc}")
     except web.HTTPException as exc:
         response = _error(exc.status, exc.status, f"HTTP {exc.status} {exc.reason}")
+    except Exception:  # a bug: logged, and answered as the registry answers one
+        log.exception("schema registry: %s %s failed", request.method, request.path)
+        response = _error(500, 500, "Internal Server Error")
     finally:
         stats.done(time.perf_counter() - began)
     if response.status >= 400:
