@@ -71,6 +71,7 @@ async def sr(registry_gateway: Gateway) -> AsyncIterator[Registry]:
 async def test_register_and_read_back(sr: Registry) -> None:
     assert await sr.get("/subjects") == (200, [])
     assert await sr.get("/schemas/types") == (200, ["JSON", "PROTOBUF", "AVRO"])
+    assert await sr.get("/contexts") == (200, ["."])
     status, body = await sr.post("/subjects/users-value/versions", avro(RECORD))
     assert status == 200 and set(body) == {"id"}
     schema_id = body["id"]

@@ -85,6 +85,7 @@ class SchemaRegistryApi:
         return [
             web.get("/", self.root),
             web.get("/schemas/types", self.types),
+            web.get("/contexts", self.contexts),
             web.get("/schemas", self.list_schemas),
             web.get("/schemas/ids/{id}", self.schema_by_id),
             web.get("/schemas/ids/{id}/schema", self.raw_by_id),
@@ -156,6 +157,9 @@ class SchemaRegistryApi:
 
     async def root(self, request: web.Request) -> web.Response:
         return _json({})
+
+    async def contexts(self, request: web.Request) -> web.Response:
+        return _json(["."])  # the default context alone: subjects are not grouped into contexts here
 
     async def types(self, request: web.Request) -> web.Response:
         return _json(["JSON", "PROTOBUF", "AVRO"])

@@ -25,7 +25,7 @@ from gateway.errors import InvalidRequest, TopicExists, TopicNotFound
 from gateway.formats.records import build_batch, iter_records
 from gateway.store import Store
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 MODES = ("READWRITE", "READONLY", "IMPORT")
 DEFAULT_LEVEL = Level.BACKWARD
 MAX_VERSION = 2**31 - 1
@@ -95,7 +95,7 @@ class SchemaRegistry:
                                 if decoded is not None:
                                     self.view.apply(*decoded)
                             except (KeyError, ValueError, TypeError) as exc:  # written by hand: passed over
-                                log.warning("_schemas offset %d: not a registry record (%s): skipped", r.offset, exc)
+                                logger.warning("_schemas offset %d: not a registry record (%s): skipped", r.offset, exc)
                     self._offset = max(self._offset, e.next_offset)
 
     async def _write(self, items: list[tuple[bytes, bytes | None]]) -> None:
