@@ -651,3 +651,16 @@ async def test_the_log_cleaner_compacts_the_topic_and_the_registry_reads_the_sam
     async with running_gateway(cfg) as gw, aiohttp.ClientSession() as session:
         sr = Registry(session, registry_url(gw))
         assert [await sr.get(p) for p in paths] == before
+
+
+async def test_requests_are_counted_in_the_gateway_metrics(registry_gateway: Gateway, sr: Registry) -> None:
+    from tests.test_metrics import moved, samples, scrape
+
+    before = samples(await scrape(registry_gateway))
+    assert (await sr.post("/subjects/users/versions", avro(RECORD)))[0] == 200
+    assert (await sr.get("/subjects/nope/versions"))[0] == 404
+    after = samples(await scrape(registry_gateway))
+    face = "schema-registry"
+    assert moved(before, after, "gateway_requests_total", face=face, api="POST /subjects/{subject}/versions") == 1
+    assert moved(before, after, "gateway_request_errors_total", face=face, api="GET /subjects/{subject}/versions",
+                 code="40401") == 1

@@ -49,16 +49,18 @@ def _flag(request: web.Request, name: str) -> bool:
 
 @web.middleware
 async def _answered(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Errors as the registry's JSON bodies; every request counted (api "schema-registry")."""
+    """Errors as the registry's JSON bodies; every request counted (face "schema-registry", api the
+    method and route), an error by the registry's error code (40401, 409, ...)."""
     resource = request.match_info.route.resource
     stats = telemetry.api("schema-registry",
                           f"{request.method} {resource.canonical}" if resource is not None else "unmatched")
     began = time.perf_counter()
     response: web.StreamResponse
+    code = ""  # the registry's error code, counted by it
     try:
         response = await handler(request)
     except RegistryError as exc:
-        response = _error(exc.status, exc.error_code, str(exc))
+        response, code = _error(exc.status, exc.error_code, str(exc)), str(exc.error_code)
     except AuthenticationFailed:
         response = _error(401, 401, "Unauthorized")
         response.headers["WWW-Authenticate"] = 'Basic realm="schema-registry"'
@@ -72,7 +74,7 @@ async def _answered(request: web.Request, handler: Handler) -> web.StreamRespons
     finally:
         stats.done(time.perf_counter() - began)
     if response.status >= 400:
-        stats.failed(f"HTTP_{response.status}")
+        stats.failed(code or f"HTTP_{response.status}")
     return response
 
 
