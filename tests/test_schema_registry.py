@@ -344,7 +344,8 @@ def pb(*fields: tuple[str, int, str], messages: tuple[str, ...] = ("M",)) -> dic
 
 # (level, schemas registered in order, whether the last is accepted); from Confluent's "Schema
 # Evolution and Compatibility" summary table and Avro examples, and Karapace's compatibility tests
-# (tests/unit/compatibility/test_compatibility.py, test_jsonschema.py, protobuf's test_compatibility)
+# (tests/unit/test_avro_compatibility.py, tests/unit/compatibility/jsonschema/
+# test_jsonschema_compatibility.py, tests/unit/protobuf/test_protobuf_compatibility.py)
 CASES = {
     "avro backward: a new field without a default": ("BACKWARD", [avro(rec(A_INT)), avro(rec(A_INT, B))], False),
     "avro backward: a new field with a default": ("BACKWARD", [avro(rec(A_INT)), avro(rec(A_INT, B_DEFAULT))], True),
@@ -386,6 +387,18 @@ CASES = {
         "BACKWARD", [js({"type": "string", "maxLength": 10}), js({"type": "string", "maxLength": 5})], False),
     "json backward: an enum narrowed": ("BACKWARD", [js({"enum": ["x", "y"]}), js({"enum": ["x"]})], False),
     "json backward: an enum widened": ("BACKWARD", [js({"enum": ["x"]}), js({"enum": ["x", "y"]})], True),
+    "json backward: any property added to an open content model": (
+        "BACKWARD", [js({"type": "object"}), js({"type": "object", "properties": {"a": {}}})], False),
+    "json backward: the type widened to a list with null": (
+        "BACKWARD", [js({"type": "string"}), js({"type": ["string", "null"]})], True),
+    "json backward: uniqueItems added": ("BACKWARD", [js({"type": "array"}), js({"type": "array", "uniqueItems": True})],
+                                         False),
+    "json backward: multipleOf narrowed": (
+        "BACKWARD", [js({"type": "number", "multipleOf": 2}), js({"type": "number", "multipleOf": 4})], False),
+    "json backward: multipleOf widened": (
+        "BACKWARD", [js({"type": "number", "multipleOf": 4}), js({"type": "number", "multipleOf": 2})], True),
+    "json backward: a pattern added": ("BACKWARD", [js({"type": "string"}), js({"type": "string", "pattern": "^a"})],
+                                       False),
     "protobuf backward: a field added": ("BACKWARD", [pb(("a", 1, "int32")), pb(("a", 1, "int32"), ("b", 2, "string"))],
                                          True),
     "protobuf backward: int32 to int64": ("BACKWARD", [pb(("a", 1, "int32")), pb(("a", 1, "int64"))], True),

@@ -4,9 +4,10 @@ A level names who must read whom: BACKWARD, the new schema reads data written wi
 (FORWARD the other way, FULL both); the _TRANSITIVE levels against every live version, not only
 the latest (Confluent's docs, "Schema Evolution and Compatibility"). Avro is judged by Apache Avro's
 own resolution rules (`avro.compatibility.ReaderWriterCompatibilityChecker`); JSON Schema by
-Karapace's rules (`compatibility/jsonschema/checks.py`: a type narrowed, a property added to an
-open content model or removed from a closed one, a new required property, an enum or a bound
-narrowed, additional properties closed); Protobuf by `proto.incompatibilities`."""
+Karapace's rules (`compatibility/jsonschema/checks.py`, and the cases of its
+`tests/unit/compatibility/jsonschema/test_jsonschema_compatibility.py`: a type narrowed, a
+property added to an open content model or removed from a closed one, a new required property, an
+enum, a bound, a pattern or a multipleOf narrowed, uniqueItems added, additional properties closed); Protobuf by `proto.incompatibilities`."""
 
 from __future__ import annotations
 
@@ -102,12 +103,20 @@ def json_reads(reader: Any, writer: Any, at: str) -> list[str]:
     for k in _LOWER:
         if k in reader and (k not in writer or reader[k] > writer[k]):
             found.append(f"{k.upper()}_INCREASED at {at}")
+    if "pattern" in reader and reader["pattern"] != writer.get("pattern"):
+        found.append(f"PATTERN_CHANGED at {at}")
+    if reader.get("uniqueItems") is True and writer.get("uniqueItems") is not True:
+        found.append(f"UNIQUE_ITEMS_ADDED at {at}")
+    if "multipleOf" in reader:
+        m, w = reader["multipleOf"], writer.get("multipleOf")
+        if not isinstance(w, int | float) or not isinstance(m, int | float) or m == 0 or (w / m) != int(w / m):
+            found.append(f"MULTIPLE_OF_CHANGED at {at}")
     if "object" in rt & wt:
         rp, wp = reader.get("properties", {}), writer.get("properties", {})
         for name, sub in rp.items():
             if name in wp:
                 found += json_reads(sub, wp[name], f"{at}/properties/{name}")
-            elif _open(writer) and sub not in (True, {}):
+            elif _open(writer):  # the writer may have written anything under that name
                 found.append(f"PROPERTY_ADDED_TO_OPEN_CONTENT_MODEL at {at}/properties/{name}")
         for name in wp:
             if name not in rp and not _open(reader):
