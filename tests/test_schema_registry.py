@@ -403,6 +403,14 @@ CASES = {
                                          True),
     "protobuf backward: int32 to int64": ("BACKWARD", [pb(("a", 1, "int32")), pb(("a", 1, "int64"))], True),
     "protobuf backward: int32 to string": ("BACKWARD", [pb(("a", 1, "int32")), pb(("a", 1, "string"))], False),
+    "protobuf backward: the package renamed": (
+        "BACKWARD", [{"schema": 'syntax = "proto3"; package a1; message T { string s = 1; }', "schemaType": "PROTOBUF"},
+                     {"schema": 'syntax = "proto3"; package a2; message T { string s = 1; }', "schemaType": "PROTOBUF"}],
+        True),
+    "protobuf backward: an int32 become an enum": (
+        "BACKWARD", [{"schema": 'syntax = "proto3"; message T { int32 x = 2; }', "schemaType": "PROTOBUF"},
+                     {"schema": 'syntax = "proto3"; message T { E x = 2; enum E { A = 0; B = 1; } }',
+                      "schemaType": "PROTOBUF"}], True),
     "protobuf backward: a message removed": (
         "BACKWARD", [pb(("a", 1, "int32"), messages=("M", "N")), pb(("a", 1, "int32"))], False),
 }
@@ -571,7 +579,7 @@ message Order {
         1]["id"] == body["id"]
     changed = order.replace("int64 id = 1;", "string id = 1;")
     status, body = await sr.post("/subjects/orders-value/versions", {**proto, "schema": changed, "references": ref})
-    assert status == 409 and "FIELD_KIND_CHANGE: shop.Order.id (1)" in body["message"]
+    assert status == 409 and "FIELD_KIND_CHANGE: Order.id (1) was int64, is string" in body["message"]
     status, body = await sr.post("/subjects/orders-value/versions", {**proto, "schema": order})  # no reference
     assert status == 422 and body["error_code"] == 42201 and "Money" in body["message"]
 

@@ -1,8 +1,10 @@
 """Protobuf schemas as FileDescriptorProto: read from the base64 serialized form that
 confluent-kafka's ProtobufSerializer registers (and `?format=serialized` serves back) or from
 .proto text (`proto_text`), written as .proto text for everyone else, and compared by Karapace's rules (`compatibility/protobuf/checks.py`
-and `protobuf/compare_result.py`: a message dropped, a field's kind or label changed, are
-incompatible; added or removed fields are not, on the wire a reader skips or defaults them)."""
+and `protobuf/compare_result.py`, and the cases of `tests/unit/protobuf/test_protobuf_compatibility.py`:
+a message dropped, a field's kind or label changed, are incompatible; added, removed or renamed
+fields, an int32 become an enum, a package renamed, are not: on the wire a reader skips or
+defaults them)."""
 
 from __future__ import annotations
 
@@ -158,7 +160,14 @@ def _messages(fd: FileDescriptorProto) -> dict[str, DescriptorProto]:
             yield name, m
             yield from walk(name, list(m.nested_type))
 
-    return dict(walk("." + fd.package if fd.package else "", list(fd.message_type)))
+    return dict(walk("", list(fd.message_type)))  # named within the package: a package renamed alone is
+    # compatible (Karapace's test_compatibility_package)
+
+
+def _within(fd: FileDescriptorProto, type_name: str) -> str:
+    """A field's type name without its file's package."""
+    prefix = f".{fd.package}." if fd.package else "."
+    return type_name[len(prefix):] if type_name.startswith(prefix) else type_name.lstrip(".")
 
 
 def incompatibilities(reader: FileDescriptorProto, writer: FileDescriptorProto) -> list[str]:
@@ -180,9 +189,10 @@ def incompatibilities(reader: FileDescriptorProto, writer: FileDescriptorProto) 
             elif rf.type != wf.type and not any(rf.type in g and wf.type in g for g in _WIRE_GROUPS):
                 found.append(f"FIELD_KIND_CHANGE: {name.lstrip('.')}.{rf.name} ({rf.number}) was "
                              f"{_type_name(wf)}, is {_type_name(rf)}")
-            elif rf.type in (F.TYPE_MESSAGE, F.TYPE_ENUM) and rf.type == wf.type and rf.type_name != wf.type_name:
+            elif rf.type in (F.TYPE_MESSAGE, F.TYPE_ENUM) and rf.type == wf.type and \
+                    _within(reader, rf.type_name) != _within(writer, wf.type_name):
                 found.append(f"FIELD_NAMED_TYPE_CHANGED: {name.lstrip('.')}.{rf.name} ({rf.number}) was "
-                             f"{wf.type_name.lstrip('.')}, is {rf.type_name.lstrip('.')}")
+                             f"{_within(writer, wf.type_name)}, is {_within(reader, rf.type_name)}")
             if (rf.HasField("oneof_index") and not rf.proto3_optional) != \
                     (wf.HasField("oneof_index") and not wf.proto3_optional):
                 found.append(f"ONE_OF_FIELD_CHANGE: {name.lstrip('.')}.{rf.name} ({rf.number}) moved in or out "
