@@ -55,6 +55,9 @@ RUN = {
     "from confluent_kafka import Producer": "test_kafka_producer_snippet",
     'create_producer("orders")': "test_native_snippet_receives_what_it_sent_on_every_run",
     "send_watermark": "test_watermark_snippet",
+    "DeadLetterPolicy(": "test_dead_letter_snippet",
+    "subscribe_pattern(": "test_pattern_snippet",
+    "chunking_enabled=True": "test_chunking_snippet",
     "register(spark)": "test_spark_snippets",
     "F.window": "test_spark_snippets",
     'writeStream.format("gateway")': "test_spark_snippets",
@@ -149,6 +152,21 @@ async def test_watermark_snippet(gateway: Gateway, tmp_path: Path) -> None:
     # then last_watermark, a late reading, and the watermark at that reading (after the sensor's W_SET);
     # on_watermark may print None among them, once the sensor went idle
     assert [line for line in lines if line != "None"] == [watermark, watermark, "b'19.0' True", watermark]
+
+
+async def test_pattern_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    assert await run_snippet(block("subscribe_pattern("), gateway, tmp_path) == "sensors-garden b'21.5'\n"
+
+
+@pytest.mark.kafka
+async def test_chunking_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    assert await run_snippet(block("chunking_enabled=True"), gateway, tmp_path) == "True 21\n"
+
+
+async def test_dead_letter_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    out = await run_snippet(block("DeadLetterPolicy("), gateway, tmp_path)
+    assert out.splitlines() == ["payments 0", "payments-settle-RETRY 1", "payments-settle-RETRY 2",
+                                "payments-settle-RETRY 3", "b'card declined' b'payments' b'4'"]
 
 
 @pytest.mark.spark

@@ -19,7 +19,9 @@
 from gateway.client.client import Client
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ClientClosed, ConnectionLost
+from gateway.client.letters import DeadLetterPolicy
 from gateway.client.message import EVENT_TIME_HEADER, Message, MessageId
+from gateway.client.pattern import PatternConsumer
 from gateway.client.producer import Producer
 from gateway.client.reader import PartitionInfo, StoredBatch
 from gateway.client.transaction import Transaction
@@ -32,6 +34,7 @@ from gateway.errors import (
     GatewayError,
     InvalidConfig,
     InvalidRequest,
+    MessageTooLarge,
     NotAllowed,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
@@ -57,18 +60,21 @@ __all__ = [
     "ConnectionLost",
     "Consumer",
     "ConsumerBusy",
+    "DeadLetterPolicy",
     "ExpiredTransactionError",
     "GatewayError",
     "InvalidConfig",
     "InvalidRequest",
     "Message",
     "MessageId",
+    "MessageTooLarge",
     "NotAllowed",
     "NotEnoughReplicas",
     "NotEnoughReplicasAfterAppend",
     "OffsetOutOfRange",
     "PartitionInfo",
     "PartitionNotFound",
+    "PatternConsumer",
     "Producer",
     "StorageFull",
     "StorageUnavailable",

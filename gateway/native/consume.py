@@ -10,6 +10,7 @@ from gateway.domain.security import Operation, ResourceType
 from gateway.domain.subscriptions import Delivery, Mode
 from gateway.errors import InvalidRequest
 from gateway.formats.frames import OutgoingEntry, frame, messages_frame
+from gateway.native import letters
 from gateway.native.dispatch import Chunks, Session, handles
 from gateway.pb import gateway_pb2 as pb
 
@@ -46,6 +47,7 @@ async def subscribe(s: Session, req: pb.Request) -> pb.Response:
     r = req.subscribe
     await s.authorize(ResourceType.TOPIC, r.topic, Operation.READ)
     await s.authorize(ResourceType.GROUP, r.subscription, Operation.READ)
+    policy = await letters.authorize(s, r)
     consumer = await s.subscriptions.subscribe(
         r.topic,
         r.subscription,
@@ -56,6 +58,7 @@ async def subscribe(s: Session, req: pb.Request) -> pb.Response:
         ack_timeout=r.ack_timeout_ms / 1000,
     )
     s.consumers[consumer.id] = consumer
+    letters.attach(s, consumer, policy)
     sub = consumer.subscription
     assert sub is not None
     subscribed = pb.Subscribed(consumer_id=consumer.id, partitions=sub.partitions)
