@@ -226,6 +226,12 @@ async def test_refusals_of_bad_input_change_nothing(sr: Registry) -> None:
         422, 422, "Invalid schemaType XML")
     status, body = await sr.call("POST", "/subjects/users/versions", "not an object")
     assert status == 400
+    status, body = await sr.post("/subjects/users/versions", {**avro(RECORD), "references": [{"subject": "x"}]})
+    assert (status, body["error_code"]) == (422, 42201)
+    status, body = await sr.post("/subjects/users/versions", {**avro(RECORD), "references": "x"})
+    assert (status, body["error_code"]) == (422, 42201)
+    status, body = await sr.post("/subjects/users/versions", {**avro(RECORD), "id": "seven"})
+    assert (status, body["error_code"]) == (422, 422)
     assert await sr.put("/config", {"compatibility": "SIDEWAYS"}) == err(
         422, 42203, "Invalid compatibility level. Valid values are none, backward, forward, full, "
         "backward_transitive, forward_transitive, and full_transitive")

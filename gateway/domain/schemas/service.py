@@ -149,8 +149,12 @@ class SchemaRegistry:
         text = body.get("schema")
         if not isinstance(text, str):
             raise errors.invalid_schema("Empty schema" if text is None else "The schema must be a string")
-        refs = tuple(Reference(str(r["name"]), str(r["subject"]), parse_version(r.get("version", -1)))
-                     for r in body.get("references") or ())
+        raw = body.get("references") or []
+        if not isinstance(raw, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                and isinstance(r.get("subject"), str) for r in raw):
+            raise errors.invalid_schema("Invalid schema references: each is an object with a name, a subject "
+                                        "and a version")
+        refs = tuple(Reference(r["name"], r["subject"], parse_version(r.get("version", -1))) for r in raw)
         refs = tuple(replace(r, version=self.view.versions(r.subject)[-1].version)
                      if r.version == -1 and self.view.versions(r.subject) else r for r in refs)
         return parse(schema_type(body.get("schemaType")), text, self._resolve(refs), refs, normalize=normalize)
@@ -201,6 +205,8 @@ class SchemaRegistry:
         await self._catch_up()
         mode = self._writable(subject)
         wanted = body.get("id")
+        if wanted is not None and (not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 0):
+            raise errors.unprocessable(f"Invalid schema id {wanted!r}: a whole number from 0")
         if wanted is not None and mode != "IMPORT":
             raise errors.not_permitted(f"Subject {subject} is not in import mode")
         new = self._request(body, normalize)
