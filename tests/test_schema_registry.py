@@ -235,6 +235,8 @@ async def test_refusals_of_bad_input_change_nothing(sr: Registry) -> None:
     assert await sr.put("/config", {"compatibility": "SIDEWAYS"}) == err(
         422, 42203, "Invalid compatibility level. Valid values are none, backward, forward, full, "
         "backward_transitive, forward_transitive, and full_transitive")
+    assert (await sr.put("/config", {}))[1]["error_code"] == 42203
+    assert (await sr.put("/config/users", {"compatibility": None}))[1]["error_code"] == 42203
     assert await sr.put("/mode", {"mode": "WRITEONLY"}) == err(
         422, 42204, "Invalid mode WRITEONLY. Valid values are READWRITE, READONLY and IMPORT")
     assert await sr.get("/subjects") == (200, [])

@@ -45,8 +45,9 @@ def parse_version(raw: str | int) -> int:
 
 
 def _level(raw: object) -> Level:
+    """A level's name, in any case; 42203 for anything else (no level given too)."""
     try:
-        return Level(str(raw).upper())
+        return Level(raw.upper()) if isinstance(raw, str) else Level("")
     except ValueError:
         raise errors.invalid_level() from None
 
