@@ -158,6 +158,7 @@ def test_config(redis_url: str, **overrides: object) -> Config:
         kafka_port=0,
         native_port=0,
         admin_port=0,
+        schema_registry_port=0,  # off: a test of the registry picks a free port
         redis_url=redis_url,
         retention_check_interval=3600,
         # Kafka's 3 s wait before a new group's first rebalance would add 3 s to every test forming a
@@ -240,6 +241,7 @@ class GatewayProcess:
     kafka_port: int = field(default_factory=free_port)
     native_port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
+    schema_registry_port: int = 0  # off unless a test asks: one fixed default port would collide
     proc: subprocess.Popen[str] | None = None
     banner: str = ""
     args: list[str] = field(default_factory=list)  # more `gateway serve` flags
@@ -282,6 +284,7 @@ class GatewayProcess:
             "--kafka-port", str(self.kafka_port),
             "--native-port", str(self.native_port),
             "--admin-port", str(self.admin_port),
+            "--schema-registry-port", str(self.schema_registry_port),
             "--data-dir", str(self.data_dir),
         ]
         if self.redis_url:

@@ -33,7 +33,16 @@ import pytest
 from gateway.client import AuthorizationFailed, Client
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import EmbeddedRedis, free_port
-from tests.conftest import EXAMPLES, admin_url, in_spark, kafka_bootstrap, native_url, run_program
+from tests.conftest import (
+    EXAMPLES,
+    admin_url,
+    in_spark,
+    kafka_bootstrap,
+    native_url,
+    run_program,
+    running_gateway,
+    test_config,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -53,6 +62,7 @@ RUN = {
     "F.window": "test_spark_snippets",
     'writeStream.format("gateway")': "test_spark_snippets",
     "GATEWAY_ADMIN_TOKEN=": "test_security_snippet",
+    "AvroSerializer(registry": "test_schema_registry_snippet",
 }
 
 
@@ -122,6 +132,17 @@ async def test_native_snippet_receives_what_it_sent_on_every_run(gateway: Gatewa
     for run in range(2):
         out = await run_snippet(snippet, gateway, tmp_path)
         assert out == f"sent orders-0@{run}, received b'hello' at orders-0@{run}\n"
+
+
+@pytest.mark.kafka
+async def test_schema_registry_snippet(redis_url: str, tmp_path: Path) -> None:
+    """The Avro record comes back decoded, through a schema the registry holds afterwards."""
+    async with running_gateway(test_config(redis_url, schema_registry_port=free_port())) as gw:
+        registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
+        text = block("AvroSerializer(registry").replace("http://localhost:8081", registry)
+        assert await run_snippet(text, gw, tmp_path) == "{'id': 'p-1', 'amount': 9.5}\n"
+        assert gw.services is not None
+        assert [v.version for v in (await gw.services.schemas.fresh()).versions("payments-value")] == [1]
 
 
 async def test_watermark_snippet(gateway: Gateway, tmp_path: Path) -> None:

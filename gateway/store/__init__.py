@@ -17,6 +17,7 @@ from gateway.store.memory import MemoryStore
 from gateway.store.registry import RegistryStore
 from gateway.store.replication import DurableScripts, Replication
 from gateway.store.roles import RoleStore
+from gateway.store.schemas import SchemaAllocStore
 from gateway.store.scripts import Scripts
 from gateway.store.security import SecurityStore
 from gateway.store.share_groups import ShareGroupStore
@@ -56,6 +57,7 @@ class Store:
         self.cluster_config = ClusterConfigStore(redis, scripts)
         self.cleaner = CleanerStore(redis, scripts)
         self.share_groups = ShareGroupStore(redis, scripts)
+        self.schemas = SchemaAllocStore(scripts)
 
     def broker_config(self, node_id: int) -> ClusterConfigStore:
         """One gateway's own dynamic broker configs, kept as the cluster-wide ones are."""

@@ -317,3 +317,10 @@ def share_group_config(group_id: str) -> str:
 
 SHARE_GROUPS = "gw:share-groups"
 """Set of share group ids, for ListGroups; a hint kept beside each group's own keys."""
+
+
+SCHEMA_IDS = "{gw:schemas}:ids"
+"""Hash: "fp:<fingerprint>" -> Schema Registry id, "id:<id>" -> fingerprint, "last" -> the last id handed out."""
+SCHEMA_VERSIONS = "{gw:schemas}:versions"
+"""Hash: "n:<subject>" -> the last version handed out in it, "f:<fingerprint>:<subject>" -> the version
+last handed out to that schema there (same slot as SCHEMA_IDS: one script takes both)."""
