@@ -380,19 +380,30 @@ def _parts(topics: Any) -> list[tuple[str, int]] | None:
 # -- DescribeGroups, ListGroups, DeleteGroups ---------------------------------------------------
 
 
+def _group_refused(group_id: str, exc: Exception) -> dict[str, Any]:
+    return {"group_id": group_id, "error_code": group_error(exc), "error_message": error_message(exc),
+            "group_state": "", "protocol_type": "", "protocol_data": "", "members": []}
+
+
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
 async def describe_groups(ctx: RequestContext, req: Any) -> Any:
     """KIP-430: with include_authorized_operations (v3+), each group found says what the principal
-    may do on it (Kafka sets it on the groups without an error only)."""
+    may do on it (Kafka sets it on the groups without an error only). As KafkaApis'
+    handleDescribeGroupsRequest, the groups the principal may not describe come first."""
     wants_operations = getattr(req, "include_authorized_operations", False)
-    out = []
+    out: list[dict[str, Any]] = []
+    allowed = []
     for group_id in req.groups:
         try:
             await _authorize(ctx, group_id, Operation.DESCRIBE)
+            allowed.append(group_id)
+        except Exception as exc:
+            out.append(_group_refused(group_id, exc))
+    for group_id in allowed:
+        try:
             d = await _coordinator(ctx).describe(group_id)
         except Exception as exc:
-            out.append({"group_id": group_id, "error_code": group_error(exc), "error_message": error_message(exc),
-                        "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
+            out.append(_group_refused(group_id, exc))
             continue
         if d is None:
             missing = ctx.api_version >= 6
