@@ -634,6 +634,123 @@ async def list_transactions_and_producers(p: Pair, name: str) -> Any:
     return out
 
 
+# -- more of what a client is answered ---------------------------------------------------------------------------
+
+
+@scenario
+async def metadata_auto_create_by_a_writer(p: Pair, name: str) -> Any:
+    await p.grant(acl(TOPIC, name, WRITE))
+    return [await metadata_as(p.alice, [name], auto_create=True), await produce_as(p.alice, name)]
+
+
+@scenario
+async def produce_to_a_missing_topic_one_may_create(p: Pair, name: str) -> Any:
+    await p.grant(acl(TOPIC, name, WRITE), acl(TOPIC, name, CREATE))
+    return await produce_as(p.alice, name)
+
+
+@scenario
+async def list_offsets_and_leader_epochs(p: Pair, name: str) -> Any:
+    await create(p.admin, name, 1)
+    offsets = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": name, "partitions": [
+        {"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]}]}
+    epochs = {"replica_id": -1, "topics": [{"topic": name, "partitions": [
+        {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}
+    out = [await p.alice.call(2, 7, offsets), await p.alice.call(23, 4, epochs)]
+    await p.grant(acl(TOPIC, name, DESCRIBE))
+    return [*out, await p.alice.call(2, 7, offsets), await p.alice.call(23, 4, epochs)]
+
+
+@scenario
+async def a_deny_of_describe_beats_an_allowed_read(p: Pair, name: str) -> Any:
+    await create(p.admin, name, 1)
+    await p.grant(acl(TOPIC, name, READ), acl(TOPIC, name, DESCRIBE, DENY))
+    return [await fetch_as(p.alice, name), await metadata_as(p.alice, [name])]
+
+
+@scenario
+async def a_wildcard_principal_from_one_host(p: Pair, name: str) -> Any:
+    await create(p.admin, name, 1)
+    await p.grant(acl(TOPIC, name, WRITE, principal="User:*", host="127.0.0.1"))
+    allowed = await produce_as(p.alice, name)
+    await p.clean()
+    await p.grant(acl(TOPIC, name, WRITE, principal="User:*", host="10.0.0.7"))
+    return [allowed, await produce_as(p.alice, name)]
+
+
+@scenario
+async def group_configs_decisions(p: Pair, name: str) -> Any:
+    ask = {"resources": [{"resource_type": 32, "resource_name": name, "configuration_keys": ["share.auto.offset.reset"]}]}
+    alter = {"resources": [{"resource_type": 32, "resource_name": name, "configs": [
+        {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}], "validate_only": True}
+
+    async def ask_both() -> Any:
+        described = await p.alice.call(32, 4, ask)
+        return [[(r["error_code"], [c["name"] for c in r["configs"]]) for r in described["results"]],
+                await p.alice.call(44, 1, alter)]
+
+    out = [await ask_both()]
+    await p.grant(acl(GROUP, name, ALTER_CONFIGS))
+    return [*out, await ask_both()]
+
+
+@scenario
+async def consumer_group_describe_and_topics(p: Pair, name: str) -> Any:
+    await create(p.admin, name, 1)
+    member = str(uuid.uuid4())
+    beat = {"group_id": name, "member_id": member, "member_epoch": 0, "rebalance_timeout_ms": 30_000,
+            "subscribed_topic_names": [name], "server_assignor": "uniform", "topic_partitions": []}
+    await p.grant(acl(GROUP, name, READ))
+    out = [(await p.alice.call(68, 1, beat))["error_code"]]
+    await p.grant(acl(TOPIC, name, DESCRIBE))
+    out.append((await p.alice.call(68, 1, beat))["error_code"])
+    described = await p.alice.call(69, 1, {"group_ids": [name, name + "-other"], "include_authorized_operations": True})
+    out.append([(g["group_id"], g["error_code"], g["authorized_operations"]) for g in described["groups"]])
+    await p.admin.call(68, 1, {"group_id": name, "member_id": member, "member_epoch": -1})
+    return out
+
+
+@scenario
+async def share_fetch_and_acknowledge_decisions(p: Pair, name: str) -> Any:
+    await create(p.admin, name, 1)
+    await p.grant(acl(GROUP, name, READ))
+    member = str(uuid.uuid4())
+    topic_id = await p.admin.topic_id(name)
+    fetch = {"group_id": name, "member_id": member, "share_session_epoch": 0, "max_wait": 0, "min_bytes": 0,
+             "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10,
+             "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0}]}]}
+    ack = {"group_id": name, "member_id": member, "share_session_epoch": 1,
+           "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]}
+    beat = await p.alice.call(76, 1, {"group_id": name, "member_id": member, "member_epoch": 0,
+                                      "subscribed_topic_names": [name]})
+    answers = [beat["error_code"], await p.alice.call(78, 1, fetch), await p.alice.call(79, 1, ack)]
+    await p.alice.call(76, 1, {"group_id": name, "member_id": member, "member_epoch": -1})
+    return answers
+
+
+@scenario
+async def transactional_offsets_need_the_group(p: Pair, name: str) -> Any:
+    await create(p.admin, name, 1)
+    await p.grant(acl(TXN_ID, name, WRITE), acl(TOPIC, name, READ))
+    init = await init_producer(p.alice, name)
+    ids = {"transactional_id": name, "producer_id": init["producer_id"], "producer_epoch": init["producer_epoch"]}
+    commit_txn = {**ids, "group_id": name, "generation_id": -1, "member_id": "", "topics": [
+        {"name": name, "partitions": [{"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1}]}]}
+    out = [await p.alice.call(25, 3, {**ids, "group_id": name}), await p.alice.call(28, 3, commit_txn)]
+    await p.admin.call(26, 3, {**ids, "committed": False})
+    return out
+
+
+@scenario
+async def list_groups_with_cluster_describe(p: Pair, name: str) -> Any:
+    await create(p.admin, name, 1)
+    for g in (f"{name}-a", f"{name}-b"):
+        await p.admin.call(8, 8, commit(g, name))
+    await p.grant(acl(GROUP, f"{name}-a", DESCRIBE, DENY), acl(CLUSTER, "kafka-cluster", DESCRIBE))
+    groups = await p.alice.call(16, 4, {})
+    return [groups["error_code"], sorted(g["group_id"] for g in groups["groups"] if g["group_id"].startswith(name))]
+
+
 # -- the cluster --------------------------------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from gateway.domain.groups import GroupCoordinator, GroupError
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError, TopicNotFound
 from gateway.kafka import codec
-from gateway.kafka.authz import authorized_operations
+from gateway.kafka.authz import authorized_operations, may_describe_cluster, refused_first
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import REPLICAS_SHORT, error_message, kafka_error
 from gateway.kafka.metadata import broker, peer_address, topic_uuid
@@ -380,30 +380,19 @@ def _parts(topics: Any) -> list[tuple[str, int]] | None:
 # -- DescribeGroups, ListGroups, DeleteGroups ---------------------------------------------------
 
 
-def _group_refused(group_id: str, exc: Exception) -> dict[str, Any]:
-    return {"group_id": group_id, "error_code": group_error(exc), "error_message": error_message(exc),
-            "group_state": "", "protocol_type": "", "protocol_data": "", "members": []}
-
-
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
 async def describe_groups(ctx: RequestContext, req: Any) -> Any:
     """KIP-430: with include_authorized_operations (v3+), each group found says what the principal
-    may do on it (Kafka sets it on the groups without an error only). As KafkaApis'
-    handleDescribeGroupsRequest, the groups the principal may not describe come first."""
+    may do on it (Kafka sets it on the groups without an error only)."""
     wants_operations = getattr(req, "include_authorized_operations", False)
-    out: list[dict[str, Any]] = []
-    allowed = []
-    for group_id in req.groups:
+    out = []
+    for group_id in await refused_first(ctx, req.groups):
         try:
             await _authorize(ctx, group_id, Operation.DESCRIBE)
-            allowed.append(group_id)
-        except Exception as exc:
-            out.append(_group_refused(group_id, exc))
-    for group_id in allowed:
-        try:
             d = await _coordinator(ctx).describe(group_id)
         except Exception as exc:
-            out.append(_group_refused(group_id, exc))
+            out.append({"group_id": group_id, "error_code": group_error(exc), "error_message": error_message(exc),
+                        "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
             continue
         if d is None:
             missing = ctx.api_version >= 6
@@ -447,13 +436,17 @@ async def list_groups(ctx: RequestContext, req: Any) -> Any:
         listed += await ctx.services.share.list_groups(states or None)
     except Exception as exc:
         return _response(ctx, {"error_code": group_error(exc), "groups": []})
+    # KafkaApis.handleListGroupsRequest: DESCRIBE on the cluster lists every group, else those the
+    # principal may describe
+    everyone = await may_describe_cluster(ctx)
     return _response(ctx, {
         "error_code": KafkaError.none,
         "groups": [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
              "group_type": g.group_type}
             for g in listed
-            if (not types or g.group_type in types) and await ctx.allowed(ResourceType.GROUP, g.group_id, Operation.DESCRIBE)
+            if (not types or g.group_type in types)
+            and (everyone or await ctx.allowed(ResourceType.GROUP, g.group_id, Operation.DESCRIBE))
         ],
     })
 

@@ -85,7 +85,7 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
             if not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.DESCRIBE):
                 not_described.append({"error_code": KafkaError.topic_authorization_failed, "name": t.name})
                 continue
-            may_create = create and await may_create_topic(ctx, t.name, auto=True)
+            may_create = create and await may_create_topic(ctx, t.name)
             try:
                 info = await log.topic(t.name, create=may_create)
             except TopicNotFound:
