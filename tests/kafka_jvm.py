@@ -227,6 +227,13 @@ class KafkaBroker:
     def log_tail(self, lines: int = 60) -> str:
         return "".join(self.log.read_text().splitlines(keepends=True)[-lines:]) if self.log.exists() else ""
 
+    def __enter__(self) -> KafkaBroker:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """A controlled shutdown (SIGTERM, as kafka-server-stop.sh sends), SIGKILL if it hangs."""
         if self.proc is None or self.proc.poll() is not None:

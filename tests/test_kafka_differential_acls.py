@@ -22,13 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from kio.static.primitive import Records
 
+from gateway.formats.records import BatchBuilder
 from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, test_config
 from tests.differential import Side, send
 from tests.kafka_differences import differences, normalise, plain
 from tests.kafka_jvm import SASL_MECHANISM, SASL_USERS, SaslKafkaBroker, allowed
 from tests.kafka_wire import build_request
-from tests.test_kafka_differential import batch, create, join, serving
+from tests.test_kafka_differential import T0, batch, create, join, serving
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 
@@ -751,6 +753,86 @@ async def list_groups_with_cluster_describe(p: Pair, name: str) -> Any:
     return [groups["error_code"], sorted(g["group_id"] for g in groups["groups"] if g["group_id"].startswith(name))]
 
 
+@scenario
+async def transactional_produce_without_the_transactional_id(p: Pair, name: str) -> Any:
+    """Only transactional records need WRITE on the transactional id, and then they must name one."""
+    await create(p.admin, name, 1)
+    await p.grant(acl(TOPIC, name, WRITE))
+    builder = BatchBuilder(producer_id=1, producer_epoch=0, base_sequence=0, transactional=True)
+    builder.append(b"v", b"k", timestamp=T0)
+    txn = Records(builder.build())
+
+    async def send(tid: str | None, records: Records) -> Any:
+        return await p.alice.call(0, 9, {"transactional_id": tid, "acks": -1, "timeout": 10_000, "topic_data": [
+            {"name": name, "partition_data": [{"index": 0, "records": records}]}]})
+
+    return [await send(name, batch(1)), await send(name, txn), await send(None, txn)]
+
+
+@scenario
+async def acls_on_users_tokens_and_transactional_ids(p: Pair, name: str) -> Any:
+    made = await p.grant(acl(7, name, ALTER), acl(6, name, DESCRIBE), acl(TXN_ID, name, WRITE, pattern=PREFIXED),
+                         acl(7, name, READ))
+    return [made, listed(await p.admin.call(29, 3, acl_filter(7))), listed(await p.admin.call(29, 3, acl_filter(6))),
+            listed(await p.admin.call(29, 3, acl_filter(TXN_ID, name + "-x", MATCH)))]
+
+
+@scenario
+async def acl_deletion_by_one_with_cluster_alter(p: Pair, name: str) -> Any:
+    await p.grant(acl(TOPIC, name, READ, principal="User:bob"), acl(TOPIC, name, WRITE, principal="User:bob"),
+                  acl(CLUSTER, "kafka-cluster", ALTER))
+    deleted = listed(await p.alice.call(31, 3, {"filters": [acl_filter(TOPIC, name, LITERAL, operation=WRITE)]}))
+    p.count -= 1
+    return [deleted, await p.settled()]
+
+
+@scenario
+async def classic_member_requests_without_the_group(p: Pair, name: str) -> Any:
+    await create(p.admin, name, 1)
+    member = {"group_id": name, "generation_id": 1, "member_id": "m"}
+    return [await p.alice.call(12, 4, member),
+            await p.alice.call(14, 5, {**member, "protocol_type": "consumer", "protocol_name": "range",
+                                       "assignments": []}),
+            await p.alice.call(13, 5, {"group_id": name, "members": [{"member_id": "m"}]})]
+
+
+@scenario
+async def offset_fetch_of_every_topic(p: Pair, name: str) -> Any:
+    for t in (f"{name}-a", f"{name}-b"):
+        await create(p.admin, t, 1)
+        await p.admin.call(8, 8, commit(name, t))
+    await p.grant(acl(GROUP, name, DESCRIBE), acl(TOPIC, f"{name}-a", DESCRIBE))
+    every = await p.alice.call(9, 8, {"groups": [{"group_id": name, "topics": None}]})
+    return every
+
+
+@scenario
+async def topic_admin_of_missing_topics(p: Pair, name: str) -> Any:
+    grow = {"topics": [{"name": name, "count": 2, "assignments": None}], "timeout": 10_000, "validate_only": True}
+    trim = {"topics": [{"name": name, "partitions": [{"partition_index": 0, "offset": 0}]}], "timeout": 10_000}
+    legacy = {"resources": [{"resource_type": 2, "resource_name": name, "configs": [
+        {"name": "retention.ms", "value": "1000"}]}], "validate_only": True}
+    out = [await p.alice.call(37, 3, grow), await p.alice.call(21, 2, trim), await p.alice.call(33, 2, legacy)]
+    await p.grant(acl(TOPIC, name, ALL))
+    return [*out, await p.alice.call(37, 3, grow), await p.alice.call(21, 2, trim), await p.alice.call(33, 2, legacy)]
+
+
+@scenario
+async def auto_create_with_cluster_create_but_no_describe(p: Pair, name: str) -> Any:
+    await p.grant(acl(CLUSTER, "kafka-cluster", CREATE))
+    return await metadata_as(p.alice, [name], auto_create=True)
+
+
+@scenario
+async def everything_denied_on_the_cluster(p: Pair, name: str) -> Any:
+    await create(p.admin, name, 1)
+    await p.grant(acl(TOPIC, "*", ALL), acl(CLUSTER, "kafka-cluster", ALL), acl(CLUSTER, "kafka-cluster", ALL, DENY))
+    return [await produce_as(p.alice, name), (await init_producer(p.alice, None))["error_code"],
+            (await p.alice.call(29, 3, EVERY))["error_code"], [(t["error_code"], t["topic_config_error_code"]) for t in (await create_as(p.alice, name + "-new"))["topics"]],
+            (await p.alice.call(60, 1, {"include_cluster_authorized_operations": True}))
+            ["cluster_authorized_operations"]]
+
+
 # -- the cluster --------------------------------------------------------------------------------------------------
 
 
@@ -791,12 +873,8 @@ async def authorized_operations_reported(p: Pair, name: str) -> Any:
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The SASL broker, started for this module alone: its users and ACLs are no one else's."""
-    broker = SaslKafkaBroker(tmp_path_factory.mktemp("kafka-sasl-broker"))
-    broker.start()
-    try:
+    with SaslKafkaBroker(tmp_path_factory.mktemp("kafka-sasl-broker")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")
