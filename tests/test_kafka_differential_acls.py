@@ -611,6 +611,23 @@ async def idempotent_write_decisions(p: Pair, name: str) -> Any:
 
 
 @scenario
+async def idempotent_write_by_some_topic(p: Pair, name: str) -> Any:
+    """authorizeByResourceType: an ALLOW counts unless a DENY covers all of it."""
+    cases = [[acl(TOPIC, name, WRITE), acl(TOPIC, name, WRITE, DENY)],
+             [acl(TOPIC, name, WRITE, pattern=PREFIXED), acl(TOPIC, name[:4], WRITE, DENY, pattern=PREFIXED)],
+             [acl(TOPIC, name, WRITE, pattern=PREFIXED), acl(TOPIC, name, WRITE, DENY)],
+             [acl(TOPIC, name + "-a", WRITE), acl(TOPIC, name + "-b", WRITE, DENY, pattern=PREFIXED)],
+             [acl(TOPIC, name, ALL, principal="User:*"), acl(TOPIC, "*", WRITE, DENY, host="10.0.0.7")],
+             [acl(TOPIC, name, WRITE), acl(TOPIC, "*", WRITE, DENY)]]
+    out = []
+    for bindings in cases:
+        await p.clean()
+        await p.grant(*bindings)
+        out.append((await init_producer(p.alice, None))["error_code"])
+    return out
+
+
+@scenario
 async def list_transactions_and_producers(p: Pair, name: str) -> Any:
     await create(p.admin, name, 1)
     init = await init_producer(p.admin, name)

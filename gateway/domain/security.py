@@ -563,7 +563,8 @@ class SecurityService:
         self, principal: str | None, resource: ResourceType, operation: Operation, host: str | None = None
     ) -> bool:
         """Whether the principal may do `operation` on some resource of the type: Kafka's
-        Authorizer.authorizeByResourceType (KIP-679, an idempotent producer's WRITE on any topic). An
+        Authorizer.authorizeByResourceType as DefaultResourceTypeBasedAuthorization implements it
+        (KIP-679, an idempotent producer's WRITE on any topic). An
         ALLOW counts unless a DENY covers all it allows: a wildcard DENY, a literal DENY of its
         literal name, a prefixed DENY of a prefix of its name; a literal "*" ALLOW counts always."""
         if await self.authorize(principal, resource, "hardcode", operation, host):  # super users, as Kafka
