@@ -98,12 +98,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     a test asks for it, stopped at the end; its log stays in its temporary directory."""
     from tests.kafka_jvm import KafkaBroker
 
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker"))
-    broker.start()
-    try:
+    with KafkaBroker(tmp_path_factory.mktemp("kafka-broker")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -172,8 +172,11 @@ class KafkaBroker:
             "",
         ])
 
+    def format_args(self) -> list[str]:
+        return FORMAT_FEATURES
+
     def start(self, timeout: float = TIMEOUT) -> None:
-        """Format the storage with Kafka's own StorageTool (with FORMAT_FEATURES), start the node and
+        """Format the storage with Kafka's own StorageTool (with `format_args`), start the node and
         return once it logs that it serves; ports another process took meanwhile are chosen again."""
         for attempt in range(3):
             if self._start(timeout):
@@ -192,7 +195,7 @@ class KafkaBroker:
         formatted = subprocess.run(
             java_command("kafka.tools.StorageTool", "format", "--standalone",
                          # one argument: an id may begin with "-", which would read as an option
-                         f"--cluster-id={random_cluster_id()}", "--config", str(config), *FORMAT_FEATURES),
+                         f"--cluster-id={random_cluster_id()}", "--config", str(config), *self.format_args()),
             capture_output=True, text=True, timeout=timeout)
         if formatted.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
@@ -224,6 +227,13 @@ class KafkaBroker:
     def log_tail(self, lines: int = 60) -> str:
         return "".join(self.log.read_text().splitlines(keepends=True)[-lines:]) if self.log.exists() else ""
 
+    def __enter__(self) -> KafkaBroker:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         """A controlled shutdown (SIGTERM, as kafka-server-stop.sh sends), SIGKILL if it hangs."""
         if self.proc is None or self.proc.poll() is not None:
@@ -234,6 +244,42 @@ class KafkaBroker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+
+
+# SCRAM users of the SASL broker (and of the gateway it is compared with): admin a super user
+SASL_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+SASL_MECHANISM = "SCRAM-SHA-256"
+
+
+@dataclass
+class SaslKafkaBroker(KafkaBroker):
+    """The same node with a second listener, SASL_PLAINTEXT with SCRAM-SHA-256, whose users
+    (SASL_USERS) are created as Kafka's tools create them, by `kafka-storage format --add-scram`;
+    User:admin is a super user, the others have what ACLs give them. Its own fixture, so the
+    ACLs and users its tests make touch no other test's broker."""
+
+    sasl_port: int = field(default_factory=free_port)
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl_port}"
+
+    def format_args(self) -> list[str]:
+        return [*FORMAT_FEATURES, *(a for user, password in SASL_USERS.items()
+                                    for a in ("--add-scram", f"{SASL_MECHANISM}=[name={user},password={password}]"))]
+
+    def properties(self) -> str:
+        plain = f"PLAINTEXT://127.0.0.1:{self.port}"
+        sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+        return "\n".join([
+            line.replace(plain, f"{plain},{sasl}") if "listeners=" in line
+            else line.replace("super.users=User:ANONYMOUS", "super.users=User:ANONYMOUS;User:admin")
+            for line in super().properties().splitlines()] + [
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"sasl.enabled.mechanisms={SASL_MECHANISM}",
+            f"listener.name.sasl_plaintext.{SASL_MECHANISM.lower()}.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            ""])
 
 
 Scenario = Callable[[str], Awaitable[object]]

@@ -108,7 +108,12 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
                     info = await log.create_topic(t.name, partitions, configs)
                     partitions, info_config = info.partitions, info.config
                     res.update(topic_id=topic_uuid(info.topic_id))
-                if res["error_code"] == KafkaError.none:
+                created = res["error_code"] == KafkaError.none
+                if created and not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.DESCRIBE_CONFIGS):
+                    # ReplicationControlManager.createTopic describes a new topic only to one who may
+                    # describe its configs
+                    res.update(topic_config_error_code=KafkaError.topic_authorization_failed, configs=[])
+                elif created:
                     res.update(num_partitions=partitions, replication_factor=factor,
                                configs=topic_config_entries(info_config, await log.broker_defaults(), CREATE_ORDER))
         except Refused as exc:
@@ -161,10 +166,14 @@ async def _delete_topic(ctx: RequestContext, name: str | None, topic_id: uuid.UU
             return {"name": None, "topic_id": topic_id, "error_code": KafkaError.topic_authorization_failed}
         name = info.name
     try:
-        if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DELETE):
-            raise AuthorizationFailed(f"not allowed to delete {name!r}")
+        # ControllerApis.deleteTopics: one who may not describe a topic learns nothing of it, one who
+        # may learns that it does not exist, before being refused the delete
+        if not by_id and not await ctx.allowed(ResourceType.TOPIC, name, Operation.DESCRIBE):
+            raise AuthorizationFailed(f"not allowed to describe {name!r}")
         if topic_id is None:
             topic_id = topic_uuid((await log.topic(name, create=False)).topic_id)
+        if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DELETE):
+            raise AuthorizationFailed(f"not allowed to delete {name!r}")
         await log.delete_topic(name, topic_id.hex if topic_id is not None else "")
         return {"name": name, "topic_id": topic_id, "error_code": KafkaError.none}
     except Exception as exc:

@@ -222,7 +222,10 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                 else:
                     res["configs"] = await _broker_entries(ctx, r.resource_name, keys)
             elif r.resource_type == RESOURCE_GROUP:
-                res["configs"] = await share.describe_group_configs(ctx, r.resource_name, keys)
+                if not await ctx.allowed(ResourceType.GROUP, r.resource_name, Operation.DESCRIBE_CONFIGS):
+                    res.update(error_code=KafkaError.group_authorization_failed, error_message="not authorized")
+                else:
+                    res["configs"] = await share.describe_group_configs(ctx, r.resource_name, keys)
             else:
                 res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs")
         except TopicNotFound as exc:  # Kafka's message is empty
@@ -259,7 +262,10 @@ async def _alter(ctx: RequestContext, r: Any, changes: list[Change], incremental
                 await log.alter_cluster_config(changes, incremental=incremental, validate_only=validate_only,
                                                node=r.resource_name != "")
         elif r.resource_type == RESOURCE_GROUP:
-            await share.alter_group_configs(ctx, r.resource_name, changes, incremental, validate_only)
+            if not await ctx.allowed(ResourceType.GROUP, r.resource_name, Operation.ALTER_CONFIGS):
+                res.update(error_code=KafkaError.group_authorization_failed, error_message="not authorized")
+            else:
+                await share.alter_group_configs(ctx, r.resource_name, changes, incremental, validate_only)
         else:
             res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs change")
     except TopicNotFound as exc:

@@ -19,7 +19,7 @@ from gateway.domain.groups import GroupCoordinator, GroupError
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError, TopicNotFound
 from gateway.kafka import codec
-from gateway.kafka.authz import authorized_operations
+from gateway.kafka.authz import authorized_operations, may_describe_cluster, refused_first
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import REPLICAS_SHORT, error_message, kafka_error
 from gateway.kafka.metadata import broker, peer_address, topic_uuid
@@ -391,7 +391,7 @@ async def describe_groups(ctx: RequestContext, req: Any) -> Any:
     may do on it (Kafka sets it on the groups without an error only)."""
     wants_operations = getattr(req, "include_authorized_operations", False)
     out = []
-    for group_id in req.groups:
+    for group_id in await refused_first(ctx, req.groups):
         try:
             await _authorize(ctx, group_id, Operation.DESCRIBE)
             d = await _coordinator(ctx).describe(group_id)
@@ -441,13 +441,17 @@ async def list_groups(ctx: RequestContext, req: Any) -> Any:
         listed += await ctx.services.share.list_groups(states or None)
     except Exception as exc:
         return _response(ctx, {"error_code": group_error(exc), "groups": []})
+    # KafkaApis.handleListGroupsRequest: DESCRIBE on the cluster lists every group, else those the
+    # principal may describe
+    everyone = await may_describe_cluster(ctx)
     return _response(ctx, {
         "error_code": KafkaError.none,
         "groups": [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
              "group_type": g.group_type}
             for g in listed
-            if (not types or g.group_type in types) and await ctx.allowed(ResourceType.GROUP, g.group_id, Operation.DESCRIBE)
+            if (not types or g.group_type in types)
+            and (everyone or await ctx.allowed(ResourceType.GROUP, g.group_id, Operation.DESCRIBE))
         ],
     })
 

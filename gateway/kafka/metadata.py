@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.registry import Peer
 from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
+from gateway.errors import TopicNotFound
 from gateway.kafka import codec
 from gateway.kafka.authz import authorized_operations, may_create_topic, may_describe_cluster
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
@@ -82,26 +83,41 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
         topics = sorted(found, key=lambda t: (t["error_code"] != KafkaError.unknown_topic_id,
                                               t["error_code"] == KafkaError.topic_authorization_failed))
     else:
+        # as KafkaApis.handleTopicMetadataRequest: the topics answered come first, then those the
+        # principal may describe but not create, then those it may not describe
         create = ctx.services.config.auto_create_topics and getattr(req, "allow_auto_topic_creation", True)
+        not_created: list[dict[str, Any]] = []
+        not_described: list[dict[str, Any]] = []
         for t in wanted:
             if t.name is None:
                 topics.append(await _topic_by_id(ctx, req, t.topic_id))
                 continue
             if not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.DESCRIBE):
-                topics.append({"error_code": KafkaError.topic_authorization_failed, "name": t.name})
+                not_described.append({"error_code": KafkaError.topic_authorization_failed, "name": t.name})
                 continue
             bad_name = topic_name_error(t.name)
-            try:
-                if bad_name is not None:
-                    topics.append({"error_code": bad_name, "name": t.name})
+            entry: dict[str, Any]
+            if bad_name is not None:
+                entry = {"error_code": bad_name, "name": t.name}
+            else:
+                may_create = create and await may_create_topic(ctx, t.name)
+                try:
+                    info = await log.topic(t.name, create=may_create)
+                except TopicNotFound:
+                    if create and not may_create:
+                        not_created.append({"error_code": KafkaError.topic_authorization_failed, "name": t.name})
+                        continue
+                    entry = {"error_code": KafkaError.unknown_topic_or_partition, "name": t.name}
+                except Exception as exc:
+                    entry = {"error_code": kafka_error(exc), "name": t.name}
                 else:
-                    info = await log.topic(t.name, create=create and await may_create_topic(ctx, t.name, auto=True))
                     topics.append(await _topic(ctx, req, info.name, info.partitions, info.topic_id))
                     continue
-            except Exception as exc:
-                topics.append({"error_code": kafka_error(exc), "name": t.name})
-            topics[-1]["topic_authorized_operations"] = await authorized_operations(
+            # described as an existing topic is, its authorized operations included
+            entry["topic_authorized_operations"] = await authorized_operations(
                 ctx, ResourceType.TOPIC, t.name, getattr(req, "include_topic_authorized_operations", False))
+            topics.append(entry)
+        topics += not_created + not_described
     return codec.build(
         cls,
         {
@@ -155,7 +171,7 @@ BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeClusterRequest's Endpoi
 async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
     """A gateway serves brokers' endpoints only: asked for controllers' it answers
     MISMATCHED_ENDPOINT_TYPE, for an unknown type UNSUPPORTED_ENDPOINT_TYPE, nothing else set (as
-    Kafka's AuthHelper.computeDescribeClusterResponse answers on a broker)."""
+    Kafka's AuthHelper.computeDescribeClusterResponse answers on a broker). It needs no ACL."""
     live = brokers(ctx)
     cls = codec.response_class(ApiKey.DESCRIBE_CLUSTER, ctx.api_version)
     wanted = getattr(req, "endpoint_type", BROKER_ENDPOINTS)
@@ -164,9 +180,11 @@ async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
                  else KafkaError.unsupported_endpoint_type)
         return codec.build(cls, {"error_code": error, "error_message": f"endpoint type {wanted} is not served",
                                  "endpoint_type": BROKER_ENDPOINTS, "controller_id": -1, "brokers": []})
-    if not await may_describe_cluster(ctx):
-        return codec.build(cls, {"error_code": KafkaError.cluster_authorization_failed, "cluster_id": CLUSTER_ID,
-                                 "controller_id": -1, "brokers": [], "error_message": "not authorized"})
+    # anyone is answered; the cluster's authorized operations, when asked, are 0 to one who may not
+    # describe the cluster (AuthHelper.computeDescribeClusterResponse)
+    asked = req.include_cluster_authorized_operations
+    operations = (await authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME, asked)
+                  if not asked or await may_describe_cluster(ctx) else 0)
     return codec.build(
         cls,
         {
@@ -177,8 +195,6 @@ async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
             "cluster_id": CLUSTER_ID,
             "controller_id": live[0][0],
             "brokers": [{"broker_id": n, "host": h, "port": p, "rack": None, "is_fenced": False} for n, h, p in live],
-            "cluster_authorized_operations": await authorized_operations(
-                ctx, ResourceType.CLUSTER, CLUSTER_NAME, req.include_cluster_authorized_operations
-            ),
+            "cluster_authorized_operations": operations,
         },
     )
