@@ -107,8 +107,8 @@ def _measure_consume(url: str, gateways: list[dict[str, int]], bootstrap: str, t
     # librdkafka stops fetching for fetch.queue.backoff.ms (1 s) whenever its prefetch queue is full
     # (64 MB by default), which a server this fast fills in a fraction of that: the Python client
     # then waits idle. Its documented setting for throughput:
-    quick = {"fetch.queue.backoff.ms": 10}
-    runs = [meter.measure(lambda: kafka_consume(bootstrap, topic, partitions, sent, **quick)) for _ in range(2)]
+    quick: dict[str, object] = {"fetch.queue.backoff.ms": 10}
+    runs = [meter.measure(lambda: kafka_consume(bootstrap, topic, partitions, sent, quick)) for _ in range(2)]
     rate, cpu = max(runs)
     rows.append(Row("  same, fetch.queue.backoff.ms=10", size, rate, "XRANGE", read, cpu=cpu))
     ceiling = python_consumer_ceiling(bootstrap, topic, partitions, sent)

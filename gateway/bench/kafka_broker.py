@@ -67,8 +67,8 @@ def classpath() -> str:
     """tests/jvm's classes (its Log4j configuration among them) and Kafka 4.4's jars, as ./dev built them."""
     listed = JVM_MODULE / "target" / "classpath.txt"
     if not listed.is_file():
-        raise KafkaMissing(f"Apache Kafka's jars are not built ({listed} is missing): run `./dev test "
-                           "--collect-only -q` in a checkout of this repository (it needs Maven and a Java 17 JDK)")
+        raise KafkaMissing(f"Apache Kafka's jars are not built ({listed} is missing): `./dev gateway bench "
+                           "--peer` or `./dev test` in a checkout of this repository builds them")
     return os.pathsep.join([str(JVM_MODULE / "target" / "classes"), listed.read_text().strip()])
 
 
