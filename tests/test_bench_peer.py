@@ -1,6 +1,7 @@
 """`gateway bench --peer` with Apache Kafka 4.4 as the peer: a short run's table has Kafka's rows
-and every server's CPU per record (figures, not their size: nothing here is timed), the CPU read
-from /proc over a measured interval, and a checkout without Kafka's jars told what to run."""
+and every server's CPU per record (figures, not their size: nothing here is timed), as `--txn`'s
+table has it per transaction; the CPU read from /proc over a measured interval, and a checkout
+without Kafka's jars told what to run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench import kafka_broker, peer
+from gateway.bench import kafka_broker, peer, txn
 from gateway.bench.common import CpuSpan, Progress, Server, bench_redis, print_table
 
 
@@ -49,12 +50,13 @@ def test_a_short_peer_run_has_kafkas_rows_and_the_cpu_of_every_server(capsys):
         kafka, gateway = by_name[f"kafka {verb}, 1 partition"], by_name[f"gateway {verb}, 1 partition"]
         assert kafka.records_per_s > 0 and set(kafka.cpu_us) == {"kafka"} and kafka.cpu_us["kafka"] > 0
         assert gateway.baseline == "kafka" and gateway.baseline_records_per_s == kafka.records_per_s
-        assert set(gateway.cpu_us) == {"gateway", "redis"} and all(us > 0 for us in gateway.cpu_us.values())
+        # /proc counts CPU in clock ticks (10 ms): a server busy for less in a short run reads 0
+        assert set(gateway.cpu_us) == {"gateway", "redis"} and sum(gateway.cpu_us.values()) > 0
     for producers in ("1 producer", "8 producers"):
         txns = by_name[f"kafka txns/s, {producers}, 1 partition"]
         assert txns.records_per_s > 0 and txns.cpu_us["kafka"] > 0
         assert by_name[f"gateway txns/s, {producers}, 1 partition"].baseline == "kafka"
-    assert by_name["raw redis: XADD of blobs, 1 partition"].cpu_us["redis"] > 0
+    assert set(by_name["raw redis: XADD of blobs, 1 partition"].cpu_us) == {"redis"}
     capsys.readouterr()
     print_table(rows)
     table = capsys.readouterr().out.splitlines()
@@ -72,3 +74,11 @@ def test_the_bench_kafka_is_the_broker_a_user_starts(tmp_path):
     assert props["num.io.threads"] == "8" and props["log.dirs"] == str(tmp_path / "data")
     assert "group.initial.rebalance.delay.ms" not in props and "authorizer.class.name" not in props
     assert "-Xmx1G" in broker.jvm_options and broker.features == []
+
+
+@pytest.mark.kafka
+def test_the_txn_table_has_the_servers_cpu_per_transaction():
+    with bench_redis(None, False) as url:
+        rows = txn.measure_txn(url, 0.2)
+    assert [set(r.cpu_us) for r in rows] == [{"redis"}, {"gateway", "redis"}] * 2
+    assert all(sum(r.cpu_us.values()) > 0 for r in rows if r.what.startswith("kafka"))

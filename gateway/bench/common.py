@@ -256,9 +256,10 @@ def _pipelined_xadd(url: str, kind: str, fields: dict[FieldT, EncodableT], per_t
         r.close()
 
 
-def raw_xadd_per_record(url: str, size: int, seconds: float, pipeline: int = 500, partitions: int = 1) -> float:
+def raw_xadd_per_record(url: str, size: int, seconds: float, pipeline: int = 500, partitions: int = 1,
+                        span: CpuSpan | None = None) -> float:
     """One entry per record, `pipeline` of them per round trip."""
-    return _pipelined_xadd(url, "raw", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions)[0]
+    return _pipelined_xadd(url, "raw", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions, span=span)[0]
 
 
 def raw_xadd_blobs(url: str, size: int, seconds: float, per_blob: int = 500, pipeline: int = 8,
@@ -269,10 +270,11 @@ def raw_xadd_blobs(url: str, size: int, seconds: float, per_blob: int = 500, pip
 
 
 def raw_xadd_waited(url: str, size: int, seconds: float, replicas: int, pipeline: int = 100,
-                    partitions: int = 1) -> tuple[float, list[float]]:
+                    partitions: int = 1, span: CpuSpan | None = None) -> tuple[float, list[float]]:
     """`pipeline` XADDs of one record each per round trip, followed (with `replicas`) by a WAIT for
     that many replicas: acks=all's cost in raw Redis. Records per second, and each round trip's ms."""
-    return _pipelined_xadd(url, "waited", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions, replicas)
+    return _pipelined_xadd(url, "waited", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions, replicas,
+                           span)
 
 
 def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500, span: CpuSpan | None = None) -> float:
@@ -401,31 +403,22 @@ class CpuSpan:
         return joined
 
 
-class CpuMeter:
-    """CPU seconds spent by this process (the client), the gateways and Redis during a measurement."""
+def client_cpu() -> float:
+    """CPU seconds so far of this process (a client) and the programs it ran and waited for (kcat)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
-    def __init__(self, gateway_pids: list[int], redis_url: str) -> None:
-        self.pids = gateway_pids
-        self.redis = raw_client(redis_url)
 
-    def _redis_cpu(self) -> float:
-        info = self.redis.info("cpu")
-        nodes = [info] if "used_cpu_user" in info else list(info.values())  # a cluster: one per node
-        return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in nodes)
-
-    def sample(self) -> tuple[float, float, float]:
-        """CPU seconds so far: (this process and its children, the gateways, Redis)."""
-        gateway = sum(_cpu_seconds(pid) for top in self.pids for pid in (top, *_children(top)))
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # a client run as a process
-        client = time.process_time() + children.ru_utime + children.ru_stime
-        return client, gateway, self._redis_cpu()
-
-    def measure(self, run: Callable[[], float]) -> tuple[float, str]:
-        before, t0 = self.sample(), time.perf_counter()
-        rate = run()
-        after, wall = self.sample(), time.perf_counter() - t0
-        client, gateway, rds = (a - b for a, b in zip(after, before, strict=True))
-        return rate, f"client {client:.2f} s, gateway {gateway:.2f} s, redis {rds:.2f} s in {wall:.2f} s"
+def best_spanned(runs: int, servers: Sequence[Server], measure: Callable[[CpuSpan], float],
+                 ) -> tuple[float, dict[str, float]]:
+    """The best of a few runs (other work on the machine only ever slows one down), each given a span
+    of `servers`: its rate, and each server's CPU µs per record in it."""
+    done = []
+    for _ in range(runs):
+        span = CpuSpan(servers)
+        done.append((measure(span), span))
+    rate, span = max(done, key=lambda run: run[0])
+    return rate, span.per_record(rate)
 
 
 # -- the processes measured ------------------------------------------------------------------------
@@ -493,7 +486,7 @@ def free_ports(count: int) -> int:
 def running_gateway(redis_url: str, workers: int = 1) -> Iterator[dict[str, int]]:
     """A gateway process, as users run it, on free ports: its `kafka`, `native` and `admin` ports
     and its `pid`. With `workers` > 1, `gateway serve --workers`: the ports are worker 0's (the
-    others follow them), the pid the supervisor's (`CpuMeter` counts its workers with it)."""
+    others follow them), the pid the supervisor's (`gateway_servers` counts its workers with it)."""
     ports = {"kafka": free_ports(workers), "native": free_ports(workers), "admin": free_port()}
     Progress.doing_else("starting a gateway" if workers == 1 else f"starting a gateway of {workers} workers")
     proc = subprocess.Popen(
@@ -514,6 +507,11 @@ def running_gateway(redis_url: str, workers: int = 1) -> Iterator[dict[str, int]
     finally:
         proc.send_signal(2)
         proc.wait(30)
+
+
+def gateway_servers(gateways: list[dict[str, int]], redis_url: str) -> list[Server]:
+    """The processes of `running_gateway`s (with their workers) and of their Redis primaries."""
+    return [*(Server("gateway", g["pid"], tree=True) for g in gateways), *redis_servers(redis_url)]
 
 
 @contextmanager
