@@ -274,14 +274,15 @@ def _txn_rates(clients: Executor, broker: Broker, seconds: float) -> tuple[Rate,
             (sum(r for (r, _), _ in runs), [ms for (_, lats), _ in runs for ms in lats], many))
 
 
-def _txn_rows(name: str, rates: tuple[Rate, Rate], peer: tuple[str, tuple[Rate, Rate]] | None) -> list[Row]:
-    """A broker's two transaction rows, each against the peer's when given."""
+def _txn_rows(name: str, rates: tuple[Rate, Rate], peers: list[tuple[str, tuple[Rate, Rate]]]) -> list[Row]:
+    """A broker's two transaction rows, each against the first of `peers`, then the others."""
     rows = []
     for i, producers in enumerate((1, PRODUCERS)):
-        (rate, lat, cpu), base = rates[i], peer[1][i][0] if peer else 0.0
+        (rate, lat, cpu), against = rates[i], [(peer, theirs[i][0]) for peer, theirs in peers]
+        first, base = against[0] if against else ("", 0.0)
         rows.append(Row(f"{name} txns/s, {producers} producer{'s' if producers > 1 else ''}, 1 partition", SIZE,
-                        rate, peer[0] if peer else "", base, percentile(lat, 0.5), percentile(lat, 0.99),
-                        cpu_us=cpu))
+                        rate, first, base, percentile(lat, 0.5), percentile(lat, 0.99), cpu_us=cpu))
+        rows += [Row(f"  same, against {peer}", SIZE, rate, peer, theirs) for peer, theirs in against[1:]]
     return rows
 
 
@@ -322,6 +323,6 @@ def measure_peer(url: str, sizes: list[int], seconds: float, workers: int = 1,
                 rows += _throughput_rows(clients, url, gateway, peers, size, partitions, seconds)
         theirs = [(peer.name, _txn_rates(clients, peer, seconds)) for peer in peers]
         for name, rates in theirs:
-            rows += _txn_rows(name, rates, None)
-        rows += _txn_rows(gateway.name, _txn_rates(clients, gateway, seconds), theirs[0] if theirs else None)
+            rows += _txn_rows(name, rates, [])
+        rows += _txn_rows(gateway.name, _txn_rates(clients, gateway, seconds), theirs)
     return rows
