@@ -46,7 +46,7 @@ class Row:
     baseline_records_per_s: float = 0.0
     p50_ms: float | None = None
     p99_ms: float | None = None
-    cpu: str = ""  # where the time went: CPU seconds per process
+    cpu: str = ""  # more of where the time went: the client's CPU, a comparison
     cpu_us: dict[str, float] = field(default_factory=dict)  # each server's CPU µs per record (`CpuSpan`)
 
     def __post_init__(self) -> None:
@@ -356,9 +356,10 @@ def redis_servers(url: str) -> list[Server]:
 
 class CpuSpan:
     """The CPU seconds each named server spends over one measured interval: utime+stime of every
-    thread of its processes, read from /proc/PID/stat when the clock starts and when it stops. It
-    travels to a client process and back (pickled); CLOCK_MONOTONIC is the machine's, so the spans of
-    clients that ran at once join (`union`)."""
+    thread of its processes, read from /proc/PID/stat when the clock starts and when it stops (in
+    clock ticks, 10 ms: a figure wants an interval of seconds). It travels to a client process and
+    back (pickled); CLOCK_MONOTONIC is the machine's, so the spans of clients that ran at once join
+    (`union`)."""
 
     def __init__(self, servers: Sequence[Server] = ()) -> None:
         self.servers = list(servers)
@@ -409,16 +410,18 @@ def client_cpu() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
+def best_run(runs: list[tuple[float, CpuSpan]]) -> tuple[float, dict[str, float]]:
+    """The best of a few runs' rates (other work on the machine only ever slows a run down), and
+    each server's CPU µs per record in that run."""
+    rate, span = max(runs, key=lambda run: run[0])
+    return rate, span.per_record(rate)
+
+
 def best_spanned(runs: int, servers: Sequence[Server], measure: Callable[[CpuSpan], float],
                  ) -> tuple[float, dict[str, float]]:
-    """The best of a few runs (other work on the machine only ever slows one down), each given a span
-    of `servers`: its rate, and each server's CPU µs per record in it."""
-    done = []
-    for _ in range(runs):
-        span = CpuSpan(servers)
-        done.append((measure(span), span))
-    rate, span = max(done, key=lambda run: run[0])
-    return rate, span.per_record(rate)
+    """`best_run` of `runs` runs of `measure`, each given a span of `servers`."""
+    spans = [CpuSpan(servers) for _ in range(runs)]
+    return best_run([(measure(span), span) for span in spans])
 
 
 # -- the processes measured ------------------------------------------------------------------------

@@ -7,7 +7,8 @@ the ratios gateway/peer and gateway/raw printed.
 The workload: confluent-kafka producing records of each size with acks=all and linger.ms=5 to a
 topic of 1 and of 8 partitions, then consuming them back from the start; one transactional
 producer committing transactions of 10 records of 100 B (transactions per second, p50/p99 commit
-latency), and eight such producers at once on one partition (their aggregate). The raw ceiling is
+latency), and eight such producers at once on one partition (their aggregate); each broker first
+serves up to two seconds of each, unmeasured (`_warm_up`: Kafka's JIT). The raw ceiling is
 pipelined XADD of blobs of as many records as a batch of librdkafka's holds (500, or fewer to stay
 within its 1 MB batch.size) and XRANGE of them back (`common.raw_xadd_blobs`,
 `common.raw_xrange_blobs`): what Redis itself does with the same bytes, the gateway's limit.
@@ -60,6 +61,8 @@ from gateway.bench.common import (
     Progress,
     Row,
     Server,
+    best_run,
+    best_spanned,
     create_kafka_topic,
     kafka_consume,
     kafka_produce,
@@ -84,6 +87,7 @@ NOTE = ("(gateway: its embedded Redis, AOF everysec; kafka: Apache Kafka 4.4, on
         f"per transaction in the transaction rows. Transaction rows: records/s is transactions per second, "
         f"{PER_TXN} records of {SIZE} B each)")
 PEER_READY_TIMEOUT = 30.0
+WARM_UP = 2.0  # seconds of each kind of traffic a broker serves before it is measured, at most
 
 
 @dataclass
@@ -200,12 +204,6 @@ def producer_ceiling(size: int, budget: int = 64 * 1024 * 1024) -> float:
 Measured = tuple[float, dict[str, float]]  # per second, and each server's CPU µs per record
 
 
-def _best(runs: list[tuple[float, CpuSpan]]) -> Measured:
-    """The best of a few runs (other work on the machine only ever slows one down), with its CPU."""
-    rate, span = max(runs, key=lambda run: run[0])
-    return rate, span.per_record(rate)
-
-
 def _broker_rows(client: Executor, broker: Broker, size: int, partitions: int,
                  seconds: float) -> tuple[Measured, Measured]:
     """Produce then consume through one broker: (produce, consume), each the best of two."""
@@ -214,19 +212,10 @@ def _broker_rows(client: Executor, broker: Broker, size: int, partitions: int,
     create_kafka_topic(broker.bootstrap, topic, partitions)
     runs = [_in(client, _spanned, broker.servers, kafka_produce, broker.bootstrap, topic, size, seconds)
             for _ in range(2)]
-    produced, sent = _best([(rate, span) for (rate, _), span in runs]), sum(n for (_, n), _ in runs)
-    consumed = _best([_in(client, _spanned, broker.servers, kafka_consume, broker.bootstrap, topic, partitions,
+    produced, sent = best_run([(rate, span) for (rate, _), span in runs]), sum(n for (_, n), _ in runs)
+    consumed = best_run([_in(client, _spanned, broker.servers, kafka_consume, broker.bootstrap, topic, partitions,
                           sent, QUICK_FETCH) for _ in range(2)])
     return produced, consumed
-
-
-def _raw(measure: Callable[[CpuSpan], float], redis: list[Server]) -> Measured:
-    """A raw-Redis ceiling, the best of two runs, with Redis's CPU."""
-    runs = []
-    for _ in range(2):
-        span = CpuSpan(redis)
-        runs.append((measure(span), span))
-    return _best(runs)
 
 
 def _throughput_rows(client: Executor, url: str, gateway: Broker, peers: list[Broker], size: int,
@@ -235,9 +224,9 @@ def _throughput_rows(client: Executor, url: str, gateway: Broker, peers: list[Br
     on = f"{partitions} partition{'s' if partitions > 1 else ''}"
     per_blob = max(1, min(500, BATCH_BYTES // size))  # about the batches librdkafka sends, one entry each
     redis = [s for s in gateway.servers if s.name == "redis"]
-    blob = _raw(lambda span: raw_xadd_blobs(url, size, seconds, per_blob=per_blob, partitions=partitions,
-                                            span=span), redis)
-    read = _raw(lambda span: raw_xrange_blobs(url, size, seconds, per_blob=per_blob, span=span), redis)
+    blob = best_spanned(2, redis, lambda span: raw_xadd_blobs(url, size, seconds, per_blob=per_blob,
+                                                              partitions=partitions, span=span))
+    read = best_spanned(2, redis, lambda span: raw_xrange_blobs(url, size, seconds, per_blob=per_blob, span=span))
     rows = [Row(f"raw redis: XADD of blobs, {on}", size, blob[0], cpu_us=blob[1]),
             Row("raw redis: XRANGE of blobs", size, read[0], cpu_us=read[1])]
     theirs = [(peer.name, _broker_rows(client, peer, size, partitions, seconds)) for peer in peers]
@@ -286,6 +275,19 @@ def _txn_rows(name: str, rates: tuple[Rate, Rate], peers: list[tuple[str, tuple[
     return rows
 
 
+def _warm_up(clients: Executor, broker: Broker, size: int, seconds: float) -> None:
+    """Produce, consume and commit transactions through `broker` once, unmeasured: Kafka's JVM
+    compiles its hot paths in the first seconds it serves, and the first measurement would pay for
+    it; every broker is given the same."""
+    Progress.doing_else(f"warming {broker.name} up")
+    topic = f"bench-peer-warm-{uuid.uuid4().hex[:6]}"
+    create_kafka_topic(broker.bootstrap, topic, 1)
+    _, sent = _in(clients, kafka_produce, broker.bootstrap, topic, size, seconds)
+    _in(clients, kafka_consume, broker.bootstrap, topic, 1, sent, QUICK_FETCH)
+    _in(clients, kafka_transactions, broker.bootstrap, topic, 1, PER_TXN, SIZE, seconds)
+    Progress.doing_else("")
+
+
 def _peers(stack: contextlib.ExitStack) -> list[Broker]:
     """Kafka and Tansu, started, those of them that are here; one line for each that is not."""
     peers = []
@@ -318,6 +320,8 @@ def measure_peer(url: str, sizes: list[int], seconds: float, workers: int = 1,
                          f"127.0.0.1:{ports['kafka']}", [Server("gateway", ports["pid"], tree=True),
                                                          *redis_servers(url)])
         peers = _peers(stack)
+        for broker in [*peers, gateway]:
+            _warm_up(clients, broker, sizes[0], min(seconds, WARM_UP))
         for size in sizes:
             for partitions in partition_counts:
                 rows += _throughput_rows(clients, url, gateway, peers, size, partitions, seconds)
