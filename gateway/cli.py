@@ -163,8 +163,9 @@ def _bench_parser(sub: Any) -> None:
                    "on Redis with one replica, beside raw XADD and XADD+WAIT (default: %(default)s)")
     p.add_argument("--sizes", help="message sizes in bytes (default: 100,1024), with --peer 100,1024,16384")
     p.add_argument("--peer", action="store_true",
-                   help="the Kafka workload through the gateway and through Tansu (the peer extra), beside raw "
-                   "Redis: produce, consume and transactions")
+                   help="the Kafka workload through the gateway, Apache Kafka 4.4 (tests/jvm's jars) and Tansu "
+                   "(the peer extra), beside raw Redis, with each server's CPU per record: produce, consume "
+                   "and transactions")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
     p.add_argument("--memory", action="store_true",

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pytest
 import redis as redis_sync
 
+from gateway.bench.kafka_broker import java17_home
 from gateway.client import Client
 from gateway.config import Config
 from gateway.server.gateway import Gateway
@@ -367,14 +368,6 @@ async def run_program(*argv: str, timeout: float, stdin: bytes | None = None, **
         assert proc.returncode is not None
         out.seek(0)
         return proc.returncode, out.read().decode()
-
-
-def java17_home() -> str:
-    """Spark 4 runs on Java 17; a newer JDK on the machine must not be picked up by accident."""
-    homes = sorted(Path("/usr/lib/jvm").glob("java-17-openjdk-*"))
-    if not homes:
-        raise RuntimeError("Java 17 is missing: ./dev installs Debian's openjdk-17-jre-headless")
-    return str(homes[0])
 
 
 def spark_env() -> dict[str, str]:
