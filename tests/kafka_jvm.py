@@ -168,7 +168,8 @@ class SaslKafkaBroker(KafkaBroker):
     def properties(self) -> str:
         plain = f"PLAINTEXT://127.0.0.1:{self.port}"
         sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
-        return "".join(line.replace(plain, f"{plain},{sasl}") if line.startswith("listeners=") else line
+        return "".join(line.replace(plain, f"{plain},{sasl}") if line.startswith(("listeners=", "advertised.listeners="))
+                       else line
                        for line in super().properties().splitlines(keepends=True))
 
 
