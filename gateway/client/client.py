@@ -30,7 +30,7 @@ from gateway.pb import gateway_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-_MODES = {"exclusive": pb.EXCLUSIVE, "failover": pb.FAILOVER, "shared": pb.SHARED}
+_MODES = {"exclusive": pb.EXCLUSIVE, "failover": pb.FAILOVER, "shared": pb.SHARED, "key_shared": pb.KEY_SHARED}
 _POSITIONS = {"earliest": pb.EARLIEST, "latest": pb.LATEST}
 DEFAULT_PORT = 6650
 
@@ -231,7 +231,9 @@ class Client:
     ) -> Consumer:
         """A consumer of every partition of `topic` on `subscription`.
 
-        `mode`: exclusive (a second consumer gets ConsumerBusy), failover or shared.
+        `mode`: exclusive (a second consumer gets ConsumerBusy), failover, shared, or key_shared
+        (messages of one key go to one consumer at a time; give each consumer a `consumer_name`, which
+        places it on the hash ring, as Pulsar's consumer name does).
         `initial_position` (earliest or latest) counts only when the subscription is created.
         `ack_timeout` (seconds): unacknowledged messages are delivered again after it.
         `negative_ack_delay` (seconds): how long a negatively acknowledged message waits.

@@ -234,10 +234,10 @@ class Consumer:
         await asyncio.shield(group.done)
 
     async def acknowledge_cumulative(self, message: Position, txn: Transaction | None = None) -> None:
-        """Acknowledge this message and every earlier one of its partition (not on shared subscriptions);
+        """Acknowledge this message and every earlier one of its partition (not on shared or key_shared ones);
         with `txn`, pending until the transaction ends, as `acknowledge`."""
-        if self.mode == "shared":
-            raise NotAllowed("cumulative acknowledgement is not allowed on a shared subscription")
+        if self.mode in ("shared", "key_shared"):
+            raise NotAllowed(f"cumulative acknowledgement is not allowed on a {self.mode} subscription")
         mid = _id(message)
         if txn is not None:
             await self._txn_ack(txn, pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset]), True)

@@ -18,6 +18,7 @@ class SubscriptionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXCLUSIVE: _ClassVar[SubscriptionMode]
     FAILOVER: _ClassVar[SubscriptionMode]
     SHARED: _ClassVar[SubscriptionMode]
+    KEY_SHARED: _ClassVar[SubscriptionMode]
 
 class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -28,6 +29,7 @@ ALL: Acks
 EXCLUSIVE: SubscriptionMode
 FAILOVER: SubscriptionMode
 SHARED: SubscriptionMode
+KEY_SHARED: SubscriptionMode
 LATEST: InitialPosition
 EARLIEST: InitialPosition
 

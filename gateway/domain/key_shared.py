@@ -1,0 +1,341 @@
+"""Key_Shared subscriptions: messages of one key go to one consumer at a time, keys spread over the
+consumers, and per-key order holds while consumers come and go.
+
+As in Pulsar (PersistentStickyKeyDispatcherMultipleConsumers with its default AUTO_SPLIT selector,
+ConsistentHashingStickyKeyConsumerSelector): a record's sticky key (its key; keyless records share
+"NONE_KEY") hashes with Murmur3_32 into 65536 slots, and every consumer puts 100 points on a ring
+of those slots, hashed from its name, a per-name index and the point's index; a key goes to the
+consumer of the first point at or after its hash. Adding or removing a consumer moves only the keys
+between its points and their neighbours.
+
+A key that moved must not reach its new consumer while its old one still holds earlier messages of
+it. Pulsar's first answer, "recently joined consumers", held a new consumer back until everything
+before its join was acknowledged; PIP-282 narrowed that to the last position sent; PIP-379 (Pulsar
+4.0) replaced it with draining hashes: per key hash, the consumer holding unacknowledged messages
+of it and how many, and the hash blocked for anyone else until that count is 0. We keep PIP-379's
+per-hash state, in Redis (`ks-claim-3.lua`, `ks-release-1.lua`), with PIP-282's last-sent position
+as a fallback (a hash whose messages were all acknowledged is free even if a count was left
+behind by a gateway that died mid-way), so that it holds across gateways.
+
+Several gateways serve one Key_Shared subscription at once, with no lease: each reads every
+partition and hands out only the keys its own consumers own on the ring, the ring built from the
+consumers of all gateways (`ks-members-1.lua`). Every hand-out is claimed in Redis first, so two
+gateways never give one key to two consumers; a change of the consumers, or a message given back
+for a key a consumer on another gateway now owns, moves the members' generation on, and every
+gateway then reads again from the durable cursor (the claim drops what was acknowledged).
+
+A stored batch may hold records of several keys: each key's records go out as their own delivery
+of the batch (the others skipped), so no producer setting is needed (Pulsar asks for key-based
+batching instead).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import logging
+import time
+from collections import deque
+
+from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
+from gateway.errors import NotAllowed
+from gateway.formats.records import record_keys
+
+log = logging.getLogger(__name__)
+
+HASH_RANGE = 65536  # Pulsar's StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE
+POINTS = 100  # Pulsar's subscriptionKeySharedConsistentHashingReplicaPoints
+NONE_KEY = b"NONE_KEY"  # Pulsar's sticky key of a message without one
+_LOOKAHEAD = 10_000  # offsets held back (draining, or no permits) before reading stops
+_M = 0xFFFFFFFF
+
+
+def murmur3_32(data: bytes, seed: int = 0) -> int:
+    """MurmurHash3 x86 32-bit, as Pulsar's Murmur3_32Hash computes it (Guava's murmur3_32)."""
+    h = seed
+    n = len(data) & ~3
+    for i in range(0, n, 4):
+        k = (int.from_bytes(data[i : i + 4], "little") * 0xCC9E2D51) & _M
+        k = (((k << 15) | (k >> 17)) * 0x1B873593) & _M
+        h ^= k
+        h = ((((h << 13) | (h >> 19)) & _M) * 5 + 0xE6546B64) & _M
+    k = 0
+    tail = data[n:]
+    for i in range(len(tail) - 1, -1, -1):
+        k = (k << 8) | tail[i]
+    if tail:
+        k = (k * 0xCC9E2D51) & _M
+        h ^= (((k << 15) | (k >> 17)) * 0x1B873593) & _M
+    h ^= len(data)
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & _M
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & _M
+    return h ^ (h >> 16)
+
+
+def sticky_hash(key: bytes | None) -> int:
+    """The slot of a sticky key: Pulsar's `makeStickyKeyHash`, Murmur3_32 made positive, in 0..65535."""
+    return (murmur3_32(NONE_KEY if key is None else key) & 0x7FFFFFFF) % HASH_RANGE
+
+
+class HashRing:
+    """Pulsar's consistent-hashing selector over the members (member id, consumer name), sorted by
+    id: every gateway builds the same ring from the same members. Members sharing a name get
+    distinct indexes, in id order; on a point two members hash to, the first in id order wins."""
+
+    def __init__(self, members: tuple[tuple[str, str], ...]) -> None:
+        points: dict[int, str] = {}
+        seen: dict[str, int] = {}
+        for member, name in members:
+            index = seen.get(name, 0)
+            seen[name] = index + 1
+            for i in range(POINTS):
+                points.setdefault(sticky_hash(f"{name or member}\0{index}\0{i}".encode()), member)
+        self._points = sorted(points)
+        self._owners = [points[p] for p in self._points]
+
+    def select(self, hash_: int) -> str | None:
+        if not self._points:
+            return None
+        i = bisect.bisect_left(self._points, hash_)
+        return self._owners[i if i < len(self._owners) else 0]
+
+
+class KeySharedSubscription(Subscription):
+    """A Key_Shared subscription's dispatcher on this gateway: hands this gateway's consumers the keys
+    they own on the ring of every gateway's consumers, each hand-out claimed in Redis first."""
+
+    def __init__(
+        self, service: SubscriptionService, topic: str, name: str, mode: Mode, partitions: int,
+        *, split: bool = False, initial: str = "latest", topic_id: str = "",
+    ) -> None:
+        super().__init__(service, topic, name, mode, partitions, split=split, initial=initial, topic_id=topic_id)
+        self.store = self.service.key_shared
+        self.generation = -1  # of the members last seen; -1: not yet
+        self.members: tuple[tuple[str, str], ...] = ()
+        self.ring = HashRing(())
+        self.held: deque[Delivery] = deque()  # draining, or waiting for its consumer's permits
+        self._ids: dict[str, Consumer] = {}  # member id -> this gateway's consumer
+        self._left: set[str] = set()  # members that left here, to leave in Redis
+        self._bump = False  # a message given back for a key another gateway's consumer owns
+        self._releases: dict[tuple[int, str], dict[int, int]] = {}  # owed to `ks-release-1`
+
+    def member(self, consumer: Consumer) -> str:
+        return f"{self.service.node_id}.{consumer.id}"
+
+    # -- consumers ------------------------------------------------------------------------------
+
+    def attach(self, consumer: Consumer) -> None:
+        super().attach(consumer)
+        self._ids[self.member(consumer)] = consumer
+        self._renew_at = 0.0  # join the members at once
+
+    def detach(self, consumer: Consumer) -> None:
+        member = self.member(consumer)
+        super().detach(consumer)  # its messages are released (`_release`) for redelivery
+        self._ids.pop(member, None)
+        self._left.add(member)
+        self.members = tuple(m for m in self.members if m[0] != member)
+        self.ring = HashRing(self.members)
+        self._renew_at = 0.0
+
+    async def sync_members(self, *, leave_all: bool = False) -> None:
+        """Join or renew this gateway's consumers, leave those gone, and see everyone's; a new
+        generation reads again from the cursors."""
+        left = self._left | (set(self._ids) if leave_all else set())
+        join = [] if leave_all else [(m, c.name) for m, c in self._ids.items()]
+        got = await self.store.members(self.topic, self.name, ttl_ms=self.service.lease_ms, join=join,
+                                       leave=sorted(left), bump=self._bump)
+        self._left -= left
+        self._bump = False
+        if leave_all:
+            return
+        if got.members != self.members:
+            self.members = got.members
+            self.ring = HashRing(got.members)
+        if got.generation != self.generation:
+            await self._restart()
+            self.generation = got.generation
+
+    async def _restart(self) -> None:
+        """Read again from the durable cursors, keeping what this gateway's consumers hold."""
+        parts = sorted(self.owned)
+        positions = await self.service.store.open(self.topic, parts, self.name, initial=self.initial,
+                                                  mode=self.mode.value)
+        for p, pos in zip(parts, positions, strict=True):
+            self.cursor[p] = max(self.cursor.get(p, pos.cursor), pos.cursor)
+            self.read_pos[p] = self.cursor[p]
+        self.redeliver.clear()
+        self.held.clear()
+        self.wake.set()
+
+    def _rewind(self) -> None:
+        super()._rewind()
+        self.held.clear()
+
+    # -- what a member holds --------------------------------------------------------------------
+
+    def _owe(self, d: Delivery, consumer: Consumer, n: int) -> None:
+        counts = self._releases.setdefault((d.partition, self.member(consumer)), {})
+        counts[d.sticky] = counts.get(d.sticky, 0) + n
+
+    async def _flush_releases(self) -> None:
+        owed, self._releases = self._releases, {}
+        if owed:
+            try:
+                await self.store.release(self.topic, self.name, owed)
+            except BaseException:
+                for k, counts in owed.items():  # tried again next time
+                    mine = self._releases.setdefault(k, {})
+                    for h, n in counts.items():
+                        mine[h] = mine.get(h, 0) + n
+                raise
+
+    def _release(self, deliveries: list[Delivery]) -> None:
+        for d in deliveries:
+            if d.consumer is not None and d.offsets:
+                self._owe(d, d.consumer, len(d.offsets))
+        super()._release(deliveries)
+
+    def negative_acknowledge(self, offsets: dict[int, list[int]]) -> None:
+        for p, offs in offsets.items():
+            self._check_partition(p)
+            for o in offs:
+                d = self.outstanding[p].get(o)
+                if d is not None and d.consumer is not None:
+                    self._owe(d, d.consumer, 1)
+        super().negative_acknowledge(offsets)
+
+    async def acknowledge(
+        self, individual: dict[int, list[int]], cumulative: dict[int, int], txn_id: str | None = None
+    ) -> None:
+        """Individual acks only (as Pulsar: no cumulative ack on Key_Shared); what they release lets a
+        draining hash go to its new consumer."""
+        if cumulative:
+            raise NotAllowed("cumulative acknowledgement is not allowed on a key_shared subscription")
+        held: list[tuple[Delivery, Consumer]] = []
+        if txn_id is None:
+            for p, offs in individual.items():
+                self._check_partition(p)
+                for o in offs:
+                    d = self.outstanding[p].get(o)
+                    if d is not None and d.consumer is not None:
+                        held.append((d, d.consumer))
+        await super().acknowledge(individual, cumulative, txn_id)
+        for d, consumer in held:
+            self._owe(d, consumer, 1)
+        if held:
+            await self._flush_releases()
+            self.wake.set()
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    def _by_key(self, d: Delivery) -> list[Delivery]:
+        """A delivery split per sticky key hash, in offset order, less what this gateway's
+        consumers hold already."""
+        held = self.outstanding[d.partition]
+        offsets = {o for o in d.offsets if o not in held}
+        if not offsets:
+            return []
+        base = d.entry.base_offset
+        groups: dict[int, set[int]] = {}
+        for delta, key in record_keys(d.entry.batch):
+            if base + delta in offsets:
+                groups.setdefault(sticky_hash(key), set()).add(base + delta)
+        return [Delivery(d.partition, d.entry, offs, d.redelivery_count, sticky=h)
+                for h, offs in sorted(groups.items(), key=lambda kv: min(kv[1]))]
+
+    async def _dispatch_once(self) -> bool:
+        if self.deleted or self.generation < 0:
+            return False
+        self._expire()
+        await self._flush_releases()
+        generation = self._generation
+        work: list[tuple[Delivery, bool]] = []  # and whether it was handed out or held before
+        for d in [*self.held, *self.redeliver]:
+            self._unclaimed(d)
+            if d.offsets:
+                work.append((d, True))
+        self.held.clear()
+        self.redeliver.clear()
+        targets = self._targets()
+        progressed = False
+        if targets and sum(len(d.offsets) for d, _ in work) < _LOOKAHEAD:
+            before = dict(self.read_pos)
+            fresh = await self._read(sum(c.permits for c in targets), sorted(self.owned))
+            if generation != self._generation:
+                return True
+            progressed = self.read_pos != before
+            work.extend((part, False) for d in fresh for part in self._by_key(d))
+        if not work:
+            return progressed
+        # route by the ring: what another gateway's consumer owns is that gateway's to read
+        claims: dict[tuple[int, Consumer], list[Delivery]] = {}
+        stopped: set[tuple[int, int]] = set()  # (partition, hash) behind a held delivery: in order
+        for d, old in sorted(work, key=lambda w: (w[0].partition, min(w[0].offsets))):
+            consumer = self._ids.get(self.ring.select(d.sticky) or "")
+            if consumer is None:  # the gateway whose consumer owns the key reads it; one from before it must read again
+                self._bump = self._bump or old
+                continue
+            if (d.partition, d.sticky) in stopped or consumer.permits <= 0:
+                stopped.add((d.partition, d.sticky))
+                self.held.append(d)
+                continue
+            claims.setdefault((d.partition, consumer), []).append(d)
+        if self._bump:
+            self._renew_at = 0.0
+        granted = await self._claim(claims)
+        if generation != self._generation:
+            return True
+        if granted:
+            await self._deliver(granted)
+        return progressed or bool(granted)
+
+    async def _claim(self, claims: dict[tuple[int, Consumer], list[Delivery]]) -> list[tuple[Delivery, Consumer]]:
+        """Claim in Redis, per consumer; what is refused (its key draining) waits in `held`, and so
+        does everything after it of its key."""
+        live = [m for m, _ in self.members]
+        out: list[tuple[Delivery, Consumer]] = []
+        by_member: dict[Consumer, dict[int, list[Delivery]]] = {}
+        for (p, consumer), ds in claims.items():
+            by_member.setdefault(consumer, {})[p] = ds
+        for consumer, parts in by_member.items():
+            groups = {p: [(d.sticky, sorted(d.offsets)) for d in ds] for p, ds in parts.items()}
+            replies = await self.store.claim(self.topic, self.name, self.member(consumer), self.generation, live,
+                                             groups)
+            for p, ds in parts.items():
+                for d, got in zip(ds, replies[p], strict=True):
+                    if got is None:
+                        self.held.append(d)
+                    elif got:
+                        d.offsets = set(got)
+                        out.append((d, consumer))
+        return out
+
+    async def _deliver(self, granted: list[tuple[Delivery, Consumer]]) -> None:
+        generation = self._generation
+        now = time.monotonic()
+        per_consumer: dict[Consumer, list[Delivery]] = {}
+        for d, consumer in granted:
+            if consumer not in self.consumers:  # left meanwhile: its claim is released for the next
+                self._owe(d, consumer, len(d.offsets))
+                self.redeliver.append(d)
+                continue
+            consumer.permits -= len(d.offsets)
+            d.consumer = consumer
+            consumer.deliveries.add(d)
+            held = self.outstanding[d.partition]
+            for o in d.offsets:
+                held[o] = d
+            d.deadline = now + consumer.ack_timeout if consumer.ack_timeout > 0 else 0.0
+            if d.deadline:
+                heapq.heappush(self._deadlines, (d.deadline, next(self._tie), d))
+            per_consumer.setdefault(consumer, []).append(d)
+        for consumer, deliveries in per_consumer.items():
+            if generation != self._generation or consumer not in self.consumers:
+                continue
+            try:
+                await consumer.sink.deliver(consumer.id, deliveries)
+            except Exception as exc:
+                log.info("consumer %d of %s/%s unreachable: %s", consumer.id, self.topic, self.name, exc)

@@ -1,0 +1,96 @@
+"""Key_Shared subscriptions' shared state: who the consumers are across gateways, and per partition
+which consumer holds unacknowledged messages of each key hash (so a hash that moved waits for them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gateway.clock import now_ms
+from gateway.errors import ErrorCode, error_for
+from gateway.store import keys
+from gateway.store.connection import RedisClient, storage_errors
+from gateway.store.scripts import Scripts
+
+
+@dataclass(frozen=True)
+class Members:
+    """The live consumers of a subscription, sorted by member id, and the set's generation."""
+
+    generation: int
+    members: tuple[tuple[str, str], ...]  # (member id, consumer name)
+
+
+Claim = tuple[int, list[int]]
+"""One group to claim: a key hash and its offsets, ascending."""
+
+
+class KeySharedStore:
+    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
+        self.redis = redis
+        self.scripts = scripts
+
+    async def members(
+        self, topic: str, name: str, *, ttl_ms: int, join: Sequence[tuple[str, str]] = (),
+        leave: Sequence[str] = (), bump: bool = False,
+    ) -> Members:
+        """Join or renew `join` (member id, consumer name) for `ttl_ms`, drop `leave`; the set as it
+        is then."""
+        ops = [f"+{m}={n.encode().hex()}" for m, n in join] + [f"-{m}" for m in leave]
+        async with storage_errors():
+            # now_ms, ttl_ms, bump, ops
+            r = await self.scripts.call("ks-members-1", [keys.key_shared_members(topic, name)],
+                                        [now_ms(), ttl_ms, 1 if bump else 0, " ".join(ops)])
+        pairs = r[1:]
+        return Members(int(r[0]), tuple((pairs[i].decode(), bytes.fromhex(pairs[i + 1].decode()).decode())
+                                        for i in range(0, len(pairs), 2)))
+
+    async def claim(
+        self, topic: str, name: str, member: str, generation: int, live: Sequence[str],
+        groups: dict[int, list[Claim]],
+    ) -> dict[int, list[list[int] | None]]:
+        """Per partition, per group in order: the offsets granted to `member` (acknowledged ones
+        left out), or None while another member still holds messages of the hash."""
+        parts = list(groups)
+        calls = [
+            # member, gen, live, groups
+            ("ks-claim-3",
+             [keys.subscription(topic, p, name), keys.sub_acks(topic, p, name), keys.key_shared_sticky(topic, p, name)],
+             [member, generation, " ".join(live),
+              ";".join(f"{h} {' '.join(map(str, offs))}" for h, offs in groups[p])])
+            for p in parts
+        ]
+        async with storage_errors():
+            replies = await self.scripts.call_many(calls)
+        out: dict[int, list[list[int] | None]] = {}
+        for p, reply in zip(parts, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            if reply and not isinstance(reply[0], list):
+                raise error_for(ErrorCode(int(reply[0])), f"{topic}-{p}")
+            out[p] = [[int(o) for o in g[1:]] if int(g[0]) else None for g in reply]
+        return out
+
+    async def release(self, topic: str, name: str, held: dict[tuple[int, str], dict[int, int]]) -> None:
+        """(partition, member) -> {key hash: messages it no longer holds}."""
+        calls = [
+            # member, counts
+            ("ks-release-1", [keys.key_shared_sticky(topic, p, name)],
+             [member, " ".join(f"{h}:{n}" for h, n in counts.items())])
+            for (p, member), counts in held.items()
+        ]
+        if not calls:
+            return
+        async with storage_errors():
+            replies = await self.scripts.call_many(calls)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+
+    async def delete(self, topic: str, partitions: range, name: str) -> None:
+        """Forget the subscription's Key_Shared state (its members and every partition's holders)."""
+        async with storage_errors():
+            for p in partitions:
+                await self.redis.delete(keys.key_shared_sticky(topic, p, name))
+            await self.redis.delete(keys.key_shared_members(topic, name))
