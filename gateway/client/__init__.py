@@ -16,6 +16,7 @@
             ...                                          # READ_COMMITTED, no position on the gateway
 """
 
+from gateway.client.batch import BatchReceivePolicy
 from gateway.client.client import Client
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ClientClosed, ConnectionLost
@@ -50,6 +51,7 @@ __all__ = [
     "EVENT_TIME_HEADER",
     "AuthenticationFailed",
     "AuthorizationFailed",
+    "BatchReceivePolicy",
     "Client",
     "ClientClosed",
     "Compression",

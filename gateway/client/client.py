@@ -17,6 +17,7 @@ from ssl import SSLContext
 from urllib.parse import urlsplit
 
 from gateway.client import reader
+from gateway.client.batch import BatchReceivePolicy
 from gateway.client.connection import Connection, Credentials
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ConnectionLost
@@ -228,6 +229,7 @@ class Client:
         ack_timeout: float | None = None,
         negative_ack_delay: float = 1.0,
         on_watermark: Callable[[int | None], object] | None = None,
+        batch_receive_policy: BatchReceivePolicy | None = None,
     ) -> Consumer:
         """A consumer of every partition of `topic` on `subscription`.
 
@@ -239,6 +241,7 @@ class Client:
         `negative_ack_delay` (seconds): how long a negatively acknowledged message waits.
         `on_watermark`: called with each change of the subscription's watermark, in order with the
         messages (see `Consumer.last_watermark` and `Consumer.watermarks()`).
+        `batch_receive_policy`: what `Consumer.batch_receive()` gathers (Pulsar's defaults otherwise).
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
@@ -261,6 +264,7 @@ class Client:
             mode=mode,
             receiver_queue_size=max(1, receiver_queue_size),
             negative_ack_delay=negative_ack_delay,
+            batch_receive_policy=batch_receive_policy,
             watermark=resp.subscribed.watermark_ms if resp.subscribed.HasField("watermark_ms") else None,
             on_watermark=on_watermark,
         )

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from gateway.client.batch import BatchReceivePolicy
 from gateway.client.errors import ClientClosed
 from gateway.client.message import Message, MessageId, decode_batch
 from gateway.errors import GatewayError, NotAllowed, Timeout
@@ -69,6 +70,7 @@ class Consumer:
         mode: str,
         receiver_queue_size: int,
         negative_ack_delay: float,
+        batch_receive_policy: BatchReceivePolicy | None = None,
         watermark: int | None = None,
         on_watermark: Callable[[int | None], object] | None = None,
     ) -> None:
@@ -81,6 +83,7 @@ class Consumer:
         self._id = consumer_id
         self._queue_size = receiver_queue_size
         self._nack_delay = negative_ack_delay
+        self._batch_policy = batch_receive_policy or BatchReceivePolicy()
         self._queue: deque[Message | _Watermark] = deque()  # a message first, whenever not empty
         self.last_watermark: int | None = watermark
         """The subscription's watermark (epoch ms) as of the messages received so far; None while no
@@ -178,19 +181,54 @@ class Consumer:
 
     # -- the application's side -----------------------------------------------------------------
 
-    async def receive(self, timeout: float | None = None) -> Message:
-        """The next message; raises Timeout when none arrives within `timeout` seconds."""
+    async def _arrival(self, deadline: float | None) -> bool:
+        """Wait until a message is queued (True) or the loop's clock passes `deadline` (False)."""
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
         while not self._queue:
             if self._closed is not None:
                 raise self._closed
             self._arrived.clear()
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
-                raise Timeout(f"no message within {timeout}s")
+                return False
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), remaining)
+        return True
+
+    async def receive(self, timeout: float | None = None) -> Message:
+        """The next message; raises Timeout when none arrives within `timeout` seconds."""
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        if not await self._arrival(deadline):
+            raise Timeout(f"no message within {timeout}s")
+        return self._take()
+
+    async def batch_receive(self, policy: BatchReceivePolicy | None = None) -> list[Message]:
+        """The messages that arrive until the policy's count or size is reached or its timeout passes
+        (Pulsar's `batchReceive`); `policy` defaults to the one given to `subscribe`. Each is
+        acknowledged as `receive`'s are. Once closed, what is queued comes out before the error."""
+        policy = policy or self._batch_policy
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + policy.timeout if policy.timeout > 0 else None
+        out: list[Message] = []
+        size = 0
+        while not policy.full(len(out), size):
+            try:
+                if not await self._arrival(deadline):
+                    break
+            except GatewayError:
+                if out:
+                    break
+                raise
+            head = self._queue[0]
+            assert isinstance(head, Message)
+            if not policy.room(len(out), size, len(head.value or b"")):
+                break
+            out.append(self._take())
+            size += len(head.value or b"")
+        return out
+
+    def _take(self) -> Message:
+        """The queued message at the head, taken by the application: permits flow back as it goes."""
         msg = self._queue.popleft()
         assert isinstance(msg, Message)  # never a watermark at the head
         self._reached_watermarks()
