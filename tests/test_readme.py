@@ -46,6 +46,8 @@ RUN = {
     "from confluent_kafka import Producer": "test_kafka_producer_snippet",
     'create_producer("orders")': "test_native_snippet_receives_what_it_sent_on_every_run",
     "send_watermark": "test_watermark_snippet",
+    'mode="key_shared"': "test_key_shared_snippet",
+    "gateway.client.blocking import Client": "test_blocking_snippet",
     "register(spark)": "test_spark_snippets",
     "F.window": "test_spark_snippets",
     'writeStream.format("gateway")': "test_spark_snippets",
@@ -119,6 +121,25 @@ async def test_native_snippet_receives_what_it_sent_on_every_run(gateway: Gatewa
     for run in range(2):
         out = await run_snippet(snippet, gateway, tmp_path)
         assert out == f"sent orders-0@{run}, received b'hello' at orders-0@{run}\n"
+
+
+async def test_key_shared_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    """Each key's messages in order at one worker, on every run (the last consumer unsubscribes)."""
+    for _ in range(2):
+        lines = (await run_snippet(block('mode="key_shared"'), gateway, tmp_path)).splitlines()
+        assert len(lines) == 4
+        for k, line in enumerate(lines):
+            key, rest = line.split(" ", 1)
+            workers, values = rest.split("} ")
+            assert key == f"account-{k}" and workers.count("worker-") == 1
+            assert values == repr([f"payment {n}" for n in range(k, 12, 4)])
+    assert not gateway.services.subscriptions.active("payments", "ledger")
+
+
+async def test_blocking_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    for _ in range(2):  # subscribed before sending, as the async snippet
+        assert await run_snippet(block("gateway.client.blocking import Client"), gateway, tmp_path) == \
+            "b'hello from a script'\n"
 
 
 async def test_watermark_snippet(gateway: Gateway, tmp_path: Path) -> None:

@@ -159,7 +159,9 @@ class KeySharedSubscription(Subscription):
             self.generation = got.generation
 
     async def _restart(self) -> None:
-        """Read again from the durable cursors, keeping what this gateway's consumers hold."""
+        """Read again from the durable cursors, keeping what this gateway's consumers hold; a dispatch
+        round under way is dropped (its claims given back)."""
+        self._generation += 1
         parts = sorted(self.owned)
         positions = await self.service.store.open(self.topic, parts, self.name, initial=self.initial,
                                                   mode=self.mode.value)
@@ -288,6 +290,8 @@ class KeySharedSubscription(Subscription):
             self._renew_at = 0.0
         granted = await self._claim(claims)
         if generation != self._generation:
+            for d, consumer in granted:
+                self._owe(d, consumer, len(d.offsets))
             return True
         if granted:
             await self._deliver(granted)
@@ -315,7 +319,8 @@ class KeySharedSubscription(Subscription):
         return out
 
     async def _deliver(self, granted: list[tuple[Delivery, Consumer]]) -> None:
-        generation = self._generation
+        """Send what was claimed. A restart meanwhile does not stop it: the claims hold, and what the
+        consumers hold is kept across restarts."""
         now = time.monotonic()
         per_consumer: dict[Consumer, list[Delivery]] = {}
         for d, consumer in granted:
@@ -334,7 +339,7 @@ class KeySharedSubscription(Subscription):
                 heapq.heappush(self._deadlines, (d.deadline, next(self._tie), d))
             per_consumer.setdefault(consumer, []).append(d)
         for consumer, deliveries in per_consumer.items():
-            if generation != self._generation or consumer not in self.consumers:
+            if consumer not in self.consumers:  # left meanwhile: detach released these
                 continue
             try:
                 await consumer.sink.deliver(consumer.id, deliveries)

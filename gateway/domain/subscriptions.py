@@ -854,7 +854,13 @@ class SubscriptionService:
             else:
                 await self.refresh(sub, info)
                 sub.attach(consumer)
-            return consumer
+        if mode == Mode.KEY_SHARED:  # on the ring before the consumer hears it is subscribed
+            try:
+                await sub.sync_members()
+            except BaseException:
+                await self.unsubscribe_consumer(consumer)
+                raise
+        return consumer
 
     async def unsubscribe_consumer(self, consumer: Consumer) -> None:
         """The consumer leaves; its unacked messages go to the others (or wait for the next one)."""
