@@ -94,6 +94,7 @@ def test_murmur3_and_the_ring_are_pulsars():
             assert fewer.select(h) == ring.select(h)
 
 
+@pytest.mark.slow
 async def test_key_shared_keeps_per_key_order_while_consumers_come_and_go(gateway):
     keys, per_key = 50, 200  # 10,000 messages
     await gateway.services.log.create_topic("ks", 2)

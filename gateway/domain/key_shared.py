@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 HASH_RANGE = 65536  # Pulsar's StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE
 POINTS = 100  # Pulsar's subscriptionKeySharedConsistentHashingReplicaPoints
 NONE_KEY = b"NONE_KEY"  # Pulsar's sticky key of a message without one
-_LOOKAHEAD = 10_000  # offsets held back (draining, or no permits) before reading stops
+_LOOKAHEAD = 2000  # per consumer, offsets held back before reading stops: Pulsar's keySharedLookAheadMsgInReplayThresholdPerConsumer
 _M = 0xFFFFFFFF
 
 
@@ -182,17 +182,30 @@ class KeySharedSubscription(Subscription):
         counts = self._releases.setdefault((d.partition, self.member(consumer)), {})
         counts[d.sticky] = counts.get(d.sticky, 0) + n
 
-    async def _flush_releases(self) -> None:
+    async def _claim(self, claims: dict[tuple[int, Consumer], list[Delivery]]) -> list[tuple[Delivery, Consumer]]:
+        """Record what the members no longer hold, then claim, in one round trip; what is refused (its
+        key draining) waits in `held`, and so does everything after it of its key."""
         owed, self._releases = self._releases, {}
-        if owed:
-            try:
-                await self.store.release(self.topic, self.name, owed)
-            except BaseException:
-                for k, counts in owed.items():  # tried again next time
-                    mine = self._releases.setdefault(k, {})
-                    for h, n in counts.items():
-                        mine[h] = mine.get(h, 0) + n
-                raise
+        order = list(claims.items())
+        try:
+            replies = await self.store.claim(
+                self.topic, self.name, self.generation, [m for m, _ in self.members],
+                [(self.member(c), p, [(d.sticky, sorted(d.offsets)) for d in ds]) for (p, c), ds in order], owed)
+        except BaseException:
+            for k, counts in owed.items():  # recorded next time (a release twice is harmless: counts stop at 0)
+                mine = self._releases.setdefault(k, {})
+                for h, n in counts.items():
+                    mine[h] = mine.get(h, 0) + n
+            raise
+        out: list[tuple[Delivery, Consumer]] = []
+        for ((_, consumer), ds), reply in zip(order, replies, strict=True):
+            for d, got in zip(ds, reply, strict=True):
+                if got is None:
+                    self.held.append(d)
+                elif got:
+                    d.offsets = set(got)
+                    out.append((d, consumer))
+        return out
 
     def _release(self, deliveries: list[Delivery]) -> None:
         for d in deliveries:
@@ -251,10 +264,11 @@ class KeySharedSubscription(Subscription):
         if self.deleted or self.generation < 0:
             return False
         self._expire()
-        await self._flush_releases()
         generation = self._generation
-        work: list[tuple[Delivery, bool]] = []  # and whether it was handed out or held before
-        for d in [*self.held, *self.redeliver]:
+        # and whether it was handed out or held before; held ones were never handed out, so nothing of
+        # them can have been acknowledged here (the claim drops what was, elsewhere)
+        work: list[tuple[Delivery, bool]] = [(d, True) for d in self.held]
+        for d in self.redeliver:
             self._unclaimed(d)
             if d.offsets:
                 work.append((d, True))
@@ -262,7 +276,7 @@ class KeySharedSubscription(Subscription):
         self.redeliver.clear()
         targets = self._targets()
         progressed = False
-        if targets and sum(len(d.offsets) for d, _ in work) < _LOOKAHEAD:
+        if targets and sum(len(d.offsets) for d, _ in work) < _LOOKAHEAD * len(self.consumers):
             before = dict(self.read_pos)
             fresh = await self._read(sum(c.permits for c in targets), sorted(self.owned))
             if generation != self._generation:
@@ -270,6 +284,8 @@ class KeySharedSubscription(Subscription):
             progressed = self.read_pos != before
             work.extend((part, False) for d in fresh for part in self._by_key(d))
         if not work:
+            if self._releases:
+                await self._claim({})
             return progressed
         # route by the ring: what another gateway's consumer owns is that gateway's to read
         claims: dict[tuple[int, Consumer], list[Delivery]] = {}
@@ -296,27 +312,6 @@ class KeySharedSubscription(Subscription):
         if granted:
             await self._deliver(granted)
         return progressed or bool(granted)
-
-    async def _claim(self, claims: dict[tuple[int, Consumer], list[Delivery]]) -> list[tuple[Delivery, Consumer]]:
-        """Claim in Redis, per consumer; what is refused (its key draining) waits in `held`, and so
-        does everything after it of its key."""
-        live = [m for m, _ in self.members]
-        out: list[tuple[Delivery, Consumer]] = []
-        by_member: dict[Consumer, dict[int, list[Delivery]]] = {}
-        for (p, consumer), ds in claims.items():
-            by_member.setdefault(consumer, {})[p] = ds
-        for consumer, parts in by_member.items():
-            groups = {p: [(d.sticky, sorted(d.offsets)) for d in ds] for p, ds in parts.items()}
-            replies = await self.store.claim(self.topic, self.name, self.member(consumer), self.generation, live,
-                                             groups)
-            for p, ds in parts.items():
-                for d, got in zip(ds, replies[p], strict=True):
-                    if got is None:
-                        self.held.append(d)
-                    elif got:
-                        d.offsets = set(got)
-                        out.append((d, consumer))
-        return out
 
     async def _deliver(self, granted: list[tuple[Delivery, Consumer]]) -> None:
         """Send what was claimed. A restart meanwhile does not stop it: the claims hold, and what the

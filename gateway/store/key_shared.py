@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.clock import now_ms
 from gateway.errors import ErrorCode, error_for
@@ -47,46 +48,39 @@ class KeySharedStore:
                                         for i in range(0, len(pairs), 2)))
 
     async def claim(
-        self, topic: str, name: str, member: str, generation: int, live: Sequence[str],
-        groups: dict[int, list[Claim]],
-    ) -> dict[int, list[list[int] | None]]:
-        """Per partition, per group in order: the offsets granted to `member` (acknowledged ones
-        left out), or None while another member still holds messages of the hash."""
-        parts = list(groups)
-        calls = [
-            # member, gen, live, groups
-            ("ks-claim-3",
-             [keys.subscription(topic, p, name), keys.sub_acks(topic, p, name), keys.key_shared_sticky(topic, p, name)],
-             [member, generation, " ".join(live),
-              ";".join(f"{h} {' '.join(map(str, offs))}" for h, offs in groups[p])])
-            for p in parts
-        ]
-        async with storage_errors():
-            replies = await self.scripts.call_many(calls)
-        out: dict[int, list[list[int] | None]] = {}
-        for p, reply in zip(parts, replies, strict=True):
-            if isinstance(reply, Exception):
-                raise reply
-            if reply and not isinstance(reply[0], list):
-                raise error_for(ErrorCode(int(reply[0])), f"{topic}-{p}")
-            out[p] = [[int(o) for o in g[1:]] if int(g[0]) else None for g in reply]
-        return out
-
-    async def release(self, topic: str, name: str, held: dict[tuple[int, str], dict[int, int]]) -> None:
-        """(partition, member) -> {key hash: messages it no longer holds}."""
-        calls = [
+        self, topic: str, name: str, generation: int, live: Sequence[str],
+        claims: list[tuple[str, int, list[Claim]]], released: dict[tuple[int, str], dict[int, int]] | None = None,
+    ) -> list[list[list[int] | None]]:
+        """For each (member, partition, groups), per group in order: the offsets granted to the member
+        (acknowledged ones left out), or None while another member still holds messages of its hash.
+        `released` ((partition, member) -> {key hash: messages it no longer holds}) is recorded
+        first, in the same round trip."""
+        calls: list[tuple[str, list[str], list[Any]]] = [
             # member, counts
             ("ks-release-1", [keys.key_shared_sticky(topic, p, name)],
              [member, " ".join(f"{h}:{n}" for h, n in counts.items())])
-            for (p, member), counts in held.items()
+            for (p, member), counts in (released or {}).items()
+        ]
+        calls += [
+            # member, gen, live, groups
+            ("ks-claim-3",
+             [keys.subscription(topic, p, name), keys.sub_acks(topic, p, name), keys.key_shared_sticky(topic, p, name)],
+             [member, generation, " ".join(live), ";".join(f"{h} {' '.join(map(str, offs))}" for h, offs in groups)])
+            for member, p, groups in claims
         ]
         if not calls:
-            return
+            return []
         async with storage_errors():
             replies = await self.scripts.call_many(calls)
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
+        out: list[list[list[int] | None]] = []
+        for (_, p, _), reply in zip(claims, replies[len(calls) - len(claims):], strict=True):
+            if reply and not isinstance(reply[0], list):
+                raise error_for(ErrorCode(int(reply[0])), f"{topic}-{p}")
+            out.append([[int(o) for o in g[1:]] if int(g[0]) else None for g in reply])
+        return out
 
     async def delete(self, topic: str, partitions: range, name: str) -> None:
         """Forget the subscription's Key_Shared state (its members and every partition's holders)."""
