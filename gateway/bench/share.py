@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any
 
-from gateway.bench.common import Progress, Row, create_kafka_topic, raw_client, running_gateways, streams
+from gateway.bench.common import Progress, Row, create_kafka_topic, raw_queue, running_gateways
 
 CONSUMERS = (1, 3, 10)
 _DEADLINE = 300.0  # seconds a run may take at most
@@ -107,31 +107,6 @@ def classic_drain(bootstrap: str, topic: str, count: int) -> float:
     finally:
         c.close()
     return got / (time.perf_counter() - start)
-
-
-def raw_queue(url: str, size: int, count: int, per_trip: int = 500) -> float:
-    """XREADGROUP of `per_trip` entries then XACK of their ids, until `count` records were taken."""
-    r = raw_client(url)
-    (key,) = streams("queue", 1)
-    value = os.urandom(size)
-    try:
-        for i in range(0, count, per_trip):
-            pipe = r.pipeline(transaction=False)
-            for _ in range(min(per_trip, count - i)):
-                pipe.xadd(key, {"v": value})
-            pipe.execute()
-        r.xgroup_create(key, "g", id="0")
-        got = 0
-        start = time.perf_counter()
-        while got < count:
-            reply: Any = r.xreadgroup("g", "c", {key: ">"}, count=per_trip)
-            ids = [entry_id for _, entries in reply for entry_id, _ in entries]
-            r.xack(key, "g", *ids)
-            got += len(ids)
-        return got / (time.perf_counter() - start)
-    finally:
-        r.delete(key)
-        r.close()
 
 
 def measure_share(url: str, size: int, count: int) -> list[Row]:
