@@ -23,9 +23,6 @@ class History:
 
     events: list[tuple[str, str, str, int]] = field(default_factory=list)
 
-    def received(self) -> int:
-        return sum(1 for e in self.events if e[0] == "recv")
-
     def check(self, keys: int, per_key: int) -> dict[str, set[str]]:
         """Every message received exactly once, each key's in order, and a key never received by one
         consumer while another still holds an unacknowledged message of it. Returns the keys each
@@ -72,9 +69,9 @@ async def produce(client: Client, topic: str, keys: int, per_key: int) -> None:
         await asyncio.gather(*sends)
 
 
-async def until(history: History, n: int) -> None:
-    """Wait for the n-th receive: polled, as no event announces a count reached."""
-    while history.received() < n:
+async def until(history: History, n: int, kind: str = "recv") -> None:
+    """Wait for the n-th receive (or ack): polled, as no event announces a count reached."""
+    while sum(1 for e in history.events if e[0] == kind) < n:
         await asyncio.sleep(0.01)
 
 
@@ -162,3 +159,19 @@ async def test_unsubscribe_removes_a_key_shared_subscription_and_its_state(clien
     again = await client.subscribe("ksu", "s", "key_shared", "latest")  # created afresh, at the end
     with pytest.raises(Timeout):
         await again.receive(0.2)
+
+
+async def test_seek_restarts_every_key_from_the_new_position(client):
+    a = await client.subscribe("kss", "s", "key_shared", "earliest", consumer_name="a")
+    b = await client.subscribe("kss", "s", "key_shared", "earliest", consumer_name="b")
+    await produce(client, "kss", 10, 3)
+    history, stop = History(), asyncio.Event()
+    loops = [asyncio.create_task(consume("a", a, history, stop)), asyncio.create_task(consume("b", b, history, stop))]
+    await asyncio.wait_for(until(history, 30, "acked"), 20)  # all acknowledged: none in flight over the seek
+    mark = len(history.events)
+    await a.seek("earliest")  # everything again, each key in order, one consumer at a time
+    await asyncio.wait_for(until(history, 60), 20)
+    stop.set()
+    await asyncio.gather(*loops)
+    History(history.events[:mark]).check(10, 3)
+    History(history.events[mark:]).check(10, 3)

@@ -176,6 +176,15 @@ class KeySharedSubscription(Subscription):
         super()._rewind()
         self.held.clear()
 
+    async def seek(self, targets: dict[int, int]) -> None:
+        """Every consumer restarts from the new position, each key from its first message there, so
+        who held which key is forgotten; gateways with consumers of it read again from there too."""
+        await super().seek(targets)
+        self._releases = {k: v for k, v in self._releases.items() if k[0] not in targets}
+        await self.store.forget_holders(self.topic, sorted(targets), self.name)
+        self._bump = True
+        self._renew_at = 0.0
+
     # -- what a member holds --------------------------------------------------------------------
 
     def _owe(self, d: Delivery, consumer: Consumer, n: int) -> None:

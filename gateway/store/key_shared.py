@@ -82,9 +82,14 @@ class KeySharedStore:
             out.append([[int(o) for o in g[1:]] if int(g[0]) else None for g in reply])
         return out
 
-    async def delete(self, topic: str, partitions: range, name: str) -> None:
-        """Forget the subscription's Key_Shared state (its members and every partition's holders)."""
+    async def forget_holders(self, topic: str, partitions: Sequence[int], name: str) -> None:
+        """Who holds which key hash, forgotten on these partitions (a seek starts every key afresh)."""
         async with storage_errors():
             for p in partitions:
                 await self.redis.delete(keys.key_shared_sticky(topic, p, name))
+
+    async def delete(self, topic: str, partitions: range, name: str) -> None:
+        """Forget the subscription's Key_Shared state (its members and every partition's holders)."""
+        await self.forget_holders(topic, partitions, name)
+        async with storage_errors():
             await self.redis.delete(keys.key_shared_members(topic, name))
