@@ -32,16 +32,12 @@ batching instead).
 from __future__ import annotations
 
 import bisect
-import heapq
-import logging
 import time
 from collections import deque
 
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
 from gateway.errors import NotAllowed
 from gateway.formats.records import record_keys
-
-log = logging.getLogger(__name__)
 
 HASH_RANGE = 65536  # Pulsar's StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE
 POINTS = 100  # Pulsar's subscriptionKeySharedConsistentHashingReplicaPoints
@@ -332,20 +328,6 @@ class KeySharedSubscription(Subscription):
                 self._owe(d, consumer, len(d.offsets))
                 self.redeliver.append(d)
                 continue
-            consumer.permits -= len(d.offsets)
-            d.consumer = consumer
-            consumer.deliveries.add(d)
-            held = self.outstanding[d.partition]
-            for o in d.offsets:
-                held[o] = d
-            d.deadline = now + consumer.ack_timeout if consumer.ack_timeout > 0 else 0.0
-            if d.deadline:
-                heapq.heappush(self._deadlines, (d.deadline, next(self._tie), d))
+            self._assign(d, consumer, now)
             per_consumer.setdefault(consumer, []).append(d)
-        for consumer, deliveries in per_consumer.items():
-            if consumer not in self.consumers:  # left meanwhile: detach released these
-                continue
-            try:
-                await consumer.sink.deliver(consumer.id, deliveries)
-            except Exception as exc:
-                log.info("consumer %d of %s/%s unreachable: %s", consumer.id, self.topic, self.name, exc)
+        await self._send(per_consumer, None)

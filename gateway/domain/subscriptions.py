@@ -655,18 +655,27 @@ class Subscription:
             live = [c for c in takers if c.permits > 0] or takers
             consumer = live[self._rr % len(live)]
             self._rr += 1
-            consumer.permits -= len(d.offsets)
-            d.consumer = consumer
-            consumer.deliveries.add(d)
-            held = self.outstanding[d.partition]
-            for o in d.offsets:
-                held[o] = d
-            d.deadline = now + consumer.ack_timeout if consumer.ack_timeout > 0 else 0.0
-            if d.deadline:
-                heapq.heappush(self._deadlines, (d.deadline, next(self._tie), d))
+            self._assign(d, consumer, now)
             per_consumer.setdefault(consumer, []).append(d)
+        await self._send(per_consumer, generation)
+
+    def _assign(self, d: Delivery, consumer: Consumer, now: float) -> None:
+        """`d` is the consumer's from now on: outstanding, paid for with permits, under its ack timeout."""
+        consumer.permits -= len(d.offsets)
+        d.consumer = consumer
+        consumer.deliveries.add(d)
+        held = self.outstanding[d.partition]
+        for o in d.offsets:
+            held[o] = d
+        d.deadline = now + consumer.ack_timeout if consumer.ack_timeout > 0 else 0.0
+        if d.deadline:
+            heapq.heappush(self._deadlines, (d.deadline, next(self._tie), d))
+
+    async def _send(self, per_consumer: dict[Consumer, list[Delivery]], generation: int | None) -> None:
+        """Write the deliveries to their consumers; stop if the subscription moved since `generation`
+        (None: send them whatever happened)."""
         for consumer, deliveries in per_consumer.items():
-            if generation != self._generation:
+            if generation is not None and generation != self._generation:
                 return
             if consumer not in self.consumers:
                 continue  # left meanwhile: detach released its deliveries already

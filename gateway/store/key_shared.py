@@ -72,11 +72,11 @@ class KeySharedStore:
             return []
         async with storage_errors():
             replies = await self.scripts.call_many(calls)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+        failed = [r for r in replies if isinstance(r, Exception)]
+        if failed:
+            raise failed[0]
         out: list[list[list[int] | None]] = []
-        for (_, p, _), reply in zip(claims, replies[len(calls) - len(claims):], strict=True):
+        for (_, p, _), reply in zip(claims, replies[len(replies) - len(claims):], strict=True):
             if reply and not isinstance(reply[0], list):
                 raise error_for(ErrorCode(int(reply[0])), f"{topic}-{p}")
             out.append([[int(o) for o in g[1:]] if int(g[0]) else None for g in reply])
