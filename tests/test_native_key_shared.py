@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gateway.client import Client, MessageId, NotAllowed, Timeout
+from gateway.client import Client, ConsumerBusy, InvalidRequest, MessageId, NotAllowed, Timeout
 from gateway.domain.key_shared import HashRing, murmur3_32, sticky_hash
+from gateway.store.key_shared import Member
 from tests.conftest import native_url, running_gateway, test_config
 
 
@@ -80,10 +81,10 @@ def test_murmur3_and_the_ring_are_pulsars():
     assert murmur3_32(b"hello") == 0x248BFA47  # the reference vector of MurmurHash3_x86_32
     assert murmur3_32(b"The quick brown fox jumps over the lazy dog") == 0x2E4FF723
     assert 0 <= sticky_hash(b"k") < 65536 and sticky_hash(None) == sticky_hash(b"NONE_KEY")
-    ring = HashRing((("1.1", "a"), ("1.2", "b"), ("1.3", "c")))
+    ring = HashRing((Member("1.1", "a"), Member("1.2", "b"), Member("1.3", "c")))
     owners = {ring.select(sticky_hash(b"k%d" % i)) for i in range(200)}
     assert owners == {"1.1", "1.2", "1.3"}
-    fewer = HashRing((("1.1", "a"), ("1.3", "c")))
+    fewer = HashRing((Member("1.1", "a"), Member("1.3", "c")))
     # removing a consumer moves only its keys
     for i in range(200):
         h = sticky_hash(b"k%d" % i)
@@ -175,3 +176,27 @@ async def test_seek_restarts_every_key_from_the_new_position(client):
     await asyncio.gather(*loops)
     History(history.events[:mark]).check(10, 3)
     History(history.events[mark:]).check(10, 3)
+
+
+async def test_sticky_ranges_take_their_keys_and_refuse_overlaps(client):
+    lower, upper = (0, 32767), (32768, 65535)
+    a = await client.subscribe("ksr", "s", "key_shared", "earliest", consumer_name="a", sticky_ranges=[lower])
+    with pytest.raises(ConsumerBusy):  # overlapping a's
+        await client.subscribe("ksr", "s", "key_shared", consumer_name="x", sticky_ranges=[(30000, 40000)])
+    with pytest.raises(ConsumerBusy):  # on the ring beside a sticky consumer
+        await client.subscribe("ksr", "s", "key_shared", consumer_name="y")
+    with pytest.raises(InvalidRequest):
+        await client.subscribe("ksr", "s", "key_shared", consumer_name="z", sticky_ranges=[(0, 70000)])
+    await produce(client, "ksr", 20, 2)
+    history, stop = History(), asyncio.Event()
+    loops = [asyncio.create_task(consume("a", a, history, stop))]
+    mine = sum(1 for k in range(20) if sticky_hash(b"k%d" % k) <= lower[1])
+    await asyncio.wait_for(until(history, 2 * mine), 20)  # the upper keys wait for a consumer of them
+    b = await client.subscribe("ksr", "s", "key_shared", consumer_name="b", sticky_ranges=[upper])
+    loops.append(asyncio.create_task(consume("b", b, history, stop)))
+    await asyncio.wait_for(until(history, 40), 20)
+    stop.set()
+    await asyncio.gather(*loops)
+    had = history.check(20, 2)
+    assert all(sticky_hash(k.encode()) <= lower[1] for k in had["a"])
+    assert all(sticky_hash(k.encode()) >= upper[0] for k in had["b"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import timedelta
 from ssl import SSLContext
 from urllib.parse import urlsplit
@@ -230,6 +230,7 @@ class Client:
         negative_ack_delay: float = 1.0,
         on_watermark: Callable[[int | None], object] | None = None,
         batch_receive_policy: BatchReceivePolicy | None = None,
+        sticky_ranges: Sequence[tuple[int, int]] = (),
     ) -> Consumer:
         """A consumer of every partition of `topic` on `subscription`.
 
@@ -242,6 +243,8 @@ class Client:
         `on_watermark`: called with each change of the subscription's watermark, in order with the
         messages (see `Consumer.last_watermark` and `Consumer.watermarks()`).
         `batch_receive_policy`: what `Consumer.batch_receive()` gathers (Pulsar's defaults otherwise).
+        `sticky_ranges` (key_shared): the key hashes (0-65535, both ends included) this consumer takes,
+        as Pulsar's sticky Key_Shared mode, instead of a place on the ring.
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
@@ -254,6 +257,7 @@ class Client:
             initial_position=_POSITIONS[initial_position],
             consumer_name=consumer_name or "",
             ack_timeout_ms=int((ack_timeout or 0) * 1000),
+            sticky_ranges=[pb.KeyHashRange(start=a, end=b) for a, b in sticky_ranges],
         )
         resp = await self.request(pb.Request(subscribe=subscribe))
         consumer = Consumer(

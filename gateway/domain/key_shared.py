@@ -36,8 +36,9 @@ import time
 from collections import deque
 
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
-from gateway.errors import NotAllowed
+from gateway.errors import ConsumerBusy, InvalidRequest, NotAllowed
 from gateway.formats.records import record_keys
+from gateway.store.key_shared import Member
 
 HASH_RANGE = 65536  # Pulsar's StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE
 POINTS = 100  # Pulsar's subscriptionKeySharedConsistentHashingReplicaPoints
@@ -76,18 +77,25 @@ def sticky_hash(key: bytes | None) -> int:
 
 
 class HashRing:
-    """Pulsar's consistent-hashing selector over the members (member id, consumer name), sorted by
-    id: every gateway builds the same ring from the same members. Members sharing a name get
-    distinct indexes, in id order; on a point two members hash to, the first in id order wins."""
+    """Which member takes a key hash, the same on every gateway from the same members (sorted by id).
 
-    def __init__(self, members: tuple[tuple[str, str], ...]) -> None:
+    Pulsar's consistent-hashing selector: members sharing a name get distinct indexes, in id order;
+    on a point two members hash to, the first in id order wins. Members with sticky ranges
+    (Pulsar's HashRangeExclusiveStickyKeyConsumerSelector) take exactly those; a hash in none of
+    them waits for a member that takes it."""
+
+    def __init__(self, members: tuple[Member, ...]) -> None:
         points: dict[int, str] = {}
         seen: dict[str, int] = {}
-        for member, name in members:
-            index = seen.get(name, 0)
-            seen[name] = index + 1
+        for m in members:
+            if m.ranges:
+                points.update({end: m.id for _, end in m.ranges})
+                continue
+            index = seen.get(m.name, 0)
+            seen[m.name] = index + 1
             for i in range(POINTS):
-                points.setdefault(sticky_hash(f"{name or member}\0{index}\0{i}".encode()), member)
+                points.setdefault(sticky_hash(f"{m.name or m.id}\0{index}\0{i}".encode()), m.id)
+        self._starts = {end: start for m in members for start, end in m.ranges}  # sticky: range ends -> starts
         self._points = sorted(points)
         self._owners = [points[p] for p in self._points]
 
@@ -95,7 +103,21 @@ class HashRing:
         if not self._points:
             return None
         i = bisect.bisect_left(self._points, hash_)
+        if self._starts:
+            return self._owners[i] if i < len(self._points) and self._starts.get(self._points[i], HASH_RANGE) <= hash_ else None
         return self._owners[i if i < len(self._owners) else 0]
+
+
+def check_ranges(mode: Mode, ranges: tuple[tuple[int, int], ...]) -> None:
+    """Sticky ranges are of Key_Shared alone, within the hash range, and do not overlap one another."""
+    if mode != Mode.KEY_SHARED:
+        raise InvalidRequest("sticky hash ranges are for key_shared subscriptions")
+    spans = sorted(ranges)
+    for i, (start, end) in enumerate(spans):
+        if not 0 <= start <= end < HASH_RANGE:
+            raise InvalidRequest(f"hash range {start}-{end} is not within 0-{HASH_RANGE - 1}")
+        if i and start <= spans[i - 1][1]:
+            raise InvalidRequest(f"hash ranges {spans[i - 1]} and {(start, end)} overlap")
 
 
 class KeySharedSubscription(Subscription):
@@ -109,7 +131,7 @@ class KeySharedSubscription(Subscription):
         super().__init__(service, topic, name, mode, partitions, split=split, initial=initial, topic_id=topic_id)
         self.store = self.service.key_shared
         self.generation = -1  # of the members last seen; -1: not yet
-        self.members: tuple[tuple[str, str], ...] = ()
+        self.members: tuple[Member, ...] = ()
         self.ring = HashRing(())
         self.held: deque[Delivery] = deque()  # draining, or waiting for its consumer's permits
         self._ids: dict[str, Consumer] = {}  # member id -> this gateway's consumer
@@ -132,21 +154,24 @@ class KeySharedSubscription(Subscription):
         super().detach(consumer)  # its messages are released (`_release`) for redelivery
         self._ids.pop(member, None)
         self._left.add(member)
-        self.members = tuple(m for m in self.members if m[0] != member)
+        self.members = tuple(m for m in self.members if m.id != member)
         self.ring = HashRing(self.members)
         self._renew_at = 0.0
 
-    async def sync_members(self, *, leave_all: bool = False) -> None:
+    async def sync_members(self, *, leave_all: bool = False, joining: Consumer | None = None) -> None:
         """Join or renew this gateway's consumers, leave those gone, and see everyone's; a new
-        generation reads again from the cursors."""
+        generation reads again from the cursors. ConsumerBusy when `joining` is refused."""
         left = self._left | (set(self._ids) if leave_all else set())
-        join = [] if leave_all else [(m, c.name) for m, c in self._ids.items()]
+        join = [] if leave_all else [Member(m, c.name, c.sticky_ranges) for m, c in self._ids.items()]
         got = await self.store.members(self.topic, self.name, ttl_ms=self.service.lease_ms, join=join,
                                        leave=sorted(left), bump=self._bump)
         self._left -= left
         self._bump = False
         if leave_all:
             return
+        if joining is not None and self.member(joining) in got.refused:
+            raise ConsumerBusy(f"{joining.name or 'the consumer'}'s hash ranges conflict with another consumer's "
+                               f"of {self.name!r} (overlapping, or one of them on the ring)")
         if got.members != self.members:
             self.members = got.members
             self.ring = HashRing(got.members)
@@ -194,7 +219,7 @@ class KeySharedSubscription(Subscription):
         order = list(claims.items())
         try:
             replies = await self.store.claim(
-                self.topic, self.name, self.generation, [m for m, _ in self.members],
+                self.topic, self.name, self.generation, [m.id for m in self.members],
                 [(self.member(c), p, [(d.sticky, sorted(d.offsets)) for d in ds]) for (p, c), ds in order], owed)
         except BaseException:
             for k, counts in owed.items():  # recorded next time (a release twice is harmless: counts stop at 0)

@@ -101,6 +101,7 @@ class Consumer:
     permits: int = 0
     subscription: Subscription | None = None
     partitions: frozenset[int] | None = None  # the partitions it takes; None: all
+    sticky_ranges: tuple[tuple[int, int], ...] = ()  # Key_Shared: the key hashes it takes; (): the ring decides
     deliveries: set[Delivery] = field(default_factory=set)
 
 
@@ -297,7 +298,7 @@ class Subscription:
         consumer.deliveries.clear()
         self.wake.set()
 
-    async def sync_members(self, *, leave_all: bool = False) -> None:
+    async def sync_members(self, *, leave_all: bool = False, joining: Consumer | None = None) -> None:
         """Key_Shared only (`gateway.domain.key_shared`): its consumers across gateways."""
 
     def flow(self, consumer: Consumer, permits: int) -> None:
@@ -821,18 +822,26 @@ class SubscriptionService:
         ack_timeout: float = 0.0,
         split: bool = False,
         partitions: frozenset[int] | None = None,
+        sticky_ranges: tuple[tuple[int, int], ...] = (),
     ) -> Consumer:
-        """`partitions`: those the consumer takes (None: all). `split` (shared mode): a subscription
+        """`partitions`: those the consumer takes (None: all). `sticky_ranges` (Key_Shared only): the
+        key hashes it takes, as Pulsar's sticky Key_Shared mode (ConsumerBusy where they overlap
+        another consumer's, or where it or the others leave it to the ring). `split` (shared mode): a subscription
         first opened here by this consumer is dispatched by partition, each under a lease of its own,
         rather than whole; a consumer joining one open here already takes it as it is."""
         if not name:
             raise NotAllowed("a subscription needs a name")
+        if sticky_ranges:
+            from gateway.domain.key_shared import check_ranges
+
+            check_ranges(mode, sticky_ranges)
         info = await self.log.topic(topic)
         async with self._lock:
             sub = self._subs.get((topic, name))
             if sub is not None and sub.mode != mode:
                 raise ConsumerBusy(f"subscription {name!r} is in use in {sub.mode} mode")
-            consumer = Consumer(next(self._ids), consumer_name, sink, ack_timeout, partitions=partitions)
+            consumer = Consumer(next(self._ids), consumer_name, sink, ack_timeout, partitions=partitions,
+                                sticky_ranges=sticky_ranges)
             split = split and mode == Mode.SHARED
             if sub is None:
                 if not split and mode != Mode.KEY_SHARED:  # Key_Shared: every gateway dispatches its own consumers
@@ -865,7 +874,7 @@ class SubscriptionService:
                 sub.attach(consumer)
         if mode == Mode.KEY_SHARED:  # on the ring before the consumer hears it is subscribed
             try:
-                await sub.sync_members()
+                await sub.sync_members(joining=consumer)
             except BaseException:
                 await self.unsubscribe_consumer(consumer)
                 raise

@@ -63,6 +63,7 @@ async def subscribe(s: Session, req: pb.Request) -> pb.Response:
         initial_position="earliest" if r.initial_position == pb.EARLIEST else "latest",
         consumer_name=r.consumer_name,
         ack_timeout=r.ack_timeout_ms / 1000,
+        sticky_ranges=tuple((h.start, h.end) for h in r.sticky_ranges),
     )
     s.consumers[consumer.id] = consumer
     sub = consumer.subscription

@@ -258,20 +258,30 @@ class CloseProducer(_message.Message):
     def __init__(self, handle: _Optional[int] = ...) -> None: ...
 
 class Subscribe(_message.Message):
-    __slots__ = ("topic", "subscription", "mode", "initial_position", "consumer_name", "ack_timeout_ms")
+    __slots__ = ("topic", "subscription", "mode", "initial_position", "consumer_name", "ack_timeout_ms", "sticky_ranges")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     ACK_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    STICKY_RANGES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     mode: SubscriptionMode
     initial_position: InitialPosition
     consumer_name: str
     ack_timeout_ms: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., mode: _Optional[_Union[SubscriptionMode, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., ack_timeout_ms: _Optional[int] = ...) -> None: ...
+    sticky_ranges: _containers.RepeatedCompositeFieldContainer[KeyHashRange]
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., mode: _Optional[_Union[SubscriptionMode, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., ack_timeout_ms: _Optional[int] = ..., sticky_ranges: _Optional[_Iterable[_Union[KeyHashRange, _Mapping]]] = ...) -> None: ...
+
+class KeyHashRange(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
 class Subscribed(_message.Message):
     __slots__ = ("consumer_id", "partitions", "watermark_ms")

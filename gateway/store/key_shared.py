@@ -14,13 +14,25 @@ from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
 
+HashRange = tuple[int, int]
+"""Key hashes from the first to the last, both included."""
+
+
+@dataclass(frozen=True)
+class Member:
+    id: str
+    name: str  # the consumer's name: where it sits on the consistent-hashing ring
+    ranges: tuple[HashRange, ...] = ()  # fixed ranges instead (Pulsar's sticky mode)
+
 
 @dataclass(frozen=True)
 class Members:
-    """The live consumers of a subscription, sorted by member id, and the set's generation."""
+    """The live consumers of a subscription, sorted by id, the set's generation, and the members
+    asked to join that were refused (their ranges conflict with a live member's)."""
 
     generation: int
-    members: tuple[tuple[str, str], ...]  # (member id, consumer name)
+    members: tuple[Member, ...]
+    refused: frozenset[str] = frozenset()
 
 
 Claim = tuple[int, list[int]]
@@ -33,19 +45,24 @@ class KeySharedStore:
         self.scripts = scripts
 
     async def members(
-        self, topic: str, name: str, *, ttl_ms: int, join: Sequence[tuple[str, str]] = (),
+        self, topic: str, name: str, *, ttl_ms: int, join: Sequence[Member] = (),
         leave: Sequence[str] = (), bump: bool = False,
     ) -> Members:
-        """Join or renew `join` (member id, consumer name) for `ttl_ms`, drop `leave`; the set as it
-        is then."""
-        ops = [f"+{m}={n.encode().hex()}" for m, n in join] + [f"-{m}" for m in leave]
+        """Join or renew `join` for `ttl_ms`, drop `leave`; the set as it is then."""
+        ops = [f"+{m.id}={m.name.encode().hex()}={','.join(f'{a}-{b}' for a, b in m.ranges)}" for m in join]
+        ops += [f"-{m}" for m in leave]
         async with storage_errors():
             # now_ms, ttl_ms, bump, ops
             r = await self.scripts.call("ks-members-1", [keys.key_shared_members(topic, name)],
                                         [now_ms(), ttl_ms, 1 if bump else 0, " ".join(ops)])
-        pairs = r[1:]
-        return Members(int(r[0]), tuple((pairs[i].decode(), bytes.fromhex(pairs[i + 1].decode()).decode())
-                                        for i in range(0, len(pairs), 2)))
+        n = int(r[1])
+        refused = frozenset(m.decode() for m in r[2:2 + n])
+        rest = r[2 + n:]
+        members = tuple(
+            Member(rest[i].decode(), bytes.fromhex(rest[i + 1].decode()).decode(),
+                   tuple((int(a), int(b)) for a, b in (x.split("-") for x in rest[i + 2].decode().split(",") if x)))
+            for i in range(0, len(rest), 3))
+        return Members(int(r[0]), members, refused)
 
     async def claim(
         self, topic: str, name: str, generation: int, live: Sequence[str],
