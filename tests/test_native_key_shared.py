@@ -200,3 +200,18 @@ async def test_sticky_ranges_take_their_keys_and_refuse_overlaps(client):
     had = history.check(20, 2)
     assert all(sticky_hash(k.encode()) <= lower[1] for k in had["a"])
     assert all(sticky_hash(k.encode()) >= upper[0] for k in had["b"])
+
+
+async def test_a_subscription_is_key_shared_or_another_mode_across_gateways(gateway, redis_url):
+    async with running_gateway(test_config(redis_url, node_id=1)) as other:
+        async with (await Client.connect(native_url(gateway)) as here,
+                    await Client.connect(native_url(other)) as there):
+            shared = await here.subscribe("ksm", "s", "shared")
+            with pytest.raises(ConsumerBusy):
+                await there.subscribe("ksm", "s", "key_shared")
+            await shared.close()
+            keyed = await there.subscribe("ksm", "s", "key_shared")
+            with pytest.raises(ConsumerBusy):
+                await here.subscribe("ksm", "s", "failover")
+            await keyed.close()
+            await (await here.subscribe("ksm", "s", "exclusive")).close()

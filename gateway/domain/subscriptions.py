@@ -844,7 +844,11 @@ class SubscriptionService:
                                 sticky_ranges=sticky_ranges)
             split = split and mode == Mode.SHARED
             if sub is None:
-                if not split and mode != Mode.KEY_SHARED:  # Key_Shared: every gateway dispatches its own consumers
+                if mode == Mode.KEY_SHARED:  # every gateway dispatches its own consumers, none under the lease
+                    await self.store.lease(topic, name, self.node_id, 0)  # ConsumerBusy if another mode holds it
+                elif not split:
+                    if (await self.key_shared.members(topic, name, ttl_ms=0)).members:
+                        raise ConsumerBusy(f"subscription {name!r} is in use in key_shared mode")
                     await self.store.lease(topic, name, self.node_id, self.lease_ms)
                 kind: type[Subscription] = Subscription
                 if mode == Mode.KEY_SHARED:
