@@ -215,3 +215,26 @@ async def test_a_subscription_is_key_shared_or_another_mode_across_gateways(gate
                 await here.subscribe("ksm", "s", "failover")
             await keyed.close()
             await (await here.subscribe("ksm", "s", "exclusive")).close()
+
+
+@pytest.mark.slow
+async def test_keys_held_by_a_killed_gateways_consumer_move_on_in_order(gateway, redis_url, gateway_process):
+    gateway_process.redis_url, gateway_process.args = redis_url, ["--lease-ms", "1500", "--node-id", "7"]
+    await asyncio.to_thread(gateway_process.start)
+    await gateway.services.log.create_topic("ksk", 1)
+    history, stop = History(), asyncio.Event()
+    async with (await Client.connect(native_url(gateway)) as here,
+                await Client.connect(gateway_process.native_url, reconnect=False) as there):
+        b = await there.subscribe("ksk", "s", "key_shared", "earliest", consumer_name="b", receiver_queue_size=5)
+        a = await here.subscribe("ksk", "s", "key_shared", "earliest", consumer_name="a")
+        await produce(here, "ksk", 20, 5)
+        held = [await b.receive(10) for _ in range(3)]  # received, never acknowledged: b's gateway dies
+        loop = asyncio.create_task(consume("a", a, history, stop))
+        keys_b = {m.key.decode() for m in held}
+        await asyncio.to_thread(gateway_process.kill)
+        killed_at = len(history.events)
+        await asyncio.wait_for(until(history, 100), 60)  # b's keys, from its first unacked message on
+        stop.set()
+        await loop
+    history.check(20, 5)
+    assert not keys_b & {e[2] for e in history.events[:killed_at]}  # not while b held them
