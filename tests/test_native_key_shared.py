@@ -238,3 +238,27 @@ async def test_keys_held_by_a_killed_gateways_consumer_move_on_in_order(gateway,
         await loop
     history.check(20, 5)
     assert not keys_b & {e[2] for e in history.events[:killed_at]}  # not while b held them
+
+
+async def test_a_negatively_acknowledged_or_timed_out_message_comes_back_to_its_keys_consumer(client):
+    a = await client.subscribe("ksn", "s", "key_shared", "earliest", consumer_name="a", negative_ack_delay=0,
+                               ack_timeout=0.5)
+    b = await client.subscribe("ksn", "s", "key_shared", "earliest", consumer_name="b")
+    await produce(client, "ksn", 10, 1)
+    m = await a.receive(5)
+    await a.negative_acknowledge(m)
+
+    async def back_at_a(count: int) -> None:
+        """Acknowledge a's other messages until `m` comes back, `count` times delivered again."""
+        while (got := await a.receive(5)).value != m.value:
+            await a.acknowledge(got)
+        assert got.redelivery_count == count
+
+    await back_at_a(1)
+    await back_at_a(2)  # left unacknowledged past a's ack timeout
+    await a.acknowledge(m)
+    at_b = []
+    with pytest.raises(Timeout):  # b's keys, then nothing: a bounded wait is the only way to see an absence
+        while True:
+            at_b.append((await b.receive(0.5)).value)
+    assert m.value not in at_b and len(at_b) < 10

@@ -15,6 +15,8 @@ transactions go out as a read-uncommitted Fetch returns them, markers never do).
   the cursor.
 - shared: batches go round-robin to consumers with permits; acks are individual; a negative ack,
   an ack timeout or a departing consumer puts the unacked offsets up for redelivery to anyone.
+- key_shared: as shared, but the messages of one key go to one consumer at a time
+  (`gateway.domain.key_shared`, which dispatches on every gateway with consumers of it, no lease).
 
 Across gateways a subscription is dispatched whole by one gateway, under a lease; a second gateway's
 consumers get ConsumerBusy. A share group's subscription is split instead (Kafka keeps a
