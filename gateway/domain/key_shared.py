@@ -36,7 +36,7 @@ import time
 from collections import deque
 
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
-from gateway.errors import ConsumerBusy, InvalidRequest, NotAllowed
+from gateway.errors import ConsumerBusy, InvalidRequest
 from gateway.formats.records import record_keys
 from gateway.store.key_shared import Member
 
@@ -252,25 +252,18 @@ class KeySharedSubscription(Subscription):
                     self._owe(d, d.consumer, 1)
         super().negative_acknowledge(offsets)
 
-    async def acknowledge(
-        self, individual: dict[int, list[int]], cumulative: dict[int, int], txn_id: str | None = None
-    ) -> None:
-        """Individual acks only (as Pulsar: no cumulative ack on Key_Shared); what they release lets a
-        draining hash go to its new consumer."""
-        if cumulative:
-            raise NotAllowed("cumulative acknowledgement is not allowed on a key_shared subscription")
-        held: list[tuple[Delivery, Consumer]] = []
-        if txn_id is None:
-            for p, offs in individual.items():
-                self._check_partition(p)
-                for o in offs:
-                    d = self.outstanding[p].get(o)
-                    if d is not None and d.consumer is not None:
-                        held.append((d, d.consumer))
-        await super().acknowledge(individual, cumulative, txn_id)
-        for d, consumer in held:
-            self._owe(d, consumer, 1)
-        if held:  # recorded by the dispatcher before its next claim: the ack waits for one round trip only
+    def applied(self, cursors: dict[int, int], individual: dict[int, list[int]], cumulative: dict[int, int]) -> None:
+        """Acks recorded (plain ones, or a transaction's at its commit): what they release lets a
+        draining key go to its new consumer. Acks are individual, as on Pulsar's Key_Shared (the base
+        refuses cumulative ones)."""
+        for p, offs in individual.items():
+            held = self.outstanding.get(p, {})
+            for o in offs:
+                d = held.get(o)
+                if d is not None and d.consumer is not None:
+                    self._owe(d, d.consumer, 1)
+        super().applied(cursors, individual, cumulative)
+        if self._releases:  # recorded by the dispatcher before its next claim
             self.wake.set()
 
     # -- dispatch -------------------------------------------------------------------------------
