@@ -14,6 +14,8 @@
 
         async for msg in client.read_range("orders", partition=0, start=100, end=200):
             ...                                          # READ_COMMITTED, no position on the gateway
+
+`gateway.client.blocking.Client` is the same client for scripts and notebooks, each call blocking.
 """
 
 from gateway.client.batch import BatchReceivePolicy
