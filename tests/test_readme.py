@@ -58,6 +58,8 @@ RUN = {
     "DeadLetterPolicy(": "test_dead_letter_snippet",
     "subscribe_pattern(": "test_pattern_snippet",
     "chunking_enabled=True": "test_chunking_snippet",
+    'mode="key_shared"': "test_key_shared_snippet",
+    "gateway.client.blocking import Client": "test_blocking_snippet",
     "register(spark)": "test_spark_snippets",
     "F.window": "test_spark_snippets",
     'writeStream.format("gateway")': "test_spark_snippets",
@@ -143,6 +145,25 @@ async def test_schema_registry_snippet(redis_url: str, tmp_path: Path) -> None:
         assert await run_snippet(text, gw, tmp_path) == "{'id': 'p-1', 'amount': 9.5}\n"
         assert gw.services is not None
         assert [v.version for v in (await gw.services.schemas.fresh()).versions("payments-value")] == [1]
+
+
+async def test_key_shared_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    """Each key's messages in order at one worker, on every run (the last consumer unsubscribes)."""
+    for _ in range(2):
+        lines = (await run_snippet(block('mode="key_shared"'), gateway, tmp_path)).splitlines()
+        assert len(lines) == 4
+        for k, line in enumerate(lines):
+            key, rest = line.split(" ", 1)
+            workers, values = rest.split("} ")
+            assert key == f"account-{k}" and workers.count("worker-") == 1
+            assert values == repr([f"payment {n}" for n in range(k, 12, 4)])
+    assert not gateway.services.subscriptions.active("payments", "ledger")
+
+
+async def test_blocking_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    for _ in range(2):  # subscribed before sending, as the async snippet
+        assert await run_snippet(block("gateway.client.blocking import Client"), gateway, tmp_path) == \
+            "b'hello from a script'\n"
 
 
 async def test_watermark_snippet(gateway: Gateway, tmp_path: Path) -> None:

@@ -298,6 +298,37 @@ def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500, s
         r.close()
 
 
+def raw_queue(url: str, size: int, count: int, span: CpuSpan | None = None, per_trip: int = 500) -> float:
+    """XREADGROUP of `per_trip` entries then XACK of their ids, until `count` records were taken;
+    `span` measures the servers' CPU over the same interval."""
+    r = raw_client(url)
+    (key,) = streams("queue", 1)
+    value = os.urandom(size)
+    try:
+        for i in range(0, count, per_trip):
+            pipe = r.pipeline(transaction=False)
+            for _ in range(min(per_trip, count - i)):
+                pipe.xadd(key, {"v": value})
+            pipe.execute()
+        r.xgroup_create(key, "g", id="0")
+        got = 0
+        if span is not None:
+            span.start()
+        start = time.perf_counter()
+        while got < count:
+            reply: Any = r.xreadgroup("g", "c", {key: ">"}, count=per_trip)
+            ids = [entry_id for _, entries in reply for entry_id, _ in entries]
+            r.xack(key, "g", *ids)
+            got += len(ids)
+        elapsed = time.perf_counter() - start
+        if span is not None:
+            span.stop()
+        return got / elapsed
+    finally:
+        r.delete(key)
+        r.close()
+
+
 def _cpu_seconds(pid: int) -> float:
     """User and system CPU seconds of a live process (0 for one gone meanwhile)."""
     try:

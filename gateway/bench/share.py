@@ -24,10 +24,9 @@ from gateway.bench.common import (
     Row,
     create_kafka_topic,
     gateway_servers,
-    raw_client,
+    raw_queue,
     redis_servers,
     running_gateways,
-    streams,
 )
 
 CONSUMERS = (1, 3, 10)
@@ -125,34 +124,6 @@ def classic_drain(bootstrap: str, topic: str, count: int, span: CpuSpan) -> floa
     finally:
         c.close()
     return got / elapsed
-
-
-def raw_queue(url: str, size: int, count: int, span: CpuSpan, per_trip: int = 500) -> float:
-    """XREADGROUP of `per_trip` entries then XACK of their ids, until `count` records were taken."""
-    r = raw_client(url)
-    (key,) = streams("queue", 1)
-    value = os.urandom(size)
-    try:
-        for i in range(0, count, per_trip):
-            pipe = r.pipeline(transaction=False)
-            for _ in range(min(per_trip, count - i)):
-                pipe.xadd(key, {"v": value})
-            pipe.execute()
-        r.xgroup_create(key, "g", id="0")
-        got = 0
-        span.start()
-        start = time.perf_counter()
-        while got < count:
-            reply: Any = r.xreadgroup("g", "c", {key: ">"}, count=per_trip)
-            ids = [entry_id for _, entries in reply for entry_id, _ in entries]
-            r.xack(key, "g", *ids)
-            got += len(ids)
-        elapsed = time.perf_counter() - start
-        span.stop()
-        return got / elapsed
-    finally:
-        r.delete(key)
-        r.close()
 
 
 def measure_share(url: str, size: int, count: int) -> list[Row]:

@@ -14,8 +14,11 @@
 
         async for msg in client.read_range("orders", partition=0, start=100, end=200):
             ...                                          # READ_COMMITTED, no position on the gateway
+
+`gateway.client.blocking.Client` is the same client for scripts and notebooks, each call blocking.
 """
 
+from gateway.client.batch import BatchReceivePolicy
 from gateway.client.client import Client
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ClientClosed, ConnectionLost
@@ -53,6 +56,7 @@ __all__ = [
     "EVENT_TIME_HEADER",
     "AuthenticationFailed",
     "AuthorizationFailed",
+    "BatchReceivePolicy",
     "Client",
     "ClientClosed",
     "Compression",

@@ -12,13 +12,14 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import timedelta
 from ssl import SSLContext
 from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.client import reader
+from gateway.client.batch import BatchReceivePolicy
 from gateway.client.chunks import ChunkPolicy
 from gateway.client.connection import Connection, Credentials
 from gateway.client.consumer import Consumer
@@ -35,7 +36,7 @@ from gateway.pb import gateway_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-_MODES = {"exclusive": pb.EXCLUSIVE, "failover": pb.FAILOVER, "shared": pb.SHARED}
+_MODES = {"exclusive": pb.EXCLUSIVE, "failover": pb.FAILOVER, "shared": pb.SHARED, "key_shared": pb.KEY_SHARED}
 _POSITIONS = {"earliest": pb.EARLIEST, "latest": pb.LATEST}
 DEFAULT_PORT = 6650
 
@@ -245,10 +246,14 @@ class Client:
         max_pending_chunked_message: int = 10,
         auto_ack_oldest_chunked_message_on_queue_full: bool = False,
         expire_time_of_incomplete_chunked_message: float = 60.0,
+        batch_receive_policy: BatchReceivePolicy | None = None,
+        sticky_ranges: Sequence[tuple[int, int]] = (),
     ) -> Consumer:
         """A consumer of every partition of `topic` on `subscription`.
 
-        `mode`: exclusive (a second consumer gets ConsumerBusy), failover or shared.
+        `mode`: exclusive (a second consumer gets ConsumerBusy), failover, shared, or key_shared
+        (messages of one key go to one consumer at a time; give each consumer a `consumer_name`, which
+        places it on the hash ring, as Pulsar's consumer name does).
         `initial_position` (earliest or latest) counts only when the subscription is created.
         `ack_timeout` (seconds): unacknowledged messages are delivered again after it.
         `negative_ack_delay` (seconds): how long a negatively acknowledged message waits.
@@ -261,6 +266,9 @@ class Client:
         `max_pending_chunked_message` incomplete ones are held (the oldest is then acknowledged with
         `auto_ack_oldest_chunked_message_on_queue_full`, else negatively acknowledged), and one
         incomplete for `expire_time_of_incomplete_chunked_message` seconds is acknowledged and dropped.
+        `batch_receive_policy`: what `Consumer.batch_receive()` gathers (Pulsar's defaults otherwise).
+        `sticky_ranges` (key_shared): the key hashes (0-65535, both ends included) this consumer takes,
+        as Pulsar's sticky Key_Shared mode, instead of a place on the ring.
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
@@ -273,6 +281,7 @@ class Client:
             initial_position=_POSITIONS[initial_position],
             consumer_name=consumer_name or "",
             ack_timeout_ms=int((ack_timeout or 0) * 1000),
+            sticky_ranges=[pb.KeyHashRange(start=a, end=b) for a, b in sticky_ranges],
         )
         if retry_enable and dead_letter_policy is None:
             dead_letter_policy = DeadLetterPolicy(MAX_RECONSUMETIMES)
@@ -289,6 +298,7 @@ class Client:
                 mode=mode,
                 receiver_queue_size=max(1, receiver_queue_size),
                 negative_ack_delay=negative_ack_delay,
+                batch_receive_policy=batch_receive_policy,
                 watermark=resp.subscribed.watermark_ms if resp.subscribed.HasField("watermark_ms") else None,
                 on_watermark=on_watermark,
                 chunks=ChunkPolicy(max_pending_chunked_message, auto_ack_oldest_chunked_message_on_queue_full,

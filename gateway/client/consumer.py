@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gateway.client.batch import BatchReceivePolicy
 from gateway.client.chunks import Assembler, ChunkPolicy
 from gateway.client.errors import ClientClosed
 from gateway.client.message import Message, MessageId, decode_batch
@@ -59,25 +60,35 @@ class _Watermark:
 _CLOSED = object()
 
 
-async def receive_first(sources: Callable[[], list[Consumer]], arrived: asyncio.Event,
-                        closed: Callable[[], GatewayError | None], timeout: float | None) -> Message:
-    """The next message of the first of `sources` (asked again after each wait) that holds one,
-    the consumers sharing `arrived`; Timeout when none arrives within `timeout` seconds."""
+async def next_ready(sources: Callable[[], list[Consumer]], arrived: asyncio.Event,
+                     closed: Callable[[], GatewayError | None], deadline: float | None) -> Consumer | None:
+    """The first of `sources` (asked again after each wait) that holds a queued message, the
+    consumers sharing `arrived`; None once the loop's clock passes `deadline` with none."""
     loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
     while True:
         for c in sources():
             if c._queue:
-                return c._take()
+                return c
         exc = closed()
         if exc is not None:
             raise exc
         arrived.clear()
         remaining = None if deadline is None else deadline - loop.time()
         if remaining is not None and remaining <= 0:
-            raise Timeout(f"no message within {timeout}s")
+            return None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(arrived.wait(), remaining)
+
+
+async def receive_first(sources: Callable[[], list[Consumer]], arrived: asyncio.Event,
+                        closed: Callable[[], GatewayError | None], timeout: float | None) -> Message:
+    """The next message of the first of `sources` that holds one; Timeout when none arrives within
+    `timeout` seconds."""
+    deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+    source = await next_ready(sources, arrived, closed, deadline)
+    if source is None:
+        raise Timeout(f"no message within {timeout}s")
+    return source._take()
 
 
 class Consumer:
@@ -91,6 +102,7 @@ class Consumer:
         mode: str,
         receiver_queue_size: int,
         negative_ack_delay: float,
+        batch_receive_policy: BatchReceivePolicy | None = None,
         watermark: int | None = None,
         on_watermark: Callable[[int | None], object] | None = None,
         chunks: ChunkPolicy | None = None,
@@ -104,6 +116,7 @@ class Consumer:
         self._id = consumer_id
         self._queue_size = receiver_queue_size
         self._nack_delay = negative_ack_delay
+        self._batch_policy = batch_receive_policy or BatchReceivePolicy()
         self._queue: deque[Message | _Watermark] = deque()  # a message first, whenever not empty
         self.last_watermark: int | None = watermark
         """The subscription's watermark (epoch ms) as of the messages received so far; None while no
@@ -233,13 +246,42 @@ class Consumer:
         """The consumer a message came from: this one, or its retry-letter topic's."""
         return self._retry if self._retry is not None and mid.topic == self._retry.topic else self
 
+    def _sources(self) -> list[Consumer]:
+        """Where this consumer's messages come from: itself, then its retry-letter topic's consumer."""
+        return [self] if self._retry is None else [self, self._retry]
+
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message; raises Timeout when none arrives within `timeout` seconds."""
-        retry = [self._retry] if self._retry is not None else []
-        return await receive_first(lambda: [self, *retry], self._arrived, lambda: self._closed, timeout)
+        return await receive_first(self._sources, self._arrived, lambda: self._closed, timeout)
+
+    async def batch_receive(self, policy: BatchReceivePolicy | None = None) -> list[Message]:
+        """The messages that arrive until the policy's count or size is reached or its timeout passes
+        (Pulsar's `batchReceive`); `policy` defaults to the one given to `subscribe`. Each is
+        acknowledged as `receive`'s are. Once closed, what is queued comes out before the error."""
+        policy = policy or self._batch_policy
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + policy.timeout if policy.timeout > 0 else None
+        out: list[Message] = []
+        size = 0
+        while not policy.full(len(out), size):
+            try:
+                source = await next_ready(self._sources, self._arrived, lambda: self._closed, deadline)
+            except GatewayError:
+                if out:
+                    break
+                raise
+            if source is None:
+                break
+            head = source._queue[0]
+            assert isinstance(head, Message)
+            if not policy.room(len(out), size, len(head.value or b"")):
+                break
+            out.append(source._take())
+            size += len(head.value or b"")
+        return out
 
     def _take(self) -> Message:
-        """The head of the queue, which holds a message."""
+        """The queued message at the head, taken by the application: permits flow back as it goes."""
         msg = self._queue.popleft()
         assert isinstance(msg, Message)  # never a watermark at the head
         self._reached_watermarks()
@@ -292,10 +334,10 @@ class Consumer:
         await asyncio.shield(group.done)
 
     async def acknowledge_cumulative(self, message: Position, txn: Transaction | None = None) -> None:
-        """Acknowledge this message and every earlier one of its partition (not on shared subscriptions);
+        """Acknowledge this message and every earlier one of its partition (not on shared or key_shared ones);
         with `txn`, pending until the transaction ends, as `acknowledge`."""
-        if self.mode == "shared":
-            raise NotAllowed("cumulative acknowledgement is not allowed on a shared subscription")
+        if self.mode in ("shared", "key_shared"):
+            raise NotAllowed(f"cumulative acknowledgement is not allowed on a {self.mode} subscription")
         mid = _id(message)
         if self._owner(mid) is not self:
             return await self._owner(mid).acknowledge_cumulative(message, txn)

@@ -14,7 +14,8 @@ from gateway.native import letters
 from gateway.native.dispatch import Chunks, Session, handles
 from gateway.pb import gateway_pb2 as pb
 
-_MODES = {pb.EXCLUSIVE: Mode.EXCLUSIVE, pb.FAILOVER: Mode.FAILOVER, pb.SHARED: Mode.SHARED}
+_MODES = {pb.EXCLUSIVE: Mode.EXCLUSIVE, pb.FAILOVER: Mode.FAILOVER, pb.SHARED: Mode.SHARED,
+          pb.KEY_SHARED: Mode.KEY_SHARED}
 
 
 class ConsumerFrames:
@@ -25,11 +26,19 @@ class ConsumerFrames:
         self.topic = topic
 
     async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
+        # parts of one batch for one consumer (a Key_Shared batch split by key) go out as one
+        merged: dict[tuple[int, int, int], tuple[Delivery, set[int]]] = {}
+        for d in deliveries:
+            k = (d.partition, d.entry.base_offset, d.redelivery_count)
+            if k in merged:
+                merged[k][1].update(d.offsets)
+            else:
+                merged[k] = (d, set(d.offsets))
         entries = [
-            OutgoingEntry(d.partition, d.entry.base_offset, d.entry.batch, d.skip(), d.redelivery_count)
-            for d in deliveries
+            OutgoingEntry(d.partition, d.entry.base_offset, d.entry.batch, d.skip(offsets), d.redelivery_count)
+            for d, offsets in merged.values()
         ]
-        telemetry.fetched("native", self.topic, sum(len(d.entry.batch) for d in deliveries))
+        telemetry.fetched("native", self.topic, sum(len(d.entry.batch) for d, _ in merged.values()))
         await self.write(messages_frame(consumer_id, entries))
 
     async def reset(self, consumer_id: int) -> None:
@@ -56,6 +65,7 @@ async def subscribe(s: Session, req: pb.Request) -> pb.Response:
         initial_position="earliest" if r.initial_position == pb.EARLIEST else "latest",
         consumer_name=r.consumer_name,
         ack_timeout=r.ack_timeout_ms / 1000,
+        sticky_ranges=tuple((h.start, h.end) for h in r.sticky_ranges),
     )
     s.consumers[consumer.id] = consumer
     letters.attach(s, consumer, policy)

@@ -18,6 +18,7 @@ class SubscriptionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXCLUSIVE: _ClassVar[SubscriptionMode]
     FAILOVER: _ClassVar[SubscriptionMode]
     SHARED: _ClassVar[SubscriptionMode]
+    KEY_SHARED: _ClassVar[SubscriptionMode]
 
 class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -28,6 +29,7 @@ ALL: Acks
 EXCLUSIVE: SubscriptionMode
 FAILOVER: SubscriptionMode
 SHARED: SubscriptionMode
+KEY_SHARED: SubscriptionMode
 LATEST: InitialPosition
 EARLIEST: InitialPosition
 
@@ -264,7 +266,7 @@ class CloseProducer(_message.Message):
     def __init__(self, handle: _Optional[int] = ...) -> None: ...
 
 class Subscribe(_message.Message):
-    __slots__ = ("topic", "subscription", "mode", "initial_position", "consumer_name", "ack_timeout_ms", "dead_letter")
+    __slots__ = ("topic", "subscription", "mode", "initial_position", "consumer_name", "ack_timeout_ms", "dead_letter", "sticky_ranges")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
@@ -272,6 +274,7 @@ class Subscribe(_message.Message):
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     ACK_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    STICKY_RANGES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     mode: SubscriptionMode
@@ -279,7 +282,8 @@ class Subscribe(_message.Message):
     consumer_name: str
     ack_timeout_ms: int
     dead_letter: DeadLetterPolicy
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., mode: _Optional[_Union[SubscriptionMode, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., ack_timeout_ms: _Optional[int] = ..., dead_letter: _Optional[_Union[DeadLetterPolicy, _Mapping]] = ...) -> None: ...
+    sticky_ranges: _containers.RepeatedCompositeFieldContainer[KeyHashRange]
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., mode: _Optional[_Union[SubscriptionMode, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., ack_timeout_ms: _Optional[int] = ..., dead_letter: _Optional[_Union[DeadLetterPolicy, _Mapping]] = ..., sticky_ranges: _Optional[_Iterable[_Union[KeyHashRange, _Mapping]]] = ...) -> None: ...
 
 class DeadLetterPolicy(_message.Message):
     __slots__ = ("max_redeliver_count", "dead_letter_topic", "retry_letter_topic")
@@ -302,6 +306,14 @@ class ReconsumeLater(_message.Message):
     offset: int
     delay_ms: int
     def __init__(self, consumer_id: _Optional[int] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+
+class KeyHashRange(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
 class Subscribed(_message.Message):
     __slots__ = ("consumer_id", "partitions", "watermark_ms")

@@ -12,6 +12,7 @@ from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.delay import DelayStore
 from gateway.store.fence import FenceStore
 from gateway.store.groups import GroupStore
+from gateway.store.key_shared import KeySharedStore
 from gateway.store.log import LogStore
 from gateway.store.memory import MemoryStore
 from gateway.store.registry import RegistryStore
@@ -50,6 +51,7 @@ class Store:
         self.groups = GroupStore(redis, scripts)
         self.consumer_groups = ConsumerGroupStore(redis, scripts)
         self.subscriptions = SubscriptionStore(redis, scripts)
+        self.key_shared = KeySharedStore(redis, scripts)
         self.watermark = WatermarkStore(redis, scripts)
         self.security = SecurityStore(redis, scripts)
         self.roles = RoleStore(redis, scripts)
