@@ -102,6 +102,11 @@ MIN_INSYNC = Allowed("min.insync.replicas", "`min.insync.replicas` of a topic",
 ANSWERS_INSTEAD_OF_CLOSING = Allowed("UNSUPPORTED_VERSION (35)", "A request of a version or api key the broker does not serve",
                                      "a client that skipped ApiVersions reads an error instead of a dropped connection")
 
+# the KIP-714 APIs, which the gateway serves and the suite's broker, with no telemetry plugin, does not
+CLIENT_TELEMETRY = Allowed("", "Client telemetry APIs (GetTelemetrySubscriptions 71, PushTelemetry 72; ",
+                           "an operator sees every Kafka client's own metrics without installing a plugin")
+CLIENT_TELEMETRY_KEYS = frozenset({71, 72})
+
 
 def plain(value: Any) -> Any:
     """A kio entity (or any nesting of them) as dicts, lists and scalars, fields in schema order."""

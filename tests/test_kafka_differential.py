@@ -25,6 +25,7 @@ from tests.differential import Scenario, Side, compare, coordinators_ready, side
 from tests.kafka_differences import (
     ALLOWED,
     ANSWERS_INSTEAD_OF_CLOSING,
+    CLIENT_TELEMETRY,
     FOUND,
     INTERNAL_TOPICS,
     MIN_INSYNC,
@@ -1071,7 +1072,8 @@ def test_the_allowed_differences_are_the_documented_ones() -> None:
     """tests/kafka_differences.py mirrors docs/kafka-differences.md: every allowed difference is a
     row there, every open finding is listed there, and every finding names a scenario."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "kafka-differences.md").read_text()
-    assert [a.doc for a in (*ALLOWED, INTERNAL_TOPICS, ANSWERS_INSTEAD_OF_CLOSING, OWN_TOPIC_CONFIGS, MIN_INSYNC)
+    assert [a.doc for a in (*ALLOWED, INTERNAL_TOPICS, ANSWERS_INSTEAD_OF_CLOSING, OWN_TOPIC_CONFIGS, MIN_INSYNC,
+                          CLIENT_TELEMETRY)
             if a.doc not in doc] == []
     assert [n for n in FOUND if f"`{n}`" not in doc] == []
     assert [what for what in WIRE_FOUND.values() if what not in doc] == []

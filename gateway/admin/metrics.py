@@ -92,7 +92,21 @@ class Metrics:
                 *await self.delayed_gauges(parts),
                 *await self.transaction_gauges(), *await self.group_gauges(),
                 *await self.watermark_gauges([(t.name, t.partitions) for t in topics]),
-                *await share_group_families(self.services.share)]
+                *await share_group_families(self.services.share), *self.client_telemetry_families()]
+
+    def client_telemetry_families(self) -> list[Metric]:
+        """What Kafka clients pushed here (KIP-714), each metric under its own name, labelled with
+        the client's instance id, client id and software name and version beside its own attributes."""
+        out: list[Metric] = []
+        for fam in self.services.client_metrics.families(now_ms()):
+            names = sorted({k for labels, _ in fam.samples for k in labels})
+            family: GaugeMetricFamily | CounterMetricFamily = (
+                CounterMetricFamily(fam.name, fam.doc, labels=names) if fam.kind == "counter"
+                else GaugeMetricFamily(fam.name, fam.doc, labels=names))
+            for labels, value in fam.samples:
+                family.add_metric([labels.get(n, "") for n in names], value)
+            out.append(family)
+        return out
 
     def memory_gauges(self) -> list[Metric]:
         """Per Redis primary, its memory as last sampled (no round trip of its own): used, maxmemory,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.config import Config
+from gateway.domain.client_metrics import ClientMetricsService
 from gateway.domain.delay import DelayService
 from gateway.domain.fence import FenceService
 from gateway.domain.groups.coordinator import GroupCoordinator
@@ -41,3 +42,4 @@ class Services:
     share: ShareCoordinator  # KIP-932's share groups, over the subscriptions
     memory: MemoryBudget  # Redis's memory per primary, and produce's high-water mark
     schemas: SchemaRegistry  # the Schema Registry, over the _schemas topic
+    client_metrics: ClientMetricsService  # KIP-714's client telemetry

@@ -15,6 +15,8 @@ def _api_keys() -> list[dict[str, int]]:
     return [{"api_key": r.api_key, "min_version": r.min_version, "max_version": r.max_version} for r in supported()]
 
 
+CLIENT_SOFTWARE = "client_software"
+"""`ConnectionState.extra` key: the (name, version) a client's ApiVersions v3+ gave."""
 # what Kafka's ApiVersionsRequest.isValid asks of a v3+ client's software name and version
 SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -27,6 +29,8 @@ async def api_versions(ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version >= 3 and not all(
             SOFTWARE_NAME_VERSION.fullmatch(str(v)) for v in (req.client_software_name, req.client_software_version)):
         return codec.build(cls, {"error_code": KafkaError.invalid_request, "api_keys": [], "throttle_time": 0})
+    if ctx.api_version >= 3:  # KIP-714's match selectors and telemetry labels name the client's software
+        ctx.connection.extra[CLIENT_SOFTWARE] = (str(req.client_software_name), str(req.client_software_version))
     return codec.build(cls, {"error_code": KafkaError.none, "api_keys": _api_keys(), "throttle_time": 0})
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.client_metrics import SPECS as CLIENT_METRICS_SPECS
 from gateway.domain.log import BrokerDefaults
 from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.domain.topic_configs import BROKER_DEFAULTS, TOPIC_CONFIGS, Change, ConfigDef, Kind, Op
@@ -39,6 +40,7 @@ SOURCE_DYNAMIC_BROKER = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+SOURCE_CLIENT_METRICS = 8  # CLIENT_METRICS_CONFIG
 # Errors.INVALID_REQUEST's own message, which Kafka answers for a request it fails as a whole
 INVALID_REQUEST_MESSAGE = ("This most likely occurs because of a request being malformed by the client library or "
                            "the message was sent to an incompatible broker. See the broker logs for more details.")
@@ -187,6 +189,26 @@ async def _broker_entries(ctx: RequestContext, name: str, keys: list[str] | None
     return out
 
 
+CLIENT_METRICS_ORDER = java_hash_order(list(CLIENT_METRICS_SPECS))
+"""ConfigHelper lists a client-metrics subscription's configs from a HashMap of them."""
+
+
+async def _client_metrics_entries(ctx: RequestContext, name: str, keys: list[str] | None) -> list[dict[str, Any]]:
+    """Every config of a KIP-714 subscription, its own (CLIENT_METRICS_CONFIG) else the default, as
+    ConfigHelper.describeConfigs lists a CLIENT_METRICS resource; one never set has its defaults."""
+    if not name:
+        raise InvalidRequest("Client metrics subscription name must not be empty")
+    _, subs = await ctx.services.client_metrics.subscriptions()
+    own = subs.get(name, {})
+    out = []
+    for key in CLIENT_METRICS_ORDER:
+        if keys is None or key in keys:
+            spec = CLIENT_METRICS_SPECS[key]
+            source = SOURCE_CLIENT_METRICS if key in own else SOURCE_DEFAULT
+            out.append(_entry(key, spec.kind, spec.doc, [(key, own.get(key, spec.default), source)]))
+    return out
+
+
 def _protocol(cfg: Any) -> str:
     """The listener's security protocol as Kafka names it."""
     return ("SASL_" if cfg.auth else "") + ("SSL" if cfg.tls_cert_file else "PLAINTEXT")
@@ -221,6 +243,11 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                     res.update(error_code=KafkaError.cluster_authorization_failed, error_message="not authorized")
                 else:
                     res["configs"] = await _broker_entries(ctx, r.resource_name, keys)
+            elif r.resource_type == RESOURCE_CLIENT_METRICS:
+                if not await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.DESCRIBE_CONFIGS):
+                    res.update(error_code=KafkaError.cluster_authorization_failed, error_message="not authorized")
+                else:
+                    res["configs"] = await _client_metrics_entries(ctx, r.resource_name, keys)
             elif r.resource_type == RESOURCE_GROUP:
                 if not await ctx.allowed(ResourceType.GROUP, r.resource_name, Operation.DESCRIBE_CONFIGS):
                     res.update(error_code=KafkaError.group_authorization_failed, error_message="not authorized")
@@ -261,6 +288,12 @@ async def _alter(ctx: RequestContext, r: Any, changes: list[Change], incremental
                     this_broker(ctx, r.resource_name, describe=False)
                 await log.alter_cluster_config(changes, incremental=incremental, validate_only=validate_only,
                                                node=r.resource_name != "")
+        elif r.resource_type == RESOURCE_CLIENT_METRICS:
+            if not await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.ALTER_CONFIGS):
+                res.update(error_code=KafkaError.cluster_authorization_failed, error_message="not authorized")
+            else:
+                await ctx.services.client_metrics.alter(r.resource_name, changes, incremental=incremental,
+                                                        validate_only=validate_only)
         elif r.resource_type == RESOURCE_GROUP:
             if not await ctx.allowed(ResourceType.GROUP, r.resource_name, Operation.ALTER_CONFIGS):
                 res.update(error_code=KafkaError.group_authorization_failed, error_message="not authorized")

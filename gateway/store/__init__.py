@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gateway.store import keys
+from gateway.store.client_metrics import ClientMetricsStore
 from gateway.store.cluster_config import ClusterConfigStore
 from gateway.store.compaction import CleanerStore
 from gateway.store.connection import RedisClient, connect, wait_reachable
@@ -60,6 +61,7 @@ class Store:
         self.cleaner = CleanerStore(redis, scripts)
         self.share_groups = ShareGroupStore(redis, scripts)
         self.schemas = SchemaAllocStore(scripts)
+        self.client_metrics = ClientMetricsStore(redis, scripts)
 
     def broker_config(self, node_id: int) -> ClusterConfigStore:
         """One gateway's own dynamic broker configs, kept as the cluster-wide ones are."""

@@ -4,6 +4,7 @@ script that checks the version it was computed from."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import msgpack
 
@@ -15,12 +16,13 @@ from gateway.store.scripts import Scripts
 
 class ClusterConfigStore:
     def __init__(self, redis: RedisClient, scripts: Scripts, key: str = keys.CLUSTER_CONFIG) -> None:
-        """`key`: another set of configs kept the same way (a share group's)."""
+        """`key`: another set of configs kept the same way (a share group's; the client-metrics
+        subscriptions, a map of maps)."""
         self.redis = redis
         self.scripts = scripts
         self.key = key
 
-    async def get(self) -> tuple[int, dict[str, str]]:
+    async def get(self) -> tuple[int, dict[str, Any]]:
         """(version, configs); version 0 when none were ever set."""
         async with storage_errors():
             raw: bytes | None = await self.redis.get(self.key)  # type: ignore[assignment]
@@ -29,7 +31,7 @@ class ClusterConfigStore:
         d = msgpack.unpackb(raw, raw=False)
         return int(d["v"]), dict(d["c"] or {})
 
-    async def alter(self, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+    async def alter(self, change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
         """Set the configs `change` computes (it may raise) from the current ones; computed again
         when another change came first."""
         while True:

@@ -310,6 +310,16 @@ def broker_config(node_id: int) -> str:
     return f"gw:broker-config:{node_id}"
 
 
+CLIENT_METRICS = "gw:client-metrics"
+"""String: msgpack {v: version, c: subscription name -> {config name -> value}}, KIP-714's client-metrics
+subscriptions (the CLIENT_METRICS config resources); the version is the one clients' state was built on."""
+
+
+def telemetry_client(client_instance_id: str) -> str:
+    """Hash: one KIP-714 client instance's push state (`lua/telemetry-get-1.lua`), expiring with it."""
+    return f"gw:telemetry:{client_instance_id}"
+
+
 def share_group_config(group_id: str) -> str:
     """A share group's configs (share.record.lock.duration.ms, ...): msgpack {v = version, c = map}."""
     return f"{group_tag(group_id)}:share-config"

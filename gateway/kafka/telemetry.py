@@ -1,0 +1,86 @@
+"""KIP-714's client telemetry on the Kafka face: GetTelemetrySubscriptions (71), PushTelemetry (72)
+and ListConfigResources (74, once ListClientMetricsResources), as Kafka 4.4's KafkaApis hands them
+to its ClientMetricsManager (`gateway.domain.client_metrics` holds the semantics); the
+CLIENT_METRICS config resources themselves are `gateway.kafka.configs`'."""
+
+from __future__ import annotations
+
+import ast
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.clock import now_ms
+from gateway.domain.client_metrics import ACCEPTED_COMPRESSION, TELEMETRY_MAX_BYTES, ClientIdentity
+from gateway.kafka import codec
+from gateway.kafka.api_versions import CLIENT_SOFTWARE
+from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+
+RESOURCE_CLIENT_METRICS = 16
+RESERVED = frozenset({uuid.UUID(int=0), uuid.UUID(int=1)})
+"""Uuid.RESERVED: the zero id and the metadata topic's, which no client instance gets."""
+
+_PUSH_ERRORS = {
+    "terminated": KafkaError.invalid_request,
+    "throttled": KafkaError.throttling_quota_exceeded,
+    "unknown_subscription": KafkaError.unknown_subscription_id,
+    "unsupported_compression": KafkaError.unsupported_compression_type,
+    "too_large": KafkaError.telemetry_too_large,
+    "invalid_record": KafkaError.invalid_record,
+}
+"""ClientMetricsManager.processPushTelemetryRequest's answers for what a push was refused for."""
+
+
+def _identity(ctx: RequestContext) -> ClientIdentity:
+    name, version = ctx.connection.extra.get(CLIENT_SOFTWARE, ("", ""))
+    host = ctx.connection.host or ""
+    try:  # the peer as asyncio gives it: (host, port) or IPv6's (host, port, flow, scope)
+        port = int(ast.literal_eval(ctx.connection.peer)[1])
+    except (ValueError, SyntaxError, TypeError, IndexError):
+        port = 0
+    return ClientIdentity(ctx.client_id or "", name, version, host, port)
+
+
+@handles(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0, 0)
+async def get_telemetry_subscriptions(ctx: RequestContext, req: Any) -> Any:
+    """A client sending the zero id is given one; one asking again before its push interval is
+    THROTTLING_QUOTA_EXCEEDED (ClientMetricsManager.processGetTelemetrySubscriptionRequest)."""
+    cls = codec.response_class(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0)
+    instance = req.client_instance_id
+    if instance is None or instance == uuid.UUID(int=0):
+        instance = uuid.uuid4()
+    sub, throttled = await ctx.services.client_metrics.get(instance, _identity(ctx), now_ms())
+    if throttled:
+        return codec.build(cls, {"throttle_time": 0, "error_code": KafkaError.throttling_quota_exceeded})
+    return codec.build(cls, {
+        "throttle_time": 0, "error_code": KafkaError.none, "client_instance_id": instance,
+        "subscription_id": sub.subscription_id, "accepted_compression_types": [int(c) for c in ACCEPTED_COMPRESSION],
+        "push_interval": sub.interval_ms, "telemetry_max_bytes": TELEMETRY_MAX_BYTES, "delta_temporality": True,
+        "requested_metrics": sub.metrics,
+    })
+
+
+@handles(ApiKey.PUSH_TELEMETRY, 0, 0)
+async def push_telemetry(ctx: RequestContext, req: Any) -> Any:
+    """Checked as ClientMetricsManager.validatePushRequest does, then the metrics are exported."""
+    cls = codec.response_class(ApiKey.PUSH_TELEMETRY, 0)
+    instance = req.client_instance_id
+    if instance is None or instance in RESERVED:
+        return codec.build(cls, {"throttle_time": 0, "error_code": KafkaError.invalid_request})
+    verdict = await ctx.services.client_metrics.push(
+        instance, _identity(ctx), now_ms(), req.subscription_id, req.terminating, req.compression_type,
+        bytes(req.metrics or b""))
+    return codec.build(cls, {"throttle_time": 0, "error_code": _PUSH_ERRORS.get(verdict, KafkaError.none)})
+
+
+@handles(ApiKey.LIST_CONFIG_RESOURCES, 0, 1)
+async def list_config_resources(ctx: RequestContext, req: Any) -> Any:
+    """The client-metrics subscriptions (v0 lists nothing else; v1 when its types ask for them or
+    for every type)."""
+    cls = codec.response_class(ApiKey.LIST_CONFIG_RESOURCES, ctx.api_version)
+    types = set(getattr(req, "resource_types", ()) or ())
+    names = [] if types and RESOURCE_CLIENT_METRICS not in types else \
+        sorted((await ctx.services.client_metrics.subscriptions())[1])
+    return codec.build(cls, {"throttle_time": 0, "error_code": KafkaError.none, "config_resources": [
+        {"resource_name": n, "resource_type": RESOURCE_CLIENT_METRICS} for n in names]})

@@ -1,0 +1,179 @@
+"""KIP-714's client telemetry: client-metrics subscriptions set and read as CLIENT_METRICS config
+resources, GetTelemetrySubscriptions and PushTelemetry answered as Kafka 4.4's ClientMetricsManager
+answers them (raw frames, for the error cases no well-behaved client provokes), and the metrics real
+clients push exported on the Prometheus endpoint with their identity as labels."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import confluent_kafka as ck
+import cramjam
+import pytest
+from kio.schema.errors import ErrorCode as E
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.metrics.v1.metrics_pb2 import (
+    AggregationTemporality,
+    Gauge,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+
+from tests.conftest import eventually, kafka_bootstrap
+from tests.kafka_wire import call
+from tests.test_metrics import samples, scrape
+
+Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+LONG = 300_000  # the longest interval a client gets: Kafka takes the least of the five-minute default and the matching ones
+GET, PUSH, DESCRIBE, ALTER, LIST = 71, 72, 32, 44, 74
+
+
+@pytest.fixture
+async def conn(gateway: Any) -> AsyncIterator[Conn]:
+    """A raw connection that introduced itself as a v3 ApiVersions client does."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    resp = await call((reader, writer), 18, 3, {"client_software_name": "wire-test",
+                                                "client_software_version": "1.0"})
+    assert resp.error_code == E.none
+    yield reader, writer
+    writer.close()
+
+
+async def alter(conn: Conn, name: str, *configs: tuple[str, str | None]) -> Any:
+    """One IncrementalAlterConfigs of a client-metrics resource: SET each (DELETE where None)."""
+    resp = await call(conn, ALTER, 1, {"resources": [{"resource_type": 16, "resource_name": name, "configs": [
+        {"name": k, "config_operation": 1 if v is None else 0, "value": v} for k, v in configs]}],
+        "validate_only": False})
+    return resp.responses[0]
+
+
+def metrics_data(value: float, *, counter: int = 0) -> bytes:
+    """An OTLP MetricsData as a Java client would push it: one gauge, one delta sum."""
+    attrs = [KeyValue(key="node.id", value=AnyValue(string_value="1"))]
+    gauge = Metric(name="org.apache.kafka.producer.record.queue.time.avg",
+                   gauge=Gauge(data_points=[NumberDataPoint(as_double=value, attributes=attrs)]))
+    total = Metric(name="org.apache.kafka.producer.record.send", sum=Sum(
+        data_points=[NumberDataPoint(as_int=counter)], is_monotonic=True,
+        aggregation_temporality=AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA))
+    return MetricsData(resource_metrics=[ResourceMetrics(scope_metrics=[ScopeMetrics(metrics=[gauge, total])])]) \
+        .SerializeToString()
+
+
+async def test_subscriptions_are_config_resources(conn):
+    """Set, described (own values CLIENT_METRICS_CONFIG, the rest defaults), listed by both
+    ListConfigResources versions, validated as ClientMetricsConfigs.validate does, and gone once
+    every config is deleted."""
+    assert (await alter(conn, "sub-a", ("metrics", "org.apache.kafka.producer."), ("interval.ms", "1000"))
+            ).error_code == E.none
+    d = (await call(conn, DESCRIBE, 4, {"resources": [{"resource_type": 16, "resource_name": "sub-a",
+                                                       "configuration_keys": None}],
+                                        "include_synonyms": False, "include_documentation": False})).results[0]
+    assert d.error_code == E.none
+    assert {c.name: (c.value, c.config_source) for c in d.configs} == {
+        "metrics": ("org.apache.kafka.producer.", 8), "interval.ms": ("1000", 8), "match": ("", 5)}
+    for version in (0, 1):
+        listed = await call(conn, LIST, version, {"resource_types": [16]} if version else {})
+        assert [(r.resource_name, getattr(r, "resource_type", 16)) for r in listed.config_resources] == \
+            [("sub-a", 16)]
+    bad = [(("interval.ms", "50"), E.invalid_request), (("match", "nonsense=x"), E.invalid_config),
+           (("color", "blue"), E.invalid_request)]
+    for config, code in bad:
+        assert (await alter(conn, "sub-a", config)).error_code == code, config
+    assert (await alter(conn, "sub-a", ("metrics", None), ("interval.ms", None))).error_code == E.none
+    assert (await call(conn, LIST, 0)).config_resources == ()
+
+
+async def test_get_and_push_follow_kafkas_checks(gateway, conn):
+    """An id is assigned for the zero one; a second get or push inside the interval is throttled;
+    a wrong subscription id, an unknown codec, an undecodable or too large payload each get Kafka's
+    error; the pushed metrics are scraped with the client's labels, and go with its terminating push."""
+    assert (await alter(conn, "all", ("metrics", "*"), ("interval.ms", str(LONG)),
+                        ("match", "client_software_name=wire-.*"))).error_code == E.none
+    got = await call(conn, GET, 0, {"client_instance_id": uuid.UUID(int=0)})
+    assert got.error_code == E.none and got.client_instance_id != uuid.UUID(int=0)
+    assert (list(got.requested_metrics), int(got.push_interval.total_seconds() * 1000)) == (["*"], LONG)
+    assert (list(got.accepted_compression_types), got.telemetry_max_bytes, got.delta_temporality) == \
+        ([4, 3, 1, 2], 1024 * 1024, True)
+    me = got.client_instance_id
+    again = await call(conn, GET, 0, {"client_instance_id": me})
+    assert again.error_code == E.throttling_quota_exceeded
+
+    def push(sid: int, payload: bytes, *, compression: int = 0, terminating: bool = False) -> Any:
+        return call(conn, PUSH, 0, {"client_instance_id": me, "subscription_id": sid, "terminating": terminating,
+                                    "compression_type": compression, "metrics": payload})
+
+    sid = got.subscription_id
+    # the push after a get is taken inside the interval (clients jitter it), not the next one
+    assert (await push(sid, bytes(cramjam.gzip.compress(metrics_data(2.5, counter=3))), compression=1)
+            ).error_code == E.none
+    assert (await push(sid, metrics_data(1.0))).error_code == E.throttling_quota_exceeded
+    scraped = samples(await scrape(gateway))
+    labels = {"client_instance_id": str(me), "client_id": "test", "client_software_name": "wire-test",
+              "client_software_version": "1.0"}
+    assert scraped[("org_apache_kafka_producer_record_queue_time_avg",
+                    frozenset({**labels, "node_id": "1"}.items()))] == 2.5
+    assert scraped[("org_apache_kafka_producer_record_send_total", frozenset(labels.items()))] == 3
+    # a terminating push is taken inside the interval, its metrics too; then nothing more is
+    assert (await push(sid, metrics_data(4.0, counter=2), terminating=True)).error_code == E.none
+    assert "org_apache_kafka" not in await scrape(gateway)
+    assert (await push(sid, b"")).error_code == E.invalid_request
+
+    me = (await call(conn, GET, 0, {"client_instance_id": uuid.UUID(int=0)})).client_instance_id
+    assert (await push(sid + 1, b"")).error_code == E.unknown_subscription_id
+    # after UNKNOWN_SUBSCRIPTION_ID a get is answered at once
+    assert (await call(conn, GET, 0, {"client_instance_id": me})).error_code == E.none
+    for payload, compression, code in [(b"\xff\xff\xff", 0, E.invalid_record), (b"x", 9, E.unsupported_compression_type),
+                                       (b"\x00" * (1024 * 1024 + 1), 0, E.telemetry_too_large),
+                                       (bytes(cramjam.zstd.compress(b"\x00" * (1024 * 1024 + 1))), 4,
+                                        E.telemetry_too_large)]:
+        other = await call(conn, GET, 0, {"client_instance_id": uuid.UUID(int=0)})
+        me = other.client_instance_id
+        assert (await push(other.subscription_id, payload, compression=compression)).error_code == code
+    assert (await call(conn, PUSH, 0, {"client_instance_id": uuid.UUID(int=0), "subscription_id": 0,
+                                       "terminating": False, "compression_type": 0, "metrics": b""})
+            ).error_code == E.invalid_request
+
+
+async def test_a_second_gateway_holds_a_client_to_its_interval(gateway, conn, redis_url):
+    """The push state is Redis's: a get answered by one gateway throttles the next get on another."""
+    from tests.conftest import running_gateway, test_config
+
+    assert (await alter(conn, "all", ("metrics", "*"), ("interval.ms", str(LONG)))).error_code == E.none
+    me = (await call(conn, GET, 0, {"client_instance_id": uuid.UUID(int=0)})).client_instance_id
+    async with running_gateway(test_config(redis_url)) as other:
+        reader, writer = await asyncio.open_connection("127.0.0.1", other.listeners["kafka"].port)
+        try:
+            assert (await call((reader, writer), GET, 0, {"client_instance_id": me})).error_code == \
+                E.throttling_quota_exceeded
+        finally:
+            writer.close()
+
+
+async def test_librdkafka_pushes_its_metrics(gateway, conn):
+    """confluent-kafka (librdkafka, `enable.metrics.push` on by default) asks for its subscription,
+    pushes, and its metrics are scraped with its instance id and software as labels."""
+    assert (await alter(conn, "rdkafka", ("metrics", "org.apache.kafka."), ("interval.ms", "500"))
+            ).error_code == E.none
+    producer = ck.Producer({"bootstrap.servers": kafka_bootstrap(gateway), "client.id": "telemetry-producer"})
+    producer.produce("telemetry-topic", b"x")
+    assert await asyncio.to_thread(producer.flush, 10) == 0
+
+    async def pushed() -> dict[str, str] | None:
+        await asyncio.to_thread(producer.poll, 0.1)
+        for (name, labels), _ in samples(await scrape(gateway)).items():
+            got = dict(labels)
+            if name.startswith("org_apache_kafka_producer") and got.get("client_id") == "telemetry-producer":
+                return got
+        return None
+
+    labels = await eventually(pushed, what="librdkafka's telemetry in the scrape")
+    assert isinstance(labels, dict)
+    assert labels["client_software_name"] == "confluent-kafka-python"
+    uuid.UUID(labels["client_instance_id"])
