@@ -63,6 +63,7 @@ async def java(main: str, *args: str, timeout: float = TIMEOUT, check: bool = Tr
 # Kafka's scripts (bin/kafka-*.sh) and the main classes they run
 TOOLS = {
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
+    "kafka-client-metrics": "org.apache.kafka.tools.ClientMetricsCommand",
     "kafka-configs": "org.apache.kafka.tools.ConfigCommand",
     "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",

@@ -212,3 +212,28 @@ async def test_kafka_transactions_answers_as_on_kafka(gateway, kafka_broker):
     assert answers[1][0]["TransactionState"] == "Ongoing" and answers[2][0]["CurrentTransactionStartOffset"] == "3"
     assert answers[5][0]["CurrentTransactionStartOffset"] == "None"
     assert [line.split()[2] for line in answers[6]] == ["commit-0", "commit-1"]
+
+
+async def test_kafka_client_metrics_answers_as_on_kafka(gateway, kafka_broker):
+    """kafka-client-metrics (KIP-714's subscriptions as CLIENT_METRICS config resources): alter,
+    describe, list, refused values, delete, then described with only the defaults left. Its
+    selector matches no client, so the suite's other clients push nothing meanwhile."""
+    name = unique("metrics")
+
+    async def scenario(bs: str) -> list[tuple[int, str]]:
+        cm = ["kafka-client-metrics", "--bootstrap-server", bs]
+        runs = await tools(
+            [*cm, "--alter", "--name", name, "--metrics", "org.apache.kafka.producer.,org.apache.kafka.consumer.",
+             "--interval", "1000", "--match", "client_id=nobody-.*"],
+            [*cm, "--describe", "--name", name],
+            [*cm, "--list"],
+            [*cm, "--alter", "--name", name, "--interval", "70"],
+            [*cm, "--alter", "--name", name, "--match", "bogus=1"],
+            [*cm, "--delete", "--name", name],
+            [*cm, "--describe", "--name", name])
+        listed = runs[2]
+        return [(r.exit, r.out) for r in runs[:2]] + [(listed.exit, str(name in listed.out.split()))] + \
+            [(r.exit, r.out) for r in runs[3:]]
+
+    answers = await same_on_both(gateway, kafka_broker, scenario)
+    assert answers[2] == (0, "True") and "interval.ms=1000" in answers[1][1]

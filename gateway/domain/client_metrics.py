@@ -50,18 +50,10 @@ CACHE_EXPIRY_MS = 60_000
 """How long Kafka keeps a silent client instance at the least (three push intervals at the most)."""
 
 
-def _match_rule(value: str) -> str | None:
-    try:
-        parse_match([p for p in value.split(",") if p])
-    except InvalidConfig as exc:
-        return str(exc)
-    return None
-
-
 SPECS = {
     METRICS: ConfigDef(METRICS, Kind.LIST, "", "Telemetry metric name prefix list"),
     INTERVAL_MS: ConfigDef(INTERVAL_MS, Kind.INT, str(INTERVAL_MS_DEFAULT), "Metrics push interval in milliseconds"),
-    MATCH: ConfigDef(MATCH, Kind.LIST, "", "Client match criteria", rule=_match_rule),
+    MATCH: ConfigDef(MATCH, Kind.LIST, "", "Client match criteria"),
 }
 """ClientMetricsConfigs' three configs, in its order."""
 
@@ -176,6 +168,7 @@ class ClientMetricsService:
             if not MIN_INTERVAL_MS <= interval <= MAX_INTERVAL_MS:
                 raise InvalidRequest(f"Invalid value {interval} for {INTERVAL_MS}, interval must be between "
                                      f"{MIN_INTERVAL_MS} and {MAX_INTERVAL_MS} (1 hour)")
+            parse_match(_list(configs.get(MATCH, "")))
             out = dict(current)
             if configs:
                 out[name] = configs
