@@ -27,6 +27,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 
 from tests.conftest import eventually, kafka_bootstrap
+from tests.kafka_jvm import TOOLS, java_command
 from tests.kafka_wire import call
 from tests.test_metrics import samples, scrape
 
@@ -156,6 +157,15 @@ async def test_a_second_gateway_holds_a_client_to_its_interval(gateway, conn, re
             writer.close()
 
 
+async def client_labels(gateway: Any, prefix: str, client_id: str) -> dict[str, str] | None:
+    """The labels of a series of a client's metric family starting with `prefix`, once scraped."""
+    for (name, labels), _ in samples(await scrape(gateway)).items():
+        if name.startswith(prefix) and dict(labels).get("client_id") == client_id:
+            return dict(labels)
+    return None
+
+
+@pytest.mark.kafka
 async def test_librdkafka_pushes_its_metrics(gateway, conn):
     """confluent-kafka (librdkafka, `enable.metrics.push` on by default) asks for its subscription,
     pushes, and its metrics are scraped with its instance id and software as labels."""
@@ -167,13 +177,36 @@ async def test_librdkafka_pushes_its_metrics(gateway, conn):
 
     async def pushed() -> dict[str, str] | None:
         await asyncio.to_thread(producer.poll, 0.1)
-        for (name, labels), _ in samples(await scrape(gateway)).items():
-            got = dict(labels)
-            if name.startswith("org_apache_kafka_producer") and got.get("client_id") == "telemetry-producer":
-                return got
-        return None
+        return await client_labels(gateway, "org_apache_kafka_producer", "telemetry-producer")
 
     labels = await eventually(pushed, what="librdkafka's telemetry in the scrape")
     assert isinstance(labels, dict)
     assert labels["client_software_name"] == "confluent-kafka-python"
     uuid.UUID(labels["client_instance_id"])
+
+
+@pytest.mark.jvm
+async def test_the_java_client_pushes_its_metrics(gateway, conn, tmp_path):
+    """Kafka's Java producer (kafka-verifiable-producer, `enable.metrics.push` on by default) pushes
+    what its subscription asks for, scraped with its labels; killed, its series go."""
+    assert (await alter(conn, "java", ("metrics", "org.apache.kafka.producer."), ("interval.ms", "500"),
+                        ("match", "client_software_name=apache-kafka-java"))).error_code == E.none
+    config = tmp_path / "producer.properties"
+    config.write_text("client.id=telemetry-java\n")
+    proc = await asyncio.create_subprocess_exec(
+        *java_command(TOOLS["kafka-verifiable-producer"], "--bootstrap-server", kafka_bootstrap(gateway),
+                      "--topic", "telemetry-java", "--throughput", "10", "--producer.config", str(config)),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        labels = await eventually(lambda: client_labels(gateway, "org_apache_kafka_producer", "telemetry-java"),
+                                  timeout=60, what="the Java producer's telemetry in the scrape")
+    finally:
+        proc.kill()
+        await proc.wait()
+    assert isinstance(labels, dict) and labels["client_software_name"] == "apache-kafka-java"
+    uuid.UUID(labels["client_instance_id"])
+
+    async def gone() -> bool:  # killed, it pushes no more: its series go after twice its interval
+        return await client_labels(gateway, "org_apache_kafka", "telemetry-java") is None
+
+    await eventually(gone, what="the killed producer's series dropped")
