@@ -27,7 +27,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 )
 
 from tests.conftest import eventually, kafka_bootstrap
-from tests.kafka_jvm import TOOLS, java_command
+from tests.kafka_jvm import SUITE_SETTINGS, TOOLS, KafkaBroker, java_command
 from tests.kafka_wire import call
 from tests.test_metrics import samples, scrape
 
@@ -36,15 +36,30 @@ LONG = 300_000  # the longest interval a client gets: Kafka takes the least of t
 GET, PUSH, DESCRIBE, ALTER, LIST = 71, 72, 32, 44, 74
 
 
-@pytest.fixture
-async def conn(gateway: Any) -> AsyncIterator[Conn]:
+async def connect(bootstrap: str) -> Conn:
     """A raw connection that introduced itself as a v3 ApiVersions client does."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    host, port = bootstrap.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
     resp = await call((reader, writer), 18, 3, {"client_software_name": "wire-test",
                                                 "client_software_version": "1.0"})
     assert resp.error_code == E.none
+    return reader, writer
+
+
+@pytest.fixture
+async def conn(gateway: Any) -> AsyncIterator[Conn]:
+    reader, writer = await connect(kafka_bootstrap(gateway))
     yield reader, writer
     writer.close()
+
+
+@pytest.fixture(scope="module")
+def telemetry_broker(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The suite's Kafka 4.4 node with a client-telemetry exporter (tests/jvm's TelemetryExporter),
+    without which Kafka serves neither telemetry API: the reference for their answers."""
+    settings = {**SUITE_SETTINGS, "metric.reporters": "gateway.jvm.TelemetryExporter"}
+    with KafkaBroker(tmp_path_factory.mktemp("telemetry-broker"), settings=settings) as broker:
+        yield broker
 
 
 async def alter(conn: Conn, name: str, *configs: tuple[str, str | None]) -> Any:
@@ -67,6 +82,13 @@ def metrics_data(value: float, *, counter: int = 0) -> bytes:
         .SerializeToString()
 
 
+def big_metrics_data() -> bytes:
+    """Valid MetricsData over `telemetry.max.bytes` once decompressed, a few KB compressed."""
+    name = "org.apache.kafka.producer." + "x" * (1024 * 1024)
+    return MetricsData(resource_metrics=[ResourceMetrics(scope_metrics=[ScopeMetrics(metrics=[
+        Metric(name=name, gauge=Gauge(data_points=[NumberDataPoint(as_double=1.0)]))])])]).SerializeToString()
+
+
 async def test_subscriptions_are_config_resources(conn):
     """Set, described (own values CLIENT_METRICS_CONFIG, the rest defaults), listed by both
     ListConfigResources versions, validated as ClientMetricsConfigs.validate does, and gone once
@@ -78,7 +100,7 @@ async def test_subscriptions_are_config_resources(conn):
                                         "include_synonyms": False, "include_documentation": False})).results[0]
     assert d.error_code == E.none
     assert {c.name: (c.value, c.config_source) for c in d.configs} == {
-        "metrics": ("org.apache.kafka.producer.", 8), "interval.ms": ("1000", 8), "match": ("", 5)}
+        "metrics": ("org.apache.kafka.producer.", 7), "interval.ms": ("1000", 7), "match": ("", 5)}
     for version in (0, 1):
         listed = await call(conn, LIST, version, {"resource_types": [16]} if version else {})
         assert [(r.resource_name, getattr(r, "resource_type", 16)) for r in listed.config_resources] == \
@@ -94,7 +116,7 @@ async def test_subscriptions_are_config_resources(conn):
 async def test_get_and_push_follow_kafkas_checks(gateway, conn):
     """An id is assigned for the zero one; a second get or push inside the interval is throttled;
     a wrong subscription id, an unknown codec, an undecodable or too large payload each get Kafka's
-    error; the pushed metrics are scraped with the client's labels, and go with its terminating push."""
+    error (one too large only once decompressed is INVALID_RECORD, as Kafka 4.4 answers it); the pushed metrics are scraped with the client's labels, and go with its terminating push."""
     assert (await alter(conn, "all", ("metrics", "*"), ("interval.ms", str(LONG)),
                         ("match", "client_software_name=wire-.*"))).error_code == E.none
     got = await call(conn, GET, 0, {"client_instance_id": uuid.UUID(int=0)})
@@ -132,8 +154,7 @@ async def test_get_and_push_follow_kafkas_checks(gateway, conn):
     assert (await call(conn, GET, 0, {"client_instance_id": me})).error_code == E.none
     for payload, compression, code in [(b"\xff\xff\xff", 0, E.invalid_record), (b"x", 9, E.unsupported_compression_type),
                                        (b"\x00" * (1024 * 1024 + 1), 0, E.telemetry_too_large),
-                                       (bytes(cramjam.zstd.compress(b"\x00" * (1024 * 1024 + 1))), 4,
-                                        E.telemetry_too_large)]:
+                                       (bytes(cramjam.zstd.compress(big_metrics_data())), 4, E.invalid_record)]:
         other = await call(conn, GET, 0, {"client_instance_id": uuid.UUID(int=0)})
         me = other.client_instance_id
         assert (await push(other.subscription_id, payload, compression=compression)).error_code == code
@@ -210,3 +231,61 @@ async def test_the_java_client_pushes_its_metrics(gateway, conn, tmp_path):
         return await client_labels(gateway, "org_apache_kafka", "telemetry-java") is None
 
     await eventually(gone, what="the killed producer's series dropped")
+
+
+async def telemetry_session(bootstrap: str) -> list[Any]:
+    """A subscription set, then every answer of ClientMetricsManager's checks, with what differs
+    between two clusters (instance and subscription ids) left out."""
+    conn = await connect(bootstrap)
+    try:
+        assert (await alter(conn, "reference", ("metrics", "org.apache.kafka.producer."), ("interval.ms", str(LONG)),
+                            ("match", "client_software_name=wire-test"))).error_code == E.none
+
+        async def new_client() -> Any:  # a client sending the zero id, once the subscription applies
+            got = await call(conn, GET, 0, {"client_instance_id": uuid.UUID(int=0)})
+            return got if list(got.requested_metrics) else None
+
+        def push(client: Any, payload: bytes, *, sid: int | None = None, compression: int = 0,
+                 terminating: bool = False) -> Any:
+            return call(conn, PUSH, 0, {"client_instance_id": client.client_instance_id, "terminating": terminating,
+                                        "subscription_id": client.subscription_id if sid is None else sid,
+                                        "compression_type": compression, "metrics": payload})
+
+        first = await eventually(new_client, what="the subscription applied")
+        out: list[Any] = [(first.error_code, list(first.requested_metrics), first.push_interval,
+                           list(first.accepted_compression_types), first.telemetry_max_bytes, first.delta_temporality)]
+        valid = bytes(cramjam.gzip.compress(metrics_data(1.0)))
+        out += [(await call(conn, GET, 0, {"client_instance_id": first.client_instance_id})).error_code,
+                (await push(first, valid, compression=1)).error_code, (await push(first, valid)).error_code,
+                (await push(first, metrics_data(2.0), terminating=True)).error_code,
+                (await push(first, metrics_data(2.0))).error_code]
+        other = await new_client()
+        out += [(await push(other, b"", sid=other.subscription_id + 1)).error_code,
+                (await call(conn, GET, 0, {"client_instance_id": other.client_instance_id})).error_code]
+        for payload, compression in [(b"\xff\xff\xff", 0), (metrics_data(1.0), 9), (b"\x00" * (1024 * 1024 + 1), 0),
+                                     (bytes(cramjam.zstd.compress(metrics_data(1.0))), 4),
+                                     (bytes(cramjam.zstd.compress(big_metrics_data())), 4)]:
+            out.append((await push(await new_client(), payload, compression=compression)).error_code)
+        out.append((await call(conn, PUSH, 0, {"client_instance_id": uuid.UUID(int=0), "subscription_id": 0,
+                                               "terminating": False, "compression_type": 0, "metrics": b""})
+                    ).error_code)
+        described = await call(conn, DESCRIBE, 4, {"resources": [{"resource_type": 16, "resource_name": "reference",
+                                                                  "configuration_keys": None}],
+                                                   "include_synonyms": True, "include_documentation": False})
+        out.append([(c.name, c.value, c.config_source, c.config_type, [(y.name, y.value, y.source) for y in c.synonyms])
+                    for c in described.results[0].configs])
+        out.append([r.resource_name for r in (await call(conn, LIST, 1, {"resource_types": [16]})).config_resources])
+        assert (await alter(conn, "reference", ("metrics", None), ("interval.ms", None), ("match", None))
+                ).error_code == E.none
+        return out
+    finally:
+        conn[1].close()
+
+
+@pytest.mark.jvm
+@pytest.mark.slow
+async def test_telemetry_answers_as_on_kafka(gateway, telemetry_broker):
+    """The same session against Kafka 4.4 with a telemetry exporter and against the gateway."""
+    on_kafka = await telemetry_session(telemetry_broker.bootstrap)
+    on_gateway = await telemetry_session(kafka_bootstrap(gateway))
+    assert on_gateway == on_kafka

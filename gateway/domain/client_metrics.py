@@ -227,8 +227,8 @@ class ClientMetricsService:
         elif payload:
             try:
                 raw = decompress(Compression(compression), payload)
-                if len(raw) > TELEMETRY_MAX_BYTES:
-                    verdict = "too_large"
+                if len(raw) > TELEMETRY_MAX_BYTES:  # Kafka 4.4 fails its export: INVALID_RECORD
+                    verdict = "invalid_record"
                 else:
                     data = MetricsData.FromString(raw)
             except (CorruptMessage, DecodeError):

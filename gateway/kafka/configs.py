@@ -40,7 +40,7 @@ SOURCE_DYNAMIC_BROKER = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
-SOURCE_CLIENT_METRICS = 8  # CLIENT_METRICS_CONFIG
+SOURCE_CLIENT_METRICS = 7  # CLIENT_METRICS_CONFIG
 # Errors.INVALID_REQUEST's own message, which Kafka answers for a request it fails as a whole
 INVALID_REQUEST_MESSAGE = ("This most likely occurs because of a request being malformed by the client library or "
                            "the message was sent to an incompatible broker. See the broker logs for more details.")
