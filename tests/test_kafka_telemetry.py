@@ -89,9 +89,9 @@ def big_metrics_data() -> bytes:
         Metric(name=name, gauge=Gauge(data_points=[NumberDataPoint(as_double=1.0)]))])])]).SerializeToString()
 
 
-async def test_subscriptions_are_config_resources(conn):
+async def test_subscriptions_are_config_resources(gateway, conn):
     """Set, described (own values CLIENT_METRICS_CONFIG, the rest defaults), listed by both
-    ListConfigResources versions, validated as ClientMetricsConfigs.validate does, and gone once
+    ListConfigResources versions (v1's every type beside them), validated as ClientMetricsConfigs.validate does, and gone once
     every config is deleted."""
     assert (await alter(conn, "sub-a", ("metrics", "org.apache.kafka.producer."), ("interval.ms", "1000"))
             ).error_code == E.none
@@ -105,6 +105,13 @@ async def test_subscriptions_are_config_resources(conn):
         listed = await call(conn, LIST, version, {"resource_types": [16]} if version else {})
         assert [(r.resource_name, getattr(r, "resource_type", 16)) for r in listed.config_resources] == \
             [("sub-a", 16)]
+    await call(conn, 19, 7, {"topics": [{"name": n, "num_partitions": 1, "replication_factor": 1, "assignments": [],
+                                         "configs": []} for n in ("t-b", "t-a")], "timeout": 10000,
+                             "validate_only": False})
+    every = await call(conn, LIST, 1, {"resource_types": []})
+    node = str(gateway.config.node_id)
+    assert [(r.resource_name, r.resource_type) for r in every.config_resources] == \
+        [("sub-a", 16), (node, 8), (node, 4), ("t-a", 2), ("t-b", 2)]
     bad = [(("interval.ms", "50"), E.invalid_request), (("match", "nonsense=x"), E.invalid_config),
            (("color", "blue"), E.invalid_request)]
     for config, code in bad:
@@ -275,6 +282,9 @@ async def telemetry_session(bootstrap: str) -> list[Any]:
         out.append([(c.name, c.value, c.config_source, c.config_type, [(y.name, y.value, y.source) for y in c.synonyms])
                     for c in described.results[0].configs])
         out.append([r.resource_name for r in (await call(conn, LIST, 1, {"resource_types": [16]})).config_resources])
+        # every type, highest first (node ids differ: the types are compared), and one Kafka does not know
+        out.append([r.resource_type for r in (await call(conn, LIST, 1, {"resource_types": []})).config_resources])
+        out.append((await call(conn, LIST, 1, {"resource_types": [99]})).error_code)
         assert (await alter(conn, "reference", ("metrics", None), ("interval.ms", None), ("match", None))
                 ).error_code == E.none
         return out

@@ -1,6 +1,6 @@
 """KIP-714's client telemetry on the Kafka face: GetTelemetrySubscriptions (71), PushTelemetry (72)
-and ListConfigResources (74, once ListClientMetricsResources), as Kafka 4.4's KafkaApis hands them
-to its ClientMetricsManager (`gateway.domain.client_metrics` holds the semantics); the
+and ListConfigResources (74, once ListClientMetricsResources, which KIP-1142 widened to every config
+resource type), as Kafka 4.4's KafkaApis hands them to its ClientMetricsManager (`gateway.domain.client_metrics` holds the semantics); the
 CLIENT_METRICS config resources themselves are `gateway.kafka.configs`'."""
 
 from __future__ import annotations
@@ -74,13 +74,36 @@ async def push_telemetry(ctx: RequestContext, req: Any) -> Any:
     return codec.build(cls, {"throttle_time": 0, "error_code": _PUSH_ERRORS.get(verdict, KafkaError.none)})
 
 
+RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_GROUP = 2, 4, 8, 32
+
+
 @handles(ApiKey.LIST_CONFIG_RESOURCES, 0, 1)
 async def list_config_resources(ctx: RequestContext, req: Any) -> Any:
-    """The client-metrics subscriptions (v0 lists nothing else; v1 when its types ask for them or
-    for every type)."""
+    """v0 lists the client-metrics subscriptions alone; v1 the resources of the types asked for (none:
+    every type), as Kafka 4.4 answers: groups with configs set, client-metrics subscriptions, each
+    live gateway as a broker and a broker logger, topics, in that order (by type, highest first),
+    each type's names sorted; an unknown type is UNSUPPORTED_VERSION."""
     cls = codec.response_class(ApiKey.LIST_CONFIG_RESOURCES, ctx.api_version)
-    types = set(getattr(req, "resource_types", ()) or ())
-    names = [] if types and RESOURCE_CLIENT_METRICS not in types else \
-        sorted((await ctx.services.client_metrics.subscriptions())[1])
-    return codec.build(cls, {"throttle_time": 0, "error_code": KafkaError.none, "config_resources": [
-        {"resource_name": n, "resource_type": RESOURCE_CLIENT_METRICS} for n in names]})
+    known = (RESOURCE_GROUP, RESOURCE_CLIENT_METRICS, RESOURCE_BROKER_LOGGER, RESOURCE_BROKER, RESOURCE_TOPIC)
+    asked = set(getattr(req, "resource_types", ()) or ()) if ctx.api_version >= 1 else {RESOURCE_CLIENT_METRICS}
+    if asked - set(known):
+        return codec.build(cls, {"throttle_time": 0, "error_code": KafkaError.unsupported_version,
+                                 "config_resources": []})
+    out = []
+    for kind in known:
+        if asked and kind not in asked:
+            continue
+        out += [{"resource_name": n, "resource_type": kind} for n in sorted(await _names(ctx, kind))]
+    return codec.build(cls, {"throttle_time": 0, "error_code": KafkaError.none, "config_resources": out})
+
+
+async def _names(ctx: RequestContext, kind: int) -> list[str]:
+    services = ctx.services
+    if kind == RESOURCE_CLIENT_METRICS:
+        return list((await services.client_metrics.subscriptions())[1])
+    if kind == RESOURCE_TOPIC:
+        return [t.name for t in await services.log.list_topics()]
+    if kind in (RESOURCE_BROKER, RESOURCE_BROKER_LOGGER):
+        return [str(p.node_id) for p in services.registry.live()]
+    return [g.group_id for g in await services.share.list_groups()  # the groups that hold configs
+            if await services.share.configs(g.group_id, fresh=True)]
