@@ -299,3 +299,22 @@ async def test_telemetry_answers_as_on_kafka(gateway, telemetry_broker):
     on_kafka = await telemetry_session(telemetry_broker.bootstrap)
     on_gateway = await telemetry_session(kafka_bootstrap(gateway))
     assert on_gateway == on_kafka
+
+
+async def test_metrics_named_like_the_gateways_or_unnamed_are_left_out(gateway, conn):
+    """A client cannot shadow the gateway's own families, nor break the scrape with names Prometheus
+    refuses: those metrics are left out, the others exported."""
+    assert (await alter(conn, "all", ("metrics", "*"))).error_code == E.none
+    got = await call(conn, GET, 0, {"client_instance_id": uuid.UUID(int=0)})
+    odd = [KeyValue(key="__name__", value=AnyValue(string_value="x")),
+           KeyValue(key="9th", value=AnyValue(int_value=9))]
+    metrics = [Metric(name=n, gauge=Gauge(data_points=[NumberDataPoint(as_double=1.0, attributes=odd)]))
+               for n in ("gateway_requests", "9lives", "", "client.ok")]
+    payload = MetricsData(resource_metrics=[ResourceMetrics(scope_metrics=[ScopeMetrics(metrics=metrics)])])
+    assert (await call(conn, PUSH, 0, {"client_instance_id": got.client_instance_id, "terminating": False,
+                                       "subscription_id": got.subscription_id, "compression_type": 0,
+                                       "metrics": payload.SerializeToString()})).error_code == E.none
+    exported = {name: dict(labels) for (name, labels), _ in samples(await scrape(gateway)).items()
+                if dict(labels).get("client_instance_id") == str(got.client_instance_id)}
+    assert list(exported) == ["client_ok"]
+    assert (exported["client_ok"]["name__"], exported["client_ok"]["attribute_9th"]) == ("x", "9")

@@ -48,6 +48,8 @@ ACCEPTED_COMPRESSION = [Compression.ZSTD, Compression.LZ4, Compression.GZIP, Com
 """ClientMetricsManager's SUPPORTED_COMPRESSION_TYPES, in its order of preference."""
 CACHE_EXPIRY_MS = 60_000
 """How long Kafka keeps a silent client instance at the least (three push intervals at the most)."""
+MAX_SERIES = 10_000
+"""Series one client may have exported: a client pushing ever new attribute values stops there."""
 
 
 SPECS = {
@@ -136,6 +138,12 @@ class Family:
 
 _NAME = re.compile(r"[^a-zA-Z0-9_:]")
 _LABEL = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _label(key: str) -> str:
+    """An attribute's key as a Prometheus label name (never a reserved `__` one)."""
+    out = _LABEL.sub("_", key).lstrip("_")
+    return "attribute_" + out if not out or out[0].isdigit() else out
 
 
 def _any(v: AnyValue) -> str:
@@ -260,6 +268,8 @@ class ClientMetricsService:
 
     def _metric(self, series: _Series, m: Any) -> None:
         name = _NAME.sub("_", m.name)
+        if not name or name[0].isdigit() or name.startswith("gateway_"):  # not a name, or one of ours
+            return
         kind = m.WhichOneof("data")
         points: list[tuple[str, Any, float, bool]] = []  # family suffix, point, value, whether it adds up
         if kind == "gauge":
@@ -275,10 +285,12 @@ class ClientMetricsService:
             return
         family_kind = "counter" if kind == "sum" and m.sum.is_monotonic else "gauge"
         for suffix, p, value, adds in points:
-            labels = {_LABEL.sub("_", a.key): _any(a.value) for a in p.attributes}
+            labels = {_label(a.key): _any(a.value) for a in p.attributes}
             labels.update(series.identity)
             _, _, samples = series.families.setdefault(name + suffix, (family_kind, m.description or m.name, {}))
             key = tuple(sorted(labels.items()))
+            if key not in samples and sum(len(f[2]) for f in series.families.values()) >= MAX_SERIES:
+                continue
             samples[key] = samples.get(key, 0.0) + value if adds else value
 
     @staticmethod
