@@ -1,0 +1,152 @@
+"""Kafka Connect 4.4 in distributed mode on the gateway: its config, offset and status topics live
+there, FileStreamSource and FileStreamSink move a file's lines through a topic with exactly-once
+source support (KIP-618), a worker SIGKILLed mid-stream and restarted, a second worker joining.
+Also the worker's refusal of a config topic that is not compacted, compared with Kafka's."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from tests.conftest import eventually, kafka_bootstrap
+from tests.kafka_clients import create_topic
+from tests.kafka_connect import HERDER_FAILED, ConnectWorker, start_workers
+from tests.kafka_jvm import tools, unique
+
+pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
+
+SOURCE = "org.apache.kafka.connect.file.FileStreamSourceConnector"
+SINK = "org.apache.kafka.connect.file.FileStreamSinkConnector"
+# three appends of a growing file: the worker is killed while it sends the second, the largest
+LINES = [f"line-{i:05d}" for i in range(22000)]
+CHUNKS = (LINES[:1000], LINES[1000:21000], LINES[21000:])
+
+
+async def read_committed(bs: str, topic: str, count: int, timeout: float = 90.0) -> list[str]:
+    """The committed values of the one-partition `topic`, read until there are `count` of them (the
+    consumer waits on its fetches, failing at `timeout`) and then on to the last stable offset, so a
+    value written twice shows."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed", enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        values: list[str] = []
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(values) < count or await consumer.position(tp) < (await consumer.end_offsets([tp]))[tp]:
+            assert asyncio.get_running_loop().time() < deadline, f"{len(values)} of {count} values in {timeout}s"
+            got = await consumer.getmany(tp, timeout_ms=1000)
+            values += [r.value.decode() for r in got.get(tp, [])]
+        return values
+    finally:
+        await consumer.stop()
+
+
+def append(path: Path, lines: list[str]) -> None:
+    with path.open("a") as file:
+        file.write("".join(line + "\n" for line in lines))
+
+
+async def producer_epoch(bs: str, transactional_id: str) -> int:
+    """The producer epoch of a transactional id, as kafka-transactions describe prints it."""
+    (run,) = await tools(["kafka-transactions", "--bootstrap-server", bs, "describe",
+                          "--transactional-id", transactional_id])
+    assert run.exit == 0, run.out
+    header, row = run.out.strip().splitlines()[-2:]
+    return int(dict(zip(header.split(), row.split(), strict=False))["ProducerEpoch"])
+
+
+@pytest.fixture(params=["gateway", "kafka"])
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    """The same scenario on the gateway and on Kafka 4.4, so a failure says whose it is."""
+    if request.param == "kafka":
+        return request.getfixturevalue("kafka_broker").bootstrap
+    return kafka_bootstrap(request.getfixturevalue("gateway"))
+
+
+@pytest.mark.timeout(300)
+async def test_file_lines_move_once_each_through_a_worker_killed_mid_stream(bootstrap: str, tmp_path: Path):
+    """KIP-618 on the gateway: the source task's producer is transactional (transactional.id
+    `<group>-<connector>-<task>`), each poll one transaction with its source offset; a worker
+    SIGKILLed mid-stream leaves a zombie that the restarted task's InitProducerId fences, and the
+    topic read read_committed holds every line once, in order. Then a sink writes them out, a second
+    worker takes half the work (the `connect` protocol's incremental cooperative assignment), and a
+    stopped connector's offsets altered (KIP-875) fence its producers with Admin.fenceProducers."""
+    bs, group = bootstrap, unique("connect")
+    topic, source_file, sink_file = unique("lines"), tmp_path / "in.txt", tmp_path / "out.txt"
+    append(source_file, CHUNKS[0])
+    first = ConnectWorker(tmp_path / "first", bs, group)
+    try:
+        await start_workers(first)
+        created = await first.rest("POST", "/connectors", {"name": "src", "config": {
+            # a transaction a poll, of up to batch.size (2000) lines
+            "connector.class": SOURCE, "file": str(source_file), "topic": topic, "tasks.max": "1",
+            "exactly.once.support": "required", "transaction.boundary": "poll"}})
+        assert created.get("name") == "src", created
+        assert await read_committed(bs, topic, len(CHUNKS[0])) == CHUNKS[0]
+        append(source_file, CHUNKS[1])
+        # the first transaction of the second append committed, nine more to go: kill
+        await read_committed(bs, topic, len(CHUNKS[0]) + 1)
+        first.kill()
+        await start_workers(first)
+        append(source_file, CHUNKS[2])
+        assert await read_committed(bs, topic, len(LINES)) == LINES
+
+        await first.rest("POST", "/connectors", {"name": "sink", "config": {
+            "connector.class": SINK, "file": str(sink_file), "topics": topic, "tasks.max": "1"}})
+        await eventually(lambda: sink_file.exists() and len(sink_file.read_text().splitlines()) >= len(LINES),
+                         what="every line written out", timeout=60)
+        assert sink_file.read_text().splitlines() == LINES
+
+        second = ConnectWorker(tmp_path / "second", bs, group)
+        try:
+            await start_workers(second)
+
+            async def spread() -> bool:
+                placed = {s["connector"]["worker_id"] for s in await _statuses(first)}
+                placed |= {t["worker_id"] for s in await _statuses(first) for t in s["tasks"]}
+                return placed == {f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"}
+
+            await eventually(spread, what="work on both workers", timeout=60)
+        finally:
+            second.kill()
+
+        before = await producer_epoch(bs, f"{group}-src-0")
+        assert (await first.rest("PUT", "/connectors/src/stop")) is None
+        await eventually(lambda: _state(first, "src", "STOPPED"), what="the source stopped", timeout=60)
+        altered = await first.rest("PATCH", "/connectors/src/offsets", {"offsets": [
+            {"partition": {"filename": str(source_file)}, "offset": {"position": source_file.stat().st_size}}]})
+        assert "altered successfully" in altered["message"], altered
+        assert await producer_epoch(bs, f"{group}-src-0") > before
+    finally:
+        first.kill()
+
+
+async def _statuses(worker: ConnectWorker) -> list[dict]:
+    return [await worker.rest("GET", f"/connectors/{name}/status") for name in await worker.rest("GET", "/connectors")]
+
+
+async def _state(worker: ConnectWorker, name: str, state: str) -> bool:
+    return (await worker.rest("GET", f"/connectors/{name}/status"))["connector"]["state"] == state
+
+
+async def test_a_config_topic_not_compacted_is_refused_as_kafka_refuses_it(gateway, kafka_broker, tmp_path: Path):
+    """Connect's KafkaConfigBackingStore checks `cleanup.policy` with DescribeConfigs and stops the
+    worker on a topic that deletes: the same line on both, the one a user reads."""
+    seen = {}
+    for name, bs in (("kafka", kafka_broker.bootstrap), ("gateway", kafka_bootstrap(gateway))):
+        group = unique("connect")
+        await create_topic(bs, f"{group}-configs", 1, **{"cleanup.policy": "delete"})
+        worker = ConnectWorker(tmp_path / name, bs, group=group)
+        try:
+            await start_workers(worker)
+            failure = await asyncio.to_thread(worker.line_after, HERDER_FAILED)
+        finally:
+            worker.kill()
+        seen[name] = failure.replace(group, "GROUP").strip()
+    assert "cleanup.policy=compact" in seen["kafka"], seen
+    assert seen["gateway"] == seen["kafka"]
