@@ -85,7 +85,7 @@ class ConnectWorker:
         self.proc = subprocess.Popen(java_command(DISTRIBUTED, str(config), options=["-Xmx512m"], log_level="INFO"),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._copy_log, daemon=True).start()
-        self.line_after(STARTED, timeout)
+        self.logged(STARTED, timeout)
 
     def _copy_log(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -100,21 +100,23 @@ class ConnectWorker:
             self.lines.append("")  # the end of its output
             self.grew.notify_all()
 
-    def line_after(self, pattern: str, timeout: float = TIMEOUT) -> str:
-        """The log line after the first one matching `pattern` (a regular expression), awaited."""
+    def logged(self, pattern: str, timeout: float = TIMEOUT, then: int = 0) -> str:
+        """The first log line matching `pattern` (a regular expression), or the `then`-th after it,
+        awaited; the worker stopping first fails."""
         with self.grew:
-            found = self.grew.wait_for(lambda: self._after(pattern) is not None, timeout)
+            found = self.grew.wait_for(lambda: self._line(pattern, then) is not None, timeout)
             assert found, f"the Connect worker logged no {pattern!r} within {timeout}s; its log: {self.log}"
-            after = self._after(pattern)
-        assert after, f"the Connect worker stopped before its {pattern!r}; its log: {self.log}"
-        return after
+            line = self._line(pattern, then)
+        assert line, f"the Connect worker stopped before its {pattern!r}; its log: {self.log}"
+        return line
 
-    def _after(self, pattern: str) -> str | None:
+    def _line(self, pattern: str, then: int) -> str | None:
+        """The line wanted, "" if the output ended first, None while it may still come."""
         for i, line in enumerate(self.lines):
             if line == "":
                 return ""
             if re.search(pattern, line):
-                return self.lines[i + 1] if i + 1 < len(self.lines) else None
+                return self.lines[i + then] if i + then < len(self.lines) else None
         return None
 
     def kill(self) -> None:

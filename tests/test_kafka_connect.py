@@ -144,7 +144,7 @@ async def test_a_config_topic_not_compacted_is_refused_as_kafka_refuses_it(gatew
         worker = ConnectWorker(tmp_path / name, bs, group=group)
         try:
             await start_workers(worker)
-            failure = await asyncio.to_thread(worker.line_after, HERDER_FAILED)
+            failure = await asyncio.to_thread(worker.logged, HERDER_FAILED, then=1)
         finally:
             worker.kill()
         seen[name] = failure.replace(group, "GROUP").strip()

@@ -33,7 +33,10 @@ import pytest
 from gateway.client import AuthorizationFailed, Client
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import EmbeddedRedis, free_port
-from tests.conftest import EXAMPLES, admin_url, in_spark, kafka_bootstrap, native_url, run_program
+from tests.conftest import EXAMPLES, admin_url, eventually, in_spark, kafka_bootstrap, native_url, run_program
+from tests.kafka_clients import create_topic, produce
+from tests.kafka_connect import ConnectWorker, start_workers
+from tests.kafka_jvm import unique
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -50,6 +53,7 @@ RUN = {
     "F.window": "test_spark_snippets",
     'writeStream.format("gateway")': "test_spark_snippets",
     "GATEWAY_ADMIN_TOKEN=": "test_security_snippet",
+    "MirrorSourceConnector": "test_moving_from_kafka_snippet",
 }
 
 
@@ -220,3 +224,106 @@ async def stopped(pid: int, timeout: float = 30.0) -> None:
         assert ready, f"the gateway {pid} did not stop within {timeout}s of SIGTERM"
     finally:
         os.close(fd)
+
+
+
+def mirrored(text: str, source: str, target: str, connect: str, topic: str, group: str, back: bool) -> str:
+    """The README's MirrorMaker 2 block from `source` to `target` (Kafka's `kafka:9092` and the
+    gateway's `localhost:9092` in the text) through the Connect cluster at `connect`, for `topic`
+    and `group`; `back` swaps the clusters' aliases too, as the README's way back does."""
+    ours = {"kafka:9092": source, "localhost:9092": target, "http://localhost:8083": connect,
+            "payments": topic, "billing": group}
+    if back:
+        ours |= {'"source.cluster.alias": "kafka"': '"source.cluster.alias": "gateway"',
+                 '"target.cluster.alias": "gateway"': '"target.cluster.alias": "kafka"'}
+    return re.sub("|".join(map(re.escape, ours)), lambda m: ours[m.group()], text)
+
+
+async def consume_group(bs: str, group: str, topic: str, count: int) -> list[bytes]:
+    """`count` values read by a member of `group` subscribed to `topic`, its offsets committed
+    before it leaves (as a consumer stopped for a move does)."""
+    import confluent_kafka as ck
+
+    def run() -> list[bytes]:
+        consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
+                                "enable.auto.commit": False})
+        values: list[bytes] = []
+        try:
+            consumer.subscribe([topic])
+            while len(values) < count:
+                msg = consumer.poll(60)
+                assert msg is not None, f"{len(values)} of {count} records of {topic} within 60s"
+                assert msg.error() is None, msg.error()
+                values.append(msg.value())
+            consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+        return values
+
+    return await asyncio.to_thread(run)
+
+
+async def group_offsets(bs: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The committed offsets of `group` in `topic`, as the Admin API lists them."""
+    import confluent_kafka as ck
+    import confluent_kafka.admin as cka
+
+    def run() -> dict[int, int]:
+        admin = cka.AdminClient({"bootstrap.servers": bs})
+        request = ck.ConsumerGroupTopicPartitions(group, [ck.TopicPartition(topic, p) for p in range(partitions)])
+        listed = admin.list_consumer_group_offsets([request])[group].result(30)
+        return {tp.partition: tp.offset for tp in listed.topic_partitions if tp.offset >= 0}
+
+    return await asyncio.to_thread(run)
+
+
+async def topic_config(bs: str, topic: str, name: str) -> str:
+    import confluent_kafka.admin as cka
+
+    def run() -> str:
+        admin = cka.AdminClient({"bootstrap.servers": bs})
+        resource = cka.ConfigResource(cka.ResourceType.TOPIC, topic)
+        return str(admin.describe_configs([resource])[resource].result(30)[name].value)
+
+    return await asyncio.to_thread(run)
+
+
+@pytest.mark.jvm
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.apps
+@pytest.mark.timeout(300)
+async def test_moving_from_kafka_snippet(gateway: Gateway, kafka_broker: Any, tmp_path: Path) -> None:
+    """MirrorMaker 2 (connect-mirror's connectors in Kafka Connect 4.4) from Kafka 4.4 to the
+    gateway with the README's block, then back with the same block turned around: the topic with
+    its config and records, and the group's offsets, so that the group's next member on the new
+    cluster reads only what came after."""
+    kafka, gw = kafka_broker.bootstrap, kafka_bootstrap(gateway)
+    block_text = block("MirrorSourceConnector")
+    for back, (source, target) in enumerate([(kafka, gw), (gw, kafka)]):
+        topic, group = unique("payments"), unique("billing")
+        await create_topic(source, topic, 2, **{"retention.ms": "86400000"})
+        await produce("confluent", source, topic, [(b"k%d" % i, b"old-%d" % i) for i in range(40)])
+        assert len(await consume_group(source, group, topic, 40)) == 40
+        left_off = await group_offsets(source, group, topic, 2)
+        assert sum(left_off.values()) == 40
+
+        worker = ConnectWorker(tmp_path / f"connect-{back}", target, unique("mirror"),
+                               settings={"exactly.once.source.support": "disabled"})
+        try:
+            await start_workers(worker)
+            script = mirrored(block_text, source, target, worker.url, topic, group, bool(back))
+            code, out = await run_program("bash", "-c", script, timeout=60)
+            assert code == 0, out
+            await eventually(lambda: _equal(group_offsets(target, group, topic, 2), left_off),  # noqa: B023
+                             timeout=120, what="the group's offsets on the target")
+            assert await topic_config(target, topic, "retention.ms") == "86400000"
+            await produce("confluent", source, topic, [(b"k%d" % i, b"new-%d" % i) for i in range(10)])
+            resumed = await consume_group(target, group, topic, 10)
+            assert sorted(resumed) == sorted(b"new-%d" % i for i in range(10))
+        finally:
+            worker.kill()
+
+
+async def _equal(value: Any, expected: object) -> bool:
+    return bool(await value == expected)
