@@ -54,6 +54,7 @@ RUN = {
     'writeStream.format("gateway")': "test_spark_snippets",
     "GATEWAY_ADMIN_TOKEN=": "test_security_snippet",
     "MirrorSourceConnector": "test_moving_from_kafka_snippet",
+    'readStream.format("kafka")': "test_spark_kafka_snippet",
 }
 
 
@@ -161,6 +162,32 @@ async def test_spark_snippets(spark: Any, gateway: Gateway, client: Client, tmp_
     [info] = await client.list_partitions("results")
     copied = [(m.key, m.value) async for m in client.read_range("results", 0, 0)]
     assert copied == [(b"k", f"e{i}".encode()) for i in range(3)] and info.last_stable_offset == info.high_watermark
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+@pytest.mark.apps
+@pytest.mark.timeout(300)
+async def test_spark_kafka_snippet(spark: Any, gateway: Gateway, tmp_path: Path) -> None:
+    """Spark's own Kafka source and sink as the README shows them, on the gateway's Kafka port."""
+    bs = kafka_bootstrap(gateway)
+    for topic in ("clicks", "clicks-copy"):
+        await create_topic(bs, topic)
+    await produce("confluent", bs, "clicks", [(b"k", f"c{i}".encode()) for i in range(3)])
+    namespace: dict[str, Any] = {"spark": spark, "checkpoint": str(tmp_path / "checkpoint")}
+
+    def run() -> None:
+        exec(on(gateway, block('readStream.format("kafka")')), namespace)
+        query = namespace["copied"]
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+
+    await in_spark(spark, run)
+    async with await Client.connect(native_url(gateway)) as client:
+        copied = [(m.key, m.value) async for m in client.read_range("clicks-copy", 0, 0)]
+    assert copied == [(b"k", f"c{i}".encode()) for i in range(3)]
 
 
 async def test_security_snippet(tmp_path: Path) -> None:
