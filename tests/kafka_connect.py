@@ -126,16 +126,6 @@ class ConnectWorker:
         self.proc.kill()
         self.proc.wait(10)
 
-    def stop(self) -> None:
-        """A graceful stop (SIGTERM, as a service manager sends), SIGKILL if it hangs."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
     async def rest(self, method: str, path: str, body: object = None) -> Any:
         """One call of the worker's REST API, in a thread (a gateway under test may share the loop):
         the decoded JSON answer, or an `HTTPError`'s status and body as {"status", "error"}."""

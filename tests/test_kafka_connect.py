@@ -12,7 +12,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tests.conftest import eventually, kafka_bootstrap
-from tests.kafka_clients import create_topic
+from tests.kafka_clients import create_topic, topic_config
 from tests.kafka_connect import HERDER_FAILED, ConnectWorker, start_workers
 from tests.kafka_jvm import tools, unique
 
@@ -79,6 +79,8 @@ async def test_file_lines_move_once_each_through_a_worker_killed_mid_stream(eith
             "connector.class": SOURCE, "file": str(source_file), "topic": topic, "tasks.max": "1",
             "exactly.once.support": "required", "transaction.boundary": "poll"}})
         assert created.get("name") == "src", created
+        for internal in ("configs", "offsets", "status"):  # made by the worker, through CreateTopics
+            assert await topic_config(bs, f"{group}-{internal}", "cleanup.policy") == "compact"
         assert await read_committed(bs, topic, len(CHUNKS[0])) == CHUNKS[0]
         append(source_file, CHUNKS[1])
         # the first transaction of the second append committed, nine more to go: kill

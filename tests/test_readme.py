@@ -34,7 +34,7 @@ from gateway.client import AuthorizationFailed, Client
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import EmbeddedRedis, free_port
 from tests.conftest import EXAMPLES, admin_url, eventually, in_spark, kafka_bootstrap, native_url, run_program
-from tests.kafka_clients import create_topic, produce
+from tests.kafka_clients import create_topic, produce, topic_config
 from tests.kafka_connect import ConnectWorker, start_workers
 from tests.kafka_jvm import unique
 
@@ -135,6 +135,14 @@ async def test_watermark_snippet(gateway: Gateway, tmp_path: Path) -> None:
     assert [line for line in lines if line != "None"] == [watermark, watermark, "b'19.0' True", watermark]
 
 
+def run_to_end(query: Any) -> None:
+    """A README streaming query run until it has processed what its source holds, then stopped."""
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
 @pytest.mark.spark
 @pytest.mark.timeout(300)
 async def test_spark_snippets(spark: Any, gateway: Gateway, client: Client, tmp_path: Path) -> None:
@@ -151,11 +159,7 @@ async def test_spark_snippets(spark: Any, gateway: Gateway, client: Client, tmp_
         namespace["results"] = namespace["events"]  # any streaming DataFrame with a key and a value
         namespace["checkpoint"] = str(tmp_path / "checkpoint")
         exec(on(gateway, block('writeStream.format("gateway")')), namespace)
-        query = namespace["query"]
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        run_to_end(namespace["query"])
 
     await in_spark(spark, run)
     assert namespace["windows"].isStreaming and namespace["windows"].columns == ["window", "count"]
@@ -178,11 +182,7 @@ async def test_spark_kafka_snippet(spark: Any, gateway: Gateway, tmp_path: Path)
 
     def run() -> None:
         exec(on(gateway, block('readStream.format("kafka")')), namespace)
-        query = namespace["copied"]
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        run_to_end(namespace["copied"])
 
     await in_spark(spark, run)
     async with await Client.connect(native_url(gateway)) as client:
@@ -300,17 +300,6 @@ async def group_offsets(bs: str, group: str, topic: str, partitions: int) -> dic
         request = ck.ConsumerGroupTopicPartitions(group, [ck.TopicPartition(topic, p) for p in range(partitions)])
         listed = admin.list_consumer_group_offsets([request])[group].result(30)
         return {tp.partition: tp.offset for tp in listed.topic_partitions if tp.offset >= 0}
-
-    return await asyncio.to_thread(run)
-
-
-async def topic_config(bs: str, topic: str, name: str) -> str:
-    import confluent_kafka.admin as cka
-
-    def run() -> str:
-        admin = cka.AdminClient({"bootstrap.servers": bs})
-        resource = cka.ConfigResource(cka.ResourceType.TOPIC, topic)
-        return str(admin.describe_configs([resource])[resource].result(30)[name].value)
 
     return await asyncio.to_thread(run)
 
