@@ -17,7 +17,7 @@ from tests.conftest import in_spark
 from tests.kafka_clients import create_topic
 from tests.kafka_jvm import unique
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
+pytestmark = [pytest.mark.spark, pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
 
 BASE_TS = 1_700_000_000_000  # the records' own timestamps: startingOffsetsByTimestamp reads them
 
