@@ -12,6 +12,9 @@ since those ports may be taken where the suite runs. Beyond that:
   directory (its `./data`), with the listeners' ports and the admin URL set through the environment
   fallbacks the README describes (GATEWAY_KAFKA_PORT, GATEWAY_NATIVE_PORT, GATEWAY_ADMIN_PORT,
   GATEWAY_ADMIN_URL), a password on stdin for the command that asks for one, and `set -e` before it.
+- The MirrorMaker 2 block (`sh`, in bash) also gets Kafka's and its Connect worker's addresses, and
+  fresh topic and group names (the Kafka broker lives as long as the run); for the way back, its
+  clusters' addresses and aliases swap, as the README says.
 - Not run here: `./dev serve` serves until Ctrl-C and `./dev test` is the whole suite (CI runs it);
   the `gateway serve [...]` synopsis is not a command (its flags are checked against the CLI's).
 """
