@@ -38,6 +38,7 @@ class ConnectWorker:
     runs: int = 0
     lines: list[str] = field(default_factory=list)  # this run's log so far
     grew: threading.Condition = field(default_factory=threading.Condition)
+    copier: threading.Thread | None = None  # copies this run's output to its log and `lines`
 
     @property
     def url(self) -> str:
@@ -84,7 +85,8 @@ class ConnectWorker:
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
         self.proc = subprocess.Popen(java_command(DISTRIBUTED, str(config), options=["-Xmx512m"], log_level="INFO"),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=self._copy_log, daemon=True).start()
+        self.copier = threading.Thread(target=self._copy_log, daemon=True)
+        self.copier.start()
         self.logged(STARTED, timeout)
 
     def _copy_log(self) -> None:
@@ -120,11 +122,13 @@ class ConnectWorker:
         return None
 
     def kill(self) -> None:
-        """SIGKILL: no shutdown, its producers and group membership left behind."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.kill()
-        self.proc.wait(10)
+        """SIGKILL: no shutdown, its producers and group membership left behind. Returns once its
+        output is all copied, so that a restart's log starts afresh."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self.copier is not None:
+            self.copier.join(10)
 
     async def rest(self, method: str, path: str, body: object = None) -> Any:
         """One call of the worker's REST API, in a thread (a gateway under test may share the loop):
