@@ -1,17 +1,19 @@
 """Kafka Connect 4.4 in distributed mode on the gateway: its config, offset and status topics live
 there, FileStreamSource and FileStreamSink move a file's lines through a topic with exactly-once
-source support (KIP-618), a worker SIGKILLed mid-stream and restarted, a second worker joining.
-Also the worker's refusal of a config topic that is not compacted, compared with Kafka's."""
+source support (KIP-618), a worker SIGKILLed mid-stream and restarted, a second worker joining;
+the gateway itself SIGKILLed mid-stream and restarted. Also the worker's refusal of a config topic
+that is not compacted, compared with Kafka's."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tests.conftest import eventually, kafka_bootstrap
+from tests.conftest import GatewayProcess, eventually, kafka_bootstrap
 from tests.kafka_clients import create_topic, topic_config
 from tests.kafka_connect import HERDER_FAILED, ConnectWorker, start_workers
 from tests.kafka_jvm import tools, unique
@@ -46,6 +48,27 @@ async def read_committed(bs: str, topic: str, count: int, to_end: bool = True, t
         await consumer.stop()
 
 
+async def lines_through(worker: ConnectWorker, tmp_path: Path,
+                        interrupt: Callable[[], Awaitable[None]]) -> tuple[str, Path]:
+    """FileStreamSource with exactly-once support (a transaction a poll, of up to batch.size, 2000,
+    lines) from a file appended to in CHUNKS, `interrupt` awaited once the first transaction of the
+    largest append is read; then the topic, read read_committed, holds every line once, in order.
+    Returns the topic and the file."""
+    topic, source_file = unique("lines"), tmp_path / "in.txt"
+    append(source_file, CHUNKS[0])
+    created = await worker.rest("POST", "/connectors", {"name": "src", "config": {
+        "connector.class": SOURCE, "file": str(source_file), "topic": topic, "tasks.max": "1",
+        "exactly.once.support": "required", "transaction.boundary": "poll"}})
+    assert created.get("name") == "src", created
+    assert await read_committed(worker.bootstrap, topic, len(CHUNKS[0])) == CHUNKS[0]
+    append(source_file, CHUNKS[1])
+    await read_committed(worker.bootstrap, topic, len(CHUNKS[0]) + 1, to_end=False)
+    await interrupt()
+    append(source_file, CHUNKS[2])
+    assert await read_committed(worker.bootstrap, topic, len(LINES)) == LINES
+    return topic, source_file
+
+
 def append(path: Path, lines: list[str]) -> None:
     with path.open("a") as file:
         file.write("".join(line + "\n" for line in lines))
@@ -69,26 +92,18 @@ async def test_file_lines_move_once_each_through_a_worker_killed_mid_stream(eith
     worker takes half the work (the `connect` protocol's incremental cooperative assignment), and a
     stopped connector's offsets altered (KIP-875) fence its producers with Admin.fenceProducers."""
     bs, group = either, unique("connect")
-    topic, source_file, sink_file = unique("lines"), tmp_path / "in.txt", tmp_path / "out.txt"
-    append(source_file, CHUNKS[0])
     first = ConnectWorker(tmp_path / "first", bs, group)
-    try:
-        await start_workers(first)
-        created = await first.rest("POST", "/connectors", {"name": "src", "config": {
-            # a transaction a poll, of up to batch.size (2000) lines
-            "connector.class": SOURCE, "file": str(source_file), "topic": topic, "tasks.max": "1",
-            "exactly.once.support": "required", "transaction.boundary": "poll"}})
-        assert created.get("name") == "src", created
-        for internal in ("configs", "offsets", "status"):  # made by the worker, through CreateTopics
-            assert await topic_config(bs, f"{group}-{internal}", "cleanup.policy") == "compact"
-        assert await read_committed(bs, topic, len(CHUNKS[0])) == CHUNKS[0]
-        append(source_file, CHUNKS[1])
-        # the first transaction of the second append committed, nine more to go: kill
-        await read_committed(bs, topic, len(CHUNKS[0]) + 1, to_end=False)
+    sink_file = tmp_path / "out.txt"
+
+    async def restart_worker() -> None:
         first.kill()
         await start_workers(first)
-        append(source_file, CHUNKS[2])
-        assert await read_committed(bs, topic, len(LINES)) == LINES
+
+    try:
+        await start_workers(first)
+        topic, source_file = await lines_through(first, tmp_path, restart_worker)
+        for internal in ("configs", "offsets", "status"):  # made by the worker, through CreateTopics
+            assert await topic_config(bs, f"{group}-{internal}", "cleanup.policy") == "compact"
 
         await first.rest("POST", "/connectors", {"name": "sink", "config": {
             "connector.class": SINK, "file": str(sink_file), "topics": topic, "tasks.max": "1"}})
@@ -144,3 +159,21 @@ async def test_a_config_topic_not_compacted_is_refused_as_kafka_refuses_it(gatew
         seen[name] = failure.replace(group, "GROUP").strip()
     assert "cleanup.policy=compact" in seen["kafka"], seen
     assert seen["gateway"] == seen["kafka"]
+
+
+@pytest.mark.timeout(300)
+async def test_a_gateway_killed_under_the_worker_loses_no_line(gateway_process: GatewayProcess, tmp_path: Path):
+    """The gateway SIGKILLed while the exactly-once source streams, and started again on its ports
+    and data: the worker's clients reconnect, and every line is in the topic once."""
+    gateway_process.start()
+    worker = ConnectWorker(tmp_path / "worker", gateway_process.kafka_bootstrap, unique("connect"))
+
+    async def restart_gateway() -> None:
+        gateway_process.kill()
+        await asyncio.to_thread(gateway_process.start)
+
+    try:
+        await start_workers(worker)
+        await lines_through(worker, tmp_path, restart_gateway)
+    finally:
+        worker.kill()
