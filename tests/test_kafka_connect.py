@@ -84,14 +84,16 @@ async def producer_epoch(bs: str, transactional_id: str) -> int:
 
 
 @pytest.mark.timeout(300)
-async def test_file_lines_move_once_each_through_a_worker_killed_mid_stream(either: str, tmp_path: Path):
+async def test_file_lines_move_once_each_through_a_worker_killed_mid_stream(gateway, tmp_path: Path):
     """KIP-618 on the gateway: the source task's producer is transactional (transactional.id
     `<group>-<connector>-<task>`), each poll one transaction with its source offset; a worker
     SIGKILLed mid-stream leaves a zombie that the restarted task's InitProducerId fences, and the
     topic read read_committed holds every line once, in order. Then a sink writes them out, a second
     worker takes half the work (the `connect` protocol's incremental cooperative assignment), and a
-    stopped connector's offsets altered (KIP-875) fence its producers with Admin.fenceProducers."""
-    bs, group = either, unique("connect")
+    stopped connector's offsets altered (KIP-875) fence its producers with Admin.fenceProducers.
+    Written against Kafka 4.4 too, where it passes as it is (with the `either` fixture), and
+    kept to the gateway here: its worker starts cost more than the comparison adds."""
+    bs, group = kafka_bootstrap(gateway), unique("connect")
     first = ConnectWorker(tmp_path / "first", bs, group)
     sink_file = tmp_path / "out.txt"
 
