@@ -31,6 +31,7 @@ from enum import IntEnum
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 
 JOIN_EPOCH = 0
+FIRST_GROUP_EPOCH = 2  # a new group's first epoch: KAFKA-20268 (Kafka 4.3) keeps 1 for an empty assignment
 LEAVE_EPOCH = -1
 CLOSE_SESSION_EPOCH = -1
 
@@ -166,6 +167,7 @@ class ShareGroup:
         if not member_id:
             raise GroupError(GroupErrorKind.INVALID_REQUEST, "MemberId can't be empty.")
         member = self.members.get(member_id)
+        bump = False
         if member_epoch == LEAVE_EPOCH:
             if member is None:
                 raise GroupError(GroupErrorKind.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
@@ -177,7 +179,7 @@ class ShareGroup:
             if subscribed is None:
                 raise GroupError(GroupErrorKind.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
             member = self.members[member_id] = ShareMember(member_id)
-            self.epoch += 1
+            bump = True
         elif member_epoch not in (member.epoch, member.previous_epoch, JOIN_EPOCH):
             raise GroupError(GroupErrorKind.FENCED_MEMBER_EPOCH,
                              f"member epoch {member_epoch} is not the member's {member.epoch}")
@@ -185,11 +187,13 @@ class ShareGroup:
         member.rack_id, member.client_id, member.client_host = rack_id, client_id, client_host
         if subscribed is not None and tuple(sorted(set(subscribed))) != member.subscribed:
             member.subscribed = tuple(sorted(set(subscribed)))
-            self.epoch += 1
+            bump = True
         sizes = {t: partitions[t] for t in self.subscribed_topics() if t in partitions}
         if sizes != self._sizes:
             self._sizes = sizes
-            self.epoch += 1
+            bump = True
+        if bump:  # once per heartbeat, as Kafka's shareGroupHeartbeat bumps it
+            self.epoch = max(self.epoch + 1, FIRST_GROUP_EPOCH)
         if self._assigned_at != self.epoch:
             self._assign()
         target = self.targets.get(member_id, {})
