@@ -197,13 +197,6 @@ WIRE_FOUND: dict[tuple[int, str], str] = {
                  "topics.topic_authorized_operations",
              "DescribeTopicPartitions paging with a cursor or a limit of 0 or less, and the authorized "
              "operations of an unknown topic: Kafka's answers differ from the gateway's"),
-    **_paths(1, "error_code responses responses.partitions.error_code responses.partitions.high_watermark "
-                "responses.partitions.last_stable_offset responses.partitions.log_start_offset "
-                "responses.partitions.records responses.partitions.aborted_transactions",
-             "Fetch with a negative max_bytes or partition_max_bytes (Kafka UNKNOWN_SERVER_ERROR, an "
-             "exception inside the broker, for the partition or, with the zero topic id, the whole "
-             "request) or a current leader epoch other than the leader's (Kafka FENCED_LEADER_EPOCH or "
-             "UNKNOWN_LEADER_EPOCH): the gateway reads and answers"),
     **_paths(3, "brokers topics topics.error_code topics.name topics.partitions topics.topic_authorized_operations",
              "Metadata naming a topic by a topic id as well as a name: Kafka looks it up by id "
              "(UNKNOWN_TOPIC_ID) or refuses (INVALID_REQUEST); the gateway uses the name. Kafka fills "

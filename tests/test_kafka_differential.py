@@ -101,14 +101,15 @@ async def list_offsets(s: Side, topic: str, timestamp: int, version: int = 10, p
 
 
 async def fetch(s: Side, topic: str, offset: int = 0, version: int = 12, partition: int = 0,
-                isolation: int = 0) -> Any:
+                isolation: int = 0, max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20,
+                leader_epoch: int = -1) -> Any:
     return await s.call(1, version, {
         "replica_id": -1, "replica_state": {"replica_id": -1, "replica_epoch": -1}, "max_wait": 0, "min_bytes": 0,
-        "max_bytes": 1 << 20, "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
+        "max_bytes": max_bytes, "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
         "topics": [{"topic": topic, "topic_id": await s.topic_id(topic) if version >= 13 else None,
-                    "partitions": [{"partition": partition, "fetch_offset": offset, "current_leader_epoch": -1,
-                                    "last_fetched_epoch": -1, "log_start_offset": -1,
-                                    "partition_max_bytes": 1 << 20}]}],
+                    "partitions": [{"partition": partition, "fetch_offset": offset,
+                                    "current_leader_epoch": leader_epoch, "last_fetched_epoch": -1,
+                                    "log_start_offset": -1, "partition_max_bytes": partition_max_bytes}]}],
         "rack_id": ""})
 
 
@@ -293,6 +294,25 @@ async def fetch_offset_out_of_range(s: Side, name: str) -> Any:
     await create(s, name, 1)
     await produce(s, name, 0, 2)
     return [await fetch(s, name, 10), await fetch(s, name, -5)]
+
+
+@scenario
+async def fetch_leader_epochs(s: Side, name: str) -> Any:
+    """A newer leader epoch than the leader's (0 on both) is UNKNOWN_LEADER_EPOCH, checked before the
+    offset; a negative one is none."""
+    await create(s, name, 1)
+    await produce(s, name, 0, 2)
+    return [await fetch(s, name, offset, leader_epoch=epoch) for epoch in (3, 0, -5) for offset in (0, 10)]
+
+
+@scenario
+async def fetch_negative_limits(s: Side, name: str) -> Any:
+    """A negative limit fails a partition with records to read (UNKNOWN_SERVER_ERROR), not one at
+    its end or out of range; a negative request limit holds for the first partition only."""
+    await create(s, name, 1)
+    await produce(s, name, 0, 2)
+    return [await fetch(s, name, offset, max_bytes=mb, partition_max_bytes=pmb)
+            for mb, pmb in ((-1, 1000), (1000, -1), (0, 1000)) for offset in (0, 2, 10)]
 
 
 @scenario
