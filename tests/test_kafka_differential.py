@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kio.static.primitive import Records
 
-from gateway.formats.records import build_batch
+from gateway.formats.records import BatchBuilder, build_batch
 from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, test_config
 from tests.differential import Scenario, Side, compare, coordinators_ready, side
 from tests.kafka_differences import (
@@ -1003,6 +1003,50 @@ async def transaction_open_hides_records_under_read_committed(s: Side, name: str
                                 "producer_epoch": -1})
     coordinator = await s.call(10, 4, {"key_type": 1, "coordinator_keys": [name]})
     return [init, coordinator["coordinators"][0]["error_code"]]
+
+
+async def write_txn_markers(s: Side, topic: str, producer_id: int, epoch: int, commit: bool) -> Any:
+    return await s.call(27, 1, {"markers": [{"producer_id": producer_id, "producer_epoch": epoch,
+                                             "transaction_result": commit, "coordinator_epoch": 0,
+                                             "topics": [{"name": topic, "partition_indexes": [0]}]}]})
+
+
+@scenario
+async def write_txn_markers_without_a_transaction(s: Side, name: str) -> Any:
+    """A marker for a producer with nothing open on the partition (`kafka-transactions abort` of a
+    transaction that is not there) is appended all the same, and aborts no records."""
+    await create(s, name, 1)
+    await produce(s, name, 0, 2)
+    marked = [await write_txn_markers(s, name, 4242, 0, commit) for commit in (False, True)]
+    # the batches less their timestamps: a marker is stamped by each broker's clock
+    read = [[(b["base_offset"], b["attributes"], b["producer_epoch"], [(r["key"], r["value"]) for r in b["records"]])
+             for b in (await fetch(s, name, 0, isolation=isolation))["responses"][0]["partitions"][0]["records"]]
+            for isolation in (1, 0)]
+    return [marked, await list_offsets(s, name, -1), await list_offsets(s, name, -1, isolation=1), read]
+
+
+@scenario
+async def write_txn_markers_stale_epoch(s: Side, name: str) -> Any:
+    """A marker of an epoch older than the producer's open transaction is INVALID_PRODUCER_EPOCH and
+    writes nothing; the transaction's own ending still aborts it."""
+    await create(s, name, 1)
+    init = {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
+    inits = [await s.call(22, 4, init), await s.call(22, 4, init)]  # the second bumps the epoch to 1
+    pid, epoch = inits[-1]["producer_id"], inits[-1]["producer_epoch"]
+    added = await s.call(24, 3, {"v3_and_below_transactional_id": name, "v3_and_below_producer_id": pid,
+                                 "v3_and_below_producer_epoch": epoch,
+                                 "v3_and_below_topics": [{"name": name, "partitions": [0]}]})
+    b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True)
+    for i in range(2):
+        b.append(b"v%d" % i, b"k", [], T0)
+    produced = await s.call(0, 9, {"transactional_id": name, "acks": -1, "timeout": 10_000, "topic_data": [
+        {"name": name, "partition_data": [{"index": 0, "records": Records(b.build())}]}]})
+    stale = await write_txn_markers(s, name, pid, epoch - 1, False)
+    ended = await s.call(26, 3, {"transactional_id": name, "producer_id": pid, "producer_epoch": epoch,
+                                 "committed": False})
+    await eventually(lambda: _offset_is(s, name, 3), 30, "the transaction's marker")
+    return [inits, added, produced, stale, ended, await list_offsets(s, name, -1),
+            await visible(s, name, 1), await visible(s, name, 0)]
 
 
 # -- the test ----------------------------------------------------------------------------------------------
