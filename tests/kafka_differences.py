@@ -72,10 +72,6 @@ FOUND: dict[str, str] = {
     "alter_configs_replaces_all": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
     "describe_configs": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
     "describe_configs_synonyms": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
-    "share_group_life": "a new share member gets its assignment in its first heartbeat; Kafka assigns only "
-                        "partitions whose share state its share coordinator has initialized "
-                        "(InitializeShareGroupState, sent after that heartbeat), so it answers none, then the "
-                        "partitions at epoch 3 in a later heartbeat",
     **dict.fromkeys([f"create_topics_v{v}" for v in range(5, 8)],
                     "CreateTopics v5+ lists a new topic's configs: Kafka 4.4's in name order, with "
                     "errors.deadletterqueue.group.enable, max.decompressed.message.bytes, remote.copy.lag.bytes "
