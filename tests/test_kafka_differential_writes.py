@@ -17,7 +17,9 @@ CreateTopics is sent at v2-v4: v5+ lists the new topic's configs, an open findin
 from __future__ import annotations
 
 import logging
+import re
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,10 +46,10 @@ Op = tuple[Any, ...]
 
 PRODUCE = st.tuples(
     st.just("produce"),
-    st.sampled_from([0, 0, 0, 1, 3]),  # partition
+    st.sampled_from([0, 0, 0, 0, 1, 3]),  # partition
     st.integers(1, 3),  # records
-    st.sampled_from(["plain", "idempotent", "idempotent", "unhanded"]),
-    st.sampled_from([0, 0, 0, 1, -1]),  # epoch, from the producer's
+    st.sampled_from(["plain", "idempotent", "idempotent", "unhanded", "unhanded"]),
+    st.sampled_from([0, 0, 1, -1, -1]),  # epoch, from the producer's
     st.sampled_from([0, 0, 0, 1, -1, 3]),  # sequence, from the next expected
     st.sampled_from([-1, 1]),  # acks
     st.integers(3, 12),  # version
@@ -95,7 +97,7 @@ class Run:
             return None
         if kind not in self.producers:
             if kind == "unhanded":
-                self.producers[kind] = Producer(UNHANDED_PRODUCER_ID, 0)
+                self.producers[kind] = Producer(UNHANDED_PRODUCER_ID, 3)  # an epoch to go below
             else:
                 got = await self.s.call(22, 4, {"transactional_id": None, "transaction_timeout": 60_000,
                                                 "producer_id": -1, "producer_epoch": -1})
@@ -216,6 +218,7 @@ async def test_generated_writes_get_kafkas_answers(bootstraps: tuple[str, str]) 
     log.info("generated writes: seed %d, %d sequences, %d requests", SEED, len(drawn), sum(map(len, drawn)))
     nonce = uuid.uuid4().hex[:6]
     unexplained: dict[str, str] = {}
+    tally: Counter[str] = Counter()  # what Kafka answered, by request and error codes: the traffic's reach
     sent = 0
     for i, seq in enumerate(drawn):
         answers = []
@@ -228,8 +231,11 @@ async def test_generated_writes_get_kafkas_answers(bootstraps: tuple[str, str]) 
                 answers.append(out)
                 sent += len(seq)
         kafka, gateway = answers
+        tally.update(f"{op[0]} {sorted(set(re.findall(r'error_code.: (-?[0-9]+)', repr(k))))}"
+                     for op, k in zip(seq, kafka, strict=False))
         for op, k, g in zip([*seq, ("state",)], kafka, gateway, strict=False):
             for d in _wire_found(API_KEY[op[0]], differences(k, g)):
                 unexplained.setdefault(f"{op[0]} {d.split(':')[0]}", f"sequence {i}: {op}\n  {d}")
+    log.info("generated writes: Kafka's answers %s", dict(sorted(tally.items())))
     assert sent >= 300
     assert not unexplained, "\n".join(unexplained.values())
