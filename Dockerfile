@@ -11,5 +11,5 @@ FROM python:3.11-slim
 COPY --from=build /dist /dist
 RUN pip install --no-cache-dir /dist/*.whl && rm -rf /dist
 WORKDIR /app
-EXPOSE 9092 6650 8080
+EXPOSE 9092 6650 8080 8081
 ENTRYPOINT ["gateway", "serve"]

@@ -163,8 +163,9 @@ def _bench_parser(sub: Any) -> None:
                    "on Redis with one replica, beside raw XADD and XADD+WAIT (default: %(default)s)")
     p.add_argument("--sizes", help="message sizes in bytes (default: 100,1024), with --peer 100,1024,16384")
     p.add_argument("--peer", action="store_true",
-                   help="the Kafka workload through the gateway and through Tansu (the peer extra), beside raw "
-                   "Redis: produce, consume and transactions")
+                   help="the Kafka workload through the gateway, Apache Kafka 4.4 (tests/jvm's jars) and Tansu "
+                   "(the peer extra), beside raw Redis, with each server's CPU per record: produce, consume "
+                   "and transactions")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
     p.add_argument("--memory", action="store_true",
@@ -173,6 +174,9 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--share", action="store_true",
                    help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
                    "(--records of the first --sizes)")
+    p.add_argument("--key-shared", action="store_true",
+                   help="native Key_Shared subscriptions of 1, 3 and 10 consumers beside shared ones and "
+                   "XREADGROUP+XACK (--records, default 20000, of the first --sizes, over 100 keys)")
     p.add_argument("--watermarks", action="store_true",
                    help="broker watermarks: send_watermark, lookups, consuming past markers")
     p.add_argument("--groups", action="store_true",
@@ -185,8 +189,8 @@ def _bench_parser(sub: Any) -> None:
                    help="delayed messages for --delayed (default: %(default)s)")
     p.add_argument("--spark", action="store_true",
                    help="the Spark source, sink and a pipeline of both (the spark extra, Java 17)")
-    p.add_argument("--records", type=int, default=500_000,
-                   help="records for --spark (default: %(default)s) and for --share")
+    p.add_argument("--records", type=int,
+                   help="records for --spark (default: 500000), --share (the same) and --key-shared (default: 20000)")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark (default: %(default)s)")
 
 

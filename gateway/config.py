@@ -118,6 +118,8 @@ class Config:
     kafka_port: int = setting(9092, "Kafka protocol port", check=PORT, metavar="PORT")
     native_port: int = setting(6650, "native protocol port", check=PORT, metavar="PORT")
     admin_port: int = setting(8080, "admin HTTP port", check=PORT, metavar="PORT")
+    schema_registry_port: int = setting(8081, "Schema Registry port (Confluent's REST API, served by the first "
+                                        "worker as the admin port is); 0: off", check=PORT, metavar="PORT")
     data_dir: Path = setting(Path("./data"), "embedded Redis's files", metavar="DIR")
     redis_url: str = setting("", "use this Redis instead of an embedded one: redis://host:port/db, or "
                              "redis+cluster://host:port for any node of a Redis Cluster, or "

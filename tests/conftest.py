@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pytest
 import redis as redis_sync
 
+from gateway.bench.kafka_broker import java17_home
 from gateway.client import Client
 from gateway.config import Config
 from gateway.server.gateway import Gateway
@@ -98,12 +99,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     a test asks for it, stopped at the end; its log stays in its temporary directory."""
     from tests.kafka_jvm import KafkaBroker
 
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka-broker"))
-    broker.start()
-    try:
+    with KafkaBroker(tmp_path_factory.mktemp("kafka-broker")) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -158,6 +155,7 @@ def test_config(redis_url: str, **overrides: object) -> Config:
         kafka_port=0,
         native_port=0,
         admin_port=0,
+        schema_registry_port=0,  # off: a test of the registry picks a free port
         redis_url=redis_url,
         retention_check_interval=3600,
         # Kafka's 3 s wait before a new group's first rebalance would add 3 s to every test forming a
@@ -240,6 +238,7 @@ class GatewayProcess:
     kafka_port: int = field(default_factory=free_port)
     native_port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
+    schema_registry_port: int = 0  # off unless a test asks: one fixed default port would collide
     proc: subprocess.Popen[str] | None = None
     banner: str = ""
     args: list[str] = field(default_factory=list)  # more `gateway serve` flags
@@ -282,6 +281,7 @@ class GatewayProcess:
             "--kafka-port", str(self.kafka_port),
             "--native-port", str(self.native_port),
             "--admin-port", str(self.admin_port),
+            "--schema-registry-port", str(self.schema_registry_port),
             "--data-dir", str(self.data_dir),
         ]
         if self.redis_url:
@@ -368,14 +368,6 @@ async def run_program(*argv: str, timeout: float, stdin: bytes | None = None, **
         assert proc.returncode is not None
         out.seek(0)
         return proc.returncode, out.read().decode()
-
-
-def java17_home() -> str:
-    """Spark 4 runs on Java 17; a newer JDK on the machine must not be picked up by accident."""
-    homes = sorted(Path("/usr/lib/jvm").glob("java-17-openjdk-*"))
-    if not homes:
-        raise RuntimeError("Java 17 is missing: ./dev installs Debian's openjdk-17-jre-headless")
-    return str(homes[0])
 
 
 def spark_env() -> dict[str, str]:

@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.domain.topic_configs import TOPIC_CONFIGS
 from gateway.formats.records import iter_records, split_batches
 
 # field name -> why two clusters cannot agree on it
@@ -68,33 +69,7 @@ ALLOWED: tuple[Allowed, ...] = (
 # Found by the corpus and not fixed yet: scenario (or family, every version) -> what differs. Each is
 # listed in docs/kafka-differences.md's "Found, not yet fixed" section; its test is a strict xfail,
 # so a fix makes it fail until its line goes.
-FOUND: dict[str, str] = {
-    "alter_configs_replaces_all": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
-    "describe_configs": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
-    "describe_configs_synonyms": "DescribeConfigs lists a topic's configs in request order, Kafka in its own",
-    **dict.fromkeys([f"create_topics_v{v}" for v in range(5, 8)],
-                    "CreateTopics v5+ lists a new topic's configs: Kafka 4.4's in name order, with "
-                    "errors.deadletterqueue.group.enable, max.decompressed.message.bytes, remote.copy.lag.bytes "
-                    "and remote.copy.lag.ms, without message.downconversion.enable (gone since Kafka 4.0); "
-                    "the gateway's in its own order, with message.downconversion.enable and its own "
-                    "delayed.delivery.enable and watermark.idle.timeout.ms"),
-    "create_topics_ok": "CreateTopics' configs list (as create_topics_v5)",
-    "create_topics_assignments": "CreateTopics' configs list (as create_topics_v5)",
-    "create_topics_assignments_validate_only": "CreateTopics' configs list (as create_topics_v5)",
-    "create_topics_ok_validate_only": "CreateTopics' configs list (as create_topics_v5)",
-    "create_topics_defaults": "CreateTopics' configs list (as create_topics_v5)",
-    "create_topics_defaults_validate_only": "CreateTopics' configs list (as create_topics_v5)",
-    "create_topics_good_configs": "CreateTopics' configs list (as create_topics_v5)",
-    "create_topics_good_configs_validate_only": "CreateTopics' configs list (as create_topics_v5)",
-    "create_topics_replication_factor_2": "replication factor 2 on one node: Kafka INVALID_REPLICATION_FACTOR "
-                                          "(38), the gateway creates",
-    "create_topics_replication_factor_2_validate_only": "replication factor 2 on one node: Kafka "
-                                                        "INVALID_REPLICATION_FACTOR (38)",
-    "describe_configs_two_resources_one_name": "DescribeConfigs naming a topic and, in the same request, a "
-                                               "resource of type UNKNOWN (0): Kafka answers INVALID_REQUEST "
-                                               "for both, the gateway describes the topic",
-    "incremental_alter_configs_bad_operation": "IncrementalAlterConfigs with operation 9: answers differ",
-}
+FOUND: dict[str, str] = {}
 
 
 def found(scenario: str) -> str | None:
@@ -108,6 +83,15 @@ PLACEHOLDER = "<differs>"
 # Kafka's internal topics, which a listing of every topic shows there and never on the gateway
 INTERNAL_TOPICS = Allowed("__", "Internal topics (`__consumer_offsets`",
                           "the gateway keeps group offsets, transactions and share state in Redis")
+
+# the gateway's own topic configs, which its listings of a topic's configs show beside Kafka's
+OWN_TOPIC_CONFIGS = Allowed("delayed.delivery.enable", "The gateway's own topic configs",
+                            "gateway features: a listing of every config shows them, so users find them")
+OWN_CONFIG_NAMES = frozenset(n for n, c in TOPIC_CONFIGS.items() if c.own)
+
+# a config entry whose source (and so its synonyms) differs: the suite's Kafka sets it cluster-wide
+MIN_INSYNC = Allowed("min.insync.replicas", "`min.insync.replicas` of a topic",
+                     "the gateway has no eligible leader replicas (KIP-966); the value is the same")
 
 # what the gateway answers where Kafka closes the connection
 ANSWERS_INSTEAD_OF_CLOSING = Allowed("UNSUPPORTED_VERSION (35)", "A request of a version or api key the broker does not serve",
@@ -146,6 +130,8 @@ def normalise(value: Any, path: str = "", *, unordered: bool = False) -> Any:
     entities are sorted: Kafka answers the topics and partitions of a request in its own maps'
     order, and clients match answers by name and index."""
     if isinstance(value, dict):
+        if value.get("name") == MIN_INSYNC.where and "config_source" in value:
+            value = {**value, "config_source": PLACEHOLDER, "synonyms": PLACEHOLDER}
         out = {}
         for key, item in value.items():
             here = f"{path}.{key}" if path else str(key)
@@ -156,7 +142,8 @@ def normalise(value: Any, path: str = "", *, unordered: bool = False) -> Any:
         return out
     if isinstance(value, list):
         items = [normalise(v, path, unordered=unordered) for v in value
-                 if not (isinstance(v, dict) and str(v.get("name") or "").startswith(INTERNAL_TOPICS.where))]
+                 if not (isinstance(v, dict) and (str(v.get("name") or "").startswith(INTERNAL_TOPICS.where)
+                                                  or v.get("name") in OWN_CONFIG_NAMES))]
         return sorted(items, key=repr) if unordered and all(isinstance(v, dict) for v in items) else items
     return value
 
@@ -183,21 +170,4 @@ def _paths(api_key: int, paths: str, what: str) -> dict[tuple[int, str], str]:
     return {(api_key, path): what for path in paths.split()}
 
 
-WIRE_FOUND: dict[tuple[int, str], str] = {
-    **_paths(3, "cluster_authorized_operations",
-             "Metadata: Kafka 4 never fills cluster_authorized_operations (KIP-700), the gateway does when asked"),
-    **_paths(32, "results.error_code results.resource_name results.resource_type",
-             "DescribeConfigs with a resource of type UNKNOWN (0) beside others: Kafka INVALID_REQUEST for "
-             "every resource of the request, the gateway for that one (as describe_configs_two_resources_one_name)"),
-    **_paths(75, "next_cursor next_cursor.partition_index next_cursor.topic_name topics "
-                 "topics.topic_authorized_operations",
-             "DescribeTopicPartitions paging with a cursor or a limit of 0 or less, and the authorized "
-             "operations of an unknown topic: Kafka's answers differ from the gateway's"),
-    **_paths(3, "brokers topics topics.error_code topics.name topics.partitions topics.topic_authorized_operations",
-             "Metadata naming a topic by a topic id as well as a name: Kafka looks it up by id "
-             "(UNKNOWN_TOPIC_ID) or refuses (INVALID_REQUEST); the gateway uses the name. Kafka fills "
-             "topic_authorized_operations for an unknown topic, the gateway not"),
-    **_paths(9, "groups.topics topics",
-             "OffsetFetch: a topic named with no partitions is listed by Kafka with none, left out by the "
-             "gateway; partition -1 is listed by Kafka"),
-}
+WIRE_FOUND: dict[tuple[int, str], str] = {}

@@ -6,41 +6,27 @@ what to run."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import difflib
-import os
 import pprint
 import re
-import shutil
-import subprocess
 import tempfile
-import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.bench import kafka_broker
+from gateway.bench.kafka_broker import (  # noqa: F401  (the suite's names for them)
+    CLIENT_JVM,
+    TIMEOUT,
+    classpath,
+    java_command,
+    random_cluster_id,
+)
+from gateway.bench.kafka_broker import JVM_MODULE as JVM  # noqa: F401
 from gateway.store.embedded import free_port
-from tests.conftest import java17_home, kafka_bootstrap
-
-JVM = Path(__file__).resolve().parent / "jvm"
-TIMEOUT = 120.0
-# a short-lived client starts faster on the C1 compiler and the serial collector
-CLIENT_JVM = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx512m"]
-
-
-def classpath() -> str:
-    listed = JVM / "target" / "classpath.txt"
-    if not listed.is_file():
-        raise RuntimeError("tests/jvm is not built: `./dev test` builds it (it needs Maven and a Java 17 JDK)")
-    return os.pathsep.join([str(JVM / "target" / "classes"), listed.read_text().strip()])
-
-
-def java_command(main: str, *args: str, options: list[str] = CLIENT_JVM, log_level: str = "WARN") -> list[str]:
-    """`java` running `main` from tests/jvm's classpath; Log4j writes to stderr at `log_level`."""
-    return [str(Path(java17_home()) / "bin" / "java"), *options, f"-Dlog.level={log_level}",
-            "-cp", classpath(), main, *args]
+from tests.conftest import kafka_bootstrap
 
 
 @dataclass
@@ -110,130 +96,81 @@ async def tools(*commands: list[str], timeout: float = TIMEOUT) -> list[ToolRun]
     return runs
 
 
-def random_cluster_id() -> str:
-    """What `kafka-storage random-uuid` prints: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
-
-
 # Transactions V1, the protocol the gateway speaks (V2, KIP-890 part 2, is issue 34): Kafka 4.4
 # finalizes V2 by default, under which producers bump their epoch at every transaction's end
 FORMAT_FEATURES = ["--feature", "transaction.version=1"]
 
+SUITE_SETTINGS = {
+    # one node: the internal topics have one replica, and one partition each, which a test's
+    # first group, transaction or share group then creates in a moment; nothing else of
+    # config/server.properties, so that every other setting keeps its default's source
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "share.coordinator.state.topic.num.partitions": "1",
+    # as the suite's gateways: no 3 s wait before a new classic group's first rebalance
+    "group.initial.rebalance.delay.ms": "0",
+    # as librdkafka's CI and the suite's share-group gateways: a share group may lock its
+    # records for as little as 1 s (share.record.lock.duration.ms); the default stays 30 s
+    "group.share.min.record.lock.duration.ms": "1000",
+    # ACLs served, as the gateway always serves them; the unauthenticated clients of the
+    # tests may do anything, as they may on a gateway without --auth
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+}
+
 
 @dataclass
-class KafkaBroker:
-    """One Apache Kafka 4.4 node in KRaft mode, broker and controller in one process, as
-    `kafka-server-start.sh config/server.properties` runs it, in `dir` (its storage, properties and
-    log, broker.log, which stays there after the run)."""
+class KafkaBroker(kafka_broker.KafkaBroker):
+    """The suite's node: the package's launcher (gateway/bench/kafka_broker.py) with SUITE_SETTINGS
+    in place of config/server.properties', FORMAT_FEATURES, and the JVM's own defaults rather than
+    kafka-server-start.sh's 1 GB heap."""
 
-    dir: Path
-    port: int = field(default_factory=free_port)
-    controller_port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[str] | None = None
-    started = "Kafka Server started"  # KafkaRaftServer's line once the broker serves clients
+    settings: dict[str, str] = field(default_factory=lambda: dict(SUITE_SETTINGS))
+    features: list[str] = field(default_factory=lambda: list(FORMAT_FEATURES))
+    jvm_options: list[str] = field(default_factory=list)
+
+
+# SCRAM users of the SASL broker (and of the gateway it is compared with): admin a super user
+SASL_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+SASL_MECHANISM = "SCRAM-SHA-256"
+
+
+@dataclass
+class SaslKafkaBroker(KafkaBroker):
+    """The same node with a second listener, SASL_PLAINTEXT with SCRAM-SHA-256, whose users
+    (SASL_USERS) are created as Kafka's tools create them, by `kafka-storage format --add-scram`;
+    User:admin is a super user, the others have what ACLs give them. Its own fixture, so the
+    ACLs and users its tests make touch no other test's broker."""
+
+    sasl_port: int = field(default_factory=free_port)
 
     @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+    def sasl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl_port}"
 
-    @property
-    def log(self) -> Path:
-        return self.dir / "broker.log"
+    def __post_init__(self) -> None:
+        self.features += [a for user, password in SASL_USERS.items()
+                          for a in ("--add-scram", f"{SASL_MECHANISM}=[name={user},password={password}]")]
+        self.settings["super.users"] += ";User:admin"
+        self.settings |= {
+            "listener.security.protocol.map":
+                "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "sasl.enabled.mechanisms": SASL_MECHANISM,
+            f"listener.name.sasl_plaintext.{SASL_MECHANISM.lower()}.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        }
 
     def properties(self) -> str:
-        return "\n".join([
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            f"log.dirs={self.dir / 'data'}",
-            # one node: the internal topics have one replica, and one partition each, which a
-            # test's first group, transaction or share group then creates in a moment
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "transaction.state.log.num.partitions=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
-            "share.coordinator.state.topic.num.partitions=1",
-            # as the suite's gateways: no 3 s wait before a new classic group's first rebalance
-            "group.initial.rebalance.delay.ms=0",
-            # as librdkafka's CI and the suite's share-group gateways: a share group may lock its
-            # records for as little as 1 s (share.record.lock.duration.ms); the default stays 30 s
-            "group.share.min.record.lock.duration.ms=1000",
-            # ACLs served, as the gateway always serves them; the unauthenticated clients of the
-            # tests may do anything, as they may on a gateway without --auth
-            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users=User:ANONYMOUS",
-            "",
-        ])
-
-    def start(self, timeout: float = TIMEOUT) -> None:
-        """Format the storage with Kafka's own StorageTool (with FORMAT_FEATURES), start the node and
-        return once it logs that it serves; ports another process took meanwhile are chosen again."""
-        for attempt in range(3):
-            if self._start(timeout):
-                return
-            if attempt == 2 or "Address already in use" not in self.log.read_text():
-                raise RuntimeError(f"the Kafka broker did not start; its log, {self.log}:\n{self.log_tail()}")
-            self.port, self.controller_port = free_port(), free_port()
-
-    def _start(self, timeout: float) -> bool:
-        """One try: whether the node started (else it is stopped, and its log says why)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        # formatted afresh: the storage records the controller's address, which a retry changes
-        shutil.rmtree(self.dir / "data", ignore_errors=True)
-        config = self.dir / "server.properties"
-        config.write_text(self.properties())
-        formatted = subprocess.run(
-            java_command("kafka.tools.StorageTool", "format", "--standalone",
-                         # one argument: an id may begin with "-", which would read as an option
-                         f"--cluster-id={random_cluster_id()}", "--config", str(config), *FORMAT_FEATURES),
-            capture_output=True, text=True, timeout=timeout)
-        if formatted.returncode != 0:
-            raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
-        self.proc = subprocess.Popen(java_command("kafka.Kafka", str(config), options=[], log_level="INFO"),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        seen = threading.Event()
-        started: list[bool] = []
-        copying = threading.Thread(target=self._copy_log, args=(seen, started), daemon=True)
-        copying.start()
-        if seen.wait(timeout) and started:
-            return True
-        self.stop()
-        copying.join(10)  # its log complete before anyone reads it, or a retry writes the next
-        return False
-
-    def _copy_log(self, seen: threading.Event, started: list[bool]) -> None:
-        """Everything the broker prints goes to broker.log; `seen` is set at its started line (and
-        `started` holds True), or when its output ends."""
-        assert self.proc is not None and self.proc.stdout is not None
-        with self.log.open("w") as log:
-            for line in self.proc.stdout:
-                log.write(line)
-                log.flush()
-                if self.started in line:
-                    started.append(True)
-                    seen.set()
-        seen.set()
-
-    def log_tail(self, lines: int = 60) -> str:
-        return "".join(self.log.read_text().splitlines(keepends=True)[-lines:]) if self.log.exists() else ""
-
-    def stop(self) -> None:
-        """A controlled shutdown (SIGTERM, as kafka-server-stop.sh sends), SIGKILL if it hangs."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        plain = f"PLAINTEXT://127.0.0.1:{self.port}"
+        sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+        return "".join(line.replace(plain, f"{plain},{sasl}") if line.startswith(("listeners=", "advertised.listeners="))
+                       else line
+                       for line in super().properties().splitlines(keepends=True))
 
 
 Scenario = Callable[[str], Awaitable[object]]

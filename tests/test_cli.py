@@ -44,7 +44,8 @@ def test_bench_help_shows_the_defaults():
     shown = subprocess.run([sys.executable, "-m", "gateway", "bench", "--help"], capture_output=True, text=True,
                            env=env, check=True).stdout
     for default in ("time per measurement (default: 5.0)", "message sizes in bytes (default: 100,1024)",
-                    "over the same Redis (default: 1)", "records for --spark (default: 500000)"):
+                    "over the same Redis (default: 1)", "records for --spark (default: 500000)",
+                    "--key-shared (default: 20000)"):
         assert default in shown
 
 

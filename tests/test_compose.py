@@ -32,7 +32,8 @@ def test_compose_runs_the_gateway_with_flags_the_cli_accepts():
     assert config.redis_url == "redis://redis:6379/0"
     assert config.host == "0.0.0.0"
     published = {p.split(":")[1] for p in gw["ports"]}
-    assert published == {str(config.kafka_port), str(config.native_port), str(config.admin_port)}
+    assert published == {str(config.kafka_port), str(config.native_port), str(config.admin_port),
+                         str(config.schema_registry_port)}
     assert "redis" in gw["depends_on"]
     assert "--appendonly" in compose["services"]["redis"]["command"]
 

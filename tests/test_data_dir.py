@@ -43,7 +43,7 @@ def second_serve(gp: GatewayProcess) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gateway", "serve", "--kafka-port", str(other.kafka_port),
          "--native-port", str(other.native_port), "--admin-port", str(other.admin_port),
-         "--data-dir", str(gp.data_dir)],
+         "--schema-registry-port", "0", "--data-dir", str(gp.data_dir)],
         capture_output=True, text=True, timeout=60,
     )
 

@@ -27,6 +27,8 @@ from tests.kafka_differences import (
     ANSWERS_INSTEAD_OF_CLOSING,
     FOUND,
     INTERNAL_TOPICS,
+    MIN_INSYNC,
+    OWN_TOPIC_CONFIGS,
     WIRE_FOUND,
     found,
 )
@@ -169,6 +171,33 @@ family("metadata_unknown_topic", range(4, 14), _metadata_unknown)
 @scenario
 async def metadata_invalid_topic_name(s: Side, name: str) -> Any:
     return await s.call(3, 12, {"topics": [{"name": "bad name!"}], "allow_auto_topic_creation": False})
+
+
+@scenario
+async def metadata_topic_ids(s: Side, name: str) -> Any:
+    """By id beside a name (v12: the id alone counts), an id no topic has, an id before v12 (the whole
+    request refused), and the operations on a topic that is not there."""
+    await create(s, name, 1)
+    known, none = await s.topic_id(name), uuid.UUID(int=0)
+    ask = [[{"name": None, "topic_id": known}, {"name": name + "-other", "topic_id": none}],
+           [{"name": name, "topic_id": uuid.UUID(int=42)}]]
+    unknown = await s.call(3, 12, {"topics": [{"name": name + "-absent", "topic_id": none}, {"name": "bad name!"}],
+                                   "allow_auto_topic_creation": False, "include_topic_authorized_operations": True})
+    unknown["topics"].sort(key=lambda t: t["name"])  # Kafka answers in its own set's order
+    return [*[await s.call(3, 12, {"topics": t, "allow_auto_topic_creation": False}) for t in ask],
+            await s.call(3, 11, {"topics": [{"name": name, "topic_id": known}], "allow_auto_topic_creation": False}),
+            unknown]
+
+
+@scenario
+async def describe_topic_partitions_paging(s: Side, name: str) -> Any:
+    """Limits of 0 and below, a cursor within a topic, a negative cursor partition, an unknown topic."""
+    await create(s, name, 3)
+    topics = [{"name": name}, {"name": name + "-absent"}]
+    pages = [(0, None), (-5, None), (2, {"topic_name": name, "partition_index": 1}),
+             (1, {"topic_name": name, "partition_index": -1})]
+    return [await s.call(75, 0, {"topics": topics, "response_partition_limit": limit, "cursor": cursor})
+            for limit, cursor in pages]
 
 
 # -- Produce ----------------------------------------------------------------------------------------------
@@ -479,8 +508,15 @@ def _describe_configs(v: int, synonyms: bool) -> Scenario:
     return run
 
 
-family("describe_configs", range(0, 5), lambda v: _describe_configs(v, False))
+family("describe_configs", range(1, 5), lambda v: _describe_configs(v, False))  # v0 went in Kafka 4.0
 family("describe_configs_synonyms", range(1, 5), lambda v: _describe_configs(v, True))
+
+
+@scenario
+async def describe_configs_all(s: Side, name: str) -> Any:
+    """Every config of a topic, for no names (null) and an empty list alike, in Kafka's order."""
+    await create(s, name, 1, TOPIC_CONFIGS)
+    return [await describe_configs(s, name, keys) for keys in (None, [])]
 
 
 @scenario
@@ -516,13 +552,19 @@ async def describe_configs_unknown_key(s: Side, name: str) -> Any:
 def _alter(op: int, key: str, value: str | None, validate_only: bool = False) -> Scenario:
     async def run(s: Side, name: str) -> Any:
         await create(s, name, 1, {"retention.ms": "86400000"})
+        before = await _config_value(s, name, key)
         altered = await s.call(44, 1, {"validate_only": validate_only, "resources": [
             {"resource_type": 2, "resource_name": name,
              "configs": [{"name": key, "config_operation": op, "value": value}]}]})
-        if altered["responses"][0]["error_code"] == 0 and not validate_only and op == 0:
-            await configs_settled(s, name, key, value)
+        if altered["responses"][0]["error_code"] == 0 and not validate_only:
+            await configs_settled(s, name, key, value if op == 0 else None, before)
         return [altered, await describe_configs(s, name, [key])]
     return run
+
+
+async def _config_value(s: Side, topic: str, key: str) -> Any:
+    configs = (await describe_configs(s, topic, [key]))["results"][0]["configs"]
+    return next((c["value"] for c in configs), None)
 
 
 for _name, _args in {
@@ -540,12 +582,12 @@ for _name, _args in {
     SCENARIOS[f"incremental_alter_configs_{_name}"] = _alter(*_args)
 
 
-async def configs_settled(s: Side, topic: str, key: str, value: str | None) -> None:
-    """Await DescribeConfigs showing `key` set to `value`: Kafka's broker learns of altered configs
-    from the metadata log a moment after the controller answers."""
+async def configs_settled(s: Side, topic: str, key: str, value: str | None, before: Any = None) -> None:
+    """Await DescribeConfigs showing `key` set to `value` (None: no longer to `before`): Kafka's broker
+    learns of altered configs from the metadata log a moment after the controller answers."""
     async def shown() -> bool:
-        configs = (await describe_configs(s, topic, [key]))["results"][0]["configs"]
-        return any(c["name"] == key and c["value"] == value for c in configs)
+        now = await _config_value(s, topic, key)
+        return now == value if value is not None else now != before
 
     await eventually(shown, 30, f"{key}={value}")
 
@@ -759,6 +801,14 @@ def _offset_fetch(v: int) -> Scenario:
 
 
 family("offset_fetch", range(1, 11), _offset_fetch)
+
+
+@scenario
+async def offset_fetch_topic_without_partitions(s: Side, name: str) -> Any:
+    await create(s, name, 1)
+    topics = [{"name": name, "partition_indexes": []}, {"name": name + "-absent", "partition_indexes": [-1, 0]}]
+    return [await s.call(9, 7, {"group_id": name, "topics": topics}),
+            await s.call(9, 8, {"groups": [{"group_id": name, "topics": topics}]})]
 
 
 @scenario
@@ -1012,7 +1062,7 @@ async def write_txn_markers(s: Side, topic: str, producer_id: int, epoch: int, c
 
 
 @scenario
-async def write_txn_markers_without_a_transaction(s: Side, name: str) -> Any:
+async def txn_markers_without_a_transaction(s: Side, name: str) -> Any:
     """A marker for a producer with nothing open on the partition (`kafka-transactions abort` of a
     transaction that is not there) is appended all the same, and aborts no records."""
     await create(s, name, 1)
@@ -1026,7 +1076,7 @@ async def write_txn_markers_without_a_transaction(s: Side, name: str) -> Any:
 
 
 @scenario
-async def write_txn_markers_stale_epoch(s: Side, name: str) -> Any:
+async def txn_markers_stale_epoch(s: Side, name: str) -> Any:
     """A marker of an epoch older than the producer's open transaction is INVALID_PRODUCER_EPOCH and
     writes nothing; the transaction's own ending still aborts it."""
     await create(s, name, 1)
@@ -1085,7 +1135,8 @@ def test_the_allowed_differences_are_the_documented_ones() -> None:
     """tests/kafka_differences.py mirrors docs/kafka-differences.md: every allowed difference is a
     row there, every open finding is listed there, and every finding names a scenario."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "kafka-differences.md").read_text()
-    assert [a.doc for a in (*ALLOWED, INTERNAL_TOPICS, ANSWERS_INSTEAD_OF_CLOSING) if a.doc not in doc] == []
+    assert [a.doc for a in (*ALLOWED, INTERNAL_TOPICS, ANSWERS_INSTEAD_OF_CLOSING, OWN_TOPIC_CONFIGS, MIN_INSYNC)
+            if a.doc not in doc] == []
     assert [n for n in FOUND if f"`{n}`" not in doc] == []
     assert [what for what in WIRE_FOUND.values() if what not in doc] == []
     assert [n for n in FOUND if not any(s == n or s.startswith(f"{n}_v") for s in SCENARIOS)] == []

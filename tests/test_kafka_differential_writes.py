@@ -224,7 +224,9 @@ async def test_generated_writes_get_kafkas_answers(bootstraps: tuple[str, str]) 
         answers = []
         for bs in bootstraps:
             async with side("broker", bs) as s:
-                run = Run(s, f"wire-w-{nonce}-{i}", f"wire-w-{nonce}-{i}")
+                # named to sort before the read-only traffic's pool topic, whose listings of every
+                # topic from it on (DescribeTopicPartitions' cursor) the shared Kafka broker answers
+                run = Run(s, f"gen-writes-{nonce}-{i}", f"gen-writes-{nonce}-{i}")
                 out = [normalise(await run.step(op), unordered=True) for op in seq]
                 if seq[-1][0] != "delete_topics":
                     out.append(normalise(await run.state(), unordered=True))

@@ -33,7 +33,16 @@ import pytest
 from gateway.client import AuthorizationFailed, Client
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import EmbeddedRedis, free_port
-from tests.conftest import EXAMPLES, admin_url, in_spark, kafka_bootstrap, native_url, run_program
+from tests.conftest import (
+    EXAMPLES,
+    admin_url,
+    in_spark,
+    kafka_bootstrap,
+    native_url,
+    run_program,
+    running_gateway,
+    test_config,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -46,10 +55,16 @@ RUN = {
     "from confluent_kafka import Producer": "test_kafka_producer_snippet",
     'create_producer("orders")': "test_native_snippet_receives_what_it_sent_on_every_run",
     "send_watermark": "test_watermark_snippet",
+    "DeadLetterPolicy(": "test_dead_letter_snippet",
+    "subscribe_pattern(": "test_pattern_snippet",
+    "chunking_enabled=True": "test_chunking_snippet",
+    'mode="key_shared"': "test_key_shared_snippet",
+    "gateway.client.blocking import Client": "test_blocking_snippet",
     "register(spark)": "test_spark_snippets",
     "F.window": "test_spark_snippets",
     'writeStream.format("gateway")': "test_spark_snippets",
     "GATEWAY_ADMIN_TOKEN=": "test_security_snippet",
+    "AvroSerializer(registry": "test_schema_registry_snippet",
 }
 
 
@@ -121,6 +136,36 @@ async def test_native_snippet_receives_what_it_sent_on_every_run(gateway: Gatewa
         assert out == f"sent orders-0@{run}, received b'hello' at orders-0@{run}\n"
 
 
+@pytest.mark.kafka
+async def test_schema_registry_snippet(redis_url: str, tmp_path: Path) -> None:
+    """The Avro record comes back decoded, through a schema the registry holds afterwards."""
+    async with running_gateway(test_config(redis_url, schema_registry_port=free_port())) as gw:
+        registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
+        text = block("AvroSerializer(registry").replace("http://localhost:8081", registry)
+        assert await run_snippet(text, gw, tmp_path) == "{'id': 'p-1', 'amount': 9.5}\n"
+        assert gw.services is not None
+        assert [v.version for v in (await gw.services.schemas.fresh()).versions("payments-value")] == [1]
+
+
+async def test_key_shared_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    """Each key's messages in order at one worker, on every run (the last consumer unsubscribes)."""
+    for _ in range(2):
+        lines = (await run_snippet(block('mode="key_shared"'), gateway, tmp_path)).splitlines()
+        assert len(lines) == 4
+        for k, line in enumerate(lines):
+            key, rest = line.split(" ", 1)
+            workers, values = rest.split("} ")
+            assert key == f"account-{k}" and workers.count("worker-") == 1
+            assert values == repr([f"payment {n}" for n in range(k, 12, 4)])
+    assert not gateway.services.subscriptions.active("payments", "ledger")
+
+
+async def test_blocking_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    for _ in range(2):  # subscribed before sending, as the async snippet
+        assert await run_snippet(block("gateway.client.blocking import Client"), gateway, tmp_path) == \
+            "b'hello from a script'\n"
+
+
 async def test_watermark_snippet(gateway: Gateway, tmp_path: Path) -> None:
     lines = (await run_snippet(block("send_watermark"), gateway, tmp_path)).splitlines()
     watermark = lines[0]  # on_watermark, once the first reading is acknowledged: the sensor's
@@ -128,6 +173,21 @@ async def test_watermark_snippet(gateway: Gateway, tmp_path: Path) -> None:
     # then last_watermark, a late reading, and the watermark at that reading (after the sensor's W_SET);
     # on_watermark may print None among them, once the sensor went idle
     assert [line for line in lines if line != "None"] == [watermark, watermark, "b'19.0' True", watermark]
+
+
+async def test_pattern_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    assert await run_snippet(block("subscribe_pattern("), gateway, tmp_path) == "sensors-garden b'21.5'\n"
+
+
+@pytest.mark.kafka
+async def test_chunking_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    assert await run_snippet(block("chunking_enabled=True"), gateway, tmp_path) == "True 21\n"
+
+
+async def test_dead_letter_snippet(gateway: Gateway, tmp_path: Path) -> None:
+    out = await run_snippet(block("DeadLetterPolicy("), gateway, tmp_path)
+    assert out.splitlines() == ["payments 0", "payments-settle-RETRY 1", "payments-settle-RETRY 2",
+                                "payments-settle-RETRY 3", "b'card declined' b'payments' b'4'"]
 
 
 @pytest.mark.spark

@@ -238,7 +238,8 @@ DENIED = {
     "init producer id": KafkaError.transactional_id_authorization_failed,
     "create topics": KafkaError.topic_authorization_failed,
     "describe configs": KafkaError.topic_authorization_failed,
-    "describe cluster": KafkaError.cluster_authorization_failed,
+    # Kafka answers anyone (its cluster's authorized operations are 0): test_kafka_differential_acls
+    "describe cluster": KafkaError.none,
     "list partition reassignments": KafkaError.cluster_authorization_failed,
     "elect leaders": KafkaError.cluster_authorization_failed,
 }
@@ -264,7 +265,7 @@ async def test_acls_allow_exactly_what_they_name(secure):
     await allow(secure, alice, ResourceType.CLUSTER, "kafka-cluster", Operation.ADMIN)
     conn, _ = await login(secure, "alice", "alice-secret")
     for what, key, version, body, error_of in _requests():
-        assert error_of(await call(conn, key, version, body)) not in set(DENIED.values()), what
+        assert error_of(await call(conn, key, version, body)) not in set(DENIED.values()) - {KafkaError.none}, what
     # Metadata lists only what alice may describe: not "secret", nor "fresh" that admin on the
     # cluster let her create
     md = await call(conn, ApiKey.METADATA, 9, {"topics": None})

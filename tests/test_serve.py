@@ -46,6 +46,7 @@ def test_restart_after_sigkill_on_the_same_data_dir_keeps_state(gateway_process)
 def test_flags_fall_back_to_environment_variables(tmp_path):
     admin_port = free_port()
     env = dict(os.environ, GATEWAY_ADMIN_PORT=str(admin_port), GATEWAY_KAFKA_PORT="0", GATEWAY_NATIVE_PORT="0",
+               GATEWAY_SCHEMA_REGISTRY_PORT="0",
                GATEWAY_DATA_DIR=str(tmp_path / "d"))
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

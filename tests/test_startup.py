@@ -23,7 +23,8 @@ SERVE_TIMEOUT = 20.0  # well under the half minute an unreachable Redis used to 
 def serve(data_dir: Path, *flags: str) -> tuple[int, list[str]]:
     """Run `gateway serve` to its end; its exit code and its output lines (stdout and stderr)."""
     given = set(flags[::2])
-    ports = [item for flag in ("--kafka-port", "--native-port", "--admin-port") if flag not in given
+    ports = [item for flag in ("--kafka-port", "--native-port", "--admin-port", "--schema-registry-port")
+             if flag not in given
              for item in (flag, "0")]
     args = [sys.executable, "-m", "gateway", "serve", "--data-dir", str(data_dir), *ports, *flags]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
@@ -51,13 +52,13 @@ def assert_released(data_dir: Path) -> None:
         os.close(fd)
 
 
-@pytest.mark.parametrize("face", ["kafka", "native", "admin"])
+@pytest.mark.parametrize("face", ["kafka", "native", "admin", "schema-registry"])
 def test_a_port_in_use_is_one_line_naming_its_flag(tmp_path, taken_port, face):
     data_dir = tmp_path / "data"
     code, lines = serve(data_dir, f"--{face}-port", str(taken_port))
     assert code != 0
-    assert lines == [f"gateway: {face} port {taken_port} is in use: choose another with --{face}-port "
-                     f"(GATEWAY_{face.upper()}_PORT)"]
+    assert lines == [f"gateway: {face.replace('-', ' ')} port {taken_port} is in use: choose another with "
+                     f"--{face}-port (GATEWAY_{face.upper().replace('-', '_')}_PORT)"]
     assert_released(data_dir)
 
 

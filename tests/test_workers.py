@@ -197,7 +197,7 @@ def test_a_worker_that_cannot_start_stops_all_with_one_line(tmp_path: Path) -> N
         taken.close()
     with taken:
         run = serve(tmp_path, "--workers", "2", "--kafka-port", str(port - 1), "--native-port", "0",
-                    "--admin-port", "0", "--log-level", "WARNING")
+                    "--admin-port", "0", "--schema-registry-port", "0", "--log-level", "WARNING")
     assert (run.returncode, run.stdout) == (1, "")
     assert run.stderr == (f"gateway: worker 1: kafka port {port} is in use: choose another with --kafka-port "
                           "(GATEWAY_KAFKA_PORT)\n")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict
-from typing import Any, cast
+from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway import telemetry
 from gateway.admin.body import json_body
+from gateway.admin.listener import HttpListener, listen
 from gateway.admin.metrics import Metrics
 from gateway.admin.security import SecurityApi, authentication
 from gateway.admin.share import ShareGroupsApi
@@ -25,7 +26,6 @@ from gateway.domain.services import Services
 from gateway.domain.txn import TxnId, TxnInfo
 from gateway.domain.watermark import PositionsWatermark
 from gateway.errors import ErrorCode, GatewayError, InvalidPartitions, InvalidRequest, TransactionNotFound
-from gateway.net import server_ssl_context
 
 _STATUS = {
     ErrorCode.TOPIC_NOT_FOUND: 404,
@@ -372,29 +372,8 @@ def _txn_json(info: TxnInfo) -> dict[str, Any]:
     }
 
 
-class AdminListener:
-    def __init__(self, runner: web.AppRunner, site: web.TCPSite) -> None:
-        self.runner = runner
-        self.site = site
-        server = cast("asyncio.Server | None", site._server)  # aiohttp declares the AbstractServer
-        assert server is not None and server.sockets
-        self.port = int(server.sockets[0].getsockname()[1])
-
-    async def close(self, grace: float = 5.0) -> None:
-        await self.runner.cleanup()
-
-
-async def start_admin_server(services: Services, host: str, port: int) -> AdminListener:
+async def start_admin_server(services: Services, host: str, port: int) -> HttpListener:
     api = AdminApi(services)
     app = web.Application(middlewares=[_answered, authentication(services.security)])
     app.add_routes(api.routes() + SecurityApi(services.security).routes() + ShareGroupsApi(services.share).routes())
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    cfg = services.config
-    try:
-        site = web.TCPSite(runner, host, port, ssl_context=server_ssl_context(cfg.tls_cert_file, cfg.tls_key_file))
-        await site.start()
-    except BaseException:
-        await runner.cleanup()  # a port in use: the gateway stops, and nothing of this listener stays
-        raise
-    return AdminListener(runner, site)
+    return await listen(app, services.config, host, port)

@@ -6,7 +6,7 @@ directory unless `--redis-url` names one (`--cluster`: a local three-primary Red
 printed beside its raw-Redis baseline, spread over as many streams as the topic has partitions,
 and the ratio between them.
 
-One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `share`, `groups`,
+One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `share`, `key_shared`, `groups`,
 `peer`, `compaction`, `memory`), each on `common` alone; this one only picks among them.
 """
 
@@ -19,6 +19,7 @@ from gateway.bench import (
     delayed,
     groups,
     kafka,
+    key_shared,
     memory,
     native,
     peer,
@@ -51,10 +52,12 @@ def run_bench(args: argparse.Namespace) -> None:
         elif args.watermarks:
             rows, note = watermarks.measure_watermarks(url, seconds), watermarks.NOTE
         elif args.spark:
-            rows = spark.measure_spark(url, count=args.records, size=sizes[0], partitions=args.partitions,
+            rows = spark.measure_spark(url, count=args.records or 500_000, size=sizes[0], partitions=args.partitions,
                                        cores=args.cores, seconds=seconds)
         elif args.share:
-            rows = share.measure_share(url, sizes[0], args.records)
+            rows = share.measure_share(url, sizes[0], args.records or 500_000)
+        elif args.key_shared:
+            rows = key_shared.measure_key_shared(url, sizes[0], args.records or key_shared.RECORDS, args.partitions)
         elif args.txn:
             rows, note = txn.measure_txn(url, seconds), txn.NOTE
         elif args.kafka and args.acks == "all":

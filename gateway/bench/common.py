@@ -19,9 +19,9 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TextIO, TypeVar
 
@@ -46,7 +46,8 @@ class Row:
     baseline_records_per_s: float = 0.0
     p50_ms: float | None = None
     p99_ms: float | None = None
-    cpu: str = ""  # where the time went: CPU seconds per process
+    cpu: str = ""  # more of where the time went: the client's CPU, a comparison
+    cpu_us: dict[str, float] = field(default_factory=dict)  # each server's CPU µs per record (`CpuSpan`)
 
     def __post_init__(self) -> None:
         if Progress.active is not None:  # a row is made when its measurement ends
@@ -62,13 +63,15 @@ class Row:
 
 
 _COLUMNS = (("measurement", "<"), ("size", ">"), ("records/s", ">"), ("MB/s", ">"), ("p50 ms", ">"),
-            ("p99 ms", ">"), ("vs baseline", "<"))
+            ("p99 ms", ">"), ("cpu µs/rec", ">"), ("vs baseline", "<"))
 
 
 def print_table(rows: list[Row]) -> None:
-    """The rows, each column as wide as its widest cell; a row's CPU split on a line of its own."""
+    """The rows, each column as wide as its widest cell; a row's CPU split on a line of its own.
+    `cpu µs/rec` is the servers' CPU per record (per transaction in a transaction row) summed."""
     cells = [[r.what, str(r.size), f"{r.records_per_s:,.0f}", f"{r.mb_per_s:.1f}",
               "" if r.p50_ms is None else f"{r.p50_ms:.2f}", "" if r.p99_ms is None else f"{r.p99_ms:.2f}",
+              f"{sum(r.cpu_us.values()):.2f}" if r.cpu_us else "",
               f"{r.ratio} of {r.baseline}" if r.baseline else ""] for r in rows]
     widths = [max([len(name), *(len(c[i]) for c in cells)]) for i, (name, _) in enumerate(_COLUMNS)]
 
@@ -81,8 +84,9 @@ def print_table(rows: list[Row]) -> None:
     print("-" * len(head))
     for r, c in zip(rows, cells, strict=True):
         print(line(c))
-        if r.cpu:
-            print(f"{'':{widths[0]}}  cpu: {r.cpu}")
+        split = ", ".join(f"{name} {us:.2f}" for name, us in r.cpu_us.items()) if len(r.cpu_us) > 1 else ""
+        if r.cpu or split:
+            print(f"{'':{widths[0]}}  cpu: {'; '.join(filter(None, (r.cpu, split and f'µs/rec {split}')))}")
 
 
 CLEAR_LINE = "\r\033[K"  # back to the line's start, and erase it
@@ -165,16 +169,21 @@ def best_of(runs: int, measure: Callable[[], float]) -> float:
     return max(measure() for _ in range(runs))
 
 
-def timed_loop(seconds: float, step: Callable[[], int]) -> float:
-    """Run `step` (returning how many records it did) for `seconds`; records per second."""
+def timed_loop(seconds: float, step: Callable[[], int], span: CpuSpan | None = None) -> float:
+    """Run `step` (returning how many records it did) for `seconds`; records per second. `span`
+    reads the servers' CPU when the clock starts and when it stops."""
     done = 0
+    span = span or CpuSpan()
+    span.start()
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         done += step()
-    return done / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    span.stop()
+    return done / elapsed
 
 
-def timed_steps(seconds: float, step: Callable[[], int]) -> tuple[float, list[float]]:
+def timed_steps(seconds: float, step: Callable[[], int], span: CpuSpan | None = None) -> tuple[float, list[float]]:
     """`timed_loop`, with the milliseconds of each step (one round trip each, for latencies)."""
     latencies: list[float] = []
 
@@ -184,7 +193,7 @@ def timed_steps(seconds: float, step: Callable[[], int]) -> tuple[float, list[fl
         latencies.append((time.perf_counter() - t0) * 1000)
         return done
 
-    return timed_loop(seconds, timed), latencies
+    return timed_loop(seconds, timed, span), latencies
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -222,7 +231,8 @@ def streams(kind: str, partitions: int) -> list[str]:
 
 
 def _pipelined_xadd(url: str, kind: str, fields: dict[FieldT, EncodableT], per_trip: int, records_per_entry: int,
-                    seconds: float, partitions: int, replicas: int = 0) -> tuple[float, list[float]]:
+                    seconds: float, partitions: int, replicas: int = 0,
+                    span: CpuSpan | None = None) -> tuple[float, list[float]]:
     """Records per second appended as `per_trip` entries of `fields` per round trip, round-robin
     over one stream per partition, each round trip ending in a WAIT for `replicas` when there are
     any; and each round trip's milliseconds."""
@@ -239,33 +249,35 @@ def _pipelined_xadd(url: str, kind: str, fields: dict[FieldT, EncodableT], per_t
         return per_trip * records_per_entry
 
     try:
-        return timed_steps(seconds, step)
+        return timed_steps(seconds, step, span)
     finally:
         for key in keys:
             r.delete(key)
         r.close()
 
 
-def raw_xadd_per_record(url: str, size: int, seconds: float, pipeline: int = 500, partitions: int = 1) -> float:
+def raw_xadd_per_record(url: str, size: int, seconds: float, pipeline: int = 500, partitions: int = 1,
+                        span: CpuSpan | None = None) -> float:
     """One entry per record, `pipeline` of them per round trip."""
-    return _pipelined_xadd(url, "raw", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions)[0]
+    return _pipelined_xadd(url, "raw", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions, span=span)[0]
 
 
 def raw_xadd_blobs(url: str, size: int, seconds: float, per_blob: int = 500, pipeline: int = 8,
-                   partitions: int = 1) -> float:
+                   partitions: int = 1, span: CpuSpan | None = None) -> float:
     """One entry per `per_blob` records: the ceiling of a one-entry-per-batch layout."""
     return _pipelined_xadd(url, "blob", {"b": os.urandom(size * per_blob)}, pipeline, per_blob, seconds,
-                           partitions)[0]
+                           partitions, span=span)[0]
 
 
 def raw_xadd_waited(url: str, size: int, seconds: float, replicas: int, pipeline: int = 100,
-                    partitions: int = 1) -> tuple[float, list[float]]:
+                    partitions: int = 1, span: CpuSpan | None = None) -> tuple[float, list[float]]:
     """`pipeline` XADDs of one record each per round trip, followed (with `replicas`) by a WAIT for
     that many replicas: acks=all's cost in raw Redis. Records per second, and each round trip's ms."""
-    return _pipelined_xadd(url, "waited", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions, replicas)
+    return _pipelined_xadd(url, "waited", {"v": os.urandom(size)}, pipeline, 1, seconds, partitions, replicas,
+                           span)
 
 
-def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500) -> float:
+def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500, span: CpuSpan | None = None) -> float:
     """Reading back one-entry-per-batch blobs with XRANGE: the consume ceiling."""
     r = raw_client(url)
     key = f"bench:read:{uuid.uuid4().hex}"
@@ -280,7 +292,38 @@ def raw_xrange_blobs(url: str, size: int, seconds: float, per_blob: int = 500) -
         return len(entries or ()) * per_blob
 
     try:
-        return timed_loop(seconds, step)
+        return timed_loop(seconds, step, span)
+    finally:
+        r.delete(key)
+        r.close()
+
+
+def raw_queue(url: str, size: int, count: int, span: CpuSpan | None = None, per_trip: int = 500) -> float:
+    """XREADGROUP of `per_trip` entries then XACK of their ids, until `count` records were taken;
+    `span` measures the servers' CPU over the same interval."""
+    r = raw_client(url)
+    (key,) = streams("queue", 1)
+    value = os.urandom(size)
+    try:
+        for i in range(0, count, per_trip):
+            pipe = r.pipeline(transaction=False)
+            for _ in range(min(per_trip, count - i)):
+                pipe.xadd(key, {"v": value})
+            pipe.execute()
+        r.xgroup_create(key, "g", id="0")
+        got = 0
+        if span is not None:
+            span.start()
+        start = time.perf_counter()
+        while got < count:
+            reply: Any = r.xreadgroup("g", "c", {key: ">"}, count=per_trip)
+            ids = [entry_id for _, entries in reply for entry_id, _ in entries]
+            r.xack(key, "g", *ids)
+            got += len(ids)
+        elapsed = time.perf_counter() - start
+        if span is not None:
+            span.stop()
+        return got / elapsed
     finally:
         r.delete(key)
         r.close()
@@ -305,31 +348,111 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-class CpuMeter:
-    """CPU seconds spent by this process (the client), the gateways and Redis during a measurement."""
+@dataclass(frozen=True)
+class Server:
+    """A server process whose CPU a measurement counts, under `name` (processes may share one: a
+    cluster's primaries); `tree`: with the processes it started, a `--workers` supervisor's workers."""
 
-    def __init__(self, gateway_pids: list[int], redis_url: str) -> None:
-        self.pids = gateway_pids
-        self.redis = raw_client(redis_url)
+    name: str
+    pid: int
+    tree: bool = False
 
-    def _redis_cpu(self) -> float:
-        info = self.redis.info("cpu")
-        nodes = [info] if "used_cpu_user" in info else list(info.values())  # a cluster: one per node
-        return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in nodes)
 
-    def sample(self) -> tuple[float, float, float]:
-        """CPU seconds so far: (this process and its children, the gateways, Redis)."""
-        gateway = sum(_cpu_seconds(pid) for top in self.pids for pid in (top, *_children(top)))
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)  # a client run as a process
-        client = time.process_time() + children.ru_utime + children.ru_stime
-        return client, gateway, self._redis_cpu()
+def redis_servers(url: str) -> list[Server]:
+    """The primaries of the Redis at `url` as servers, found by INFO's process_id; one not on this
+    machine (no redis-server of that pid here) cannot be read from /proc, and is left out with a line
+    saying so on stderr."""
+    r = raw_client(url)
+    try:
+        if isinstance(r, redis.RedisCluster):
+            nodes = list(r.info("server", target_nodes=redis.RedisCluster.PRIMARIES).values())
+        else:
+            nodes = [r.info("server")]
+    finally:
+        r.close()
+    found = []
+    for info in nodes:
+        pid = int(info["process_id"])
+        try:
+            local = Path(f"/proc/{pid}/comm").read_text().strip() == "redis-server"
+        except OSError:
+            local = False
+        if local:
+            found.append(Server("redis", pid))
+        else:
+            print(f"Redis at port {info.get('tcp_port')} runs on another machine: its CPU is not counted",
+                  file=sys.stderr)
+    return found
 
-    def measure(self, run: Callable[[], float]) -> tuple[float, str]:
-        before, t0 = self.sample(), time.perf_counter()
-        rate = run()
-        after, wall = self.sample(), time.perf_counter() - t0
-        client, gateway, rds = (a - b for a, b in zip(after, before, strict=True))
-        return rate, f"client {client:.2f} s, gateway {gateway:.2f} s, redis {rds:.2f} s in {wall:.2f} s"
+
+class CpuSpan:
+    """The CPU seconds each named server spends over one measured interval: utime+stime of every
+    thread of its processes, read from /proc/PID/stat when the clock starts and when it stops (in
+    clock ticks, 10 ms: a figure wants an interval of seconds). It travels to a client process and
+    back (pickled); CLOCK_MONOTONIC is the machine's, so the spans of clients that ran at once join
+    (`union`)."""
+
+    def __init__(self, servers: Sequence[Server] = ()) -> None:
+        self.servers = list(servers)
+        self.before: dict[str, float] = {}
+        self.after: dict[str, float] = {}
+        self.started = self.stopped = 0.0
+        self._pids: list[tuple[str, int]] = []
+
+    def _read(self) -> dict[str, float]:
+        seconds = dict.fromkeys((s.name for s in self.servers), 0.0)
+        for name, pid in self._pids:
+            seconds[name] += _cpu_seconds(pid)
+        return seconds
+
+    def start(self) -> None:
+        self._pids = [(s.name, pid) for s in self.servers for pid in ((s.pid, *_children(s.pid)) if s.tree else (s.pid,))]
+        self.before, self.started = self._read(), time.monotonic()
+
+    def stop(self) -> None:
+        self.stopped = time.monotonic()
+        self.after = self._read()
+
+    @property
+    def wall(self) -> float:
+        return self.stopped - self.started
+
+    def per_record(self, rate: float) -> dict[str, float]:
+        """Each server's CPU µs per record (or transaction) at `rate` per second over the interval."""
+        return self.per(rate * self.wall)
+
+    def per(self, done: float) -> dict[str, float]:
+        """Each server's CPU µs per one of the `done` records (or transactions) of the interval."""
+        return {name: (self.after[name] - self.before[name]) / done * 1e6 for name in self.before} if done else {}
+
+    @staticmethod
+    def union(spans: Sequence[CpuSpan]) -> CpuSpan:
+        """The interval from the first span's start to the last one's stop, with the CPU spent in it."""
+        first, last = min(spans, key=lambda s: s.started), max(spans, key=lambda s: s.stopped)
+        joined = CpuSpan(first.servers)
+        joined.before, joined.started, joined.after, joined.stopped = (first.before, first.started,
+                                                                       last.after, last.stopped)
+        return joined
+
+
+def client_cpu() -> float:
+    """CPU seconds so far of this process (a client) and the programs it ran and waited for (kcat)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def best_run(runs: list[tuple[float, CpuSpan]]) -> tuple[float, dict[str, float]]:
+    """The best of a few runs' rates (other work on the machine only ever slows a run down), and
+    each server's CPU µs per record in that run."""
+    rate, span = max(runs, key=lambda run: run[0])
+    return rate, span.per_record(rate)
+
+
+def best_spanned(runs: int, servers: Sequence[Server], measure: Callable[[CpuSpan], float],
+                 ) -> tuple[float, dict[str, float]]:
+    """`best_run` of `runs` runs of `measure`, each given a span of `servers`."""
+    spans = [CpuSpan(servers) for _ in range(runs)]
+    return best_run([(measure(span), span) for span in spans])
 
 
 # -- the processes measured ------------------------------------------------------------------------
@@ -397,7 +520,7 @@ def free_ports(count: int) -> int:
 def running_gateway(redis_url: str, workers: int = 1) -> Iterator[dict[str, int]]:
     """A gateway process, as users run it, on free ports: its `kafka`, `native` and `admin` ports
     and its `pid`. With `workers` > 1, `gateway serve --workers`: the ports are worker 0's (the
-    others follow them), the pid the supervisor's (`CpuMeter` counts its workers with it)."""
+    others follow them), the pid the supervisor's (`gateway_servers` counts its workers with it)."""
     ports = {"kafka": free_ports(workers), "native": free_ports(workers), "admin": free_port()}
     Progress.doing_else("starting a gateway" if workers == 1 else f"starting a gateway of {workers} workers")
     proc = subprocess.Popen(
@@ -420,6 +543,11 @@ def running_gateway(redis_url: str, workers: int = 1) -> Iterator[dict[str, int]
         proc.wait(30)
 
 
+def gateway_servers(gateways: list[dict[str, int]], redis_url: str) -> list[Server]:
+    """The processes of `running_gateway`s (with their workers) and of their Redis primaries."""
+    return [*(Server("gateway", g["pid"], tree=True) for g in gateways), *redis_servers(redis_url)]
+
+
 @contextmanager
 def running_gateways(redis_url: str, count: int, workers: int = 1) -> Iterator[list[dict[str, int]]]:
     """`count` gateway processes over one Redis, each on its own ports (and of `workers` workers)."""
@@ -436,14 +564,16 @@ def create_topic(admin_port: int, topic: str, partitions: int) -> None:
 
 
 def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float, acks: str = "all",
-                  keys: list[bytes] | None = None) -> tuple[float, int]:
+                  keys: list[bytes] | None = None, span: CpuSpan | None = None) -> tuple[float, int]:
     """Records per second produced with confluent-kafka (acks=all unless told), and how many were
-    sent; with `keys`, the records take them in turn."""
+    sent; with `keys`, the records take them in turn; `span` over the timed part."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
     value = os.urandom(size)
     sent = 0
+    span = span or CpuSpan()
+    span.start()
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         for i in range(1000):
@@ -456,7 +586,9 @@ def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float, acks: s
         sent += 1000
         p.poll(0)
     p.flush(60)
-    return sent / (time.perf_counter() - start), sent
+    elapsed = time.perf_counter() - start
+    span.stop()
+    return sent / elapsed, sent
 
 
 def create_kafka_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -472,26 +604,32 @@ def create_kafka_topic(bootstrap: str, topic: str, partitions: int, config: dict
 PER_TXN = 10  # records in each benchmark transaction
 SIZE = 100  # bytes of each of them
 
-def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int, **conf: object) -> float:
-    """The confluent-kafka Python consumer with its default fetch settings (or `conf`), from the start."""
+def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int, conf: dict[str, object] | None = None,
+                  span: CpuSpan | None = None) -> float:
+    """The confluent-kafka Python consumer with its default fetch settings (or `conf`), from the
+    start; `span` over the timed part."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-                  "enable.auto.commit": False, **conf})
+                  "enable.auto.commit": False, **(conf or {})})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got = 0
+    span = span or CpuSpan()
+    span.start()
     start = time.perf_counter()
     deadline = time.monotonic() + 120
     while got < expected and time.monotonic() < deadline:
         msgs = c.consume(10000, 1.0)
         got += sum(1 for m in msgs if m.error() is None)
     elapsed = time.perf_counter() - start
+    span.stop()
     c.close()
     return got / elapsed
 
 def kafka_transactions(bootstrap: str, topic: str, partitions: int, per_txn: int, size: int,
-                       seconds: float) -> tuple[float, list[float]]:
-    """Committed transactions per second with confluent-kafka, each touching every partition."""
+                       seconds: float, span: CpuSpan | None = None) -> tuple[float, list[float]]:
+    """Committed transactions per second with confluent-kafka, each touching every partition;
+    `span` over the timed part."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}",
@@ -509,4 +647,4 @@ def kafka_transactions(bootstrap: str, topic: str, partitions: int, per_txn: int
         latencies.append((time.perf_counter() - t0) * 1000)
         return 1
 
-    return timed_loop(seconds, step), latencies
+    return timed_loop(seconds, step, span), latencies

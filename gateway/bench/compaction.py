@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from gateway.bench.common import (
-    CpuMeter,
+    CpuSpan,
     Progress,
     Row,
+    Server,
     create_kafka_topic,
     kafka_produce,
     raw_client,
@@ -66,7 +67,7 @@ def measure_produce(sizes: list[int], seconds: float, url: str) -> list[Row]:
     keys = [b"key-%06d" % i for i in range(PRODUCE_KEYS)]
     with running_gateway(url) as ports:
         bootstrap = f"127.0.0.1:{ports['kafka']}"
-        meter = CpuMeter([ports["pid"]], url)
+        gateway = [Server("gateway", ports["pid"], tree=True)]
         for size in sizes:
             run = uuid.uuid4().hex[:6]
             plain, compacted = f"bench-delete-{run}", f"bench-compact-{run}"
@@ -77,10 +78,10 @@ def measure_produce(sizes: list[int], seconds: float, url: str) -> list[Row]:
             cpu: dict[str, list[float]] = {plain: [], compacted: []}  # gateway us per record
             for _ in range(2):  # taken in turns: a busy moment of the machine falls on both
                 for topic in (plain, compacted):
-                    before = meter.sample()[1]
-                    rate, sent = kafka_produce(bootstrap, topic, size, seconds, keys=keys)
+                    span = CpuSpan(gateway)
+                    rate, sent = kafka_produce(bootstrap, topic, size, seconds, keys=keys, span=span)
                     rates[topic].append(rate)
-                    cpu[topic].append((meter.sample()[1] - before) / sent * 1e6)
+                    cpu[topic].append(span.per(sent)["gateway"])
             base, us_base = max(rates[plain]), min(cpu[plain])
             rows.append(Row("kafka produce, delete topic", size, base, cpu=f"gateway {us_base:.2f} us/record"))
             us = min(cpu[compacted])

@@ -1,6 +1,7 @@
 """`gateway bench --kafka`: Kafka-protocol produce and consume with confluent-kafka (and kcat, when
 installed), beside raw XADD of the same bytes (one entry per record, one per 500-record blob) and
-raw XRANGE, with the CPU seconds each process spent."""
+raw XRANGE, with the CPU each server process spent per record over the measured interval (and the
+client's own, where a consumer may be the limit)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 
 from gateway.bench.common import (
-    CpuMeter,
+    CpuSpan,
     Row,
-    best_of,
+    Server,
+    best_spanned,
+    client_cpu,
     create_kafka_topic,
+    gateway_servers,
     kafka_consume,
     kafka_produce,
     percentile,
@@ -23,6 +28,7 @@ from gateway.bench.common import (
     raw_xadd_per_record,
     raw_xadd_waited,
     raw_xrange_blobs,
+    redis_servers,
     running_gateway,
     running_gateways,
     timed_steps,
@@ -80,43 +86,56 @@ def python_consumer_ceiling(bootstrap: str, topic: str, partitions: int, expecte
     return drained / elapsed
 
 
-def kcat_consume(bootstrap: str, topic: str, expected: int) -> float:
+def kcat_consume(bootstrap: str, topic: str, expected: int, span: CpuSpan) -> float:
     """librdkafka's C consumer (kcat), whose per-record cost is small: what the gateway serves when
     the client is not the limit. Its process start-up counts against it; it stops at the last
     record (`-c`), not after the empty long poll (fetch.wait.max.ms) that would tell it the end."""
+    span.start()
     start = time.perf_counter()
     out = subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q",
                           "-c", str(expected), "-f", "%o\n"], capture_output=True, text=True, timeout=300,
                          check=True)
+    elapsed = time.perf_counter() - start
+    span.stop()
     got = out.stdout.count("\n")
     if got < expected:
         raise RuntimeError(f"kcat read {got} of {expected} records")
-    return got / (time.perf_counter() - start)
+    return got / elapsed
 
 
-def _measure_consume(url: str, gateways: list[dict[str, int]], bootstrap: str, topic: str, partitions: int,
+def _with_client(servers: list[Server], consume: Callable[[CpuSpan], float]) -> tuple[float, dict[str, float], str]:
+    """The best of two consume runs with the servers' CPU per record, and the client's (this process
+    and the kcat it runs, from its start to its end): a consumer that is the limit shows there."""
+    runs = []
+    for _ in range(2):
+        before, span = client_cpu(), CpuSpan(servers)
+        rate = consume(span)
+        runs.append((rate, span, client_cpu() - before))
+    rate, span, client = max(runs, key=lambda run: run[0])
+    return rate, span.per_record(rate), f"client {client / (rate * span.wall) * 1e6:.2f} µs/rec"
+
+
+def _measure_consume(url: str, servers: list[Server], bootstrap: str, topic: str, partitions: int,
                     size: int, sent: int, secs: float) -> list[Row]:
     """Consume beside raw XRANGE of the same bytes, each the best of two runs, with the CPU each
-    process spent: a consumer that is the limit shows in its own column."""
-    read = best_of(2, lambda: raw_xrange_blobs(url, size, secs))
-    rows = [Row("raw redis: XRANGE of blobs", size, read)]
-    meter = CpuMeter([g["pid"] for g in gateways], url)
-    runs = [meter.measure(lambda: kafka_consume(bootstrap, topic, partitions, sent)) for _ in range(2)]
-    rate, cpu = max(runs)
-    rows.append(Row("kafka consume (confluent)", size, rate, "XRANGE", read, cpu=cpu))
+    process spent per record."""
+    read, redis_us = best_spanned(2, redis_servers(url), lambda span: raw_xrange_blobs(url, size, secs, span=span))
+    rows = [Row("raw redis: XRANGE of blobs", size, read, cpu_us=redis_us)]
+    rate, cpu_us, client = _with_client(servers, lambda span: kafka_consume(bootstrap, topic, partitions, sent,
+                                                                           span=span))
+    rows.append(Row("kafka consume (confluent)", size, rate, "XRANGE", read, cpu=client, cpu_us=cpu_us))
     # librdkafka stops fetching for fetch.queue.backoff.ms (1 s) whenever its prefetch queue is full
     # (64 MB by default), which a server this fast fills in a fraction of that: the Python client
     # then waits idle. Its documented setting for throughput:
-    quick = {"fetch.queue.backoff.ms": 10}
-    runs = [meter.measure(lambda: kafka_consume(bootstrap, topic, partitions, sent, **quick)) for _ in range(2)]
-    rate, cpu = max(runs)
-    rows.append(Row("  same, fetch.queue.backoff.ms=10", size, rate, "XRANGE", read, cpu=cpu))
+    quick: dict[str, object] = {"fetch.queue.backoff.ms": 10}
+    rate, cpu_us, client = _with_client(servers, lambda span: kafka_consume(bootstrap, topic, partitions, sent,
+                                                                           quick, span))
+    rows.append(Row("  same, fetch.queue.backoff.ms=10", size, rate, "XRANGE", read, cpu=client, cpu_us=cpu_us))
     ceiling = python_consumer_ceiling(bootstrap, topic, partitions, sent)
     rows.append(Row("  its own ceiling (all prefetched)", size, ceiling, "XRANGE", read))
     if shutil.which("kcat"):
-        runs = [meter.measure(lambda: kcat_consume(bootstrap, topic, sent)) for _ in range(2)]
-        rate, cpu = max(runs)
-        rows.append(Row("kafka consume (kcat, C)", size, rate, "XRANGE", read, cpu=cpu))
+        rate, cpu_us, client = _with_client(servers, lambda span: kcat_consume(bootstrap, topic, sent, span))
+        rows.append(Row("kafka consume (kcat, C)", size, rate, "XRANGE", read, cpu=client, cpu_us=cpu_us))
     return rows
 
 
@@ -130,31 +149,42 @@ def _delete_topic(bootstrap: str, topic: str) -> None:
 
 def _measure_size(url: str, gateways: list[dict[str, int]], size: int, seconds: float, partitions: int) -> list[Row]:
     """The rows of one message size, each the best of two runs: the machine's noise is not ours."""
-    base = best_of(2, lambda: raw_xadd_per_record(url, size, seconds, partitions=partitions))
-    rows = [Row("raw redis: pipelined XADD/record", size, base)]
-    blob = best_of(2, lambda: raw_xadd_blobs(url, size, seconds, partitions=partitions))
-    rows.append(Row("raw redis: XADD per 500-record blob", size, blob))
+    redis, servers = redis_servers(url), gateway_servers(gateways, url)
+    base, redis_us = best_spanned(2, redis, lambda span: raw_xadd_per_record(url, size, seconds,
+                                                                             partitions=partitions, span=span))
+    rows = [Row("raw redis: pipelined XADD/record", size, base, cpu_us=redis_us)]
+    blob, redis_us = best_spanned(2, redis, lambda span: raw_xadd_blobs(url, size, seconds, partitions=partitions,
+                                                                        span=span))
+    rows.append(Row("raw redis: XADD per 500-record blob", size, blob, cpu_us=redis_us))
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     bootstrap = ",".join(f"127.0.0.1:{g['kafka']}" for g in gateways)
     create_kafka_topic(bootstrap, topic, partitions)
-    runs = [kafka_produce(bootstrap, topic, size, seconds) for _ in range(2)]
-    rate, sent = max(r for r, _ in runs), sum(n for _, n in runs)
-    rows.append(Row("kafka produce (confluent, acks=all)", size, rate, "XADD/record", base))
+    sent = [0]
+
+    def produce(span: CpuSpan) -> float:
+        rate, count = kafka_produce(bootstrap, topic, size, seconds, span=span)
+        sent[0] += count
+        return rate
+
+    rate, cpu_us = best_spanned(2, servers, produce)
+    rows.append(Row("kafka produce (confluent, acks=all)", size, rate, "XADD/record", base, cpu_us=cpu_us))
     rows.append(Row("  same, against the blob ceiling", size, rate, "XADD/blob", blob))
-    rows += _measure_consume(url, gateways, bootstrap, topic, partitions, size, sent, seconds)
+    rows += _measure_consume(url, servers, bootstrap, topic, partitions, size, sent[0], seconds)
     _delete_topic(bootstrap, topic)  # the next size starts with Redis as small as this one did
-    rows.append(_log_append_time_row(bootstrap, size, seconds, partitions, rate))
+    rows.append(_log_append_time_row(servers, bootstrap, size, seconds, partitions, rate))
     return rows
 
 
-def _log_append_time_row(bootstrap: str, size: int, seconds: float, partitions: int, create_time: float) -> Row:
+def _log_append_time_row(servers: list[Server], bootstrap: str, size: int, seconds: float, partitions: int,
+                         create_time: float) -> Row:
     """Produce to a LogAppendTime topic, whose batches the gateway stamps (a copy and a CRC each),
     against the same produce to a CreateTime topic, stored untouched."""
     topic = f"bench-lat-{uuid.uuid4().hex[:8]}"
     create_kafka_topic(bootstrap, topic, partitions, {"message.timestamp.type": "LogAppendTime"})
-    rate = max(kafka_produce(bootstrap, topic, size, seconds)[0] for _ in range(2))
+    rate, cpu_us = best_spanned(2, servers, lambda span: kafka_produce(bootstrap, topic, size, seconds,
+                                                                       span=span)[0])
     _delete_topic(bootstrap, topic)
-    return Row("kafka produce, LogAppendTime topic", size, rate, "CreateTime", create_time)
+    return Row("kafka produce, LogAppendTime topic", size, rate, "CreateTime", create_time, cpu_us=cpu_us)
 
 
 ACKS_NOTE = ("(Redis with one replica. records/s: raw rows pipeline 100 XADDs per round trip, kafka rows "
@@ -169,22 +199,25 @@ def measure_acks(url: str, sizes: list[int], seconds: float, partitions: int) ->
     lat_seconds = max(1.0, seconds / 2)
     with with_replica(url), running_gateway(url) as ports:
         bootstrap = f"127.0.0.1:{ports['kafka']}"
+        redis, servers = redis_servers(url), gateway_servers([ports], url)  # the primary's CPU, not the replica's
         for size in sizes:
             raw: dict[int, float] = {}
             for replicas, what in ((0, "raw redis: XADD"), (1, "raw redis: XADD + WAIT 1")):
-                raw[replicas] = raw_xadd_waited(url, size, seconds, replicas, partitions=partitions)[0]
+                span = CpuSpan(redis)
+                raw[replicas] = raw_xadd_waited(url, size, seconds, replicas, partitions=partitions, span=span)[0]
                 lat = raw_xadd_waited(url, size, lat_seconds, replicas, pipeline=1, partitions=partitions)[1]
                 rows.append(Row(what, size, raw[replicas], "XADD" if replicas else "", raw[0] if replicas else 0.0,
-                                percentile(lat, 0.5), percentile(lat, 0.99)))
+                                percentile(lat, 0.5), percentile(lat, 0.99), cpu_us=span.per_record(raw[replicas])))
             for acks, min_insync in (("1", 1), ("all", 1), ("all", 2)):
                 topic = f"bench-acks-{uuid.uuid4().hex[:8]}"
                 create_kafka_topic(bootstrap, topic, partitions, {"min.insync.replicas": str(min_insync)})
-                rate, _ = kafka_produce(bootstrap, topic, size, seconds, acks)
+                span = CpuSpan(servers)
+                rate, _ = kafka_produce(bootstrap, topic, size, seconds, acks, span=span)
                 lat = kafka_produce_latencies(bootstrap, topic, size, lat_seconds, acks)
                 waits = acks == "all" and min_insync > 1
                 rows.append(Row(f"kafka acks={acks}, min.insync.replicas {min_insync}", size, rate,
                                 "XADD+WAIT" if waits else "XADD", raw[1 if waits else 0],
-                                percentile(lat, 0.5), percentile(lat, 0.99)))
+                                percentile(lat, 0.5), percentile(lat, 0.99), cpu_us=span.per_record(rate)))
                 _delete_topic(bootstrap, topic)
     return rows
 

@@ -3,7 +3,8 @@ confluent-kafka ShareConsumers, each record acknowledged explicitly (ACCEPT), be
 consumer group draining the same topic and the raw-Redis queue of the same bytes (XREADGROUP then
 XACK of every entry, one entry per record, 500 per round trip).
 
-Each figure is records per second from the first poll to the last record, over the same records.
+Each figure is records per second from the first poll to the last record, over the same records,
+with the CPU each server process spent per record over that interval.
 The consumers are threads of this process: librdkafka fetches outside the GIL, the per-record
 acknowledge calls do not.
 """
@@ -17,7 +18,16 @@ import time
 import uuid
 from typing import Any
 
-from gateway.bench.common import Progress, Row, create_kafka_topic, raw_client, running_gateways, streams
+from gateway.bench.common import (
+    CpuSpan,
+    Progress,
+    Row,
+    create_kafka_topic,
+    gateway_servers,
+    raw_queue,
+    redis_servers,
+    running_gateways,
+)
 
 CONSUMERS = (1, 3, 10)
 _DEADLINE = 300.0  # seconds a run may take at most
@@ -50,7 +60,7 @@ def _earliest(bootstrap: str, group: str) -> None:
         f.result(30)
 
 
-def share_drain(bootstrap: str, topic: str, count: int, consumers: int) -> float:
+def share_drain(bootstrap: str, topic: str, count: int, consumers: int, span: CpuSpan) -> float:
     """Records per second through `consumers` share consumers accepting each record."""
     from confluent_kafka import ShareConsumer
 
@@ -73,6 +83,7 @@ def share_drain(bootstrap: str, topic: str, count: int, consumers: int) -> float
                 if batch:
                     with lock:
                         if not started:
+                            span.start()
                             started.append(time.perf_counter())
                         seen.update(m.offset() or 0 for m in batch)
         finally:
@@ -83,12 +94,14 @@ def share_drain(bootstrap: str, topic: str, count: int, consumers: int) -> float
         t.start()
     for t in threads:
         t.join()
+    elapsed = time.perf_counter() - started[0]
+    span.stop()
     if len(seen) < count:
         raise RuntimeError(f"share consumers got {len(seen)} of {count} records")
-    return count / (time.perf_counter() - started[0])
+    return count / elapsed
 
 
-def classic_drain(bootstrap: str, topic: str, count: int) -> float:
+def classic_drain(bootstrap: str, topic: str, count: int, span: CpuSpan) -> float:
     """Records per second through one classic-group consumer committing after each batch."""
     from confluent_kafka import Consumer
 
@@ -100,54 +113,38 @@ def classic_drain(bootstrap: str, topic: str, count: int) -> float:
     try:
         while got < count and time.monotonic() < deadline:
             msgs = [m for m in c.consume(10000, 0.5) if m.error() is None]
+            if msgs and not start:
+                span.start()
+                start = time.perf_counter()
             if msgs:
-                start = start or time.perf_counter()
                 got += len(msgs)
                 c.commit(asynchronous=True)
+        elapsed = time.perf_counter() - start
+        span.stop()
     finally:
         c.close()
-    return got / (time.perf_counter() - start)
-
-
-def raw_queue(url: str, size: int, count: int, per_trip: int = 500) -> float:
-    """XREADGROUP of `per_trip` entries then XACK of their ids, until `count` records were taken."""
-    r = raw_client(url)
-    (key,) = streams("queue", 1)
-    value = os.urandom(size)
-    try:
-        for i in range(0, count, per_trip):
-            pipe = r.pipeline(transaction=False)
-            for _ in range(min(per_trip, count - i)):
-                pipe.xadd(key, {"v": value})
-            pipe.execute()
-        r.xgroup_create(key, "g", id="0")
-        got = 0
-        start = time.perf_counter()
-        while got < count:
-            reply: Any = r.xreadgroup("g", "c", {key: ">"}, count=per_trip)
-            ids = [entry_id for _, entries in reply for entry_id, _ in entries]
-            r.xack(key, "g", *ids)
-            got += len(ids)
-        return got / (time.perf_counter() - start)
-    finally:
-        r.delete(key)
-        r.close()
+    return got / elapsed
 
 
 def measure_share(url: str, size: int, count: int) -> list[Row]:
     """Every row of `gateway bench --share`: `count` records of `size` bytes, drained each way."""
-    base = raw_queue(url, size, count)
-    rows = [Row("raw redis: XREADGROUP + XACK", size, base)]
+    span = CpuSpan(redis_servers(url))
+    base = raw_queue(url, size, count, span)
+    rows = [Row("raw redis: XREADGROUP + XACK", size, base, cpu_us=span.per(count))]
     with running_gateways(url, 1) as (gateway,):
+        servers = gateway_servers([gateway], url)
         bootstrap = f"127.0.0.1:{gateway['kafka']}"
         topic = f"bench-share-{uuid.uuid4().hex[:8]}"
         create_kafka_topic(bootstrap, topic, 1)
         Progress.doing_else(f"producing {count} records")
         _produce(bootstrap, topic, size, count)
         Progress.doing_else("")
-        rows.append(Row("classic group, 1 consumer", size, classic_drain(bootstrap, topic, count),
-                        "XREADGROUP", base))
+        span = CpuSpan(servers)
+        rows.append(Row("classic group, 1 consumer", size, classic_drain(bootstrap, topic, count, span),
+                        "XREADGROUP", base, cpu_us=span.per(count)))
         for n in CONSUMERS:
+            span = CpuSpan(servers)
             rows.append(Row(f"share group, {n} consumer{'s' if n > 1 else ''}, ACCEPT each", size,
-                            share_drain(bootstrap, topic, count, n), "XREADGROUP", base))
+                            share_drain(bootstrap, topic, count, n, span), "XREADGROUP", base,
+                            cpu_us=span.per(count)))
     return rows

@@ -1,5 +1,5 @@
 """`gateway bench --txn`: committed Kafka transactions per second and their latency, beside
-MULTI/EXEC of the same records to as many streams."""
+MULTI/EXEC of the same records to as many streams, with the servers' CPU per transaction."""
 
 from __future__ import annotations
 
@@ -9,19 +9,24 @@ import uuid
 from gateway.bench.common import (
     PER_TXN,
     SIZE,
+    CpuSpan,
     Row,
     create_kafka_topic,
+    gateway_servers,
     kafka_transactions,
     percentile,
     raw_client,
+    redis_servers,
     running_gateway,
     timed_steps,
 )
 
-NOTE = f"(records/s column: transactions per second, {PER_TXN} records of {SIZE} B each)"
+NOTE = (f"(records/s column: transactions per second, {PER_TXN} records of {SIZE} B each; cpu µs/rec: the "
+        "servers' CPU per transaction)")
 
 
-def raw_multi_exec(url: str, partitions: int, per_txn: int, size: int, seconds: float) -> tuple[float, list[float]]:
+def raw_multi_exec(url: str, partitions: int, per_txn: int, size: int, seconds: float,
+                   span: CpuSpan | None = None) -> tuple[float, list[float]]:
     """The raw-Redis counterpart of a transaction: MULTI/EXEC of the same records to N streams (one
     hash tag for all, as a MULTI/EXEC stays within one slot of a cluster)."""
     r = raw_client(url)
@@ -37,7 +42,7 @@ def raw_multi_exec(url: str, partitions: int, per_txn: int, size: int, seconds: 
         return 1
 
     try:
-        return timed_steps(seconds, step)
+        return timed_steps(seconds, step, span)
     finally:
         r.delete(*keys)
         r.close()
@@ -50,13 +55,17 @@ def measure_txn(url: str, seconds: float) -> list[Row]:
     rows: list[Row] = []
     with running_gateway(url) as ports:
         bootstrap = f"127.0.0.1:{ports['kafka']}"
+        redis, servers = redis_servers(url), gateway_servers([ports], url)
         for partitions in (1, 10):
             topic = f"bench-txn-{partitions}-{uuid.uuid4().hex[:6]}"
             create_kafka_topic(bootstrap, topic, partitions)
-            base, base_lat = raw_multi_exec(url, partitions, PER_TXN, SIZE, seconds)
+            span = CpuSpan(redis)
+            base, base_lat = raw_multi_exec(url, partitions, PER_TXN, SIZE, seconds, span)
             rows.append(Row(f"raw redis: MULTI/EXEC to {partitions} stream(s)", SIZE, base,
-                            p50_ms=percentile(base_lat, 0.5), p99_ms=percentile(base_lat, 0.99)))
-            rate, lat = kafka_transactions(bootstrap, topic, partitions, PER_TXN, SIZE, seconds)
+                            p50_ms=percentile(base_lat, 0.5), p99_ms=percentile(base_lat, 0.99),
+                            cpu_us=span.per_record(base)))
+            span = CpuSpan(servers)
+            rate, lat = kafka_transactions(bootstrap, topic, partitions, PER_TXN, SIZE, seconds, span)
             rows.append(Row(f"kafka txns/s, {partitions} partition(s)", SIZE, rate, "MULTI/EXEC", base,
-                            percentile(lat, 0.5), percentile(lat, 0.99)))
+                            percentile(lat, 0.5), percentile(lat, 0.99), cpu_us=span.per_record(rate)))
     return rows

@@ -14,12 +14,17 @@
 
         async for msg in client.read_range("orders", partition=0, start=100, end=200):
             ...                                          # READ_COMMITTED, no position on the gateway
+
+`gateway.client.blocking.Client` is the same client for scripts and notebooks, each call blocking.
 """
 
+from gateway.client.batch import BatchReceivePolicy
 from gateway.client.client import Client
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ClientClosed, ConnectionLost
+from gateway.client.letters import DeadLetterPolicy
 from gateway.client.message import EVENT_TIME_HEADER, Message, MessageId
+from gateway.client.pattern import PatternConsumer
 from gateway.client.producer import Producer
 from gateway.client.reader import PartitionInfo, StoredBatch
 from gateway.client.transaction import Transaction
@@ -32,6 +37,7 @@ from gateway.errors import (
     GatewayError,
     InvalidConfig,
     InvalidRequest,
+    MessageTooLarge,
     NotAllowed,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
@@ -50,6 +56,7 @@ __all__ = [
     "EVENT_TIME_HEADER",
     "AuthenticationFailed",
     "AuthorizationFailed",
+    "BatchReceivePolicy",
     "Client",
     "ClientClosed",
     "Compression",
@@ -57,18 +64,21 @@ __all__ = [
     "ConnectionLost",
     "Consumer",
     "ConsumerBusy",
+    "DeadLetterPolicy",
     "ExpiredTransactionError",
     "GatewayError",
     "InvalidConfig",
     "InvalidRequest",
     "Message",
     "MessageId",
+    "MessageTooLarge",
     "NotAllowed",
     "NotEnoughReplicas",
     "NotEnoughReplicasAfterAppend",
     "OffsetOutOfRange",
     "PartitionInfo",
     "PartitionNotFound",
+    "PatternConsumer",
     "Producer",
     "StorageFull",
     "StorageUnavailable",

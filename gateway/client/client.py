@@ -11,16 +11,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+import re
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import timedelta
 from ssl import SSLContext
+from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.client import reader
+from gateway.client.batch import BatchReceivePolicy
+from gateway.client.chunks import ChunkPolicy
 from gateway.client.connection import Connection, Credentials
 from gateway.client.consumer import Consumer
 from gateway.client.errors import ConnectionLost
+from gateway.client.letters import MAX_RECONSUMETIMES, DeadLetterPolicy
 from gateway.client.message import Message
+from gateway.client.pattern import PatternConsumer
 from gateway.client.producer import Producer, creation
 from gateway.client.reader import PartitionInfo, StoredBatch
 from gateway.client.transaction import Transaction
@@ -30,7 +36,7 @@ from gateway.pb import gateway_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-_MODES = {"exclusive": pb.EXCLUSIVE, "failover": pb.FAILOVER, "shared": pb.SHARED}
+_MODES = {"exclusive": pb.EXCLUSIVE, "failover": pb.FAILOVER, "shared": pb.SHARED, "key_shared": pb.KEY_SHARED}
 _POSITIONS = {"earliest": pb.EARLIEST, "latest": pb.LATEST}
 DEFAULT_PORT = 6650
 
@@ -186,12 +192,17 @@ class Client:
         compression: Compression | str | None = None,
         send_timeout: float = 30.0,
         acks: str = "1",
+        chunking_enabled: bool = False,
+        chunk_max_message_size: int | None = None,
     ) -> Producer:
         """A producer on `topic` (created when the gateway auto-creates topics, else TopicNotFound).
 
         Messages wait up to `linger_ms` to share a batch; `batching=False` sends each alone.
         `acks="all"`: a send completes once the topic's `min.insync.replicas` - 1 Redis replicas hold
         it too (Kafka's acks=all); too few replicas fail it after `send_timeout` of retries.
+        `chunking_enabled`: a message over the topic's max.message.bytes (or over
+        `chunk_max_message_size`, when smaller) is sent in chunks of it, which consumers put together
+        again (Pulsar's chunking); else the gateway refuses it (MessageTooLarge).
         """
         if acks not in ("1", "all"):
             raise ValueError(f'acks is "1" or "all", not {acks!r}')
@@ -212,6 +223,8 @@ class Client:
             compression=Compression.parse(compression),
             send_timeout=send_timeout,
             acks=wire,
+            chunk_bytes=min(created.max_message_bytes, chunk_max_message_size or created.max_message_bytes)
+            if chunking_enabled else 0,
         )
         self._children.add(producer)
         return producer
@@ -228,15 +241,34 @@ class Client:
         ack_timeout: float | None = None,
         negative_ack_delay: float = 1.0,
         on_watermark: Callable[[int | None], object] | None = None,
+        dead_letter_policy: DeadLetterPolicy | None = None,
+        retry_enable: bool = False,
+        max_pending_chunked_message: int = 10,
+        auto_ack_oldest_chunked_message_on_queue_full: bool = False,
+        expire_time_of_incomplete_chunked_message: float = 60.0,
+        batch_receive_policy: BatchReceivePolicy | None = None,
+        sticky_ranges: Sequence[tuple[int, int]] = (),
     ) -> Consumer:
         """A consumer of every partition of `topic` on `subscription`.
 
-        `mode`: exclusive (a second consumer gets ConsumerBusy), failover or shared.
+        `mode`: exclusive (a second consumer gets ConsumerBusy), failover, shared, or key_shared
+        (messages of one key go to one consumer at a time; give each consumer a `consumer_name`, which
+        places it on the hash ring, as Pulsar's consumer name does).
         `initial_position` (earliest or latest) counts only when the subscription is created.
         `ack_timeout` (seconds): unacknowledged messages are delivered again after it.
         `negative_ack_delay` (seconds): how long a negatively acknowledged message waits.
         `on_watermark`: called with each change of the subscription's watermark, in order with the
         messages (see `Consumer.last_watermark` and `Consumer.watermarks()`).
+        `dead_letter_policy`: the gateway moves a message redelivered more often to a dead-letter topic.
+        `retry_enable`: the consumer also receives its retry-letter topic, where `reconsume_later`
+        sends messages (with no policy given, Pulsar's: 16 reconsumes, then the dead-letter topic).
+        Chunked messages (see `create_producer`) are put together again: at most
+        `max_pending_chunked_message` incomplete ones are held (the oldest is then acknowledged with
+        `auto_ack_oldest_chunked_message_on_queue_full`, else negatively acknowledged), and one
+        incomplete for `expire_time_of_incomplete_chunked_message` seconds is acknowledged and dropped.
+        `batch_receive_policy`: what `Consumer.batch_receive()` gathers (Pulsar's defaults otherwise).
+        `sticky_ranges` (key_shared): the key hashes (0-65535, both ends included) this consumer takes,
+        as Pulsar's sticky Key_Shared mode, instead of a place on the ring.
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
@@ -249,22 +281,77 @@ class Client:
             initial_position=_POSITIONS[initial_position],
             consumer_name=consumer_name or "",
             ack_timeout_ms=int((ack_timeout or 0) * 1000),
+            sticky_ranges=[pb.KeyHashRange(start=a, end=b) for a, b in sticky_ranges],
         )
-        resp = await self.request(pb.Request(subscribe=subscribe))
-        consumer = Consumer(
-            self,
-            subscribe,
-            consumer_id=resp.subscribed.consumer_id,
-            partitions=resp.subscribed.partitions,
-            mode=mode,
-            receiver_queue_size=max(1, receiver_queue_size),
-            negative_ack_delay=negative_ack_delay,
-            watermark=resp.subscribed.watermark_ms if resp.subscribed.HasField("watermark_ms") else None,
-            on_watermark=on_watermark,
-        )
-        consumer.start()
-        self._children.add(consumer)
+        if retry_enable and dead_letter_policy is None:
+            dead_letter_policy = DeadLetterPolicy(MAX_RECONSUMETIMES)
+        if dead_letter_policy is not None:
+            subscribe.dead_letter.CopyFrom(dead_letter_policy.resolved(topic, subscription))
+
+        async def open_one(subscribe: pb.Subscribe) -> Consumer:
+            resp = await self.request(pb.Request(subscribe=subscribe))
+            consumer = Consumer(
+                self,
+                subscribe,
+                consumer_id=resp.subscribed.consumer_id,
+                partitions=resp.subscribed.partitions,
+                mode=mode,
+                receiver_queue_size=max(1, receiver_queue_size),
+                negative_ack_delay=negative_ack_delay,
+                batch_receive_policy=batch_receive_policy,
+                watermark=resp.subscribed.watermark_ms if resp.subscribed.HasField("watermark_ms") else None,
+                on_watermark=on_watermark,
+                chunks=ChunkPolicy(max_pending_chunked_message, auto_ack_oldest_chunked_message_on_queue_full,
+                                   expire_time_of_incomplete_chunked_message),
+            )
+            consumer.start()
+            self._children.add(consumer)
+            return consumer
+
+        consumer = await open_one(subscribe)
+        if retry_enable:
+            retry = pb.Subscribe()
+            retry.CopyFrom(subscribe)
+            retry.topic, retry.initial_position = subscribe.dead_letter.retry_letter_topic, pb.EARLIEST
+            try:
+                consumer.receive_retries(await open_one(retry))
+            except BaseException:
+                await consumer.close()
+                raise
         return consumer
+
+    async def subscribe_pattern(
+        self,
+        pattern: str | re.Pattern[str],
+        subscription: str,
+        mode: str = "exclusive",
+        initial_position: str = "latest",
+        *,
+        pattern_auto_discovery_period: float = 60.0,
+        **options: Any,
+    ) -> PatternConsumer:
+        """A consumer of every topic whose whole name matches `pattern` (RE2 syntax), on
+        `subscription`: Pulsar's topicsPattern. Topics created later are found within
+        `pattern_auto_discovery_period` seconds and read from their earliest message;
+        `initial_position` is for those matching now. `options` are `subscribe`'s."""
+        regex = pattern.pattern if isinstance(pattern, re.Pattern) else pattern
+        consumer = PatternConsumer(
+            regex, subscription, lambda: self.list_topics(regex),
+            lambda topic, position: self.subscribe(topic, subscription, mode, position, **options),
+            pattern_auto_discovery_period, alive=lambda: not self._closing,
+        )
+        try:
+            await consumer.start(initial_position)
+        except BaseException:
+            await consumer.close()
+            raise
+        return consumer
+
+    async def list_topics(self, pattern: str = "") -> list[str]:
+        """The topics whose whole name matches `pattern` (RE2 syntax; "": all) that this client may
+        describe, sorted."""
+        resp = await self.request(pb.Request(list_topics=pb.ListTopics(pattern=pattern)))
+        return list(resp.topics.names)
 
     async def new_transaction(
         self, timeout: float | timedelta | None = None, *, group_key: str = "", group_commit_id: int = 0

@@ -15,11 +15,13 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gateway.client.batch import BatchReceivePolicy
+from gateway.client.chunks import Assembler, ChunkPolicy
 from gateway.client.errors import ClientClosed
 from gateway.client.message import Message, MessageId, decode_batch
 from gateway.errors import GatewayError, NotAllowed, Timeout
@@ -58,6 +60,37 @@ class _Watermark:
 _CLOSED = object()
 
 
+async def next_ready(sources: Callable[[], list[Consumer]], arrived: asyncio.Event,
+                     closed: Callable[[], GatewayError | None], deadline: float | None) -> Consumer | None:
+    """The first of `sources` (asked again after each wait) that holds a queued message, the
+    consumers sharing `arrived`; None once the loop's clock passes `deadline` with none."""
+    loop = asyncio.get_running_loop()
+    while True:
+        for c in sources():
+            if c._queue:
+                return c
+        exc = closed()
+        if exc is not None:
+            raise exc
+        arrived.clear()
+        remaining = None if deadline is None else deadline - loop.time()
+        if remaining is not None and remaining <= 0:
+            return None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(arrived.wait(), remaining)
+
+
+async def receive_first(sources: Callable[[], list[Consumer]], arrived: asyncio.Event,
+                        closed: Callable[[], GatewayError | None], timeout: float | None) -> Message:
+    """The next message of the first of `sources` that holds one; Timeout when none arrives within
+    `timeout` seconds."""
+    deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+    source = await next_ready(sources, arrived, closed, deadline)
+    if source is None:
+        raise Timeout(f"no message within {timeout}s")
+    return source._take()
+
+
 class Consumer:
     def __init__(
         self,
@@ -69,8 +102,10 @@ class Consumer:
         mode: str,
         receiver_queue_size: int,
         negative_ack_delay: float,
+        batch_receive_policy: BatchReceivePolicy | None = None,
         watermark: int | None = None,
         on_watermark: Callable[[int | None], object] | None = None,
+        chunks: ChunkPolicy | None = None,
     ) -> None:
         self.client = client
         self.topic = subscribe.topic
@@ -81,6 +116,7 @@ class Consumer:
         self._id = consumer_id
         self._queue_size = receiver_queue_size
         self._nack_delay = negative_ack_delay
+        self._batch_policy = batch_receive_policy or BatchReceivePolicy()
         self._queue: deque[Message | _Watermark] = deque()  # a message first, whenever not empty
         self.last_watermark: int | None = watermark
         """The subscription's watermark (epoch ms) as of the messages received so far; None while no
@@ -93,6 +129,9 @@ class Consumer:
         self._closed: GatewayError | None = None
         self._acks: _AckGroup | None = None
         self._nack_timers: set[asyncio.TimerHandle] = set()
+        self._retry: Consumer | None = None  # the retry-letter topic's consumer, received from here too
+        chunks = chunks or ChunkPolicy()
+        self._chunks = Assembler(chunks.max_pending, chunks.auto_ack_oldest, chunks.expire, self._give_up)
 
     # -- pushed by the connection ---------------------------------------------------------------
 
@@ -110,8 +149,22 @@ class Consumer:
 
     def _split(self, e: pb.EntryBatch) -> list[Message]:
         skip = {e.base_offset + s for s in e.skip}
-        return decode_batch(self.topic, e.partition, e.base_offset, e.batch, skip, e.redelivery_count,
-                            watermark=self._sent_watermark)
+        decoded = decode_batch(self.topic, e.partition, e.base_offset, e.batch, skip, e.redelivery_count,
+                               watermark=self._sent_watermark)
+        out = [m for m in map(self._chunks.add, decoded) if m is not None]
+        # chunks held for their message leave the queue's room to others, as Pulsar's consumer
+        # frees their permits: a message of more chunks than the queue holds still comes whole
+        self._taken_permits(len(decoded) - len(out))
+        return out
+
+    def _give_up(self, msg: Message, ack: bool) -> None:
+        """An incomplete chunked message the assembler will not hold."""
+        if self._closed is None:
+            asyncio.ensure_future(self._quietly(self.acknowledge(msg) if ack else self.negative_acknowledge(msg)))
+
+    async def _quietly(self, step: Awaitable[None]) -> None:
+        with contextlib.suppress(GatewayError):
+            await step
 
     def on_watermark(self, update: pb.WatermarkUpdate) -> None:
         value = update.watermark_ms if update.HasField("watermark_ms") else None
@@ -143,6 +196,7 @@ class Consumer:
     def _restart_queue(self, watermark: int | None) -> None:
         """Prefetched messages are dropped: the watermark is what the gateway sent last."""
         self._queue.clear()
+        self._chunks.clear()
         self._taken = 0
         self._sent_watermark = watermark
         if watermark != self.last_watermark:
@@ -178,27 +232,70 @@ class Consumer:
 
     # -- the application's side -----------------------------------------------------------------
 
+    def receive_retries(self, retry: Consumer) -> None:
+        """`retry`, the consumer of this one's retry-letter topic, is received from here: its
+        messages come out of `receive` after this one's queued messages."""
+        retry.share_arrivals(self._arrived)
+        self._retry = retry
+
+    def share_arrivals(self, arrived: asyncio.Event) -> None:
+        """Set `arrived` when messages arrive, for a receiver of several consumers (`receive_first`)."""
+        self._arrived = arrived
+
+    def _owner(self, mid: MessageId) -> Consumer:
+        """The consumer a message came from: this one, or its retry-letter topic's."""
+        return self._retry if self._retry is not None and mid.topic == self._retry.topic else self
+
+    def _sources(self) -> list[Consumer]:
+        """Where this consumer's messages come from: itself, then its retry-letter topic's consumer."""
+        return [self] if self._retry is None else [self, self._retry]
+
     async def receive(self, timeout: float | None = None) -> Message:
         """The next message; raises Timeout when none arrives within `timeout` seconds."""
+        return await receive_first(self._sources, self._arrived, lambda: self._closed, timeout)
+
+    async def batch_receive(self, policy: BatchReceivePolicy | None = None) -> list[Message]:
+        """The messages that arrive until the policy's count or size is reached or its timeout passes
+        (Pulsar's `batchReceive`); `policy` defaults to the one given to `subscribe`. Each is
+        acknowledged as `receive`'s are. Once closed, what is queued comes out before the error."""
+        policy = policy or self._batch_policy
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not self._queue:
-            if self._closed is not None:
-                raise self._closed
-            self._arrived.clear()
-            remaining = None if deadline is None else deadline - loop.time()
-            if remaining is not None and remaining <= 0:
-                raise Timeout(f"no message within {timeout}s")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), remaining)
+        deadline = loop.time() + policy.timeout if policy.timeout > 0 else None
+        out: list[Message] = []
+        size = 0
+        while not policy.full(len(out), size):
+            try:
+                source = await next_ready(self._sources, self._arrived, lambda: self._closed, deadline)
+            except GatewayError:
+                if out:
+                    break
+                raise
+            if source is None:
+                break
+            head = source._queue[0]
+            assert isinstance(head, Message)
+            if not policy.room(len(out), size, len(head.value or b"")):
+                break
+            out.append(source._take())
+            size += len(head.value or b"")
+        return out
+
+    def _take(self) -> Message:
+        """The queued message at the head, taken by the application: permits flow back as it goes."""
         msg = self._queue.popleft()
         assert isinstance(msg, Message)  # never a watermark at the head
         self._reached_watermarks()
-        self._taken += 1
+        self._taken_permits(1)
+        return msg
+
+    def _taken_permits(self, n: int) -> None:
+        """`n` messages the gateway sent are out of the queue: permits again once half of it is."""
+        if n <= 0:
+            return
+        self._taken += n
         if self._taken >= max(1, self._queue_size // 2):
             self._grant(self._taken)
             self._taken = 0
-        return msg
 
     async def watermarks(self) -> AsyncIterator[int | None]:
         """The watermark now, then each change, in order with the messages: a change comes once every
@@ -226,19 +323,24 @@ class Consumer:
         delivered again when it aborts. TransactionConflict when another transaction holds it (or it
         was acked already): abort then."""
         mid = _id(message)
+        if self._owner(mid) is not self:
+            return await self._owner(mid).acknowledge(message, txn)
         if txn is not None:
-            await self._txn_ack(txn, pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset]), False)
+            await self._txn_ack(txn, pb.PartitionOffsets(partition=mid.partition, offsets=mid.chunks or [mid.offset]),
+                                False)
             return
         group = self._ack_group()
-        group.individual.setdefault(mid.partition, []).append(mid.offset)
+        group.individual.setdefault(mid.partition, []).extend(mid.chunks or [mid.offset])
         await asyncio.shield(group.done)
 
     async def acknowledge_cumulative(self, message: Position, txn: Transaction | None = None) -> None:
-        """Acknowledge this message and every earlier one of its partition (not on shared subscriptions);
+        """Acknowledge this message and every earlier one of its partition (not on shared or key_shared ones);
         with `txn`, pending until the transaction ends, as `acknowledge`."""
-        if self.mode == "shared":
-            raise NotAllowed("cumulative acknowledgement is not allowed on a shared subscription")
+        if self.mode in ("shared", "key_shared"):
+            raise NotAllowed(f"cumulative acknowledgement is not allowed on a {self.mode} subscription")
         mid = _id(message)
+        if self._owner(mid) is not self:
+            return await self._owner(mid).acknowledge_cumulative(message, txn)
         if txn is not None:
             await self._txn_ack(txn, pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset]), True)
             return
@@ -288,9 +390,11 @@ class Consumer:
         """Ask for the message again after the consumer's negative-ack delay."""
         self._check_open()
         mid = _id(message)
+        if self._owner(mid) is not self:
+            return await self._owner(mid).negative_acknowledge(message)
 
         def req() -> pb.Request:
-            offsets = [pb.PartitionOffsets(partition=mid.partition, offsets=[mid.offset])]
+            offsets = [pb.PartitionOffsets(partition=mid.partition, offsets=mid.chunks or [mid.offset])]
             return pb.Request(nack=pb.Nack(consumer_id=self._id, offsets=offsets))
 
         if self._nack_delay <= 0:
@@ -305,6 +409,26 @@ class Consumer:
 
         handle = loop.call_later(self._nack_delay, fire)
         self._nack_timers.add(handle)
+
+    async def reconsume_later(self, message: Position, delay: float | timedelta = 0.0) -> None:
+        """Pulsar's reconsumeLater: the gateway sends the message to the retry-letter topic, delivered
+        again after `delay` (seconds or timedelta) with its RECONSUMETIMES property one higher, or,
+        past the policy's max_redeliver_count, to the dead-letter topic; and acknowledges it, all
+        at once. Needs `retry_enable` (or a dead-letter policy) at subscribe."""
+        self._check_open()
+        mid = _id(message)
+        if mid.chunks:
+            raise NotAllowed("a chunked message cannot be reconsumed later: acknowledge or negatively acknowledge it")
+        owner = self._owner(mid)
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if seconds < 0:
+            raise ValueError("a reconsume delay cannot be negative")
+
+        def req() -> pb.Request:
+            return pb.Request(reconsume_later=pb.ReconsumeLater(
+                consumer_id=owner._id, partition=mid.partition, offset=mid.offset, delay_ms=round(seconds * 1000)))
+
+        await self.client.request(req)
 
     async def _send_quietly(self, req: Callable[[], pb.Request]) -> None:
         with contextlib.suppress(GatewayError):
@@ -352,9 +476,13 @@ class Consumer:
             await self._flush_acks()
         await self.client.request(lambda: pb.Request(unsubscribe=pb.Unsubscribe(consumer_id=self._id)))
         self._closed_locally()
+        if self._retry is not None:
+            await self._retry.unsubscribe()
 
     async def close(self) -> None:
         """Leave the subscription; messages not acknowledged go to its other consumers."""
+        if self._retry is not None:
+            await self._retry.close()
         if self._closed is not None:
             return
         if self._acks is not None:

@@ -18,6 +18,8 @@ class MessageId:
     topic: str
     partition: int
     offset: int
+    chunks: tuple[int, ...] = field(default=(), compare=False)
+    """A chunked message's: the offsets of all its chunks (`offset` is the last), acknowledged together."""
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}@{self.offset}"
@@ -35,10 +37,11 @@ class Message:
     event_time: int | None = None  # epoch ms, when the producer gave one
     redelivery_count: int = 0
     late: bool = False  # its event time is before the watermark the gateway sent ahead of it
+    chunk_offsets: tuple[int, ...] = ()  # a chunked message's chunks (gateway.client.chunks)
     message_id: MessageId = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "message_id", MessageId(self.topic, self.partition, self.offset))
+        object.__setattr__(self, "message_id", MessageId(self.topic, self.partition, self.offset, self.chunk_offsets))
 
 
 def decode_batch(

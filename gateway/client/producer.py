@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from gateway.client import chunks
 from gateway.client.errors import ClientClosed, ConnectionLost
 from gateway.client.message import EVENT_TIME_HEADER, MessageId
 from gateway.errors import GatewayError, OutOfOrderSequence, Timeout
@@ -96,8 +97,11 @@ class Producer:
         compression: Compression,
         send_timeout: float,
         acks: pb.Acks = pb.LEADER,
+        chunk_bytes: int = 0,
     ) -> None:
+        """`chunk_bytes`: a plain message whose batch would be larger is sent in chunks below it; 0: never."""
         self.client = client
+        self._chunk_bytes = chunk_bytes
         self._acks = acks
         self.topic = topic
         self.producer_name = name
@@ -175,10 +179,29 @@ class Producer:
             self._alone.add(task)
             task.add_done_callback(self._alone.discard)
             return task
+        v = _to_bytes(value)
+        if self._chunk_bytes and v is not None and len(v) > (size := chunks.chunk_size(self._chunk_bytes, k, hs)):
+            self._seal(partition)  # what waits goes first, in a batch of its own
+            futs = []
+            for piece, marks in chunks.split(v, size):
+                futs.append(self._queue(partition, piece, k, [*hs, *marks]))
+                self._seal(partition)
+            return asyncio.ensure_future(self._chunked(futs))
+        return self._queue(partition, v, k, hs)
+
+    async def _chunked(self, futs: list[asyncio.Future[MessageId]]) -> MessageId:
+        """A chunked message's id, once every chunk is stored: named by all their offsets."""
+        ids = await asyncio.gather(*futs)
+        last = ids[-1]
+        return MessageId(last.topic, last.partition, last.offset, tuple(i.offset for i in ids))
+
+    def _queue(self, partition: int, v: bytes | None, k: bytes | None,
+               hs: list[tuple[str, bytes | None]]) -> asyncio.Future[MessageId]:
+        """Add a plain message to the partition's open batch."""
         batch = self._open.get(partition)
         if batch is None:
             batch = self._open[partition] = _Batch(self._compression)
-        batch.builder.append(_to_bytes(value), k, hs)
+        batch.builder.append(v, k, hs)
         fut: asyncio.Future[MessageId] = asyncio.get_running_loop().create_future()
         batch.futures.append(fut)
         if len(batch.builder) >= self._max_messages or batch.builder.size_estimate >= self._max_bytes:

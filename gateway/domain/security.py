@@ -559,6 +559,37 @@ class SecurityService:
                 allowed = allowed or said == Permission.ALLOW
         return allowed
 
+    async def authorize_by_resource_type(
+        self, principal: str | None, resource: ResourceType, operation: Operation, host: str | None = None
+    ) -> bool:
+        """Whether the principal may do `operation` on some resource of the type: Kafka's
+        Authorizer.authorizeByResourceType as DefaultResourceTypeBasedAuthorization implements it
+        (KIP-679, an idempotent producer's WRITE on any topic). An
+        ALLOW counts unless a DENY covers all it allows: a wildcard DENY, a literal DENY of its
+        literal name, a prefixed DENY of a prefix of its name; a literal "*" ALLOW counts always."""
+        if await self.authorize(principal, resource, "hardcode", operation, host):  # super users, as Kafka
+            return True
+        if principal is None:
+            return False
+        allows: set[tuple[PatternType, str]] = set()
+        denied: set[tuple[PatternType, str]] = set()
+        for acl in (*self._acls.get(principal, ()), *self._acls.get(USER_PREFIX + ANY, ())):
+            if (acl.resource_type != resource or acl.host not in (ANY, host)
+                    or acl.operation not in (Operation.ALL, operation)):
+                continue
+            if acl.permission == Permission.DENY:
+                if acl.pattern == PatternType.LITERAL and acl.resource_name == ANY:
+                    return False
+                denied.add((acl.pattern, acl.resource_name))
+            else:
+                allows.add((acl.pattern, acl.resource_name))
+        if (PatternType.LITERAL, ANY) in allows:
+            return True
+        return any(
+            not (pattern == PatternType.LITERAL and (PatternType.LITERAL, name) in denied)
+            and not any((PatternType.PREFIXED, name[:i]) in denied for i in range(1, len(name) + 1))
+            for pattern, name in allows)
+
     async def authorized_operations(
         self, principal: str | None, resource: ResourceType, name: str, host: str | None = None
     ) -> list[Operation]:

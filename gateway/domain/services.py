@@ -17,6 +17,7 @@ from gateway.domain.memory import MemoryBudget
 from gateway.domain.producer_txn import TransactionalProducers
 from gateway.domain.registry import Registry
 from gateway.domain.roles import RoleLeases
+from gateway.domain.schemas.service import SchemaRegistry
 from gateway.domain.security import SecurityService
 from gateway.domain.subscriptions import SubscriptionService
 from gateway.domain.txn import TransactionCoordinator
@@ -39,3 +40,4 @@ class Services:
     security: SecurityService
     share: ShareCoordinator  # KIP-932's share groups, over the subscriptions
     memory: MemoryBudget  # Redis's memory per primary, and produce's high-water mark
+    schemas: SchemaRegistry  # the Schema Registry, over the _schemas topic

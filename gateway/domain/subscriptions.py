@@ -15,6 +15,8 @@ transactions go out as a read-uncommitted Fetch returns them, markers never do).
   the cursor.
 - shared: batches go round-robin to consumers with permits; acks are individual; a negative ack,
   an ack timeout or a departing consumer puts the unacked offsets up for redelivery to anyone.
+- key_shared: as shared, but the messages of one key go to one consumer at a time
+  (`gateway.domain.key_shared`, which dispatches on every gateway with consumers of it, no lease).
 
 Across gateways a subscription is dispatched whole by one gateway, under a lease; a second gateway's
 consumers get ConsumerBusy. A share group's subscription is split instead (Kafka keeps a
@@ -52,6 +54,12 @@ class Mode(StrEnum):
     EXCLUSIVE = "exclusive"
     FAILOVER = "failover"
     SHARED = "shared"
+    KEY_SHARED = "key_shared"
+
+    @property
+    def individual(self) -> bool:
+        """Acks are individual and a departing consumer's messages go to the others."""
+        return self in (Mode.SHARED, Mode.KEY_SHARED)
 
 
 class ConsumerSink(Protocol):
@@ -77,11 +85,13 @@ class Delivery:
     # this delivery is counted in Redis already (`Subscription._counted`): one handed out and given
     # back unsent goes out again as the same delivery, not counted twice
     counted: bool = False
+    sticky: int = 0  # Key_Shared: the hash of the records' key (`gateway.domain.key_shared`)
 
-    def skip(self) -> list[int]:
-        """Offsets of the batch, relative to its base, that the consumer must not process."""
-        base = self.entry.base_offset
-        return [i for i in range(self.entry.count) if base + i not in self.offsets]
+    def skip(self, offsets: set[int] | None = None) -> list[int]:
+        """Offsets of the batch, relative to its base, that the consumer must not process (those not
+        in `offsets`, by default this delivery's)."""
+        base, keep = self.entry.base_offset, self.offsets if offsets is None else offsets
+        return [i for i in range(self.entry.count) if base + i not in keep]
 
 
 @dataclass(eq=False)
@@ -93,6 +103,7 @@ class Consumer:
     permits: int = 0
     subscription: Subscription | None = None
     partitions: frozenset[int] | None = None  # the partitions it takes; None: all
+    sticky_ranges: tuple[tuple[int, int], ...] = ()  # Key_Shared: the key hashes it takes; (): the ring decides
     deliveries: set[Delivery] = field(default_factory=set)
 
 
@@ -100,6 +111,7 @@ _WAIT_POLL = 1.0  # seconds: a last resort should a wake-up from another gateway
 LEASE_MS = 10_000  # how long a dead gateway keeps others from taking over its subscriptions
 _RENEW_EVERY = LEASE_MS / 3000  # seconds
 _SPLIT_RETRY = 0.2  # seconds between tries at a partition lease another gateway holds, or to give one up
+_KEY_SHARED_SYNC = 0.25  # seconds between looks at a Key_Shared subscription's consumers on other gateways
 
 
 class Subscription:
@@ -153,7 +165,7 @@ class Subscription:
         return self.consumers[0] if self.consumers else None
 
     def _targets(self) -> list[Consumer]:
-        if self.mode == Mode.SHARED:
+        if self.mode.individual:
             return [c for c in self.consumers if c.permits > 0]
         active = self.active
         return [active] if active is not None and active.permits > 0 else []
@@ -277,7 +289,7 @@ class Subscription:
             return
         was_active = consumer is self.active
         self.consumers.remove(consumer)
-        if self.mode == Mode.SHARED:
+        if self.mode.individual:
             held = list(consumer.deliveries)
             for d in held:
                 for o in d.offsets:
@@ -287,6 +299,9 @@ class Subscription:
             self._rewind()
         consumer.deliveries.clear()
         self.wake.set()
+
+    async def sync_members(self, *, leave_all: bool = False, joining: Consumer | None = None) -> None:
+        """Key_Shared only (`gateway.domain.key_shared`): its consumers across gateways."""
 
     def flow(self, consumer: Consumer, permits: int) -> None:
         consumer.permits += permits
@@ -299,8 +314,8 @@ class Subscription:
     ) -> None:
         """Ack now, or (with `txn_id`) lock the offsets for the transaction until it settles: they stay
         outstanding meanwhile, and its abort puts them up for redelivery."""
-        if cumulative and self.mode == Mode.SHARED:
-            raise NotAllowed("cumulative acknowledgement is not allowed on a shared subscription")
+        if cumulative and self.mode.individual:
+            raise NotAllowed(f"cumulative acknowledgement is not allowed on a {self.mode} subscription")
         calls: dict[int, tuple[int, list[int]]] = {}
         for p in set(individual) | set(cumulative):
             self._check_partition(p)
@@ -385,7 +400,7 @@ class Subscription:
         for d, again in split.items():
             if not d.offsets and d.consumer is not None:
                 d.consumer.deliveries.discard(d)
-            self.redeliver.append(Delivery(d.partition, d.entry, again, d.redelivery_count + 1))
+            self.redeliver.append(Delivery(d.partition, d.entry, again, d.redelivery_count + 1, sticky=d.sticky))
         if split:
             self.wake.set()
 
@@ -643,18 +658,27 @@ class Subscription:
             live = [c for c in takers if c.permits > 0] or takers
             consumer = live[self._rr % len(live)]
             self._rr += 1
-            consumer.permits -= len(d.offsets)
-            d.consumer = consumer
-            consumer.deliveries.add(d)
-            held = self.outstanding[d.partition]
-            for o in d.offsets:
-                held[o] = d
-            d.deadline = now + consumer.ack_timeout if consumer.ack_timeout > 0 else 0.0
-            if d.deadline:
-                heapq.heappush(self._deadlines, (d.deadline, next(self._tie), d))
+            self._assign(d, consumer, now)
             per_consumer.setdefault(consumer, []).append(d)
+        await self._send(per_consumer, generation)
+
+    def _assign(self, d: Delivery, consumer: Consumer, now: float) -> None:
+        """`d` is the consumer's from now on: outstanding, paid for with permits, under its ack timeout."""
+        consumer.permits -= len(d.offsets)
+        d.consumer = consumer
+        consumer.deliveries.add(d)
+        held = self.outstanding[d.partition]
+        for o in d.offsets:
+            held[o] = d
+        d.deadline = now + consumer.ack_timeout if consumer.ack_timeout > 0 else 0.0
+        if d.deadline:
+            heapq.heappush(self._deadlines, (d.deadline, next(self._tie), d))
+
+    async def _send(self, per_consumer: dict[Consumer, list[Delivery]], generation: int | None) -> None:
+        """Write the deliveries to their consumers; stop if the subscription moved since `generation`
+        (None: send them whatever happened)."""
         for consumer, deliveries in per_consumer.items():
-            if generation != self._generation:
+            if generation is not None and generation != self._generation:
                 return
             if consumer not in self.consumers:
                 continue  # left meanwhile: detach released its deliveries already
@@ -678,6 +702,7 @@ class SubscriptionService:
         self.lease_ms = lease_ms
         self.log = log_service
         self.store = store.subscriptions
+        self.key_shared = store.key_shared
         # transactions' states ("COMMITTED", ...): lets a conflict with a transaction that has
         # ended (its lock left behind by a race with its end) heal itself
         self.txns = store.txn
@@ -704,11 +729,16 @@ class SubscriptionService:
         every = min(_RENEW_EVERY, self.lease_ms / 3000)
         if sub.deleted or (sub.split and sub.wanted() != sub.owned):
             return min(every, _SPLIT_RETRY)
+        if sub.mode == Mode.KEY_SHARED:
+            return min(every, _KEY_SHARED_SYNC)
         return every
 
     async def renew(self, sub: Subscription) -> None:
         """Renew the lease; split, also give up the partitions no consumer here takes and nothing is in
         flight of, and take those consumers here take that no other gateway holds."""
+        if sub.mode == Mode.KEY_SHARED:
+            await sub.sync_members()
+            return
         if not sub.split:
             await self.store.lease(sub.topic, sub.name, self.node_id, self.lease_ms)
             return
@@ -775,7 +805,9 @@ class SubscriptionService:
 
     async def _release_lease(self, sub: Subscription) -> None:
         with contextlib.suppress(Exception):
-            if sub.split:
+            if sub.mode == Mode.KEY_SHARED:
+                await sub.sync_members(leave_all=True)
+            elif sub.split:
                 await self.store.lease_partitions(sub.topic, sub.name, self.node_id, 0, sorted(sub.owned))
             else:
                 await self.store.lease(sub.topic, sub.name, self.node_id, 0)
@@ -792,24 +824,41 @@ class SubscriptionService:
         ack_timeout: float = 0.0,
         split: bool = False,
         partitions: frozenset[int] | None = None,
+        sticky_ranges: tuple[tuple[int, int], ...] = (),
     ) -> Consumer:
-        """`partitions`: those the consumer takes (None: all). `split` (shared mode): a subscription
+        """`partitions`: those the consumer takes (None: all). `sticky_ranges` (Key_Shared only): the
+        key hashes it takes, as Pulsar's sticky Key_Shared mode (ConsumerBusy where they overlap
+        another consumer's, or where it or the others leave it to the ring). `split` (shared mode): a subscription
         first opened here by this consumer is dispatched by partition, each under a lease of its own,
         rather than whole; a consumer joining one open here already takes it as it is."""
         if not name:
             raise NotAllowed("a subscription needs a name")
+        if sticky_ranges:
+            from gateway.domain.key_shared import check_ranges
+
+            check_ranges(mode, sticky_ranges)
         info = await self.log.topic(topic)
         async with self._lock:
             sub = self._subs.get((topic, name))
             if sub is not None and sub.mode != mode:
                 raise ConsumerBusy(f"subscription {name!r} is in use in {sub.mode} mode")
-            consumer = Consumer(next(self._ids), consumer_name, sink, ack_timeout, partitions=partitions)
+            consumer = Consumer(next(self._ids), consumer_name, sink, ack_timeout, partitions=partitions,
+                                sticky_ranges=sticky_ranges)
             split = split and mode == Mode.SHARED
             if sub is None:
-                if not split:
+                if mode == Mode.KEY_SHARED:  # every gateway dispatches its own consumers, none under the lease
+                    await self.store.lease(topic, name, self.node_id, 0)  # ConsumerBusy if another mode holds it
+                elif not split:
+                    if (await self.key_shared.members(topic, name, ttl_ms=0)).members:
+                        raise ConsumerBusy(f"subscription {name!r} is in use in key_shared mode")
                     await self.store.lease(topic, name, self.node_id, self.lease_ms)
-                sub = Subscription(self, topic, name, mode, info.partitions, split=split, initial=initial_position,
-                                   topic_id=info.topic_id)
+                kind: type[Subscription] = Subscription
+                if mode == Mode.KEY_SHARED:
+                    from gateway.domain.key_shared import KeySharedSubscription
+
+                    kind = KeySharedSubscription
+                sub = kind(self, topic, name, mode, info.partitions, split=split, initial=initial_position,
+                           topic_id=info.topic_id)
                 try:
                     positions = await self.store.open(
                         topic, range(info.partitions), name, initial=initial_position, mode=mode.value
@@ -829,7 +878,13 @@ class SubscriptionService:
             else:
                 await self.refresh(sub, info)
                 sub.attach(consumer)
-            return consumer
+        if mode == Mode.KEY_SHARED:  # on the ring before the consumer hears it is subscribed
+            try:
+                await sub.sync_members(joining=consumer)
+            except BaseException:
+                await self.unsubscribe_consumer(consumer)
+                raise
+        return consumer
 
     async def unsubscribe_consumer(self, consumer: Consumer) -> None:
         """The consumer leaves; its unacked messages go to the others (or wait for the next one)."""
@@ -857,6 +912,8 @@ class SubscriptionService:
             raise NotAllowed(f"subscription {sub.name!r} has other consumers")
         await self.unsubscribe_consumer(consumer)
         await self.store.delete(sub.topic, range(sub.partitions), sub.name)
+        if sub.mode == Mode.KEY_SHARED:
+            await self.key_shared.delete(sub.topic, range(sub.partitions), sub.name)
 
     def _sub(self, consumer: Consumer) -> Subscription:
         if consumer.subscription is None:

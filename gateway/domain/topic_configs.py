@@ -1,5 +1,7 @@
-"""Every topic config of Kafka 4.2, defined once: name, type, default, validation, documentation,
-whether it takes effect here, and the broker config that holds its cluster-wide default.
+"""Every topic config of Kafka 4.4, defined once: name, type, default, validation, documentation,
+whether it takes effect here, and the broker config that holds its cluster-wide default; in the
+order of Kafka's definitions (LogConfig's ConfigDef), which decides the order Kafka lists them in,
+then the gateway's own.
 
 Followed: Kafka's `LogConfig` (storage/.../log/LogConfig.java: the ConfigDef of each topic config,
 its type, default and validator, and `validateValues`), `ServerTopicConfigSynonyms` (the broker
@@ -65,6 +67,7 @@ class ConfigDef:
     # where Kafka's default comes from when its broker config has none of its own (name, value):
     # log.retention.ms has none, log.retention.hours holds it
     broker_fallback: tuple[str, str] | None = None
+    own: bool = False  # the gateway's own, which Kafka has not
 
     def check(self, value: str) -> str:
         kept = self._parse(value.strip())
@@ -143,27 +146,71 @@ _NO_EFFECT = {
     "replicas": "Redis's replication decides durability; every live gateway serves every partition",
     "remote": "there is no tiered storage",
     "timestamps": "record timestamps are not checked against the broker's clock",
-    "format": "there is one record format, and no down-conversion",
+    "decompressed": "batches are stored as the producer compressed them, and no record's decompressed size is "
+                    "checked",
+    "dead_letter": "a share group's dead-letter topic (the group config share.dead.letter.topic) needs no flag on "
+                   "the topic",
 }
 
 
 def _topic(name: str, kind: Kind, default: object, doc: str, *, effective: bool = False, why: str = "",
            broker: str | None = None, low: float | None = None, high: float | None = None,
            choices: tuple[str, ...] = (), rule: Callable[[str], str | None] | None = None,
-           broker_fallback: tuple[str, str] | None = None) -> ConfigDef:
+           broker_fallback: tuple[str, str] | None = None, own: bool = False) -> ConfigDef:
     text = doc if effective else f"{doc} Accepted without effect here: {_NO_EFFECT[why]}."
     shown = str(default).lower() if isinstance(default, bool) else str(default)
-    return ConfigDef(name, kind, shown, text, effective, broker, low, high, choices, rule, broker_fallback)
+    return ConfigDef(name, kind, shown, text, effective, broker, low, high, choices, rule, broker_fallback, own)
 
 
 _B, _I, _L, _S, _D, _LI = Kind.BOOLEAN, Kind.INT, Kind.LONG, Kind.STRING, Kind.DOUBLE, Kind.LIST
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
+    _topic("segment.bytes", _I, 1_073_741_824, "The size of a segment file.", why="segment",
+           broker="log.segment.bytes", low=1_048_576),
+    _topic("segment.ms", _L, 604_800_000, "The time after which a segment rolls.", why="segment",
+           broker="log.roll.ms",
+           broker_fallback=("log.roll.hours", "168"), low=1),
+    _topic("segment.jitter.ms", _L, 0, "Random jitter of segment rolls.", why="segment",
+           broker="log.roll.jitter.ms",
+           broker_fallback=("log.roll.jitter.hours", "0"), low=0),
+    _topic("segment.index.bytes", _I, 10_485_760, "The size of a segment's offset index.", why="segment",
+           broker="log.index.size.max.bytes", low=4),
+    _topic("flush.messages", _L, LONG_MAX, "Messages between forced flushes of the log to disk.",
+           why="flush", broker="log.flush.interval.messages", low=1),
+    _topic("flush.ms", _L, LONG_MAX, "Milliseconds between forced flushes of the log to disk.",
+           why="flush", broker="log.flush.interval.ms",
+           broker_fallback=("log.flush.scheduler.interval.ms", str(LONG_MAX)), low=0),
+    _topic("retention.bytes", _L, -1, "The most bytes a partition keeps before its oldest batches are "
+           "deleted; -1: no limit.", effective=True, broker="log.retention.bytes"),
+    _topic("retention.ms", _L, 604_800_000, "How long batches are kept before they are deleted; -1: no "
+           "limit.", effective=True, broker="log.retention.ms",
+           broker_fallback=("log.retention.hours", "168"), low=-1),
+    _topic("max.message.bytes", _I, 1_048_588, "The largest record batch the topic accepts.", effective=True,
+           broker="message.max.bytes", low=0),
+    _topic("max.decompressed.message.bytes", _I, 2_147_483_639, "The largest decompressed record the topic "
+           "accepts.", why="decompressed", broker="max.decompressed.message.bytes", low=1, high=2_147_483_639),
+    _topic("index.interval.bytes", _I, 4096, "Bytes between offset index entries.",
+           why="segment", broker="log.index.interval.bytes", low=0),
+    _topic("delete.retention.ms", _L, 86_400_000, "How long delete tombstones of a compacted topic are kept "
+           "after the cleaner first passes them.", effective=True, broker="log.cleaner.delete.retention.ms", low=0),
+    _topic("min.compaction.lag.ms", _L, 0, "The least time a record stays uncompacted.",
+           effective=True, broker="log.cleaner.min.compaction.lag.ms", low=0),
+    _topic("max.compaction.lag.ms", _L, LONG_MAX, "The longest a record stays ineligible for compaction.",
+           effective=True, broker="log.cleaner.max.compaction.lag.ms", low=1),
+    _topic("file.delete.delay.ms", _L, 60_000, "How long a deleted segment file waits before it goes.",
+           why="segment", broker="log.segment.delete.delay.ms", low=0),
+    _topic("min.cleanable.dirty.ratio", _D, 0.5, "The dirty share of the log that starts a cleaning.",
+           effective=True, broker="log.cleaner.min.cleanable.ratio", low=0, high=1),
     _topic("cleanup.policy", _LI, "delete", "The retention policy of old data: delete (by retention.ms and "
            "retention.bytes), compact (the latest record of each key is kept, by the log cleaner), or both; "
            "an empty list keeps everything.", effective=True, broker="log.cleanup.policy",
            choices=("compact", "delete")),
+    _topic("unclean.leader.election.enable", _B, False, "Whether a replica out of sync may lead.",
+           why="replicas", broker="unclean.leader.election.enable"),
+    _topic("min.insync.replicas", _I, 1, "Copies that must hold a write before acks=all succeeds: Redis "
+           "and N-1 of its replicas (Redis's WAIT, within the request's timeout; fewer replicas online "
+           "refuse the write up front).", effective=True, broker="min.insync.replicas", low=1),
     _topic("compression.type", _S, "producer", "The final compression codec of the topic's batches.",
            why="compression", broker="compression.type", choices=_COMPRESSION),
     _topic("compression.gzip.level", _I, -1, "The gzip level when compression.type is gzip.",
@@ -172,74 +219,39 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
            why="compression", broker="compression.lz4.level", rule=_level(1, 17, 9)),
     _topic("compression.zstd.level", _I, 3, "The zstd level when compression.type is zstd.",
            why="compression", broker="compression.zstd.level", rule=_level(-131072, 22, 3)),
-    _topic("delete.retention.ms", _L, 86_400_000, "How long delete tombstones of a compacted topic are kept "
-           "after the cleaner first passes them.", effective=True, broker="log.cleaner.delete.retention.ms", low=0),
-    _topic("file.delete.delay.ms", _L, 60_000, "How long a deleted segment file waits before it goes.",
-           why="segment", broker="log.segment.delete.delay.ms", low=0),
-    _topic("flush.messages", _L, LONG_MAX, "Messages between forced flushes of the log to disk.",
-           why="flush", broker="log.flush.interval.messages", low=1),
-    _topic("flush.ms", _L, LONG_MAX, "Milliseconds between forced flushes of the log to disk.",
-           why="flush", broker="log.flush.interval.ms",
-           broker_fallback=("log.flush.scheduler.interval.ms", str(LONG_MAX)), low=0),
-    _topic("follower.replication.throttled.replicas", _LI, "", "Replicas whose follower replication is "
-           "throttled: '*' or partition:broker pairs.", why="replicas", rule=_throttled),
-    _topic("index.interval.bytes", _I, 4096, "Bytes between offset index entries.",
-           why="segment", broker="log.index.interval.bytes", low=0),
-    _topic("leader.replication.throttled.replicas", _LI, "", "Replicas whose leader replication is "
-           "throttled: '*' or partition:broker pairs.", why="replicas", rule=_throttled),
-    _topic("local.retention.bytes", _L, -2, "Bytes kept locally before tiered storage takes them; -2: "
-           "retention.bytes.", why="remote", broker="log.local.retention.bytes", low=-2),
-    _topic("local.retention.ms", _L, -2, "Milliseconds kept locally before tiered storage takes them; -2: "
-           "retention.ms.", why="remote", broker="log.local.retention.ms", low=-2),
-    _topic("max.compaction.lag.ms", _L, LONG_MAX, "The longest a record stays ineligible for compaction.",
-           effective=True, broker="log.cleaner.max.compaction.lag.ms", low=1),
-    _topic("max.message.bytes", _I, 1_048_588, "The largest record batch the topic accepts.", effective=True,
-           broker="message.max.bytes", low=0),
-    _topic("message.downconversion.enable", _B, True, "Deprecated in Kafka 4: down-conversion no longer "
-           "exists.", why="format", broker="log.message.downconversion.enable"),
-    _topic("message.timestamp.after.max.ms", _L, 3_600_000, "How far in the future a CreateTime record's "
-           "timestamp may be.", why="timestamps", broker="log.message.timestamp.after.max.ms", low=0),
-    _topic("message.timestamp.before.max.ms", _L, LONG_MAX, "How far in the past a CreateTime record's "
-           "timestamp may be.", why="timestamps", broker="log.message.timestamp.before.max.ms", low=0),
+    _topic("preallocate", _B, False, "Preallocate segment files on disk.", why="segment",
+           broker="log.preallocate"),
     _topic("message.timestamp.type", _S, "CreateTime", "CreateTime keeps the producer's timestamps; "
            "LogAppendTime stamps each batch with the time it is appended.", effective=True,
            broker="log.message.timestamp.type", choices=("CreateTime", "LogAppendTime")),
-    _topic("min.cleanable.dirty.ratio", _D, 0.5, "The dirty share of the log that starts a cleaning.",
-           effective=True, broker="log.cleaner.min.cleanable.ratio", low=0, high=1),
-    _topic("min.compaction.lag.ms", _L, 0, "The least time a record stays uncompacted.",
-           effective=True, broker="log.cleaner.min.compaction.lag.ms", low=0),
-    _topic("min.insync.replicas", _I, 1, "Copies that must hold a write before acks=all succeeds: Redis "
-           "and N-1 of its replicas (Redis's WAIT, within the request's timeout; fewer replicas online "
-           "refuse the write up front).", effective=True, broker="min.insync.replicas", low=1),
-    _topic("preallocate", _B, False, "Preallocate segment files on disk.", why="segment",
-           broker="log.preallocate"),
-    _topic("remote.log.copy.disable", _B, False, "Stop copying segments to tiered storage.", why="remote"),
-    _topic("remote.log.delete.on.disable", _B, False, "Delete tiered data when tiered storage is turned off.",
-           why="remote"),
+    _topic("message.timestamp.before.max.ms", _L, LONG_MAX, "How far in the past a CreateTime record's "
+           "timestamp may be.", why="timestamps", broker="log.message.timestamp.before.max.ms", low=0),
+    _topic("message.timestamp.after.max.ms", _L, 3_600_000, "How far in the future a CreateTime record's "
+           "timestamp may be.", why="timestamps", broker="log.message.timestamp.after.max.ms", low=0),
+    _topic("leader.replication.throttled.replicas", _LI, "", "Replicas whose leader replication is "
+           "throttled: '*' or partition:broker pairs.", why="replicas", rule=_throttled),
+    _topic("follower.replication.throttled.replicas", _LI, "", "Replicas whose follower replication is "
+           "throttled: '*' or partition:broker pairs.", why="replicas", rule=_throttled),
     _topic("remote.storage.enable", _B, False, "Keep older segments in tiered storage.", why="remote",
            rule=_no_tiered_storage),
-    _topic("retention.bytes", _L, -1, "The most bytes a partition keeps before its oldest batches are "
-           "deleted; -1: no limit.", effective=True, broker="log.retention.bytes"),
-    _topic("retention.ms", _L, 604_800_000, "How long batches are kept before they are deleted; -1: no "
-           "limit.", effective=True, broker="log.retention.ms",
-           broker_fallback=("log.retention.hours", "168"), low=-1),
-    _topic("segment.bytes", _I, 1_073_741_824, "The size of a segment file.", why="segment",
-           broker="log.segment.bytes", low=1_048_576),
-    _topic("segment.index.bytes", _I, 10_485_760, "The size of a segment's offset index.", why="segment",
-           broker="log.index.size.max.bytes", low=4),
-    _topic("segment.jitter.ms", _L, 0, "Random jitter of segment rolls.", why="segment",
-           broker="log.roll.jitter.ms",
-           broker_fallback=("log.roll.jitter.hours", "0"), low=0),
-    _topic("segment.ms", _L, 604_800_000, "The time after which a segment rolls.", why="segment",
-           broker="log.roll.ms",
-           broker_fallback=("log.roll.hours", "168"), low=1),
-    _topic("unclean.leader.election.enable", _B, False, "Whether a replica out of sync may lead.",
-           why="replicas", broker="unclean.leader.election.enable"),
+    _topic("local.retention.ms", _L, -2, "Milliseconds kept locally before tiered storage takes them; -2: "
+           "retention.ms.", why="remote", broker="log.local.retention.ms", low=-2),
+    _topic("local.retention.bytes", _L, -2, "Bytes kept locally before tiered storage takes them; -2: "
+           "retention.bytes.", why="remote", broker="log.local.retention.bytes", low=-2),
+    _topic("remote.log.copy.disable", _B, False, "Stop copying segments to tiered storage.", why="remote"),
+    _topic("remote.copy.lag.ms", _L, 0, "How long a closed segment waits before it is copied to tiered storage; "
+           "-1: local.retention.ms.", why="remote", broker="log.remote.copy.lag.ms", low=-1),
+    _topic("remote.copy.lag.bytes", _L, -1, "Bytes of newer data a closed segment waits for before it is copied "
+           "to tiered storage; -1: local.retention.bytes.", why="remote", broker="log.remote.copy.lag.bytes", low=-1),
+    _topic("remote.log.delete.on.disable", _B, False, "Delete tiered data when tiered storage is turned off.",
+           why="remote"),
+    _topic("errors.deadletterqueue.group.enable", _B, False, "Let share groups write undeliverable records to "
+           "this topic as their dead-letter queue.", why="dead_letter"),
     # the gateway's own
     _topic("delayed.delivery.enable", _B, False, "Honour delay headers: records wait for their time.",
-           effective=True),
+           effective=True, own=True),
     _topic("watermark.idle.timeout.ms", _L, -1, "Mark idle a watermark producer silent this long; -1 (or 0) "
-           "never.", effective=True, low=-1),
+           "never.", effective=True, low=-1, own=True),
 )}
 
 BROKER_DEFAULTS: dict[str, ConfigDef] = {

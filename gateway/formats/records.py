@@ -211,7 +211,7 @@ def _decoded(batch: bytes | memoryview) -> tuple[BatchHeader, bytes]:
     return h, decompress(h.compression, memoryview(batch)[HEADER_SIZE : h.size])
 
 
-def _record_fields(body: bytes, count: int) -> Iterator[tuple[int, int, int, int, int]]:
+def _record_fields(body: bytes | memoryview, count: int) -> Iterator[tuple[int, int, int, int, int]]:
     """Per record: attributes, timestamp delta, offset delta, where its key starts, where it ends.
     Lengths of up to two bytes and one-byte deltas (the usual ones) are decoded in place: every
     produce to a compacted topic and every record the cleaner reads go through here."""
@@ -261,6 +261,13 @@ def iter_records(batch: bytes | memoryview, base_offset: int | None = None) -> I
             headers.append(((hk or b"").decode("utf-8", "replace"), hv))
         timestamp = h.max_timestamp if log_append else h.base_timestamp + ts_delta
         yield Record(base + off_delta, timestamp, key, value, headers)
+
+
+def record_keys(batch: bytes | memoryview) -> list[tuple[int, bytes | None]]:
+    """Each record's offset delta and key, nothing else decoded: what Key_Shared dispatch routes by."""
+    h = parse_header(batch, verify_crc=False)
+    body = record_body(h, batch)
+    return [(off_delta, _read_bytes(body, pos)[0]) for _, _, off_delta, pos, _ in _record_fields(body, h.record_count)]
 
 
 def record_body(h: BatchHeader, batch: bytes | memoryview) -> bytes | memoryview:

@@ -80,7 +80,7 @@ _FILTER_FIELDS = ("resource_type_filter", "pattern_type_filter", "operation", "p
 
 def _any_in_creation(c: Any) -> bool:
     """A creation with ANY (or the MATCH pattern) somewhere: Kafka cannot build its binding and
-    answers UNKNOWN_SERVER_ERROR for it (ResourcePattern and AccessControlEntry refuse ANY)."""
+    answers UNKNOWN_SERVER_ERROR for the request (ResourcePattern and AccessControlEntry refuse ANY)."""
     return ANY_CODE in (c.resource_type, c.operation, c.permission_type) or c.resource_pattern_type in (
         PATTERN_CODES["any"], PATTERN_CODES["match"])
 
@@ -130,13 +130,15 @@ async def create_acls(ctx: RequestContext, req: Any) -> Any:
             {"error_code": KafkaError.cluster_authorization_failed, "error_message": _NOT_AUTHORIZED}
             for _ in req.creations]})
     _refuse_unknown(req.creations, _CREATION_FIELDS)
+    if any(_any_in_creation(c) for c in req.creations):
+        # Kafka's ControllerApis.handleCreateAcls builds every creation's AclBinding before creating
+        # any: one that cannot be built fails them all (compared in test_kafka_differential_acls)
+        return _response(ctx, {"results": [
+            {"error_code": KafkaError.unknown_server_error,
+             "error_message": "an ACL binding may not contain ANY or MATCH"} for _ in req.creations]})
     results: list[dict[str, Any]] = []
     valid: list[tuple[int, Acl]] = []
     for i, c in enumerate(req.creations):
-        if _any_in_creation(c):
-            results.append({"error_code": KafkaError.unknown_server_error,
-                            "error_message": "an ACL binding may not contain ANY or MATCH"})
-            continue
         try:
             valid.append((i, _creation(c)))
             results.append({"error_code": KafkaError.none, "error_message": None})

@@ -14,7 +14,7 @@ from gateway.domain.topic_configs import validate_topic_config
 from gateway.errors import AuthorizationFailed, TopicExists, TopicNotFound
 from gateway.kafka import codec
 from gateway.kafka.authz import may_alter_cluster, may_create_topic, may_describe_cluster
-from gateway.kafka.configs import topic_config_entries
+from gateway.kafka.configs import CREATE_ORDER, topic_config_entries
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error, topic_name_message
 from gateway.kafka.metadata import topic_uuid
@@ -31,19 +31,26 @@ class Refused(Exception):
 
 
 def _replication(ctx: RequestContext, t: Any) -> tuple[int | None, int]:
-    """(partitions a manual assignment gives, else None; the replication factor to report). Any factor
-    is accepted and any assignment naming live gateways (every gateway serves every partition), with
-    Kafka's checks of their form (ReplicationControlManager.createTopic)."""
+    """(partitions a manual assignment gives, else None; the replication factor to report). The
+    equivalent Kafka cluster has a broker per live gateway (each lists every live gateway as a
+    partition's replicas): a factor up to their number is accepted, and any assignment naming live
+    gateways, with Kafka's checks of their form and its answer to a factor more brokers than there
+    are could not reach (ReplicationControlManager.createTopic, StripedReplicaPlacer)."""
     assignment = KafkaError.invalid_replica_assignment
+    live = {p.node_id for p in ctx.services.registry.live()} | {ctx.services.config.node_id}
     if not t.assignments:
         if t.replication_factor == 0 or t.replication_factor < -1:
             raise Refused(KafkaError.invalid_replication_factor,
                           "Replication factor must be larger than 0, or -1 to use the default value.")
-        return None, DEFAULT_REPLICATION_FACTOR if t.replication_factor == -1 else t.replication_factor
+        factor = DEFAULT_REPLICATION_FACTOR if t.replication_factor == -1 else t.replication_factor
+        if factor > len(live):
+            raise Refused(KafkaError.invalid_replication_factor, f"Unable to replicate the partition {factor} "
+                          f"time(s): The target replication factor of {factor} cannot be reached because only "
+                          f"{len(live)} broker(s) are registered.")
+        return None, factor
     if t.num_partitions != -1 or t.replication_factor != -1:
         raise Refused(KafkaError.invalid_request, "A manual partition assignment was specified, but numPartitions "
                       "or replicationFactor was not set to -1.")
-    live = {p.node_id for p in ctx.services.registry.live()} | {ctx.services.config.node_id}
     indexes = sorted(a.partition_index for a in t.assignments)
     if indexes != list(range(len(indexes))):
         raise Refused(assignment, "partitions should be a consecutive 0-based integer sequence")
@@ -101,9 +108,14 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
                     info = await log.create_topic(t.name, partitions, configs)
                     partitions, info_config = info.partitions, info.config
                     res.update(topic_id=topic_uuid(info.topic_id))
-                if res["error_code"] == KafkaError.none:
+                created = res["error_code"] == KafkaError.none
+                if created and not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.DESCRIBE_CONFIGS):
+                    # ReplicationControlManager.createTopic describes a new topic only to one who may
+                    # describe its configs
+                    res.update(topic_config_error_code=KafkaError.topic_authorization_failed, configs=[])
+                elif created:
                     res.update(num_partitions=partitions, replication_factor=factor,
-                               configs=topic_config_entries(info_config, await log.broker_defaults()))
+                               configs=topic_config_entries(info_config, await log.broker_defaults(), CREATE_ORDER))
         except Refused as exc:
             res.update(error_code=exc.error, error_message=str(exc))
         except TopicExists:
@@ -154,10 +166,14 @@ async def _delete_topic(ctx: RequestContext, name: str | None, topic_id: uuid.UU
             return {"name": None, "topic_id": topic_id, "error_code": KafkaError.topic_authorization_failed}
         name = info.name
     try:
-        if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DELETE):
-            raise AuthorizationFailed(f"not allowed to delete {name!r}")
+        # ControllerApis.deleteTopics: one who may not describe a topic learns nothing of it, one who
+        # may learns that it does not exist, before being refused the delete
+        if not by_id and not await ctx.allowed(ResourceType.TOPIC, name, Operation.DESCRIBE):
+            raise AuthorizationFailed(f"not allowed to describe {name!r}")
         if topic_id is None:
             topic_id = topic_uuid((await log.topic(name, create=False)).topic_id)
+        if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DELETE):
+            raise AuthorizationFailed(f"not allowed to delete {name!r}")
         await log.delete_topic(name, topic_id.hex if topic_id is not None else "")
         return {"name": name, "topic_id": topic_id, "error_code": KafkaError.none}
     except Exception as exc:

@@ -7,6 +7,8 @@ bitfield with bit `1 << code` set for each operation allowed, INT32_MIN when not
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gateway.domain.security import CLUSTER_NAME, Operation, Permission, ResourceType
 from gateway.kafka.dispatch import RequestContext
 
@@ -25,13 +27,12 @@ PERMISSION_CODES = {Permission.DENY: 2, Permission.ALLOW: 3}
 ANY_CODE = 1  # "any" in every one of these enums; 0 is "unknown"
 
 
-async def may_create_topic(ctx: RequestContext, name: str, *, auto: bool = False) -> bool:
-    """Create on the cluster or on the topic (Kafka's rule); creation on first use (`auto`) also for
-    a writer of the topic."""
+async def may_create_topic(ctx: RequestContext, name: str) -> bool:
+    """Create on the cluster or on the topic, for CreateTopics and Metadata's creation on first use
+    alike (KafkaApis.handleTopicMetadataRequest: WRITE alone creates nothing)."""
     return (
         await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.CREATE)
         or await ctx.allowed(ResourceType.TOPIC, name, Operation.CREATE)
-        or (auto and await ctx.allowed(ResourceType.TOPIC, name, Operation.WRITE))
     )
 
 
@@ -51,3 +52,12 @@ async def authorized_operations(ctx: RequestContext, resource: ResourceType, nam
     for op in await ctx.authorized_operations(resource, name):
         mask |= 1 << OPERATION_CODES[op]
     return mask
+
+
+async def refused_first(ctx: RequestContext, group_ids: Sequence[str]) -> list[str]:
+    """The groups of a describe, those the principal may not describe first: Kafka's
+    handleDescribeGroupsRequest, handleConsumerGroupDescribe and handleShareGroupDescribe answer
+    them before asking the coordinator of the others."""
+    allowed = [await ctx.allowed(ResourceType.GROUP, g, Operation.DESCRIBE) for g in group_ids]
+    return [g for g, ok in zip(group_ids, allowed, strict=True) if not ok] + [
+        g for g, ok in zip(group_ids, allowed, strict=True) if ok]

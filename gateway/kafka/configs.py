@@ -1,6 +1,6 @@
 """DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers.
 
-Topic configs are `gateway.domain.topic_configs.TOPIC_CONFIGS` (every one of Kafka 4.2's); each is
+Topic configs are `gateway.domain.topic_configs.TOPIC_CONFIGS` (every one of Kafka 4.4's); each is
 reported with the source of its value and its synonyms as Kafka's `ConfigHelper` does: the topic's
 own value (DYNAMIC_TOPIC_CONFIG), else the cluster-wide default an admin set under the broker name
 (DYNAMIC_DEFAULT_BROKER_CONFIG, kept in Redis for every gateway), else Kafka's default
@@ -29,14 +29,23 @@ from gateway.kafka.errors import error_message, kafka_error
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 RESOURCE_GROUP = 32  # KIP-848's group configs: a share group's here (`gateway.kafka.share`)
+RESOURCE_BROKER_LOGGER = 8
+RESOURCE_CLIENT_METRICS = 16
+# ConfigResource.Type's ids: any other is UNKNOWN, which fails a DescribeConfigs request as a whole
+RESOURCE_TYPES = frozenset({RESOURCE_TOPIC, RESOURCE_BROKER, RESOURCE_BROKER_LOGGER, RESOURCE_CLIENT_METRICS,
+                            RESOURCE_GROUP})
 SOURCE_TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
 SOURCE_DYNAMIC_BROKER = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
+# Errors.INVALID_REQUEST's own message, which Kafka answers for a request it fails as a whole
+INVALID_REQUEST_MESSAGE = ("This most likely occurs because of a request being malformed by the client library or "
+                           "the message was sent to an incompatible broker. See the broker logs for more details.")
 REPLICATION_DOC = (
-    "Any replication factor is accepted, and each partition lists every live gateway as its replicas "
-    "and ISR, the partition's leader first: every gateway serves every partition. The number copies "
+    "A replication factor up to the number of live gateways is accepted, as by a Kafka cluster of as many "
+    "brokers, and each partition lists every live gateway as its replicas and ISR, the partition's leader "
+    "first: every gateway serves every partition. The number copies "
     "nothing here: durability is Redis's, its persistence (appendfsync) and its own replicas."
 )
 
@@ -57,26 +66,57 @@ def _entry(name: str, kind: Kind, doc: str | None, synonyms: list[Synonym], *,
 def _synonyms(spec: ConfigDef, own: str | None, defaults: BrokerDefaults) -> list[Synonym]:
     """Where the value could come from, the one that applies first (Kafka's order, DynamicBrokerConfig's
     brokerSynonyms after the topic's own): the topic's own, this broker's dynamic config, the
-    cluster-wide default, Kafka's default (under the broker name where Kafka has one)."""
+    cluster-wide default, Kafka's default under the broker name (none for a config Kafka has no
+    broker config for: its value is the default all the same)."""
     out = [] if own is None else [(spec.name, own, SOURCE_TOPIC)]
-    if spec.broker is not None:
-        if spec.broker in defaults.own:
-            out.append((spec.broker, defaults.own[spec.broker], SOURCE_DYNAMIC_BROKER))
-        if spec.broker in defaults.cluster:
-            out.append((spec.broker, defaults.cluster[spec.broker], SOURCE_DYNAMIC_DEFAULT_BROKER))
+    if spec.broker is None:  # no broker config: Kafka's ServerTopicConfigSynonyms has none to list
+        return out
+    if spec.broker in defaults.own:
+        out.append((spec.broker, defaults.own[spec.broker], SOURCE_DYNAMIC_BROKER))
+    if spec.broker in defaults.cluster:
+        out.append((spec.broker, defaults.cluster[spec.broker], SOURCE_DYNAMIC_DEFAULT_BROKER))
     if spec.broker_fallback is None:
-        out.append((spec.broker or spec.name, spec.default, SOURCE_DEFAULT))
+        out.append((spec.broker, spec.default, SOURCE_DEFAULT))
     elif spec.broker in defaults.own or spec.broker in defaults.cluster:
         # Kafka lists broker synonyms from its own name on: none while that one is unset
         out.append((*spec.broker_fallback, SOURCE_DEFAULT))
     return out
 
 
-def topic_config_entries(config: dict[str, str], defaults: BrokerDefaults,
+def java_hash_order(names: list[str]) -> list[str]:
+    """`names` in the order a java.util.HashMap filled with them in this order iterates: by bucket of
+    String.hashCode spread as HashMap.hash does, in a table grown from 16 at a load factor of 0.75, a
+    bucket's names in insertion order. Kafka's ConfigHelper lists a topic's configs in the order of
+    LogConfig.nonInternalValues(), such a map filled in LogConfig's definition order
+    (ConfigHelperUtils.createResponseConfig; ASCII names, one UTF-16 unit per character)."""
+    table = 16
+    while len(names) > table * 3 // 4:
+        table *= 2
+
+    def bucket(name: str) -> int:
+        h = 0
+        for c in name:
+            h = (31 * h + ord(c)) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & (table - 1)
+
+    return sorted(names, key=bucket)  # stable: ties keep insertion order
+
+
+DESCRIBE_ORDER = [*java_hash_order([n for n, c in TOPIC_CONFIGS.items() if not c.own]),
+                  *(n for n, c in TOPIC_CONFIGS.items() if c.own)]
+"""DescribeConfigs lists a topic's configs in Kafka's order, then the gateway's own."""
+CREATE_ORDER = sorted(TOPIC_CONFIGS)
+"""CreateTopics (v5+) lists a new topic's configs by name, as Kafka's ReplicationControlManager.createTopic
+sorts them."""
+
+
+def topic_config_entries(config: dict[str, str], defaults: BrokerDefaults, order: list[str],
                          keys: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every topic config (or those in `keys`) with the value that applies and where it comes from."""
+    """Every topic config (or those in `keys`) in `order` with the value that applies and where it comes
+    from."""
     out = []
-    for name, spec in TOPIC_CONFIGS.items():
+    for name in order:
+        spec = TOPIC_CONFIGS[name]
         if keys is not None and name not in keys:
             continue
         out.append(_entry(name, spec.kind, spec.doc, _synonyms(spec, config.get(name), defaults), default=spec.default))
@@ -154,9 +194,18 @@ def _protocol(cfg: Any) -> str:
 
 @handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 async def describe_configs(ctx: RequestContext, req: Any) -> Any:
+    """No keys (null or empty) describe every config, as Kafka's ConfigHelperUtils does; a resource of
+    a type Kafka does not know fails the whole request, every resource INVALID_REQUEST (ConfigHelper.
+    handleDescribeConfigsRequest throws while sorting the resources for authorization)."""
+    cls = codec.response_class(ApiKey.DESCRIBE_CONFIGS, ctx.api_version)
+    if any(r.resource_type not in RESOURCE_TYPES for r in req.resources):
+        return codec.build(cls, {"throttle_time": 0, "results": [
+            {"error_code": KafkaError.invalid_request, "error_message": INVALID_REQUEST_MESSAGE,
+             "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": []}
+            for r in req.resources]})
     results = []
     for r in req.resources:
-        keys = None if r.configuration_keys is None else list(r.configuration_keys)
+        keys = list(r.configuration_keys or ()) or None
         # a described resource's message is "", the schema's default (ConfigHelper sets none)
         res: dict[str, Any] = {"error_code": KafkaError.none, "error_message": "",
                                "resource_type": r.resource_type, "resource_name": r.resource_name, "configs": []}
@@ -166,14 +215,17 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
                     raise AuthorizationFailed(f"not allowed to describe {r.resource_name!r}")
                 info = await ctx.services.log.topic(r.resource_name, create=False)
                 defaults = await ctx.services.log.broker_defaults(fresh=True)
-                res["configs"] = topic_config_entries(info.config, defaults, keys)
+                res["configs"] = topic_config_entries(info.config, defaults, DESCRIBE_ORDER, keys)
             elif r.resource_type == RESOURCE_BROKER:
                 if not await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.DESCRIBE_CONFIGS):
                     res.update(error_code=KafkaError.cluster_authorization_failed, error_message="not authorized")
                 else:
                     res["configs"] = await _broker_entries(ctx, r.resource_name, keys)
             elif r.resource_type == RESOURCE_GROUP:
-                res["configs"] = await share.describe_group_configs(ctx, r.resource_name, keys)
+                if not await ctx.allowed(ResourceType.GROUP, r.resource_name, Operation.DESCRIBE_CONFIGS):
+                    res.update(error_code=KafkaError.group_authorization_failed, error_message="not authorized")
+                else:
+                    res["configs"] = await share.describe_group_configs(ctx, r.resource_name, keys)
             else:
                 res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs")
         except TopicNotFound as exc:  # Kafka's message is empty
@@ -187,8 +239,7 @@ async def describe_configs(ctx: RequestContext, req: Any) -> Any:
             for c in res["configs"]:
                 c["documentation"] = None
         results.append(res)
-    return codec.build(codec.response_class(ApiKey.DESCRIBE_CONFIGS, ctx.api_version),
-                       {"throttle_time": 0, "results": results})
+    return codec.build(cls, {"throttle_time": 0, "results": results})
 
 
 async def _alter(ctx: RequestContext, r: Any, changes: list[Change], incremental: bool,
@@ -211,7 +262,10 @@ async def _alter(ctx: RequestContext, r: Any, changes: list[Change], incremental
                 await log.alter_cluster_config(changes, incremental=incremental, validate_only=validate_only,
                                                node=r.resource_name != "")
         elif r.resource_type == RESOURCE_GROUP:
-            await share.alter_group_configs(ctx, r.resource_name, changes, incremental, validate_only)
+            if not await ctx.allowed(ResourceType.GROUP, r.resource_name, Operation.ALTER_CONFIGS):
+                res.update(error_code=KafkaError.group_authorization_failed, error_message="not authorized")
+            else:
+                await share.alter_group_configs(ctx, r.resource_name, changes, incremental, validate_only)
         else:
             res.update(error_code=KafkaError.invalid_request, error_message="only topic and broker configs change")
     except TopicNotFound as exc:
@@ -234,13 +288,18 @@ async def alter_configs(ctx: RequestContext, req: Any) -> Any:
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, req: Any) -> Any:
-    """SET, DELETE, and on list configs APPEND and SUBTRACT (`topic_configs.apply`)."""
+    """SET, DELETE, and on list configs APPEND and SUBTRACT (`topic_configs.apply`). An operation
+    Kafka does not know fails its resource with UNKNOWN_SERVER_ERROR, as Kafka 4.4's controller
+    answers it (AlterConfigOp.OpType.forId gives null, which ConfigurationControlManager trips on),
+    here with a message that names it and nothing changed."""
     results = []
     for r in req.resources:
         try:
             changes = [Change(c.name, Op(c.config_operation), c.value) for c in r.configs]
         except ValueError:
-            results.append({"error_code": KafkaError.invalid_request, "error_message": "unknown config operation",
+            bad = next(c.config_operation for c in r.configs if c.config_operation not in set(Op))
+            results.append({"error_code": KafkaError.unknown_server_error,
+                            "error_message": f"Unknown config operation {bad}",
                             "resource_type": r.resource_type, "resource_name": r.resource_name})
             continue
         results.append(await _alter(ctx, r, changes, True, req.validate_only))

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.groups.consumer import Assignment, HeartbeatRequest
 from gateway.domain.security import Operation, ResourceType
-from gateway.kafka.authz import authorized_operations
+from gateway.kafka.authz import authorized_operations, refused_first
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message
 from gateway.kafka.groups import _authorize, _client_host, _coordinator, _ms, _response, group_error
@@ -104,7 +104,7 @@ async def consumer_group_describe(ctx: RequestContext, req: Any) -> Any:
     topics = await TopicIds.read(ctx)
     out: list[dict[str, Any]] = []
     empty = {"group_state": "", "group_epoch": 0, "assignment_epoch": 0, "assignor_name": "", "members": []}
-    for group_id in req.group_ids:
+    for group_id in await refused_first(ctx, req.group_ids):
         try:
             await _authorize(ctx, group_id, Operation.DESCRIBE)
             d = await _coordinator(ctx).describe_consumer(group_id)

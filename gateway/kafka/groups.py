@@ -19,7 +19,7 @@ from gateway.domain.groups import GroupCoordinator, GroupError
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError, TopicNotFound
 from gateway.kafka import codec
-from gateway.kafka.authz import authorized_operations
+from gateway.kafka.authz import authorized_operations, may_describe_cluster, refused_first
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import REPLICAS_SHORT, error_message, kafka_error
 from gateway.kafka.metadata import broker, peer_address, topic_uuid
@@ -285,18 +285,22 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
 
 async def _fetch_group(
     ctx: RequestContext, group_id: str, parts: list[tuple[str, int]] | None, member_id: str | None = None,
-    member_epoch: int = -1,
+    member_epoch: int = -1, names: list[str] | None = None,
 ) -> tuple[list[dict[str, Any]], KafkaError]:
     """One group's committed offsets of `parts` (all of them when None) as response topics
     (partition field names are the same in every version), and the group-level error. A consumer
-    group's member (v9+) fetches in its epoch."""
+    group's member (v9+) fetches in its epoch. Every topic in `names` (those asked for) is answered,
+    one asked with no partitions with none, those the principal may describe first, as Kafka's
+    OffsetMetadataManager.fetchOffsets and KafkaApis.fetchOffsetsForGroup answer."""
     try:
         await _authorize(ctx, group_id, Operation.DESCRIBE)
         found = await _coordinator(ctx).fetch_offsets(group_id, parts, member_id=member_id, member_epoch=member_epoch)
     except Exception as exc:
         return [], group_error(exc)
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    hidden = {t for t, _ in found if not await ctx.allowed(ResourceType.TOPIC, t, Operation.DESCRIBE)}
+    asked = list(dict.fromkeys(names or ()))
+    hidden = {t for t in {*asked, *(t for t, _ in found)}
+              if not await ctx.allowed(ResourceType.TOPIC, t, Operation.DESCRIBE)}
+    by_topic: dict[str, list[dict[str, Any]]] = {t: [] for t in sorted(asked, key=lambda t: t in hidden)}
     for (topic, partition), c in found.items():
         if topic in hidden:
             if parts is not None:  # asked for by name: say why there is nothing; else leave it out
@@ -335,7 +339,7 @@ async def _fetch_group_by_id(
             else:
                 ids[name] = t.topic_id
                 parts += [(name, p) for p in t.partition_indexes]
-    found, error = await _fetch_group(ctx, group_id, parts, member_id, member_epoch)
+    found, error = await _fetch_group(ctx, group_id, parts, member_id, member_epoch, list(ids))
     if error != KafkaError.none:
         return [], error
     for t in found:
@@ -357,10 +361,11 @@ async def offset_fetch(ctx: RequestContext, req: Any) -> Any:
             if ctx.api_version >= TOPIC_IDS_VERSION:
                 topics, error = await _fetch_group_by_id(ctx, g.group_id, g.topics, member_id, member_epoch)
             else:
-                topics, error = await _fetch_group(ctx, g.group_id, _parts(g.topics), member_id, member_epoch)
+                topics, error = await _fetch_group(ctx, g.group_id, _parts(g.topics), member_id, member_epoch,
+                                                   [t.name for t in g.topics or ()])
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return _response(ctx, {"groups": groups})
-    topics, error = await _fetch_group(ctx, req.group_id, _parts(req.topics))
+    topics, error = await _fetch_group(ctx, req.group_id, _parts(req.topics), names=[t.name for t in req.topics or ()])
     if ctx.api_version < 2 and error != KafkaError.none:
         # v1 has no group-level error: it goes on every partition asked for
         topics = [
@@ -386,7 +391,7 @@ async def describe_groups(ctx: RequestContext, req: Any) -> Any:
     may do on it (Kafka sets it on the groups without an error only)."""
     wants_operations = getattr(req, "include_authorized_operations", False)
     out = []
-    for group_id in req.groups:
+    for group_id in await refused_first(ctx, req.groups):
         try:
             await _authorize(ctx, group_id, Operation.DESCRIBE)
             d = await _coordinator(ctx).describe(group_id)
@@ -436,13 +441,17 @@ async def list_groups(ctx: RequestContext, req: Any) -> Any:
         listed += await ctx.services.share.list_groups(states or None)
     except Exception as exc:
         return _response(ctx, {"error_code": group_error(exc), "groups": []})
+    # KafkaApis.handleListGroupsRequest: DESCRIBE on the cluster lists every group, else those the
+    # principal may describe
+    everyone = await may_describe_cluster(ctx)
     return _response(ctx, {
         "error_code": KafkaError.none,
         "groups": [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
              "group_type": g.group_type}
             for g in listed
-            if (not types or g.group_type in types) and await ctx.allowed(ResourceType.GROUP, g.group_id, Operation.DESCRIBE)
+            if (not types or g.group_type in types)
+            and (everyone or await ctx.allowed(ResourceType.GROUP, g.group_id, Operation.DESCRIBE))
         ],
     })
 

@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.registry import Peer
 from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
+from gateway.errors import TopicNotFound
 from gateway.kafka import codec
 from gateway.kafka.authz import authorized_operations, may_create_topic, may_describe_cluster
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
@@ -59,34 +60,64 @@ def partition_entries(leaders: list[int], serving: list[int]) -> list[dict[str, 
 
 @handles(ApiKey.METADATA, 0, 13)
 async def metadata(ctx: RequestContext, req: Any) -> Any:
+    """As Kafka 4.4's KafkaApis.handleTopicMetadataRequest: topics named by id (v12+) are looked up by
+    id alone, any names beside them ignored; before v12 an id or a null name fails the whole request.
+    Every topic answered but those the principal may not describe, and ids no topic has, says what
+    the principal may do on it when asked (an unknown or invalid name too)."""
+    cls = codec.response_class(ApiKey.METADATA, ctx.api_version)
+    wanted = req.topics
+    ids = [t.topic_id for t in wanted or () if getattr(t, "topic_id", None) is not None and t.topic_id.int]
+    if wanted is not None and ctx.api_version < 12 and (ids or any(t.name is None for t in wanted)):
+        return codec.build(cls, {"throttle_time": 0, "brokers": [], "topics": [
+            {"error_code": KafkaError.invalid_request, "name": t.name or "", "topic_id": t.topic_id, "partitions": []}
+            for t in wanted]})
     log = ctx.services.log
     live = brokers(ctx)
-    wanted = req.topics
     topics: list[dict[str, Any]] = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
         infos = await log.list_topics()  # only those the principal may describe
         topics = [await _topic(ctx, req, info.name, info.partitions, info.topic_id) for info in infos
                   if await ctx.allowed(ResourceType.TOPIC, info.name, Operation.DESCRIBE)]
+    elif ids:
+        found = [await _topic_by_id(ctx, req, i) for i in dict.fromkeys(ids)]
+        topics = sorted(found, key=lambda t: (t["error_code"] != KafkaError.unknown_topic_id,
+                                              t["error_code"] == KafkaError.topic_authorization_failed))
     else:
+        # as KafkaApis.handleTopicMetadataRequest: the topics answered come first, then those the
+        # principal may describe but not create, then those it may not describe
         create = ctx.services.config.auto_create_topics and getattr(req, "allow_auto_topic_creation", True)
+        not_created: list[dict[str, Any]] = []
+        not_described: list[dict[str, Any]] = []
         for t in wanted:
             if t.name is None:
                 topics.append(await _topic_by_id(ctx, req, t.topic_id))
                 continue
-            bad_name = topic_name_error(t.name)
-            if bad_name is not None:
-                topics.append({"error_code": bad_name, "name": t.name})
-                continue
             if not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.DESCRIBE):
-                topics.append({"error_code": KafkaError.topic_authorization_failed, "name": t.name})
+                not_described.append({"error_code": KafkaError.topic_authorization_failed, "name": t.name})
                 continue
-            try:
-                info = await log.topic(t.name, create=create and await may_create_topic(ctx, t.name, auto=True))
-            except Exception as exc:
-                topics.append({"error_code": kafka_error(exc), "name": t.name})
-                continue
-            topics.append(await _topic(ctx, req, info.name, info.partitions, info.topic_id))
-    cls = codec.response_class(ApiKey.METADATA, ctx.api_version)
+            bad_name = topic_name_error(t.name)
+            entry: dict[str, Any]
+            if bad_name is not None:
+                entry = {"error_code": bad_name, "name": t.name}
+            else:
+                may_create = create and await may_create_topic(ctx, t.name)
+                try:
+                    info = await log.topic(t.name, create=may_create)
+                except TopicNotFound:
+                    if create and not may_create:
+                        not_created.append({"error_code": KafkaError.topic_authorization_failed, "name": t.name})
+                        continue
+                    entry = {"error_code": KafkaError.unknown_topic_or_partition, "name": t.name}
+                except Exception as exc:
+                    entry = {"error_code": kafka_error(exc), "name": t.name}
+                else:
+                    topics.append(await _topic(ctx, req, info.name, info.partitions, info.topic_id))
+                    continue
+            # described as an existing topic is, its authorized operations included
+            entry["topic_authorized_operations"] = await authorized_operations(
+                ctx, ResourceType.TOPIC, t.name, getattr(req, "include_topic_authorized_operations", False))
+            topics.append(entry)
+        topics += not_created + not_described
     return codec.build(
         cls,
         {
@@ -103,12 +134,9 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
 
 
 async def _topic_by_id(ctx: RequestContext, req: Any, topic_id: uuid.UUID | None) -> dict[str, Any]:
-    """A topic asked for by id (v12+, KIP-516), as Kafka 4.2's `handleTopicMetadataRequest`
-    answers: UNKNOWN_TOPIC_ID with no name for an id no topic has, and no name either for one the
-    principal may not describe (the id itself is not secret); never created. Before v12 a topic
-    must have a name (Kafka refuses the request: INVALID_REQUEST)."""
-    if ctx.api_version < 12:
-        return {"error_code": KafkaError.invalid_request, "name": "", "topic_id": topic_id}
+    """A topic asked for by id (v12+, KIP-516): UNKNOWN_TOPIC_ID with no name for an id no topic
+    has, and no name either for one the principal may not describe (the id itself is not secret);
+    never created."""
     info = None if topic_id is None else await ctx.services.log.topic_by_id(topic_id.hex)
     if info is None:
         return {"error_code": KafkaError.unknown_topic_id, "name": None, "topic_id": topic_id}
@@ -143,7 +171,7 @@ BROKER_ENDPOINTS, CONTROLLER_ENDPOINTS = 1, 2  # DescribeClusterRequest's Endpoi
 async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
     """A gateway serves brokers' endpoints only: asked for controllers' it answers
     MISMATCHED_ENDPOINT_TYPE, for an unknown type UNSUPPORTED_ENDPOINT_TYPE, nothing else set (as
-    Kafka's AuthHelper.computeDescribeClusterResponse answers on a broker)."""
+    Kafka's AuthHelper.computeDescribeClusterResponse answers on a broker). It needs no ACL."""
     live = brokers(ctx)
     cls = codec.response_class(ApiKey.DESCRIBE_CLUSTER, ctx.api_version)
     wanted = getattr(req, "endpoint_type", BROKER_ENDPOINTS)
@@ -152,9 +180,11 @@ async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
                  else KafkaError.unsupported_endpoint_type)
         return codec.build(cls, {"error_code": error, "error_message": f"endpoint type {wanted} is not served",
                                  "endpoint_type": BROKER_ENDPOINTS, "controller_id": -1, "brokers": []})
-    if not await may_describe_cluster(ctx):
-        return codec.build(cls, {"error_code": KafkaError.cluster_authorization_failed, "cluster_id": CLUSTER_ID,
-                                 "controller_id": -1, "brokers": [], "error_message": "not authorized"})
+    # anyone is answered; the cluster's authorized operations, when asked, are 0 to one who may not
+    # describe the cluster (AuthHelper.computeDescribeClusterResponse)
+    asked = req.include_cluster_authorized_operations
+    operations = (await authorized_operations(ctx, ResourceType.CLUSTER, CLUSTER_NAME, asked)
+                  if not asked or await may_describe_cluster(ctx) else 0)
     return codec.build(
         cls,
         {
@@ -165,8 +195,6 @@ async def describe_cluster(ctx: RequestContext, req: Any) -> Any:
             "cluster_id": CLUSTER_ID,
             "controller_id": live[0][0],
             "brokers": [{"broker_id": n, "host": h, "port": p, "rack": None, "is_fenced": False} for n, h, p in live],
-            "cluster_authorized_operations": await authorized_operations(
-                ctx, ResourceType.CLUSTER, CLUSTER_NAME, req.include_cluster_authorized_operations
-            ),
+            "cluster_authorized_operations": operations,
         },
     )

@@ -24,6 +24,7 @@ from gateway import telemetry
 from gateway.domain.log import Produced
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError, InvalidRecord
+from gateway.formats.records import ATTR_TRANSACTIONAL
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.produce_request import MAX_VERSION, MIN_VERSION, TOPIC_IDS_FROM, ProduceRequest
@@ -49,13 +50,24 @@ class PartitionResult:
     record_errors: tuple[tuple[int, str], ...] = ()  # v8+ (KIP-467): the bad records of a refused batch
 
 
+def _transactional(req: ProduceRequest) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of some partition is
+    transactional (its header's attributes, at byte 21, of a magic 2 batch)."""
+    return any(p.records is not None and len(p.records) >= 23 and p.records[16] == 2
+               and I16.unpack_from(p.records, 21)[0] & ATTR_TRANSACTIONAL
+               for t in req.topic_data for p in t.partition_data)
+
+
 @handles(ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION)  # the versions the hand-written reader reads
 async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
     items: list[tuple[str, int, bytes | memoryview]] = []
     results: dict[tuple[str, int], PartitionResult] = {}
     order: list[tuple[str | uuid.UUID | None, str, list[int]]] = []  # as the response names it, name
     tid = req.transactional_id
-    txn_denied = tid is not None and not await ctx.allowed(ResourceType.TRANSACTIONAL_ID, tid, Operation.WRITE)
+    # KafkaApis.handleProduceRequest: transactional records need WRITE on the request's transactional
+    # id, which they must name; other records need none, whatever id the request names
+    txn_denied = _transactional(req) and (
+        tid is None or not await ctx.allowed(ResourceType.TRANSACTIONAL_ID, tid, Operation.WRITE))
     for n, topic in enumerate(req.topic_data):
         if ctx.api_version >= TOPIC_IDS_FROM:
             info = None if topic.topic_id is None else await ctx.services.log.topic_by_id(topic.topic_id.hex,

@@ -16,10 +16,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.txn import init_transactional
+
+
+async def _may_write_idempotently(ctx: RequestContext) -> bool:
+    """KafkaApis.handleInitProducerIdRequest (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on
+    some topic (Authorizer.authorizeByResourceType)."""
+    return await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.IDEMPOTENT_WRITE) or (
+        await ctx.services.security.authorize_by_resource_type(
+            ctx.connection.principal, ResourceType.TOPIC, Operation.WRITE, ctx.connection.host))
 
 
 @handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
@@ -33,6 +42,9 @@ async def init_producer_id(ctx: RequestContext, req: Any) -> Any:
         return codec.build(cls, {"error_code": KafkaError.invalid_request, "producer_id": -1, "producer_epoch": -1})
     if req.transactional_id is not None:
         return await init_transactional(ctx, req)
+    if not await _may_write_idempotently(ctx):
+        return codec.build(cls, {"error_code": KafkaError.cluster_authorization_failed, "producer_id": -1,
+                                 "producer_epoch": -1})
     try:
         new = await ctx.services.log.allocate_producer_id()
     except Exception as exc:

@@ -26,7 +26,7 @@ from gateway.domain.groups.share_coordinator import LOCK_DURATION, AckBatch, Sha
 from gateway.domain.security import Operation, ResourceType
 from gateway.domain.topic_configs import Change
 from gateway.formats.records import with_base_offset
-from gateway.kafka.authz import authorized_operations
+from gateway.kafka.authz import authorized_operations, refused_first
 from gateway.kafka.consumer_groups import TopicIds
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message
@@ -83,7 +83,8 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
 async def share_group_describe(ctx: RequestContext, req: Any) -> Any:
     """An id that is not a share group here answers GROUP_ID_NOT_FOUND in its slot, as Kafka does."""
     topics = await TopicIds.read(ctx)
-    groups = [await _described(ctx, topics, group_id, req.include_authorized_operations) for group_id in req.group_ids]
+    groups = [await _described(ctx, topics, group_id, req.include_authorized_operations)
+              for group_id in await refused_first(ctx, req.group_ids)]
     return _response(ctx, {"groups": groups})
 
 
@@ -116,14 +117,20 @@ async def _described(ctx: RequestContext, topics: TopicIds, group_id: str, opera
     }
 
 
-async def _names(ctx: RequestContext, topic_ids: list[uuid.UUID | None]) -> dict[uuid.UUID | None, str | None]:
-    """Topic ids to names; None for an id no topic has or one the client may not read."""
+async def _names(ctx: RequestContext, topic_ids: list[uuid.UUID | None]) -> tuple[
+        dict[uuid.UUID | None, str | None], dict[uuid.UUID | None, KafkaError]]:
+    """Topic ids to names, None for an id no topic has or one the client may not read; and the
+    error each of those gets: UNKNOWN_TOPIC_ID, or TOPIC_AUTHORIZATION_FAILED for a topic the
+    client may not read (KafkaApis.handleShareFetchRequest and handleShareAcknowledgeRequest)."""
     out: dict[uuid.UUID | None, str | None] = {}
+    errors: dict[uuid.UUID | None, KafkaError] = {}
     for tid in topic_ids:
         info = None if tid is None else await ctx.services.log.topic_by_id(tid.hex)
         allowed = info is not None and await ctx.allowed(ResourceType.TOPIC, info.name, Operation.READ)
         out[tid] = info.name if info is not None and allowed else None
-    return out
+        if out[tid] is None:
+            errors[tid] = KafkaError.unknown_topic_id if info is None else KafkaError.topic_authorization_failed
+    return out, errors
 
 
 def _acks(topics: Any, names: dict[uuid.UUID | None, str | None]) -> dict[TopicPartition, list[AckBatch]]:
@@ -149,10 +156,10 @@ async def _lock_ms(ctx: RequestContext, group_id: str) -> int:
     return int(share.value(await share.configs(group_id), LOCK_DURATION))
 
 
-def _unknown_topic(t: Any, ctx: RequestContext) -> list[dict[str, Any]]:
+def _unknown_topic(t: Any, ctx: RequestContext, error: KafkaError) -> list[dict[str, Any]]:
     """The partitions of a request's topic whose id names no topic the client may read."""
-    return [{"partition_index": p.partition_index, "error_code": KafkaError.unknown_topic_id,
-             "current_leader": _leader(ctx)} for p in t.partitions]
+    return [{"partition_index": p.partition_index, "error_code": error, "current_leader": _leader(ctx)}
+            for p in t.partitions]
 
 
 def _failed(error: KafkaError, exc: BaseException) -> Encoded:
@@ -167,7 +174,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
     except Exception as exc:
         return _failed(group_error(exc), exc)
     wanted = [t.topic_id for t in req.topics] + [t.topic_id for t in req.forgotten_topics_data]
-    names = await _names(ctx, wanted)
+    names, refused = await _names(ctx, wanted)
     add = [(n, p.partition_index) for t in req.topics if (n := names[t.topic_id]) is not None for p in t.partitions]
     forget = [(n, p) for t in req.forgotten_topics_data if (n := names[t.topic_id]) is not None for p in t.partitions]
     try:
@@ -190,7 +197,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
     topics: dict[uuid.UUID | None, list[SharePartition]] = {}
     for t in req.topics:
         if names[t.topic_id] is None:
-            topics[t.topic_id] = [SharePartition(p.partition_index, leader, KafkaError.unknown_topic_id)
+            topics[t.topic_id] = [SharePartition(p.partition_index, leader, refused[t.topic_id])
                                   for p in t.partitions]
     endpoints: dict[int, tuple[int, str, int]] = {}
     for (_, p), old in sorted(fetched.stale.items()):
@@ -282,7 +289,7 @@ async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     group_id = req.group_id or ""
     try:
         await _authorize(ctx, group_id, Operation.READ)
-        names = await _names(ctx, [t.topic_id for t in req.topics])
+        names, refused = await _names(ctx, [t.topic_id for t in req.topics])
         if req.share_session_epoch == 0:
             raise ShareError(ShareErrorKind.INVALID_SHARE_SESSION_EPOCH,
                              "a ShareAcknowledge cannot open a share session")
@@ -295,7 +302,7 @@ async def share_acknowledge(ctx: RequestContext, req: Any) -> Any:
     for t in req.topics:
         name = names.get(t.topic_id)
         if name is None:
-            responses.append({"topic_id": t.topic_id, "partitions": _unknown_topic(t, ctx)})
+            responses.append({"topic_id": t.topic_id, "partitions": _unknown_topic(t, ctx, refused[t.topic_id])})
             continue
         responses.append({"topic_id": t.topic_id, "partitions": [
             {"partition_index": p.partition_index,
@@ -313,8 +320,7 @@ async def describe_group_configs(ctx: RequestContext, group_id: str, keys: list[
     """The share group configs, each set one as a group config (DYNAMIC_GROUP_CONFIG), else the
     default; the synonyms as Kafka's ConfigHelper.createGroupConfigEntry lists them: the group's own
     value, then the default under the broker config's name where there is one
-    (group.share.record.lock.duration.ms), else under the group config's."""
-    await _authorize(ctx, group_id, Operation.DESCRIBE_CONFIGS)
+    (group.share.record.lock.duration.ms), else under the group config's. The caller authorizes."""
     share = _share(ctx)
     configs = await share.configs(group_id, fresh=True)
     out = []
@@ -331,7 +337,7 @@ async def describe_group_configs(ctx: RequestContext, group_id: str, keys: list[
 
 async def alter_group_configs(ctx: RequestContext, group_id: str, changes: list[Change], incremental: bool,
                               validate_only: bool) -> None:
-    await _authorize(ctx, group_id, Operation.ALTER_CONFIGS)
+    """The caller authorizes (GROUP_AUTHORIZATION_FAILED, as Kafka's ConfigAdminManager)."""
     await _share(ctx).alter_configs(group_id, changes, incremental=incremental, validate_only=validate_only)
 
 

@@ -1,18 +1,19 @@
 """DescribeTopicPartitions (KIP-966, API key 75): the admin client's describe of topics, paged by
 partitions so a topic of many partitions takes several requests rather than one huge answer.
 
-Follows Kafka 4.2's `DescribeTopicPartitionsRequestHandler` and `KRaftMetadataCache
-.getTopicMetadataForDescribeTopicResponse`:
+Follows Kafka 4.4's `DescribeTopicPartitionsRequestHandler` and `KRaftMetadataCache
+.describeTopicResponse`:
 - no topics asked for: every topic the principal may describe; else the named ones, each once;
-  topics before the cursor's are left out, and a cursor naming a topic not asked for fails the
-  whole request (INVALID_REQUEST in every topic, as `getErrorResponse` answers);
-- topics are walked in name order from the cursor's partition of the cursor's topic, at most
-  min(ResponsePartitionLimit, 2000) partitions (Kafka's `max.request.partition.size.limit`
+  topics before the cursor's are left out, and a cursor naming a topic not asked for, or a negative
+  partition, fails the whole request (INVALID_REQUEST in every topic, as `getErrorResponse` answers);
+- topics are walked in name order from the cursor's partition of the cursor's topic, at least one
+  and at most min(ResponsePartitionLimit, 2000) partitions (Kafka's `max.request.partition.size.limit`
   default); where the budget ends `NextCursor` names the first partition left out (partition 0 of
   the next topic when the budget ran out exactly at a topic's end);
 - a named topic that does not exist answers UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION
-  for a name Kafka refuses) with the zero id; one the principal may not describe answers
-  TOPIC_AUTHORIZATION_FAILED with the zero id, after the others and outside the paging.
+  for a name Kafka refuses) with the zero id; every topic walked, found or not, says what the
+  principal may do on it; one the principal may not describe answers TOPIC_AUTHORIZATION_FAILED
+  with the zero id, after the others and outside the paging.
 Partitions carry the same leader, replicas and ISR as Metadata, and no eligible leader replicas
 (ELR belongs to KRaft's replication, which Redis stands in for).
 """
@@ -44,10 +45,11 @@ async def describe_topic_partitions(ctx: RequestContext, req: Any) -> Any:
         names = {t.name for t in await ctx.services.log.list_topics() if t.name >= cursor_topic}
     else:
         names = {t.name for t in req.topics if t.name >= cursor_topic}
-        if req.cursor is not None and req.cursor.topic_name not in names:
-            return codec.build(cls, {"throttle_time": 0, "topics": [
-                {"error_code": KafkaError.invalid_request, "name": t.name, "topic_id": None, "partitions": []}
-                for t in req.topics]})
+    cursor = req.cursor
+    if cursor is not None and (cursor.partition_index < 0 or (not everything and cursor.topic_name not in names)):
+        return codec.build(cls, {"throttle_time": 0, "topics": [
+            {"error_code": KafkaError.invalid_request, "name": t.name, "topic_id": None, "partitions": []}
+            for t in req.topics]})
     allowed: list[str] = []
     refused: list[dict[str, Any]] = []
     for name in sorted(names):
@@ -56,8 +58,8 @@ async def describe_topic_partitions(ctx: RequestContext, req: Any) -> Any:
         elif not everything:  # the id is not disclosed
             refused.append({"error_code": KafkaError.topic_authorization_failed, "name": name, "topic_id": None,
                             "partitions": []})
-    topics, next_cursor = await _walk(ctx, allowed, req.cursor, min(MAX_PARTITIONS, req.response_partition_limit),
-                                      skip_missing=everything)
+    budget = max(1, min(MAX_PARTITIONS, req.response_partition_limit))
+    topics, next_cursor = await _walk(ctx, allowed, req.cursor, budget, skip_missing=everything)
     return codec.build(cls, {"throttle_time": 0, "topics": topics + refused, "next_cursor": next_cursor})
 
 
@@ -71,25 +73,25 @@ async def _walk(
     for name in names:
         if budget == 0:
             return out, {"topic_name": name, "partition_index": 0}
-        if budget < 0:
-            break
+        operations = await authorized_operations(ctx, ResourceType.TOPIC, name, True)
         try:
             info = await ctx.services.log.topic(name, create=False)
         except (TopicNotFound, PartitionNotFound):
             if not skip_missing:
                 out.append({"error_code": topic_name_error(name) or KafkaError.unknown_topic_or_partition,
-                            "name": name, "topic_id": None, "partitions": []})
+                            "name": name, "topic_id": None, "partitions": [],
+                            "topic_authorized_operations": operations})
             continue
         start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         upper = min(info.partitions, start + budget)
         entries = partition_entries([p.node_id for p in registry.leaders(name, info.partitions)], serving)
         # empty ELR lists, never null: Kafka sends lists, and its Java Admin client fails on a null
         partitions = [{**entries[p], "eligible_leader_replicas": (), "last_known_elr": ()}
-                      for p in range(max(0, start), upper)]
+                      for p in range(start, upper)]
         out.append({
             "error_code": KafkaError.none, "name": name, "topic_id": topic_uuid(info.topic_id), "is_internal": False,
             "partitions": partitions,
-            "topic_authorized_operations": await authorized_operations(ctx, ResourceType.TOPIC, name, True),
+            "topic_authorized_operations": operations,
         })
         if upper < info.partitions:
             return out, {"topic_name": name, "partition_index": upper}

@@ -245,9 +245,14 @@ async def describe_transactions(ctx: RequestContext, req: Any) -> Any:
     cls = codec.response_class(ApiKey.DESCRIBE_TRANSACTIONS, ctx.api_version)
     states = []
     for tid in req.transactional_ids:
+        if not await ctx.allowed(ResourceType.TRANSACTIONAL_ID, tid, Operation.DESCRIBE):
+            # KafkaApis.handleDescribeTransactionsRequest: the error and the schema's defaults
+            states.append({"error_code": KafkaError.transactional_id_authorization_failed, "transactional_id": tid,
+                           "transaction_state": "", "transaction_timeout": timedelta(0),
+                           "transaction_start_time": datetime.fromtimestamp(0, UTC),
+                           "producer_id": 0, "producer_epoch": 0, "topics": []})
+            continue
         try:
-            if not await ctx.allowed(ResourceType.TRANSACTIONAL_ID, tid, Operation.DESCRIBE):
-                raise AuthorizationFailed(f"not allowed to describe {tid!r}")
             states.append(_describe(await ctx.services.txn_producers.describe(tid)))
         except Exception as exc:
             states.append({"error_code": txn_error(ctx, exc), "transactional_id": tid,

@@ -10,10 +10,12 @@ from gateway.domain.security import Operation, ResourceType
 from gateway.domain.subscriptions import Delivery, Mode
 from gateway.errors import InvalidRequest
 from gateway.formats.frames import OutgoingEntry, frame, messages_frame
+from gateway.native import letters
 from gateway.native.dispatch import Chunks, Session, handles
 from gateway.pb import gateway_pb2 as pb
 
-_MODES = {pb.EXCLUSIVE: Mode.EXCLUSIVE, pb.FAILOVER: Mode.FAILOVER, pb.SHARED: Mode.SHARED}
+_MODES = {pb.EXCLUSIVE: Mode.EXCLUSIVE, pb.FAILOVER: Mode.FAILOVER, pb.SHARED: Mode.SHARED,
+          pb.KEY_SHARED: Mode.KEY_SHARED}
 
 
 class ConsumerFrames:
@@ -24,11 +26,19 @@ class ConsumerFrames:
         self.topic = topic
 
     async def deliver(self, consumer_id: int, deliveries: list[Delivery]) -> None:
+        # parts of one batch for one consumer (a Key_Shared batch split by key) go out as one
+        merged: dict[tuple[int, int, int], tuple[Delivery, set[int]]] = {}
+        for d in deliveries:
+            k = (d.partition, d.entry.base_offset, d.redelivery_count)
+            if k in merged:
+                merged[k][1].update(d.offsets)
+            else:
+                merged[k] = (d, set(d.offsets))
         entries = [
-            OutgoingEntry(d.partition, d.entry.base_offset, d.entry.batch, d.skip(), d.redelivery_count)
-            for d in deliveries
+            OutgoingEntry(d.partition, d.entry.base_offset, d.entry.batch, d.skip(offsets), d.redelivery_count)
+            for d, offsets in merged.values()
         ]
-        telemetry.fetched("native", self.topic, sum(len(d.entry.batch) for d in deliveries))
+        telemetry.fetched("native", self.topic, sum(len(d.entry.batch) for d, _ in merged.values()))
         await self.write(messages_frame(consumer_id, entries))
 
     async def reset(self, consumer_id: int) -> None:
@@ -46,6 +56,7 @@ async def subscribe(s: Session, req: pb.Request) -> pb.Response:
     r = req.subscribe
     await s.authorize(ResourceType.TOPIC, r.topic, Operation.READ)
     await s.authorize(ResourceType.GROUP, r.subscription, Operation.READ)
+    policy = await letters.authorize(s, r)
     consumer = await s.subscriptions.subscribe(
         r.topic,
         r.subscription,
@@ -54,8 +65,10 @@ async def subscribe(s: Session, req: pb.Request) -> pb.Response:
         initial_position="earliest" if r.initial_position == pb.EARLIEST else "latest",
         consumer_name=r.consumer_name,
         ack_timeout=r.ack_timeout_ms / 1000,
+        sticky_ranges=tuple((h.start, h.end) for h in r.sticky_ranges),
     )
     s.consumers[consumer.id] = consumer
+    letters.attach(s, consumer, policy)
     sub = consumer.subscription
     assert sub is not None
     subscribed = pb.Subscribed(consumer_id=consumer.id, partitions=sub.partitions)

@@ -40,7 +40,9 @@ async def create_producer(s: Session, req: pb.Request) -> pb.Response:
     name = r.producer_name or f"producer-{pid}"
     s.producers[handle] = Producer(info.name, pid, info.partitions, name, -1 if r.acks == pb.ALL else 1,
                                    r.replica_timeout_ms or 30_000)
-    created = pb.ProducerCreated(handle=handle, producer_id=pid, partitions=info.partitions, producer_name=name)
+    limit = int((await s.services.log.topic_config(info.name))["max.message.bytes"])
+    created = pb.ProducerCreated(handle=handle, producer_id=pid, partitions=info.partitions, producer_name=name,
+                                 max_message_bytes=limit)
     return pb.Response(producer_created=created)
 
 

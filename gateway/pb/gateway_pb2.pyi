@@ -18,6 +18,7 @@ class SubscriptionMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXCLUSIVE: _ClassVar[SubscriptionMode]
     FAILOVER: _ClassVar[SubscriptionMode]
     SHARED: _ClassVar[SubscriptionMode]
+    KEY_SHARED: _ClassVar[SubscriptionMode]
 
 class InitialPosition(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -28,11 +29,12 @@ ALL: Acks
 EXCLUSIVE: SubscriptionMode
 FAILOVER: SubscriptionMode
 SHARED: SubscriptionMode
+KEY_SHARED: SubscriptionMode
 LATEST: InitialPosition
 EARLIEST: InitialPosition
 
 class Request(_message.Message):
-    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe", "new_transaction", "end_transaction", "list_partitions", "read_range", "commit_transactions", "send_watermark", "get_watermark")
+    __slots__ = ("request_id", "connect", "create_producer", "send", "close_producer", "subscribe", "flow", "ack", "nack", "seek", "close_consumer", "ping", "unsubscribe", "new_transaction", "end_transaction", "list_partitions", "read_range", "commit_transactions", "send_watermark", "get_watermark", "reconsume_later", "list_topics")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     CONNECT_FIELD_NUMBER: _ClassVar[int]
     CREATE_PRODUCER_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +55,8 @@ class Request(_message.Message):
     COMMIT_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     SEND_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     GET_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    RECONSUME_LATER_FIELD_NUMBER: _ClassVar[int]
+    LIST_TOPICS_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     connect: Connect
     create_producer: CreateProducer
@@ -73,10 +77,12 @@ class Request(_message.Message):
     commit_transactions: CommitTransactions
     send_watermark: SendWatermark
     get_watermark: GetWatermark
-    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., new_transaction: _Optional[_Union[NewTransaction, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransaction, _Mapping]] = ..., list_partitions: _Optional[_Union[ListPartitions, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., commit_transactions: _Optional[_Union[CommitTransactions, _Mapping]] = ..., send_watermark: _Optional[_Union[SendWatermark, _Mapping]] = ..., get_watermark: _Optional[_Union[GetWatermark, _Mapping]] = ...) -> None: ...
+    reconsume_later: ReconsumeLater
+    list_topics: ListTopics
+    def __init__(self, request_id: _Optional[int] = ..., connect: _Optional[_Union[Connect, _Mapping]] = ..., create_producer: _Optional[_Union[CreateProducer, _Mapping]] = ..., send: _Optional[_Union[Send, _Mapping]] = ..., close_producer: _Optional[_Union[CloseProducer, _Mapping]] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., close_consumer: _Optional[_Union[CloseConsumer, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., new_transaction: _Optional[_Union[NewTransaction, _Mapping]] = ..., end_transaction: _Optional[_Union[EndTransaction, _Mapping]] = ..., list_partitions: _Optional[_Union[ListPartitions, _Mapping]] = ..., read_range: _Optional[_Union[ReadRange, _Mapping]] = ..., commit_transactions: _Optional[_Union[CommitTransactions, _Mapping]] = ..., send_watermark: _Optional[_Union[SendWatermark, _Mapping]] = ..., get_watermark: _Optional[_Union[GetWatermark, _Mapping]] = ..., reconsume_later: _Optional[_Union[ReconsumeLater, _Mapping]] = ..., list_topics: _Optional[_Union[ListTopics, _Mapping]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "transaction_created", "partitions", "range_read", "transactions_committed", "watermark_receipt", "watermark", "messages", "consumer_reset", "watermark_update")
+    __slots__ = ("request_id", "error", "connected", "producer_created", "send_receipt", "subscribed", "success", "pong", "transaction_created", "partitions", "range_read", "transactions_committed", "watermark_receipt", "watermark", "messages", "consumer_reset", "watermark_update", "topics")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +100,7 @@ class Response(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_RESET_FIELD_NUMBER: _ClassVar[int]
     WATERMARK_UPDATE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     error: Error
     connected: Connected
@@ -111,7 +118,8 @@ class Response(_message.Message):
     messages: Messages
     consumer_reset: ConsumerReset
     watermark_update: WatermarkUpdate
-    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., producer_created: _Optional[_Union[ProducerCreated, _Mapping]] = ..., send_receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., success: _Optional[_Union[Success, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., transaction_created: _Optional[_Union[TransactionCreated, _Mapping]] = ..., partitions: _Optional[_Union[Partitions, _Mapping]] = ..., range_read: _Optional[_Union[RangeRead, _Mapping]] = ..., transactions_committed: _Optional[_Union[TransactionsCommitted, _Mapping]] = ..., watermark_receipt: _Optional[_Union[WatermarkReceipt, _Mapping]] = ..., watermark: _Optional[_Union[WatermarkValue, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., consumer_reset: _Optional[_Union[ConsumerReset, _Mapping]] = ..., watermark_update: _Optional[_Union[WatermarkUpdate, _Mapping]] = ...) -> None: ...
+    topics: Topics
+    def __init__(self, request_id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., connected: _Optional[_Union[Connected, _Mapping]] = ..., producer_created: _Optional[_Union[ProducerCreated, _Mapping]] = ..., send_receipt: _Optional[_Union[SendReceipt, _Mapping]] = ..., subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., success: _Optional[_Union[Success, _Mapping]] = ..., pong: _Optional[_Union[Pong, _Mapping]] = ..., transaction_created: _Optional[_Union[TransactionCreated, _Mapping]] = ..., partitions: _Optional[_Union[Partitions, _Mapping]] = ..., range_read: _Optional[_Union[RangeRead, _Mapping]] = ..., transactions_committed: _Optional[_Union[TransactionsCommitted, _Mapping]] = ..., watermark_receipt: _Optional[_Union[WatermarkReceipt, _Mapping]] = ..., watermark: _Optional[_Union[WatermarkValue, _Mapping]] = ..., messages: _Optional[_Union[Messages, _Mapping]] = ..., consumer_reset: _Optional[_Union[ConsumerReset, _Mapping]] = ..., watermark_update: _Optional[_Union[WatermarkUpdate, _Mapping]] = ..., topics: _Optional[_Union[Topics, _Mapping]] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("code", "message")
@@ -182,16 +190,18 @@ class CreateProducer(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., resume_producer_id: _Optional[int] = ..., acks: _Optional[_Union[Acks, str]] = ..., replica_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class ProducerCreated(_message.Message):
-    __slots__ = ("handle", "producer_id", "partitions", "producer_name")
+    __slots__ = ("handle", "producer_id", "partitions", "producer_name", "max_message_bytes")
     HANDLE_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     handle: int
     producer_id: int
     partitions: int
     producer_name: str
-    def __init__(self, handle: _Optional[int] = ..., producer_id: _Optional[int] = ..., partitions: _Optional[int] = ..., producer_name: _Optional[str] = ...) -> None: ...
+    max_message_bytes: int
+    def __init__(self, handle: _Optional[int] = ..., producer_id: _Optional[int] = ..., partitions: _Optional[int] = ..., producer_name: _Optional[str] = ..., max_message_bytes: _Optional[int] = ...) -> None: ...
 
 class Send(_message.Message):
     __slots__ = ("handle", "partition", "batch", "txn_id", "deliver_at_ms", "deliver_after_ms")
@@ -256,20 +266,54 @@ class CloseProducer(_message.Message):
     def __init__(self, handle: _Optional[int] = ...) -> None: ...
 
 class Subscribe(_message.Message):
-    __slots__ = ("topic", "subscription", "mode", "initial_position", "consumer_name", "ack_timeout_ms")
+    __slots__ = ("topic", "subscription", "mode", "initial_position", "consumer_name", "ack_timeout_ms", "dead_letter", "sticky_ranges")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     ACK_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    STICKY_RANGES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     mode: SubscriptionMode
     initial_position: InitialPosition
     consumer_name: str
     ack_timeout_ms: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., mode: _Optional[_Union[SubscriptionMode, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., ack_timeout_ms: _Optional[int] = ...) -> None: ...
+    dead_letter: DeadLetterPolicy
+    sticky_ranges: _containers.RepeatedCompositeFieldContainer[KeyHashRange]
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., mode: _Optional[_Union[SubscriptionMode, str]] = ..., initial_position: _Optional[_Union[InitialPosition, str]] = ..., consumer_name: _Optional[str] = ..., ack_timeout_ms: _Optional[int] = ..., dead_letter: _Optional[_Union[DeadLetterPolicy, _Mapping]] = ..., sticky_ranges: _Optional[_Iterable[_Union[KeyHashRange, _Mapping]]] = ...) -> None: ...
+
+class DeadLetterPolicy(_message.Message):
+    __slots__ = ("max_redeliver_count", "dead_letter_topic", "retry_letter_topic")
+    MAX_REDELIVER_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RETRY_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    max_redeliver_count: int
+    dead_letter_topic: str
+    retry_letter_topic: str
+    def __init__(self, max_redeliver_count: _Optional[int] = ..., dead_letter_topic: _Optional[str] = ..., retry_letter_topic: _Optional[str] = ...) -> None: ...
+
+class ReconsumeLater(_message.Message):
+    __slots__ = ("consumer_id", "partition", "offset", "delay_ms")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: int
+    partition: int
+    offset: int
+    delay_ms: int
+    def __init__(self, consumer_id: _Optional[int] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+
+class KeyHashRange(_message.Message):
+    __slots__ = ("start", "end")
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    end: int
+    def __init__(self, start: _Optional[int] = ..., end: _Optional[int] = ...) -> None: ...
 
 class Subscribed(_message.Message):
     __slots__ = ("consumer_id", "partitions", "watermark_ms")
@@ -478,6 +522,18 @@ class CommitTransactions(_message.Message):
     txn_ids: _containers.RepeatedScalarFieldContainer[str]
     commit_id: int
     def __init__(self, txn_ids: _Optional[_Iterable[str]] = ..., commit_id: _Optional[int] = ...) -> None: ...
+
+class ListTopics(_message.Message):
+    __slots__ = ("pattern",)
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    pattern: str
+    def __init__(self, pattern: _Optional[str] = ...) -> None: ...
+
+class Topics(_message.Message):
+    __slots__ = ("names",)
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TransactionsCommitted(_message.Message):
     __slots__ = ("duplicate",)

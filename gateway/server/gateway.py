@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from gateway.admin.http import start_admin_server
+from gateway.admin.schemas import start_schema_registry
 from gateway.config import SETTINGS, Config, memory_size
 from gateway.domain.compaction import LogCleaner
 from gateway.domain.registry import Registry
@@ -103,6 +104,8 @@ class Gateway:
             self.services = await self._closing.enter_async_context(wired_services(cfg, store, registry))
             starts: dict[str, StartListener] = {
                 "kafka": start_kafka_server, "native": start_native_server, "admin": start_admin_server}
+            if self.admin and cfg.schema_registry_port:
+                starts["schema_registry"] = start_schema_registry
             if not self.admin:
                 del starts["admin"]
             for name, start in starts.items():
@@ -155,6 +158,7 @@ class Gateway:
             return await start(services, cfg.host, port)
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else (exc.strerror or str(exc))
+            name = name.replace("_", " ")  # schema_registry: "schema registry port 8081 is in use"
             host = SETTINGS["host"]
             if exc.errno == errno.EADDRINUSE:
                 problem, fix = f"{name} port {port} is in use", f"choose another with {setting.label}"
@@ -183,9 +187,11 @@ class Gateway:
     def describe(self) -> str:
         ports = {name: lst.port for name, lst in self.listeners.items()}
         redis = self.config.redis_url or f"embedded redis-server in {self.config.data_dir} ({self.redis_url})"
+        registry = f", schema registry {ports['schema_registry']}" if "schema_registry" in ports else ""
         return (
             f"gateway listening on {self.config.host}: kafka {ports.get('kafka')}, "
-            f"native {ports.get('native')}, admin {ports.get('admin')}; storage: {redis}; node id {self.config.node_id}"
+            f"native {ports.get('native')}, admin {ports.get('admin')}{registry}; storage: {redis}; "
+            f"node id {self.config.node_id}"
         )
 
     async def stop(self, grace: float = 5.0) -> None:

@@ -12,11 +12,13 @@ from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.delay import DelayStore
 from gateway.store.fence import FenceStore
 from gateway.store.groups import GroupStore
+from gateway.store.key_shared import KeySharedStore
 from gateway.store.log import LogStore
 from gateway.store.memory import MemoryStore
 from gateway.store.registry import RegistryStore
 from gateway.store.replication import DurableScripts, Replication
 from gateway.store.roles import RoleStore
+from gateway.store.schemas import SchemaAllocStore
 from gateway.store.scripts import Scripts
 from gateway.store.security import SecurityStore
 from gateway.store.share_groups import ShareGroupStore
@@ -49,6 +51,7 @@ class Store:
         self.groups = GroupStore(redis, scripts)
         self.consumer_groups = ConsumerGroupStore(redis, scripts)
         self.subscriptions = SubscriptionStore(redis, scripts)
+        self.key_shared = KeySharedStore(redis, scripts)
         self.watermark = WatermarkStore(redis, scripts)
         self.security = SecurityStore(redis, scripts)
         self.roles = RoleStore(redis, scripts)
@@ -56,6 +59,7 @@ class Store:
         self.cluster_config = ClusterConfigStore(redis, scripts)
         self.cleaner = CleanerStore(redis, scripts)
         self.share_groups = ShareGroupStore(redis, scripts)
+        self.schemas = SchemaAllocStore(scripts)
 
     def broker_config(self, node_id: int) -> ClusterConfigStore:
         """One gateway's own dynamic broker configs, kept as the cluster-wide ones are."""

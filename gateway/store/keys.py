@@ -317,3 +317,22 @@ def share_group_config(group_id: str) -> str:
 
 SHARE_GROUPS = "gw:share-groups"
 """Set of share group ids, for ListGroups; a hint kept beside each group's own keys."""
+
+
+SCHEMA_IDS = "{gw:schemas}:ids"
+"""Hash: "fp:<fingerprint>" -> Schema Registry id, "id:<id>" -> fingerprint, "last" -> the last id handed out."""
+SCHEMA_VERSIONS = "{gw:schemas}:versions"
+"""Hash: "n:<subject>" -> the last version handed out in it, "f:<fingerprint>:<subject>" -> the version
+last handed out to that schema there (same slot as SCHEMA_IDS: one script takes both)."""
+
+
+def key_shared_members(topic: str, name: str) -> str:
+    """Hash of a Key_Shared subscription's consumers across gateways (member -> "<expiry> <name>",
+    "~gen" -> generation); in the slot of `subscription_owner`."""
+    return f"{partition_tag(topic, 0)}:ksmembers:{name}"
+
+
+def key_shared_sticky(topic: str, partition: int, name: str) -> str:
+    """Hash of which Key_Shared member holds messages of each key hash of a partition (hash ->
+    "<member> <count> <last offset sent> <generation>"), in the partition's slot."""
+    return f"{partition_tag(topic, partition)}:sticky:{name}"

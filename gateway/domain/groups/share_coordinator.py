@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from gateway.clock import now_ms
+from gateway.domain.dead_letter import Letters
 from gateway.domain.groups.coordinator import GroupListing
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.domain.groups.share import (
@@ -51,7 +51,6 @@ from gateway.domain.log import LogService
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
 from gateway.domain.topic_configs import Change, ConfigDef, Kind, apply
 from gateway.errors import InvalidConfig, TopicNotFound
-from gateway.formats.records import BatchBuilder, iter_records
 from gateway.store import Store
 from gateway.store.log import Entry
 
@@ -286,6 +285,7 @@ class ShareCoordinator:
         partition where it is led, and there alone its subscription dispatches it."""
         self.leads = leads
         self.log = log_service
+        self.letters = Letters(log_service)
         self.subscriptions = subscriptions
         self.store = store.share_groups
         self.session_timeout_ms = session_timeout_ms
@@ -701,34 +701,16 @@ class ShareCoordinator:
     async def _dead_letter(self, group_id: str, topic: str, d: Delivery, offsets: list[int], reason: str,
                            deliveries: int) -> None:
         """Copy these records of a delivery to the group's dead-letter topic, if it has one, each with
-        headers saying why, how often it was delivered and where it came from. Written before the
-        acknowledgement that archives them, and idempotently: the topic's partition and the
-        subscription's are in different slots, so the two cannot be one script; instead each record
-        goes as the only batch of an idempotent producer of its own (`dead_letter_producer`), and a
-        write again after a gateway died between the two is the duplicate the log recognises."""
+        headers saying why, how often it was delivered and where it came from; before the
+        acknowledgement that archives them, exactly once (`gateway.domain.dead_letter`)."""
         dlq = self.value(self._configs.get(group_id, {}), DEAD_LETTER_TOPIC)
         if not dlq:
             return
-        wanted = set(offsets)
         why = [("share.dlq.reason", reason.encode()), ("share.dlq.delivery.count", str(deliveries).encode()),
                ("share.dlq.group", group_id.encode()), ("share.dlq.topic", topic.encode()),
                ("share.dlq.partition", str(d.partition).encode())]
-        info = await self.log.topic(dlq)
-        batches: list[tuple[str, int, bytes | memoryview]] = []
-        for r in iter_records(d.entry.batch, d.entry.base_offset):
-            if r.offset not in wanted:
-                continue
-            b = BatchBuilder(producer_id=dead_letter_producer(group_id, topic, d.partition, r.offset),
-                             producer_epoch=0, base_sequence=0)
-            b.append(r.value, r.key, [*r.headers, *why, ("share.dlq.offset", str(r.offset).encode())])
-            batches.append((dlq, d.partition % info.partitions, b.build()))
-        if not batches:
-            return
-        written = 0
-        for produced in await self.log.append(batches, control=True):
-            if isinstance(produced.result, Exception):
-                raise produced.result
-            written += not produced.result.duplicate
+        written = await self.letters.dead_letter(
+            dlq, group_id, topic, d, offsets, lambda r: [*r.headers, *why, ("share.dlq.offset", str(r.offset).encode())])
         self.stats.setdefault(group_id, Stats()).dead_lettered += written
 
     async def close(self) -> None:
@@ -739,13 +721,6 @@ class ShareCoordinator:
         for group_id, member_id in list(self._members):
             with contextlib.suppress(Exception):
                 await self._drop(group_id, member_id)
-
-
-def dead_letter_producer(group_id: str, topic: str, partition: int, offset: int) -> int:
-    """The producer id a record's dead-letter copy is written with: derived from where the record
-    is, in the upper half of the id space (InitProducerId counts up from 1, never reaching it)."""
-    digest = hashlib.blake2b(f"{group_id}\0{topic}\0{partition}\0{offset}".encode(), digest_size=8).digest()
-    return (1 << 62) | (int.from_bytes(digest, "big") & ((1 << 62) - 1))
 
 
 def _by_delivery(held: Mapping[int, Delivery], offsets: list[int]) -> list[tuple[Delivery, list[int]]]:

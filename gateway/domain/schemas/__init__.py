@@ -1,0 +1,1 @@
+"""The Schema Registry's semantics: schemas of three formats, subjects, versions, compatibility."""
