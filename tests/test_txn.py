@@ -4,6 +4,7 @@ repeatable steps, timeouts and roll-forward after a coordinator dies between ste
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -85,13 +86,19 @@ async def test_abort_hides_the_batches_and_lists_the_range(env):
     assert sl.stable == sl.high_watermark
 
 
-async def test_ending_twice_is_harmless_and_the_other_outcome_is_refused(env):
-    logs, tc = env
+async def one_batch_open(logs: LogService, tc: TransactionCoordinator) -> tuple[Any, Any]:
+    """A transaction with one batch on partition 0 of a new topic "t": (its id, its description)."""
     await logs.create_topic("t", 1)
     txn = await tc.begin()
     info = await tc.describe(txn)
     await tc.add_partitions(txn, [("t", 0)])
     await logs.append([("t", 0, txn_batch(info, b"v"))])
+    return txn, info
+
+
+async def test_ending_twice_is_harmless_and_the_other_outcome_is_refused(env):
+    logs, tc = env
+    txn, _ = await one_batch_open(logs, tc)
     assert await tc.end(txn, commit=True) == COMMITTED
     assert await tc.end(txn, commit=True) == COMMITTED
     _, hw = await logs.bounds("t", 0)
@@ -162,11 +169,7 @@ async def test_an_operators_markers_are_appended_as_kafka_appends_them(env):
     on the partition, and refuses an epoch older than the producer's; the coordinator's own markers,
     above, never write a second one."""
     logs, tc = env
-    await logs.create_topic("t", 1)
-    txn = await tc.begin()
-    info = await tc.describe(txn)
-    await tc.add_partitions(txn, [("t", 0)])
-    await logs.append([("t", 0, txn_batch(info, b"v"))])
+    _, info = await one_batch_open(logs, tc)
     with pytest.raises(InvalidProducerEpoch):
         await tc.write_markers([("t", 0)], info.producer_id, info.producer_epoch - 1, False)
     assert (await logs.bounds("t", 0))[1] == 1
