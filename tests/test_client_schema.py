@@ -207,3 +207,76 @@ async def test_the_registry_is_reached_with_the_clients_credentials(redis_url: s
             with pytest.raises(SchemaRegistryError) as denied:  # her ACL covers pay*, not orders
                 await alice.create_producer("orders", schema=AvroSchema(PAYMENT))
             assert (denied.value.status, denied.value.error_code) == (403, 40301)
+
+
+@pytest.mark.parametrize("indexes", [None, [0], [1], [2, 0, 3], [70, 1]])
+def test_the_header_is_confluents_byte_for_byte(indexes: list[int] | None) -> None:
+    """Golden bytes from confluent-kafka's own SchemaId, and its reader reads ours back."""
+    import io
+
+    from confluent_kafka.schema_registry.common.serde import SchemaId
+
+    from gateway.formats import schema_wire
+
+    theirs = SchemaId("PROTOBUF" if indexes else "AVRO", 123456, message_indexes=indexes).id_to_bytes()
+    ours = schema_wire.header(123456, indexes)
+    assert ours == theirs
+    read = SchemaId("PROTOBUF" if indexes is not None else "AVRO")
+    read.from_bytes(io.BytesIO(ours + b"payload"))
+    assert schema_wire.schema_id_of(ours) == (read.id, 5)
+    if indexes is not None:
+        assert schema_wire.message_indexes_of(ours, 5) == (read.message_indexes, len(ours))
+
+
+def nested_and_imported() -> type:
+    """shop/line.proto's Line, nested in Order, which imports shop/money.proto: a reference to register."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    money = descriptor_pb2.FileDescriptorProto(name="shop/money.proto", package="shop", syntax="proto3")
+    m = money.message_type.add(name="Money")
+    m.field.add(name="cents", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    line = descriptor_pb2.FileDescriptorProto(name="shop/line.proto", package="shop", syntax="proto3",
+                                              dependency=["shop/money.proto"])
+    line.message_type.add(name="Header")
+    order = line.message_type.add(name="Order")
+    item = order.nested_type.add(name="Line")
+    item.field.add(name="sku", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    item.field.add(name="price", number=2, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL, type_name=".shop.Money")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(money)
+    pool.Add(line)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order.Line"))
+
+
+async def test_a_nested_protobuf_message_and_its_imports(gw: Gateway, client: Client) -> None:
+    """The message indexes of a nested message and an imported file registered as a reference, as
+    confluent-kafka's ProtobufSerializer does: its ProtobufDeserializer reads the record."""
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    cls = nested_and_imported()
+    assert ProtobufSchema(cls).message_indexes() == [1, 0]
+    producer = await client.create_producer("lines", schema=ProtobufSchema(cls))
+    await producer.send({"sku": "a-1", "price": {"cents": 250}})
+    [(_, _, _, raw)] = await consume("confluent", kafka_bootstrap(gw), "lines", 0, 0, 1)
+    assert raw[5:8] == b"\x04\x02\x00"  # two indexes (zigzag 2 -> 4), 1 (-> 2), 0
+    value = ProtobufDeserializer(cls, {"use.deprecated.format": False})(raw, SerializationContext(
+        "lines", MessageField.VALUE))
+    assert (value.sku, value.price.cents) == ("a-1", 250)
+    assert client.registry is not None
+    latest = await client.registry.version("lines-value")
+    assert latest["references"] == [{"name": "shop/money.proto", "subject": "shop/money.proto", "version": 1}]
+
+
+async def test_the_blocking_client_takes_schemas_too(gw: Gateway) -> None:
+    """Run from a thread: the gateway serves on this test's event loop."""
+    from gateway.client.blocking import Client as BlockingClient
+
+    def round_trip() -> object:
+        with BlockingClient.connect(native_url(gw), schema_registry_url=registry_url(gw)) as client:
+            consumer = client.subscribe("blocking", "b", initial_position="earliest", schema=JsonSchema())
+            client.create_producer("blocking", schema=JsonSchema(ORDER_JSON)).send({"id": 1})
+            return consumer.receive(timeout=30).decoded_value
+
+    assert await asyncio.to_thread(round_trip) == {"id": 1}

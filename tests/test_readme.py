@@ -19,12 +19,14 @@ since those ports may be taken where the suite runs. Beyond that:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import select
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -137,13 +139,21 @@ async def test_native_snippet_receives_what_it_sent_on_every_run(gateway: Gatewa
         assert out == f"sent orders-0@{run}, received b'hello' at orders-0@{run}\n"
 
 
+@contextlib.asynccontextmanager
+async def registry_snippet(redis_url: str, tmp_path: Path, marker: str) -> AsyncIterator[tuple[Gateway, str, str]]:
+    """A gateway serving the Schema Registry, its URL, and what the README block with `marker`
+    printed, run against both."""
+    async with running_gateway(test_config(redis_url, schema_registry_port=free_port())) as gw:
+        registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
+        text = block(marker).replace("http://localhost:8081", registry)
+        yield gw, registry, await run_snippet(text, gw, tmp_path)
+
+
 @pytest.mark.kafka
 async def test_schema_registry_snippet(redis_url: str, tmp_path: Path) -> None:
     """The Avro record comes back decoded, through a schema the registry holds afterwards."""
-    async with running_gateway(test_config(redis_url, schema_registry_port=free_port())) as gw:
-        registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
-        text = block("AvroSerializer(registry").replace("http://localhost:8081", registry)
-        assert await run_snippet(text, gw, tmp_path) == "{'id': 'p-1', 'amount': 9.5}\n"
+    async with registry_snippet(redis_url, tmp_path, "AvroSerializer(registry") as (gw, _, out):
+        assert out == "{'id': 'p-1', 'amount': 9.5}\n"
         assert gw.services is not None
         assert [v.version for v in (await gw.services.schemas.fresh()).versions("payments-value")] == [1]
 
@@ -157,10 +167,8 @@ async def test_native_schema_snippet(redis_url: str, tmp_path: Path) -> None:
 
     from tests.kafka_clients import consume
 
-    async with running_gateway(test_config(redis_url, schema_registry_port=free_port())) as gw:
-        registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
-        text = block("schema=AvroSchema(PAYMENT)").replace("http://localhost:8081", registry)
-        assert await run_snippet(text, gw, tmp_path) == "{'id': 'p-2', 'amount': 20.0}\n"
+    async with registry_snippet(redis_url, tmp_path, "schema=AvroSchema(PAYMENT)") as (gw, registry, out):
+        assert out == "{'id': 'p-2', 'amount': 20.0}\n"
         [(_, _, _, raw)] = await consume("confluent", kafka_bootstrap(gw), "payments", 0, 0, 1)
         decode = AvroDeserializer(SchemaRegistryClient({"url": registry}))
         ctx = SerializationContext("payments", MessageField.VALUE)

@@ -78,15 +78,13 @@ class Schema(ABC):
 
     schema_type: ClassVar[str]
 
-    def __init__(self, *, subject_name_strategy: SubjectNameStrategy = topic_name_strategy,
+    def __init__(self, record_name: str | None, *, subject_name_strategy: SubjectNameStrategy = topic_name_strategy,
                  auto_register: bool = True, normalize: bool = False) -> None:
+        """`record_name`: what the record-name strategies name the subject by."""
+        self.record_name = record_name
         self.subject_name_strategy = subject_name_strategy
         self.auto_register = auto_register
         self.normalize = normalize
-
-    @property
-    @abstractmethod
-    def record_name(self) -> str | None: ...
 
     @abstractmethod
     async def registration(self, registry: RegistryClient) -> dict[str, Any]:
@@ -112,27 +110,22 @@ class AvroSchema(Schema):
     schema_type = "AVRO"
 
     def __init__(self, schema: str | dict[str, Any] | None = None, **options: Any) -> None:
-        super().__init__(**options)
         self.text = json.dumps(schema) if isinstance(schema, dict) else schema
         self.parsed = avro.schema.parse(self.text) if self.text is not None else None
-        self._writers: dict[int, avro.schema.Schema] = {}
-
-    @property
-    def record_name(self) -> str | None:
-        return self.parsed.fullname if isinstance(self.parsed, avro.schema.NamedSchema) else None
-
-    def _need(self) -> avro.schema.Schema:
-        if self.parsed is None:
-            raise ValueError("a producer's AvroSchema needs the schema")
-        return self.parsed
+        super().__init__(self.parsed.fullname if isinstance(self.parsed, avro.schema.NamedSchema) else None,
+                         **options)
+        self._writer = avro.io.DatumWriter(self.parsed) if self.parsed is not None else None
+        self._writers: dict[int, avro.schema.Schema] = {}  # by id
 
     async def registration(self, registry: RegistryClient) -> dict[str, Any]:
-        self._need()
+        if self.text is None:
+            raise ValueError("a producer's AvroSchema needs the schema")
         return {"schemaType": "AVRO", "schema": self.text}
 
     def encode(self, value: object) -> bytes:
+        assert self._writer is not None  # registration refused a schema-less one
         out = io.BytesIO()
-        avro.io.DatumWriter(self._need()).write(value, avro.io.BinaryEncoder(out))
+        self._writer.write(value, avro.io.BinaryEncoder(out))
         return out.getvalue()
 
     async def decode(self, payload: bytes, writer: Registered, registry: RegistryClient) -> Any:
@@ -161,15 +154,11 @@ class JsonSchema(Schema):
     schema_type = "JSON"
 
     def __init__(self, schema: str | dict[str, Any] | None = None, **options: Any) -> None:
-        super().__init__(**options)
         self.schema = json.loads(schema) if isinstance(schema, str) else schema
         if self.schema is not None:
             jsonschema.validators.validator_for(self.schema).check_schema(self.schema)
-
-    @property
-    def record_name(self) -> str | None:
         title = self.schema.get("title") if isinstance(self.schema, dict) else None
-        return title if isinstance(title, str) else None
+        super().__init__(title if isinstance(title, str) else None, **options)
 
     async def registration(self, registry: RegistryClient) -> dict[str, Any]:
         if self.schema is None:
@@ -196,13 +185,9 @@ class ProtobufSchema(Schema):
     schema_type = "PROTOBUF"
 
     def __init__(self, message_class: type[ProtobufMessage], **options: Any) -> None:
-        super().__init__(**options)
         self.message_class = message_class
         self.descriptor = message_class.DESCRIPTOR
-
-    @property
-    def record_name(self) -> str | None:
-        return str(self.descriptor.full_name)
+        super().__init__(str(self.descriptor.full_name), **options)
 
     def message_indexes(self) -> list[int] | None:
         """Where the message is in its file: index at each level of nesting, from the top."""
@@ -218,6 +203,7 @@ class ProtobufSchema(Schema):
         return await self._file(registry, self.descriptor.file)
 
     async def _file(self, registry: RegistryClient, fd: Any) -> dict[str, Any]:
+        """The registration of a FileDescriptor (of protobuf's Python or upb runtime, typed apart)."""
         references = []
         for dep in fd.dependencies:
             if dep.name.startswith(("google/protobuf/", "google/type/", "confluent/")):
