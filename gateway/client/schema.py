@@ -39,7 +39,6 @@ import avro.errors
 import avro.io
 import avro.name
 import avro.schema
-import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
 from google.protobuf import json_format
@@ -52,6 +51,8 @@ from gateway.errors import CorruptMessage
 from gateway.formats import schema_wire
 
 if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
     from gateway.client.registry import Registered, RegistryClient
 
 SubjectNameStrategy = Callable[[str, str, "str | None"], str]
@@ -155,8 +156,8 @@ class JsonSchema(Schema):
 
     def __init__(self, schema: str | dict[str, Any] | None = None, **options: Any) -> None:
         self.schema = json.loads(schema) if isinstance(schema, str) else schema
-        if self.schema is not None:
-            jsonschema.validators.validator_for(self.schema).check_schema(self.schema)
+        self._validator = _validator(self.schema) if self.schema is not None else None
+        self._writers: dict[int, Validator | None] = {}  # by id; None: a writer with references, not followed
         title = self.schema.get("title") if isinstance(self.schema, dict) else None
         super().__init__(title if isinstance(title, str) else None, **options)
 
@@ -166,16 +167,28 @@ class JsonSchema(Schema):
         return {"schemaType": "JSON", "schema": json.dumps(self.schema)}
 
     def encode(self, value: object) -> bytes:
-        assert self.schema is not None
-        jsonschema.validate(value, self.schema)
+        assert self._validator is not None  # registration refused a schema-less one
+        self._validator.validate(value)
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
     async def decode(self, payload: bytes, writer: Registered, registry: RegistryClient) -> Any:
         value = json.loads(payload)
-        schema = self.schema if self.schema is not None else json.loads(writer.schema)
-        if self.schema is not None or not writer.references:  # a writer's $refs to other subjects: not followed
-            jsonschema.validate(value, schema)
+        validator = self._validator
+        if validator is None:
+            if writer.schema_id not in self._writers:
+                self._writers[writer.schema_id] = None if writer.references else _validator(json.loads(writer.schema))
+            validator = self._writers[writer.schema_id]
+        if validator is not None:
+            validator.validate(value)
         return value
+
+
+def _validator(schema: Any) -> Validator:
+    """A validator of `schema` (of the draft its `$schema` names), made once: making one per value
+    costs milliseconds."""
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
 
 
 class ProtobufSchema(Schema):
