@@ -155,7 +155,10 @@ async def test_a_value_that_does_not_match_is_refused_and_nothing_is_sent(gw: Ga
     pb = await client.create_producer("strict-pb", schema=ProtobufSchema(order_message_class()))
     with pytest.raises(SchemaError, match="has no field named \"price\""):
         await pb.send({"id": 1, "price": 3})
-    assert (await avro.send({"id": "p-1", "amount": 1.0})).offset == 0  # the refused one took no offset
+    plain = await client.create_producer("strict")
+    with pytest.raises(TypeError, match="a value is bytes, str or None"):  # a schema's value, but no schema
+        await plain.send({"id": "p-1", "amount": 1.0})
+    assert (await avro.send({"id": "p-1", "amount": 1.0})).offset == 0  # the refused ones took no offset
 
 
 async def test_an_incompatible_schema_is_refused_with_the_registrys_409(gw: Gateway, client: Client) -> None:

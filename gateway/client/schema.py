@@ -245,13 +245,14 @@ _REFUSED = (ValueError, TypeError, KeyError, avro.errors.AvroException, jsonsche
 
 
 class Codec:
-    """A schema bound to a topic's value or key: the id a producer writes, the ids a consumer reads."""
+    """A schema bound to a topic's value or key: the subject and id a producer writes, the ids a
+    consumer reads (whatever their subjects, as Confluent's deserializers read them)."""
 
-    def __init__(self, schema: Schema, registry: RegistryClient, topic: str, field: str,
+    def __init__(self, schema: Schema, registry: RegistryClient, field: str, subject: str = "",
                  schema_id: int | None = None) -> None:
         self.schema = schema
         self.registry = registry
-        self.subject = schema.subject_name_strategy(topic, field, schema.record_name)
+        self.subject = subject
         self.field = field
         self._header = schema_wire.header(schema_id, schema.message_indexes()) if schema_id is not None else b""
 
@@ -264,7 +265,7 @@ class Codec:
             schema_id = await registry.register(subject, body, schema.normalize)
         else:
             schema_id = int((await registry.lookup(subject, body, schema.normalize))["id"])
-        return cls(schema, registry, topic, field, schema_id)
+        return cls(schema, registry, field, subject, schema_id)
 
     def encode(self, value: object) -> bytes | None:
         if value is None:  # a tombstone stays one, as Confluent's serializers leave None alone
@@ -311,7 +312,7 @@ class Typed:
         async def one(s: Schema | None, field: str) -> Codec | None:
             if s is None:
                 return None
-            return await Codec.producing(s, registry, topic, field) if producing else Codec(s, registry, topic, field)
+            return await Codec.producing(s, registry, topic, field) if producing else Codec(s, registry, field)
 
         return cls(await one(schema, "value"), await one(key_schema, "key"))
 
