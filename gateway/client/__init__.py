@@ -16,6 +16,8 @@
             ...                                          # READ_COMMITTED, no position on the gateway
 
 `gateway.client.blocking.Client` is the same client for scripts and notebooks, each call blocking.
+Producers and consumers typed by a schema of the Schema Registry (`schema=AvroSchema(...)`,
+`JsonSchema`, `ProtobufSchema`) write and read Confluent's wire format: `gateway.client.schema`.
 """
 
 from gateway.client.batch import BatchReceivePolicy
