@@ -22,12 +22,14 @@ since those ports may be taken where the suite runs. Beyond that:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import select
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,7 @@ RUN = {
     'writeStream.format("gateway")': "test_spark_snippets",
     "GATEWAY_ADMIN_TOKEN=": "test_security_snippet",
     "AvroSerializer(registry": "test_schema_registry_snippet",
+    "schema=AvroSchema(PAYMENT)": "test_native_schema_snippet",
     "MirrorSourceConnector": "test_moving_from_kafka_snippet",
     'readStream.format("kafka")': "test_spark_kafka_snippet",
 }
@@ -145,15 +148,40 @@ async def test_native_snippet_receives_what_it_sent_on_every_run(gateway: Gatewa
         assert out == f"sent orders-0@{run}, received b'hello' at orders-0@{run}\n"
 
 
+@contextlib.asynccontextmanager
+async def registry_snippet(redis_url: str, tmp_path: Path, marker: str) -> AsyncIterator[tuple[Gateway, str, str]]:
+    """A gateway serving the Schema Registry, its URL, and what the README block with `marker`
+    printed, run against both."""
+    async with running_gateway(test_config(redis_url, schema_registry_port=free_port())) as gw:
+        registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
+        text = block(marker).replace("http://localhost:8081", registry)
+        yield gw, registry, await run_snippet(text, gw, tmp_path)
+
+
 @pytest.mark.kafka
 async def test_schema_registry_snippet(redis_url: str, tmp_path: Path) -> None:
     """The Avro record comes back decoded, through a schema the registry holds afterwards."""
-    async with running_gateway(test_config(redis_url, schema_registry_port=free_port())) as gw:
-        registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
-        text = block("AvroSerializer(registry").replace("http://localhost:8081", registry)
-        assert await run_snippet(text, gw, tmp_path) == "{'id': 'p-1', 'amount': 9.5}\n"
+    async with registry_snippet(redis_url, tmp_path, "AvroSerializer(registry") as (gw, _, out):
+        assert out == "{'id': 'p-1', 'amount': 9.5}\n"
         assert gw.services is not None
         assert [v.version for v in (await gw.services.schemas.fresh()).versions("payments-value")] == [1]
+
+
+@pytest.mark.kafka
+async def test_native_schema_snippet(redis_url: str, tmp_path: Path) -> None:
+    """The typed native round trip, whose record confluent-kafka's AvroDeserializer reads too."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tests.kafka_clients import consume
+
+    async with registry_snippet(redis_url, tmp_path, "schema=AvroSchema(PAYMENT)") as (gw, registry, out):
+        assert out == "{'id': 'p-2', 'amount': 20.0}\n"
+        [(_, _, _, raw)] = await consume("confluent", kafka_bootstrap(gw), "payments", 0, 0, 1)
+        decode = AvroDeserializer(SchemaRegistryClient({"url": registry}))
+        ctx = SerializationContext("payments", MessageField.VALUE)
+        assert await asyncio.to_thread(decode, raw, ctx) == {"id": "p-2", "amount": 20.0}
 
 
 async def test_key_shared_snippet(gateway: Gateway, tmp_path: Path) -> None:

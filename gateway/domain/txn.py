@@ -284,11 +284,13 @@ class TransactionCoordinator:
 
     async def write_markers(self, partitions: list[tuple[str, int]], producer_id: int, producer_epoch: int,
                             commit: bool) -> None:
-        """Markers for a producer's open transaction on these partitions, as an operator asks for
-        them (Kafka's WriteTxnMarkers, from `kafka-transactions abort`) for a transaction its
-        coordinator will not finish: the coordinator's own record of it is left as it is."""
+        """Markers on these partitions as an operator asks for them (Kafka's WriteTxnMarkers, from
+        `kafka-transactions abort`) for a transaction its coordinator will not finish: appended as
+        Kafka appends them, whether or not the producer has a transaction open there, and refused
+        for an epoch older than the producer's (InvalidProducerEpoch). The coordinator's own record
+        of the transaction is left as it is."""
         marker = build_control_batch(commit, producer_id, producer_epoch)
-        await self.txns.write_markers(partitions, producer_id, producer_epoch, commit, marker)
+        await self.txns.write_markers(partitions, producer_id, producer_epoch, commit, marker, always=True)
         for topic, partition in partitions:
             self.notify_partition(topic, partition)
 

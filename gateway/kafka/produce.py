@@ -30,6 +30,14 @@ from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.produce_request import MAX_VERSION, MIN_VERSION, TOPIC_IDS_FROM, ProduceRequest
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string, topic_key
 
+# Errors Kafka's ReplicaManager.appendToLocalLog answers with log start offset -1; for any other
+# refusal of a partition's batch by its log (a sequence or epoch out of order, bad records, too few
+# replicas) it answers the partition's log start offset (`processFailedRecord`).
+BEFORE_THE_LOG = frozenset({
+    KafkaError.unknown_topic_or_partition, KafkaError.not_leader_or_follower, KafkaError.message_too_large,
+    KafkaError.record_list_too_large, KafkaError.corrupt_message, KafkaError.kafka_storage_error,
+})
+
 
 @dataclass(frozen=True)
 class PartitionResult:
@@ -94,10 +102,20 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                                                       timeout_ms=req.timeout_ms)
         except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
             appended = [Produced(t, p, exc) for t, p, _ in items]
+        refused = [(d.topic, d.partition) for d in appended
+                   if isinstance(d.result, Exception) and kafka_error(d.result) not in BEFORE_THE_LOG]
+        starts: dict[tuple[str, int], tuple[int, int] | None] = {}
+        if refused:
+            try:
+                starts = dict(zip(refused, await ctx.services.log.bounds_many(refused), strict=True))
+            except GatewayError:
+                pass  # Redis away: the start offsets stay unknown (-1)
         for (_, _, blob), done in zip(items, appended, strict=True):
             r = done.result
             if isinstance(r, Exception):
+                bounds = starts.get((done.topic, done.partition))
                 res = PartitionResult(done.partition, kafka_error(r), message=error_message(r),
+                                      log_start=bounds[0] if bounds else -1,
                                       record_errors=tuple(r.record_errors) if isinstance(r, InvalidRecord) else ())
             else:
                 res = PartitionResult(done.partition, base_offset=r.base_offset, log_start=r.log_start,

@@ -225,15 +225,18 @@ class TxnStore:
         return str(_check(reply, txn_id)[1].decode())
 
     async def write_markers(
-        self, partitions: list[tuple[str, int]], producer_id: int, producer_epoch: int, commit: bool, marker: bytes
+        self, partitions: list[tuple[str, int]], producer_id: int, producer_epoch: int, commit: bool, marker: bytes,
+        *, always: bool = False,
     ) -> list[int]:
-        """One marker script per partition, all in one round trip; each is safe to repeat."""
+        """One marker script per partition, all in one round trip. The coordinator's own (not
+        `always`) are safe to repeat: a marker only ends an open transaction. `always` is Kafka's
+        WriteTxnMarkers: the marker is appended whatever is open, and a stale epoch is refused."""
         calls = [
             ("txn-marker-5",
              [keys.log(t, p), keys.meta(t, p), keys.open_txns(t, p), keys.aborted_txns(t, p),
               keys.producers(t, p)],
-             # pid, epoch, marker, commit
-             [producer_id, producer_epoch, marker, 1 if commit else 0])
+             # pid, epoch, marker, commit, always
+             [producer_id, producer_epoch, marker, 1 if commit else 0, 1 if always else 0])
             for t, p in partitions
         ]
         async with storage_errors():
