@@ -4,13 +4,19 @@ no broker has), then Kafka's own tools moving a partition's leader between gatew
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
+import confluent_kafka as ck
 import pytest
 
-from tests.conftest import kafka_bootstrap
+from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.differential import Side, compare
+from tests.kafka_clients import create_topic
+from tests.kafka_jvm import tools
 
 pytestmark = [pytest.mark.kafka]
 
@@ -68,3 +74,107 @@ async def elections(s: Side, name: str) -> Any:
 @pytest.mark.parametrize("scenario", [reassignments, elections])
 async def test_answers_as_kafka(scenario: Any, kafka_broker: Any, gateway: Any) -> None:
     await compare(scenario, kafka_broker.bootstrap, kafka_bootstrap(gateway), scenario.__name__)
+
+
+# -- Kafka's tools moving a partition between three gateways -------------------------------------------
+
+
+def _leader(client: ck.Producer | ck.Consumer, topic: str) -> int:
+    """The partition's leader as the client now sees it (asking refreshes its own metadata)."""
+    return int(client.list_topics(topic, timeout=10).topics[topic].partitions[0].leader)
+
+
+def _send(producer: ck.Producer, topic: str, values: list[bytes]) -> None:
+    errors: list[object] = []
+    for v in values:
+        producer.produce(topic, value=v, on_delivery=lambda err, _msg: err is not None and errors.append(err))
+    assert producer.flush(20) == 0 and not errors, errors
+
+
+def _receive(consumer: ck.Consumer, count: int) -> list[bytes]:
+    out: list[bytes] = []
+    while len(out) < count:
+        msg = consumer.poll(20)
+        assert msg is not None, f"only {len(out)} of {count} records came"
+        assert msg.error() is None, msg.error()
+        out.append(msg.value())
+    return out
+
+
+@pytest.mark.jvm
+async def test_kafka_tools_move_a_partition_between_gateways(redis_url: str, tmp_path: Path) -> None:
+    """--execute moves the leader, the clients follow with nothing lost, --verify reports it done; when
+    the new leader stops, its second replica leads, and stays leading when the first returns, until
+    kafka-leader-election --election-type PREFERRED moves it back."""
+    topic = "moves"
+    async with contextlib.AsyncExitStack() as stack:
+        gws = {n: await stack.enter_async_context(running_gateway(test_config(redis_url, node_id=n)))
+               for n in (1, 2, 3)}
+        bs = ",".join(kafka_bootstrap(g) for g in gws.values())
+        await create_topic(bs, topic)
+        producer = ck.Producer({"bootstrap.servers": bs, "linger.ms": 5})
+        consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "unused", "enable.auto.commit": False})
+        consumer.assign([ck.TopicPartition(topic, 0, 0)])
+        sent: list[bytes] = []
+
+        async def round_trip(tag: str) -> None:
+            values = [f"{tag}-{i}".encode() for i in range(50)]
+            await asyncio.to_thread(_send, producer, topic, values)
+            sent.extend(values)
+            assert await asyncio.to_thread(_receive, consumer, len(values)) == values
+
+        async def led_by(node: int) -> None:
+            """Every gateway names `node` the leader, and so do both clients."""
+            async def agreed() -> bool:
+                return ({g.services.registry.leader(topic, 0).node_id for g in gws.values()} == {node}
+                        and await asyncio.to_thread(_leader, producer, topic) == node
+                        and await asyncio.to_thread(_leader, consumer, topic) == node)
+            await eventually(agreed, 20, f"node {node} leading")
+
+        await round_trip("before")
+        first = gws[1].services.registry.leader(topic, 0).node_id
+        target, second = [n for n in gws if n != first]
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": topic, "partition": 0, "replicas": [target, second]}]}))
+        tool = ["kafka-reassign-partitions", "--bootstrap-server", bs, "--reassignment-json-file", str(plan)]
+        moving = tmp_path / "topics.json"
+        moving.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+        # --preserve-throttles: the gateways have no broker-level replication throttles to clear
+        generated, executed, verified, listed = await tools(
+            [*tool[:3], "--topics-to-move-json-file", str(moving), "--broker-list", "1,2,3", "--generate"],
+            [*tool, "--execute"], [*tool, "--verify", "--preserve-throttles"], [*tool[:3], "--list"])
+        assert generated.exit == 0 and "Proposed partition reassignment configuration" in generated.out, generated.out
+        assert listed.exit == 0 and "No partition reassignments found." in listed.out, listed.out
+        assert executed.exit == 0 and "Successfully started partition reassignment" in executed.out, executed.out
+        assert verified.exit == 0 and f"Reassignment of partition {topic}-0 is completed." in verified.out, verified.out
+        await led_by(target)
+        await round_trip("moved")
+
+        await gws.pop(target).stop()  # the preferred gateway stops: its second replica takes over
+        bs = ",".join(kafka_bootstrap(g) for g in gws.values())
+        await led_by(second)
+        await round_trip("failed-over")
+
+        gws[target] = await stack.enter_async_context(running_gateway(test_config(redis_url, node_id=target)))
+        await eventually(lambda: all(len(g.services.registry.live()) == 3 for g in gws.values()), 20, "three live")
+        assert {g.services.registry.leader(topic, 0).node_id for g in gws.values()} == {second}
+        elected, again = await tools(
+            ["kafka-leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
+             "--partition", "0"],
+            ["kafka-leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
+             "--partition", "0"])
+        assert elected.exit == 0 and f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" \
+            in elected.out, elected.out
+        assert f"Valid replica already elected for partitions {topic}-0" in again.out, again.out
+        await led_by(target)
+        await round_trip("elected")
+
+        producer.flush(10)
+        consumer.close()
+        fresh = ck.Consumer({"bootstrap.servers": bs, "group.id": "unused", "enable.auto.commit": False})
+        fresh.assign([ck.TopicPartition(topic, 0, 0)])
+        try:
+            assert await asyncio.to_thread(_receive, fresh, len(sent)) == sent  # the whole log, in order
+        finally:
+            fresh.close()
