@@ -111,6 +111,11 @@ async def test_kafka_tools_move_a_partition_between_gateways(redis_url: str, tmp
         gws = {n: await stack.enter_async_context(running_gateway(test_config(redis_url, node_id=n)))
                for n in (1, 2, 3)}
         bs = ",".join(kafka_bootstrap(g) for g in gws.values())
+
+        async def all_live() -> None:
+            await eventually(lambda: all(len(g.services.registry.live()) == 3 for g in gws.values()), 20, "three live")
+
+        await all_live()
         await create_topic(bs, topic)
         producer = ck.Producer({"bootstrap.servers": bs, "linger.ms": 5})
         consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "unused", "enable.auto.commit": False})
@@ -157,7 +162,7 @@ async def test_kafka_tools_move_a_partition_between_gateways(redis_url: str, tmp
         await round_trip("failed-over")
 
         gws[target] = await stack.enter_async_context(running_gateway(test_config(redis_url, node_id=target)))
-        await eventually(lambda: all(len(g.services.registry.live()) == 3 for g in gws.values()), 20, "three live")
+        await all_live()
         assert {g.services.registry.leader(topic, 0).node_id for g in gws.values()} == {second}
         elected, again = await tools(
             ["kafka-leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
@@ -178,3 +183,6 @@ async def test_kafka_tools_move_a_partition_between_gateways(redis_url: str, tmp
             assert await asyncio.to_thread(_receive, fresh, len(sent)) == sent  # the whole log, in order
         finally:
             fresh.close()
+        await gws[second].services.log.delete_topic(topic)  # its placement goes with it
+        await create_topic(bs, topic)
+        assert (await gws[second].services.registry.store.placements()) == {}

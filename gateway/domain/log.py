@@ -233,6 +233,9 @@ class LogService:
     async def delete_topic(self, name: str, topic_id: str = "") -> None:
         """Delete the topic; with `topic_id`, only while the name is still that incarnation's."""
         await self.store.log.delete_topic(name, topic_id)
+        # its reassignments go with it, so that a topic made again under the name starts unplaced
+        placed = await self.store.registry.placements()
+        await self.store.registry.place([(k, None, None) for k in placed if k[0] == name], expect=False)
         self._resolved.pop(name, None)
         forgotten = self._topics.pop(name, None)
         if forgotten is not None:

@@ -114,7 +114,7 @@ class Registry:
                 moves.append((key, placed, Placement(up[0], placed.replicas)))
         if moves:
             await self.store.place(moves)
-            self._placed = await self.store.placements()
+            await self.reload()
 
     def _seen(self, e: GatewayEntry) -> tuple[Peer, float]:
         return Peer(e.node_id, e.host, e.kafka_port, e.native_port, e.admin_port), self.clock() + e.lease_left_ms / 1000
@@ -170,6 +170,11 @@ class Registry:
                     return by_id[node]
         return owner(f"p\0{topic}\0{partition}", live)
 
+    async def reload(self) -> None:
+        """Read the placements again, so that an answer about them reflects a change another gateway
+        just made (a renewal reads them too, but only every third of the lease)."""
+        self._placed = await self.store.placements()
+
     def replicas(self, topic: str, partition: int) -> tuple[int, ...] | None:
         """The replicas a reassignment named for a partition, the preferred first; None if unplaced."""
         placed = self._placed.get((topic, partition))
@@ -191,11 +196,12 @@ class Registry:
             leader = current if current in replicas else next((r for r in replicas if r in alive), replicas[0])
             changes.append(((topic, partition), None, Placement(leader, replicas)))
         await self.store.place(changes, expect=False)
-        self._placed = await self.store.placements()
+        await self.reload()
 
     async def elect_preferred(self, partitions: list[PartitionKey]) -> dict[PartitionKey, Election]:
         """Move each partition's leadership to its preferred replica when that one is alive (an
         unplaced partition's leader is its preferred one: Metadata lists it first)."""
+        await self.reload()
         live = self.live()
         alive = {p.node_id for p in live}
         results: dict[PartitionKey, Election] = {}
@@ -214,7 +220,7 @@ class Registry:
             if not ok:  # another gateway moved it meanwhile: what it did stands
                 results[key] = Election.NOT_NEEDED
         if changes:
-            self._placed = await self.store.placements()
+            await self.reload()
         return results
 
     def group_coordinator(self, group_id: str) -> Peer:

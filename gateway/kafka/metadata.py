@@ -79,6 +79,8 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
             for t in wanted]})
     log = ctx.services.log
     live = brokers(ctx)
+    if wanted is None or wanted:
+        await ctx.services.registry.reload()  # a reassignment just made elsewhere shows at once
     topics: list[dict[str, Any]] = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
         infos = await log.list_topics()  # only those the principal may describe

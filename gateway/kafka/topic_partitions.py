@@ -68,6 +68,7 @@ async def _walk(
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The topics' partitions in order from the cursor, within `budget`; and the next cursor."""
     registry = ctx.services.registry
+    await registry.reload()  # a reassignment just made elsewhere shows at once
     out: list[dict[str, Any]] = []
     for name in names:
         if budget == 0:
