@@ -160,15 +160,16 @@ async def test_kafka_tools_move_a_partition_between_gateways(redis_url: str, tmp
         bs = ",".join(kafka_bootstrap(g) for g in gws.values())
         await led_by(second)
         await round_trip("failed-over")
+        election = ["kafka-leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
+                    "--partition", "0"]
+        (unavailable,) = await tools(election)
+        assert "PreferredLeaderNotAvailableException" in unavailable.out, unavailable.out
 
         gws[target] = await stack.enter_async_context(running_gateway(test_config(redis_url, node_id=target)))
         await all_live()
         assert {g.services.registry.leader(topic, 0).node_id for g in gws.values()} == {second}
-        elected, again = await tools(
-            ["kafka-leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
-             "--partition", "0"],
-            ["kafka-leader-election", "--bootstrap-server", bs, "--election-type", "PREFERRED", "--topic", topic,
-             "--partition", "0"])
+        bs = ",".join(kafka_bootstrap(g) for g in gws.values())
+        elected, again = await tools([*election[:2], bs, *election[3:]], [*election[:2], bs, *election[3:]])
         assert elected.exit == 0 and f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" \
             in elected.out, elected.out
         assert f"Valid replica already elected for partitions {topic}-0" in again.out, again.out
