@@ -13,13 +13,12 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
+from gateway.store import Store
+from gateway.store.registry import Placement
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.differential import Side, compare
 from tests.kafka_clients import create_topic
 from tests.kafka_jvm import tools
-
-pytestmark = [pytest.mark.kafka]
-
 
 async def _node(s: Side) -> int:
     return int((await s.call(3, 12, {"topics": None}))["brokers"][0]["node_id"])
@@ -71,6 +70,7 @@ async def elections(s: Side, name: str) -> Any:
 
 
 @pytest.mark.jvm
+@pytest.mark.kafka
 @pytest.mark.parametrize("scenario", [reassignments, elections])
 async def test_answers_as_kafka(scenario: Any, kafka_broker: Any, gateway: Any) -> None:
     await compare(scenario, kafka_broker.bootstrap, kafka_bootstrap(gateway), scenario.__name__)
@@ -102,6 +102,7 @@ def _receive(consumer: ck.Consumer, count: int) -> list[bytes]:
 
 
 @pytest.mark.jvm
+@pytest.mark.kafka
 async def test_kafka_tools_move_a_partition_between_gateways(redis_url: str, tmp_path: Path) -> None:
     """--execute moves the leader, the clients follow with nothing lost, --verify reports it done; when
     the new leader stops, its second replica leads, and stays leading when the first returns, until
@@ -186,3 +187,16 @@ async def test_kafka_tools_move_a_partition_between_gateways(redis_url: str, tmp
         await gws[second].services.log.delete_topic(topic)  # its placement goes with it
         await create_topic(bs, topic)
         assert (await gws[second].services.registry.store.placements()) == {}
+
+
+async def test_a_stale_leadership_change_loses(store: Store) -> None:
+    """Two gateways failing a partition over at once from the same view: one script call wins, and the
+    other, expecting what is no longer stored, changes nothing."""
+    key, placed = ("orders", 0), Placement(1, (1, 2, 3))
+    assert await store.registry.place([(key, None, placed)]) == [True]
+    to_two, to_three = Placement(2, (1, 2, 3)), Placement(3, (1, 2, 3))
+    assert await store.registry.place([(key, placed, to_two), (key, placed, to_three)]) == [True, False]
+    assert await store.registry.place([(key, None, placed)]) == [False]  # "none stored" no longer holds
+    assert await store.registry.placements() == {key: to_two}
+    assert await store.registry.place([(key, None, None)], expect=False) == [True]
+    assert await store.registry.placements() == {}
