@@ -20,6 +20,7 @@ from tests.differential import Side, compare
 from tests.kafka_clients import create_topic
 from tests.kafka_jvm import tools
 
+
 async def _node(s: Side) -> int:
     return int((await s.call(3, 12, {"topics": None}))["brokers"][0]["node_id"])
 
