@@ -75,7 +75,7 @@ class Registry:
         self.node_id = -1
         self.me = Peer(-1, "127.0.0.1", 0, 0, 0)
         self._view: list[tuple[Peer, float]] = []  # other gateways, with when their lease runs out here
-        self._placed: dict[PartitionKey, Placement] = {}  # as Redis held them at the last renewal
+        self._placed: dict[PartitionKey, Placement] = {}  # as Redis held them when last read
         self._stop = asyncio.Event()
 
     # -- this gateway's lease -------------------------------------------------------------------
