@@ -268,6 +268,8 @@ NODE_IDS = "{gw:nodes}:seq"
 """Counter handing out node ids to gateways started without one."""
 NODE_ADDRESSES = "{gw:nodes}:addresses"
 """Hash: "<host>:<kafka port>" -> the node id last registered there, so a restarted gateway keeps its id."""
+LEADERS = "{gw:nodes}:leaders"
+"""Hash: "<topic>:<partition>" -> "<leader> <replica>,..." for partitions a reassignment placed."""
 
 
 # -- background roles: one gateway at a time holds each, under a lease with an epoch -----------------
