@@ -4,7 +4,9 @@ with UpdateFeatures for this module and set back to 1 after, so the other tests 
 
 from __future__ import annotations
 
+import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,7 +15,8 @@ import pytest
 from gateway.formats.records import BatchBuilder
 from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, test_config
 from tests.differential import Side, compare, coordinators_ready, side
-from tests.kafka_jvm import allowed
+from tests.kafka_differences import normalise, plain
+from tests.kafka_jvm import allowed, java
 from tests.test_kafka_differential import create, list_offsets, visible
 
 pytestmark = [pytest.mark.kafka]
@@ -183,3 +186,50 @@ async def v2_update_features_refusals(s: Side, name: str) -> Any:
                                       v2_update_features_refusals], ids=lambda f: f.__name__)
 async def test_kafka_and_the_gateway_answer_alike_on_v2(scenario: Any, kafka_v2: str, gateway_v2: str) -> None:
     await compare(scenario, kafka_v2, gateway_v2, scenario.__name__.replace("_", "-")[:30])
+
+
+async def _clients_scenario(bs: str, tid: str, client: str) -> Any:
+    """Transactions committed and aborted by `client`'s own producer, then what read_committed reads
+    and the producer epoch its transactional.id ends at: the epoch moves at every end under V2 alone."""
+    async with side("either", bs) as s:
+        await create(s, tid, 1)
+        if client == "java":
+            ran = await java("gateway.jvm.Produce", bs, tid, "commit:2,abort:2,commit:2", f"transactional.id={tid}",
+                             "acks=all")
+            produced = ran.lines()
+        else:
+            produced = await asyncio.to_thread(_confluent_transactions, bs, tid)
+        await _completed(s, tid, "CompleteCommit")
+        await eventually(lambda: _stable(s, tid), 30, "the markers")
+        return produced, await _described(s, tid), await visible(s, tid, 1)
+
+
+def _confluent_transactions(bs: str, tid: str) -> list[str]:
+    import confluent_kafka as ck
+
+    p = ck.Producer({"bootstrap.servers": bs, "transactional.id": tid, "linger.ms": 0})
+    p.init_transactions(30)
+    out = []
+    for i, commit in enumerate((True, False, True)):
+        p.begin_transaction()
+        for j in range(2):
+            p.produce(tid, value=b"v%d-%d" % (i, j), key=b"k")
+        p.flush(30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+        out.append("commit" if commit else "abort")
+    return out
+
+
+@pytest.mark.jvm
+@pytest.mark.parametrize("client", ["java", "confluent-kafka"])
+async def test_clients_run_transactions_alike_on_v2(client: str, kafka_v2: str, gateway_v2: str) -> None:
+    """Kafka 4.4's Java producer speaks V2 where the feature is finalized at 2 (its epoch moves at
+    every EndTxn); librdkafka, which speaks V1 alone, keeps working there. Either way both brokers
+    answer the same, and read_committed reads the committed records once."""
+    tid = f"clients-{client}-{uuid.uuid4().hex[:8]}"
+    on_kafka = await _clients_scenario(kafka_v2, tid, client)
+    on_gateway = await _clients_scenario(gateway_v2, tid, client)
+    assert normalise(plain(on_gateway)) == normalise(plain(on_kafka))
+    assert len(on_kafka[2]) == 4  # the two committed transactions' records, once each
+    # three transactions ended: V2 moved the epoch three times (from 0), V1 never
+    assert on_kafka[1][1] == (3 if client == "java" else 0)
