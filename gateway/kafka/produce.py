@@ -22,13 +22,13 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway import telemetry
 from gateway.domain.log import Produced
-from gateway.domain.producer_txn import InvalidProducerIdMapping
 from gateway.domain.security import Operation, ResourceType
-from gateway.errors import ErrorCode, GatewayError, InvalidRecord
+from gateway.errors import GatewayError, InvalidRecord
 from gateway.formats.records import ATTR_TRANSACTIONAL
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.produce_request import MAX_VERSION, MIN_VERSION, TOPIC_IDS_FROM, ProduceRequest
+from gateway.kafka.txn import txn_error
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string, topic_key
 
 TXN_V2_PRODUCE = 12  # KIP-890 part 2: from this version a transactional producer speaks transactions V2
@@ -135,8 +135,9 @@ async def _add_to_txn(
     add them (ReplicaManager.appendRecords through AddPartitionsToTxnManager). A producer whose epoch
     the transaction's end moved past, or whose transactional.id another took, is refused
     INVALID_PRODUCER_EPOCH, as AddPartitionsToTxnManager turns PRODUCER_FENCED into for Produce; the
-    late write of an aborted transaction is fenced so (the hanging-transaction defence). A
-    transaction still ending is NOT_ENOUGH_REPLICAS (retriable), any other refusal INVALID_TXN_STATE."""
+    late write of an aborted transaction is fenced so (the hanging-transaction defence). The
+    coordinator's other answers pass as ReplicaManager passes them under TV2: CONCURRENT_TRANSACTIONS
+    as it is, a coordinator not available as NOT_ENOUGH_REPLICAS (retried without a metadata refresh)."""
     wanted = [(t, p, h) for t, p, blob in items if (h := _txn_header(blob)) is not None]
     if not wanted:
         return items
@@ -145,11 +146,9 @@ async def _add_to_txn(
         await ctx.services.txn_producers.add_partitions(tid, pid, epoch, [(t, p) for t, p, _ in wanted])
         return items
     except GatewayError as exc:
-        error = (KafkaError.invalid_producer_epoch if exc.code == ErrorCode.PRODUCER_FENCED
-                 else KafkaError.not_enough_replicas if exc.code == ErrorCode.CONCURRENT_TRANSACTIONS
-                 else KafkaError.invalid_producer_id_mapping if isinstance(exc, InvalidProducerIdMapping)
-                 else kafka_error(exc) if exc.code in (ErrorCode.STORAGE_UNAVAILABLE, ErrorCode.TOPIC_NOT_FOUND)
-                 else KafkaError.invalid_txn_state)
+        error = {KafkaError.producer_fenced: KafkaError.invalid_producer_epoch,
+                 KafkaError.coordinator_not_available: KafkaError.not_enough_replicas}.get(
+            code := txn_error(ctx, exc), code)
     refused = {(t, p) for t, p, _ in wanted}
     for t, p in refused:
         results[(t, p)] = PartitionResult(p, error)
