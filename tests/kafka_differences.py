@@ -59,7 +59,7 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed("api_keys", "APIs and versions served",
             "the gateway serves the APIs and versions its README lists; each one both serve is compared"),
     Allowed("finalized_features", "Finalized features (ApiVersions v3+",
-            "the gateway has no KRaft metadata log to version; clients stay on transactions V1"),
+            "the gateway has no KRaft metadata log to version; it finalizes transaction.version alone"),
     Allowed("supported_features", "Finalized features (ApiVersions v3+",
             "the features a KRaft broker supports go with the finalized ones"),
     Allowed("zk_migration_ready", "Finalized features (ApiVersions v3+",

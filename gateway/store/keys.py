@@ -306,6 +306,12 @@ CLUSTER_CONFIG = "gw:cluster-config"
 configs (log.retention.ms, message.max.bytes, ...) that an admin set; every gateway reads them."""
 
 
+FEATURES = "gw:features"
+"""String: msgpack {v: version, c: feature name -> finalized level}, the features an admin finalized
+with UpdateFeatures (transaction.version); kept as the cluster-wide configs are, the version being
+ApiVersions' finalized_features_epoch."""
+
+
 def broker_config(node_id: int) -> str:
     """String: msgpack {v: version, c: broker config name -> value}, one gateway's own dynamic broker
     configs (Kafka's DYNAMIC_BROKER_CONFIG), by its node id; they apply over the cluster-wide ones."""
