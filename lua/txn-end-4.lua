@@ -13,9 +13,15 @@
   ARGV[5] now      epoch milliseconds
   ARGV[6] sets     what the transaction's sets add to its hash name: partitions, subscriptions and
                    what its end settles, separated by spaces
-  Returns {0, state, pid, epoch, partitions, subscriptions, settles, id, marked} where state is the
-  one to roll forward (a repeated request for the same outcome answers the same way) and marked is
-  1 when the transaction records what its end settles (0: opened by an older gateway, settle all);
+  ARGV[7] bump     "1": transactions V2 (KIP-890), the key's epoch moves on as its transaction ends
+                   and the markers carry the new epoch; "0" otherwise
+  ARGV[8] next_pid with bump, the key's new producer id when the caller's epoch is the last one
+                   (it starts again at epoch 0), else ""
+  Returns {0, state, pid, epoch, partitions, subscriptions, settles, id, marked, key pid, key epoch}
+  where state is the one to roll forward (a repeated request for the same outcome answers the same
+  way; under V2 a repeat carries the epoch before the bump), pid and epoch the markers', marked is
+  1 when the transaction records what its end settles (0: opened by an older gateway, settle all),
+  and key pid and epoch the producer's from now on;
   {code} on error: 25 no such transaction, 22 the other outcome was decided already (with the
   state), 23 fenced by a newer epoch, 13 the caller is not the key's producer (see refuse_producer).
 ]]
@@ -23,22 +29,38 @@ local rcall = redis.call
 --- @include "txn"
 
 local id = ARGV[1]
+local bump = ARGV[7] == '1'
+local k = {}
+local retry = false
 if ARGV[3] ~= '' then
-  local k = rcall('HMGET', KEYS[1], 'epoch', 'pid', 'txn')
+  k = rcall('HMGET', KEYS[1], 'epoch', 'pid', 'txn')
   local refused = refuse_producer(k, ARGV[3], ARGV[4])
-  if refused then return refused end
+  -- KIP-890: a V2 producer retrying an end whose bump happened still carries the epoch before it
+  retry = refused ~= nil and bump and refused[2] == 'fenced' and tonumber(ARGV[4]) == tonumber(k[1]) - 1
+  if refused and not retry then return refused end
   id = k[3] or ''
   if id == '' then return {25} end
 end
 local txn = KEYS[4] .. id
 local t = rcall('HMGET', txn, 'state', 'epoch', 'pid', 'marked')
 if not t[1] then return {25} end
-if ARGV[4] ~= '-1' and tonumber(ARGV[4]) < tonumber(t[2]) then return {23} end
 local want = (ARGV[2] == 'commit') and 'COMMITTING' or 'ABORTING'
 local done = (ARGV[2] == 'commit') and 'COMMITTED' or 'ABORTED'
+-- a retry finds its transaction ended (the other outcome: 22, as any repeat), never a newer one open
+if retry and t[1] == 'OPEN' then return {13, 'fenced', tonumber(k[1])} end
+if not retry and ARGV[4] ~= '-1' and tonumber(ARGV[4]) < tonumber(t[2]) then return {23} end
 local state = t[1]
 if state == 'OPEN' then
   state = want
+  if bump then
+    -- TransactionMetadata.prepareAbortOrCommit under TV2: the markers carry the epoch after the
+    -- caller's, which the key now holds (or, at the last epoch, a new producer id from epoch 0)
+    t[2] = string.format('%d', tonumber(ARGV[4]) + 1)
+    k[1] = t[2]
+    if ARGV[8] ~= '' then k[1], k[2] = '0', ARGV[8] end
+    rcall('HSET', KEYS[1], 'epoch', k[1], 'pid', k[2])
+    rcall('HSET', txn, 'epoch', t[2])
+  end
   rcall('HSET', txn, 'state', state, 'updated', ARGV[5])
   rcall('ZADD', KEYS[2], 0, id)
   rcall('XADD', KEYS[3], 'MAXLEN', '~', 100000, '*', 'op', 'UPDATE', 'txn', id, 'state', state)
@@ -47,4 +69,4 @@ elseif state ~= want and state ~= done then
 end
 local sets = {}
 for suffix in string.gmatch(ARGV[6], '%S+') do table.insert(sets, rcall('SMEMBERS', txn .. suffix)) end
-return {0, state, t[3], t[2], sets[1], sets[2], sets[3], id, t[4] and 1 or 0}
+return {0, state, t[3], t[2], sets[1], sets[2], sets[3], id, t[4] and 1 or 0, k[2] or t[3], k[1] or t[2]}

@@ -9,8 +9,14 @@
   ARGV[2] epoch    the transaction's producer epoch
   ARGV[3] marker   the control batch (RecordBatch v2) to append
   ARGV[4] commit   1 to commit, 0 to abort
+  ARGV[5] always   1: Kafka's WriteTxnMarkers, which appends the marker whether or not a transaction
+                   of the producer is open (it takes an offset; a marker with nothing before it
+                   aborts no range) and refuses an epoch older than the producer's (Kafka's
+                   ProducerAppendInfo.checkProducerEpoch); 0: the coordinator's own ending, safe to
+                   repeat, which writes only the marker of an open transaction and skips a stale epoch
   Returns {0, marker offset} when written, {0, -1} when the partition holds nothing of this
-  transaction (no batch reached it, or the marker is there already), {2} for no partition.
+  transaction (no batch reached it, or the marker is there already), {2} for no partition,
+  {11} for a stale epoch (always only).
 ]]
 local rcall = redis.call
 --- @include "entry"
@@ -18,22 +24,24 @@ local rcall = redis.call
 local meta = rcall('HMGET', KEYS[2], 'hw', 'maxts', 'bytes')
 if not meta[1] then return {2} end
 local epoch_now = tonumber(ARGV[2])
+local always = ARGV[5] == '1'
 local raw = rcall('HGET', KEYS[5], ARGV[1])
 local state = raw and cjson.decode(raw) or nil
+local open = rcall('HGET', KEYS[3], ARGV[1])
+local first, epoch
+if open then first, epoch = string.match(open, '^(%d+):(-?%d+)$') end
+if always and ((state and state.e > epoch_now) or (open and tonumber(epoch) > epoch_now)) then return {11} end
 if state == nil or state.e < epoch_now then
   rcall('HSET', KEYS[5], ARGV[1], cjson.encode({e = epoch_now, b = {}}))
 end
-local open = rcall('HGET', KEYS[3], ARGV[1])
-if not open then return {0, -1} end
-local first, epoch = string.match(open, '^(%d+):(-?%d+)$')
-if tonumber(epoch) > epoch_now then return {0, -1} end
+if not always and (not open or tonumber(epoch) > epoch_now) then return {0, -1} end
 local hw = tonumber(meta[1])
 local bytes = tonumber(meta[3] or '0')
 rcall('XADD', KEYS[1], entry_id(hw), 'b', ARGV[3], 'n', 1, 't', meta[2] or '-1', 'c', string.format('%d', bytes))
 rcall('HSET', KEYS[2], 'hw', string.format('%d', hw + 1), 'bytes', string.format('%d', bytes + #ARGV[3]))
 rcall('HDEL', KEYS[3], ARGV[1])
 wake_readers(KEYS[1])
-if ARGV[4] == '0' then
+if ARGV[4] == '0' and open then
   rcall('ZADD', KEYS[4], string.format('%d', hw), ARGV[1] .. ':' .. first)
 end
 return {0, hw}

@@ -103,6 +103,15 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield broker
 
 
+@pytest.fixture(params=["gateway", "kafka"])
+def either(request: pytest.FixtureRequest) -> str:
+    """The bootstrap servers of a test gateway, then of Kafka 4.4: one scenario on both, so that a
+    failure says whose it is."""
+    if request.param == "kafka":
+        return str(request.getfixturevalue("kafka_broker").bootstrap)
+    return kafka_bootstrap(request.getfixturevalue("gateway"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A failed test that used the Kafka broker shows the end of the broker's log."""
@@ -385,9 +394,19 @@ def spark_env() -> dict[str, str]:
     }
 
 
+def spark_kafka_jars() -> str:
+    """Spark's own Kafka connector and the jars it needs beyond PySpark's, as tests/spark_kafka lists
+    them (`./dev test` resolves them), for `spark.jars`."""
+    listed = Path(__file__).resolve().parent / "spark_kafka" / "target" / "classpath.txt"
+    if not listed.is_file():
+        raise RuntimeError("tests/spark_kafka is not built: `./dev test` builds it (it needs Maven and a Java 17 JDK)")
+    return listed.read_text().strip().replace(os.pathsep, ",")
+
+
 @pytest.fixture(scope="session")
 def spark():
-    """One local Spark (two cores) for every Spark test of the run: starting its JVM is the big cost."""
+    """One local Spark (two cores) for every Spark test of the run: starting its JVM is the big cost.
+    Spark's `kafka` source and sink are on its classpath beside the gateway's own data source."""
     os.environ.update(spark_env())
     from pyspark.sql import SparkSession
 
@@ -400,6 +419,7 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        .config("spark.jars", spark_kafka_jars())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

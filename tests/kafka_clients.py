@@ -175,3 +175,15 @@ async def create_topic(bs: str, topic: str, partitions: int = 1, **configs: str)
     admin = cka.AdminClient({"bootstrap.servers": bs})
     futures = admin.create_topics([cka.NewTopic(topic, partitions, 1, config=configs)], operation_timeout=TIMEOUT)
     await asyncio.to_thread(futures[topic].result, TIMEOUT)
+
+
+async def topic_config(bs: str, topic: str, name: str) -> str:
+    """One config of a topic, as DescribeConfigs (confluent-kafka's AdminClient) gives it."""
+    import confluent_kafka.admin as cka
+
+    def run() -> str:
+        admin = cka.AdminClient({"bootstrap.servers": bs})  # alive until the answer: its handle serves it
+        resource = cka.ConfigResource(cka.ResourceType.TOPIC, topic)
+        return str(admin.describe_configs([resource])[resource].result(TIMEOUT)[name].value)
+
+    return await asyncio.to_thread(run)

@@ -59,7 +59,7 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed("api_keys", "APIs and versions served",
             "the gateway serves the APIs and versions its README lists; each one both serve is compared"),
     Allowed("finalized_features", "Finalized features (ApiVersions v3+",
-            "the gateway has no KRaft metadata log to version; clients stay on transactions V1"),
+            "the gateway has no KRaft metadata log to version; it finalizes transaction.version alone"),
     Allowed("supported_features", "Finalized features (ApiVersions v3+",
             "the features a KRaft broker supports go with the finalized ones"),
     Allowed("zk_migration_ready", "Finalized features (ApiVersions v3+",
@@ -69,12 +69,7 @@ ALLOWED: tuple[Allowed, ...] = (
 # Found by the corpus and not fixed yet: scenario (or family, every version) -> what differs. Each is
 # listed in docs/kafka-differences.md's "Found, not yet fixed" section; its test is a strict xfail,
 # so a fix makes it fail until its line goes.
-FOUND: dict[str, str] = {
-    "consumer_group_life": "a new KIP-848 member gets member epoch 1 and its assignment in its first heartbeat; "
-                           "Kafka 4.4 answers epoch 2 and an empty assignment, computed a moment later",
-    "share_group_life": "a new share member gets epoch 3 and its assignment in the first heartbeat; Kafka epoch 2 "
-                        "and an empty assignment",
-}
+FOUND: dict[str, str] = {}
 
 
 def found(scenario: str) -> str | None:
@@ -180,12 +175,4 @@ def _paths(api_key: int, paths: str, what: str) -> dict[tuple[int, str], str]:
     return {(api_key, path): what for path in paths.split()}
 
 
-WIRE_FOUND: dict[tuple[int, str], str] = {
-    **_paths(1, "error_code responses responses.partitions.error_code responses.partitions.high_watermark "
-                "responses.partitions.last_stable_offset responses.partitions.log_start_offset "
-                "responses.partitions.records responses.partitions.aborted_transactions",
-             "Fetch with a negative max_bytes or partition_max_bytes (Kafka UNKNOWN_SERVER_ERROR, an "
-             "exception inside the broker, for the partition or, with the zero topic id, the whole "
-             "request) or a current leader epoch other than the leader's (Kafka FENCED_LEADER_EPOCH or "
-             "UNKNOWN_LEADER_EPOCH): the gateway reads and answers"),
-}
+WIRE_FOUND: dict[tuple[int, str], str] = {}

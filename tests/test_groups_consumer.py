@@ -191,7 +191,7 @@ class refused:  # a condition, read as `with refused(UNKNOWN_MEMBER_ID):`
 def test_a_first_member_gets_every_partition_at_a_new_epoch() -> None:
     co = Coordinator({"t": 4})
     a = co.join("a")
-    assert a.epoch == 1
+    assert a.epoch == 2, "a new group's first epoch is 2 (KAFKA-20268)"
     assert a.owned == parts(t=[0, 1, 2, 3])
     assert group_state(co.doc) == GroupState.STABLE
     res = a.heartbeat()
@@ -199,7 +199,7 @@ def test_a_first_member_gets_every_partition_at_a_new_epoch() -> None:
     assert res.heartbeat_interval_ms == 5000
     assert co.doc is not None
     d = describe(co.doc, co.group.assignor(co.doc))
-    assert (d.state, d.group_epoch, d.assignment_epoch, d.assignor) == ("Stable", 1, 1, "uniform")
+    assert (d.state, d.group_epoch, d.assignment_epoch, d.assignor) == ("Stable", 2, 2, "uniform")
     assert d.members[0].assignment == d.members[0].target_assignment == parts(t=[0, 1, 2, 3])
 
 
@@ -207,16 +207,16 @@ def test_a_partition_moves_only_after_its_owner_revoked_it() -> None:
     co = Coordinator({"t": 4})
     a = co.join("a")
     b = co.join("b")
-    assert b.epoch == 2 and b.owned == {}, "b waits: a still owns everything"
+    assert b.epoch == 3 and b.owned == {}, "b waits: a still owns everything"
     assert co.state(b) == MemberState.UNRELEASED_PARTITIONS
     res = a.heartbeat()
-    assert res.member_epoch == 1, "a keeps its epoch while it revokes"
+    assert res.member_epoch == 2, "a keeps its epoch while it revokes"
     assert co.state(a) == MemberState.UNREVOKED_PARTITIONS
     assert a.count() == 2
     b.heartbeat()
     assert b.owned == {}, "a has not acknowledged the revocation yet"
     a.heartbeat()  # a reports it no longer owns them
-    assert a.epoch == 2 and co.state(a) == MemberState.STABLE
+    assert a.epoch == 3 and co.state(a) == MemberState.STABLE
     b.heartbeat()
     assert b.count() == 2 and co.state(b) == MemberState.STABLE
     assert group_state(co.doc) == GroupState.STABLE
@@ -308,19 +308,19 @@ def test_a_lost_response_is_forgiven_but_a_wrong_epoch_fences() -> None:
     a = co.join("a")
     co.join("b")
     a.heartbeat()  # revokes one partition
-    a.heartbeat()  # epoch 2 now; suppose this response was lost: a retries with epoch 1
-    assert co.doc is not None and co.doc.members["a"].member_epoch == 2
-    res = co.heartbeat(HeartbeatRequest("a", 1, owned=dict(a.owned)))
-    assert res.member_epoch == 2
+    a.heartbeat()  # epoch 3 now; suppose this response was lost: a retries with epoch 2
+    assert co.doc is not None and co.doc.members["a"].member_epoch == 3
+    res = co.heartbeat(HeartbeatRequest("a", 2, owned=dict(a.owned)))
+    assert res.member_epoch == 3
     with refused(GroupErrorKind.FENCED_MEMBER_EPOCH):
-        co.heartbeat(HeartbeatRequest("a", 1, owned=parts(t=[0, 1])))  # owns more than it has
+        co.heartbeat(HeartbeatRequest("a", 2, owned=parts(t=[0, 1])))  # owns more than it has
     with refused(GroupErrorKind.FENCED_MEMBER_EPOCH):
-        co.heartbeat(HeartbeatRequest("a", 3, owned=dict(a.owned)))
+        co.heartbeat(HeartbeatRequest("a", 4, owned=dict(a.owned)))
     with refused(GroupErrorKind.FENCED_MEMBER_EPOCH):
         co.heartbeat(HeartbeatRequest("b", 7))
     # a fenced client lets go of everything and rejoins with epoch 0 under the same id
     res = co.heartbeat(HeartbeatRequest("a", 0, rebalance_timeout_ms=REBALANCE_MS, subscribed_topics=["t"], owned={}))
-    assert res.member_epoch == 2 and res.assignment == co.doc.members["a"].assigned
+    assert res.member_epoch == 3 and res.assignment == co.doc.members["a"].assigned
 
 
 # -- static membership --------------------------------------------------------------------------
@@ -417,7 +417,7 @@ def test_changing_the_subscription_revokes_the_dropped_topic() -> None:
     assert res.assignment == parts(y=[0, 1]) and res.member_epoch == a.epoch
     a.owned = dict(res.assignment)
     a.heartbeat()
-    assert a.epoch == 2 and co.state(a) == MemberState.STABLE
+    assert a.epoch == 3 and co.state(a) == MemberState.STABLE
 
 
 def test_the_members_assignor_is_used() -> None:
@@ -517,7 +517,7 @@ def test_a_new_coordinator_arms_fresh_sessions_and_carries_on() -> None:
     assert co.doc is not None
     co.group.arm(co.doc, co.now)
     assert co.group.next_deadline() == pytest.approx(100.0 + SESSION_MS / 1000)
-    assert co.group.revocations["a"] == (100.0 + REBALANCE_MS / 1000, 1)
+    assert co.group.revocations["a"] == (100.0 + REBALANCE_MS / 1000, 2)
     co.expire()
     assert set(co.doc.members) == {"a", "b"}
     co.settle()

@@ -21,9 +21,13 @@ def beat(g: ShareGroup, member: str, epoch: int, topics: list[str] | None = None
 def test_members_share_the_partitions_of_their_topics() -> None:
     g = ShareGroup("g")
     e1, a1 = beat(g, "m1", 0, ["a"])
-    assert a1 == {"a": frozenset({0, 1})} and e1 > 0
-    e2, a2 = beat(g, "m2", 0, ["a", "b"])  # topic by topic: half of a, all of b
-    assert a2 == {"a": frozenset({1}), "b": frozenset({0})} and e2 > e1
+    assert (e1, a1) == (2, {}), "a new group's first epoch is 2, and a's share state is not initialized yet"
+    e1, a1 = beat(g, "m1", e1)
+    assert (e1, a1) == (3, {"a": frozenset({0, 1})}), "initialized since: a new epoch assigns it"
+    e2, a2 = beat(g, "m2", 0, ["a", "b"])
+    assert (e2, a2) == (4, {"a": frozenset({1})}), "half of a; b is not initialized yet"
+    e2, a2 = beat(g, "m2", e2)  # topic by topic: half of a, all of b
+    assert (e2, a2) == (5, {"a": frozenset({1}), "b": frozenset({0})})
     # the group moved on: m1 is told its new assignment with the new epoch, then nothing
     assert beat(g, "m1", e1) == (e2, {"a": frozenset({0})})
     assert beat(g, "m1", e2) == (e2, None)
@@ -77,8 +81,10 @@ def test_epochs_are_checked() -> None:
 def test_new_partitions_reach_the_members() -> None:
     g = ShareGroup("g")
     epoch, _ = beat(g, "m1", 0, ["b"])
+    epoch, _ = beat(g, "m1", epoch)  # b's one partition initialized and assigned
     grown, assignment = beat(g, "m1", epoch, sizes={"a": 2, "b": 3})
-    assert grown > epoch and assignment == {"b": frozenset({0, 1, 2})}
+    assert grown > epoch and assignment == {"b": frozenset({0})}, "the new ones are not initialized yet"
+    assert beat(g, "m1", grown, sizes={"a": 2, "b": 3}) == (grown + 1, {"b": frozenset({0, 1, 2})})
 
 
 def test_leaving_and_timing_out_remove_the_member_and_its_session() -> None:

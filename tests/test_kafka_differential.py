@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kio.static.primitive import Records
 
-from gateway.formats.records import build_batch
+from gateway.formats.records import BatchBuilder, build_batch
 from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, test_config
 from tests.differential import Scenario, Side, compare, coordinators_ready, side
 from tests.kafka_differences import (
@@ -104,14 +104,15 @@ async def list_offsets(s: Side, topic: str, timestamp: int, version: int = 10, p
 
 
 async def fetch(s: Side, topic: str, offset: int = 0, version: int = 12, partition: int = 0,
-                isolation: int = 0) -> Any:
+                isolation: int = 0, max_bytes: int = 1 << 20, partition_max_bytes: int = 1 << 20,
+                leader_epoch: int = -1) -> Any:
     return await s.call(1, version, {
         "replica_id": -1, "replica_state": {"replica_id": -1, "replica_epoch": -1}, "max_wait": 0, "min_bytes": 0,
-        "max_bytes": 1 << 20, "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
+        "max_bytes": max_bytes, "isolation_level": isolation, "session_id": 0, "session_epoch": -1,
         "topics": [{"topic": topic, "topic_id": await s.topic_id(topic) if version >= 13 else None,
-                    "partitions": [{"partition": partition, "fetch_offset": offset, "current_leader_epoch": -1,
-                                    "last_fetched_epoch": -1, "log_start_offset": -1,
-                                    "partition_max_bytes": 1 << 20}]}],
+                    "partitions": [{"partition": partition, "fetch_offset": offset,
+                                    "current_leader_epoch": leader_epoch, "last_fetched_epoch": -1,
+                                    "log_start_offset": -1, "partition_max_bytes": partition_max_bytes}]}],
         "rack_id": ""})
 
 
@@ -323,6 +324,25 @@ async def fetch_offset_out_of_range(s: Side, name: str) -> Any:
     await create(s, name, 1)
     await produce(s, name, 0, 2)
     return [await fetch(s, name, 10), await fetch(s, name, -5)]
+
+
+@scenario
+async def fetch_leader_epochs(s: Side, name: str) -> Any:
+    """A newer leader epoch than the leader's (0 on both) is UNKNOWN_LEADER_EPOCH, checked before the
+    offset; a negative one is none."""
+    await create(s, name, 1)
+    await produce(s, name, 0, 2)
+    return [await fetch(s, name, offset, leader_epoch=epoch) for epoch in (3, 0, -5) for offset in (0, 10)]
+
+
+@scenario
+async def fetch_negative_limits(s: Side, name: str) -> Any:
+    """A negative limit fails a partition with records to read (UNKNOWN_SERVER_ERROR), not one at
+    its end or out of range; a negative request limit holds for the first partition only."""
+    await create(s, name, 1)
+    await produce(s, name, 0, 2)
+    return [await fetch(s, name, offset, max_bytes=mb, partition_max_bytes=pmb)
+            for mb, pmb in ((-1, 1000), (1000, -1), (0, 1000)) for offset in (0, 2, 10)]
 
 
 @scenario
@@ -1034,6 +1054,50 @@ async def transaction_open_hides_records_under_read_committed(s: Side, name: str
                                 "producer_epoch": -1})
     coordinator = await s.call(10, 4, {"key_type": 1, "coordinator_keys": [name]})
     return [init, coordinator["coordinators"][0]["error_code"]]
+
+
+async def write_txn_markers(s: Side, topic: str, producer_id: int, epoch: int, commit: bool) -> Any:
+    return await s.call(27, 1, {"markers": [{"producer_id": producer_id, "producer_epoch": epoch,
+                                             "transaction_result": commit, "coordinator_epoch": 0,
+                                             "topics": [{"name": topic, "partition_indexes": [0]}]}]})
+
+
+@scenario
+async def txn_markers_without_a_transaction(s: Side, name: str) -> Any:
+    """A marker for a producer with nothing open on the partition (`kafka-transactions abort` of a
+    transaction that is not there) is appended all the same, and aborts no records."""
+    await create(s, name, 1)
+    await produce(s, name, 0, 2)
+    marked = [await write_txn_markers(s, name, 4242, 0, commit) for commit in (False, True)]
+    # the batches less their timestamps: a marker is stamped by each broker's clock
+    read = [[(b["base_offset"], b["attributes"], b["producer_epoch"], [(r["key"], r["value"]) for r in b["records"]])
+             for b in (await fetch(s, name, 0, isolation=isolation))["responses"][0]["partitions"][0]["records"]]
+            for isolation in (1, 0)]
+    return [marked, await list_offsets(s, name, -1), await list_offsets(s, name, -1, isolation=1), read]
+
+
+@scenario
+async def txn_markers_stale_epoch(s: Side, name: str) -> Any:
+    """A marker of an epoch older than the producer's open transaction is INVALID_PRODUCER_EPOCH and
+    writes nothing; the transaction's own ending still aborts it."""
+    await create(s, name, 1)
+    init = {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
+    inits = [await s.call(22, 4, init), await s.call(22, 4, init)]  # the second bumps the epoch to 1
+    pid, epoch = inits[-1]["producer_id"], inits[-1]["producer_epoch"]
+    added = await s.call(24, 3, {"v3_and_below_transactional_id": name, "v3_and_below_producer_id": pid,
+                                 "v3_and_below_producer_epoch": epoch,
+                                 "v3_and_below_topics": [{"name": name, "partitions": [0]}]})
+    b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True)
+    for i in range(2):
+        b.append(b"v%d" % i, b"k", [], T0)
+    produced = await s.call(0, 9, {"transactional_id": name, "acks": -1, "timeout": 10_000, "topic_data": [
+        {"name": name, "partition_data": [{"index": 0, "records": Records(b.build())}]}]})
+    stale = await write_txn_markers(s, name, pid, epoch - 1, False)
+    ended = await s.call(26, 3, {"transactional_id": name, "producer_id": pid, "producer_epoch": epoch,
+                                 "committed": False})
+    await eventually(lambda: _offset_is(s, name, 3), 30, "the transaction's marker")
+    return [inits, added, produced, stale, ended, await list_offsets(s, name, -1),
+            await visible(s, name, 1), await visible(s, name, 0)]
 
 
 # -- the test ----------------------------------------------------------------------------------------------

@@ -606,7 +606,14 @@ async def test_kafka_and_native_consumers_share_one_queue(gw: Gateway) -> None:
         await consumer.acknowledge(first)
         native_got.append(first.message_id.offset)
 
+        def kafka_assigned() -> bool:
+            group = services(gw).share.groups.get("both")
+            return group is not None and any(m.assignment for m in group.members.values())
+
         async def native() -> None:
+            # the Kafka consumer gets its partition a heartbeat after joining, once the group's share
+            # state is initialized: the native side waits for it rather than take every record first
+            await eventually(kafka_assigned, TIMEOUT, "the Kafka consumer's assignment")
             while len(native_got) + len(kafka_got) < n:
                 try:
                     msg = await consumer.receive(timeout=0.2)
@@ -742,8 +749,13 @@ async def wire(gw: Gateway) -> AsyncIterator[Conn]:
 
 
 async def join(conn: Conn, group: str, member: str) -> Any:
+    """Join, then heartbeat again for the partitions: as Kafka, a share group is assigned a topic's
+    partitions once their share state is initialized, after the heartbeat that subscribed them."""
     r = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
         "group_id": group, "member_id": member, "member_epoch": 0, "subscribed_topic_names": [TOPIC]})
+    assert r.error_code == KafkaError.none, r
+    r = await call(conn, ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+        "group_id": group, "member_id": member, "member_epoch": r.member_epoch})
     assert r.error_code == KafkaError.none, r
     return r
 

@@ -98,8 +98,11 @@ async def test_tools_answer_as_on_kafka(gateway, kafka_broker, tmp_path):
     assert f"{topic}:0:30" in on_gateway[11].out.split()  # the log start offset after delete-records
     [listing, features] = on_gateway[compared:]
     assert listing.exit == 0 and topic in listing.out.split()
-    # the gateway finalizes no features (docs/kafka-differences.md): describe lists none, and succeeds
-    assert (features.exit, features.out.strip()) == (0, "")
+    # the gateway versions transaction.version alone, finalized at no level until an admin sets one
+    # (docs/kafka-differences.md, the finalized features row)
+    assert (features.exit, features.out.split()) == (0, [
+        "Feature:", "transaction.version", "SupportedMinVersion:", "0", "SupportedMaxVersion:", "2",
+        "FinalizedVersionLevel:", "0", "Epoch:", "-"])
 
 
 async def verifiable(tool: str, bs: str, topic: str, *args: str) -> asyncio.subprocess.Process:

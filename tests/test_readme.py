@@ -12,6 +12,9 @@ since those ports may be taken where the suite runs. Beyond that:
   directory (its `./data`), with the listeners' ports and the admin URL set through the environment
   fallbacks the README describes (GATEWAY_KAFKA_PORT, GATEWAY_NATIVE_PORT, GATEWAY_ADMIN_PORT,
   GATEWAY_ADMIN_URL), a password on stdin for the command that asks for one, and `set -e` before it.
+- The MirrorMaker 2 block (`sh`, in bash) also gets Kafka's and its Connect worker's addresses, and
+  fresh topic and group names (the Kafka broker lives as long as the run); for the way back, its
+  clusters' addresses and aliases swap, as the README says.
 - Not run here: `./dev serve` serves until Ctrl-C and `./dev test` is the whole suite (CI runs it);
   the `gateway serve [...]` synopsis is not a command (its flags are checked against the CLI's).
 """
@@ -19,12 +22,14 @@ since those ports may be taken where the suite runs. Beyond that:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import select
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,7 @@ from gateway.store.embedded import EmbeddedRedis, free_port
 from tests.conftest import (
     EXAMPLES,
     admin_url,
+    eventually,
     in_spark,
     kafka_bootstrap,
     native_url,
@@ -43,6 +49,9 @@ from tests.conftest import (
     running_gateway,
     test_config,
 )
+from tests.kafka_clients import create_topic, produce, topic_config
+from tests.kafka_connect import ConnectWorker, start_workers
+from tests.kafka_jvm import unique
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -65,6 +74,9 @@ RUN = {
     'writeStream.format("gateway")': "test_spark_snippets",
     "GATEWAY_ADMIN_TOKEN=": "test_security_snippet",
     "AvroSerializer(registry": "test_schema_registry_snippet",
+    "schema=AvroSchema(PAYMENT)": "test_native_schema_snippet",
+    "MirrorSourceConnector": "test_moving_from_kafka_snippet",
+    'readStream.format("kafka")': "test_spark_kafka_snippet",
 }
 
 
@@ -136,15 +148,40 @@ async def test_native_snippet_receives_what_it_sent_on_every_run(gateway: Gatewa
         assert out == f"sent orders-0@{run}, received b'hello' at orders-0@{run}\n"
 
 
+@contextlib.asynccontextmanager
+async def registry_snippet(redis_url: str, tmp_path: Path, marker: str) -> AsyncIterator[tuple[Gateway, str, str]]:
+    """A gateway serving the Schema Registry, its URL, and what the README block with `marker`
+    printed, run against both."""
+    async with running_gateway(test_config(redis_url, schema_registry_port=free_port())) as gw:
+        registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
+        text = block(marker).replace("http://localhost:8081", registry)
+        yield gw, registry, await run_snippet(text, gw, tmp_path)
+
+
 @pytest.mark.kafka
 async def test_schema_registry_snippet(redis_url: str, tmp_path: Path) -> None:
     """The Avro record comes back decoded, through a schema the registry holds afterwards."""
-    async with running_gateway(test_config(redis_url, schema_registry_port=free_port())) as gw:
-        registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
-        text = block("AvroSerializer(registry").replace("http://localhost:8081", registry)
-        assert await run_snippet(text, gw, tmp_path) == "{'id': 'p-1', 'amount': 9.5}\n"
+    async with registry_snippet(redis_url, tmp_path, "AvroSerializer(registry") as (gw, _, out):
+        assert out == "{'id': 'p-1', 'amount': 9.5}\n"
         assert gw.services is not None
         assert [v.version for v in (await gw.services.schemas.fresh()).versions("payments-value")] == [1]
+
+
+@pytest.mark.kafka
+async def test_native_schema_snippet(redis_url: str, tmp_path: Path) -> None:
+    """The typed native round trip, whose record confluent-kafka's AvroDeserializer reads too."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tests.kafka_clients import consume
+
+    async with registry_snippet(redis_url, tmp_path, "schema=AvroSchema(PAYMENT)") as (gw, registry, out):
+        assert out == "{'id': 'p-2', 'amount': 20.0}\n"
+        [(_, _, _, raw)] = await consume("confluent", kafka_bootstrap(gw), "payments", 0, 0, 1)
+        decode = AvroDeserializer(SchemaRegistryClient({"url": registry}))
+        ctx = SerializationContext("payments", MessageField.VALUE)
+        assert await asyncio.to_thread(decode, raw, ctx) == {"id": "p-2", "amount": 20.0}
 
 
 async def test_key_shared_snippet(gateway: Gateway, tmp_path: Path) -> None:
@@ -190,6 +227,14 @@ async def test_dead_letter_snippet(gateway: Gateway, tmp_path: Path) -> None:
                                 "payments-settle-RETRY 3", "b'card declined' b'payments' b'4'"]
 
 
+def run_to_end(query: Any) -> None:
+    """A README streaming query run until it has processed what its source holds, then stopped."""
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+
 @pytest.mark.spark
 @pytest.mark.timeout(300)
 async def test_spark_snippets(spark: Any, gateway: Gateway, client: Client, tmp_path: Path) -> None:
@@ -206,17 +251,35 @@ async def test_spark_snippets(spark: Any, gateway: Gateway, client: Client, tmp_
         namespace["results"] = namespace["events"]  # any streaming DataFrame with a key and a value
         namespace["checkpoint"] = str(tmp_path / "checkpoint")
         exec(on(gateway, block('writeStream.format("gateway")')), namespace)
-        query = namespace["query"]
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        run_to_end(namespace["query"])
 
     await in_spark(spark, run)
     assert namespace["windows"].isStreaming and namespace["windows"].columns == ["window", "count"]
     [info] = await client.list_partitions("results")
     copied = [(m.key, m.value) async for m in client.read_range("results", 0, 0)]
     assert copied == [(b"k", f"e{i}".encode()) for i in range(3)] and info.last_stable_offset == info.high_watermark
+
+
+@pytest.mark.spark
+@pytest.mark.kafka
+@pytest.mark.apps
+@pytest.mark.timeout(300)
+async def test_spark_kafka_snippet(spark: Any, gateway: Gateway, tmp_path: Path) -> None:
+    """Spark's own Kafka source and sink as the README shows them, on the gateway's Kafka port."""
+    bs = kafka_bootstrap(gateway)
+    for topic in ("clicks", "clicks-copy"):
+        await create_topic(bs, topic)
+    await produce("confluent", bs, "clicks", [(b"k", f"c{i}".encode()) for i in range(3)])
+    namespace: dict[str, Any] = {"spark": spark, "checkpoint": str(tmp_path / "checkpoint")}
+
+    def run() -> None:
+        exec(on(gateway, block('readStream.format("kafka")')), namespace)
+        run_to_end(namespace["copied"])
+
+    await in_spark(spark, run)
+    async with await Client.connect(native_url(gateway)) as client:
+        copied = [(m.key, m.value) async for m in client.read_range("clicks-copy", 0, 0)]
+    assert copied == [(b"k", f"c{i}".encode()) for i in range(3)]
 
 
 async def test_security_snippet(tmp_path: Path) -> None:
@@ -280,3 +343,95 @@ async def stopped(pid: int, timeout: float = 30.0) -> None:
         assert ready, f"the gateway {pid} did not stop within {timeout}s of SIGTERM"
     finally:
         os.close(fd)
+
+
+
+def mirrored(text: str, source: str, target: str, connect: str, topic: str, group: str, back: bool) -> str:
+    """The README's MirrorMaker 2 block from `source` to `target` (Kafka's `kafka:9092` and the
+    gateway's `localhost:9092` in the text) through the Connect cluster at `connect`, for `topic`
+    and `group`; `back` swaps the clusters' aliases too, as the README's way back does."""
+    ours = {"kafka:9092": source, "localhost:9092": target, "http://localhost:8083": connect,
+            "payments": topic, "billing": group}
+    if back:
+        ours |= {'"source.cluster.alias": "kafka"': '"source.cluster.alias": "gateway"',
+                 '"target.cluster.alias": "gateway"': '"target.cluster.alias": "kafka"'}
+    return re.sub("|".join(map(re.escape, ours)), lambda m: ours[m.group()], text)
+
+
+async def consume_group(bs: str, group: str, topic: str, count: int) -> list[bytes]:
+    """`count` values read by a member of `group` subscribed to `topic`, its offsets committed
+    before it leaves (as a consumer stopped for a move does)."""
+    import confluent_kafka as ck
+
+    def run() -> list[bytes]:
+        consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": group, "auto.offset.reset": "earliest",
+                                "enable.auto.commit": False})
+        values: list[bytes] = []
+        try:
+            consumer.subscribe([topic])
+            while len(values) < count:
+                msg = consumer.poll(60)
+                assert msg is not None, f"{len(values)} of {count} records of {topic} within 60s"
+                assert msg.error() is None, msg.error()
+                values.append(msg.value())
+            consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+        return values
+
+    return await asyncio.to_thread(run)
+
+
+async def group_offsets(bs: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The committed offsets of `group` in `topic`, as the Admin API lists them."""
+    import confluent_kafka as ck
+    import confluent_kafka.admin as cka
+
+    def run() -> dict[int, int]:
+        admin = cka.AdminClient({"bootstrap.servers": bs})
+        request = ck.ConsumerGroupTopicPartitions(group, [ck.TopicPartition(topic, p) for p in range(partitions)])
+        listed = admin.list_consumer_group_offsets([request])[group].result(30)
+        return {tp.partition: tp.offset for tp in listed.topic_partitions if tp.offset >= 0}
+
+    return await asyncio.to_thread(run)
+
+
+@pytest.mark.jvm
+@pytest.mark.kafka
+@pytest.mark.slow
+@pytest.mark.apps
+@pytest.mark.timeout(300)
+async def test_moving_from_kafka_snippet(gateway: Gateway, kafka_broker: Any, tmp_path: Path) -> None:
+    """MirrorMaker 2 (connect-mirror's connectors in Kafka Connect 4.4) from Kafka 4.4 to the
+    gateway with the README's block, then back with the same block turned around: the topic with
+    its config and records, and the group's offsets, so that the group's next member on the new
+    cluster reads only what came after."""
+    kafka, gw = kafka_broker.bootstrap, kafka_bootstrap(gateway)
+    block_text = block("MirrorSourceConnector")
+    for back, (source, target) in enumerate([(kafka, gw), (gw, kafka)]):
+        topic, group = unique("payments"), unique("billing")
+        await create_topic(source, topic, 2, **{"retention.ms": "86400000"})
+        await produce("confluent", source, topic, [(b"k%d" % i, b"old-%d" % i) for i in range(40)])
+        assert len(await consume_group(source, group, topic, 40)) == 40
+        left_off = await group_offsets(source, group, topic, 2)
+        assert sum(left_off.values()) == 40
+
+        worker = ConnectWorker(tmp_path / f"connect-{back}", target, unique("mirror"),
+                               settings={"exactly.once.source.support": "disabled"})
+        try:
+            await start_workers(worker)
+            script = mirrored(block_text, source, target, worker.url, topic, group, bool(back))
+            code, out = await run_program("bash", "-c", script, timeout=60)
+            assert code == 0, out
+            await eventually(lambda: _equal(group_offsets(target, group, topic, 2), left_off),  # noqa: B023
+                             timeout=120, what="the group's offsets on the target")
+            assert await topic_config(target, topic, "retention.ms") == "86400000"
+            await produce("confluent", source, topic, [(b"k%d" % i, b"new-%d" % i) for i in range(10)])
+            resumed = await consume_group(target, group, topic, 10)
+            assert sorted(resumed) == sorted(b"new-%d" % i for i in range(10))
+        finally:
+            worker.kill()
+
+
+async def _equal(value: Any, expected: object) -> bool:
+    return bool(await value == expected)

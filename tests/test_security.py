@@ -224,6 +224,9 @@ def _requests() -> list[tuple[str, int, int, dict, object]]:
          lambda r: r.error_code),
         ("elect leaders", ApiKey.ELECT_LEADERS, 2, {"election_type": 0, "timeout": 1000, "topic_partitions": [
             {"topic": "orders", "partitions": [0]}]}, lambda r: r.replica_election_results[0].partition_result[0].error_code),
+        ("alter partition reassignments", ApiKey.ALTER_PARTITION_REASSIGNMENTS, 1, {"timeout": 1000, "topics": [
+            {"name": "orders", "partitions": [{"partition_index": 0, "replicas": [0]}]}]},
+         lambda r: r.responses[0].partitions[0].error_code),
     ]
 
 
@@ -242,6 +245,7 @@ DENIED = {
     "describe cluster": KafkaError.none,
     "list partition reassignments": KafkaError.cluster_authorization_failed,
     "elect leaders": KafkaError.cluster_authorization_failed,
+    "alter partition reassignments": KafkaError.cluster_authorization_failed,
 }
 
 

@@ -4,13 +4,14 @@ repeatable steps, timeouts and roll-forward after a coordinator dies between ste
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from gateway.clock import now_ms
 from gateway.domain.log import LogService, committed_entries
 from gateway.domain.txn import ABORTED, COMMITTED, InvalidTransactionTimeout, TransactionCoordinator
-from gateway.errors import InvalidTxnState, ProducerFenced
+from gateway.errors import InvalidProducerEpoch, InvalidTxnState, ProducerFenced
 from gateway.formats.records import BatchBuilder, build_control_batch, iter_records, parse_header
 from gateway.store import Store
 
@@ -85,13 +86,19 @@ async def test_abort_hides_the_batches_and_lists_the_range(env):
     assert sl.stable == sl.high_watermark
 
 
-async def test_ending_twice_is_harmless_and_the_other_outcome_is_refused(env):
-    logs, tc = env
+async def one_batch_open(logs: LogService, tc: TransactionCoordinator) -> tuple[Any, Any]:
+    """A transaction with one batch on partition 0 of a new topic "t": (its id, its description)."""
     await logs.create_topic("t", 1)
     txn = await tc.begin()
     info = await tc.describe(txn)
     await tc.add_partitions(txn, [("t", 0)])
     await logs.append([("t", 0, txn_batch(info, b"v"))])
+    return txn, info
+
+
+async def test_ending_twice_is_harmless_and_the_other_outcome_is_refused(env):
+    logs, tc = env
+    txn, _ = await one_batch_open(logs, tc)
     assert await tc.end(txn, commit=True) == COMMITTED
     assert await tc.end(txn, commit=True) == COMMITTED
     _, hw = await logs.bounds("t", 0)
@@ -155,3 +162,18 @@ async def test_a_coordinator_dying_after_the_point_of_no_return_is_rolled_forwar
     assert await committed_values(logs, "t", 0) == [b"v0"]
     assert await committed_values(logs, "t", 1) == [b"v1"]
     assert (await logs.bounds("t", 0))[1] == 2  # still one marker on the partition done before
+
+
+async def test_an_operators_markers_are_appended_as_kafka_appends_them(env):
+    """WriteTxnMarkers (`kafka-transactions abort`) appends its marker whatever the producer has open
+    on the partition, and refuses an epoch older than the producer's; the coordinator's own markers,
+    above, never write a second one."""
+    logs, tc = env
+    _, info = await one_batch_open(logs, tc)
+    with pytest.raises(InvalidProducerEpoch):
+        await tc.write_markers([("t", 0)], info.producer_id, info.producer_epoch - 1, False)
+    assert (await logs.bounds("t", 0))[1] == 1
+    await tc.write_markers([("t", 0)], info.producer_id, info.producer_epoch, False)  # ends the open one
+    await tc.write_markers([("t", 0)], info.producer_id, info.producer_epoch, False)  # nothing open: all the same
+    assert (await logs.bounds("t", 0))[1] == 3
+    assert await committed_values(logs, "t", 0) == []

@@ -1,7 +1,10 @@
 """SIGKILL at each step of a commit: the transaction ends the same way on every partition,
 nothing lost, nothing twice. The coordinator runs in its own process that kills itself with
 SIGKILL at the chosen step (GATEWAY_CRASH_AT); a fresh coordinator then takes over. The same for
-a group commit of several transactions at one point of no return."""
+a group commit of several transactions at one point of no return, and for a Kafka producer's
+transaction on transactions V2 (KIP-890 part 2: partitions added as Produce v12 adds them, the epoch
+bumped by EndTxn v5 in the point of no return, so a write of the old epoch is fenced after the
+takeover whenever the commit got that far)."""
 
 from __future__ import annotations
 
@@ -14,8 +17,11 @@ import textwrap
 
 import pytest
 
+from gateway.domain.fence import FenceService
 from gateway.domain.log import LogService, committed_entries
+from gateway.domain.producer_txn import TransactionalProducers
 from gateway.domain.txn import ABORTED, COMMITTED, TransactionCoordinator
+from gateway.errors import ProducerFenced
 from gateway.formats.records import iter_records
 from gateway.store import Store
 
@@ -25,11 +31,25 @@ COMMITTER = textwrap.dedent("""
     from gateway.formats.records import BatchBuilder
     from gateway.store import Store
     from gateway.domain.txn import TransactionCoordinator
+    from gateway.domain.fence import FenceService
+    from gateway.domain.producer_txn import TransactionalProducers
 
     async def main(url: str, count: int) -> None:
         store = Store.open(url)
         logs = LogService(store, auto_create=False)
         tc = TransactionCoordinator(store, default_timeout_ms=1000)
+        if count == 0:  # a Kafka producer on transactions V2
+            producers = TransactionalProducers(store, tc, FenceService(store, tc))
+            pid, epoch = await producers.init("crash-v2", 1000)
+            parts = [("crash", 0), ("crash", 1), ("crash", 2)]
+            await producers.add_partitions("crash-v2", pid, epoch, parts)  # what Produce v12 does
+            for t, p in parts:
+                b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True)
+                b.append(b"t0-v%d" % p)
+                await logs.append([(t, p, b.build())])
+            print((await producers.fence.get("", "crash-v2")).txn, flush=True)
+            await producers.end("crash-v2", pid, epoch, True, bump=True)
+            return
         txns = []
         for n in range(count):
             txn = await tc.begin()
@@ -59,7 +79,7 @@ STEPS = {
 }
 
 
-@pytest.mark.parametrize("count", [1, 3], ids=["one", "group"])
+@pytest.mark.parametrize("count", [1, 3, 0], ids=["one", "group", "kafka-v2"])
 @pytest.mark.parametrize("step", list(STEPS))
 async def test_sigkill_during_commit(redis_url, step, count):
     store = Store.open(redis_url)
@@ -84,11 +104,21 @@ async def test_sigkill_during_commit(redis_url, step, count):
         await takeover.recover()
         await asyncio.sleep(0.05)
     assert await states() == {STEPS[step]}  # all of them the same way
+    if count == 0:
+        # the epoch moved on in the point of no return alone; a write of the epoch before is fenced then
+        producers = TransactionalProducers(store, takeover, FenceService(store, takeover))
+        state = await producers.fence.get("", "crash-v2")
+        bumped = step != "before-point-of-no-return"
+        assert state is not None and state.epoch == (1 if bumped else 0)
+        if bumped:
+            with pytest.raises(ProducerFenced):
+                await producers.add_partitions("crash-v2", state.producer_id, 0, [("crash", 0)])
     seen = []
+    transactions = max(count, 1)
     for p in range(3):
         sl = await logs.read("crash", p, 0, 100, read_committed=True)
-        assert sl.stable == sl.high_watermark == 2 * count  # the data batches and exactly one marker each
+        assert sl.stable == sl.high_watermark == 2 * transactions  # the data batches and exactly one marker each
         seen += [r.value for e in committed_entries(sl) for r in iter_records(e.batch, e.base_offset)]
-    expected = sorted(b"t%d-v%d" % (n, p) for n in range(count) for p in range(3))
+    expected = sorted(b"t%d-v%d" % (n, p) for n in range(transactions) for p in range(3))
     assert sorted(seen) == (expected if STEPS[step] == COMMITTED else [])
     await store.close()

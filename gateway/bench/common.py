@@ -526,15 +526,19 @@ def running_gateway(redis_url: str, workers: int = 1) -> Iterator[dict[str, int]
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--redis-url", redis_url, "--log-level", "WARNING",
          "--kafka-port", str(ports["kafka"]), "--native-port", str(ports["native"]),
-         "--admin-port", str(ports["admin"]), "--workers", str(workers)],
+         "--admin-port", str(ports["admin"]), "--workers", str(workers),
+         # no registry: its fixed default port may be taken by the gateway the user runs beside
+         "--schema-registry-port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert proc.stdout is not None
+    said: list[str] = []
     for line in proc.stdout:
         if "listening" in line:
             break
+        said.append(line)
     else:
-        raise RuntimeError("the gateway did not start")
+        raise RuntimeError("the gateway did not start: " + "".join(said[-5:]).strip())
     Progress.doing_else("")
     try:
         yield {**ports, "pid": proc.pid}

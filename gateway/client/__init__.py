@@ -16,17 +16,26 @@
             ...                                          # READ_COMMITTED, no position on the gateway
 
 `gateway.client.blocking.Client` is the same client for scripts and notebooks, each call blocking.
+Producers and consumers typed by a schema of the Schema Registry (`schema=AvroSchema(...)`,
+`JsonSchema`, `ProtobufSchema`) write and read Confluent's wire format: `gateway.client.schema`.
 """
 
 from gateway.client.batch import BatchReceivePolicy
 from gateway.client.client import Client
 from gateway.client.consumer import Consumer
-from gateway.client.errors import ClientClosed, ConnectionLost
+from gateway.client.errors import (
+    ClientClosed,
+    ConnectionLost,
+    IncompatibleSchema,
+    SchemaError,
+    SchemaRegistryError,
+)
 from gateway.client.letters import DeadLetterPolicy
 from gateway.client.message import EVENT_TIME_HEADER, Message, MessageId
 from gateway.client.pattern import PatternConsumer
 from gateway.client.producer import Producer
 from gateway.client.reader import PartitionInfo, StoredBatch
+from gateway.client.schema import AvroSchema, JsonSchema, ProtobufSchema
 from gateway.client.transaction import Transaction
 from gateway.errors import (
     AuthenticationFailed,
@@ -56,6 +65,7 @@ __all__ = [
     "EVENT_TIME_HEADER",
     "AuthenticationFailed",
     "AuthorizationFailed",
+    "AvroSchema",
     "BatchReceivePolicy",
     "Client",
     "ClientClosed",
@@ -67,8 +77,10 @@ __all__ = [
     "DeadLetterPolicy",
     "ExpiredTransactionError",
     "GatewayError",
+    "IncompatibleSchema",
     "InvalidConfig",
     "InvalidRequest",
+    "JsonSchema",
     "Message",
     "MessageId",
     "MessageTooLarge",
@@ -80,6 +92,9 @@ __all__ = [
     "PartitionNotFound",
     "PatternConsumer",
     "Producer",
+    "ProtobufSchema",
+    "SchemaError",
+    "SchemaRegistryError",
     "StorageFull",
     "StorageUnavailable",
     "StoredBatch",

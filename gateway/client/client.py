@@ -29,6 +29,8 @@ from gateway.client.message import Message
 from gateway.client.pattern import PatternConsumer
 from gateway.client.producer import Producer, creation
 from gateway.client.reader import PartitionInfo, StoredBatch
+from gateway.client.registry import RegistryClient
+from gateway.client.schema import Schema, Typed
 from gateway.client.transaction import Transaction
 from gateway.errors import ExpiredTransactionError, GatewayError, NotAllowed
 from gateway.formats.records import Compression
@@ -53,9 +55,10 @@ class Client:
     def __init__(
         self, conn: Connection, host: str, port: int, *, timeout: float, client_name: str, reconnect: bool,
         transaction_key: str = "", incarnation: str = "", credentials: Credentials | None = None,
-        ssl: SSLContext | None = None,
+        ssl: SSLContext | None = None, registry: RegistryClient | None = None,
     ) -> None:
         self._conn = conn
+        self.registry = registry  # the Schema Registry typed producers and consumers use
         self._credentials = credentials
         self._ssl = ssl
         self.transaction_key = transaction_key
@@ -78,6 +81,7 @@ class Client:
         cls, url: str, *, operation_timeout: float = 30.0, client_name: str = "", reconnect: bool = True,
         transaction_key: str | None = None, epoch: int = -1, incarnation: str = "", username: str | None = None,
         password: str | None = None, token: str | None = None, ssl: SSLContext | None = None,
+        schema_registry_url: str | None = None,
     ) -> Client:
         """Open a connection; `operation_timeout` bounds every request's wait for its answer.
 
@@ -90,7 +94,9 @@ class Client:
         new one, and a former incarnation is refused (NotAllowed): a zombie of an earlier run.
         `username` and `password`, or `token`: for a gateway with authentication on (refused ones
         raise AuthenticationFailed); the transaction key is then that user's own. `ssl`: a client
-        context for a gateway listening with TLS (`ssl.create_default_context(cafile=...)`)."""
+        context for a gateway listening with TLS (`ssl.create_default_context(cafile=...)`).
+        `schema_registry_url`: the Schema Registry (the gateway's `--schema-registry-port`) that
+        producers and consumers given a `schema` use, with the same credentials."""
         host, port = parse_url(url)
         key = transaction_key or ""
         if "&" in key:
@@ -101,8 +107,10 @@ class Client:
         conn = await Connection.open(host, port, timeout=operation_timeout, client_name=client_name,
                                      transaction_key=key, epoch=epoch, incarnation=incarnation, credentials=creds,
                                      ssl=ssl)
+        registry = RegistryClient(schema_registry_url, username=creds.username, password=creds.password,
+                                  token=creds.token, timeout=operation_timeout) if schema_registry_url else None
         return cls(conn, host, port, timeout=operation_timeout, client_name=client_name, reconnect=reconnect,
-                   transaction_key=key, incarnation=incarnation, credentials=creds, ssl=ssl)
+                   transaction_key=key, incarnation=incarnation, credentials=creds, ssl=ssl, registry=registry)
 
     # -- the connection -------------------------------------------------------------------------
 
@@ -194,6 +202,8 @@ class Client:
         acks: str = "1",
         chunking_enabled: bool = False,
         chunk_max_message_size: int | None = None,
+        schema: Schema | None = None,
+        key_schema: Schema | None = None,
     ) -> Producer:
         """A producer on `topic` (created when the gateway auto-creates topics, else TopicNotFound).
 
@@ -203,10 +213,14 @@ class Client:
         `chunking_enabled`: a message over the topic's max.message.bytes (or over
         `chunk_max_message_size`, when smaller) is sent in chunks of it, which consumers put together
         again (Pulsar's chunking); else the gateway refuses it (MessageTooLarge).
+        `schema` (`AvroSchema`, `JsonSchema`, `ProtobufSchema`), `key_schema`: `send` takes values
+        (keys) of it, serialized as Confluent's serializers do (gateway.client.schema); registered
+        in the Schema Registry now (IncompatibleSchema when the subject refuses it).
         """
         if acks not in ("1", "all"):
             raise ValueError(f'acks is "1" or "all", not {acks!r}')
         wire = pb.ALL if acks == "all" else pb.LEADER
+        typed = await Typed.bind(self.registry, topic, schema, key_schema, producing=True)
         resp = await self.request(creation(topic, producer_name or "", wire, send_timeout))
         created = resp.producer_created
         producer = Producer(
@@ -225,6 +239,7 @@ class Client:
             acks=wire,
             chunk_bytes=min(created.max_message_bytes, chunk_max_message_size or created.max_message_bytes)
             if chunking_enabled else 0,
+            typed=typed,
         )
         self._children.add(producer)
         return producer
@@ -248,6 +263,8 @@ class Client:
         expire_time_of_incomplete_chunked_message: float = 60.0,
         batch_receive_policy: BatchReceivePolicy | None = None,
         sticky_ranges: Sequence[tuple[int, int]] = (),
+        schema: Schema | None = None,
+        key_schema: Schema | None = None,
     ) -> Consumer:
         """A consumer of every partition of `topic` on `subscription`.
 
@@ -269,6 +286,8 @@ class Client:
         `batch_receive_policy`: what `Consumer.batch_receive()` gathers (Pulsar's defaults otherwise).
         `sticky_ranges` (key_shared): the key hashes (0-65535, both ends included) this consumer takes,
         as Pulsar's sticky Key_Shared mode, instead of a place on the ring.
+        `schema`, `key_schema`: values (keys) are read by the schema each record names, into the
+        message's `decoded_value` (`decoded_key`), as Confluent's deserializers read them.
         """
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {', '.join(_MODES)}")
@@ -287,6 +306,7 @@ class Client:
             dead_letter_policy = DeadLetterPolicy(MAX_RECONSUMETIMES)
         if dead_letter_policy is not None:
             subscribe.dead_letter.CopyFrom(dead_letter_policy.resolved(topic, subscription))
+        typed = await Typed.bind(self.registry, topic, schema, key_schema, producing=False)
 
         async def open_one(subscribe: pb.Subscribe) -> Consumer:
             resp = await self.request(pb.Request(subscribe=subscribe))
@@ -303,6 +323,7 @@ class Client:
                 on_watermark=on_watermark,
                 chunks=ChunkPolicy(max_pending_chunked_message, auto_ack_oldest_chunked_message_on_queue_full,
                                    expire_time_of_incomplete_chunked_message),
+                typed=typed,
             )
             consumer.start()
             self._children.add(consumer)
@@ -442,6 +463,8 @@ class Client:
                 await child.close()
         await self._stop_reconnecting()
         await self._conn.close()
+        if self.registry is not None:
+            await self.registry.close()
 
     async def _stop_reconnecting(self) -> None:
         self._closing = True

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING
 
 from gateway.client.batch import BatchReceivePolicy
 from gateway.client.chunks import Assembler, ChunkPolicy
-from gateway.client.errors import ClientClosed
+from gateway.client.errors import ClientClosed, SchemaError
 from gateway.client.message import Message, MessageId, decode_batch
 from gateway.errors import GatewayError, NotAllowed, Timeout
 from gateway.pb import gateway_pb2 as pb
 
 if TYPE_CHECKING:
     from gateway.client.client import Client
+    from gateway.client.schema import Typed
     from gateway.client.transaction import Transaction
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ async def receive_first(sources: Callable[[], list[Consumer]], arrived: asyncio.
     source = await next_ready(sources, arrived, closed, deadline)
     if source is None:
         raise Timeout(f"no message within {timeout}s")
-    return source._take()
+    return await source.typed(source._take())
 
 
 class Consumer:
@@ -106,8 +107,10 @@ class Consumer:
         watermark: int | None = None,
         on_watermark: Callable[[int | None], object] | None = None,
         chunks: ChunkPolicy | None = None,
+        typed: Typed | None = None,
     ) -> None:
         self.client = client
+        self._typed = typed
         self.topic = subscribe.topic
         self.subscription = subscribe.subscription
         self._subscribe = subscribe
@@ -278,6 +281,25 @@ class Consumer:
                 break
             out.append(source._take())
             size += len(head.value or b"")
+        return await self._typed_batch(out)
+
+    async def typed(self, msg: Message) -> Message:
+        """`msg` read through the consumer's schemas (gateway.client.schema), where it has them."""
+        return msg if self._typed is None else await self._typed.deserialize(msg)
+
+    async def _typed_batch(self, messages: list[Message]) -> list[Message]:
+        """`messages`, each read through the schemas of the consumer it came from; SchemaError holding
+        all of them (those read, read) when one is not a value of its schema."""
+        out: list[Message] = []
+        failed: SchemaError | None = None
+        for m in messages:
+            try:
+                out.append(await self._owner(m.message_id).typed(m))
+            except SchemaError as exc:
+                failed = failed or exc
+                out.append(m)
+        if failed is not None:
+            raise SchemaError(str(failed), out)
         return out
 
     def _take(self) -> Message:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.formats.records import iter_records
 
@@ -38,6 +39,8 @@ class Message:
     redelivery_count: int = 0
     late: bool = False  # its event time is before the watermark the gateway sent ahead of it
     chunk_offsets: tuple[int, ...] = ()  # a chunked message's chunks (gateway.client.chunks)
+    decoded_value: Any = None  # the value read through the consumer's `schema` (gateway.client.schema)
+    decoded_key: Any = None  # the key read through its `key_schema`
     message_id: MessageId = field(init=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -28,6 +28,7 @@ from gateway.pb import gateway_pb2 as pb
 
 if TYPE_CHECKING:
     from gateway.client.client import Client
+    from gateway.client.schema import Typed
     from gateway.client.transaction import Transaction
 
 Headers = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | None]]
@@ -35,6 +36,13 @@ Headers = Mapping[str, bytes | str | None] | Iterable[tuple[str, bytes | str | N
 
 def _to_bytes(v: bytes | str | None) -> bytes | None:
     return v.encode() if isinstance(v, str) else v
+
+
+def _plain(v: object, what: str) -> bytes | str | None:
+    if v is None or isinstance(v, bytes | str):
+        return v
+    raise TypeError(f"a {what} is bytes, str or None (on a producer with a schema for it, a value of the "
+                    f"schema), not {type(v).__name__}")
 
 
 class _Lane:
@@ -98,9 +106,12 @@ class Producer:
         send_timeout: float,
         acks: pb.Acks = pb.LEADER,
         chunk_bytes: int = 0,
+        typed: Typed | None = None,
     ) -> None:
-        """`chunk_bytes`: a plain message whose batch would be larger is sent in chunks below it; 0: never."""
+        """`chunk_bytes`: a plain message whose batch would be larger is sent in chunks below it; 0: never.
+        `typed`: the schemas values and keys are serialized by (gateway.client.schema)."""
         self.client = client
+        self._typed = typed
         self._chunk_bytes = chunk_bytes
         self._acks = acks
         self.topic = topic
@@ -132,8 +143,8 @@ class Producer:
 
     async def send(
         self,
-        value: bytes | str | None,
-        key: bytes | str | None = None,
+        value: object,
+        key: object = None,
         headers: Headers | None = None,
         event_time: int | None = None,
         *,
@@ -154,8 +165,8 @@ class Producer:
 
     def send_async(
         self,
-        value: bytes | str | None,
-        key: bytes | str | None = None,
+        value: object,
+        key: object = None,
         headers: Headers | None = None,
         event_time: int | None = None,
         *,
@@ -168,6 +179,7 @@ class Producer:
         a transaction or with a delivery time go alone, apart from the others)."""
         if deliver_at is not None and deliver_after is not None:
             raise ValueError("give deliver_at or deliver_after, not both")
+        value, key = self._serialized(value, key)
         k, partition, hs = self._prepare(key, partition, headers, event_time, txn)
         if txn is not None and deliver_at is None and deliver_after is None:
             in_txn = self._send_in_txn(txn, partition, _to_bytes(value), k, hs, want_id=True)
@@ -212,8 +224,8 @@ class Producer:
 
     def queue(
         self,
-        value: bytes | str | None,
-        key: bytes | str | None = None,
+        value: object,
+        key: object = None,
         headers: Headers | None = None,
         event_time: int | None = None,
         *,
@@ -223,8 +235,16 @@ class Producer:
         """Queue a message of a transaction without a future for its id, for writers of many (the
         Spark sink): a failure fails the transaction's flush and commit. `await txn.flush()` from
         time to time bounds what waits in memory."""
+        value, key = self._serialized(value, key)
         k, partition, hs = self._prepare(key, partition, headers, event_time, txn)
         self._send_in_txn(txn, partition, _to_bytes(value), k, hs, want_id=False)
+
+    def _serialized(self, value: object, key: object) -> tuple[bytes | str | None, bytes | str | None]:
+        """The value and key through the producer's schemas, where it has them (SchemaError when
+        one does not match), else as given."""
+        if self._typed is not None:
+            value, key = self._typed.serialize(value, key)
+        return _plain(value, "value"), _plain(key, "key")
 
     def _prepare(
         self, key: bytes | str | None, partition: int | None, headers: Headers | None, event_time: int | None,

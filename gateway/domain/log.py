@@ -21,6 +21,7 @@ from gateway.domain.record_checks import check_records
 from gateway.domain.roles import NO_LEASE, Lease
 from gateway.domain.topic_configs import (
     BROKER_DEFAULTS,
+    REPLICATION_THROTTLES,
     TOPIC_CONFIGS,
     Change,
     Op,
@@ -233,6 +234,9 @@ class LogService:
     async def delete_topic(self, name: str, topic_id: str = "") -> None:
         """Delete the topic; with `topic_id`, only while the name is still that incarnation's."""
         await self.store.log.delete_topic(name, topic_id)
+        # its reassignments go with it, so that a topic made again under the name starts unplaced
+        placed = await self.store.registry.placements()
+        await self.store.registry.place([(k, None, None) for k in placed if k[0] == name], expect=False)
         self._resolved.pop(name, None)
         forgotten = self._topics.pop(name, None)
         if forgotten is not None:
@@ -289,8 +293,10 @@ class LogService:
             # DynamicBrokerConfig.validateConfigs names them as a Java set prints: "[name]"
             return InvalidRequest(f"Cannot update these configs dynamically: [{name}]")
 
+        kept = [c for c in changes if not (c.op is Op.DELETE and c.name in REPLICATION_THROTTLES)]
+
         def changed(current: dict[str, str]) -> dict[str, str]:
-            return apply(current, changes, BROKER_DEFAULTS, incremental=incremental, unknown=static)
+            return apply(current, kept, BROKER_DEFAULTS, incremental=incremental, unknown=static)
 
         store = self.store.broker_config(self.node_id) if node else self.store.cluster_config
         if validate_only:

@@ -6,6 +6,14 @@ next renewal. Partition leadership and coordinators are spread by rendezvous has
 view: every gateway computes the same answer from the same view, and when a gateway goes, only
 what it led moves. Leading is advice to clients: every gateway serves every partition correctly,
 since each write is one atomic script.
+
+A reassignment (Kafka's AlterPartitionReassignments) places a partition instead: its replicas are
+the gateways it names, the first preferred, and the leader is stored beside them in Redis (one
+hash, read at every renewal). It stays put until an election or another reassignment moves it, as
+a Kafka controller leaves a leader be: when it dies, the first live replica takes over, written back
+by whichever gateway sees it first (compare and set), so a preferred gateway that returns leads
+again only after a preferred election. A placed partition none of whose replicas is alive is led
+as an unplaced one is, since any gateway can serve it.
 """
 
 from __future__ import annotations
@@ -19,10 +27,11 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from gateway.errors import GatewayError
 from gateway.store import Store
-from gateway.store.registry import GatewayEntry, address
+from gateway.store.registry import GatewayEntry, PartitionKey, Placement, address
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +57,15 @@ def owner(key: str, peers: Sequence[Peer]) -> Peer:
     return max(peers, key=lambda p: _weight(key, p.node_id))
 
 
+class Election(Enum):
+    """What a preferred-leader election did to one partition (Kafka's ELECTION_NOT_NEEDED and
+    PREFERRED_LEADER_NOT_AVAILABLE are the two it may not do)."""
+
+    ELECTED = "elected"
+    NOT_NEEDED = "not needed"
+    NOT_AVAILABLE = "preferred leader not available"
+
+
 class Registry:
     def __init__(self, store: Store, *, lease_ms: int = 6000, clock: Callable[[], float] = time.monotonic) -> None:
         self.store = store.registry
@@ -57,6 +75,7 @@ class Registry:
         self.node_id = -1
         self.me = Peer(-1, "127.0.0.1", 0, 0, 0)
         self._view: list[tuple[Peer, float]] = []  # other gateways, with when their lease runs out here
+        self._placed: dict[PartitionKey, Placement] = {}  # as Redis held them when last read
         self._stop = asyncio.Event()
 
     # -- this gateway's lease -------------------------------------------------------------------
@@ -82,6 +101,20 @@ class Registry:
                                          self.lease_ms if ttl_ms is None else ttl_ms)
         # a gateway that has not published its listeners yet is not one clients can be sent to
         self._view = [self._seen(e) for e in entries if e.node_id != self.node_id and e.kafka_port]
+        self._placed = await self.store.placements()
+        if ttl_ms != 0:
+            await self._fail_over()
+
+    async def _fail_over(self) -> None:
+        """Hand each placed partition whose leader is gone to its first live replica, in Redis."""
+        live = {p.node_id for p in self.live()}
+        moves = []
+        for key, placed in self._placed.items():
+            if placed.leader not in live and (up := [r for r in placed.replicas if r in live]):
+                moves.append((key, placed, Placement(up[0], placed.replicas)))
+        if moves:
+            await self.store.place(moves)
+            await self.reload()
 
     def _seen(self, e: GatewayEntry) -> tuple[Peer, float]:
         return Peer(e.node_id, e.host, e.kafka_port, e.native_port, e.admin_port), self.clock() + e.lease_left_ms / 1000
@@ -122,11 +155,73 @@ class Registry:
     def leaders(self, topic: str, partitions: int) -> list[Peer]:
         """The gateway leading each partition of a topic."""
         live = self.live()
-        return [owner(f"p\0{topic}\0{p}", live) for p in range(partitions)]
+        return [self._leader(topic, p, live) for p in range(partitions)]
 
     def leader(self, topic: str, partition: int) -> Peer:
         """The gateway leading one partition (as `leaders` names it)."""
-        return owner(f"p\0{topic}\0{partition}", self.live())
+        return self._leader(topic, partition, self.live())
+
+    def _leader(self, topic: str, partition: int, live: list[Peer]) -> Peer:
+        placed = self._placed.get((topic, partition))
+        if placed is not None:
+            by_id = {p.node_id: p for p in live}
+            for node in (placed.leader, *placed.replicas):
+                if node in by_id:
+                    return by_id[node]
+        return owner(f"p\0{topic}\0{partition}", live)
+
+    async def reload(self) -> None:
+        """Read the placements again, so that an answer about them reflects a change another gateway
+        just made (a renewal reads them too, but only every third of the lease)."""
+        self._placed = await self.store.placements()
+
+    def replicas(self, topic: str, partition: int) -> tuple[int, ...] | None:
+        """The replicas a reassignment named for a partition, the preferred first; None if unplaced."""
+        placed = self._placed.get((topic, partition))
+        return None if placed is None else placed.replicas
+
+    def placed(self, topic: str | None = None) -> list[PartitionKey]:
+        """The partitions a reassignment placed (of one topic, or all)."""
+        return [k for k in self._placed if topic is None or k[0] == topic]
+
+    async def reassign(self, targets: dict[PartitionKey, tuple[int, ...]]) -> None:
+        """Place partitions on the replicas named (live gateways, checked by the caller). The leader
+        stays if it is among them, else the first live one leads, as Kafka's controller moves a
+        leader only off a replica that goes (ReplicationControlManager's PartitionChangeBuilder)."""
+        live = self.live()
+        alive = {p.node_id for p in live}
+        changes: list[tuple[PartitionKey, Placement | None, Placement | None]] = []
+        for (topic, partition), replicas in targets.items():
+            current = self._leader(topic, partition, live).node_id
+            leader = current if current in replicas else next((r for r in replicas if r in alive), replicas[0])
+            changes.append(((topic, partition), None, Placement(leader, replicas)))
+        await self.store.place(changes, expect=False)
+        await self.reload()
+
+    async def elect_preferred(self, partitions: list[PartitionKey]) -> dict[PartitionKey, Election]:
+        """Move each partition's leadership to its preferred replica when that one is alive (an
+        unplaced partition's leader is its preferred one: Metadata lists it first)."""
+        await self.reload()
+        live = self.live()
+        alive = {p.node_id for p in live}
+        results: dict[PartitionKey, Election] = {}
+        changes: list[tuple[PartitionKey, Placement | None, Placement | None]] = []
+        for key in partitions:
+            placed = self._placed.get(key)
+            if placed is None or self._leader(*key, live).node_id == placed.replicas[0]:
+                results[key] = Election.NOT_NEEDED
+            elif placed.replicas[0] not in alive:
+                results[key] = Election.NOT_AVAILABLE
+            else:
+                results[key] = Election.ELECTED
+                changes.append((key, placed, Placement(placed.replicas[0], placed.replicas)))
+        done = await self.store.place(changes)
+        for (key, _, _), ok in zip(changes, done, strict=True):
+            if not ok:  # another gateway moved it meanwhile: what it did stands
+                results[key] = Election.NOT_NEEDED
+        if changes:
+            await self.reload()
+        return results
 
     def group_coordinator(self, group_id: str) -> Peer:
         """The gateway to coordinate a group nobody coordinates now (it then takes the group's lease)."""

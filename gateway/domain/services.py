@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from gateway.config import Config
 from gateway.domain.client_metrics import ClientMetricsService
 from gateway.domain.delay import DelayService
+from gateway.domain.features import Features
 from gateway.domain.fence import FenceService
 from gateway.domain.groups.coordinator import GroupCoordinator
 from gateway.domain.groups.share_coordinator import ShareCoordinator
@@ -42,4 +43,5 @@ class Services:
     share: ShareCoordinator  # KIP-932's share groups, over the subscriptions
     memory: MemoryBudget  # Redis's memory per primary, and produce's high-water mark
     schemas: SchemaRegistry  # the Schema Registry, over the _schemas topic
+    features: Features  # finalized features (transaction.version), as UpdateFeatures set them
     client_metrics: ClientMetricsService  # KIP-714's client telemetry

@@ -254,6 +254,12 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
            "never.", effective=True, low=-1, own=True),
 )}
 
+REPLICATION_THROTTLES = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate",
+                                   "replica.alter.log.dirs.io.max.bytes.per.second"})
+"""Kafka's broker-level replication throttles. Redis replicates, so the gateways keep none, and
+deleting one (what `kafka-reassign-partitions --verify` does when a reassignment is done) does
+nothing, as deleting an unset config does nothing on Kafka; setting one is refused."""
+
 BROKER_DEFAULTS: dict[str, ConfigDef] = {
     c.broker: c for c in TOPIC_CONFIGS.values() if c.broker is not None
 }

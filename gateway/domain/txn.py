@@ -167,15 +167,21 @@ class TransactionCoordinator:
         await self.settled(key)
         return await self.txns.current(key, producer_id, epoch, "subscription", sub_member(*sub))
 
-    async def end_current(self, key: str, producer_id: int, epoch: int, commit: bool) -> str:
+    async def end_current(
+        self, key: str, producer_id: int, epoch: int, commit: bool, *, bump: bool = False,
+        next_producer_id: int | None = None,
+    ) -> tuple[str, tuple[int, int]]:
         """`end` of the current transaction of transaction key `key` (full name), checking the caller
         is its producer in the same step (the store's ProducerRefused when not). Answers once every
         marker is written and everything settled, the outcome visible to readers; the final state is
         recorded after (one round trip less to wait for), and the key's next step waits for it
-        (`settled`). Kafka answers EndTxn earlier still, before its markers."""
+        (`settled`). Kafka answers EndTxn earlier still, before its markers. Returns the state and
+        the key's producer id and epoch from now on, which `bump` (transactions V2) moves on in the
+        point of no return (see `TxnStore.end`)."""
         await self.settled(key)
         _crash_point("before-point-of-no-return")
-        ending = await self.txns.end("", commit, epoch, key=key, producer_id=producer_id)
+        ending = await self.txns.end("", commit, epoch, key=key, producer_id=producer_id, bump=bump,
+                                     next_producer_id=next_producer_id)
         _crash_point("after-point-of-no-return")
         marked, running = self._rolling(ending.txn_id, ending)
         if not running.done():
@@ -184,8 +190,8 @@ class TransactionCoordinator:
                                       is done else None)
         await asyncio.wait((marked, running), return_when=asyncio.FIRST_COMPLETED)
         if marked.done() and not marked.cancelled():
-            return COMMITTED if ending.state in (COMMITTING, COMMITTED) else ABORTED
-        return running.result()
+            return (COMMITTED if ending.state in (COMMITTING, COMMITTED) else ABORTED), ending.key_producer
+        return running.result(), ending.key_producer
 
     async def describe(self, txn: TxnId | str) -> TxnInfo | None:
         return await self.txns.describe(str(txn))
@@ -284,11 +290,13 @@ class TransactionCoordinator:
 
     async def write_markers(self, partitions: list[tuple[str, int]], producer_id: int, producer_epoch: int,
                             commit: bool) -> None:
-        """Markers for a producer's open transaction on these partitions, as an operator asks for
-        them (Kafka's WriteTxnMarkers, from `kafka-transactions abort`) for a transaction its
-        coordinator will not finish: the coordinator's own record of it is left as it is."""
+        """Markers on these partitions as an operator asks for them (Kafka's WriteTxnMarkers, from
+        `kafka-transactions abort`) for a transaction its coordinator will not finish: appended as
+        Kafka appends them, whether or not the producer has a transaction open there, and refused
+        for an epoch older than the producer's (InvalidProducerEpoch). The coordinator's own record
+        of the transaction is left as it is."""
         marker = build_control_batch(commit, producer_id, producer_epoch)
-        await self.txns.write_markers(partitions, producer_id, producer_epoch, commit, marker)
+        await self.txns.write_markers(partitions, producer_id, producer_epoch, commit, marker, always=True)
         for topic, partition in partitions:
             self.notify_partition(topic, partition)
 

@@ -1,5 +1,5 @@
-"""Topic admin: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, and the replica APIs that
-have nothing to do here (ListPartitionReassignments, ElectLeaders): a partition has one copy."""
+"""Topic admin: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords (leadership moves are
+`gateway.kafka.leadership`'s)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gateway.domain.security import Operation, ResourceType
 from gateway.domain.topic_configs import validate_topic_config
 from gateway.errors import AuthorizationFailed, TopicExists, TopicNotFound
 from gateway.kafka import codec
-from gateway.kafka.authz import may_alter_cluster, may_create_topic, may_describe_cluster
+from gateway.kafka.authz import may_create_topic
 from gateway.kafka.configs import CREATE_ORDER, topic_config_entries
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error, topic_name_message
@@ -234,47 +234,3 @@ async def delete_records(ctx: RequestContext, req: Any) -> Any:
         topics.append({"name": t.name, "partitions": parts})
     return codec.build(codec.response_class(ApiKey.DELETE_RECORDS, ctx.api_version),
                        {"throttle_time": 0, "topics": topics})
-
-
-@handles(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
-async def list_partition_reassignments(ctx: RequestContext, req: Any) -> Any:
-    """No reassignment is ever under way: a partition has one copy, in Redis, and every gateway serves
-    it. Kafka's controller answers the same with none running (ReplicationControlManager.
-    listPartitionReassignments lists only partitions that are reassigning, skipping unknown topics),
-    after ControllerApis.handleListPartitionReassignments's check of DESCRIBE on the cluster, whose
-    failure the Java client shows with the error's own wording."""
-    cls = codec.response_class(ApiKey.LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
-    error = KafkaError.none if await may_describe_cluster(ctx) else KafkaError.cluster_authorization_failed
-    return codec.build(cls, {"throttle_time": 0, "error_code": error, "error_message": None, "topics": []})
-
-
-@handles(ApiKey.ELECT_LEADERS, 0, 2)
-async def elect_leaders(ctx: RequestContext, req: Any) -> Any:
-    """No election is ever needed: every gateway leads every partition, whose one copy is in Redis.
-    Kafka's ReplicationControlManager.electLeaders answers a partition whose leader is the one it
-    would elect ELECTION_NOT_NEEDED, for either election type, an unknown topic or partition with
-    its own message, and a request for every partition (null) with only the elections it made, here
-    none; KafkaApis first requires ALTER on the cluster, failing every partition named without it."""
-    cls = codec.response_class(ApiKey.ELECT_LEADERS, ctx.api_version)
-    allowed = await may_alter_cluster(ctx)
-    results = []
-    for t in req.topic_partitions or ():
-        partitions = []
-        for p in t.partitions:
-            code, message = KafkaError.cluster_authorization_failed, None
-            if allowed:
-                code, message = await _election(ctx, t.topic, p)
-            partitions.append({"partition_id": p, "error_code": code, "error_message": message})
-        results.append({"topic": t.topic, "partition_result": partitions})
-    error = KafkaError.none if allowed else KafkaError.cluster_authorization_failed
-    return codec.build(cls, {"throttle_time": 0, "error_code": error, "replica_election_results": results})
-
-
-async def _election(ctx: RequestContext, topic: str, partition: int) -> tuple[KafkaError, str | None]:
-    try:
-        info = await ctx.services.log.topic(topic, create=False)
-    except TopicNotFound:
-        return KafkaError.unknown_topic_or_partition, f"No such topic as {topic}"
-    if not 0 <= partition < info.partitions:
-        return KafkaError.unknown_topic_or_partition, f"No such partition as {topic}-{partition}"
-    return KafkaError.election_not_needed, None

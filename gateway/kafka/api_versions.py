@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles, supported
+from gateway.kafka.features import api_versions_features
 
 
 def _api_keys() -> list[dict[str, int]]:
@@ -31,7 +32,8 @@ async def api_versions(ctx: RequestContext, req: Any) -> Any:
         return codec.build(cls, {"error_code": KafkaError.invalid_request, "api_keys": [], "throttle_time": 0})
     if ctx.api_version >= 3:  # KIP-714's match selectors and telemetry labels name the client's software
         ctx.connection.extra[CLIENT_SOFTWARE] = (str(req.client_software_name), str(req.client_software_version))
-    return codec.build(cls, {"error_code": KafkaError.none, "api_keys": _api_keys(), "throttle_time": 0})
+    features = await api_versions_features(ctx) if ctx.api_version >= 3 else {}
+    return codec.build(cls, {"error_code": KafkaError.none, "api_keys": _api_keys(), "throttle_time": 0, **features})
 
 
 def unsupported_version_body() -> list[bytes | memoryview]:

@@ -35,9 +35,11 @@ from gateway.errors import GatewayError
 from gateway.formats.records import with_base_offset
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
+from gateway.kafka.offsets import leader_epoch_error
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, bytes_len, topic_key
 
 READ_COMMITTED = 1
+ZERO_ID = uuid.UUID(int=0)  # kio reads it as None
 MAX_ENTRIES = 64  # batches read per partition per round trip; the client asks again for more
 MAX_WAIT = 30.0  # seconds a long poll may wait at most: an empty answer sooner is harmless, and a
 # connection whose client left is not held for the days a hostile max_wait could ask
@@ -48,9 +50,9 @@ class FetchPartition:
     """One partition of the answer. A partition in error carries nothing else: -1 offsets and, for
     a partition the request named wrongly, an empty aborted list (Kafka's
     `FetchResponse.partitionResponse(partition, error)` leaves the schema's defaults). A read's
-    aborted list is null unless it lists some (read_committed with records), as Kafka's
-    `KafkaApis` sets `abortedTransactions.orElse(null)` from the log read, an offset out of range
-    included (`ReplicaManager.readFromLog`: `FetchDataInfo.empty`, offsets -1)."""
+    aborted list is a list for every read_committed read, empty or not, and null otherwise, as
+    Kafka's `KafkaApis` sets `abortedTransactions.orElse(null)` from the log read, an offset out of
+    range included (`ReplicaManager.readFromLog`: `FetchDataInfo.empty`, offsets -1)."""
 
     index: int
     error: KafkaError = KafkaError.none
@@ -94,14 +96,18 @@ async def _topics(ctx: RequestContext, req: Any) -> list[FetchTopic]:
 async def fetch(ctx: RequestContext, req: Any) -> Encoded:
     log = ctx.services.log
     named = await _topics(ctx, req)
-    wanted = [(n.name, p.partition, p.fetch_offset, p.partition_max_bytes, n.generation)
+    if ctx.api_version >= 13 and _fails_in_kafka(named, req.topics):
+        return Encoded(encode_fetch_response(ctx.api_version, [], KafkaError.unknown_server_error),
+                       {KafkaError.unknown_server_error})
+    wanted = [Wanted(n.name, p.partition, p.fetch_offset, p.partition_max_bytes, n.generation,
+                     getattr(p, "current_leader_epoch", -1))
               for n, t in zip(named, req.topics, strict=True) if n.error == KafkaError.none for p in t.partitions]
     max_wait = min(req.max_wait.total_seconds(), MAX_WAIT)
     max_bytes = min(req.max_bytes, ctx.services.config.fetch_max_bytes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     committed = req.isolation_level == READ_COMMITTED
-    watched = list(dict.fromkeys((t, p) for t, p, _, _, _ in wanted))
+    watched = list(dict.fromkeys((w.topic, w.partition) for w in wanted))
     armed = False
     while True:
         remaining = deadline - loop.time()
@@ -150,6 +156,17 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
     return Encoded(encode_fetch_response(ctx.api_version, topics), codes)
 
 
+def _fails_in_kafka(named: list[FetchTopic], topics: Any) -> bool:
+    """Whether Kafka 4.4 fails this whole request with UNKNOWN_SERVER_ERROR, as the wire comparison
+    found: when a partition named by the zero topic id is followed by another partition of an
+    unknown id. Kafka answers those partitions, nameless, first and in request order, and builds the
+    response grouping a partition with the previous one's topic, which fails (an exception, so no
+    partitions at all) after a nameless one of the zero id, the id that means "by name"."""
+    unknown = [t.topic_id in (None, ZERO_ID) for n, t in zip(named, topics, strict=True)
+               if n.error == KafkaError.unknown_topic_id for _ in t.partitions]
+    return any(unknown[:-1])
+
+
 async def _check_incarnation(ctx: RequestContext, topic: FetchTopic, parts: list[FetchPartition]) -> None:
     """Partitions of a topic named by id that were not of its incarnation, or were gone: the id
     looked up afresh; when it names no topic any more, UNKNOWN_TOPIC_ID (the client's metadata is
@@ -164,29 +181,56 @@ async def _check_incarnation(ctx: RequestContext, topic: FetchTopic, parts: list
             p.error = KafkaError.unknown_topic_id
 
 
-async def _read_all(
-    ctx: RequestContext, wanted: list[tuple[str, int, int, int, int | None]], max_bytes: int, committed: bool
-) -> list[FetchPartition]:
+class Wanted(NamedTuple):
+    """A partition of the request to read: its topic's name and incarnation (named by id), where
+    to read from, how much, and the leader epoch the client believes in (-1: none)."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    generation: int | None
+    leader_epoch: int
+
+
+async def _read_all(ctx: RequestContext, wanted: list[Wanted], max_bytes: int, committed: bool) -> list[FetchPartition]:
     """One read per partition, all concurrently; then cut to the byte limits in request order. A
     partition of a topic named by id whose log is of another incarnation gets INCONSISTENT_TOPIC_ID
-    and nothing of that log."""
+    and nothing of that log.
+
+    As Kafka 4.4's `ReplicaManager.readFromLog`, partition by partition in request order: a
+    partition that exists is checked against the client's leader epoch first
+    (`Partition.checkCurrentLeaderEpoch`; a negative one is none, `FetchRequest.optionalEpoch`),
+    then its offset against the log; it may take the smaller of its own limit and what the
+    request's has left (Kafka's `limitBytes`, never below 0 after the first partition), and a
+    negative limit where there are records to read fails it with UNKNOWN_SERVER_ERROR, the
+    `IllegalArgumentException` of Kafka's `LogSegment.read` ("Invalid max size")."""
     log = ctx.services.log
     slices = await asyncio.gather(
-        *(log.read(t, p, offset, MAX_ENTRIES, read_committed=committed, max_bytes=min(part_max, max_bytes))
-          for t, p, offset, part_max, _ in wanted),
+        *(log.read(w.topic, w.partition, w.offset, MAX_ENTRIES, read_committed=committed,
+                   max_bytes=max(0, min(w.max_bytes, max_bytes)))
+          for w in wanted),
         return_exceptions=True,
     )
     out: list[FetchPartition] = []
     budget = max_bytes
-    for (_, p, offset, part_max, generation), sl in zip(wanted, slices, strict=True):
-        if isinstance(sl, BaseException):
+    sent = False  # any records yet: the first batch of the response always goes (Kafka's minOneMessage)
+    for (_, p, offset, part_max, generation, leader_epoch), sl in zip(wanted, slices, strict=True):
+        if isinstance(sl, BaseException):  # Kafka answers a partition it lacks before reading any
             out.append(FetchPartition(p, kafka_error(sl)))
             continue
+        limit, budget = min(part_max, budget), max(0, budget)
         if generation is not None and sl.generation != generation:
             out.append(FetchPartition(p, KafkaError.inconsistent_topic_id))
             continue
+        if leader_epoch >= 0 and (stale := leader_epoch_error(leader_epoch)) is not None:
+            out.append(FetchPartition(p, stale, aborted=None))
+            continue
         if offset < sl.log_start or offset > sl.high_watermark:
             out.append(FetchPartition(p, KafkaError.offset_out_of_range, aborted=None))
+            continue
+        if limit < 0 and offset < (sl.stable if committed else sl.high_watermark):
+            out.append(FetchPartition(p, KafkaError.unknown_server_error, aborted=None))
             continue
         fp = FetchPartition(p, high_watermark=sl.high_watermark, last_stable_offset=sl.stable,
                             log_start=sl.log_start, aborted=None)
@@ -196,22 +240,25 @@ async def _read_all(
                 break  # read_committed readers get nothing past the last stable offset
             n = len(entry.batch)
             # the first batch of the response always goes, however large, so a consumer progresses
-            first = not fp.records and budget == max_bytes
+            first = not sent
             if not first and (fp.size + n > part_max or n > budget):
                 break
             fp.records += with_base_offset(entry.batch, entry.base_offset)
             fp.size += n
             budget -= n
+            sent = True
             last = entry.next_offset
-        if committed and fp.records:
-            # the aborted transactions whose batches this response may hold, for the client to drop
+        if committed:
+            # the aborted transactions whose batches this response may hold, for the client to drop;
+            # a list, if empty, for every read_committed read (LocalLog.read's emptyFetchDataInfo too)
             fp.aborted = [(a.producer_id, a.first_offset) for a in sl.aborted if a.first_offset < last]
         out.append(fp)
     return out
 
 
 def encode_fetch_response(
-    version: int, topics: list[tuple[str | uuid.UUID | None, list[FetchPartition]]]
+    version: int, topics: list[tuple[str | uuid.UUID | None, list[FetchPartition]]],
+    error: KafkaError = KafkaError.none,
 ) -> list[bytes | memoryview]:
     """FetchResponse v4-v18 body as chunks (record bytes uncopied), equal to kio's encoding. Topics
     are keyed by name up to v12, by id from v13 (None: the zero id)."""
@@ -219,7 +266,7 @@ def encode_fetch_response(
     chunks: list[bytes | memoryview] = []
     out = bytearray(I32.pack(0))  # throttle time
     if version >= 7:
-        out += I16.pack(KafkaError.none) + I32.pack(0)  # error code, session id
+        out += I16.pack(error) + I32.pack(0)  # error code, session id
     out += array_len(len(topics), flex)
     for key, parts in topics:
         out += topic_key(key, version >= 13, flex)

@@ -9,7 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.domain.registry import Peer
+from gateway.domain.registry import Peer, Registry
 from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.errors import TopicNotFound
 from gateway.kafka import codec
@@ -18,7 +18,7 @@ from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error
 
 CLUSTER_ID = "redis-streams-gateway"
-LEADER_EPOCH = 0  # one leader forever: epochs never change
+LEADER_EPOCH = 0  # every gateway serves one log: no leader can be stale (docs/kafka-differences.md)
 
 
 def broker(ctx: RequestContext) -> tuple[int, str, int]:
@@ -40,22 +40,28 @@ def brokers(ctx: RequestContext) -> list[tuple[int, str, int]]:
     return [peer_address(ctx, p) for p in ctx.services.registry.live()]
 
 
-def partition_entries(leaders: list[int], serving: list[int]) -> list[dict[str, Any]]:
+def partition_entries(registry: Registry, topic: str, partitions: int) -> list[dict[str, Any]]:
     """Each partition's replicas and ISR are the gateways that serve it, which is every live one (the
     leader first): the replication factor a topic was created with copies nothing here (Redis keeps
-    the data), so they say who answers for the partition, never how many copies exist."""
-    return [
-        {
+    the data), so they say who answers for the partition, never how many copies exist. A partition a
+    reassignment placed lists the replicas it named instead, so `kafka-reassign-partitions --verify`
+    finds them; its ISR are the live ones, the others offline (as Kafka lists a dead broker's)."""
+    alive = [p.node_id for p in registry.live()]
+    entries = []
+    for p, leader in enumerate(registry.leaders(topic, partitions)):
+        node = leader.node_id
+        placed = registry.replicas(topic, p)
+        replicas = (node, *(n for n in alive if n != node)) if placed is None else placed
+        entries.append({
             "error_code": KafkaError.none,
             "partition_index": p,
             "leader_id": node,
             "leader_epoch": LEADER_EPOCH,
-            "replica_nodes": (replicas := (node, *(n for n in serving if n != node))),
-            "isr_nodes": replicas,
-            "offline_replicas": (),
-        }
-        for p, node in enumerate(leaders)
-    ]
+            "replica_nodes": replicas,
+            "isr_nodes": replicas if placed is None else tuple(n for n in placed if n in alive),
+            "offline_replicas": () if placed is None else tuple(n for n in placed if n not in alive),
+        })
+    return entries
 
 
 @handles(ApiKey.METADATA, 0, 13)
@@ -73,6 +79,8 @@ async def metadata(ctx: RequestContext, req: Any) -> Any:
             for t in wanted]})
     log = ctx.services.log
     live = brokers(ctx)
+    if wanted is None or wanted:
+        await ctx.services.registry.reload()  # a reassignment just made elsewhere shows at once
     topics: list[dict[str, Any]] = []
     if wanted is None or (ctx.api_version == 0 and not wanted):
         infos = await log.list_topics()  # only those the principal may describe
@@ -156,9 +164,8 @@ async def _topic(ctx: RequestContext, req: Any, name: str, partitions: int, topi
         "name": name,
         "topic_id": topic_uuid(topic_id),
         "is_internal": False,
-        "partitions": partition_entries([p.node_id for p in ctx.services.registry.leaders(name, partitions)],
-                                        [p.node_id for p in ctx.services.registry.live()]),
-                "topic_authorized_operations": await authorized_operations(
+        "partitions": partition_entries(ctx.services.registry, name, partitions),
+        "topic_authorized_operations": await authorized_operations(
             ctx, ResourceType.TOPIC, name, getattr(req, "include_topic_authorized_operations", False)
         ),
     }

@@ -28,7 +28,18 @@ from gateway.formats.records import ATTR_TRANSACTIONAL
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.produce_request import MAX_VERSION, MIN_VERSION, TOPIC_IDS_FROM, ProduceRequest
+from gateway.kafka.txn import txn_error
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string, topic_key
+
+# Errors Kafka's ReplicaManager.appendToLocalLog answers with log start offset -1; for any other
+# refusal of a partition's batch by its log (a sequence or epoch out of order, bad records, too few
+# replicas) it answers the partition's log start offset (`processFailedRecord`).
+BEFORE_THE_LOG = frozenset({
+    KafkaError.unknown_topic_or_partition, KafkaError.not_leader_or_follower, KafkaError.message_too_large,
+    KafkaError.record_list_too_large, KafkaError.corrupt_message, KafkaError.kafka_storage_error,
+})
+
+TXN_V2_PRODUCE = 12  # KIP-890 part 2: from this version a transactional producer speaks transactions V2
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,8 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                 results[(name, p.index)] = PartitionResult(p.index, KafkaError.corrupt_message)
             else:
                 items.append((name, p.index, p.records))
+    if ctx.api_version >= TXN_V2_PRODUCE and tid is not None and not txn_denied:
+        items = await _add_to_txn(ctx, tid, items, results)
     delayed = {t for t in {t for t, _, _ in items} if await ctx.services.log.delayed_topic(t)}
     if delayed:
         items = await _hold_delayed(ctx, req, items, delayed, results)
@@ -94,10 +107,20 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                                                       timeout_ms=req.timeout_ms)
         except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
             appended = [Produced(t, p, exc) for t, p, _ in items]
+        refused = [(d.topic, d.partition) for d in appended
+                   if isinstance(d.result, Exception) and kafka_error(d.result) not in BEFORE_THE_LOG]
+        starts: dict[tuple[str, int], tuple[int, int] | None] = {}
+        if refused:
+            try:
+                starts = dict(zip(refused, await ctx.services.log.bounds_many(refused), strict=True))
+            except GatewayError:
+                pass  # Redis away: the start offsets stay unknown (-1)
         for (_, _, blob), done in zip(items, appended, strict=True):
             r = done.result
             if isinstance(r, Exception):
+                bounds = starts.get((done.topic, done.partition))
                 res = PartitionResult(done.partition, kafka_error(r), message=error_message(r),
+                                      log_start=bounds[0] if bounds else -1,
                                       record_errors=tuple(r.record_errors) if isinstance(r, InvalidRecord) else ())
             else:
                 res = PartitionResult(done.partition, base_offset=r.base_offset, log_start=r.log_start,
@@ -110,6 +133,44 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
     topics = [(key, [results[(name, i)] for i in parts]) for key, name, parts in order]
     errors = {r.error for r in results.values()} - {KafkaError.none}
     return Encoded(encode_produce_response(ctx.api_version, topics), errors)
+
+
+def _txn_header(blob: bytes | memoryview) -> tuple[int, int] | None:
+    """(producer id, epoch) of a transactional batch (its 61-byte header), else None."""
+    if len(blob) < 61 or blob[16] != 2 or not I16.unpack_from(blob, 21)[0] & ATTR_TRANSACTIONAL:
+        return None
+    return I64.unpack_from(blob, 43)[0], I16.unpack_from(blob, 51)[0]
+
+
+async def _add_to_txn(
+    ctx: RequestContext,
+    tid: str,
+    items: list[tuple[str, int, bytes | memoryview]],
+    results: dict[tuple[str, int], PartitionResult],
+) -> list[tuple[str, int, bytes | memoryview]]:
+    """Transactions V2 (KIP-890 part 2): Produce v12+ adds its transactional partitions to the
+    producer's transaction itself, before they are appended, as Kafka's leader has its coordinator
+    add them (ReplicaManager.appendRecords through AddPartitionsToTxnManager). A producer whose epoch
+    the transaction's end moved past, or whose transactional.id another took, is refused
+    INVALID_PRODUCER_EPOCH, as AddPartitionsToTxnManager turns PRODUCER_FENCED into for Produce; the
+    late write of an aborted transaction is fenced so (the hanging-transaction defence). The
+    coordinator's other answers pass as ReplicaManager passes them under TV2: CONCURRENT_TRANSACTIONS
+    as it is, a coordinator not available as NOT_ENOUGH_REPLICAS (retried without a metadata refresh)."""
+    wanted = [(t, p, h) for t, p, blob in items if (h := _txn_header(blob)) is not None]
+    if not wanted:
+        return items
+    pid, epoch = wanted[0][2]
+    try:
+        await ctx.services.txn_producers.add_partitions(tid, pid, epoch, [(t, p) for t, p, _ in wanted])
+        return items
+    except GatewayError as exc:
+        error = {KafkaError.producer_fenced: KafkaError.invalid_producer_epoch,
+                 KafkaError.coordinator_not_available: KafkaError.not_enough_replicas}.get(
+            code := txn_error(ctx, exc), code)
+    refused = {(t, p) for t, p, _ in wanted}
+    for t, p in refused:
+        results[(t, p)] = PartitionResult(p, error)
+    return [i for i in items if (i[0], i[1]) not in refused]
 
 
 async def _hold_delayed(

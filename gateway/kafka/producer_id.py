@@ -1,4 +1,9 @@
-"""InitProducerId for idempotent producers: a fresh id from Redis, or the next epoch of a known one.
+"""InitProducerId for idempotent producers: a fresh id from Redis, epoch 0, every time.
+
+Also when the request names the producer's id and epoch (KIP-360's bump, which librdkafka and the
+Java client send after an unknown-producer or sequence error): Kafka 4.4's
+`TransactionCoordinator.handleInitProducerId` "blindly" hands out a new id for a null
+transactional id, so the producer's sequences start over under that one.
 
 A transactional.id goes to the transaction keys (gateway.kafka.txn): a new epoch fences the older
 producer and aborts its transaction. Ids come
@@ -16,8 +21,6 @@ from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.txn import init_transactional
-
-MAX_EPOCH = 32767
 
 
 async def _may_write_idempotently(ctx: RequestContext) -> bool:
@@ -42,9 +45,6 @@ async def init_producer_id(ctx: RequestContext, req: Any) -> Any:
     if not await _may_write_idempotently(ctx):
         return codec.build(cls, {"error_code": KafkaError.cluster_authorization_failed, "producer_id": -1,
                                  "producer_epoch": -1})
-    if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
-        # KIP-360: an idempotent producer resets its sequences under the next epoch of its id
-        return codec.build(cls, {"error_code": KafkaError.none, "producer_id": pid, "producer_epoch": epoch + 1})
     try:
         new = await ctx.services.log.allocate_producer_id()
     except Exception as exc:

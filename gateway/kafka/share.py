@@ -73,7 +73,8 @@ async def share_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
         "error_code": KafkaError.none,
         "member_id": r.member_id,
         "member_epoch": r.member_epoch,
-        "heartbeat_interval": _share(ctx).heartbeat_interval_ms,
+        # none for a member that left: Kafka's shareGroupLeave answers the member id and epoch alone
+        "heartbeat_interval": 0 if r.left else _share(ctx).heartbeat_interval_ms,
         "assignment": None if r.assignment is None else {"topic_partitions": topics.by_id(r.assignment)},
     })
 

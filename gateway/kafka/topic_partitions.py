@@ -68,7 +68,7 @@ async def _walk(
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The topics' partitions in order from the cursor, within `budget`; and the next cursor."""
     registry = ctx.services.registry
-    serving = [p.node_id for p in registry.live()]
+    await registry.reload()  # a reassignment just made elsewhere shows at once
     out: list[dict[str, Any]] = []
     for name in names:
         if budget == 0:
@@ -84,7 +84,7 @@ async def _walk(
             continue
         start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         upper = min(info.partitions, start + budget)
-        entries = partition_entries([p.node_id for p in registry.leaders(name, info.partitions)], serving)
+        entries = partition_entries(registry, name, info.partitions)
         # empty ELR lists, never null: Kafka sends lists, and its Java Admin client fails on a null
         partitions = [{**entries[p], "eligible_leader_replicas": (), "last_known_elr": ()}
                       for p in range(start, upper)]

@@ -28,6 +28,10 @@ from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import REPLICAS_SHORT, kafka_error
 
+# KIP-890 part 2: the request versions from which a producer speaks transactions V2
+TXN_V2_END_TXN = 5
+TXN_V2_TXN_OFFSET_COMMIT = 5
+
 # KIP-588: from these versions on, a fenced producer is told PRODUCER_FENCED, before that INVALID_PRODUCER_EPOCH
 _FENCED_SINCE: dict[int, int] = {
     ApiKey.INIT_PRODUCER_ID: 4,
@@ -168,8 +172,11 @@ async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> Any:
     return codec.build(cls, {"error_code": KafkaError.none})
 
 
-@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
+@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
 async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
+    """From v5 (transactions V2, KIP-890 part 2) the producer sends no AddOffsetsToTxn: the group
+    is added to its transaction here, before the offsets are staged, as Kafka's coordinator adds it
+    (TransactionCoordinator through the group coordinator's verification)."""
     cls = codec.response_class(ApiKey.TXN_OFFSET_COMMIT, ctx.api_version)
     now = now_ms()
     offsets = {
@@ -190,6 +197,9 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
         offsets = {k: v for k, v in offsets.items() if k[0] not in denied}
     if code == KafkaError.none and offsets:
         try:
+            if ctx.api_version >= TXN_V2_TXN_OFFSET_COMMIT:
+                await ctx.services.txn_producers.add_offsets(req.transactional_id, req.producer_id,
+                                                             req.producer_epoch, req.group_id)
             await ctx.services.txn_producers.commit_offsets(
                 req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, offsets,
                 generation=getattr(req, "generation_id", -1), member_id=getattr(req, "member_id", "") or "",
@@ -207,16 +217,22 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
     ]})
 
 
-@handles(ApiKey.END_TXN, 0, 4)
+@handles(ApiKey.END_TXN, 0, 5)
 async def end_txn(ctx: RequestContext, req: Any) -> Any:
+    """From v5 the producer speaks transactions V2 (KIP-890; TransactionVersion.transactionVersionForEndTxn):
+    its epoch moves on at every end, and the answer carries the producer id and epoch it goes on
+    with (-1 on an error, the schema's defaults)."""
     cls = codec.response_class(ApiKey.END_TXN, ctx.api_version)
     if not await _may_write(ctx, req.transactional_id):
         return codec.build(cls, {"error_code": KafkaError.transactional_id_authorization_failed})
     try:
-        await ctx.services.txn_producers.end(req.transactional_id, req.producer_id, req.producer_epoch,
-                                          bool(req.committed))
+        _, (pid, epoch) = await ctx.services.txn_producers.end(
+            req.transactional_id, req.producer_id, req.producer_epoch, bool(req.committed),
+            bump=ctx.api_version >= TXN_V2_END_TXN)
     except Exception as exc:
         return codec.build(cls, {"error_code": txn_error(ctx, exc)})
+    if ctx.api_version >= TXN_V2_END_TXN:
+        return codec.build(cls, {"error_code": KafkaError.none, "producer_id": pid, "producer_epoch": epoch})
     return codec.build(cls, {"error_code": KafkaError.none})
 
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from gateway.config import Config
 from gateway.domain.client_metrics import ClientMetricsService
 from gateway.domain.delay import DelayService
+from gateway.domain.features import Features
 from gateway.domain.fence import FenceService
 from gateway.domain.groups.consumer import ConsumerGroupConfig
 from gateway.domain.groups.coordinator import open_coordinator
@@ -91,4 +92,5 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
         closing.push_async_callback(registry.release)
         yield Services(config, log, txn, fence, delay, groups, txn_producers, watermark, subscriptions,
                        registry, roles, security, share, memory, SchemaRegistry(log, store),
+                       Features(store.features),
                        ClientMetricsService(store))

@@ -58,6 +58,7 @@ class Store:
         self.roles = RoleStore(redis, scripts)
         self.registry = RegistryStore(redis, scripts)
         self.cluster_config = ClusterConfigStore(redis, scripts)
+        self.features = ClusterConfigStore(redis, scripts, keys.FEATURES)
         self.cleaner = CleanerStore(redis, scripts)
         self.share_groups = ShareGroupStore(redis, scripts)
         self.schemas = SchemaAllocStore(scripts)

@@ -268,6 +268,8 @@ NODE_IDS = "{gw:nodes}:seq"
 """Counter handing out node ids to gateways started without one."""
 NODE_ADDRESSES = "{gw:nodes}:addresses"
 """Hash: "<host>:<kafka port>" -> the node id last registered there, so a restarted gateway keeps its id."""
+LEADERS = "{gw:nodes}:leaders"
+"""Hash: "<topic>:<partition>" -> "<leader> <replica>,..." for partitions a reassignment placed."""
 
 
 # -- background roles: one gateway at a time holds each, under a lease with an epoch -----------------
@@ -302,6 +304,12 @@ def sec_user(name: str) -> str:
 CLUSTER_CONFIG = "gw:cluster-config"
 """String: msgpack {v: version, c: broker config name -> value}, the cluster-wide defaults of topic
 configs (log.retention.ms, message.max.bytes, ...) that an admin set; every gateway reads them."""
+
+
+FEATURES = "gw:features"
+"""String: msgpack {v: version, c: feature name -> finalized level}, the features an admin finalized
+with UpdateFeatures (transaction.version); kept as the cluster-wide configs are, the version being
+ApiVersions' finalized_features_epoch."""
 
 
 def broker_config(node_id: int) -> str:

@@ -6,8 +6,11 @@ still agree on who is alive; a renewal returns every live gateway in the same ro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import msgpack
 
 from gateway.errors import ErrorCode, NotAllowed
 from gateway.store import keys
@@ -31,6 +34,25 @@ class GatewayEntry:
         text = entry.decode() if isinstance(entry, bytes) else entry
         ends, _, host, kafka, native, admin = text.split(" ")
         return cls(int(node), host, int(kafka), int(native), int(admin), int(ends) - now_ms)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A partition a reassignment placed: its replicas (the first preferred) and the gateway leading it."""
+
+    leader: int
+    replicas: tuple[int, ...]
+
+    def encode(self) -> str:
+        return f"{self.leader} {','.join(map(str, self.replicas))}"
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Placement:
+        leader, _, replicas = (raw.decode() if isinstance(raw, bytes) else raw).partition(" ")
+        return cls(int(leader), tuple(int(r) for r in replicas.split(",")))
+
+
+PartitionKey = tuple[str, int]
 
 
 def address(host: str, kafka_port: int, native_port: int, admin_port: int) -> str:
@@ -71,3 +93,26 @@ class RegistryStore:
         flat = reply[2:]
         return sorted((GatewayEntry.parse(n, e, now) for n, e in zip(flat[::2], flat[1::2], strict=True)),
                       key=lambda g: g.node_id)
+
+    async def placements(self) -> dict[PartitionKey, Placement]:
+        """Every partition a reassignment placed (topic names hold no ':', so the last one splits)."""
+        async with storage_errors():
+            raw: dict[bytes, bytes] = await self.redis.hgetall(keys.LEADERS)  # type: ignore[assignment]
+        out: dict[PartitionKey, Placement] = {}
+        for field, value in raw.items():
+            topic, _, partition = field.decode().rpartition(":")
+            out[topic, int(partition)] = Placement.decode(value)
+        return out
+
+    async def place(self, changes: Sequence[tuple[PartitionKey, Placement | None, Placement | None]],
+                    *, expect: bool = True) -> list[bool]:
+        """Set each partition's placement (None removes it) where it still is what was read (`expect`),
+        else anyway; whether each was set. One script, so a gateway acting on a stale view loses."""
+        triples = [[f"{topic}:{partition}", "*" if not expect else "" if old is None else old.encode(),
+                     "" if new is None else new.encode()] for (topic, partition), old, new in changes]
+        if not triples:
+            return []
+        async with storage_errors():
+            reply = await self.scripts.call("leaders-set-1", [keys.LEADERS],
+                                            [msgpack.packb(triples, use_bin_type=False)])  # changes
+        return [bool(r) for r in reply]

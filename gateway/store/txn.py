@@ -40,6 +40,7 @@ class Ending:
     settles: list[tuple[str, str, int]] = field(default_factory=list)
     txn_id: str = ""
     marked: bool = True
+    key_producer: tuple[int, int] = (-1, -1)  # ended by its key: the key's producer id and epoch from now on
 
 
 class ProducerRefused(Exception):
@@ -172,20 +173,24 @@ class TxnStore:
         return r[1].decode(), r[2].decode(), bool(int(r[3]))
 
     async def end(
-        self, txn_id: str, commit: bool, epoch: int = -1, *, key: str = "", producer_id: int = -1
+        self, txn_id: str, commit: bool, epoch: int = -1, *, key: str = "", producer_id: int = -1,
+        bump: bool = False, next_producer_id: int | None = None,
     ) -> Ending:
         """The point of no return of `txn_id`, or with a transaction `key` (and `producer_id`) of
-        that key's current transaction, checking the caller is its producer in the same step."""
+        that key's current transaction, checking the caller is its producer in the same step. With
+        `bump` (transactions V2) the key's epoch moves on in that step, to producer
+        `next_producer_id` at epoch 0 when given (the caller's epoch being the last)."""
         async with storage_errors():
             reply = await self.scripts.call(
                 "txn-end-4", [keys.txn_key(key or "-"), keys.TXN_OPEN, keys.TXN_LOG, keys.txn("")],
-                # id, action, pid, epoch, now, sets
+                # id, action, pid, epoch, now, sets, bump, next_pid
                 ["" if key else txn_id, "commit" if commit else "abort", producer_id if key else "", epoch,
-                 now_ms(), " ".join(_SETS.values())],
+                 now_ms(), " ".join(_SETS.values()), 1 if bump else 0,
+                 "" if next_producer_id is None else next_producer_id],
             )
         r = _check(reply, txn_id or key)
         return Ending(r[1].decode(), int(r[2]), int(r[3]), _decode_parts(r[4]), _decode_subs(r[5]),
-                      _decode_settles(r[6]), r[7].decode(), bool(int(r[8])))
+                      _decode_settles(r[6]), r[7].decode(), bool(int(r[8])), (int(r[9]), int(r[10])))
 
     async def commit_group(
         self, txn_ids: list[str], key: str, epoch: int, commit_id: int | None
@@ -225,15 +230,18 @@ class TxnStore:
         return str(_check(reply, txn_id)[1].decode())
 
     async def write_markers(
-        self, partitions: list[tuple[str, int]], producer_id: int, producer_epoch: int, commit: bool, marker: bytes
+        self, partitions: list[tuple[str, int]], producer_id: int, producer_epoch: int, commit: bool, marker: bytes,
+        *, always: bool = False,
     ) -> list[int]:
-        """One marker script per partition, all in one round trip; each is safe to repeat."""
+        """One marker script per partition, all in one round trip. The coordinator's own (not
+        `always`) are safe to repeat: a marker only ends an open transaction. `always` is Kafka's
+        WriteTxnMarkers: the marker is appended whatever is open, and a stale epoch is refused."""
         calls = [
             ("txn-marker-5",
              [keys.log(t, p), keys.meta(t, p), keys.open_txns(t, p), keys.aborted_txns(t, p),
               keys.producers(t, p)],
-             # pid, epoch, marker, commit
-             [producer_id, producer_epoch, marker, 1 if commit else 0])
+             # pid, epoch, marker, commit, always
+             [producer_id, producer_epoch, marker, 1 if commit else 0, 1 if always else 0])
             for t, p in partitions
         ]
         async with storage_errors():

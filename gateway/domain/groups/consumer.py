@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+# A group's epoch starts at 2: KAFKA-20268 (Kafka 4.3) reserves epoch 1 for a special empty
+# assignment, so a new group's first bump goes from 0 to 2 (0 is a joining member's epoch).
+FIRST_GROUP_EPOCH = 2
 REGEX_REFRESH_MIN_INTERVAL = 10.0  # seconds: Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1  # ConsumerGroupHeartbeat v1+: the client names itself
 
@@ -261,7 +264,7 @@ class ConsumerGroup:
         if counts != g.partition_counts:
             g.partition_counts, bump = counts, True
         if bump:
-            g.group_epoch += 1
+            g.group_epoch = max(g.group_epoch + 1, FIRST_GROUP_EPOCH)
             log.info("group %s: epoch %d", g.group_id, g.group_epoch)
         retarget = g.group_epoch > g.assignment_epoch
         if retarget:
@@ -371,7 +374,6 @@ class ConsumerGroup:
             if found.member_id != req.member_id:
                 raise GroupError(GroupErrorKind.FENCED_INSTANCE_ID, f"instance id {req.instance_id} has a newer member")
             m = found
-        interval = self.config.heartbeat_interval_ms
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             g.members[m.member_id] = replace(
                 m, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={}
@@ -381,7 +383,8 @@ class ConsumerGroup:
         else:
             log.info("group %s: member %s left", g.group_id, m.member_id)
             self.fence(g, m.member_id)
-        return Step(g, HeartbeatResult(m.member_id, req.member_epoch, interval, None), True)
+        # no heartbeat interval: Kafka's consumerGroupLeave answers the member id and epoch alone
+        return Step(g, HeartbeatResult(m.member_id, req.member_epoch, 0, None), True)
 
     # -- timers ---------------------------------------------------------------------------------
 

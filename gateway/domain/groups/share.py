@@ -31,6 +31,7 @@ from enum import IntEnum
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 
 JOIN_EPOCH = 0
+FIRST_GROUP_EPOCH = 2  # a new group's first epoch: KAFKA-20268 (Kafka 4.3) keeps 1 for an empty assignment
 LEAVE_EPOCH = -1
 CLOSE_SESSION_EPOCH = -1
 
@@ -144,6 +145,10 @@ class ShareGroup:
         self.members: dict[str, ShareMember] = {}
         self.sessions: dict[str, ShareSession] = {}
         self._sizes: dict[str, int] = {}  # partition counts the assignments were computed from
+        # partitions whose share state is initialized, by topic (a count from 0), and those a
+        # heartbeat asked to initialize, which the group's next heartbeat finds done
+        self.initialized: dict[str, int] = {}
+        self.initializing: dict[str, int] = {}
         self.targets: dict[str, Assignment] = {}  # each member's target assignment at `_assigned_at`
         self._assigned_at = -1
 
@@ -166,6 +171,7 @@ class ShareGroup:
         if not member_id:
             raise GroupError(GroupErrorKind.INVALID_REQUEST, "MemberId can't be empty.")
         member = self.members.get(member_id)
+        bump = self._initialized(partitions)
         if member_epoch == LEAVE_EPOCH:
             if member is None:
                 raise GroupError(GroupErrorKind.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
@@ -177,7 +183,7 @@ class ShareGroup:
             if subscribed is None:
                 raise GroupError(GroupErrorKind.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
             member = self.members[member_id] = ShareMember(member_id)
-            self.epoch += 1
+            bump = True
         elif member_epoch not in (member.epoch, member.previous_epoch, JOIN_EPOCH):
             raise GroupError(GroupErrorKind.FENCED_MEMBER_EPOCH,
                              f"member epoch {member_epoch} is not the member's {member.epoch}")
@@ -185,11 +191,13 @@ class ShareGroup:
         member.rack_id, member.client_id, member.client_host = rack_id, client_id, client_host
         if subscribed is not None and tuple(sorted(set(subscribed))) != member.subscribed:
             member.subscribed = tuple(sorted(set(subscribed)))
-            self.epoch += 1
+            bump = True
         sizes = {t: partitions[t] for t in self.subscribed_topics() if t in partitions}
         if sizes != self._sizes:
             self._sizes = sizes
-            self.epoch += 1
+            bump = True
+        if bump:  # once per heartbeat, as Kafka's shareGroupHeartbeat bumps it
+            self.epoch = max(self.epoch + 1, FIRST_GROUP_EPOCH)
         if self._assigned_at != self.epoch:
             self._assign()
         target = self.targets.get(member_id, {})
@@ -198,7 +206,25 @@ class ShareGroup:
             member.previous_epoch, member.epoch = member.epoch, self.epoch
             changed = changed or member_epoch != member.epoch
         member.assignment = target
+        self.initializing = {t: n for t, n in self._sizes.items() if self.initialized.get(t, 0) < n}
         return HeartbeatResult(member_id, member.epoch, target if changed else None)
+
+    def _initialized(self, partitions: Mapping[str, int]) -> bool:
+        """Kafka assigns a share group only partitions whose share state its share coordinator has
+        initialized (GroupMetadataManager's `subscribedTopicsChangeMap`, then
+        InitializeShareGroupState, sent after the heartbeat that subscribed them); when that is done,
+        `initializeShareGroupState` records them and bumps the group epoch for a new assignment. So
+        a new member's first heartbeat gets none, and a later one its partitions at the next epoch.
+        Here the initialization a heartbeat asked for is found done at the group's next heartbeat
+        (Kafka's takes a persister round trip; its clients heartbeat every few seconds): the
+        gateway's share state, the shared subscription, needs no initializing. Returns whether the
+        epoch must move."""
+        for t in [t for t in self.initialized if t not in partitions]:
+            del self.initialized[t]  # the topic is gone: one created again under its name starts over
+        done = {t: n for t, n in self.initializing.items() if t in partitions}
+        self.initializing = {}
+        self.initialized.update(done)
+        return bool(done)
 
     def _assign(self) -> None:
         """Every member's target assignment by `simple_assignment`: over all the topics at once when
@@ -213,7 +239,7 @@ class ShareGroup:
             groups = [([t], sorted(m for m, ts in subscribed.items() if t in ts)) for t in topics]
         targets: dict[str, dict[str, set[int]]] = {m: {} for m in subscribed}
         for topics, members in groups:
-            partitions = [(t, p) for t in topics for p in range(self._sizes[t])]
+            partitions = [(t, p) for t in topics for p in range(min(self._sizes[t], self.initialized.get(t, 0)))]
             mine = {m: [tp for tp in current.get(m, []) if tp[0] in topics] for m in members}
             for m, tps in simple_assignment(partitions, members, mine).items():
                 for t, p in tps:

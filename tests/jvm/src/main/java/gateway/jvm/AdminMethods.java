@@ -68,8 +68,7 @@ public final class AdminMethods {
     public static void main(String[] args) throws Exception {
         String name = args[1];
         TopicPartition p0 = new TopicPartition(name, 0);
-        // abortTransaction's marker differs (docs/kafka-differences.md): on its own topic, so that
-        // no other method sees its offset
+        // abortTransaction's marker on its own topic, so that no other method sees its offset
         TopicPartition markers = new TopicPartition(name + "-markers", 0);
         ConfigResource topicConfigs = new ConfigResource(ConfigResource.Type.TOPIC, name);
         byte[] noToken = new byte[] {1, 2, 3};

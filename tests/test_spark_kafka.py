@@ -1,0 +1,120 @@
+"""Spark's own Kafka connector (spark-sql-kafka-0-10, tests/spark_kafka) from PySpark, on the gateway
+and on Kafka 4.4: a Structured Streaming query reading with format("kafka") and writing back with
+Spark's Kafka sink, and batch queries over offset ranges, as Spark's Structured Streaming + Kafka
+Integration Guide describes its options."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+
+from tests.conftest import in_spark
+from tests.kafka_clients import create_topic
+from tests.kafka_jvm import unique
+
+pytestmark = [pytest.mark.spark, pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
+
+BASE_TS = 1_700_000_000_000  # the records' own timestamps: startingOffsetsByTimestamp reads them
+
+
+async def produce(bs: str, topic: str, values: list[str], partition: int, transactional: str = "",
+                  commit: bool = True, headers: list[tuple[str, bytes]] | None = None) -> None:
+    """`values` into one partition, timestamps BASE_TS + i s; in a transaction that commits or aborts
+    when `transactional` names one. In a thread: the gateway may share this loop."""
+    await asyncio.to_thread(_produce, bs, topic, values, partition, transactional, commit, headers)
+
+
+def _produce(bs: str, topic: str, values: list[str], partition: int, transactional: str, commit: bool,
+             headers: list[tuple[str, bytes]] | None) -> None:
+    config = {"bootstrap.servers": bs, **({"transactional.id": transactional} if transactional else {})}
+    producer = ck.Producer(config)
+    if transactional:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value.encode(), key=b"k", partition=partition, timestamp=BASE_TS + i * 1000,
+                         headers=headers)
+    if transactional:
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    assert producer.flush(30) == 0
+
+
+async def read_all(bs: str, topic: str, count: int) -> list[tuple[str, list[tuple[str, bytes]]]]:
+    """`count` committed values of the one-partition `topic`, with their headers."""
+    return await asyncio.to_thread(_read_all, bs, topic, count)
+
+
+def _read_all(bs: str, topic: str, count: int) -> list[tuple[str, list[tuple[str, bytes]]]]:
+    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": unique("check"), "auto.offset.reset": "earliest",
+                            "isolation.level": "read_committed"})
+    out: list[tuple[str, list[tuple[str, bytes]]]] = []
+    try:
+        consumer.assign([ck.TopicPartition(topic, 0, 0)])
+        while len(out) < count:
+            msg = consumer.poll(30)
+            assert msg is not None, f"{len(out)} of {count} records of {topic}"
+            assert msg.error() is None, msg.error()
+            out.append((msg.value().decode(), list(msg.headers() or [])))
+    finally:
+        consumer.close()
+    return out
+
+
+@pytest.mark.timeout(300)
+async def test_a_stream_reads_committed_records_and_writes_them_back(spark: Any, either: str, tmp_path: Path):
+    """subscribe, startingOffsets as JSON (partition 1 from offset 1), includeHeaders,
+    kafka.isolation.level=read_committed (the aborted transaction is never read), minPartitions (more
+    Spark tasks than Kafka partitions), and the Kafka sink writing each row's value and headers."""
+    bs, source, sink = either, unique("spark-in"), unique("spark-out")
+    await create_topic(bs, source, 2)
+    await create_topic(bs, sink, 1)
+    await produce(bs, source, ["a0", "a1", "a2"], 0, unique("txn"), headers=[("h", b"1")])
+    await produce(bs, source, ["gone0", "gone1"], 0, unique("txn"), commit=False)
+    await produce(bs, source, ["b0", "b1", "b2"], 1, headers=[("h", b"2")])
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("kafka").option("kafka.bootstrap.servers", bs).option("subscribe", source)
+            .option("startingOffsets", json.dumps({source: {"0": -2, "1": 1}}))  # -2: earliest
+            .option("includeHeaders", "true").option("kafka.isolation.level", "read_committed")
+            .option("minPartitions", "4").load()
+            .selectExpr("upper(CAST(value AS STRING)) AS value", "headers")
+            .writeStream.format("kafka").option("kafka.bootstrap.servers", bs).option("topic", sink)
+            .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None, query.exception()
+
+    await in_spark(spark, run)
+    written = await read_all(bs, sink, 5)
+    assert sorted(written) == sorted([("A0", [("h", b"1")]), ("A1", [("h", b"1")]), ("A2", [("h", b"1")]),
+                                      ("B1", [("h", b"2")]), ("B2", [("h", b"2")])])
+
+
+async def test_batch_queries_over_offset_ranges(spark: Any, either: str):
+    """A batch query from startingOffsets to endingOffsets (JSON, end exclusive), one from
+    startingOffsetsByTimestamp (the first offset at or after the time), both with subscribePattern."""
+    bs, prefix = either, unique("ranges")
+    await create_topic(bs, f"{prefix}-a", 1)
+    await create_topic(bs, f"{prefix}-b", 1)
+    for name in ("a", "b"):
+        await produce(bs, f"{prefix}-{name}", [f"{name}{i}" for i in range(6)], 0)
+
+    def values(**options: str) -> list[str]:
+        reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bs)
+        reader = reader.option("subscribePattern", f"{prefix}-.*")
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return sorted(r.value.decode() for r in reader.load().select("value").collect())
+
+    ranged = await in_spark(spark, values, startingOffsets=json.dumps({f"{prefix}-a": {"0": 2}, f"{prefix}-b": {"0": 0}}),
+                            endingOffsets=json.dumps({f"{prefix}-a": {"0": 4}, f"{prefix}-b": {"0": 1}}))
+    assert ranged == ["a2", "a3", "b0"]
+    timed = await in_spark(spark, values, startingOffsetsByTimestamp=json.dumps(
+        {f"{prefix}-a": {"0": BASE_TS + 4000}, f"{prefix}-b": {"0": BASE_TS + 4500}}))
+    assert timed == ["a4", "a5", "b5"]
