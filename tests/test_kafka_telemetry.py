@@ -30,6 +30,7 @@ from tests.conftest import eventually, kafka_bootstrap
 from tests.kafka_jvm import SUITE_SETTINGS, TOOLS, KafkaBroker, java_command
 from tests.kafka_wire import call
 from tests.test_metrics import samples, scrape
+from tests.test_security import login, secure  # noqa: F401  (secure: the fixture)
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 LONG = 300_000  # the longest interval a client gets: Kafka takes the least of the five-minute default and the matching ones
@@ -318,3 +319,15 @@ async def test_metrics_named_like_the_gateways_or_unnamed_are_left_out(gateway, 
                 if dict(labels).get("client_instance_id") == str(got.client_instance_id)}
     assert list(exported) == ["client_ok"]
     assert (exported["client_ok"]["name__"], exported["client_ok"]["attribute_9th"]) == ("x", "9")
+
+
+async def test_listing_config_resources_takes_describe_configs_on_the_cluster(secure):  # noqa: F811
+    """Alice, with no ACLs, is refused the listing; the super user is not."""
+    for user, password, code in [("alice", "alice-secret", E.cluster_authorization_failed),
+                                 ("admin", "admin-secret", E.none)]:
+        logged, auth = await login(secure, user, password)
+        assert auth.error_code == E.none
+        try:
+            assert (await call(logged, LIST, 1, {"resource_types": [16]})).error_code == code
+        finally:
+            logged[1].close()

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.clock import now_ms
 from gateway.domain.client_metrics import ACCEPTED_COMPRESSION, TELEMETRY_MAX_BYTES, ClientIdentity
+from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
 from gateway.kafka import codec
 from gateway.kafka.api_versions import CLIENT_SOFTWARE
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
@@ -82,8 +83,12 @@ async def list_config_resources(ctx: RequestContext, req: Any) -> Any:
     """v0 lists the client-metrics subscriptions alone; v1 the resources of the types asked for (none:
     every type), as Kafka 4.4 answers: groups with configs set, client-metrics subscriptions, each
     live gateway as a broker and a broker logger, topics, in that order (by type, highest first),
-    each type's names sorted; an unknown type is UNSUPPORTED_VERSION."""
+    each type's names sorted; an unknown type is UNSUPPORTED_VERSION. It takes DESCRIBE_CONFIGS on the
+    cluster (CLUSTER_AUTHORIZATION_FAILED), as Kafka's KafkaApis asks (and franz-go's kfake mirrors)."""
     cls = codec.response_class(ApiKey.LIST_CONFIG_RESOURCES, ctx.api_version)
+    if not await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.DESCRIBE_CONFIGS):
+        return codec.build(cls, {"throttle_time": 0, "error_code": KafkaError.cluster_authorization_failed,
+                                 "config_resources": []})
     known = (RESOURCE_GROUP, RESOURCE_CLIENT_METRICS, RESOURCE_BROKER_LOGGER, RESOURCE_BROKER, RESOURCE_TOPIC)
     asked = set(getattr(req, "resource_types", ()) or ()) if ctx.api_version >= 1 else {RESOURCE_CLIENT_METRICS}
     if asked - set(known):
