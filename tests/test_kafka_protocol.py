@@ -187,22 +187,30 @@ async def test_produce_to_a_missing_partition_and_a_corrupt_batch_are_per_partit
     await gateway.services.log.create_topic("forged", 1)
     good = build_batch([(None, b"x", [])])
     bad = good[:-1] + bytes([good[-1] ^ 1])
+
+    async def produce(cid: int, topic_data: list[dict]) -> list[tuple[str, int, int]]:
+        req = codec.build(codec.request_class(ApiKey.PRODUCE, 8), {
+            "transactional_id": None, "acks": -1, "timeout": 1000, "topic_data": topic_data})
+        writer.write(request(req, cid))
+        _, resp = decode(ApiKey.PRODUCE, 8, await read_response(reader))
+        return [(t.name, p.index, p.error_code) for t in resp.responses for p in t.partition_responses]
+
+    assert await produce(3, [
+        {"name": "strict", "partition_data": [{"index": 0, "records": bad}, {"index": 5, "records": good}]},
+        {"name": "nope", "partition_data": [{"index": 0, "records": good}]}]) == [
+        ("strict", 0, KafkaError.corrupt_message),
+        ("strict", 5, KafkaError.unknown_topic_or_partition),
+        ("nope", 0, KafkaError.unknown_topic_or_partition)]
+    # a marker is transactional: without a transactional id the whole request is refused, as
+    # KafkaApis.handleProduceRequest refuses any with RequestUtils.hasTransactionalRecords
     marker = build_control_batch(True, producer_id=1, producer_epoch=0)  # only the gateway writes these
-    req = codec.build(codec.request_class(ApiKey.PRODUCE, 8), {
-        "transactional_id": None, "acks": -1, "timeout": 1000,
-        "topic_data": [{"name": "strict", "partition_data": [
-            {"index": 0, "records": bad}, {"index": 5, "records": good}]},
-            {"name": "nope", "partition_data": [{"index": 0, "records": good}]},
-            {"name": "forged", "partition_data": [{"index": 0, "records": marker}]}],
-    })
-    writer.write(request(req, 3))
-    _, resp = decode(ApiKey.PRODUCE, 8, await read_response(reader))
-    errs = [(t.name, p.index, p.error_code) for t in resp.responses for p in t.partition_responses]
-    assert errs == [("strict", 0, KafkaError.corrupt_message),
-                    ("strict", 5, KafkaError.unknown_topic_or_partition),
-                    ("nope", 0, KafkaError.unknown_topic_or_partition),
-                    ("forged", 0, KafkaError.invalid_request)]
+    assert await produce(4, [
+        {"name": "forged", "partition_data": [{"index": 0, "records": marker}]},
+        {"name": "strict", "partition_data": [{"index": 0, "records": good}]}]) == [
+        ("forged", 0, KafkaError.transactional_id_authorization_failed),
+        ("strict", 0, KafkaError.transactional_id_authorization_failed)]
     assert await gateway.services.log.bounds("forged", 0) == (0, 0)
+    assert await gateway.services.log.bounds("strict", 0) == (0, 0)
 
 
 async def test_fetch_out_of_range_and_long_poll_woken_by_a_produce(gateway, conn):
