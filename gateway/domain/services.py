@@ -15,6 +15,7 @@ from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
 from gateway.domain.memory import MemoryBudget
 from gateway.domain.producer_txn import TransactionalProducers
+from gateway.domain.quotas import QuotaService
 from gateway.domain.registry import Registry
 from gateway.domain.roles import RoleLeases
 from gateway.domain.schemas.service import SchemaRegistry
@@ -41,3 +42,4 @@ class Services:
     share: ShareCoordinator  # KIP-932's share groups, over the subscriptions
     memory: MemoryBudget  # Redis's memory per primary, and produce's high-water mark
     schemas: SchemaRegistry  # the Schema Registry, over the _schemas topic
+    quotas: QuotaService  # client quotas, their usage shared through Redis

@@ -20,6 +20,7 @@ from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
 from gateway.domain.memory import MemoryBudget
 from gateway.domain.producer_txn import TransactionalProducers, group_offsets_settler, subscription_settler
+from gateway.domain.quotas import QuotaService
 from gateway.domain.registry import Registry
 from gateway.domain.roles import RoleLeases
 from gateway.domain.schemas.service import SchemaRegistry
@@ -89,4 +90,5 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
         closing.push_async_callback(share.close)  # releases what its members hold, before the subscriptions close
         closing.push_async_callback(registry.release)
         yield Services(config, log, txn, fence, delay, groups, txn_producers, watermark, subscriptions,
-                       registry, roles, security, share, memory, SchemaRegistry(log, store))
+                       registry, roles, security, share, memory, SchemaRegistry(log, store),
+                       QuotaService(store))

@@ -15,6 +15,7 @@ from gateway.store.groups import GroupStore
 from gateway.store.key_shared import KeySharedStore
 from gateway.store.log import LogStore
 from gateway.store.memory import MemoryStore
+from gateway.store.quotas import QuotaStore
 from gateway.store.registry import RegistryStore
 from gateway.store.replication import DurableScripts, Replication
 from gateway.store.roles import RoleStore
@@ -60,6 +61,7 @@ class Store:
         self.cleaner = CleanerStore(redis, scripts)
         self.share_groups = ShareGroupStore(redis, scripts)
         self.schemas = SchemaAllocStore(scripts)
+        self.quotas = QuotaStore(redis, scripts)
 
     def broker_config(self, node_id: int) -> ClusterConfigStore:
         """One gateway's own dynamic broker configs, kept as the cluster-wide ones are."""
