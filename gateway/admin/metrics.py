@@ -92,7 +92,20 @@ class Metrics:
                 *await self.delayed_gauges(parts),
                 *await self.transaction_gauges(), *await self.group_gauges(),
                 *await self.watermark_gauges([(t.name, t.partitions) for t in topics]),
-                *await share_group_families(self.services.share)]
+                *await share_group_families(self.services.share), *self.quota_families()]
+
+    def quota_families(self) -> list[Metric]:
+        """Throttling by this gateway per quota and entity (the entity's user and client-id tags, as
+        Kafka's quota metrics name them: empty where the quota that bound was not of that part)."""
+        labels = ["quota", "user", "client_id"]
+        count = CounterMetricFamily("gateway_quota_throttled", "Responses this gateway throttled for a client quota",
+                                    labels=labels)
+        seconds = CounterMetricFamily("gateway_quota_throttle_seconds",
+                                      "Throttle time those responses carried", labels=labels)
+        for key, (n, ms) in self.services.quotas.throttled.items():
+            count.add_metric(list(key), n)
+            seconds.add_metric(list(key), ms / 1000)
+        return [count, seconds]
 
     def memory_gauges(self) -> list[Metric]:
         """Per Redis primary, its memory as last sampled (no round trip of its own): used, maxmemory,

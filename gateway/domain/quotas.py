@@ -234,6 +234,13 @@ class QuotaService:
                 return values[key], tag_user, tag_client
         return None
 
+    def window_max(self, key: str, user: str | None, client_id: str | None) -> int | None:
+        """The most a quota lets through in one rate window (ClientQuotaManager.getMaxValueInQuotaWindow:
+        quota * (quota.window.num - 1) windows), or None: Kafka caps a fetch at it, so that one
+        response never outgrows the quota for good."""
+        found = self.applies(key, user or ANONYMOUS, client_id or "")
+        return None if found is None else int(found[0] * (SAMPLES - 1) * WINDOW_MS / 1000)
+
     async def record(self, key: str, user: str | None, client_id: str | None, amount: float) -> int:
         """Record usage of `key` by this user and client; the throttle time in ms it earns (0 when
         no quota applies, with no Redis round trip)."""

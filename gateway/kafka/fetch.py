@@ -100,6 +100,8 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
               for n, t in zip(named, req.topics, strict=True) if n.error == KafkaError.none for p in t.partitions]
     max_wait = min(req.max_wait.total_seconds(), MAX_WAIT)
     max_bytes = min(req.max_bytes, ctx.services.config.fetch_max_bytes)
+    if (window := ctx.services.quotas.window_max(FETCH, *identity(ctx))) is not None:
+        max_bytes = min(max_bytes, window)  # KafkaApis.handleFetchRequest's maxQuotaWindowBytes
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     committed = req.isolation_level == READ_COMMITTED
