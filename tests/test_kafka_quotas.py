@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, test_config
-from tests.differential import Scenario, Side, compare
+from tests.differential import Scenario, Side, compare, side
+from tests.kafka_jvm import tools, unique
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 
@@ -159,3 +160,42 @@ async def gateway_bs(redis_server: str) -> Any:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 async def test_kafka_and_the_gateway_answer_alike(name: str, kafka_broker: Any, gateway_bs: str) -> None:
     await compare(SCENARIOS[name], kafka_broker.bootstrap, gateway_bs, f"q-{name.replace('_', '-')}"[:30])
+
+
+def configs(bs: str, *args: str) -> list[str]:
+    return ["kafka-configs", "--bootstrap-server", bs, *args]
+
+
+async def test_kafka_configs_sets_and_shows_quotas_as_on_kafka(kafka_broker: Any, gateway_bs: str) -> None:
+    """Kafka's own kafka-configs, --entity-type users and clients (and both, and a default), altering
+    and describing on each broker; what it prints is compared, each describe once the broker serves
+    the alterations before it."""
+    user, client = unique("q-user"), unique("q-client")
+    u, c = ["--entity-type", "users", "--entity-name", user], ["--entity-type", "clients", "--entity-name", client]
+
+    async def run(bs: str) -> list[str]:
+        altered = await tools(
+            configs(bs, *u, "--alter", "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048"),
+            configs(bs, *u, *c, "--alter", "--add-config", "request_percentage=50"),
+            configs(bs, *u, "--entity-type", "clients", "--entity-default", "--alter", "--add-config",
+                    "producer_byte_rate=4096"),
+            configs(bs, *c, "--alter", "--add-config", "controller_mutation_rate=2.5"),
+            configs(bs, *c, "--alter", "--add-config", "producer_byte_rate=1.5"),
+            configs(bs, *u, "--alter", "--delete-config", "consumer_byte_rate"))
+        async with side("x", bs) as s:
+            await described(s, [("user", EXACT, user)], 3)
+
+            async def deleted() -> bool:
+                answer = await describe(s, [("user", EXACT, user)], strict=True)
+                return len(answer["entries"][0]["values"]) == 1
+            await eventually(deleted, 30, "the deletion")
+        shown = await tools(configs(bs, *u, "--describe"), configs(bs, *u, "--entity-type", "clients", "--describe"),
+                            configs(bs, *c, "--describe"), configs(bs, "--entity-type", "users", "--describe"))
+        return [f"exit {r.exit}\n" + "\n".join(line.replace(bs, "<broker>") for line in r.out.splitlines()
+                                             if not line.startswith("\t"))  # a refusal's stack trace
+                for r in (*altered, *shown[:3])] + [
+            "\n".join(sorted(line for line in shown[3].out.splitlines() if user in line))]
+
+    on_kafka, on_gateway = await run(kafka_broker.bootstrap), await run(gateway_bs)
+    assert on_gateway == on_kafka, "\n----\n".join(on_kafka + on_gateway)
+    assert "producer_byte_rate=1024.0" in on_gateway[6]

@@ -87,7 +87,7 @@ def refusal(a: Alteration) -> str | None:
         if key not in allowed:
             return f"Invalid configuration key {key}"
         if key in _LONGS and abs(int(value + 1e-6) - value) > 1e-6:
-            return f"Configuration {key} must be a Long value"
+            return f"{key} cannot be a fractional value."
     return None
 
 
