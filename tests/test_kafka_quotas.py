@@ -4,13 +4,18 @@ scenario), with defaults, strict and loose filters, and every refusal."""
 
 from __future__ import annotations
 
+import io
+import struct
 from typing import Any
 
 import pytest
+from kio.serial import entity_writer
 
 from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, test_config
 from tests.differential import Scenario, Side, compare, side
+from tests.kafka_differences import plain
 from tests.kafka_jvm import tools, unique
+from tests.kafka_wire import build_request, decode, read_response
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 
@@ -148,6 +153,47 @@ async def refused_filters(s: Side, name: str) -> Any:
         [("user", 7, None)],
         [("ip", EXACT, "127.0.0.1"), ("user", EXACT, name)],
     )] + [await describe(s, [], strict=True)]
+
+
+async def as_client(s: Side, client_id: str, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    """One request on a connection of its own, from `client_id` (the quota entity), as plain data."""
+    req = build_request(api_key, version, values)
+    buf = io.BytesIO()
+    entity_writer(type(req))(buf, req)
+    cid = client_id.encode()
+    head = struct.pack(">hhih", api_key, version, 7, len(cid)) + cid
+    if req.__header_schema__.__flexible__:
+        head += b"\0"
+    reader, writer = await s.connect()
+    try:
+        writer.write(struct.pack(">i", len(head) + len(buf.getvalue())) + head + buf.getvalue())
+        return plain(decode(api_key, version, await read_response(reader))[1])
+    finally:
+        writer.close()
+
+
+@scenario
+async def controller_mutations(s: Side, name: str) -> Any:
+    """KIP-599 on topic creation, deletion and partition growth: a rate of one partition a second
+    gives a burst of eleven; a strict request (CreateTopics v6+, DeleteTopics v5+, CreatePartitions
+    v3) is refused THROTTLING_QUOTA_EXCEEDED once the bucket is below zero, an older one is served
+    and throttled."""
+    client = f"{name}-m"
+    await alter(s, [(entity(client_id=client), [op("controller_mutation_rate", 1)])])
+    await described(s, [("client-id", EXACT, client)], 1)
+
+    async def create(topic: str, partitions: int, version: int = 7) -> Any:
+        r = await as_client(s, client, 19, version, {"timeout": 30000, "validate_only": False, "topics": [
+            {"name": topic, "num_partitions": partitions, "replication_factor": -1}]})
+        return [[t["name"], t["error_code"]] for t in r["topics"]] + [r["throttle_time"] > 0]
+
+    out = [await create(f"{name}-a", 11), await create(f"{name}-b", 2), await create(f"{name}-c", 1),
+           await create(f"{name}-d", 1, version=5)]
+    deleted = await as_client(s, client, 20, 6, {"timeout": 30000, "topics": [{"name": f"{name}-a"}]})
+    grown = await as_client(s, client, 37, 3, {"timeout": 30000, "validate_only": False, "topics": [
+        {"name": f"{name}-b", "count": 3, "assignments": None}]})
+    return out + [[[t["name"], t["error_code"]] for t in deleted["responses"]], deleted["throttle_time"] > 0,
+                  [[t["name"], t["error_code"]] for t in grown["results"]], grown["throttle_time"] > 0]
 
 
 @pytest.fixture(scope="module")

@@ -198,7 +198,7 @@ class QuotaService:
         changes = [(e, dict(a.ops)) for a, e, why in zip(alterations, entities, refused, strict=True) if why is None]
         if changes and not validate_only:
             await self.store.alter(changes)
-            self._expires = 0.0
+            await self._load()  # in force on this gateway at once, on the others within cache_seconds
         return refused
 
     def _fresh(self) -> None:
@@ -240,6 +240,23 @@ class QuotaService:
         response never outgrows the quota for good."""
         found = self.applies(key, user or ANONYMOUS, client_id or "")
         return None if found is None else int(found[0] * (SAMPLES - 1) * WINDOW_MS / 1000)
+
+    async def mutate(self, user: str | None, client_id: str | None, permits: int, strict: bool) -> tuple[bool, int]:
+        """Controller mutations (KIP-599): whether `permits` partitions may be created or deleted
+        now, and the throttle time it earns, as Kafka's Strict- and PermissiveControllerMutationQuota
+        decide: a strict quota refuses while the bucket is below zero (throttled until it is back),
+        a permissive one takes the permits and throttles once below zero."""
+        found = self.applies(MUTATION, user or ANONYMOUS, client_id or "")
+        if found is None:
+            return True, 0
+        bound, tag_user, tag_client = found
+        burst = bound * SAMPLES * WINDOW_MS / 1000
+        taken, tokens = await self.store.take(tag_user, tag_client, clock.now_ms(), permits, bound, burst, strict)
+        took = int(-tokens / bound * 1000 + 0.5) if tokens < 0 and (not taken or not strict) and bound > 0 else 0
+        if took:
+            count, ms = self.throttled.get((MUTATION, tag_user, tag_client), (0, 0))
+            self.throttled[(MUTATION, tag_user, tag_client)] = (count + 1, ms + took)
+        return taken, took
 
     async def record(self, key: str, user: str | None, client_id: str | None, amount: float) -> int:
         """Record usage of `key` by this user and client; the throttle time in ms it earns (0 when

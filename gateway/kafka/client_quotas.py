@@ -37,6 +37,27 @@ async def throttle(ctx: RequestContext, key: str, amount: float) -> int:
     return took
 
 
+class MutationQuota:
+    """One request's controller mutation quota (KIP-599), as ControllerMutationQuotaManager.newQuotaFor
+    makes it: strict from `strict_since` (a topic past the quota is refused THROTTLING_QUOTA_EXCEEDED),
+    permissive before (taken, and throttled); `throttle_ms` is what the response carries."""
+
+    def __init__(self, ctx: RequestContext, strict_since: int) -> None:
+        self.ctx = ctx
+        self.strict = ctx.api_version >= strict_since
+        self.throttle_ms = 0
+
+    async def take(self, permits: int) -> bool:
+        taken, took = await self.ctx.services.quotas.mutate(*identity(self.ctx), permits, self.strict)
+        if took:
+            self.throttle_ms = took
+            self.ctx.connection.muted_until = time.monotonic() + took / 1000
+        return taken
+
+
+THROTTLED = "The throttling quota has been exceeded."
+
+
 def _response(ctx: RequestContext, values: dict[str, Any]) -> Any:
     return codec.build(codec.response_class(ctx.api_key, ctx.api_version), {"throttle_time": 0, **values})
 

@@ -38,6 +38,16 @@ class QuotaStore:
         async with storage_errors():
             await self.scripts.call("quota-alter-1", [keys.QUOTAS], [msgpack.packb(packed, use_bin_type=False)])
 
+    async def take(self, user: str, client_id: str, now_ms: int, permits: int, rate: float, burst: float,
+                   strict: bool) -> tuple[bool, float]:
+        """Take controller mutations from the entity's token bucket: (taken, the tokens left)."""
+        async with storage_errors():
+            taken, tokens = await self.scripts.call(
+                "quota-bucket-1", [keys.quota_rate("controller_mutation_rate", user, client_id)],
+                [now_ms, permits, repr(float(rate)), repr(float(burst)), int(strict)],  # now, permits, rate, burst, strict
+            )
+        return bool(taken), float(tokens)
+
     async def record(self, kind: str, user: str, client_id: str, now_ms: int, amount: float,
                      window_ms: int, samples: int) -> tuple[float, int]:
         """Add `amount` to the entity's current sample; (the total over its live samples, the oldest
