@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from gateway.domain.quotas import FETCH, PRODUCE
+from gateway.domain.quotas import FETCH, PRODUCE, Alteration, QuotaService
 from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
+from gateway.store import Store
 from tests import test_gateways
 from tests.conftest import kafka_bootstrap
 from tests.test_gateways import ask
@@ -100,3 +101,27 @@ async def test_a_fetch_quota_throttles_a_consumer_that_still_reads_everything(
     got, throttled = await asyncio.to_thread(consume, bs, client, topic, 240)
     assert got == [VALUE] * 240
     assert throttled, "the consumer was never throttled"
+
+
+async def test_quota_precedence_is_kip_55s(redis_url: str) -> None:
+    """Each quota key is looked up on its own, the first of KIP-55's eight levels that sets it wins,
+    and the level names the counter: a default binds each user or client on its own."""
+    store = Store.open(redis_url)
+    try:
+        quotas = QuotaService(store)
+        u, c = f"u-{uuid.uuid4().hex[:6]}", f"c-{uuid.uuid4().hex[:6]}"
+        levels: list[list[tuple[str, str | None]]] = [
+            [("user", u), ("client-id", c)], [("user", u), ("client-id", None)], [("user", u)],
+            [("user", None), ("client-id", c)], [("user", None), ("client-id", None)], [("user", None)],
+            [("client-id", c)], [("client-id", None)]]
+        tags = [(u, c), (u, c), (u, ""), (u, c), (u, c), (u, ""), ("", c), ("", c)]
+        await quotas.alter([Alteration(e, [(PRODUCE, float(i + 1))]) for i, e in enumerate(levels)], False)
+        await quotas.alter([Alteration([("client-id", c)], [(FETCH, 99.0)])], False)
+        for i in range(len(levels)):
+            assert quotas.applies(PRODUCE, u, c) == (float(i + 1), *tags[i])
+            assert quotas.applies(FETCH, u, c) == (99.0, "", c)  # another key: its own lookup
+            await quotas.alter([Alteration(levels[i], [(PRODUCE, None)])], False)
+        assert quotas.applies(PRODUCE, u, c) is None
+        assert quotas.applies(PRODUCE, "someone", "else") is None
+    finally:
+        await store.close()

@@ -260,13 +260,17 @@ class QuotaService:
 
     async def record(self, key: str, user: str | None, client_id: str | None, amount: float) -> int:
         """Record usage of `key` by this user and client; the throttle time in ms it earns (0 when
-        no quota applies, with no Redis round trip)."""
+        no quota applies, with no Redis round trip, and while Redis cannot be reached)."""
         found = self.applies(key, user or ANONYMOUS, client_id or "")
         if found is None:
             return 0
         bound, tag_user, tag_client = found
         now = clock.now_ms()
-        total, oldest = await self.store.record(key, tag_user, tag_client, now, amount, WINDOW_MS, SAMPLES)
+        try:
+            total, oldest = await self.store.record(key, tag_user, tag_client, now, amount, WINDOW_MS, SAMPLES)
+        except GatewayError as exc:  # the request itself is done: it is answered, unthrottled
+            log.warning("cannot record %s usage of %s/%s (%s); not throttling", key, tag_user, tag_client, exc)
+            return 0
         took = throttle_ms(total, oldest, now, bound)
         if took:
             count, ms = self.throttled.get((key, tag_user, tag_client), (0, 0))
