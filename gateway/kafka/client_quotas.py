@@ -33,8 +33,14 @@ async def throttle(ctx: RequestContext, key: str, amount: float) -> int:
     (0 when within its quota, or none applies), for which its connection is then muted (KIP-219)."""
     took = await ctx.services.quotas.record(key, *identity(ctx), amount)
     if took:
-        ctx.connection.muted_until = time.monotonic() + took / 1000
+        mute(ctx, took)
     return took
+
+
+def mute(ctx: RequestContext, throttle_ms: int) -> None:
+    """Read nothing more from this connection for `throttle_ms` (a later mute never shortens an
+    earlier one: pipelined produces each earn their own)."""
+    ctx.connection.muted_until = max(ctx.connection.muted_until, time.monotonic() + throttle_ms / 1000)
 
 
 class MutationQuota:
@@ -51,7 +57,7 @@ class MutationQuota:
         taken, took = await self.ctx.services.quotas.mutate(*identity(self.ctx), permits, self.strict)
         if took:
             self.throttle_ms = took
-            self.ctx.connection.muted_until = time.monotonic() + took / 1000
+            mute(self.ctx, took)
         return taken
 
 
