@@ -171,6 +171,9 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--memory", action="store_true",
                    help="Redis bytes per stored record beside the payload: Kafka produce batched and one record "
                    "per batch, native produce (--sizes, default 100,1024,10240)")
+    p.add_argument("--quotas", action="store_true",
+                   help="client quotas: an unthrottled 100 B produce with and without quotas configured, and how "
+                   "closely a 10 MB/s producer quota is held over 30 s")
     p.add_argument("--share", action="store_true",
                    help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
                    "(--records of the first --sizes)")

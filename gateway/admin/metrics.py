@@ -92,7 +92,8 @@ class Metrics:
                 *await self.delayed_gauges(parts),
                 *await self.transaction_gauges(), *await self.group_gauges(),
                 *await self.watermark_gauges([(t.name, t.partitions) for t in topics]),
-                *await share_group_families(self.services.share), *self.client_telemetry_families()]
+                *await share_group_families(self.services.share), *self.client_telemetry_families(),
+                *self.quota_families()]
 
     def client_telemetry_families(self) -> list[Metric]:
         """What Kafka clients pushed here (KIP-714), each metric under its own name, labelled with
@@ -107,6 +108,19 @@ class Metrics:
                 family.add_metric([labels.get(n, "") for n in names], value)
             out.append(family)
         return out
+
+    def quota_families(self) -> list[Metric]:
+        """Throttling by this gateway per quota and entity (the entity's user and client-id tags, as
+        Kafka's quota metrics name them: empty where the quota that bound was not of that part)."""
+        labels = ["quota", "user", "client_id"]
+        count = CounterMetricFamily("gateway_quota_throttled", "Responses this gateway throttled for a client quota",
+                                    labels=labels)
+        seconds = CounterMetricFamily("gateway_quota_throttle_seconds",
+                                      "Throttle time those responses carried", labels=labels)
+        for key, (n, ms) in self.services.quotas.throttled.items():
+            count.add_metric(list(key), n)
+            seconds.add_metric(list(key), ms / 1000)
+        return [count, seconds]
 
     def memory_gauges(self) -> list[Metric]:
         """Per Redis primary, its memory as last sampled (no round trip of its own): used, maxmemory,

@@ -23,6 +23,7 @@ from gateway.bench import (
     memory,
     native,
     peer,
+    quotas,
     share,
     spark,
     txn,
@@ -54,6 +55,8 @@ def run_bench(args: argparse.Namespace) -> None:
         elif args.spark:
             rows = spark.measure_spark(url, count=args.records or 500_000, size=sizes[0], partitions=args.partitions,
                                        cores=args.cores, seconds=seconds)
+        elif args.quotas:
+            rows = quotas.measure_quotas(url, seconds)
         elif args.share:
             rows = share.measure_share(url, sizes[0], args.records or 500_000)
         elif args.key_shared:

@@ -17,6 +17,7 @@ from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
 from gateway.domain.memory import MemoryBudget
 from gateway.domain.producer_txn import TransactionalProducers
+from gateway.domain.quotas import QuotaService
 from gateway.domain.registry import Registry
 from gateway.domain.roles import RoleLeases
 from gateway.domain.schemas.service import SchemaRegistry
@@ -45,3 +46,4 @@ class Services:
     schemas: SchemaRegistry  # the Schema Registry, over the _schemas topic
     features: Features  # finalized features (transaction.version), as UpdateFeatures set them
     client_metrics: ClientMetricsService  # KIP-714's client telemetry
+    quotas: QuotaService  # client quotas, their usage shared through Redis

@@ -14,6 +14,7 @@ from gateway.domain.topic_configs import validate_topic_config
 from gateway.errors import AuthorizationFailed, TopicExists, TopicNotFound
 from gateway.kafka import codec
 from gateway.kafka.authz import may_create_topic
+from gateway.kafka.client_quotas import THROTTLED, MutationQuota
 from gateway.kafka.configs import CREATE_ORDER, topic_config_entries
 from gateway.kafka.dispatch import ApiKey, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error, topic_name_error, topic_name_message
@@ -73,6 +74,7 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
     answered once, INVALID_REQUEST, and a config with a null value is INVALID_CONFIG."""
     log = ctx.services.log
     results = []
+    quota = MutationQuota(ctx, strict_since=6)
     named = Counter(t.name for t in req.topics)
     answered: set[str] = set()
     for t in req.topics:
@@ -100,7 +102,9 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
             else:
                 assigned, factor = _replication(ctx, t)
                 partitions = assigned or (log.default_partitions if t.num_partitions == -1 else t.num_partitions)
-                if req.validate_only:
+                if not await quota.take(partitions):  # ReplicationControlManager.createTopic
+                    res.update(error_code=KafkaError.throttling_quota_exceeded, error_message=THROTTLED)
+                elif req.validate_only:
                     info_config = validate_topic_config(configs)
                     if await _exists(ctx, t.name):
                         res.update(error_code=KafkaError.topic_already_exists, error_message=_exists_message(t.name))
@@ -124,7 +128,7 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
             res.update(error_code=kafka_error(exc), error_message=error_message(exc))
         results.append(res)
     return codec.build(codec.response_class(ApiKey.CREATE_TOPICS, ctx.api_version),
-                       {"throttle_time": 0, "topics": results})
+                       {"throttle_time": quota.throttle_ms, "topics": results})
 
 
 def _exists_message(name: str) -> str:
@@ -147,12 +151,14 @@ async def delete_topics(ctx: RequestContext, req: Any) -> Any:
     incarnation only, never a topic created under its name since."""
     wanted = [(name, None) for name in req.topic_names] if ctx.api_version < 6 else [
         (t.name, t.topic_id) for t in req.topics]
-    results = [await _delete_topic(ctx, name, topic_id) for name, topic_id in wanted]
+    quota = MutationQuota(ctx, strict_since=5)
+    results = [await _delete_topic(ctx, name, topic_id, quota) for name, topic_id in wanted]
     return codec.build(codec.response_class(ApiKey.DELETE_TOPICS, ctx.api_version),
-                       {"throttle_time": 0, "responses": results})
+                       {"throttle_time": quota.throttle_ms, "responses": results})
 
 
-async def _delete_topic(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
+async def _delete_topic(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None,
+                        quota: MutationQuota) -> dict[str, Any]:
     log = ctx.services.log
     if name is not None and topic_id is not None:
         return {"name": name, "topic_id": topic_id, "error_code": KafkaError.invalid_request,
@@ -170,10 +176,14 @@ async def _delete_topic(ctx: RequestContext, name: str | None, topic_id: uuid.UU
         # may learns that it does not exist, before being refused the delete
         if not by_id and not await ctx.allowed(ResourceType.TOPIC, name, Operation.DESCRIBE):
             raise AuthorizationFailed(f"not allowed to describe {name!r}")
+        info = await log.topic(name, create=False)
         if topic_id is None:
-            topic_id = topic_uuid((await log.topic(name, create=False)).topic_id)
+            topic_id = topic_uuid(info.topic_id)
         if not await ctx.allowed(ResourceType.TOPIC, name, Operation.DELETE):
             raise AuthorizationFailed(f"not allowed to delete {name!r}")
+        if not await quota.take(info.partitions):  # ReplicationControlManager.deleteTopic
+            return {"name": name, "topic_id": topic_id, "error_code": KafkaError.throttling_quota_exceeded,
+                    "error_message": THROTTLED}
         await log.delete_topic(name, topic_id.hex if topic_id is not None else "")
         return {"name": name, "topic_id": topic_id, "error_code": KafkaError.none}
     except Exception as exc:
@@ -188,6 +198,7 @@ async def _delete_topic(ctx: RequestContext, name: str | None, topic_id: uuid.UU
 async def create_partitions(ctx: RequestContext, req: Any) -> Any:
     log = ctx.services.log
     results = []
+    quota = MutationQuota(ctx, strict_since=3)
     for t in req.topics:
         try:
             if not await ctx.allowed(ResourceType.TOPIC, t.name, Operation.ALTER):
@@ -199,13 +210,17 @@ async def create_partitions(ctx: RequestContext, req: Any) -> Any:
                     f"The topic {t.name} currently has {info.partitions} partition(s); {t.count} would not be an "
                     "increase.")})
                 continue
+            if not await quota.take(t.count - info.partitions):  # ReplicationControlManager.createPartitions
+                results.append({"name": t.name, "error_code": KafkaError.throttling_quota_exceeded,
+                                "error_message": THROTTLED})
+                continue
             if not req.validate_only:
                 await log.add_partitions(t.name, t.count)
             results.append({"name": t.name, "error_code": KafkaError.none, "error_message": None})
         except Exception as exc:
             results.append({"name": t.name, "error_code": kafka_error(exc), "error_message": error_message(exc)})
     return codec.build(codec.response_class(ApiKey.CREATE_PARTITIONS, ctx.api_version),
-                       {"throttle_time": 0, "results": results})
+                       {"throttle_time": quota.throttle_ms, "results": results})
 
 
 @handles(ApiKey.DELETE_RECORDS, 0, 2)

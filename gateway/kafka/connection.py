@@ -73,6 +73,8 @@ class KafkaConnection:
         try:
             while not self.closing and not self.state.close:
                 bare = sasl.unframed(self.state)  # a SASL message after SaslHandshake v0, not a request
+                if self.state.muted_until:
+                    await self._muted()
                 frame = await self._next_frame(bare)
                 if frame is None:
                     return
@@ -104,6 +106,14 @@ class KafkaConnection:
                 left = answers.get_nowait()
                 if left is not None:
                     left.add_done_callback(_retrieved)
+
+    async def _muted(self) -> None:
+        """A throttled client's channel stays muted for its throttle time, as Kafka's broker mutes it
+        once the response is sent (KIP-219): nothing more is read from it until then."""
+        wait = self.state.muted_until - time.monotonic()
+        self.state.muted_until = 0.0
+        if wait > 0:
+            await asyncio.sleep(wait)
 
     async def _next_frame(self, bare: bool) -> bytes | None:
         """The next request's bytes, or None when the connection should close."""
@@ -252,7 +262,7 @@ async def _respond(
     if reg is None:
         return _unsupported(header), (KafkaError.unsupported_version,)
     request = codec.decode_request(frame, header)
-    ctx = RequestContext(services, state, key, version, header.correlation_id, header.client_id, sent)
+    ctx = RequestContext(services, state, key, version, header.correlation_id, header.client_id, sent, len(frame))
     response = await reg.handler(ctx, request)
     if response is None:
         return None, ()

@@ -146,6 +146,7 @@ class ConnectionState:
     principal: str | None = None  # who authenticated (SASL); None before that, or with authentication off
     sasl: Any = None  # the SASL exchange under way (gateway.kafka.sasl)
     close: bool = False  # set by a handler: close the connection once its response is written
+    muted_until: float = 0.0  # a throttled client's requests are not read before (monotonic time, KIP-219)
 
 
 @dataclass
@@ -159,6 +160,7 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     sent: Callable[[], None] = lambda: None
+    size: int = 0  # the request's bytes, as a produce quota counts them
     """Called by a handler once its writes are on their way to Redis in order: the connection may
     then start the next request (`KafkaConnection`), whose writes will follow these."""
 

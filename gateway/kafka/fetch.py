@@ -30,9 +30,11 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway import telemetry
+from gateway.domain.quotas import FETCH
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.formats.records import with_base_offset
+from gateway.kafka.client_quotas import identity, throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.offsets import leader_epoch_error
@@ -104,6 +106,8 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
               for n, t in zip(named, req.topics, strict=True) if n.error == KafkaError.none for p in t.partitions]
     max_wait = min(req.max_wait.total_seconds(), MAX_WAIT)
     max_bytes = min(req.max_bytes, ctx.services.config.fetch_max_bytes)
+    if (window := ctx.services.quotas.window_max(FETCH, *identity(ctx))) is not None:
+        max_bytes = min(max_bytes, window)  # KafkaApis.handleFetchRequest's maxQuotaWindowBytes
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     committed = req.isolation_level == READ_COMMITTED
@@ -148,12 +152,19 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
             if n.generation is not None:
                 await _check_incarnation(ctx, n, answered)
             topics.append((n.key, answered))
+    chunks = encode_fetch_response(ctx.api_version, topics)
+    size = sum(len(c) for c in chunks)
+    if throttle_ms := await throttle(ctx, FETCH, size):
+        # KafkaApis.handleFetchRequest: a throttled fetch is answered empty (FetchContext's throttled
+        # response) and what it would have sent is taken off the quota's count again
+        await ctx.services.quotas.record(FETCH, *identity(ctx), -size)
+        return Encoded(encode_fetch_response(ctx.api_version, [], throttle_ms=throttle_ms))
     codes: set[KafkaError] = set()
     for n, (_, answered) in zip(kept, topics, strict=True):
         if size := sum(p.size for p in answered):
             telemetry.fetched("kafka", n.name, size)
         codes.update(p.error for p in answered if p.error != KafkaError.none)
-    return Encoded(encode_fetch_response(ctx.api_version, topics), codes)
+    return Encoded(chunks, codes)
 
 
 def _fails_in_kafka(named: list[FetchTopic], topics: Any) -> bool:
@@ -258,13 +269,13 @@ async def _read_all(ctx: RequestContext, wanted: list[Wanted], max_bytes: int, c
 
 def encode_fetch_response(
     version: int, topics: list[tuple[str | uuid.UUID | None, list[FetchPartition]]],
-    error: KafkaError = KafkaError.none,
+    error: KafkaError = KafkaError.none, throttle_ms: int = 0,
 ) -> list[bytes | memoryview]:
     """FetchResponse v4-v18 body as chunks (record bytes uncopied), equal to kio's encoding. Topics
     are keyed by name up to v12, by id from v13 (None: the zero id)."""
     flex = version >= 12
     chunks: list[bytes | memoryview] = []
-    out = bytearray(I32.pack(0))  # throttle time
+    out = bytearray(I32.pack(throttle_ms))
     if version >= 7:
         out += I16.pack(error) + I32.pack(0)  # error code, session id
     out += array_len(len(topics), flex)

@@ -22,9 +22,11 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway import telemetry
 from gateway.domain.log import Produced
+from gateway.domain.quotas import PRODUCE
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError, InvalidRecord
 from gateway.formats.records import ATTR_TRANSACTIONAL
+from gateway.kafka.client_quotas import throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.produce_request import MAX_VERSION, MIN_VERSION, TOPIC_IDS_FROM, ProduceRequest
@@ -128,11 +130,12 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                 if not r.duplicate:
                     telemetry.produced("kafka", done.topic, len(blob))
             results[(done.topic, done.partition)] = res
+    throttle_ms = await throttle(ctx, PRODUCE, ctx.size)  # KafkaApis.handleProduceRequest: the request's size
     if req.acks == 0:
         return None
     topics = [(key, [results[(name, i)] for i in parts]) for key, name, parts in order]
     errors = {r.error for r in results.values()} - {KafkaError.none}
-    return Encoded(encode_produce_response(ctx.api_version, topics), errors)
+    return Encoded(encode_produce_response(ctx.api_version, topics, throttle_ms), errors)
 
 
 def _txn_header(blob: bytes | memoryview) -> tuple[int, int] | None:
@@ -210,7 +213,7 @@ async def _current_txn(ctx: RequestContext, transactional_id: str | None) -> str
 
 
 def encode_produce_response(
-    version: int, topics: list[tuple[str | uuid.UUID | None, list[PartitionResult]]]
+    version: int, topics: list[tuple[str | uuid.UUID | None, list[PartitionResult]]], throttle_ms: int = 0
 ) -> list[bytes | memoryview]:
     """ProduceResponse v3-v13 body, equal to kio's encoding of the same values; a topic is its
     name, or from v13 its id."""
@@ -234,7 +237,7 @@ def encode_produce_response(
                 out += NO_TAGS
         if flex:
             out += NO_TAGS
-    out += I32.pack(0)  # throttle time
+    out += I32.pack(throttle_ms)
     if flex:
         out += NO_TAGS
     return [bytes(out)]

@@ -22,6 +22,7 @@ from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
 from gateway.domain.memory import MemoryBudget
 from gateway.domain.producer_txn import TransactionalProducers, group_offsets_settler, subscription_settler
+from gateway.domain.quotas import QuotaService
 from gateway.domain.registry import Registry
 from gateway.domain.roles import RoleLeases
 from gateway.domain.schemas.service import SchemaRegistry
@@ -93,4 +94,5 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
         yield Services(config, log, txn, fence, delay, groups, txn_producers, watermark, subscriptions,
                        registry, roles, security, share, memory, SchemaRegistry(log, store),
                        Features(store.features),
-                       ClientMetricsService(store))
+                       ClientMetricsService(store),
+                       QuotaService(store))

@@ -16,6 +16,7 @@ from gateway.store.groups import GroupStore
 from gateway.store.key_shared import KeySharedStore
 from gateway.store.log import LogStore
 from gateway.store.memory import MemoryStore
+from gateway.store.quotas import QuotaStore
 from gateway.store.registry import RegistryStore
 from gateway.store.replication import DurableScripts, Replication
 from gateway.store.roles import RoleStore
@@ -63,6 +64,7 @@ class Store:
         self.share_groups = ShareGroupStore(redis, scripts)
         self.schemas = SchemaAllocStore(scripts)
         self.client_metrics = ClientMetricsStore(redis, scripts)
+        self.quotas = QuotaStore(redis, scripts)
 
     def broker_config(self, node_id: int) -> ClusterConfigStore:
         """One gateway's own dynamic broker configs, kept as the cluster-wide ones are."""

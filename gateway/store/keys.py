@@ -354,3 +354,14 @@ def key_shared_sticky(topic: str, partition: int, name: str) -> str:
     """Hash of which Key_Shared member holds messages of each key hash of a partition (hash ->
     "<member> <count> <last offset sent> <generation>"), in the partition's slot."""
     return f"{partition_tag(topic, partition)}:sticky:{name}"
+
+
+QUOTAS = "{gw:quotas}"
+"""Hash: msgpack [[entity type, name or nil], ...] (sorted by type) -> msgpack map quota key -> value,
+the client quotas that AlterClientQuotas sets (KIP-546's entities)."""
+
+
+def quota_rate(kind: str, user: str, client_id: str) -> str:
+    """Hash: sample window start (ms) -> amount, one quota entity's usage of one kind, shared by every
+    gateway; its own hash tag, so entities spread over a cluster's slots."""
+    return f"{{gw:q:{kind}:{len(user)}:{user}:{client_id}}}:rate"

@@ -79,6 +79,8 @@ DIRECT = frozenset({
     "txn-offsets-settle-2",
     # reading a group (TxnOffsetCommit checks the member, beside the transaction)
     "group-load-2",
+    # a client quota's usage, recorded on the produce and fetch paths of throttled clients
+    "quota-record-1",
 })
 """Scripts sent on the connections beside redis-py (`resp`), whose round trip costs a fraction of
 redis-py's, whether they wait for replicas or not; redis-py serves them when those cannot."""

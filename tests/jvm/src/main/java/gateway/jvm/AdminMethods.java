@@ -50,6 +50,7 @@ import org.apache.kafka.common.metrics.KafkaMetric;
 import org.apache.kafka.common.quota.ClientQuotaAlteration;
 import org.apache.kafka.common.quota.ClientQuotaEntity;
 import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.apache.kafka.common.quota.ClientQuotaFilterComponent;
 import org.apache.kafka.common.resource.PatternType;
 import org.apache.kafka.common.resource.ResourcePattern;
 import org.apache.kafka.common.resource.ResourcePatternFilter;
@@ -138,7 +139,9 @@ public final class AdminMethods {
             report("describeAcls", () -> admin.describeAcls(acls).values().get().size());
             report("describeClassicGroups", () -> admin.describeClassicGroups(List.of(name)).all().get().values()
                     .stream().map(g -> g.state() + " members " + g.members().size()).toList());
-            report("describeClientQuotas", () -> admin.describeClientQuotas(ClientQuotaFilter.all()).entities().get());
+            // the quotas of this run's client id: a broker keeps those of every earlier run
+            report("describeClientQuotas", () -> admin.describeClientQuotas(ClientQuotaFilter.containsOnly(List.of(
+                    ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.CLIENT_ID, name)))).entities().get());
             report("describeCluster", () -> admin.describeCluster().nodes().get().size() + " nodes");
             report("describeConfigs", () -> admin.describeConfigs(List.of(topicConfigs)).all().get()
                     .get(topicConfigs).get("cleanup.policy").value());

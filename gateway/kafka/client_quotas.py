@@ -1,0 +1,105 @@
+"""DescribeClientQuotas and AlterClientQuotas (KIP-546) over the gateway's client quotas.
+
+As Kafka 4.4 answers them: describing wants DESCRIBE_CONFIGS on the cluster and a bad filter is the
+response's error (ClientQuotasImage.describe: INVALID_REQUEST, or UNSUPPORTED_VERSION for an unknown
+entity type); altering wants ALTER_CONFIGS on the cluster and refuses entity by entity, with
+INVALID_REQUEST, what ClientQuotaControlManager refuses (`gateway.domain.quotas.refusal`); a
+`<default>` entity is a null name on the wire.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.domain.quotas import Alteration
+from gateway.domain.security import CLUSTER_NAME, USER_PREFIX, Operation, ResourceType
+from gateway.errors import GatewayError
+from gateway.kafka import codec
+from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+from gateway.kafka.errors import error_message, kafka_error
+
+
+def identity(ctx: RequestContext) -> tuple[str | None, str | None]:
+    """(user, client id) as quotas name them: the principal's name without its type."""
+    principal = ctx.connection.principal
+    return principal.removeprefix(USER_PREFIX) if principal else None, ctx.client_id
+
+
+async def throttle(ctx: RequestContext, key: str, amount: float) -> int:
+    """Record `amount` against this client's quota `key`: the throttle time its response carries
+    (0 when within its quota, or none applies), for which its connection is then muted (KIP-219)."""
+    took = await ctx.services.quotas.record(key, *identity(ctx), amount)
+    if took:
+        mute(ctx, took)
+    return took
+
+
+def mute(ctx: RequestContext, throttle_ms: int) -> None:
+    """Read nothing more from this connection for `throttle_ms` (a later mute never shortens an
+    earlier one: pipelined produces each earn their own)."""
+    ctx.connection.muted_until = max(ctx.connection.muted_until, time.monotonic() + throttle_ms / 1000)
+
+
+class MutationQuota:
+    """One request's controller mutation quota (KIP-599), as ControllerMutationQuotaManager.newQuotaFor
+    makes it: strict from `strict_since` (a topic past the quota is refused THROTTLING_QUOTA_EXCEEDED),
+    permissive before (taken, and throttled); `throttle_ms` is what the response carries."""
+
+    def __init__(self, ctx: RequestContext, strict_since: int) -> None:
+        self.ctx = ctx
+        self.strict = ctx.api_version >= strict_since
+        self.throttle_ms = 0
+
+    async def take(self, permits: int) -> bool:
+        taken, took = await self.ctx.services.quotas.mutate(*identity(self.ctx), permits, self.strict)
+        if took:
+            self.throttle_ms = took
+            mute(self.ctx, took)
+        return taken
+
+
+THROTTLED = "The throttling quota has been exceeded."
+
+
+def _response(ctx: RequestContext, values: dict[str, Any]) -> Any:
+    return codec.build(codec.response_class(ctx.api_key, ctx.api_version), {"throttle_time": 0, **values})
+
+
+@handles(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
+async def describe_client_quotas(ctx: RequestContext, req: Any) -> Any:
+    if not await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.DESCRIBE_CONFIGS):
+        return _response(ctx, {"error_code": KafkaError.cluster_authorization_failed,
+                               "error_message": "Cluster authorization failed.", "entries": None})
+    try:
+        found = await ctx.services.quotas.describe(
+            [(c.entity_type, c.match_type, c.match) for c in req.components], req.strict)
+    except GatewayError as exc:
+        return _response(ctx, {"error_code": kafka_error(exc), "error_message": error_message(exc), "entries": None})
+    entries = [{"entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
+                "values": [{"key": k, "value": v} for k, v in values.items()]} for entity, values in found]
+    return _response(ctx, {"error_code": KafkaError.none, "error_message": None, "entries": entries})
+
+
+@handles(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1)
+async def alter_client_quotas(ctx: RequestContext, req: Any) -> Any:
+    def entity(e: Any) -> list[dict[str, Any]]:
+        return [{"entity_type": d.entity_type, "entity_name": d.entity_name} for d in e.entity]
+
+    if not await ctx.allowed(ResourceType.CLUSTER, CLUSTER_NAME, Operation.ALTER_CONFIGS):
+        return _response(ctx, {"entries": [
+            {"error_code": KafkaError.cluster_authorization_failed, "error_message": "Cluster authorization failed.",
+             "entity": entity(e)} for e in req.entries]})
+    alterations = [Alteration([(d.entity_type, d.entity_name) for d in e.entity],
+                              [(op.key, None if op.remove else op.value) for op in e.ops]) for e in req.entries]
+    try:
+        refused = await ctx.services.quotas.alter(alterations, req.validate_only)
+    except GatewayError as exc:
+        return _response(ctx, {"entries": [
+            {"error_code": kafka_error(exc), "error_message": error_message(exc), "entity": entity(e)}
+            for e in req.entries]})
+    return _response(ctx, {"entries": [
+        {"error_code": KafkaError.none if why is None else KafkaError.invalid_request, "error_message": why,
+         "entity": entity(e)} for e, why in zip(req.entries, refused, strict=True)]})

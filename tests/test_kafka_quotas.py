@@ -1,0 +1,247 @@
+"""Client quotas (KIP-546) against the real Kafka 4.4 broker: AlterClientQuotas and
+DescribeClientQuotas answer alike on both, for entities of fresh names (Kafka's quotas outlive a
+scenario), with defaults, strict and loose filters, and every refusal."""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import Any
+
+import pytest
+from kio.serial import entity_writer
+
+from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, test_config
+from tests.differential import Scenario, Side, compare, side
+from tests.kafka_differences import plain
+from tests.kafka_jvm import tools, unique
+from tests.kafka_wire import build_request, decode, read_response
+
+pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
+
+DESCRIBE, ALTER = 48, 49
+EXACT, DEFAULT, SPECIFIED = 0, 1, 2
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def scenario(fn: Scenario) -> Scenario:
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+def entity(**names: str | None) -> list[dict[str, Any]]:
+    return [{"entity_type": t.replace("_", "-"), "entity_name": n} for t, n in names.items()]
+
+
+def op(key: str, value: float | None) -> dict[str, Any]:
+    return {"key": key, "value": value or 0.0, "remove": value is None}
+
+
+async def alter(s: Side, entries: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+                validate_only: bool = False, version: int = 1) -> Any:
+    answer = await s.call(ALTER, version, {"validate_only": validate_only, "entries": [
+        {"entity": e, "ops": ops} for e, ops in entries]})
+    for e in answer["entries"]:  # Kafka answers from hash maps; clients read the entities as maps
+        e["entity"] = sorted(e["entity"], key=repr)
+    answer["entries"] = sorted(answer["entries"], key=lambda e: repr(e["entity"]))
+    return answer
+
+
+async def describe(s: Side, components: list[tuple[str, int, str | None]], strict: bool = False,
+                   version: int = 1) -> Any:
+    answer = await s.call(DESCRIBE, version, {"strict": strict, "components": [
+        {"entity_type": t, "match_type": m, "match": n} for t, m, n in components]})
+    for e in answer["entries"] or ():
+        e["entity"] = sorted(e["entity"], key=repr)
+        e["values"] = sorted(e["values"], key=repr)
+    if answer["entries"] is not None:
+        answer["entries"] = sorted(answer["entries"], key=lambda e: repr(e["entity"]))
+    return answer
+
+
+async def described(s: Side, components: list[tuple[str, int, str | None]], count: int, strict: bool = False) -> Any:
+    """The describe once the broker has learnt of the alterations before it (Kafka's brokers apply
+    them from the metadata log a moment after the controller answers)."""
+    async def seen() -> Any:
+        answer = await describe(s, components, strict)
+        return answer if len(answer["entries"] or ()) == count else None
+    return await eventually(seen, 30, f"{count} quota entities")
+
+
+@scenario
+async def set_and_describe(s: Side, name: str) -> Any:
+    client = f"{name}-c"
+    altered = await alter(s, [
+        (entity(user=name), [op("producer_byte_rate", 1024), op("consumer_byte_rate", 2048)]),
+        (entity(user=name, client_id=client), [op("request_percentage", 12.5)]),
+        (entity(client_id=client), [op("controller_mutation_rate", 3), op("producer_byte_rate", 10)]),
+    ])
+    loose = await described(s, [("user", EXACT, name)], 2)
+    return [altered, loose,
+            await describe(s, [("user", EXACT, name)], strict=True),
+            await describe(s, [("user", EXACT, name), ("client-id", SPECIFIED, None)]),
+            await describe(s, [("client-id", EXACT, client)]),
+            await describe(s, [("client-id", EXACT, client)], strict=True),
+            await describe(s, [("user", EXACT, name), ("client-id", EXACT, client)], strict=True),
+            await describe(s, [("user", EXACT, f"{name}-none")])]
+
+
+@scenario
+async def defaults(s: Side, name: str) -> Any:
+    altered = await alter(s, [
+        (entity(user=None, client_id=name), [op("producer_byte_rate", 4096)]),
+        (entity(user=name, client_id=None), [op("consumer_byte_rate", 8192)]),
+    ])
+    return [altered,
+            await described(s, [("user", DEFAULT, None), ("client-id", EXACT, name)], 1),
+            await described(s, [("user", EXACT, name), ("client-id", DEFAULT, None)], 1, strict=True),
+            await describe(s, [("user", EXACT, name), ("client-id", SPECIFIED, None)], strict=True)]
+
+
+@scenario
+async def remove_and_change(s: Side, name: str) -> Any:
+    await alter(s, [(entity(user=name), [op("producer_byte_rate", 100), op("consumer_byte_rate", 200)])])
+    await described(s, [("user", EXACT, name)], 1)
+    changed = await alter(s, [(entity(user=name), [op("producer_byte_rate", None), op("consumer_byte_rate", 300),
+                                                   op("request_percentage", None)])])
+
+    async def moved() -> Any:
+        answer = await describe(s, [("user", EXACT, name)])
+        return answer if answer["entries"] and len(answer["entries"][0]["values"]) == 1 else None
+    after = await eventually(moved, 30, "the removal")
+    await alter(s, [(entity(user=name), [op("consumer_byte_rate", None)])])
+    gone = await described(s, [("user", EXACT, name)], 0)
+    return [changed, after, gone]
+
+
+@scenario
+async def refused_alterations(s: Side, name: str) -> Any:
+    return await alter(s, [
+        (entity(user=f"{name}-1"), [op("no_such_quota", 1)]),
+        (entity(user=f"{name}-2"), [op("producer_byte_rate", 1.5)]),
+        (entity(user=f"{name}-3"), [op("producer_byte_rate", 1), op("producer_byte_rate", 2)]),
+        ([], [op("producer_byte_rate", 1)]),
+        (entity(topic=name), [op("producer_byte_rate", 1)]),
+        (entity(user=""), [op("producer_byte_rate", 1)]),
+        (entity(user=f"{name}-4", ip="127.0.0.1"), [op("producer_byte_rate", 1)]),
+        (entity(ip="not an address"), [op("connection_creation_rate", 1)]),
+        (entity(ip="127.0.0.9"), [op("producer_byte_rate", 1)]),
+        (entity(client_id=f"{name}-5"), [op("connection_creation_rate", 1)]),
+        (entity(user=f"{name}-6"), [op("request_percentage", 0.5)]),
+        (entity(user=f"{name}-7"), [op("producer_byte_rate", None)]),
+    ])
+
+
+@scenario
+async def validate_only(s: Side, name: str) -> Any:
+    answer = await alter(s, [(entity(user=name), [op("producer_byte_rate", 1024)]),
+                             (entity(user=f"{name}-x"), [op("nonsense", 1)])], validate_only=True)
+    # a real change after it, which the describe awaits: the validated one must not be there
+    await alter(s, [(entity(user=name, client_id=name), [op("producer_byte_rate", 1)])])
+    return [answer, await described(s, [("user", EXACT, name)], 1)]
+
+
+@scenario
+async def refused_filters(s: Side, name: str) -> Any:
+    return [await describe(s, components) for components in (
+        [("", EXACT, name)],
+        [("user", EXACT, name), ("user", DEFAULT, None)],
+        [("topic", EXACT, name)],
+        [("user", EXACT, None)],
+        [("user", DEFAULT, name)],
+        [("user", SPECIFIED, name)],
+        [("user", 7, None)],
+        [("ip", EXACT, "127.0.0.1"), ("user", EXACT, name)],
+    )] + [await describe(s, [], strict=True)]
+
+
+async def as_client(s: Side, client_id: str, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    """One request on a connection of its own, from `client_id` (the quota entity), as plain data."""
+    req = build_request(api_key, version, values)
+    buf = io.BytesIO()
+    entity_writer(type(req))(buf, req)
+    cid = client_id.encode()
+    head = struct.pack(">hhih", api_key, version, 7, len(cid)) + cid
+    if req.__header_schema__.__flexible__:
+        head += b"\0"
+    reader, writer = await s.connect()
+    try:
+        writer.write(struct.pack(">i", len(head) + len(buf.getvalue())) + head + buf.getvalue())
+        return plain(decode(api_key, version, await read_response(reader))[1])
+    finally:
+        writer.close()
+
+
+@scenario
+async def controller_mutations(s: Side, name: str) -> Any:
+    """KIP-599 on topic creation, deletion and partition growth: a rate of one partition a second
+    gives a burst of eleven; a strict request (CreateTopics v6+, DeleteTopics v5+, CreatePartitions
+    v3) is refused THROTTLING_QUOTA_EXCEEDED once the bucket is below zero, an older one is served
+    and throttled."""
+    client = f"{name}-m"
+    await alter(s, [(entity(client_id=client), [op("controller_mutation_rate", 1)])])
+    await described(s, [("client-id", EXACT, client)], 1)
+
+    async def create(topic: str, partitions: int, version: int = 7) -> Any:
+        r = await as_client(s, client, 19, version, {"timeout": 30000, "validate_only": False, "topics": [
+            {"name": topic, "num_partitions": partitions, "replication_factor": -1}]})
+        return [[t["name"], t["error_code"]] for t in r["topics"]] + [r["throttle_time"] > 0]
+
+    out = [await create(f"{name}-a", 11), await create(f"{name}-b", 2), await create(f"{name}-c", 1),
+           await create(f"{name}-d", 1, version=5)]
+    deleted = await as_client(s, client, 20, 6, {"timeout": 30000, "topics": [{"name": f"{name}-a"}]})
+    grown = await as_client(s, client, 37, 3, {"timeout": 30000, "validate_only": False, "topics": [
+        {"name": f"{name}-b", "count": 3, "assignments": None}]})
+    return out + [[[t["name"], t["error_code"]] for t in deleted["responses"]], deleted["throttle_time"] > 0,
+                  [[t["name"], t["error_code"]] for t in grown["results"]], grown["throttle_time"] > 0]
+
+
+@pytest.fixture(scope="module")
+async def gateway_bs(redis_server: str) -> Any:
+    flush(redis_server)
+    async with running_gateway(test_config(redis_server)) as gw:
+        yield kafka_bootstrap(gw)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_kafka_and_the_gateway_answer_alike(name: str, kafka_broker: Any, gateway_bs: str) -> None:
+    await compare(SCENARIOS[name], kafka_broker.bootstrap, gateway_bs, f"q-{name.replace('_', '-')}"[:30])
+
+
+def configs(bs: str, *args: str) -> list[str]:
+    return ["kafka-configs", "--bootstrap-server", bs, *args]
+
+
+async def test_kafka_configs_sets_and_shows_quotas_as_on_kafka(kafka_broker: Any, gateway_bs: str) -> None:
+    """Kafka's own kafka-configs, --entity-type users and clients (and both, and a default), altering
+    and describing on each broker; what it prints is compared, each describe once the broker serves
+    the alterations before it."""
+    user, client = unique("q-user"), unique("q-client")
+    u, c = ["--entity-type", "users", "--entity-name", user], ["--entity-type", "clients", "--entity-name", client]
+
+    async def run(bs: str) -> list[str]:
+        altered = await tools(
+            configs(bs, *u, "--alter", "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048"),
+            configs(bs, *u, *c, "--alter", "--add-config", "request_percentage=50"),
+            configs(bs, *u, "--entity-type", "clients", "--entity-default", "--alter", "--add-config",
+                    "producer_byte_rate=4096"),
+            configs(bs, *c, "--alter", "--add-config", "controller_mutation_rate=2.5"),
+            configs(bs, *c, "--alter", "--add-config", "producer_byte_rate=1.5"),
+            configs(bs, *u, "--alter", "--delete-config", "consumer_byte_rate"))
+        async with side("x", bs) as s:
+            await described(s, [("user", EXACT, user)], 3)
+
+            async def deleted() -> bool:
+                answer = await describe(s, [("user", EXACT, user)], strict=True)
+                return len(answer["entries"][0]["values"]) == 1
+            await eventually(deleted, 30, "the deletion")
+        shown = await tools(configs(bs, *u, "--describe"), configs(bs, *u, "--entity-type", "clients", "--describe"),
+                            configs(bs, *c, "--describe"), configs(bs, "--entity-type", "users", "--describe"))
+        return [f"exit {r.exit}\n" + "\n".join(line.replace(bs, "<broker>") for line in r.out.splitlines()
+                                             if not line.startswith("\t"))  # a refusal's stack trace
+                for r in (*altered, *shown[:3])] + [
+            "\n".join(sorted(line for line in shown[3].out.splitlines() if user in line))]
+
+    on_kafka, on_gateway = await run(kafka_broker.bootstrap), await run(gateway_bs)
+    assert on_gateway == on_kafka, "\n----\n".join(on_kafka + on_gateway)
+    assert "producer_byte_rate=1024.0" in on_gateway[6]

@@ -1,0 +1,127 @@
+"""Client quotas enforced (KIP-13, KIP-124): a producer_byte_rate held once across two gateways, a
+consumer_byte_rate that throttles a consumer yet lets it read everything, real confluent-kafka
+clients seeing the responses' throttle times, and Prometheus counting them per entity."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from gateway.domain.quotas import FETCH, PRODUCE, Alteration, QuotaService
+from gateway.kafka.dispatch import ApiKey
+from gateway.server.gateway import Gateway
+from gateway.store import Store
+from tests import test_gateways
+from tests.conftest import kafka_bootstrap
+from tests.test_gateways import ask
+from tests.test_metrics import scrape
+
+pytestmark = pytest.mark.kafka
+
+VALUE = b"q" * 1000
+two = test_gateways.two  # the fixture: two gateways over one Redis
+
+
+async def set_quota(gw: Gateway, client_id: str, key: str, value: float, *others: Gateway) -> None:
+    """The quota set through AlterClientQuotas, then read by every gateway named (each reads the
+    configuration at most a second late on its own)."""
+    resp: Any = await ask(gw, ApiKey.ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [
+        {"entity": [{"entity_type": "client-id", "entity_name": client_id}],
+         "ops": [{"key": key, "value": value, "remove": False}]}]})
+    assert [e.error_code for e in resp.entries] == [0]
+    for g in (gw, *others):
+        await g.services.quotas.load()
+
+
+def produce(bootstrap: str, client_id: str, topic: str, partition: int, count: int) -> list[int]:
+    """Send `count` records of 1000 bytes to one partition; the throttle times the broker answered."""
+    throttled: list[int] = []
+    p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5, "batch.size": 16384,
+                  "throttle_cb": lambda e: throttled.append(e.throttle_time)})
+    for _ in range(count):
+        p.produce(topic, VALUE, partition=partition)
+        p.poll(0)
+    assert p.flush(60) == 0
+    return [t for t in throttled if t > 0]
+
+
+async def test_a_produce_quota_is_held_once_across_gateways(two: tuple[Gateway, Gateway]) -> None:
+    """300 KB through each gateway under a 50 KB/s quota: alone, the first stays within the ten
+    seconds' allowance the sampled rate gives; the second, adding to the same samples in Redis,
+    exceeds it and is throttled (it would not be if each gateway counted on its own)."""
+    a, b = two
+    topic, client = f"q-{uuid.uuid4().hex[:8]}", f"q-producer-{uuid.uuid4().hex[:8]}"
+    await a.services.log.create_topic(topic, 8)
+    leaders = [a.services.registry.leader(topic, p).node_id for p in range(8)]
+    on_a, on_b = leaders.index(a.config.node_id), leaders.index(b.config.node_id)
+    await set_quota(a, client, PRODUCE, 50_000, b)
+    assert await asyncio.to_thread(produce, kafka_bootstrap(a), client, topic, on_a, 300) == []
+    later = await asyncio.to_thread(produce, kafka_bootstrap(b), client, topic, on_b, 300)
+    assert later, "the second gateway's producer was never throttled"
+    scraped = await scrape(b)
+    assert f'gateway_quota_throttled_total{{client_id="{client}",quota="producer_byte_rate",user=""}}' in scraped
+    assert f'gateway_quota_throttled_total{{client_id="{client}",quota="producer_byte_rate",user=""}}' not in \
+        await scrape(a)
+
+
+def consume(bootstrap: str, client_id: str, topic: str, count: int) -> tuple[list[bytes], list[int]]:
+    throttled: list[int] = []
+    c = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
+                  "auto.offset.reset": "earliest", "throttle_cb": lambda e: throttled.append(e.throttle_time)})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        while len(got) < count:
+            m = c.poll(30)
+            assert m is not None, f"only {len(got)} of {count} records consumed"
+            assert m.error() is None, m.error()
+            got.append(m.value() or b"")
+    finally:
+        c.close()
+    return got, [t for t in throttled if t > 0]
+
+
+@pytest.mark.slow  # Kafka's rate allows ten seconds' worth before it throttles: the test lasts that long
+async def test_a_fetch_quota_throttles_a_consumer_that_still_reads_everything(
+        two: tuple[Gateway, Gateway]) -> None:
+    """240 KB under a 20 KB/s consumer quota: the first 200 KB (ten seconds' worth, the most one
+    fetch is sent) come at once, then the consumer is throttled (its fetches answered empty) until
+    the rate allows the rest, and every record arrives in order. Batches of 16 KB: a batch larger
+    than ten seconds' worth could never be sent, on Kafka as here."""
+    a, _ = two
+    topic, client = f"q-{uuid.uuid4().hex[:8]}", f"q-consumer-{uuid.uuid4().hex[:8]}"
+    await a.services.log.create_topic(topic, 1)
+    bs = ",".join(kafka_bootstrap(g) for g in two)
+    assert await asyncio.to_thread(produce, bs, "q-unlimited", topic, 0, 240) == []
+    await set_quota(a, client, FETCH, 20_000, *two)
+    got, throttled = await asyncio.to_thread(consume, bs, client, topic, 240)
+    assert got == [VALUE] * 240
+    assert throttled, "the consumer was never throttled"
+
+
+async def test_quota_precedence_is_kip_55s(redis_url: str) -> None:
+    """Each quota key is looked up on its own, the first of KIP-55's eight levels that sets it wins,
+    and the level names the counter: a default binds each user or client on its own."""
+    store = Store.open(redis_url)
+    try:
+        quotas = QuotaService(store)
+        u, c = f"u-{uuid.uuid4().hex[:6]}", f"c-{uuid.uuid4().hex[:6]}"
+        levels: list[list[tuple[str, str | None]]] = [
+            [("user", u), ("client-id", c)], [("user", u), ("client-id", None)], [("user", u)],
+            [("user", None), ("client-id", c)], [("user", None), ("client-id", None)], [("user", None)],
+            [("client-id", c)], [("client-id", None)]]
+        tags = [(u, c), (u, c), (u, ""), (u, c), (u, c), (u, ""), ("", c), ("", c)]
+        await quotas.alter([Alteration(e, [(PRODUCE, float(i + 1))]) for i, e in enumerate(levels)], False)
+        await quotas.alter([Alteration([("client-id", c)], [(FETCH, 99.0)])], False)
+        for i in range(len(levels)):
+            assert quotas.applies(PRODUCE, u, c) == (float(i + 1), *tags[i])
+            assert quotas.applies(FETCH, u, c) == (99.0, "", c)  # another key: its own lookup
+            await quotas.alter([Alteration(levels[i], [(PRODUCE, None)])], False)
+        assert quotas.applies(PRODUCE, u, c) is None
+        assert quotas.applies(PRODUCE, "someone", "else") is None
+    finally:
+        await store.close()
