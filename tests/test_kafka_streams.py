@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -175,6 +176,16 @@ async def produce(bs: str, topic: str, records: list[Click]) -> None:
         await producer.stop()
 
 
+async def group_size(bs: str, group: str, members: int) -> bool:
+    """Whether the classic group is stable with `members` members."""
+    import confluent_kafka as ck
+    import confluent_kafka.admin as cka
+
+    admin = cka.AdminClient({"bootstrap.servers": bs})
+    described = await asyncio.to_thread(admin.describe_consumer_groups([group])[group].result, TIMEOUT)
+    return described.state == ck.ConsumerGroupState.STABLE and len(described.members) == members
+
+
 def beginning_offsets(bs: str, topic: str, partitions: int = 2) -> list[int]:
     import confluent_kafka as ck
 
@@ -238,14 +249,14 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool) -> None:
 
         # the second clicks: instance a is SIGKILLed once they begin to show, then restarted
         # with its state directory wiped
-        before = {user: values[-1] for user, values in outputs.seen()["counts"].items()}
         more = clicks(60, 60, t0)
         await produce(bs, f"{app}-clicks", more)
         done += more
 
         async def moving() -> bool:
+            """Whether the last 60 clicks have begun to be counted (one count out per click)."""
             await outputs.poll()
-            return any(values[-1] != before.get(user) for user, values in outputs.seen()["counts"].items())
+            return len(outputs.records["counts"]) > len(done) - 60
 
         await eventually(moving, 60, "the second clicks begun")
         a.kill()
@@ -253,6 +264,17 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool) -> None:
         shutil.rmtree(a_dir)
         a = await Instance.start(bs, app, a_dir, log)
         await eventually(lambda: outputs.reached(expected(done)), 120, "the second clicks counted")
+
+        # the third clicks: b is stopped once they begin to show, until the group has dropped it,
+        # then goes on as a zombie whose transaction and offsets the group's generation fences
+        more = clicks(120, 60, t0)
+        await produce(bs, f"{app}-clicks", more)
+        done += more
+        await eventually(moving, 60, "the third clicks begun")
+        b.proc.send_signal(signal.SIGSTOP)
+        await eventually(lambda: group_size(bs, app, 1), 60, "the stopped instance dropped from the group")
+        b.proc.send_signal(signal.SIGCONT)
+        await eventually(lambda: outputs.reached(expected(done)), 120, "the third clicks counted")
 
         # b leaves: a alone holds every task, its stores restored from the changelogs, compacted
         # by then where the broker compacts an active log as the gateway does
@@ -262,10 +284,10 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool) -> None:
 
             await eventually(compacted, 60, "the counts' changelog compacted")
         await b.close()
-        more = clicks(120, 60, t0)
+        more = clicks(180, 60, t0)
         await produce(bs, f"{app}-clicks", more)
         done += more
-        await eventually(lambda: outputs.reached(expected(done)), 120, "the third clicks counted")
+        await eventually(lambda: outputs.reached(expected(done)), 120, "the last clicks counted")
         await a.close()
         result = (await outputs.to_end()).seen()
     except BaseException:
