@@ -1,11 +1,14 @@
 """Kafka Streams 4.4, unchanged, on the classic group protocol: a stateful exactly-once application
 (tests/jvm/.../StreamsApp.java) run as two instances, one SIGKILLed mid-run and restarted with its
-state directory wiped; what it wrote, read `read_committed`, must be exactly what its input implies.
-The same scenario runs against the real Kafka 4.4 broker first, so a failure says whose it is."""
+state directory wiped, the other stopped until its group drops it and resumed as a zombie, then one
+alone restoring every store from the changelogs; what it wrote, read `read_committed`, must be
+exactly what its input implies. The same scenario runs against the real Kafka 4.4 broker, so a
+failure says whose it is; so does a missing source topic, whose error must be Kafka's."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import shutil
 import signal
 import tempfile
@@ -44,10 +47,13 @@ SETTINGS = [
 Click = tuple[str, str, int]  # user, page, timestamp (ms)
 
 
+_PICK = random.Random(30)
+VISITS = [(_PICK.choice(USERS), _PICK.choice(PAGES)) for _ in range(240)]  # the same in every run
+
+
 def clicks(first: int, count: int, t0: int) -> list[Click]:
     """Clicks `first`..`first+count-1` of a fixed sequence, one a second from `t0`."""
-    return [(USERS[i * 7 % len(USERS)], PAGES[i * 5 % len(PAGES) + 0], t0 + i * 1000)
-            for i in range(first, first + count)]
+    return [(*VISITS[i], t0 + i * 1000) for i in range(first, first + count)]
 
 
 def expected(done: list[Click]) -> dict[str, dict[str, list[str]]]:
@@ -309,6 +315,7 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool) -> None:
 
 @pytest.mark.timeout(300)
 async def test_exactly_once_application_on_kafka(kafka_broker, tmp_path):
+    """The reference: Kafka's log cleaner leaves the active segment alone, so nothing compacts."""
     await exactly_once_run(kafka_broker.bootstrap, tmp_path, compacts=False)
 
 
@@ -321,6 +328,7 @@ async def compacting_gateway(redis_url: str) -> AsyncIterator[Gateway]:
 
 @pytest.mark.timeout(300)
 async def test_exactly_once_application(compacting_gateway, tmp_path):
+    """On the gateway, whose cleaner compacts the changelogs before the stores are restored."""
     await exactly_once_run(kafka_bootstrap(compacting_gateway), tmp_path, compacts=True)
 
 
@@ -336,5 +344,6 @@ async def missing_source_run(bs: str, tmp: Path) -> list[str]:
 
 
 async def test_missing_source_topic(gateway, kafka_broker, tmp_path):
+    """Streams' consumer asks for no topic creation, so the application stops, as on Kafka."""
     errors = await same_on_both(gateway, kafka_broker, lambda bs: missing_source_run(bs, tmp_path))
     assert errors and "MissingSourceTopicException" in errors[0]
