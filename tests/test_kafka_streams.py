@@ -35,9 +35,9 @@ REGIONS = {user: ("north", "south", "east")[i % 3] for i, user in enumerate(USER
 OUTPUTS = ("counts", "windowed", "pages", "joined")
 WINDOW_MS = 10_000
 
+# Streams' own replication.factor (-1: the broker's default) is left as it is: both brokers take it
 SETTINGS = [
     "processing.guarantee=exactly_once_v2",
-    "replication.factor=1",  # one Kafka node, one gateway: more replicas than live brokers are refused
     "statestore.cache.max.bytes=0",  # every update goes out, so the output is one record per input
     "repartition.purge.interval.ms=0",  # purged at each commit, so every partition is by the end
     "session.timeout.ms=6000",  # the killed instance's tasks move on in seconds, not 45
