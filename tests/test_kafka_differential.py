@@ -965,7 +965,9 @@ async def add_partitions_to_txn_unknown_producer(s: Side, name: str) -> Any:
 async def txn_offset_commit_generations(s: Side, name: str) -> Any:
     """The fence exactly-once consumers (Kafka Streams' exactly_once_v2) rely on, KIP-447: a
     transaction's offsets carry the committing consumer's group metadata, and a member or generation
-    the group no longer has is refused, while none at all (generation -1) is taken."""
+    the group no longer has is refused, while none at all (generation -1) is taken; and the
+    offsets stay unstable (UNSTABLE_OFFSET_COMMIT) to a require_stable OffsetFetch, the new owner's,
+    until the transaction ends."""
     await create(s, name, 1)
     joined = await join(s, name)
     if joined["error_code"] == 79:  # MEMBER_ID_REQUIRED: join again with the id given
@@ -984,7 +986,17 @@ async def txn_offset_commit_generations(s: Side, name: str) -> Any:
                                           "group_instance_id": None, "topics": [{"name": name, "partitions": [
                                               {"partition_index": 0, "committed_offset": 1,
                                                "committed_leader_epoch": -1, "committed_metadata": ""}]}]}))
+    # until the transaction ends, a reader that wants stable offsets is told to retry, and is
+    # answered once its marker is written (after EndTxn answers, on Kafka)
+    stable = {"group_id": name, "require_stable": True, "topics": [{"name": name, "partition_indexes": [0]}]}
+    steps.append(await s.call(9, 7, stable))
     steps.append(await s.call(26, 3, {**ids, "committed": True}))
+
+    async def settled() -> Any:
+        fetched = await s.call(9, 7, stable)
+        return fetched if fetched["topics"][0]["partitions"][0]["error_code"] == 0 else None
+
+    steps.append(await eventually(settled, 30, "the transaction's offsets"))
     return steps
 
 
