@@ -982,6 +982,45 @@ async def add_partitions_to_txn_unknown_producer(s: Side, name: str) -> Any:
                                 "v3_and_below_topics": [{"name": name, "partitions": [0]}]})
 
 
+@scenario
+async def txn_offset_commit_generations(s: Side, name: str) -> Any:
+    """The fence exactly-once consumers (Kafka Streams' exactly_once_v2) rely on, KIP-447: a
+    transaction's offsets carry the committing consumer's group metadata, and a member or generation
+    the group no longer has is refused, while none at all (generation -1) is taken; and the
+    offsets stay unstable (UNSTABLE_OFFSET_COMMIT) to a require_stable OffsetFetch, the new owner's,
+    until the transaction ends."""
+    await create(s, name, 1)
+    joined = await join(s, name)
+    if joined["error_code"] == 79:  # MEMBER_ID_REQUIRED: join again with the id given
+        joined = await join(s, name, joined["member_id"])
+    member, generation = joined["member_id"], joined["generation_id"]
+    await s.call(14, 5, {"group_id": name, "generation_id": generation, "member_id": member,
+                         "protocol_type": "consumer", "protocol_name": "range",
+                         "assignments": [{"member_id": member, "assignment": b""}]})
+    producer = await s.call(22, 4, {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1,
+                                    "producer_epoch": -1})
+    ids = {"transactional_id": name, "producer_id": producer["producer_id"],
+           "producer_epoch": producer["producer_epoch"]}
+    steps = [await s.call(25, 3, {**ids, "group_id": name})]
+    for gen, who in ((generation + 1, member), (generation, "someone-else"), (generation, member), (-1, "")):
+        steps.append(await s.call(28, 3, {**ids, "group_id": name, "generation_id": gen, "member_id": who,
+                                          "group_instance_id": None, "topics": [{"name": name, "partitions": [
+                                              {"partition_index": 0, "committed_offset": 1,
+                                               "committed_leader_epoch": -1, "committed_metadata": ""}]}]}))
+    # until the transaction ends, a reader that wants stable offsets is told to retry, and is
+    # answered once its marker is written (after EndTxn answers, on Kafka)
+    stable = {"group_id": name, "require_stable": True, "topics": [{"name": name, "partition_indexes": [0]}]}
+    steps.append(await s.call(9, 7, stable))
+    steps.append(await s.call(26, 3, {**ids, "committed": True}))
+
+    async def settled() -> Any:
+        fetched = await s.call(9, 7, stable)
+        return fetched if fetched["topics"][0]["partitions"][0]["error_code"] == 0 else None
+
+    steps.append(await eventually(settled, 30, "the transaction's offsets"))
+    return steps
+
+
 async def _offset_is(s: Side, topic: str, end: int) -> bool:
     resp = await list_offsets(s, topic, -1, isolation=1)
     return bool(resp["topics"][0]["partitions"][0]["offset"] == end)

@@ -44,3 +44,16 @@ async def test_a_commit_applies_the_group_offsets_a_kafka_transaction_staged(ser
     assert await store.groups.offsets("readers") == {}
     assert await services.txn.end(txn, commit=True) == "COMMITTED"
     assert (await store.groups.offsets("readers"))[("t", 0)].offset == 42
+
+
+@pytest.mark.parametrize("redis_url", ["single", "cluster"], indirect=True)
+@pytest.mark.parametrize("commit", [True, False])
+async def test_the_offsets_a_transaction_staged_are_unstable_until_it_ends(services, store, commit):
+    """What a require_stable OffsetFetch is refused (UNSTABLE_OFFSET_COMMIT) until the end settles it."""
+    txn = await services.txn.begin()
+    await services.txn.add_subscriptions(txn, [(OFFSETS_TOPIC, 0, "readers")])
+    await store.txn_offsets.stage("readers", str(txn), {("t", 0): CommittedOffset(42)})
+    asked = [("t", 0), ("t", 1)]
+    assert await services.txn_producers.unstable_offsets("readers", asked) == {("t", 0)}
+    await services.txn.end(txn, commit=commit)
+    assert await services.txn_producers.unstable_offsets("readers", asked) == set()

@@ -200,6 +200,14 @@ class TransactionalProducers:
             raise checked
         await self.offsets.stage(group_id, txn_id, offsets)
 
+    async def unstable_offsets(self, group_id: str, parts: list[tuple[str, int]]) -> set[tuple[str, int]]:
+        """KIP-447: those of `parts` whose offsets an open transaction has yet to commit for the
+        group, which an OffsetFetch that requires stable offsets must not be given (Kafka's
+        OffsetMetadataManager.fetchOffsets answers them UNSTABLE_OFFSET_COMMIT): a new owner of a
+        partition waits for its former owner's transaction to end, so it reads on from where that
+        transaction leaves the offsets."""
+        return await self.offsets.pending(group_id, parts)
+
     async def _check_member(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
         """KIP-447: a zombie of an older generation must not commit offsets with its transaction;
         in a consumer group (KIP-848), `generation` is the member epoch."""

@@ -285,16 +285,20 @@ async def offset_commit(ctx: RequestContext, req: Any) -> Any:
 
 async def _fetch_group(
     ctx: RequestContext, group_id: str, parts: list[tuple[str, int]] | None, member_id: str | None = None,
-    member_epoch: int = -1, names: list[str] | None = None,
+    member_epoch: int = -1, names: list[str] | None = None, require_stable: bool = False,
 ) -> tuple[list[dict[str, Any]], KafkaError]:
     """One group's committed offsets of `parts` (all of them when None) as response topics
     (partition field names are the same in every version), and the group-level error. A consumer
     group's member (v9+) fetches in its epoch. Every topic in `names` (those asked for) is answered,
     one asked with no partitions with none, those the principal may describe first, as Kafka's
-    OffsetMetadataManager.fetchOffsets and KafkaApis.fetchOffsetsForGroup answer."""
+    OffsetMetadataManager.fetchOffsets and KafkaApis.fetchOffsetsForGroup answer. With
+    `require_stable` (v7+), a partition an open transaction has offsets pending for is
+    UNSTABLE_OFFSET_COMMIT, which the client retries."""
     try:
         await _authorize(ctx, group_id, Operation.DESCRIBE)
         found = await _coordinator(ctx).fetch_offsets(group_id, parts, member_id=member_id, member_epoch=member_epoch)
+        unstable = await ctx.services.txn_producers.unstable_offsets(group_id, list(found)) if require_stable \
+            else set()
     except Exception as exc:
         return [], group_error(exc)
     asked = list(dict.fromkeys(names or ()))
@@ -305,6 +309,9 @@ async def _fetch_group(
         if topic in hidden:
             if parts is not None:  # asked for by name: say why there is nothing; else leave it out
                 by_topic.setdefault(topic, []).append(_unfetched(partition, KafkaError.topic_authorization_failed))
+            continue
+        if (topic, partition) in unstable:
+            by_topic.setdefault(topic, []).append(_unfetched(partition, KafkaError.unstable_offset_commit))
             continue
         by_topic.setdefault(topic, []).append({
             "partition_index": partition,
@@ -322,7 +329,8 @@ def _unfetched(partition: int, error: KafkaError) -> dict[str, Any]:
 
 
 async def _fetch_group_by_id(
-    ctx: RequestContext, group_id: str, topics: Any, member_id: str | None, member_epoch: int
+    ctx: RequestContext, group_id: str, topics: Any, member_id: str | None, member_epoch: int,
+    require_stable: bool = False,
 ) -> tuple[list[dict[str, Any]], KafkaError]:
     """OffsetFetch v10's group: topics asked for by id, answered by id; an id no topic has is
     UNKNOWN_TOPIC_ID on its partitions. All of the group's offsets (no topics) carry the id of the
@@ -339,7 +347,7 @@ async def _fetch_group_by_id(
             else:
                 ids[name] = t.topic_id
                 parts += [(name, p) for p in t.partition_indexes]
-    found, error = await _fetch_group(ctx, group_id, parts, member_id, member_epoch, list(ids))
+    found, error = await _fetch_group(ctx, group_id, parts, member_id, member_epoch, list(ids), require_stable)
     if error != KafkaError.none:
         return [], error
     for t in found:
@@ -354,18 +362,20 @@ async def _fetch_group_by_id(
 
 @handles(ApiKey.OFFSET_FETCH, 1, 10)
 async def offset_fetch(ctx: RequestContext, req: Any) -> Any:
+    stable = bool(getattr(req, "require_stable", False))
     if ctx.api_version >= 8:
         groups = []
         for g in req.groups:
             member_id, member_epoch = getattr(g, "member_id", None), getattr(g, "member_epoch", -1)
             if ctx.api_version >= TOPIC_IDS_VERSION:
-                topics, error = await _fetch_group_by_id(ctx, g.group_id, g.topics, member_id, member_epoch)
+                topics, error = await _fetch_group_by_id(ctx, g.group_id, g.topics, member_id, member_epoch, stable)
             else:
                 topics, error = await _fetch_group(ctx, g.group_id, _parts(g.topics), member_id, member_epoch,
-                                                   [t.name for t in g.topics or ()])
+                                                   [t.name for t in g.topics or ()], stable)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": error})
         return _response(ctx, {"groups": groups})
-    topics, error = await _fetch_group(ctx, req.group_id, _parts(req.topics), names=[t.name for t in req.topics or ()])
+    topics, error = await _fetch_group(ctx, req.group_id, _parts(req.topics), names=[t.name for t in req.topics or ()],
+                                       require_stable=stable)
     if ctx.api_version < 2 and error != KafkaError.none:
         # v1 has no group-level error: it goes on every partition asked for
         topics = [

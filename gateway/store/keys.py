@@ -167,6 +167,11 @@ def group_txn_offsets(group_id: str, txn_id: str) -> str:
     return f"{{g:{group_id}}}:txnoff:{txn_id}"
 
 
+def group_txn_open(group_id: str) -> str:
+    """Set of the transactions with offset commits pending for a group (require_stable asks it)."""
+    return f"{{g:{group_id}}}:txnoffs"
+
+
 # -- delayed delivery: one index per partition (its keys share the partition's tag) ----------------
 
 

@@ -59,12 +59,12 @@ _UNRUN = (*_PASSING, "NOSCRIPT")
 
 DURABLE = frozenset({
     # the transaction coordinator's point of no return, and what rolling it forward writes
-    "txn-end-4", "txn-group-commit-5", "txn-marker-5", "txn-offsets-settle-2", "sub-txn-settle-4",
+    "txn-end-4", "txn-group-commit-5", "txn-marker-5", "txn-offsets-settle-3", "sub-txn-settle-4",
     "watermark-settle-2", "delay-commit-8", "delay-drop-2",
     # fencing epochs: InitProducerId, the native fence
     "fence-connect-6",
     # committed offsets (classic and consumer groups, transactional ones staged) and their deletion
-    "group-commit-4", "cgroup-commit-3", "txn-offsets-stage-1", "group-offsets-delete-2",
+    "group-commit-4", "cgroup-commit-3", "txn-offsets-stage-2", "group-offsets-delete-2",
     "group-delete-4", "cgroup-delete-3",
     # native subscriptions' acks and seeks
     "sub-ack-4", "sub-seek-4", "sub-delete-5",
@@ -75,8 +75,8 @@ DURABLE = frozenset({
 
 DIRECT = frozenset({
     # a Kafka transaction's steps, one after another on its commit's critical path
-    "txn-join-5", "txn-current-2", "txn-end-4", "txn-marker-5", "txn-finish-6", "txn-offsets-stage-1",
-    "txn-offsets-settle-2",
+    "txn-join-5", "txn-current-2", "txn-end-4", "txn-marker-5", "txn-finish-6", "txn-offsets-stage-2",
+    "txn-offsets-settle-3",
     # reading a group (TxnOffsetCommit checks the member, beside the transaction)
     "group-load-2",
     # a client quota's usage, recorded on the produce and fetch paths of throttled clients

@@ -1,0 +1,349 @@
+"""Kafka Streams 4.4, unchanged, on the classic group protocol: a stateful exactly-once application
+(tests/jvm/.../StreamsApp.java) run as two instances, one SIGKILLed mid-run and restarted with its
+state directory wiped, the other stopped until its group drops it and resumed as a zombie, then one
+alone restoring every store from the changelogs; what it wrote, read `read_committed`, must be
+exactly what its input implies. The same scenario runs against the real Kafka 4.4 broker, so a
+failure says whose it is; so does a missing source topic, whose error must be Kafka's."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import signal
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from gateway.server.gateway import Gateway
+from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
+from tests.kafka_clients import TIMEOUT, create_topic
+from tests.kafka_jvm import java_command, same_on_both, unique
+
+pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
+
+USERS = [f"user-{i}" for i in range(6)]
+PAGES = [f"page-{i}" for i in range(4)]
+REGIONS = {user: ("north", "south", "east")[i % 3] for i, user in enumerate(USERS)}
+OUTPUTS = ("counts", "windowed", "pages", "joined")
+WINDOW_MS = 10_000
+
+# Streams' own replication.factor (-1: the broker's default) is left as it is: both brokers take it
+SETTINGS = [
+    "processing.guarantee=exactly_once_v2",
+    "statestore.cache.max.bytes=0",  # every update goes out, so the output is one record per input
+    "repartition.purge.interval.ms=0",  # purged at each commit, so every partition is by the end
+    "session.timeout.ms=6000",  # the killed instance's tasks move on in seconds, not 45
+    "heartbeat.interval.ms=1000",
+]
+
+Click = tuple[str, str, int]  # user, page, timestamp (ms)
+
+
+_PICK = random.Random(30)
+VISITS = [(_PICK.choice(USERS), _PICK.choice(PAGES)) for _ in range(240)]  # the same in every run
+
+
+def clicks(first: int, count: int, t0: int) -> list[Click]:
+    """Clicks `first`..`first+count-1` of a fixed sequence, one a second from `t0`."""
+    return [(*VISITS[i], t0 + i * 1000) for i in range(first, first + count)]
+
+
+def expected(done: list[Click]) -> dict[str, dict[str, list[str]]]:
+    """Every output topic's values per key, in order, that `done` (every click so far) implies:
+    one update per click, since the application caches nothing."""
+    out: dict[str, dict[str, list[str]]] = {name: defaultdict(list) for name in OUTPUTS}
+    per_user: Counter[str] = Counter()
+    per_page: Counter[str] = Counter()
+    windows: dict[str, list[str]] = defaultdict(list)
+    for user, page, ts in done:
+        per_user[user] += 1
+        per_page[page] += 1
+        window = f"{user}@{ts // WINDOW_MS * WINDOW_MS}"
+        windows[window].append(page)
+        out["counts"][user].append(str(per_user[user]))
+        out["joined"][user].append(f"{REGIONS[user]}:{per_user[user]}")
+        out["windowed"][window].append(",".join(windows[window]))
+        out["pages"][page].append(str(per_page[page]))
+    return {name: dict(values) for name, values in out.items()}
+
+
+@dataclass
+class Instance:
+    """One StreamsApp process: its stdout lines as they come, its log in a file."""
+
+    proc: asyncio.subprocess.Process
+    log: IO[bytes]
+    lines: list[str] = field(default_factory=list)
+    reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, bs: str, app: str, state_dir: Path, log: IO[bytes]) -> Instance:
+        proc = await asyncio.create_subprocess_exec(
+            *java_command("gateway.jvm.StreamsApp", bs, app, str(state_dir), *SETTINGS),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log)
+        instance = cls(proc, log)
+        instance.reader = asyncio.create_task(instance._read())
+        return instance
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        async for line in self.proc.stdout:
+            self.lines.append(line.decode().rstrip("\n"))
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    async def close(self) -> list[str]:
+        """Close its stdin, which closes the application and leaves the group; what it printed."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        await asyncio.wait_for(self.proc.wait(), 90)
+        assert self.reader is not None
+        await self.reader
+        return self.lines
+
+
+class Reader:
+    """A read_committed consumer of some of the application's topics (two partitions each): each
+    topic's records in the order read, so per key in the order written."""
+
+    def __init__(self, bs: str, app: str, names: tuple[str, ...] = OUTPUTS) -> None:
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=bs, isolation_level="read_committed",
+                                         enable_auto_commit=False)
+        self.app = app
+        self.names = names
+        self.records: dict[str, list[tuple[bytes, bytes]]] = {name: [] for name in names}
+
+    async def start(self) -> Reader:
+        await self.consumer.start()
+        partitions = [TopicPartition(f"{self.app}-{name}", p) for name in self.names for p in range(2)]
+        self.consumer.assign(partitions)
+        await self.consumer.seek_to_beginning(*partitions)
+        return self
+
+    async def poll(self) -> None:
+        batches = await self.consumer.getmany(timeout_ms=200)
+        for tp, records in batches.items():
+            self.records[tp.topic.removeprefix(f"{self.app}-")] += [(r.key, r.value) for r in records]
+
+    def seen(self) -> dict[str, dict[str, list[str]]]:
+        """Each topic's values per key, in order."""
+        out: dict[str, dict[str, list[str]]] = {}
+        for name, records in self.records.items():
+            out[name] = defaultdict(list)
+            for key, value in records:
+                out[name][key.decode()].append(value.decode())
+        return {name: dict(values) for name, values in out.items()}
+
+    async def reached(self, want: dict[str, dict[str, list[str]]]) -> bool:
+        """Whether every key's latest value is the last one `want` names for it."""
+        await self.poll()
+        seen = self.seen()
+        return all(seen[name].get(key, [None])[-1] == values[-1]
+                   for name in self.names for key, values in want[name].items())
+
+    async def to_end(self) -> Reader:
+        """Everything up to the last stable offsets."""
+        partitions = list(self.consumer.assignment())
+        end = await self.consumer.end_offsets(partitions)
+        while [tp for tp in partitions if await self.consumer.position(tp) < end[tp]]:
+            await self.poll()
+        return self
+
+    async def stop(self) -> None:
+        await self.consumer.stop()
+
+
+async def changelog_records(bs: str, app: str, store: str) -> int:
+    """How many records a store's changelog holds now: fewer than it was sent once compacted."""
+    reader = await Reader(bs, app, (f"{store}-changelog",)).start()
+    try:
+        return len((await reader.to_end()).records[f"{store}-changelog"])
+    finally:
+        await reader.stop()
+
+
+async def produce(bs: str, topic: str, records: list[Click]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bs, enable_idempotence=True)
+    await producer.start()
+    try:
+        for key, value, ts in records:
+            await producer.send(topic, value.encode(), key=key.encode(), timestamp_ms=ts)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def group_size(bs: str, group: str, members: int) -> bool:
+    """Whether the classic group is stable with `members` members."""
+    import confluent_kafka as ck
+    import confluent_kafka.admin as cka
+
+    admin = cka.AdminClient({"bootstrap.servers": bs})
+    described = await asyncio.to_thread(admin.describe_consumer_groups([group])[group].result, TIMEOUT)
+    return described.state == ck.ConsumerGroupState.STABLE and len(described.members) == members
+
+
+def beginning_offsets(bs: str, topic: str, partitions: int = 2) -> list[int]:
+    import confluent_kafka as ck
+
+    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "unused"})
+    try:
+        return [consumer.get_watermark_offsets(ck.TopicPartition(topic, p), TIMEOUT)[0] for p in range(partitions)]
+    finally:
+        consumer.close()
+
+
+def configs(policy: str, retention_ms: int = 604800000, segment_bytes: int = 1073741824) -> dict[str, str]:
+    return {"cleanup.policy": policy, "retention.ms": str(retention_ms), "segment.bytes": str(segment_bytes),
+            "message.timestamp.type": "CreateTime"}
+
+
+# what Streams creates for the topology (InternalTopicManager): a compacted changelog per store, the
+# windowed one also deleting after the window's size, grace and windowstore.changelog.additional.
+# retention.ms; the repartition topic kept until Streams purges it, in 50 MB segments
+INTERNAL_TOPICS = {
+    "counts-changelog": configs("compact"),
+    "joined-changelog": configs("compact"),
+    "pages-changelog": configs("compact"),
+    "pages-repartition": configs("delete", -1, 52428800),
+    "regions-changelog": configs("compact"),
+    "windowed-changelog": configs("compact,delete", WINDOW_MS + 86400000 + 86400000),
+}
+INTERNAL_CONFIGS = ("cleanup.policy", "retention.ms", "segment.bytes", "message.timestamp.type")
+
+
+async def internal_topics(bs: str, app: str) -> dict[str, dict[str, str]]:
+    """The topics the application created for itself, with the configs Streams sets on them."""
+    import confluent_kafka.admin as cka
+
+    admin = cka.AdminClient({"bootstrap.servers": bs})
+    listed = await asyncio.to_thread(admin.list_topics, timeout=TIMEOUT)
+    ours = {f"{app}-{name}" for name in ("clicks", "regions", *OUTPUTS)}
+    names = sorted(t for t in listed.topics if t.startswith(f"{app}-") and t not in ours)
+    futures = admin.describe_configs([cka.ConfigResource(cka.ResourceType.TOPIC, t) for t in names])
+    described = {r.name: await asyncio.to_thread(f.result, TIMEOUT) for r, f in futures.items()}
+    return {name.removeprefix(f"{app}-"): {k: described[name][k].value for k in INTERNAL_CONFIGS}
+            for name in names}
+
+
+async def exactly_once_run(bs: str, tmp: Path, compacts: bool) -> None:
+    """The whole scenario on one broker; with `compacts`, the changelogs are compacted before the
+    stores are restored from them."""
+    app = unique("streams")
+    for topic in ("clicks", "regions", *OUTPUTS):
+        await create_topic(bs, f"{app}-{topic}", 2)
+    t0 = int(time.time() * 1000) // WINDOW_MS * WINDOW_MS - 600_000
+    await produce(bs, f"{app}-regions", [(user, region, t0 - 1000) for user, region in REGIONS.items()])
+    done = clicks(0, 60, t0)
+    await produce(bs, f"{app}-clicks", done)
+    outputs = await Reader(bs, app).start()
+    log = tempfile.TemporaryFile(dir=tmp)
+    a_dir, b_dir = tmp / "a", tmp / "b"
+    a = await Instance.start(bs, app, a_dir, log)
+    b = await Instance.start(bs, app, b_dir, log)
+    try:
+        await eventually(lambda: outputs.reached(expected(done)), 120, "the first clicks counted")
+
+        # the second clicks: instance a is SIGKILLed once they begin to show, then restarted
+        # with its state directory wiped
+        more = clicks(60, 60, t0)
+        await produce(bs, f"{app}-clicks", more)
+        done += more
+
+        async def moving() -> bool:
+            """Whether the last 60 clicks have begun to be counted (one count out per click)."""
+            await outputs.poll()
+            return len(outputs.records["counts"]) > len(done) - 60
+
+        await eventually(moving, 60, "the second clicks begun")
+        a.kill()
+        await a.proc.wait()
+        shutil.rmtree(a_dir)
+        a = await Instance.start(bs, app, a_dir, log)
+        await eventually(lambda: outputs.reached(expected(done)), 120, "the second clicks counted")
+
+        # the third clicks: b is stopped once they begin to show, until the group has dropped it,
+        # then goes on as a zombie whose transaction and offsets the group's generation fences
+        more = clicks(120, 60, t0)
+        await produce(bs, f"{app}-clicks", more)
+        done += more
+        await eventually(moving, 60, "the third clicks begun")
+        b.proc.send_signal(signal.SIGSTOP)
+        await eventually(lambda: group_size(bs, app, 1), 60, "the stopped instance dropped from the group")
+        b.proc.send_signal(signal.SIGCONT)
+        await eventually(lambda: outputs.reached(expected(done)), 120, "the third clicks counted")
+
+        # b leaves: a alone holds every task, its stores restored from the changelogs, compacted
+        # by then where the broker compacts an active log as the gateway does
+        if compacts:
+            async def compacted() -> bool:
+                return await changelog_records(bs, app, "counts") < len(done)
+
+            await eventually(compacted, 60, "the counts' changelog compacted")
+        await b.close()
+        more = clicks(180, 60, t0)
+        await produce(bs, f"{app}-clicks", more)
+        done += more
+        await eventually(lambda: outputs.reached(expected(done)), 120, "the last clicks counted")
+        await a.close()
+        result = (await outputs.to_end()).seen()
+    except BaseException:
+        log.seek(0)
+        print(log.read().decode(errors="replace")[-20000:])
+        raise
+    finally:
+        for instance in (a, b):
+            if instance.proc.returncode is None:
+                instance.kill()
+                await instance.proc.wait()
+        await outputs.stop()
+        log.close()
+    assert result == expected(done)
+    assert await internal_topics(bs, app) == INTERNAL_TOPICS
+    # the records Streams has read from its repartition topic are purged (DeleteRecords)
+    assert 0 not in await asyncio.to_thread(beginning_offsets, bs, f"{app}-pages-repartition")
+
+
+@pytest.mark.timeout(300)
+async def test_exactly_once_application_on_kafka(kafka_broker, tmp_path):
+    """The reference: Kafka's log cleaner leaves the active segment alone, so nothing compacts."""
+    await exactly_once_run(kafka_broker.bootstrap, tmp_path, compacts=False)
+
+
+@pytest.fixture
+async def compacting_gateway(redis_url: str) -> AsyncIterator[Gateway]:
+    """A gateway whose cleaner passes every half second, so changelogs compact while Streams runs."""
+    async with running_gateway(test_config(redis_url, cleaner_interval=0.5)) as gw:
+        yield gw
+
+
+@pytest.mark.timeout(300)
+async def test_exactly_once_application(compacting_gateway, tmp_path):
+    """On the gateway, whose cleaner compacts the changelogs before the stores are restored."""
+    await exactly_once_run(kafka_bootstrap(compacting_gateway), tmp_path, compacts=True)
+
+
+async def missing_source_run(bs: str, tmp: Path) -> list[str]:
+    """The application started before its source topics exist: the error it stops with."""
+    app = unique("streams-missing")
+    with tempfile.TemporaryFile(dir=tmp) as log:
+        instance = await Instance.start(bs, app, tmp / "state", log)
+        await asyncio.wait_for(instance.proc.wait(), 90)
+        assert instance.reader is not None
+        await instance.reader
+    return [line.replace(app, "APP") for line in instance.lines if line.startswith("error ")]
+
+
+async def test_missing_source_topic(gateway, kafka_broker, tmp_path):
+    """Streams' consumer asks for no topic creation, so the application stops, as on Kafka."""
+    errors = await same_on_both(gateway, kafka_broker, lambda bs: missing_source_run(bs, tmp_path))
+    assert errors and "MissingSourceTopicException" in errors[0]
