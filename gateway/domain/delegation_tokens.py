@@ -73,7 +73,7 @@ class DelegationTokens:
 
     async def expire(self, token_hmac: bytes, principal: str, expiry_period_ms: int) -> tuple[str, int]:
         """As `renew`, to now + the period (capped at the max); a negative period removes the token
-        and is itself the answer's expiry, as Kafka answers."""
+        at once (its answer's expiry: now, as Kafka 4.4's)."""
         return await self.store.extend(_digest(token_hmac), principal, now_ms(), expiry_period_ms)
 
     async def describe(self, requester: str, owners: list[str] | None,
