@@ -12,6 +12,7 @@ import msgpack
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
+from gateway.store.security import _text
 
 
 @dataclass(frozen=True)
@@ -23,10 +24,6 @@ class TokenRecord:
     issue_ms: int
     max_ms: int
     expiry_ms: int
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class DelegationTokenStore:
