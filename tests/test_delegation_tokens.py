@@ -23,6 +23,7 @@ from gateway.server.gateway import Gateway
 from tests.conftest import running_gateway, test_config
 from tests.kafka_wire import build_request, call, read_response, request
 
+REDIS_BACKENDS = ("single", "cluster")  # the token scripts touch one slot, {gw:dt}
 SECRET = "token-secret-key"
 DAY, WEEK = 86_400_000, 604_800_000  # Kafka's defaults: delegation.token.expiry.time.ms, max.lifetime.ms
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
