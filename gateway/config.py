@@ -190,6 +190,15 @@ class Config:
     super_users: str = setting("", "comma-separated users allowed everything", metavar="USER,...")
     admin_token: str = setting("", "a bearer token the admin API accepts as a super user: the first user's "
                                "way in", secret=True)
+    delegation_token_secret_key: str = setting(
+        "", "the key of delegation tokens' HMACs (Kafka's delegation.token.secret.key): the same on every "
+        "gateway; unset, tokens are off", secret=True)
+    delegation_token_expiry_time_ms: int = setting(
+        86_400_000, "how long a delegation token lives unless renewed, and the longest renewal (Kafka's "
+        "delegation.token.expiry.time.ms)", check=POSITIVE, metavar="MS")
+    delegation_token_max_lifetime_ms: int = setting(
+        604_800_000, "how long a delegation token lives at most, renewed or not (Kafka's "
+        "delegation.token.max.lifetime.ms)", check=POSITIVE, metavar="MS")
     acl_cache_seconds: float = setting(2.0, "how long ACLs read from Redis are trusted before being read again",
                                        check=at_least(0))
     tls_cert_file: str = setting("", "PEM certificate chain: with it every listener speaks TLS", metavar="FILE")

@@ -35,6 +35,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.clock import now_ms
+from gateway.domain.delegation_tokens import DelegationTokens
 from gateway.errors import AuthenticationFailed, GatewayError, InvalidRequest, NotAllowed
 from gateway.store import Store
 from gateway.store.security import AclEntry, UserRecord
@@ -356,6 +357,8 @@ class ScramExchange:
         self.mechanism = mechanism
         self.hash_name = SCRAM_HASHES[mechanism]
         self.principal: str | None = None
+        self.token_authenticated = False
+        self._owner = ""  # a token's owner, who a token login authenticates
         self._user = ""
         self._known = False
         self._credential: ScramCredential | None = None
@@ -381,21 +384,36 @@ class ScramExchange:
         attrs = _attributes(bare)
         if "n" not in attrs or "r" not in attrs or "m" in attrs or not attrs["r"]:
             raise AuthenticationFailed("malformed SCRAM client-first message")
-        if attrs.get("tokenauth") == "true":
-            raise AuthenticationFailed("delegation tokens are not supported")
         self._user = _sasl_name(attrs["n"])
         if authzid and _sasl_name(authzid.removeprefix("a=")) != self._user:
             raise AuthenticationFailed("the authorization id must be the user name")
-        record = await self.service.store.get_user(self._user)
-        stored = record.credentials.get(self.mechanism) if record is not None else None
-        self._known = stored is not None
-        self._credential = ScramCredential.parse(stored) if stored else _stand_in(self._user, self.mechanism)
+        if attrs.get("tokenauth") == "true":
+            await self._token_credential()
+        else:
+            record = await self.service.store.get_user(self._user)
+            stored = record.credentials.get(self.mechanism) if record is not None else None
+            self._known = stored is not None
+            self._credential = ScramCredential.parse(stored) if stored else _stand_in(self._user, self.mechanism)
         self._gs2_header = f"{flag},{authzid},"
         self._first_bare = bare
+        assert self._credential is not None
         self._nonce = attrs["r"] + secrets.token_urlsafe(24)
         salt = base64.b64encode(self._credential.salt).decode()
         self._server_first = f"r={self._nonce},s={salt},i={self._credential.iterations}"
         return self._server_first.encode()
+
+    async def _token_credential(self) -> None:
+        """A delegation token's login (KIP-48's `tokenauth` extension): the user name is the token's
+        id, the password its HMAC; the principal is the token's owner, marked token-authenticated."""
+        tokens = self.service.delegation_tokens
+        found = await tokens.login(self._user) if tokens is not None else None
+        self._known = found is not None
+        if found is None:
+            self._credential = _stand_in(self._user, self.mechanism)
+            return
+        self._owner, password = found
+        self.token_authenticated = True
+        self._credential = await asyncio.to_thread(ScramCredential.create, self.mechanism, password)
 
     def _final(self, text: str) -> bytes:
         if self.principal is not None:
@@ -420,7 +438,7 @@ class ScramExchange:
         valid = hmac.compare_digest(hashlib.new(self.hash_name, client_key).digest(), cred.stored_key)
         if not (valid and self._known):
             raise AuthenticationFailed(f"invalid credentials with SASL mechanism {self.mechanism}")
-        self.principal = user_principal(self._user)
+        self.principal = self._owner or user_principal(self._user)
         return b"v=" + base64.b64encode(_hmac(self.hash_name, cred.server_key, auth))
 
 
@@ -430,6 +448,7 @@ class PlainExchange:
     def __init__(self, service: SecurityService) -> None:
         self.service = service
         self.principal: str | None = None
+        self.token_authenticated = False
 
     async def step(self, message: bytes) -> bytes:
         parts = message.split(b"\0")
@@ -477,8 +496,10 @@ class SecurityService:
         super_users: Iterable[str] = (),
         admin_token: str = "",
         cache_seconds: float = 2.0,
+        delegation_tokens: DelegationTokens | None = None,
     ) -> None:
         self.store = store.security
+        self.delegation_tokens = delegation_tokens
         self.enabled = enabled
         self.mechanisms = [m.strip() for m in mechanisms if m.strip()]
         unknown = set(self.mechanisms) - set(MECHANISMS)

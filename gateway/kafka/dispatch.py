@@ -144,6 +144,7 @@ class ConnectionState:
     host: str | None = None  # the client's IP address, which ACLs for a host match  # the port the client reached, advertised when no other port is configured
     extra: dict[str, Any] = field(default_factory=dict)
     principal: str | None = None  # who authenticated (SASL); None before that, or with authentication off
+    token_authenticated: bool = False  # logged in with a delegation token, which may not create or renew one
     sasl: Any = None  # the SASL exchange under way (gateway.kafka.sasl)
     close: bool = False  # set by a handler: close the connection once its response is written
     muted_until: float = 0.0  # a throttled client's requests are not read before (monotonic time, KIP-219)

@@ -66,6 +66,7 @@ async def unframed_step(state: ConnectionState, message: bytes) -> list[bytes | 
 def _finish(state: ConnectionState, sasl: KafkaSasl) -> None:
     if sasl.exchange.principal is not None:
         state.principal = sasl.exchange.principal
+        state.token_authenticated = sasl.exchange.token_authenticated
         state.sasl = None
 
 

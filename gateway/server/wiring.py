@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from gateway.config import Config
 from gateway.domain.client_metrics import ClientMetricsService
 from gateway.domain.delay import DelayService
+from gateway.domain.delegation_tokens import DelegationTokens
 from gateway.domain.features import Features
 from gateway.domain.fence import FenceService
 from gateway.domain.groups.consumer import ConsumerGroupConfig
@@ -80,6 +81,9 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
             store, enabled=config.auth, mechanisms=config.sasl_mechanisms.split(","),
             super_users=config.super_users.split(","), admin_token=config.admin_token,
             cache_seconds=config.acl_cache_seconds,
+            delegation_tokens=DelegationTokens(
+                store, config.delegation_token_secret_key, expiry_time_ms=config.delegation_token_expiry_time_ms,
+                max_lifetime_ms=config.delegation_token_max_lifetime_ms),
         )
         share = ShareCoordinator(
             log, subscriptions, store, session_timeout_ms=config.group_consumer_session_timeout_ms,

@@ -11,6 +11,7 @@ from gateway.store.compaction import CleanerStore
 from gateway.store.connection import RedisClient, connect, wait_reachable
 from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.delay import DelayStore
+from gateway.store.delegation_tokens import DelegationTokenStore
 from gateway.store.fence import FenceStore
 from gateway.store.groups import GroupStore
 from gateway.store.key_shared import KeySharedStore
@@ -56,6 +57,7 @@ class Store:
         self.key_shared = KeySharedStore(redis, scripts)
         self.watermark = WatermarkStore(redis, scripts)
         self.security = SecurityStore(redis, scripts)
+        self.delegation_tokens = DelegationTokenStore(redis, scripts)
         self.roles = RoleStore(redis, scripts)
         self.registry = RegistryStore(redis, scripts)
         self.cluster_config = ClusterConfigStore(redis, scripts)

@@ -306,6 +306,19 @@ def sec_user(name: str) -> str:
     return f"{{gw:sec}}:user:{name}"
 
 
+# -- delegation tokens (KIP-48): one hash tag, so each token's scripts run in one slot ----------------
+
+DT_IDS = "{gw:dt}:ids"
+"""Set of the ids of the delegation tokens."""
+DT_HMACS = "{gw:dt}:hmacs"
+"""Hash: SHA-256 of a token's HMAC (hex) -> its id; the HMAC itself is never stored."""
+
+
+def dt_token(token_id: str) -> str:
+    """Hash: owner, requester, renewers (msgpack list of principals), issue, max and expiry (ms), digest."""
+    return f"{{gw:dt}}:token:{token_id}"
+
+
 CLUSTER_CONFIG = "gw:cluster-config"
 """String: msgpack {v: version, c: broker config name -> value}, the cluster-wide defaults of topic
 configs (log.retention.ms, message.max.bytes, ...) that an admin set; every gateway reads them."""
