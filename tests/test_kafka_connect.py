@@ -10,10 +10,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tests.conftest import GatewayProcess, eventually, kafka_bootstrap
+from gateway.server.gateway import Gateway
+from tests.conftest import GatewayProcess, admin_url, eventually, kafka_bootstrap
 from tests.kafka_clients import create_topic, topic_config
 from tests.kafka_connect import HERDER_FAILED, ConnectWorker, start_workers
 from tests.kafka_jvm import tools, unique
@@ -48,22 +50,22 @@ async def read_committed(bs: str, topic: str, count: int, to_end: bool = True, t
         await consumer.stop()
 
 
-async def lines_through(worker: ConnectWorker, tmp_path: Path,
-                        interrupt: Callable[[], Awaitable[None]]) -> tuple[str, Path]:
-    """FileStreamSource with exactly-once support (a transaction a poll, of up to batch.size, 2000,
-    lines) from a file appended to in CHUNKS, `interrupt` awaited once the first transaction of the
-    largest append is read; then the topic, read read_committed, holds every line once, in order.
-    Returns the topic and the file."""
+async def lines_through(worker: ConnectWorker, tmp_path: Path, interrupt: Callable[[str], Awaitable[None]],
+                        boundary: dict[str, str] | None = None) -> tuple[str, Path]:
+    """FileStreamSource with exactly-once support (by default a transaction a poll, of up to
+    batch.size, 2000, lines; `boundary` may say otherwise) from a file appended to in CHUNKS,
+    `interrupt(topic)` awaited once the largest append is written (it waits for what it needs);
+    then the topic, read read_committed, holds every line once, in order. Returns the topic and the
+    file."""
     topic, source_file = unique("lines"), tmp_path / "in.txt"
     append(source_file, CHUNKS[0])
     created = await worker.rest("POST", "/connectors", {"name": "src", "config": {
         "connector.class": SOURCE, "file": str(source_file), "topic": topic, "tasks.max": "1",
-        "exactly.once.support": "required", "transaction.boundary": "poll"}})
+        "exactly.once.support": "required", **(boundary or {"transaction.boundary": "poll"})}})
     assert created.get("name") == "src", created
     assert await read_committed(worker.bootstrap, topic, len(CHUNKS[0])) == CHUNKS[0]
     append(source_file, CHUNKS[1])
-    await read_committed(worker.bootstrap, topic, len(CHUNKS[0]) + 1, to_end=False)
-    await interrupt()
+    await interrupt(topic)
     append(source_file, CHUNKS[2])
     assert await read_committed(worker.bootstrap, topic, len(LINES)) == LINES
     return topic, source_file
@@ -86,9 +88,10 @@ async def producer_epoch(bs: str, transactional_id: str) -> int:
 @pytest.mark.timeout(300)
 async def test_file_lines_move_once_each_through_a_worker_killed_mid_stream(gateway, tmp_path: Path):
     """KIP-618 on the gateway: the source task's producer is transactional (transactional.id
-    `<group>-<connector>-<task>`), each poll one transaction with its source offset; a worker
-    SIGKILLed mid-stream leaves a zombie that the restarted task's InitProducerId fences, and the
-    topic read read_committed holds every line once, in order. Then a sink writes them out, a second
+    `<group>-<connector>-<task>`), a transaction every three seconds with its source offset; a
+    worker SIGKILLed while one is open (the gateway's admin API lists it open before the kill and
+    after it) leaves a zombie that the restarted task's InitProducerId fences, aborting its
+    transaction, and the topic read read_committed holds every line once, in order. Then a sink writes them out, a second
     worker takes half the work (the `connect` protocol's incremental cooperative assignment), and a
     stopped connector's offsets altered (KIP-875) fence its producers with Admin.fenceProducers.
     Written against Kafka 4.4 too, where it passes as it is (with the `either` fixture), and
@@ -97,13 +100,16 @@ async def test_file_lines_move_once_each_through_a_worker_killed_mid_stream(gate
     first = ConnectWorker(tmp_path / "first", bs, group)
     sink_file = tmp_path / "out.txt"
 
-    async def restart_worker() -> None:
+    async def restart_worker(topic: str) -> None:
+        txn = await eventually(lambda: _open_transaction(gateway, topic), what="a source transaction open", timeout=60)
         first.kill()
+        assert await _open_transaction(gateway, topic) == txn, "the kill landed outside the transaction"
         await start_workers(first)
 
     try:
         await start_workers(first)
-        topic, source_file = await lines_through(first, tmp_path, restart_worker)
+        topic, source_file = await lines_through(first, tmp_path, restart_worker, boundary={
+            "transaction.boundary": "interval", "transaction.boundary.interval.ms": "3000"})
         for internal in ("configs", "offsets", "status"):  # made by the worker, through CreateTopics
             assert await topic_config(bs, f"{group}-{internal}", "cleanup.policy") == "compact"
 
@@ -135,6 +141,14 @@ async def test_file_lines_move_once_each_through_a_worker_killed_mid_stream(gate
         assert await producer_epoch(bs, f"{group}-src-0") > before
     finally:
         first.kill()
+
+
+async def _open_transaction(gateway: Gateway, topic: str) -> str | None:
+    """The id of the open transaction writing to `topic`, as the gateway's admin API lists it."""
+    async with aiohttp.ClientSession() as http, http.get(admin_url(gateway) + "/admin/v2/transactions") as r:
+        listed = await r.json()
+    return next((t["txn"] for t in listed if t["state"] == "OPEN" and {"topic": topic, "partition": 0} in t["partitions"]),
+                None)
 
 
 async def _statuses(worker: ConnectWorker) -> list[dict]:
@@ -170,7 +184,8 @@ async def test_a_gateway_killed_under_the_worker_loses_no_line(gateway_process: 
     gateway_process.start()
     worker = ConnectWorker(tmp_path / "worker", gateway_process.kafka_bootstrap, unique("connect"))
 
-    async def restart_gateway() -> None:
+    async def restart_gateway(topic: str) -> None:
+        await read_committed(worker.bootstrap, topic, len(CHUNKS[0]) + 1, to_end=False)
         gateway_process.kill()
         await asyncio.to_thread(gateway_process.start)
 
