@@ -16,18 +16,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from gateway.server.gateway import Gateway
-from tests.conftest import (
-    GatewayProcess,
-    admin_url,
-    eventually,
-    flush,
-    kafka_bootstrap,
-    running_gateway,
-    test_config,
-)
+from tests.conftest import GatewayProcess, admin_url, eventually, kafka_bootstrap
 from tests.kafka_clients import create_topic, topic_config
 from tests.kafka_connect import HERDER_FAILED, ConnectWorker, start_workers
-from tests.kafka_jvm import SASL_MECHANISM, SASL_USERS, SaslKafkaBroker, tools, unique
+from tests.kafka_jvm import tools, unique
+from tests.sasl_pair import login, sasl_pair
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
 
@@ -205,46 +198,32 @@ async def test_a_gateway_killed_under_the_worker_loses_no_line(gateway_process: 
         worker.kill()
 
 
-def _alice() -> dict[str, str]:
-    """A worker's settings that log it and its clients in as `alice` with SCRAM."""
-    login = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SASL_MECHANISM,
-             "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                                 f'username="alice" password="{SASL_USERS["alice"]}";'}
-    return {f"{prefix}{k}": v for prefix in ("", "producer.", "consumer.", "admin.") for k, v in login.items()}
-
-
 async def test_a_worker_denied_by_acls_or_its_missing_topic_fails_as_on_kafka(redis_server: str, tmp_path: Path):
     """A worker logged in as `alice` on a SASL Kafka 4.4 broker with StandardAuthorizer and on a
     gateway with authentication on, the herder's failure (the line a user reads) compared: with no
     ACL at all, and with every right on the worker's topics and group but CREATE, so that its
     internal topics are missing and it may not create them."""
-    flush(redis_server)
     seen: dict[str, list[str]] = {}
-    with SaslKafkaBroker(tmp_path / "broker") as broker:
-        async with running_gateway(test_config(redis_server, auth=True, super_users="admin")) as gw:
-            for user, password in SASL_USERS.items():
-                await gw.services.security.set_user(user, password)
-            admin = tmp_path / "admin.properties"
-            admin.write_text("security.protocol=SASL_PLAINTEXT\n"
-                             f"sasl.mechanism={SASL_MECHANISM}\n"
-                             "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
-                             f'username="admin" password="{SASL_USERS["admin"]}";\n')
-            for name, bs in (("kafka", broker.sasl_bootstrap), ("gateway", kafka_bootstrap(gw))):
-                for case in ("no-acl", "no-create"):
-                    group = unique("connect")
-                    if case == "no-create":
-                        acls = ["kafka-acls", "--bootstrap-server", bs, "--command-config", str(admin), "--add",
-                                "--allow-principal", "User:alice", "--resource-pattern-type", "prefixed"]
-                        runs = await tools([*acls, "--operation", "Read", "--operation", "Write", "--operation",
-                                            "Describe", "--operation", "DescribeConfigs", "--topic", group],
-                                           [*acls, "--operation", "All", "--group", group])
-                        assert all(r.exit == 0 for r in runs), [r.out for r in runs]
-                    worker = ConnectWorker(tmp_path / name / case, bs, group=group, settings=_alice())
-                    try:
-                        await asyncio.to_thread(worker.start)
-                        failure = await asyncio.to_thread(worker.logged, HERDER_FAILED, then=1)
-                    finally:
-                        worker.kill()
-                    seen.setdefault(name, []).append(failure.replace(group, "GROUP").strip())
+    alice = {f"{prefix}{k}": v for prefix in ("", "producer.", "consumer.", "admin.") for k, v in login("alice").items()}
+    admin = tmp_path / "admin.properties"
+    admin.write_text("".join(f"{k}={v}\n" for k, v in login("admin").items()))
+    async with sasl_pair(redis_server, tmp_path) as bootstraps:
+        for name, bs in bootstraps.items():
+            for case in ("no-acl", "no-create"):
+                group = unique("connect")
+                if case == "no-create":
+                    acls = ["kafka-acls", "--bootstrap-server", bs, "--command-config", str(admin), "--add",
+                            "--allow-principal", "User:alice", "--resource-pattern-type", "prefixed"]
+                    runs = await tools([*acls, "--operation", "Read", "--operation", "Write", "--operation",
+                                        "Describe", "--operation", "DescribeConfigs", "--topic", group],
+                                       [*acls, "--operation", "All", "--group", group])
+                    assert all(r.exit == 0 for r in runs), [r.out for r in runs]
+                worker = ConnectWorker(tmp_path / name / case, bs, group=group, settings=alice)
+                try:
+                    await asyncio.to_thread(worker.start)
+                    failure = await asyncio.to_thread(worker.logged, HERDER_FAILED, then=1)
+                finally:
+                    worker.kill()
+                seen.setdefault(name, []).append(failure.replace(group, "GROUP").strip())
     assert all("Authorization" in line for line in seen["kafka"]), seen
     assert seen["gateway"] == seen["kafka"]

@@ -1,12 +1,13 @@
 """Spark's own Kafka connector (spark-sql-kafka-0-10, tests/spark_kafka) from PySpark, on the gateway
 and on Kafka 4.4: a Structured Streaming query reading with format("kafka") and writing back with
 Spark's Kafka sink, and batch queries over offset ranges, as Spark's Structured Streaming + Kafka
-Integration Guide describes its options."""
+Integration Guide describes its options; and a query ACLs deny, compared."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from tests.conftest import in_spark
 from tests.kafka_clients import create_topic
 from tests.kafka_jvm import unique
+from tests.sasl_pair import login, sasl_pair
 
 pytestmark = [pytest.mark.spark, pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
 
@@ -118,3 +120,27 @@ async def test_batch_queries_over_offset_ranges(spark: Any, either: str):
     timed = await in_spark(spark, values, startingOffsetsByTimestamp=json.dumps(
         {f"{prefix}-a": {"0": BASE_TS + 4000}, f"{prefix}-b": {"0": BASE_TS + 4500}}))
     assert timed == ["a4", "a5", "b5"]
+
+
+async def test_a_query_denied_by_acls_fails_as_on_kafka(spark: Any, redis_server: str, tmp_path: Path):
+    """A batch query logged in as `alice`, who has no ACL, on a SASL Kafka 4.4 broker with
+    StandardAuthorizer and on a gateway with authentication on: the Kafka exception Spark raises,
+    the line a user reads, is the same on both."""
+    topic = unique("denied")
+    seen = {}
+
+    def query(bs: str) -> str:
+        reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bs).option("subscribe", topic)
+        for key, value in login("alice").items():
+            reader = reader.option(f"kafka.{key}", value)
+        with pytest.raises(Exception) as failed:
+            reader.load().collect()
+        found = re.search(r"org\.apache\.kafka\.common\.errors\.\w+: [^\n]*", str(failed.value))
+        assert found, failed.value
+        return found.group(0)
+
+    async with sasl_pair(redis_server, tmp_path) as bootstraps:
+        for name, bs in bootstraps.items():
+            seen[name] = await in_spark(spark, query, bs)
+    assert "Authorization" in seen["kafka"], seen
+    assert seen["gateway"] == seen["kafka"]
