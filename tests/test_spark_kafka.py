@@ -14,7 +14,7 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
-from tests.conftest import in_spark
+from tests.conftest import GatewayProcess, eventually, in_spark
 from tests.kafka_clients import create_topic
 from tests.kafka_jvm import unique
 from tests.sasl_pair import login, sasl_pair
@@ -144,3 +144,59 @@ async def test_a_query_denied_by_acls_fails_as_on_kafka(spark: Any, redis_server
             seen[name] = await in_spark(spark, query, bs)
     assert "Authorization" in seen["kafka"], seen
     assert seen["gateway"] == seen["kafka"]
+
+
+@pytest.mark.timeout(300)
+async def test_a_gateway_killed_under_a_stream_loses_no_row(spark: Any, gateway_process: GatewayProcess, tmp_path: Path):
+    """The gateway SIGKILLed and started again on its ports and data under a running query that
+    reads one topic and writes another with Spark's Kafka sink, which is at-least-once: every input
+    row is in the output at least once, the query carries on through the kill, and, stopped and
+    started again from its checkpoint, it goes on from where it was."""
+    gateway_process.start()
+    bs, source, sink = gateway_process.kafka_bootstrap, unique("spark-in"), unique("spark-out")
+    await create_topic(bs, source, 1)
+    await create_topic(bs, sink, 1)
+    rows = [f"r{i:03d}" for i in range(90)]
+
+    def start(trigger: dict[str, Any]) -> Any:
+        return (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bs).option("subscribe", source)
+                .option("startingOffsets", "earliest").load().selectExpr("value")
+                .writeStream.format("kafka").option("kafka.bootstrap.servers", bs).option("topic", sink)
+                .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(**trigger).start())
+
+    async def written(count: int) -> set[str]:
+        return {value for value, _ in await read_all(bs, sink, count)}
+
+    await produce(bs, source, rows[:30], 0)
+    query = await in_spark(spark, start, {"processingTime": "1 second"})
+    try:
+        assert await written(30) == set(rows[:30])
+        gateway_process.kill()
+        await asyncio.to_thread(gateway_process.start)
+        await produce(bs, source, rows[30:60], 0)
+        await eventually(lambda: asyncio.to_thread(_count, bs, sink, rows[:60]), what="the rows after the kill",
+                         timeout=120)
+        assert query.isActive, query.exception()
+    finally:
+        await in_spark(spark, query.stop)
+    await produce(bs, source, rows[60:], 0)
+    resumed = await in_spark(spark, start, {"availableNow": True})
+    await in_spark(spark, resumed.awaitTermination, 120)
+    assert resumed.exception() is None, resumed.exception()
+    assert await asyncio.to_thread(_count, bs, sink, rows)
+
+
+def _count(bs: str, topic: str, rows: list[str]) -> bool:
+    """Whether every one of `rows` is in `topic` (at least once), read to its end."""
+    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": unique("check"), "auto.offset.reset": "earliest",
+                            "enable.partition.eof": True})
+    seen: set[str] = set()
+    try:
+        consumer.assign([ck.TopicPartition(topic, 0, 0)])
+        while (msg := consumer.poll(30)) is not None and msg.error() is None:
+            seen.add(msg.value().decode())
+        assert msg is not None, f"no end of {topic} in 30 s"
+        assert msg.error().code() == ck.KafkaError._PARTITION_EOF, msg.error()
+    finally:
+        consumer.close()
+    return set(rows) <= seen
