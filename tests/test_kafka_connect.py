@@ -1,7 +1,8 @@
 """Kafka Connect 4.4 in distributed mode on the gateway: its config, offset and status topics live
 there, FileStreamSource and FileStreamSink move a file's lines through a topic with exactly-once
 source support (KIP-618), a worker SIGKILLed mid-stream and restarted, a second worker joining;
-the gateway itself SIGKILLed mid-stream and restarted. Also the worker's refusal of a config topic
+the gateway itself SIGKILLed mid-stream and restarted, under the worker and under MirrorMaker 2
+mirroring from Kafka 4.4. Also the worker's refusal of a config topic
 that is not compacted, and of a worker that ACLs deny (or deny creating its missing internal topics),
 compared with Kafka's."""
 
@@ -16,11 +17,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from gateway.server.gateway import Gateway
-from tests.conftest import GatewayProcess, admin_url, eventually, kafka_bootstrap
-from tests.kafka_clients import create_topic, topic_config
+from tests.conftest import GatewayProcess, admin_url, eventually, kafka_bootstrap, run_program
+from tests.kafka_clients import create_topic, produce, topic_config
 from tests.kafka_connect import HERDER_FAILED, ConnectWorker, start_workers
 from tests.kafka_jvm import tools, unique
 from tests.sasl_pair import login, sasl_pair
+from tests.test_readme import block, mirrored
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
 
@@ -227,3 +229,36 @@ async def test_a_worker_denied_by_acls_or_its_missing_topic_fails_as_on_kafka(re
                 seen.setdefault(name, []).append(failure.replace(group, "GROUP").strip())
     assert all("Authorization" in line for line in seen["kafka"]), seen
     assert seen["gateway"] == seen["kafka"]
+
+
+@pytest.mark.timeout(300)
+async def test_a_gateway_killed_under_mirror_maker_loses_no_record(gateway_process: GatewayProcess, kafka_broker,
+                                                                   tmp_path: Path):
+    """MirrorMaker 2, with the README's block, mirroring from Kafka 4.4 into a gateway that is
+    SIGKILLed and started again on its ports and data: every record mirrored before the kill is
+    there after it, and what Kafka gets after the kill is mirrored too (at least once: the mirror's
+    source task is not exactly-once here)."""
+    gateway_process.start()
+    kafka, gw = kafka_broker.bootstrap, gateway_process.kafka_bootstrap
+    topic, group = unique("payments"), unique("billing")
+    await create_topic(kafka, topic, 1)
+    before, after = [f"before-{i}" for i in range(40)], [f"after-{i}" for i in range(10)]
+    await produce("confluent", kafka, topic, [(b"k", v.encode()) for v in before])
+    worker = ConnectWorker(tmp_path / "mirror", gw, unique("mirror"), settings={"exactly.once.source.support": "disabled"})
+    try:
+        await start_workers(worker)
+        script = mirrored(block("MirrorSourceConnector"), kafka, gw, worker.url, topic, group, back=False)
+        code, out = await run_program("bash", "-c", script, timeout=60)
+        assert code == 0, out
+        assert set(await read_committed(gw, topic, len(before), to_end=False)) == set(before)
+        gateway_process.kill()
+        await asyncio.to_thread(gateway_process.start)
+        assert set(await read_committed(gw, topic, len(before), to_end=False)) == set(before)
+        await produce("confluent", kafka, topic, [(b"k", v.encode()) for v in after])
+
+        async def all_mirrored() -> bool:
+            return set(await read_committed(gw, topic, len(before))) == set(before + after)
+
+        await eventually(all_mirrored, what="the records produced after the kill mirrored", timeout=120)
+    finally:
+        worker.kill()
