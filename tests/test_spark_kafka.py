@@ -1,21 +1,23 @@
 """Spark's own Kafka connector (spark-sql-kafka-0-10, tests/spark_kafka) from PySpark, on the gateway
 and on Kafka 4.4: a Structured Streaming query reading with format("kafka") and writing back with
 Spark's Kafka sink, and batch queries over offset ranges, as Spark's Structured Streaming + Kafka
-Integration Guide describes its options."""
+Integration Guide describes its options; and a query ACLs deny, compared."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
 import pytest
 
-from tests.conftest import in_spark
+from tests.conftest import GatewayProcess, eventually, in_spark
 from tests.kafka_clients import create_topic
 from tests.kafka_jvm import unique
+from tests.sasl_pair import login, sasl_pair
 
 pytestmark = [pytest.mark.spark, pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
 
@@ -118,3 +120,83 @@ async def test_batch_queries_over_offset_ranges(spark: Any, either: str):
     timed = await in_spark(spark, values, startingOffsetsByTimestamp=json.dumps(
         {f"{prefix}-a": {"0": BASE_TS + 4000}, f"{prefix}-b": {"0": BASE_TS + 4500}}))
     assert timed == ["a4", "a5", "b5"]
+
+
+async def test_a_query_denied_by_acls_fails_as_on_kafka(spark: Any, redis_server: str, tmp_path: Path):
+    """A batch query logged in as `alice`, who has no ACL, on a SASL Kafka 4.4 broker with
+    StandardAuthorizer and on a gateway with authentication on: the Kafka exception Spark raises,
+    the line a user reads, is the same on both."""
+    topic = unique("denied")
+    seen = {}
+
+    def query(bs: str) -> str:
+        reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bs).option("subscribe", topic)
+        for key, value in login("alice").items():
+            reader = reader.option(f"kafka.{key}", value)
+        with pytest.raises(Exception) as failed:
+            reader.load().collect()
+        found = re.search(r"org\.apache\.kafka\.common\.errors\.\w+: [^\n]*", str(failed.value))
+        assert found, failed.value
+        return found.group(0)
+
+    async with sasl_pair(redis_server, tmp_path) as bootstraps:
+        for name, bs in bootstraps.items():
+            seen[name] = await in_spark(spark, query, bs)
+    assert "Authorization" in seen["kafka"], seen
+    assert seen["gateway"] == seen["kafka"]
+
+
+@pytest.mark.timeout(300)
+async def test_a_gateway_killed_under_a_stream_loses_no_row(spark: Any, gateway_process: GatewayProcess, tmp_path: Path):
+    """The gateway SIGKILLed and started again on its ports and data under a running query that
+    reads one topic and writes another with Spark's Kafka sink, which is at-least-once: every input
+    row is in the output at least once, the query carries on through the kill, and, stopped and
+    started again from its checkpoint, it goes on from where it was."""
+    gateway_process.start()
+    bs, source, sink = gateway_process.kafka_bootstrap, unique("spark-in"), unique("spark-out")
+    await create_topic(bs, source, 1)
+    await create_topic(bs, sink, 1)
+    rows = [f"r{i:03d}" for i in range(90)]
+
+    def start(trigger: dict[str, Any]) -> Any:
+        return (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bs).option("subscribe", source)
+                .option("startingOffsets", "earliest").load().selectExpr("value")
+                .writeStream.format("kafka").option("kafka.bootstrap.servers", bs).option("topic", sink)
+                .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(**trigger).start())
+
+    async def written(count: int) -> set[str]:
+        return {value for value, _ in await read_all(bs, sink, count)}
+
+    await produce(bs, source, rows[:30], 0)
+    query = await in_spark(spark, start, {"processingTime": "1 second"})
+    try:
+        assert await written(30) == set(rows[:30])
+        gateway_process.kill()
+        await asyncio.to_thread(gateway_process.start)
+        await produce(bs, source, rows[30:60], 0)
+        await eventually(lambda: asyncio.to_thread(_count, bs, sink, rows[:60]), what="the rows after the kill",
+                         timeout=120)
+        assert query.isActive, query.exception()
+    finally:
+        await in_spark(spark, query.stop)
+    await produce(bs, source, rows[60:], 0)
+    resumed = await in_spark(spark, start, {"availableNow": True})
+    await in_spark(spark, resumed.awaitTermination, 120)
+    assert resumed.exception() is None, resumed.exception()
+    assert await asyncio.to_thread(_count, bs, sink, rows)
+
+
+def _count(bs: str, topic: str, rows: list[str]) -> bool:
+    """Whether every one of `rows` is in `topic` (at least once), read to its end."""
+    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": unique("check"), "auto.offset.reset": "earliest",
+                            "enable.partition.eof": True})
+    seen: set[str] = set()
+    try:
+        consumer.assign([ck.TopicPartition(topic, 0, 0)])
+        while (msg := consumer.poll(30)) is not None and msg.error() is None:
+            seen.add(msg.value().decode())
+        assert msg is not None, f"no end of {topic} in 30 s"
+        assert msg.error().code() == ck.KafkaError._PARTITION_EOF, msg.error()
+    finally:
+        consumer.close()
+    return set(rows) <= seen
