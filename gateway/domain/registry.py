@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, StorageUnavailable
 from gateway.store import Store
 from gateway.store.registry import GatewayEntry, PartitionKey, Placement, address
 
@@ -172,8 +172,12 @@ class Registry:
 
     async def reload(self) -> None:
         """Read the placements again, so that an answer about them reflects a change another gateway
-        just made (a renewal reads them too, but only every third of the lease)."""
-        self._placed = await self.store.placements()
+        just made (a renewal reads them too, but only every third of the lease). With Redis away the
+        last ones read stand: Metadata still answers through an outage, as it did before placements."""
+        try:
+            self._placed = await self.store.placements()
+        except StorageUnavailable:
+            log.debug("placements not reread: redis unavailable")
 
     def replicas(self, topic: str, partition: int) -> tuple[int, ...] | None:
         """The replicas a reassignment named for a partition, the preferred first; None if unplaced."""
