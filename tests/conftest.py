@@ -357,16 +357,18 @@ async def run_example(script: str, gw: Gateway, timeout: float = 90.0) -> tuple[
                              timeout=timeout)
 
 
-async def run_program(*argv: str, timeout: float, stdin: bytes | None = None, **options: Any) -> tuple[int, str]:
+async def run_program(*argv: str, timeout: float, stdin: bytes | None = None, stderr: Any = None,
+                      **options: Any) -> tuple[int, str]:
     """Run a program to its end, awaited (a gateway under test may share this event loop), killed
     at `timeout`; `options` go to the subprocess (cwd, env). Its output goes to a file, so a child
-    it leaves running in the background holds nothing up. Returns (exit code, everything it printed)."""
+    it leaves running in the background holds nothing up. Returns (exit code, everything it printed,
+    its standard error too unless `stderr`, a file, takes that apart)."""
     import asyncio
 
     with tempfile.TemporaryFile() as out:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=out, stderr=asyncio.subprocess.STDOUT, **options,
+            stdout=out, stderr=asyncio.subprocess.STDOUT if stderr is None else stderr, **options,
         )
         try:
             await asyncio.wait_for(proc.communicate(stdin), timeout)

@@ -105,12 +105,17 @@ def on(gw: Gateway, text: str) -> str:
 
 
 async def run_snippet(text: str, gw: Gateway, tmp_path: Path, timeout: float = 60.0) -> str:
-    """Run a README program as a user would: saved to a file, run by Python; returns what it printed."""
+    """Run a README program as a user would: saved to a file, run by Python; returns what it printed
+    on standard output. Standard error is the libraries' own logs (librdkafka's, at its default
+    level, say a client was given a telemetry instance id), shown only if the program fails."""
     program = tmp_path / "snippet.py"
     program.write_text(on(gw, text))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    code, out = await run_program(sys.executable, str(program), timeout=timeout, cwd=tmp_path, env=env)
-    assert code == 0, out
+    with (tmp_path / "snippet.stderr").open("w+b") as err:
+        code, out = await run_program(sys.executable, str(program), timeout=timeout, cwd=tmp_path, env=env,
+                                      stderr=err)
+        err.seek(0)
+        assert code == 0, out + err.read().decode()
     return out
 
 
