@@ -350,8 +350,14 @@ def pb(*fields: tuple[str, int, str], messages: tuple[str, ...] = ("M",)) -> dic
     return {"schema": base64.b64encode(fd.SerializeToString()).decode(), "schemaType": "PROTOBUF"}
 
 
+def proto(body: str) -> dict[str, str]:
+    """A proto3 schema as .proto text."""
+    return {"schema": f'syntax = "proto3";\n{body}\n', "schemaType": "PROTOBUF"}
+
+
 # (level, schemas registered in order, whether the last is accepted); from Confluent's "Schema
-# Evolution and Compatibility" summary table and Avro examples, and Karapace's compatibility tests
+# Evolution and Compatibility" summary table and Avro examples, Confluent's Protobuf diff rules
+# (protobuf-provider's `diff` package), and Karapace's compatibility tests
 # (tests/unit/test_avro_compatibility.py, tests/unit/compatibility/jsonschema/
 # test_jsonschema_compatibility.py, tests/unit/protobuf/test_protobuf_compatibility.py)
 CASES = {
@@ -414,13 +420,40 @@ CASES = {
     "protobuf backward: the package renamed": (
         "BACKWARD", [{"schema": 'syntax = "proto3"; package a1; message T { string s = 1; }', "schemaType": "PROTOBUF"},
                      {"schema": 'syntax = "proto3"; package a2; message T { string s = 1; }', "schemaType": "PROTOBUF"}],
-        True),
+        False),
     "protobuf backward: an int32 become an enum": (
         "BACKWARD", [{"schema": 'syntax = "proto3"; message T { int32 x = 2; }', "schemaType": "PROTOBUF"},
                      {"schema": 'syntax = "proto3"; message T { E x = 2; enum E { A = 0; B = 1; } }',
                       "schemaType": "PROTOBUF"}], True),
     "protobuf backward: a message removed": (
         "BACKWARD", [pb(("a", 1, "int32"), messages=("M", "N")), pb(("a", 1, "int32"))], False),
+    "protobuf backward: a string field made repeated": (
+        "BACKWARD", [proto("message T { optional string s = 1; }"), proto("message T { repeated string s = 1; }")],
+        True),
+    "protobuf backward: a number field made repeated": (
+        "BACKWARD", [proto("message T { optional int32 n = 1; }"), proto("message T { repeated int32 n = 1; }")],
+        False),
+    "protobuf backward: a field moved out of its oneof": (
+        "BACKWARD", [proto("message T { oneof o { int32 a = 1; string b = 2; } }"),
+                     proto("message T { int32 a = 1; oneof o { string b = 2; } }")], True),
+    "protobuf backward: two fields moved into a oneof": (
+        "BACKWARD", [proto("message T { int32 a = 1; string b = 2; }"),
+                     proto("message T { oneof o { int32 a = 1; string b = 2; } }")], False),
+    "protobuf backward: a oneof member removed": (
+        "BACKWARD", [proto("message T { oneof o { int32 a = 1; string b = 2; } }"),
+                     proto("message T { oneof o { int32 a = 1; } }")], False),
+    "protobuf backward: a map's values changed kind": (
+        "BACKWARD", [proto("message T { map<string, int32> m = 1; }"), proto("message T { map<string, string> m = 1; }")],
+        False),
+    "protobuf backward: a field pointed at another message": (
+        "BACKWARD", [proto("message T { A x = 1; } message A { int32 i = 1; } message B { int32 i = 1; }"),
+                     proto("message T { B x = 1; } message A { int32 i = 1; } message B { int32 i = 1; }")], False),
+    "protobuf forward: a message added": (
+        "FORWARD", [proto("message T { int32 a = 1; }"), proto("message T { int32 a = 1; } message U { int32 b = 1; }")],
+        False),
+    "protobuf backward: a message added": (
+        "BACKWARD", [proto("message T { int32 a = 1; }"), proto("message T { int32 a = 1; } message U { int32 b = 1; }")],
+        True),
 }
 
 
@@ -587,7 +620,9 @@ message Order {
         1]["id"] == body["id"]
     changed = order.replace("int64 id = 1;", "string id = 1;")
     status, body = await sr.post("/subjects/orders-value/versions", {**proto, "schema": changed, "references": ref})
-    assert status == 409 and "FIELD_KIND_CHANGE: Order.id (1) was int64, is string" in body["message"]
+    assert status == 409 and ("{errorType:\"FIELD_SCALAR_KIND_CHANGED\", description:\"The kind of a SCALAR field at "
+                              "path '#/Order/1' in the new schema does not match its kind in the old schema\"}"
+                              ) in body["message"]
     status, body = await sr.post("/subjects/orders-value/versions", {**proto, "schema": order})  # no reference
     assert status == 422 and body["error_code"] == 42201 and "Money" in body["message"]
 

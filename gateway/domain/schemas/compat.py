@@ -7,7 +7,7 @@ own resolution rules (`avro.compatibility.ReaderWriterCompatibilityChecker`); JS
 Karapace's rules (`compatibility/jsonschema/checks.py`, and the cases of its
 `tests/unit/compatibility/jsonschema/test_jsonschema_compatibility.py`: a type narrowed, a
 property added to an open content model or removed from a closed one, a new required property, an
-enum, a bound, a pattern or a multipleOf narrowed, uniqueItems added, additional properties closed); Protobuf by `proto.incompatibilities`."""
+enum, a bound, a pattern or a multipleOf narrowed, uniqueItems added, additional properties closed); Protobuf by Confluent's rules (`proto_compat`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
-from gateway.domain.schemas import proto
+from gateway.domain.schemas import proto_compat
 from gateway.domain.schemas.formats import Parsed, SchemaType, descriptor_of
 
 
@@ -45,14 +45,14 @@ def incompatibilities(level: Level, new: Parsed, olds: list[Parsed]) -> list[str
             found.append(f"TYPE_CHANGED: the schema type was {old.type.value}, is {new.type.value}")
             continue
         if level.startswith(("BACKWARD", "FULL")):
-            found += reads(new, old)
+            found += reads(new, old, ("new", "old"))
         if level.startswith(("FORWARD", "FULL")):
-            found += reads(old, new)
+            found += reads(old, new, ("old", "new"))
     return found
 
 
-def reads(reader: Parsed, writer: Parsed) -> list[str]:
-    """Why data written with `writer` cannot be read with `reader`."""
+def reads(reader: Parsed, writer: Parsed, roles: tuple[str, str]) -> list[str]:
+    """Why data written with `writer` cannot be read with `reader` (`roles`: which is the new schema)."""
     if reader.type is SchemaType.AVRO:
         result = ReaderWriterCompatibilityChecker().get_compatibility(reader.model, writer.model)
         if result.compatibility is SchemaCompatibilityType.compatible:
@@ -60,7 +60,7 @@ def reads(reader: Parsed, writer: Parsed) -> list[str]:
         return [f"{t.name}: {m}" for t, m in zip(result.incompatibilities, result.messages, strict=False)]
     if reader.type is SchemaType.JSON:
         return json_reads(reader.model, writer.model, "#")
-    return proto.incompatibilities(descriptor_of(reader), descriptor_of(writer))
+    return proto_compat.incompatibilities(descriptor_of(reader), descriptor_of(writer), roles)
 
 
 _NUMERIC = {"integer", "number"}

@@ -1,17 +1,12 @@
 """Protobuf schemas as FileDescriptorProto: read from the base64 serialized form that
 confluent-kafka's ProtobufSerializer registers (and `?format=serialized` serves back) or from
-.proto text (`proto_text`), written as .proto text for everyone else, and compared by Karapace's rules (`compatibility/protobuf/checks.py`
-and `protobuf/compare_result.py`, and the cases of `tests/unit/protobuf/test_protobuf_compatibility.py`:
-a message dropped, a field's kind or label changed, are incompatible; added, removed or renamed
-fields, an int32 become an enum, a package renamed, are not: on the wire a reader skips or
-defaults them)."""
+.proto text (`proto_text`), written as .proto text for everyone else; compared by `proto_compat`."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import functools
-from collections.abc import Iterator
 
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor_pb2 import (
@@ -31,13 +26,6 @@ _SCALARS = {
     F.TYPE_STRING: "string", F.TYPE_BYTES: "bytes", F.TYPE_UINT32: "uint32", F.TYPE_SFIXED32: "sfixed32",
     F.TYPE_SFIXED64: "sfixed64", F.TYPE_SINT32: "sint32", F.TYPE_SINT64: "sint64",
 }
-# kinds that read each other's wire values (Karapace's compatible scalar groups, after the protobuf
-# language guide's "Updating a message type")
-_WIRE_GROUPS = [
-    {F.TYPE_INT32, F.TYPE_UINT32, F.TYPE_INT64, F.TYPE_UINT64, F.TYPE_BOOL, F.TYPE_ENUM},
-    {F.TYPE_SINT32, F.TYPE_SINT64}, {F.TYPE_FIXED32, F.TYPE_SFIXED32}, {F.TYPE_FIXED64, F.TYPE_SFIXED64},
-    {F.TYPE_STRING, F.TYPE_BYTES},
-]
 
 
 def descriptor(text: str, deps: list[FileDescriptorProto]) -> FileDescriptorProto:
@@ -151,50 +139,3 @@ def _message(m: DescriptorProto, pad: str, proto3: bool) -> list[str]:
 
 def _enum(e: EnumDescriptorProto, pad: str) -> list[str]:
     return [f"{pad}enum {e.name} {{", *(f"{pad}  {v.name} = {v.number};" for v in e.value), f"{pad}}}"]
-
-
-def _messages(fd: FileDescriptorProto) -> dict[str, DescriptorProto]:
-    def walk(prefix: str, ms: list[DescriptorProto]) -> Iterator[tuple[str, DescriptorProto]]:
-        for m in ms:
-            name = f"{prefix}.{m.name}"
-            yield name, m
-            yield from walk(name, list(m.nested_type))
-
-    return dict(walk("", list(fd.message_type)))  # named within the package: a package renamed alone is
-    # compatible (Karapace's test_compatibility_package)
-
-
-def _within(fd: FileDescriptorProto, type_name: str) -> str:
-    """A field's type name without its file's package."""
-    prefix = f".{fd.package}." if fd.package else "."
-    return type_name[len(prefix):] if type_name.startswith(prefix) else type_name.lstrip(".")
-
-
-def incompatibilities(reader: FileDescriptorProto, writer: FileDescriptorProto) -> list[str]:
-    """Why a reader of `reader` cannot read what `writer` wrote; empty when it can."""
-    found: list[str] = []
-    read = _messages(reader)
-    for name, w in _messages(writer).items():
-        r = read.get(name)
-        if r is None:
-            found.append(f"MESSAGE_DROP: message {name.lstrip('.')} is gone")
-            continue
-        fields = {f.number: f for f in r.field}
-        for wf in w.field:
-            rf = fields.get(wf.number)
-            if rf is None:
-                continue
-            if (rf.label == F.LABEL_REPEATED) != (wf.label == F.LABEL_REPEATED):
-                found.append(f"FIELD_LABEL_CHANGE: {name.lstrip('.')}.{rf.name} ({rf.number})")
-            elif rf.type != wf.type and not any(rf.type in g and wf.type in g for g in _WIRE_GROUPS):
-                found.append(f"FIELD_KIND_CHANGE: {name.lstrip('.')}.{rf.name} ({rf.number}) was "
-                             f"{_type_name(wf)}, is {_type_name(rf)}")
-            elif rf.type in (F.TYPE_MESSAGE, F.TYPE_ENUM) and rf.type == wf.type and \
-                    _within(reader, rf.type_name) != _within(writer, wf.type_name):
-                found.append(f"FIELD_NAMED_TYPE_CHANGED: {name.lstrip('.')}.{rf.name} ({rf.number}) was "
-                             f"{_within(writer, wf.type_name)}, is {_within(reader, rf.type_name)}")
-            if (rf.HasField("oneof_index") and not rf.proto3_optional) != \
-                    (wf.HasField("oneof_index") and not wf.proto3_optional):
-                found.append(f"ONE_OF_FIELD_CHANGE: {name.lstrip('.')}.{rf.name} ({rf.number}) moved in or out "
-                             "of a oneof")
-    return found
