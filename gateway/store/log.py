@@ -33,7 +33,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -122,6 +122,9 @@ class Slice:
     last_stable_offset: int = -1  # below the first open transaction's first offset; -1: not read
     aborted: list[AbortedRange] = field(default_factory=list)  # read only for read-committed readers
     generation: int = 0  # the incarnation of the topic the partition belongs to
+    # the first offset the stream holds (Kafka's local log start); below it, from `log_start` on,
+    # the batches are in tiered storage and `entries` is empty for the tier to fill
+    local_start: int = -1
 
     @property
     def stable(self) -> int:
@@ -133,6 +136,15 @@ class Slice:
             return None
         offset = self.entries[-1].next_offset
         return offset if offset < (self.stable if read_committed else self.high_watermark) else None
+
+
+class Trimmed(NamedTuple):
+    """What a trim did: the new log start, the stream entries removed, and the tiered segments
+    unlisted (manifest members: see `gateway.store.tier.Segment`), whose objects are to delete."""
+
+    log_start: int
+    removed: int
+    segments: list[str]
 
 
 @dataclass(frozen=True)
@@ -510,7 +522,7 @@ class LogStore:
         log = keys.log(topic, partition)
         commands: list[tuple[Any, ...]] = [
             ("XREVRANGE", log, f"{offset}-1", "-", "COUNT", 1),
-            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen", "cb", "cg"),
+            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen", "cb", "cg", "ls"),
             ("HVALS", keys.open_txns(topic, partition)),
         ]
         if with_aborted:
@@ -518,9 +530,13 @@ class LogStore:
         if max_entries > 1:
             commands.append(("XRANGE", log, f"({offset}-1", "+", "COUNT", max_entries - 1))
         replies = await self._pipeline(log, commands, direct, streams=(0, len(commands) - 1 if max_entries > 1 else 0))
-        before, (hw, start, gen, cb, cg), open_txns, *rest = replies
+        before, (hw, start, gen, cb, cg, ls), open_txns, *rest = replies
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
+        if ls is not None and int(start) <= offset < int(ls):  # tiered: the tier reads these
+            ranges = [_aborted(m, int(float(score))) for m, score in _pairs(rest[0] if with_aborted else [])]
+            return Slice([], int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0),
+                         int(ls))
         if cb is not None and offset < int(cb):
             return await self._read_cleaned(topic, partition, offset, max_entries, with_aborted, direct, int(cg))
         aborted = rest.pop(0) if with_aborted else []
@@ -538,7 +554,8 @@ class LogStore:
             assert first is not None
             entries.insert(0, first)
         ranges = [_aborted(m, int(float(score))) for m, score in _pairs(aborted)]
-        return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0))
+        return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0),
+                     max(int(start), int(ls or 0)))
 
     async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]) -> list[Any]:
         """The replies of `commands` (all in `log`'s slot) in one round trip; `direct` receives them
@@ -713,19 +730,21 @@ class LogStore:
         retention_bytes: int = -1,
         min_start: int = -1,
         role_epoch: int = -1,
-    ) -> tuple[int, int]:
-        """Apply retention or an explicit new start; returns (log start, entries removed). The
-        retention role passes its lease epoch: NotAllowed when the partition has seen a newer one."""
+    ) -> Trimmed:
+        """Apply retention or an explicit new start. The retention role passes its lease epoch:
+        NotAllowed when the partition has seen a newer one. Tiered segments below the new start
+        are unlisted in the same step; their objects are the caller's to delete."""
         async with storage_errors():
             reply: list[Any] = await self.scripts.call(
-                "trim-3",
-                [keys.log(topic, partition), keys.meta(topic, partition), keys.aborted_txns(topic, partition)],
+                "trim-4",
+                [keys.log(topic, partition), keys.meta(topic, partition), keys.aborted_txns(topic, partition),
+                 keys.tier_manifest(topic, partition)],
                 # now_ms, retention_ms, retention_bytes, min_start, epoch
                 [now_ms(), retention_ms, retention_bytes, min_start, role_epoch],
             )
         if reply[0] != ErrorCode.OK:
             raise error_for(reply[0], f"{topic}-{partition}")
-        return int(reply[1]), int(reply[2])
+        return Trimmed(int(reply[1]), int(reply[2]), [m.decode() for m in reply[3:]])
 
     async def allocate_producer_id(self) -> int:
         """A producer id never handed out before, from the counter both faces share."""

@@ -1,0 +1,163 @@
+"""Tiered storage (KIP-405): copy, trim, seamless reads, retention, stop points, a store away."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+
+from gateway.domain.tiering import TierCopier
+from gateway.errors import InvalidConfig, StorageUnavailable
+from gateway.formats.segment import build, parse_index, split
+from gateway.server.gateway import Gateway
+from gateway.store import keys
+from gateway.store.connection import RedisClient
+from tests.conftest import kafka_bootstrap, running_gateway, test_config
+from tests.kafka_clients import Stored, consume, produce
+
+TIMEOUT = 30
+TIERED = {"remote.storage.enable": "true", "segment.bytes": "1048576", "local.retention.bytes": "0"}
+VALUE = b"v" * 1000
+
+
+def test_a_segment_index_finds_every_batch_and_its_bytes() -> None:
+    batches = [(0, 3, 10, b"\0" * 8 + b"a" * 92), (3, 2, 12, b"\0" * 8 + b"b" * 42), (5, 1, 12, b"\0" * 8 + b"c")]
+    data, raw = build(batches, [(7, 3, 4)])
+    idx = parse_index(raw)
+    assert (idx.bases, idx.counts, idx.positions, idx.aborted) == ([0, 3, 5], [3, 2, 1], [0, 100, 150, 159], [(7, 3, 4)])
+    assert [idx.holding(o) for o in (0, 2, 3, 5, 6)] == [0, 0, 1, 2, 3]
+    assert idx.span(1, 8, 1 << 20) == (1, 3) and idx.span(0, 8, 120) == (0, 1)
+    assert idx.first_reaching(11) == 1 and idx.first_reaching(13) == 3
+    got = split(idx, 1, 3, data[100:159])
+    assert [(b, n, len(x)) for b, n, x in got] == [(3, 2, 50), (5, 1, 9)]
+    assert got[0][2][:8] == (3).to_bytes(8, "big")  # base offsets patched in: a Kafka log segment
+
+
+@pytest.fixture
+async def tiered(redis_url: str, tmp_path: Path) -> AsyncIterator[Gateway]:
+    """A gateway tiering into a directory; its role waits an hour: the tests run the passes."""
+    async with running_gateway(test_config(redis_url, tier_store=str(tmp_path / "tier"), tier_interval=3600)) as gw:
+        yield gw
+
+
+def _copier(gw: Gateway) -> TierCopier:
+    assert gw.tiering is not None
+    return gw.tiering
+
+
+async def test_kafkas_rules_for_remote_storage_configs(gateway: Gateway, tiered: Gateway) -> None:
+    """LogConfig.validateTopicLogConfigValues and validateTurningOffRemoteStorageWithDelete, word for word."""
+    with pytest.raises(InvalidConfig, match="^Tiered Storage functionality is disabled in the broker. Topic cannot "
+                                            "be configured with remote log storage.$"):
+        await gateway.services.log.create_topic("t", 1, {"remote.storage.enable": "true"})
+    logs = tiered.services.log
+    with pytest.raises(InvalidConfig, match="^Remote log storage is unsupported for the compacted topics$"):
+        await logs.create_topic("c", 1, {"remote.storage.enable": "true", "cleanup.policy": "compact"})
+    with pytest.raises(InvalidConfig, match="^Invalid value 2000 for configuration local.retention.bytes: Value must "
+                                            "not be more than retention.bytes property value: 1000$"):
+        await logs.create_topic("b", 1, {"remote.storage.enable": "true", "retention.bytes": "1000",
+                                         "local.retention.bytes": "2000"})
+    with pytest.raises(InvalidConfig, match="^Invalid value -1 for configuration local.retention.ms: Value must not "
+                                            "be -1 as retention.ms value is set as 604800000.$"):
+        await logs.create_topic("m", 1, {"remote.storage.enable": "true", "local.retention.ms": "-1"})
+    await logs.create_topic("t", 1, {"remote.storage.enable": "true"})
+    with pytest.raises(InvalidConfig, match="^Remote log storage is unsupported for the compacted topics$"):
+        await logs.alter_config("t", {"cleanup.policy": "compact"})
+    with pytest.raises(InvalidConfig, match="^It is invalid to disable remote storage without deleting remote data"):
+        await logs.alter_config("t", {"remote.storage.enable": "false"})
+    await logs.alter_config("t", {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+
+
+async def _fill(bs: str, topic: str, n: int) -> list[Stored]:
+    """`n` 1 KB records, a transaction aborted in their middle; returns the committed ones as stored."""
+    first = [(b"k%d" % i, VALUE + b"%d" % i) for i in range(n // 2)]
+    placed = await produce("confluent", bs, topic, first, **{"batch.num.messages": 50})
+
+    def aborted() -> None:
+        p = ck.Producer({"bootstrap.servers": bs, "transactional.id": "tx"})
+        p.init_transactions(TIMEOUT)
+        p.begin_transaction()
+        for i in range(120):
+            p.produce(topic, value=b"aborted%d" % i)
+        p.flush(TIMEOUT)
+        p.abort_transaction(TIMEOUT)
+
+    await asyncio.to_thread(aborted)
+    second = [(b"k%d" % i, VALUE + b"%d" % i) for i in range(n // 2, n)]
+    placed += await produce("confluent", bs, topic, second, **{"batch.num.messages": 50})
+    return [(p, o, k, v) for (p, o), (k, v) in zip(placed, first + second, strict=True)]
+
+
+async def test_a_tiered_topic_reads_back_whole_from_anywhere(tiered: Gateway, raw_redis: RedisClient,
+                                                             tmp_path: Path) -> None:
+    """Copied, listed, trimmed from Redis; confluent-kafka and kafka-python read it from the start, from
+    the middle of a remote segment and across the remote/local boundary; READ_COMMITTED skips the
+    transaction aborted in a remote segment; ListOffsets by time and -4/-5 answer from the boundaries."""
+    bs, logs = kafka_bootstrap(tiered), tiered.services.log
+    await logs.create_topic("cold", 1, TIERED)
+    stored = await _fill(bs, "cold", 4000)
+    copied = await _copier(tiered).tier_pass()
+    segments = await tiered.store.tier.segments("cold", 0) if tiered.store else []
+    assert copied > 3 * 1024 * 1024 and len(segments) == 3, (copied, segments)
+    local_start, highest = await logs.tier_bounds("cold", 0)
+    assert local_start == segments[-1].next_offset == highest + 1
+    assert await logs.bounds("cold", 0) == (0, stored[-1][1] + 1)
+    first_local = int((await raw_redis.xrange(keys.log("cold", 0), count=1))[0][0].split(b"-")[0])
+    assert first_local == local_start  # what is tiered has left Redis
+    assert len(list((tmp_path / "tier").rglob("*.log"))) == 3
+    everything = await consume("confluent", bs, "cold", 0, 0, len(stored) + 120,
+                               **{"isolation.level": "read_uncommitted"})
+    assert [s for s in everything if not s[3].startswith(b"aborted")] == stored
+    assert len(everything) == len(stored) + 120  # read_uncommitted sees the aborted transaction
+    assert await consume("confluent", bs, "cold", 0, 0, len(stored), **{"isolation.level": "read_committed"}) == stored
+    aborted_at = next(s[1] for s in everything if s[3].startswith(b"aborted"))
+    assert aborted_at < local_start  # the aborted transaction is in a remote segment
+    middle = segments[1].base_offset + 7
+    assert (await consume("kafka-python", bs, "cold", 0, middle, 5))[0][1] == middle
+    across = await consume("kafka-python", bs, "cold", 0, local_start - 3, 6)
+    assert [s[1] for s in across][:6] == list(range(local_start - 3, local_start + 3))
+    ts = (await logs.read("cold", 0, middle, 1)).entries[0]
+    assert ts.base_offset <= middle
+    found = await logs.offset_for_time("cold", 0, 0)
+    assert found is not None and found[0] == 0
+
+
+async def test_retention_and_delete_records_unlist_then_delete_segments(tiered: Gateway, tmp_path: Path) -> None:
+    bs, logs = kafka_bootstrap(tiered), tiered.services.log
+    await logs.create_topic("old", 1, {**TIERED, "retention.bytes": "2500000"})
+    stored = await produce("confluent", bs, "old", [(None, VALUE)] * 4000, **{"batch.num.messages": 50})
+    await _copier(tiered).tier_pass()
+    assert tiered.store is not None
+    before = await tiered.store.tier.segments("old", 0)
+    await logs.enforce_retention()
+    after = await tiered.store.tier.segments("old", 0)
+    start, _ = await logs.bounds("old", 0)
+    assert len(after) < len(before) and start == after[0].base_offset, (before, after)
+    assert len(list((tmp_path / "tier").rglob("*.log"))) == len(after)
+    assert (await consume("confluent", bs, "old", 0, start, 3))[0][1] == start
+    cut = after[0].next_offset + 5
+    assert await logs.delete_records("old", 0, cut) == cut
+    assert [s.base_offset for s in await tiered.store.tier.segments("old", 0)] == [s.base_offset for s in after[1:]]
+    assert len(list((tmp_path / "tier").rglob("*.log"))) == len(after) - 1
+    assert (await consume("kafka-python", bs, "old", 0, cut, 2))[0][1] == cut
+    assert stored[-1][1] + 1 == (await logs.bounds("old", 0))[1]
+
+
+async def test_the_store_away_fails_remote_reads_retriably_and_nothing_else(tiered: Gateway, tmp_path: Path) -> None:
+    bs, logs = kafka_bootstrap(tiered), tiered.services.log
+    await logs.create_topic("away", 1, TIERED)
+    await produce("confluent", bs, "away", [(None, VALUE)] * 1500, **{"batch.num.messages": 50})
+    await _copier(tiered).tier_pass()
+    local_start, _ = await logs.tier_bounds("away", 0)
+    assert local_start > 0
+    (tmp_path / "tier").rename(tmp_path / "unmounted")
+    with pytest.raises(StorageUnavailable, match="tiered storage is unavailable"):
+        await logs.read("away", 0, 0, 4)
+    [(_, offset)] = await produce("confluent", bs, "away", [(None, b"still")])
+    assert (await consume("confluent", bs, "away", 0, offset, 1))[0][3] == b"still"
+    assert await _copier(tiered).tier_pass() == 0  # the pass stops; the next one tries again
+    (tmp_path / "unmounted").rename(tmp_path / "tier")
+    assert len(await consume("kafka-python", bs, "away", 0, 0, 1501)) == 1501
