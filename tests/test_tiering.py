@@ -15,7 +15,7 @@ from gateway.formats.segment import build, parse_index, split
 from gateway.server.gateway import Gateway
 from gateway.store import keys
 from gateway.store.connection import RedisClient
-from tests.conftest import kafka_bootstrap, running_gateway, test_config
+from tests.conftest import GatewayProcess, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_clients import Stored, consume, produce
 
 TIMEOUT = 30
@@ -101,7 +101,7 @@ async def test_a_tiered_topic_reads_back_whole_from_anywhere(tiered: Gateway, ra
     stored = await _fill(bs, "cold", 4000)
     copied = await _copier(tiered).tier_pass()
     segments = await tiered.store.tier.segments("cold", 0) if tiered.store else []
-    assert copied > 3 * 1024 * 1024 and len(segments) == 3, (copied, segments)
+    assert copied > 3_000_000 and len(segments) == 3, (copied, segments)
     local_start, highest = await logs.tier_bounds("cold", 0)
     assert local_start == segments[-1].next_offset == highest + 1
     assert await logs.bounds("cold", 0) == (0, stored[-1][1] + 1)
@@ -161,3 +161,48 @@ async def test_the_store_away_fails_remote_reads_retriably_and_nothing_else(tier
     assert await _copier(tiered).tier_pass() == 0  # the pass stops; the next one tries again
     (tmp_path / "unmounted").rename(tmp_path / "tier")
     assert len(await consume("kafka-python", bs, "away", 0, 0, 1501)) == 1501
+
+
+def _stopped_at(gp: GatewayProcess, point: str) -> None:
+    """Read the gateway's output until its tiering role says it stopped at `point`."""
+    assert gp.proc is not None and gp.proc.stdout is not None
+    for line in gp.proc.stdout:
+        if f"tiering stopped at {point}" in line:
+            return
+    raise AssertionError(f"the gateway ended before its tiering reached {point}")
+
+
+@pytest.mark.parametrize("point", ["copied", "listed", "trimmed"])
+async def test_a_gateway_killed_mid_copy_loses_nothing_and_lists_nothing_twice(
+    point: str, redis_url: str, raw_redis: RedisClient, tmp_path: Path
+) -> None:
+    """SIGKILL at each step (`debug_tier_stop_at`): a segment's objects written but not listed, listed but
+    the stream not trimmed, trimmed. Readers see every record; the next pass deletes the orphans and
+    goes on, no segment listed twice."""
+    tier = tmp_path / "tier"
+    cfg = test_config(redis_url, tier_store=str(tier), tier_interval=3600)
+    async with running_gateway(cfg) as gw:
+        await gw.services.log.create_topic("crash", 1, TIERED)
+        placed = await produce("confluent", kafka_bootstrap(gw), "crash",
+                               [(None, VALUE + b"%d" % i) for i in range(2500)], **{"batch.num.messages": 50})
+    first = GatewayProcess(tmp_path / "one", redis_url=redis_url, args=[
+        "--tier-store", str(tier), "--tier-interval", "0.05", "--lease-ms", "1500", "--debug-tier-stop-at", point])
+    try:
+        await asyncio.to_thread(first.start)
+        await asyncio.wait_for(asyncio.to_thread(_stopped_at, first, point), TIMEOUT)
+    finally:
+        first.kill()
+    manifest = await raw_redis.zrange(keys.tier_manifest("crash", 0), 0, -1)
+    objects = sorted(p.name for p in tier.rglob("*.*"))
+    assert {"copied": not manifest and len(objects) == 2, "listed": len(manifest) == 1 and len(objects) == 2,
+            "trimmed": len(manifest) == 2 and len(objects) == 4}[point], (manifest, objects)
+    async with running_gateway(cfg) as gw:
+        bs = kafka_bootstrap(gw)
+        everything = await consume("confluent", bs, "crash", 0, 0, 2500)
+        assert [s[1] for s in everything] == [o for _, o in placed]
+        assert await _copier(gw).tier_pass() > 0 or point == "trimmed"
+        manifest = await raw_redis.zrange(keys.tier_manifest("crash", 0), 0, -1)
+        bases = [m.split(b":")[0] for m in manifest]
+        assert len(manifest) == 2 and len(set(bases)) == 2
+        assert len(list(tier.rglob("*.*"))) == 4  # the orphans of the killed copy are gone
+        assert await consume("kafka-python", bs, "crash", 0, 0, 2500) == everything

@@ -6,9 +6,9 @@ log cleaner is run. Per partition:
 
 1. From the end of what is listed (`te`, else the log start) take whole stored batches, below the
    last stable offset (Kafka copies only segments below it, so an open transaction's batches never
-   reach a segment before their fate is known), up to `segment.bytes`. The range is closed, and
-   copied, when it reached `segment.bytes` or its first batch is older than `segment.ms` (Kafka's
-   segment roll); and once KIP-1241's copy lag allows: `remote.copy.lag.ms` since its last batch,
+   reach a segment before their fate is known), as many as fit in `segment.bytes`. The range is
+   closed, and copied, when the next batch would not fit or its first batch is older than
+   `segment.ms` (Kafka's segment roll); and once KIP-1241's copy lag allows: `remote.copy.lag.ms` since its last batch,
    `remote.copy.lag.bytes` of newer data after it (-1: the local retention's).
 2. Write its data and index objects (`gateway.formats.segment`), then list it in the manifest
    (`tier-add-2`, one script fenced by the lease's epoch). A stop before the listing leaves
@@ -104,14 +104,14 @@ class TierCopier:
             if st is None:
                 raise TopicNotFound(f"{topic}-{partition} does not exist")
             start = max(st.tiered_end, st.log_start)
-            batches = await self.store.batches(topic, partition, start, st.last_stable_offset, seg_bytes)
+            batches, full = await self.store.batches(topic, partition, start, st.last_stable_offset, seg_bytes)
             if not batches:
                 break
             size = sum(b.size for b in batches)
             now = now_ms()
             first, last = batches[0], batches[-1]
             after = st.appended_bytes - (last.appended_before + last.size)
-            rolled = size >= seg_bytes or (now - first.max_ts >= seg_ms and last.next_offset >= st.last_stable_offset)
+            rolled = full or size >= seg_bytes or now - first.max_ts >= seg_ms
             if not rolled or now - last.max_ts < lag_ms or after < lag_bytes:
                 break
             seg = Segment(first.base_offset, last.next_offset, last.max_ts, first.appended_before, size,
@@ -137,8 +137,8 @@ class TierCopier:
         st = await self.store.state(topic, partition)
         behind = 0
         if st is not None:
-            tail = await self.store.batches(topic, partition, max(st.tiered_end, st.log_start), st.last_stable_offset,
-                                            1 << 62)
+            tail, _ = await self.store.batches(topic, partition, max(st.tiered_end, st.log_start),
+                                               st.last_stable_offset, 1 << 62)
             behind = sum(b.size for b in tail)
         return copied, behind
 

@@ -114,9 +114,11 @@ class TierStore:
         seg = Segment.parse(found[0]) if found else None
         return seg if seg is not None and seg.next_offset > offset else None
 
-    async def batches(self, topic: str, partition: int, offset: int, end: int, max_bytes: int) -> list[StoredBatch]:
-        """Whole stored batches from the one holding `offset` on, each ending at or below `end`,
-        until they reach `max_bytes`."""
+    async def batches(self, topic: str, partition: int, offset: int, end: int,
+                      max_bytes: int) -> tuple[list[StoredBatch], bool]:
+        """Whole stored batches from the one holding `offset` on, each ending at or below `end`, as
+        many as fit in `max_bytes` (the first always); and whether one more was there that did not
+        fit (as a Kafka segment rolls when the next batch would not fit)."""
         log = keys.log(topic, partition)
         async with storage_errors():
             holding: Any = await self.redis.xrevrange(log, f"{offset}-1", "-", count=1)
@@ -129,13 +131,13 @@ class TierStore:
             for raw in entries:
                 b = _batch(raw)
                 if b.next_offset > end:
-                    return out
+                    return out, False
+                if out and size + b.size > max_bytes:
+                    return out, True
                 out.append(b)
                 size += b.size
-                if size >= max_bytes:
-                    return out
             if len(entries) < READ_ENTRIES:
-                return out
+                return out, False
             low = "(" + entries[-1][0].decode()
 
     async def aborted(self, topic: str, partition: int, base: int, end: int) -> list[AbortedRange]:
