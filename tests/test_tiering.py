@@ -16,7 +16,7 @@ from gateway.server.gateway import Gateway
 from gateway.store import keys
 from gateway.store.connection import RedisClient
 from tests.conftest import GatewayProcess, kafka_bootstrap, running_gateway, test_config
-from tests.kafka_clients import Stored, consume, produce
+from tests.kafka_clients import Stored, consume, create_topic, produce
 
 TIMEOUT = 30
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "1048576", "local.retention.bytes": "0"}
@@ -206,3 +206,20 @@ async def test_a_gateway_killed_mid_copy_loses_nothing_and_lists_nothing_twice(
         assert len(manifest) == 2 and len(set(bases)) == 2
         assert len(list(tier.rglob("*.*"))) == 4  # the orphans of the killed copy are gone
         assert await consume("kafka-python", bs, "crash", 0, 0, 2500) == everything
+
+
+@pytest.mark.slow
+async def test_a_topic_ten_times_redis_memory_is_produced_and_read_back_whole(gateway_process: GatewayProcess) -> None:
+    """`gateway serve` with an embedded Redis of 8 MB tiers into `<data-dir>/tier` by default: 80 MB
+    produced (a full Redis refuses produce retriably until the copier makes room) and read back whole."""
+    gateway_process.args = ["--redis-maxmemory", "8mb", "--tier-interval", "0.1"]
+    await asyncio.to_thread(gateway_process.start)
+    bs = gateway_process.kafka_bootstrap
+    await create_topic(bs, "huge", **TIERED)
+    n = 80_000
+    placed = await produce("confluent", bs, "huge", [(None, VALUE)] * n,
+                           **{"batch.num.messages": 100, "message.timeout.ms": 120_000, "enable.idempotence": True})
+    assert [o for _, o in placed] == list(range(n))
+    assert len(list((gateway_process.data_dir / "tier").rglob("*.log"))) > 60
+    got = await consume("confluent", bs, "huge", 0, 0, n, **{"fetch.max.bytes": 4 << 20})
+    assert [s[1] for s in got[:n]] == list(range(n)) and all(s[3] == VALUE for s in got)
