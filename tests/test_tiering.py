@@ -6,16 +6,19 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import confluent_kafka as ck
 import pytest
 
+from gateway.client import Client
 from gateway.domain.tiering import TierCopier
 from gateway.errors import InvalidConfig, StorageUnavailable
+from gateway.formats.records import iter_records
 from gateway.formats.segment import build, parse_index, split
 from gateway.server.gateway import Gateway
 from gateway.store import keys
 from gateway.store.connection import RedisClient
-from tests.conftest import GatewayProcess, kafka_bootstrap, running_gateway, test_config
+from tests.conftest import GatewayProcess, admin_url, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.kafka_clients import Stored, consume, create_topic, produce
 
 TIMEOUT = 30
@@ -119,10 +122,21 @@ async def test_a_tiered_topic_reads_back_whole_from_anywhere(tiered: Gateway, ra
     assert (await consume("kafka-python", bs, "cold", 0, middle, 5))[0][1] == middle
     across = await consume("kafka-python", bs, "cold", 0, local_start - 3, 6)
     assert [s[1] for s in across][:6] == list(range(local_start - 3, local_start + 3))
-    ts = (await logs.read("cold", 0, middle, 1)).entries[0]
-    assert ts.base_offset <= middle
-    found = await logs.offset_for_time("cold", 0, 0)
-    assert found is not None and found[0] == 0
+    held = (await logs.read("cold", 0, middle, 1)).entries[0]
+    ts = next(r.timestamp for r in iter_records(held.batch, held.base_offset) if r.offset == middle)
+    found = await logs.offset_for_time("cold", 0, ts)  # ListOffsets by time, answered from a segment's index
+    assert found is not None and found[0] <= middle and found[1] == ts
+    async with aiohttp.ClientSession() as http, http.get(f"{admin_url(tiered)}/admin/v2/topics/cold") as resp:
+        view = (await resp.json())["partitions"][0]["tier"]
+    assert (view["local_log_start_offset"], view["highest_tiered_offset"], view["remote_segments"]) == (
+        local_start, highest, 3)
+    assert view["remote_bytes"] == copied and 0 < view["local_bytes"] < 1_100_000
+    async with aiohttp.ClientSession() as http, http.get(f"{admin_url(tiered)}/metrics") as resp:
+        metrics = await resp.text()
+    assert "gateway_tier_remote_fetch_bytes_total" in metrics and "gateway_tier_segments_copied_total" in metrics
+    async with await Client.connect(native_url(tiered)) as native:  # the native range read, below the local start too
+        values = [m.value async for m in native.read_range("cold", 0, middle, middle + 3)]
+    assert values == [s[3] for s in everything[middle:middle + 3]]
 
 
 async def test_retention_and_delete_records_unlist_then_delete_segments(tiered: Gateway, tmp_path: Path) -> None:

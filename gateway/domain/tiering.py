@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from dataclasses import dataclass
 
 from gateway import telemetry
 from gateway.clock import now_ms
@@ -41,6 +42,32 @@ from gateway.store.tier import Segment, TierStore, data_key, index_key, object_o
 log = logging.getLogger(__name__)
 
 STOP_POINTS = ("", "copied", "listed", "trimmed")
+
+
+@dataclass(frozen=True)
+class TierView:
+    """A partition's two parts, for the admin API: offsets [log start, local start) are in tiered
+    storage, [local start, high watermark) in Redis."""
+
+    local_log_start_offset: int
+    highest_tiered_offset: int  # -1: nothing tiered
+    remote_segments: int
+    remote_bytes: int
+    local_bytes: int  # batches' bytes in the stream (Redis's own overhead aside)
+
+
+async def tier_view(logs: LogService, topic: str, partition: int) -> TierView | None:
+    """None when the partition does not exist."""
+    store = logs.store.tier
+    st = await store.state(topic, partition)
+    if st is None:
+        return None
+    segments = await store.segments(topic, partition)
+    head, _ = await store.batches(topic, partition, st.local_start, st.high_watermark, 0)
+    local = st.appended_bytes - head[0].appended_before if head else 0
+    listed = [s for s in segments if s.next_offset > st.log_start]
+    return TierView(st.local_start, st.tiered_end - 1 if listed else -1, len(listed), sum(s.size for s in listed),
+                    local)
 
 
 class TierCopier:
