@@ -18,7 +18,14 @@ from gateway.formats.segment import build, parse_index, split
 from gateway.server.gateway import Gateway
 from gateway.store import keys
 from gateway.store.connection import RedisClient
-from tests.conftest import GatewayProcess, admin_url, kafka_bootstrap, native_url, running_gateway, test_config
+from tests.conftest import (
+    GatewayProcess,
+    admin_url,
+    kafka_bootstrap,
+    native_url,
+    running_gateway,
+    test_config,
+)
 from tests.kafka_clients import Stored, consume, create_topic, produce
 
 TIMEOUT = 30
