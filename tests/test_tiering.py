@@ -10,6 +10,7 @@ import aiohttp
 import confluent_kafka as ck
 import pytest
 
+from gateway import telemetry
 from gateway.client import Client
 from gateway.domain.tiering import TierCopier
 from gateway.errors import InvalidConfig, StorageUnavailable
@@ -21,6 +22,7 @@ from gateway.store.connection import RedisClient
 from tests.conftest import (
     GatewayProcess,
     admin_url,
+    eventually,
     kafka_bootstrap,
     native_url,
     running_gateway,
@@ -180,7 +182,11 @@ async def test_the_store_away_fails_remote_reads_retriably_and_nothing_else(tier
     [(_, offset)] = await produce("confluent", bs, "away", [(None, b"still")])
     assert (await consume("confluent", bs, "away", 0, offset, 1))[0][3] == b"still"
     assert await _copier(tiered).tier_pass() == 0  # the pass stops; the next one tries again
+    failed = telemetry.TIER.remote_errors
+    reading = asyncio.create_task(consume("confluent", bs, "away", 0, 0, 1501))  # fails on any consume error
+    await eventually(lambda: telemetry.TIER.remote_errors > failed, TIMEOUT, "a Kafka fetch of the store away")
     (tmp_path / "unmounted").rename(tmp_path / "tier")
+    assert [s[1] for s in await reading][:1501] == list(range(1501))  # KAFKA_STORAGE_ERROR was retried
     assert len(await consume("kafka-python", bs, "away", 0, 0, 1501)) == 1501
 
 
