@@ -167,6 +167,31 @@ async def test_retention_and_delete_records_unlist_then_delete_segments(tiered: 
     assert len(list((tmp_path / "tier").rglob("*.log"))) == len(after) - 1
     assert (await consume("kafka-python", bs, "old", 0, cut, 2))[0][1] == cut
     assert stored[-1][1] + 1 == (await logs.bounds("old", 0))[1]
+    local_start, _ = await logs.tier_bounds("old", 0)
+    await logs.alter_config("old", {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+    await _copier(tiered).tier_pass()  # the tiered data goes, the log starts where Redis's part does
+    assert await tiered.store.tier.segments("old", 0) == [] and not list((tmp_path / "tier").rglob("*.*"))
+    assert await logs.bounds("old", 0) == (local_start, stored[-1][1] + 1)
+    assert (await consume("confluent", bs, "old", 0, local_start, 1))[0][1] == local_start
+    await logs.alter_config("old", {"retention.ms": "1"})  # by time: every batch is past it
+    await logs.enforce_retention()
+    assert await logs.bounds("old", 0) == (stored[-1][1] + 1, stored[-1][1] + 1)
+
+
+async def test_retention_by_time_deletes_expired_segments_first(tiered: Gateway, tmp_path: Path) -> None:
+    bs, logs = kafka_bootstrap(tiered), tiered.services.log
+    await logs.create_topic("aged", 1, {**TIERED, "local.retention.bytes": "-2"})
+    old = await produce("confluent", bs, "aged", [(None, VALUE)] * 1100,
+                        **{"batch.num.messages": 50})
+    assert tiered.store is not None
+    await _copier(tiered).tier_pass()
+    [segment] = await tiered.store.tier.segments("aged", 0)
+    assert (await logs.tier_bounds("aged", 0))[0] == 0  # local retention follows retention.*: nothing trimmed
+    await logs.alter_config("aged", {"retention.ms": "1"})
+    await logs.enforce_retention()
+    assert await tiered.store.tier.segments("aged", 0) == [] and not list((tmp_path / "tier").rglob("*.log"))
+    assert await logs.bounds("aged", 0) == (old[-1][1] + 1, old[-1][1] + 1)
+    assert segment.next_offset <= old[-1][1] + 1
 
 
 async def test_the_store_away_fails_remote_reads_retriably_and_nothing_else(tiered: Gateway, tmp_path: Path) -> None:

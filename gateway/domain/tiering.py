@@ -96,6 +96,8 @@ class TierCopier:
             for info in await self.logs.list_topics():
                 cfg = effective_config(info, cluster)
                 if cfg["remote.storage.enable"] != "true":
+                    if cfg["remote.log.delete.on.disable"] == "true":
+                        await self.drop_remote(info, lease)
                     continue
                 lag = 0
                 for p in range(info.partitions):
@@ -168,6 +170,16 @@ class TierCopier:
                                                st.last_stable_offset, 1 << 62)
             behind = sum(b.size for b in tail)
         return copied, behind
+
+    async def drop_remote(self, info: TopicInfo, lease: Lease = NO_LEASE) -> None:
+        """Delete a topic's tiered data once remote storage is turned off with
+        remote.log.delete.on.disable: segments unlisted first, then their objects."""
+        for p in range(info.partitions):
+            if not lease.held():
+                return
+            if await self.store.segments(info.name, p):
+                members = await self.store.drop_all(info.name, p, lease.epoch)
+                await self.remote.delete(info.name, info.topic_id, p, members)
 
     async def sweep_orphans(self) -> int:
         """Delete every object no manifest lists; returns how many went."""

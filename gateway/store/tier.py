@@ -164,6 +164,14 @@ class TierStore:
             f"{topic}-{partition}")
         return int(reply[1]), int(reply[2])
 
+    async def drop_all(self, topic: str, partition: int, epoch: int) -> list[str]:
+        """Unlist every segment, the log start moving to the local one; returns the members unlisted."""
+        reply = await self._call(
+            "tier-drop-3",
+            [keys.meta(topic, partition), keys.tier_manifest(topic, partition), keys.aborted_txns(topic, partition)],
+            [epoch], f"{topic}-{partition}")  # epoch
+        return [m.decode() for m in reply[2:]]
+
     async def _call(self, name: str, call_keys: list[str], args: list[Any], what: str) -> list[Any]:
         async with storage_errors():
             reply: list[Any] = await self.scripts.call(name, call_keys, args)
