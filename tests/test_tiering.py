@@ -275,3 +275,35 @@ async def test_a_topic_ten_times_redis_memory_is_produced_and_read_back_whole(ga
     assert len(list((gateway_process.data_dir / "tier").rglob("*.log"))) > 60
     got = await consume("confluent", bs, "huge", 0, 0, n, **{"fetch.max.bytes": 4 << 20})
     assert [s[1] for s in got[:n]] == list(range(n)) and all(s[3] == VALUE for s in got)
+
+
+@pytest.mark.parametrize("redis_url", ["single", "cluster"], indirect=True)
+async def test_two_gateways_hand_copying_over(redis_url: str, raw_redis: RedisClient, tmp_path: Path) -> None:
+    """One gateway at a time holds the tiering role; a clean stop hands it to the other, which copies
+    on from where the manifest ends (on Redis Cluster too: every script is in the partition's slot)."""
+    cfg = {"tier_store": str(tmp_path / "tier"), "tier_interval": 0.05, "lease_ms": 1500}
+    a = Gateway(test_config(redis_url, **cfg))
+    await a.start()
+
+    async def listed(n: int) -> bool:
+        return len(await raw_redis.zrange(keys.tier_manifest("shared", 0), 0, -1)) >= n
+
+    try:
+        async with running_gateway(test_config(redis_url, **cfg)) as b:
+            await a.services.log.create_topic("shared", 1, TIERED)
+            records = [(None, VALUE + b"%d" % i) for i in range(1100)]
+            first = await produce("confluent", kafka_bootstrap(a), "shared", records, **{"batch.num.messages": 50})
+            await eventually(lambda: listed(1), TIMEOUT, "the first holder's copy")
+            holders = [gw for gw in (a, b) if any(r.holding for r in gw.services.roles.roles if r.name == "tiering")]
+            assert len(holders) == 1
+            other = b if holders[0] is a else a
+            await holders[0].stop()  # a clean stop hands the role on at once
+            second = await produce("confluent", kafka_bootstrap(other), "shared", records, **{"batch.num.messages": 50})
+            await eventually(lambda: listed(2), TIMEOUT, "the second holder's copy")
+            manifest = await raw_redis.zrange(keys.tier_manifest("shared", 0), 0, -1)
+            ends = [tuple(map(int, m.split(b":")[:2])) for m in manifest]
+            assert all(prev[1] == nxt[0] for prev, nxt in zip(ends, ends[1:], strict=False))  # contiguous, once
+            got = await consume("confluent", kafka_bootstrap(other), "shared", 0, 0, 2200)
+            assert [s[1] for s in got][:2200] == [o for _, o in first + second]
+    finally:
+        await a.stop()
