@@ -423,6 +423,16 @@ CREATE_CASES: dict[str, Callable[[str], dict[str, Any]]] = {
                                            {"name": "cleanup.policy", "value": "compact"}]},
     "assignments": lambda n: {"name": n, "num_partitions": -1, "replication_factor": -1,
                               "assignments": [{"partition_index": 0, "broker_ids": []}]},
+    # tiered storage is off on both (the gateway's without --tier-store): refused with Kafka's words
+    "remote_storage": lambda n: {"name": n, "num_partitions": 1, "replication_factor": 1,
+                                 "configs": [{"name": "remote.storage.enable", "value": "true"},
+                                             {"name": "cleanup.policy", "value": "compact"}]},
+    # local retention is checked against retention only where remote storage is on
+    "local_retention": lambda n: {"name": n, "num_partitions": 1, "replication_factor": 1,
+                                  "configs": [{"name": "local.retention.ms", "value": "-1"},
+                                              {"name": "local.retention.bytes", "value": "5000"},
+                                              {"name": "retention.bytes", "value": "1000"},
+                                              {"name": "remote.copy.lag.ms", "value": "-1"}]},
 }
 
 

@@ -182,12 +182,18 @@ class LogService:
         validate_topic_name(name)
         n = self.default_partitions if partitions is None else partitions
         check_partitions(n)
-        info = TopicInfo(name, n, validate_topic_config(config or {}), now_ms())
-        check_remote(effective_config(info, await self.cluster_config()), system_enabled=self.remote is not None)
+        info = TopicInfo(name, n, await self.checked_config(config or {}), now_ms())
         info = await self.store.log.create_topic(info)
         self._remember(info)
         await self.warn_unmet_min_insync([info])
         return info
+
+    async def checked_config(self, config: dict[str, str | None]) -> dict[str, str]:
+        """A new topic's configs as kept, each checked, and together as Kafka's LogConfig checks them
+        (remote storage only with this gateway's object store: Kafka's broker-level switch)."""
+        kept = validate_topic_config(config)
+        check_remote(resolve(kept, await self.cluster_config()), system_enabled=self.remote is not None)
+        return kept
 
     async def topic(self, name: str, *, create: bool | None = None) -> TopicInfo:
         """The topic's description; created on first use when allowed."""
