@@ -145,7 +145,10 @@ async def test_a_tiered_topic_reads_back_whole_from_anywhere(tiered: Gateway, ra
     assert "gateway_tier_remote_fetch_bytes_total" in metrics and "gateway_tier_segments_copied_total" in metrics
     async with await Client.connect(native_url(tiered)) as native:  # the native range read, below the local start too
         values = [m.value async for m in native.read_range("cold", 0, middle, middle + 3)]
-    assert values == [s[3] for s in everything[middle:middle + 3]]
+        assert values == [s[3] for s in everything[middle:middle + 3]]
+        consumer = await native.subscribe("cold", "replay", initial_position="earliest")  # a subscription from 0
+        received = [await consumer.receive() for _ in range(5)]
+        assert [(m.offset, m.value) for m in received] == [(s[1], s[3]) for s in stored[:5]]
 
 
 async def test_retention_and_delete_records_unlist_then_delete_segments(tiered: Gateway, tmp_path: Path) -> None:
