@@ -218,15 +218,6 @@ async def test_the_store_away_fails_remote_reads_retriably_and_nothing_else(tier
     assert len(await consume("kafka-python", bs, "away", 0, 0, 1501)) == 1501
 
 
-def _stopped_at(gp: GatewayProcess, point: str) -> None:
-    """Read the gateway's output until its tiering role says it stopped at `point`."""
-    assert gp.proc is not None and gp.proc.stdout is not None
-    for line in gp.proc.stdout:
-        if f"tiering stopped at {point}" in line:
-            return
-    raise AssertionError(f"the gateway ended before its tiering reached {point}")
-
-
 @pytest.mark.parametrize("point", ["copied", "listed", "trimmed"])
 async def test_a_gateway_killed_mid_copy_loses_nothing_and_lists_nothing_twice(
     point: str, redis_url: str, raw_redis: RedisClient, tmp_path: Path
@@ -244,7 +235,7 @@ async def test_a_gateway_killed_mid_copy_loses_nothing_and_lists_nothing_twice(
         "--tier-store", str(tier), "--tier-interval", "0.05", "--lease-ms", "1500", "--debug-tier-stop-at", point])
     try:
         await asyncio.to_thread(first.start)
-        await asyncio.wait_for(asyncio.to_thread(_stopped_at, first, point), TIMEOUT)
+        await asyncio.wait_for(asyncio.to_thread(first.output_until, f"tiering stopped at {point}"), TIMEOUT)
     finally:
         first.kill()
     manifest = await raw_redis.zrange(keys.tier_manifest("crash", 0), 0, -1)
