@@ -120,6 +120,11 @@ async def test_a_tiered_topic_reads_back_whole_from_anywhere(tiered: Gateway, ra
     first_local = int((await raw_redis.xrange(keys.log("cold", 0), count=1))[0][0].split(b"-")[0])
     assert first_local == local_start  # what is tiered has left Redis
     assert len(list((tmp_path / "tier").rglob("*.log"))) == 3
+    await logs.create_topic("gone", 1, TIERED)
+    await produce("confluent", bs, "gone", [(None, VALUE)] * 1100, **{"batch.num.messages": 50})
+    assert await _copier(tiered).tier_pass() > 0 and len(list((tmp_path / "tier").rglob("*.log"))) == 4
+    await logs.delete_topic("gone")  # its segments go with it
+    assert len(list((tmp_path / "tier").rglob("*.log"))) == 3
     everything = await consume("confluent", bs, "cold", 0, 0, len(stored) + 120,
                                **{"isolation.level": "read_uncommitted"})
     assert [s for s in everything if not s[3].startswith(b"aborted")] == stored

@@ -246,7 +246,13 @@ class LogService:
 
     async def delete_topic(self, name: str, topic_id: str = "") -> None:
         """Delete the topic; with `topic_id`, only while the name is still that incarnation's."""
+        info = self._topics.get(name) or await self.store.log.get_topic(name)
         await self.store.log.delete_topic(name, topic_id)
+        if self.remote is not None and info is not None and (not topic_id or topic_id == info.topic_id):
+            try:
+                await self.remote.delete_topic(name, info.topic_id)
+            except StorageUnavailable as exc:
+                log.warning("topic %s deleted; its tiered segments stay for the tiering role's sweep: %s", name, exc)
         # its reassignments go with it, so that a topic made again under the name starts unplaced
         placed = await self.store.registry.placements()
         await self.store.registry.place([(k, None, None) for k in placed if k[0] == name], expect=False)

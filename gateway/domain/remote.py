@@ -113,6 +113,16 @@ class RemoteLog:
                 await remote_call(self.objects.delete(key), key)
                 self._forget(key)
 
+    async def delete_topic(self, topic: str, topic_id: str) -> int:
+        """Delete every object of a deleted topic (its manifests went with its partitions); returns
+        how many. Objects a store away keeps are orphans for the tiering role's sweep."""
+        prefix = f"{topic}-{topic_id}/"
+        found = await remote_call(self.objects.list(prefix), prefix)
+        for obj in found:
+            await remote_call(self.objects.delete(obj.key), obj.key)
+            self._forget(obj.key)
+        return len(found)
+
     def _forget(self, key: str) -> None:
         found = self._cache.pop(key, None)
         if found is not None:

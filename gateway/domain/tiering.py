@@ -15,9 +15,9 @@ log cleaner is run. Per partition:
    orphans, never a half-listed segment; a repeated copy is refused by the script, never listed twice.
 3. Trim the stream's listed entries beyond local retention (`tier-trim-3`).
 
-Orphans (objects of segments not in a manifest: an interrupted copy, a deleted topic, a stop between
-a trim's unlisting and its deletes) are found by listing the store once each time the role is
-taken, and deleted. `--debug-tier-stop-at` stops the first pass for good at one of these steps, so a
+Orphans (objects of segments not in a manifest: an interrupted copy, a topic deleted while the store
+was away, a stop between a trim's unlisting and its deletes) are found by listing the store each
+time the role is taken and every `SWEEP_SECONDS` after, and deleted. `--debug-tier-stop-at` stops the first pass for good at one of these steps, so a
 test can kill the gateway there.
 """
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -42,6 +43,7 @@ from gateway.store.tier import Segment, TierStore, data_key, index_key, object_o
 log = logging.getLogger(__name__)
 
 STOP_POINTS = ("", "copied", "listed", "trimmed")
+SWEEP_SECONDS = 600.0  # how often the role's holder looks for orphans again
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class TierCopier:
         self.remote: RemoteLog = logs.remote
         self.store: TierStore = logs.store.tier
         self.stop_at = stop_at  # the `debug_tier_stop_at` setting
-        self._swept: Lease | None = None  # the lease under which orphans were last looked for
+        self._swept: tuple[Lease, float] | None = None  # the lease under which orphans were last looked for, and when
 
     async def _reached(self, point: str) -> None:
         if point == self.stop_at:
@@ -89,9 +91,10 @@ class TierCopier:
         away ends the pass (the next one tries again); the log goes on in Redis meanwhile."""
         copied = 0
         try:
-            if self._swept is not lease:
+            now = time.monotonic()
+            if self._swept is None or self._swept[0] is not lease or now - self._swept[1] >= SWEEP_SECONDS:
                 await self.sweep_orphans()
-                self._swept = lease
+                self._swept = (lease, now)
             cluster = await self.logs.cluster_config(fresh=True)
             for info in await self.logs.list_topics():
                 cfg = effective_config(info, cluster)
