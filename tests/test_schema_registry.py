@@ -502,6 +502,28 @@ async def test_compatibility_cases(sr: Registry) -> None:
     assert outcomes == {name: (accepted, accepted) for name, (_, _, accepted) in CASES.items()}
 
 
+async def test_compatibility_follows_references_into_the_schemas_they_name(sr: Registry) -> None:
+    """A schema whose references move to a new version of the schema they name is judged by what
+    that version says, as Confluent's registry opens a referenced .proto file or JSON document."""
+    await sr.put("/config/home.proto", {"compatibility": "NONE"})
+    await sr.put("/config/addr.json", {"compatibility": "NONE"})
+    for v, kind in ((1, "int32"), (2, "string")):
+        assert (await sr.post("/subjects/home.proto/versions", proto(f"package d;\nmessage Home {{ {kind} id = 1; }}")))[0] == 200
+        assert (await sr.post("/subjects/addr.json/versions", js({"type": "object", "properties": {
+            "zip": {"type": "integer" if v == 1 else "string"}}})))[0] == 200
+    device = proto('import "home.proto";\nmessage Device { d.Home home = 1; }')
+    person = js({"type": "object", "properties": {"address": {"$ref": "addr.json"}}})
+    for subject, schema, name in (("device-value", device, "home.proto"), ("person-value", person, "addr.json")):
+        def at(version: int, schema: dict[str, Any] = schema, name: str = name) -> dict[str, Any]:
+            return {**schema, "references": [{"name": name, "subject": name, "version": version}]}
+
+        assert (await sr.post(f"/subjects/{subject}/versions", at(1)))[0] == 200
+        status, body = await sr.post(f"/subjects/{subject}/versions", at(2))
+        assert (status, body["error_code"]) == (409, 409), (subject, body)
+        assert ("FIELD_SCALAR_KIND_CHANGED" if subject == "device-value" else "TYPE_CHANGED") in body["message"]
+        assert (await sr.post(f"/subjects/{subject}/versions", at(1)))[0] == 200  # the same schema again
+
+
 async def test_compatibility_against_one_version(sr: Registry) -> None:
     assert (await sr.post("/subjects/s/versions", avro(rec(A_INT))))[0] == 200
     assert await sr.post("/compatibility/subjects/s/versions/latest", avro(rec(A_INT, B))) == (

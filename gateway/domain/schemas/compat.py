@@ -9,8 +9,10 @@ Protobuf by Confluent's registry's own rules (`json_compat`, `proto_compat`)."""
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+from google.protobuf.descriptor_pb2 import FileDescriptorProto
 
 from gateway.domain.schemas import json_compat, proto_compat
 from gateway.domain.schemas.formats import Parsed, SchemaType, descriptor_of
@@ -55,5 +57,17 @@ def reads(reader: Parsed, writer: Parsed, roles: tuple[str, str]) -> list[str]:
             return []
         return [f"{t.name}: {m}" for t, m in zip(result.incompatibilities, result.messages, strict=False)]
     if reader.type is SchemaType.JSON:
-        return json_compat.incompatibilities(reader.model, writer.model, roles)
-    return proto_compat.incompatibilities(descriptor_of(reader), descriptor_of(writer), roles)
+        return json_compat.incompatibilities(reader.model, writer.model, roles, _documents(reader), _documents(writer))
+    return proto_compat.incompatibilities(descriptor_of(reader), descriptor_of(writer), roles, _files(reader),
+                                          _files(writer))
+
+
+def _documents(p: Parsed) -> dict[str, Any]:
+    """The JSON schemas a JSON Schema's references name, by the name its `$ref`s use."""
+    return {r.name: d.model for r, d in zip(p.references, p.deps, strict=False) if d.type is SchemaType.JSON}
+
+
+def _files(p: Parsed) -> list[tuple[FileDescriptorProto, str]]:
+    """The .proto files a Protobuf schema imports through references (each under its import name),
+    with what identifies the registered schema each came from."""
+    return [(descriptor_of(d), d.fingerprint) for d in p.deps if d.type is SchemaType.PROTOBUF]

@@ -20,7 +20,7 @@ the pieces. Then, as Confluent compares them:
 - dependencies may be dropped, not added; `not` may narrow what it excludes;
 - the subschemas of a combined schema are matched one to one (a maximum matching over the
   compatible pairs) and a smaller side left unmatched is incompatible.
-A `$ref` to another subject's schema is compared by its text (the registry opens it)."""
+A `$ref` to another subject's schema (by its reference's name) is followed into that schema."""
 
 from __future__ import annotations
 
@@ -84,8 +84,13 @@ class Node:
 
 
 class _Loader:
-    def __init__(self, root: Any) -> None:
+    """Reads one document's schemas; a `$ref` to another registered schema (a reference's name,
+    with or without a `#/...` pointer) is read by that document's loader."""
+
+    def __init__(self, root: Any, documents: dict[str, Any], loaders: dict[str, _Loader] | None = None) -> None:
         self.root = root
+        self.documents = documents
+        self.loaders = loaders if loaders is not None else {}
 
     def load(self, raw: Any) -> Node:
         if raw is True:
@@ -95,8 +100,8 @@ class _Loader:
         if not isinstance(raw, dict):
             return Node("empty", raw)
         if "$ref" in raw:
-            target = self.resolve(raw["$ref"])
-            return Node("ref", raw) if target is None else self.load(target)
+            found = self.resolve(raw["$ref"])
+            return Node("ref", raw) if found is None else found[0].load(found[1])
         pieces: list[Node] = []
         t = raw.get("type")
         if isinstance(t, str):
@@ -119,12 +124,20 @@ class _Loader:
             return Node("empty", raw)
         return pieces[0] if len(pieces) == 1 else Node("combined", raw, "allOf", pieces)
 
-    def resolve(self, ref: Any) -> Any:
-        """A `#/...` JSON pointer into this document, or None (another document's schema)."""
-        if not isinstance(ref, str) or not ref.startswith("#"):
+    def resolve(self, ref: Any) -> tuple[_Loader, Any] | None:
+        """What a `$ref` names, and the loader of the document it is in; None if it names nothing known."""
+        if not isinstance(ref, str):
             return None
-        at: Any = self.root
-        for part in [p for p in ref[1:].split("/") if p]:
+        name, _, pointer = ref.partition("#")
+        loader: _Loader = self
+        if name:
+            if name not in self.documents:
+                return None
+            if name not in self.loaders:
+                self.loaders[name] = _Loader(self.documents[name], self.documents, self.loaders)
+            loader = self.loaders[name]
+        at: Any = loader.root
+        for part in [p for p in pointer.split("/") if p]:
             part = part.replace("~1", "/").replace("~0", "~")
             if isinstance(at, dict) and part in at:
                 at = at[part]
@@ -132,7 +145,7 @@ class _Loader:
                 at = at[int(part)]
             else:
                 return None
-        return at
+        return loader, at
 
 
 class _Context:
@@ -683,10 +696,13 @@ _SAYS = [
 ]
 
 
-def incompatibilities(reader: Any, writer: Any, roles: tuple[str, str] = ("reader", "writer")) -> list[str]:
+def incompatibilities(reader: Any, writer: Any, roles: tuple[str, str] = ("reader", "writer"),
+                      reader_documents: dict[str, Any] | None = None,
+                      writer_documents: dict[str, Any] | None = None) -> list[str]:
     """Why a reader of JSON Schema `reader` cannot read what `writer` allowed (Confluent's
-    SchemaDiff.compare(writer, reader), its incompatible kinds), naming the two schemas by `roles`."""
-    old, new = _Loader(writer), _Loader(reader)
+    SchemaDiff.compare(writer, reader), its incompatible kinds), naming the two schemas by `roles`;
+    `*_documents` are the schemas each side's references name, by name."""
+    old, new = _Loader(writer, writer_documents or {}), _Loader(reader, reader_documents or {})
     ctx = _Context(old, new)
     _compare(ctx, old.load(writer), new.load(reader))
     out = []
