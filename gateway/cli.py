@@ -174,6 +174,9 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--quotas", action="store_true",
                    help="client quotas: an unthrottled 100 B produce with and without quotas configured, and how "
                    "closely a 10 MB/s producer quota is held over 30 s")
+    p.add_argument("--registry", action="store_true",
+                   help="the Schema Registry: latency of registering a new schema and of a lookup by id, "
+                   "beside a raw Redis round trip (--records schemas, default 1000)")
     p.add_argument("--share", action="store_true",
                    help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
                    "(--records of the first --sizes)")
@@ -193,7 +196,8 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--spark", action="store_true",
                    help="the Spark source, sink and a pipeline of both (the spark extra, Java 17)")
     p.add_argument("--records", type=int,
-                   help="records for --spark (default: 500000), --share (the same) and --key-shared (default: 20000)")
+                   help="records for --spark (default: 500000), --share (the same) and --key-shared (default: 20000), "
+                   "schemas for --registry (default: 1000)")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark (default: %(default)s)")
 
 

@@ -356,8 +356,9 @@ def proto(body: str) -> dict[str, str]:
 
 
 # (level, schemas registered in order, whether the last is accepted); from Confluent's "Schema
-# Evolution and Compatibility" summary table and Avro examples, Confluent's Protobuf diff rules
-# (protobuf-provider's `diff` package), and Karapace's compatibility tests
+# Evolution and Compatibility" summary table and Avro examples, Confluent's JSON Schema and Protobuf
+# diff rules (json-schema-provider's and protobuf-provider's `diff` packages), and Karapace's
+# compatibility tests where Confluent's rules agree
 # (tests/unit/test_avro_compatibility.py, tests/unit/compatibility/jsonschema/
 # test_jsonschema_compatibility.py, tests/unit/protobuf/test_protobuf_compatibility.py)
 CASES = {
@@ -401,8 +402,32 @@ CASES = {
         "BACKWARD", [js({"type": "string", "maxLength": 10}), js({"type": "string", "maxLength": 5})], False),
     "json backward: an enum narrowed": ("BACKWARD", [js({"enum": ["x", "y"]}), js({"enum": ["x"]})], False),
     "json backward: an enum widened": ("BACKWARD", [js({"enum": ["x"]}), js({"enum": ["x", "y"]})], True),
-    "json backward: any property added to an open content model": (
-        "BACKWARD", [js({"type": "object"}), js({"type": "object", "properties": {"a": {}}})], False),
+    "json backward: a property taking anything added to an open content model": (
+        "BACKWARD", [js({"type": "object"}), js({"type": "object", "properties": {"a": {}}})], True),
+    "json backward: a required property with a default added to a closed content model": (
+        "BACKWARD", [obj({"a": {"type": "string"}}, closed=True),
+                     obj({"a": {"type": "string"}, "b": {"type": "string", "default": ""}}, required=("b",),
+                         closed=True)], True),
+    "json backward: a branch added to an anyOf": (
+        "BACKWARD", [js({"anyOf": [{"type": "string"}]}), js({"anyOf": [{"type": "string"}, {"type": "null"}]})],
+        True),
+    "json backward: a branch added to an allOf": (
+        "BACKWARD", [js({"allOf": [{"type": "string"}]}), js({"allOf": [{"type": "string"}, {"maxLength": 3}]})],
+        False),
+    "json backward: what a not excludes narrowed": (
+        "BACKWARD", [js({"not": {"type": ["string", "null"]}}), js({"not": {"type": "string"}})], True),
+    "json backward: a dependency added": (
+        "BACKWARD", [js({"type": "object"}), js({"type": "object", "dependencies": {"a": ["b"]}})], False),
+    "json backward: a recursive schema's leaf changed": (
+        "BACKWARD", [js({"definitions": {"n": {"type": "object", "properties": {"next": {"$ref": "#/definitions/n"},
+                                                                                "v": {"type": "integer"}}}},
+                         "$ref": "#/definitions/n"}),
+                     js({"definitions": {"n": {"type": "object", "properties": {"next": {"$ref": "#/definitions/n"},
+                                                                                "v": {"type": "string"}}}},
+                         "$ref": "#/definitions/n"})], False),
+    "json backward: a $ref followed within the document": (
+        "BACKWARD", [js({"definitions": {"n": {"type": "integer"}}, "$ref": "#/definitions/n"}),
+                     js({"definitions": {"n": {"type": "string"}}, "$ref": "#/definitions/n"})], False),
     "json backward: the type widened to a list with null": (
         "BACKWARD", [js({"type": "string"}), js({"type": ["string", "null"]})], True),
     "json backward: uniqueItems added": ("BACKWARD", [js({"type": "array"}), js({"type": "array", "uniqueItems": True})],
@@ -475,6 +500,28 @@ async def test_compatibility_cases(sr: Registry) -> None:
                 f'Schema being registered is incompatible with an earlier schema for subject "{subject}"'), name
         outcomes[name] = (status == 200, check["is_compatible"])
     assert outcomes == {name: (accepted, accepted) for name, (_, _, accepted) in CASES.items()}
+
+
+async def test_compatibility_follows_references_into_the_schemas_they_name(sr: Registry) -> None:
+    """A schema whose references move to a new version of the schema they name is judged by what
+    that version says, as Confluent's registry opens a referenced .proto file or JSON document."""
+    await sr.put("/config/home.proto", {"compatibility": "NONE"})
+    await sr.put("/config/addr.json", {"compatibility": "NONE"})
+    for v, kind in ((1, "int32"), (2, "string")):
+        assert (await sr.post("/subjects/home.proto/versions", proto(f"package d;\nmessage Home {{ {kind} id = 1; }}")))[0] == 200
+        assert (await sr.post("/subjects/addr.json/versions", js({"type": "object", "properties": {
+            "zip": {"type": "integer" if v == 1 else "string"}}})))[0] == 200
+    device = proto('import "home.proto";\nmessage Device { d.Home home = 1; }')
+    person = js({"type": "object", "properties": {"address": {"$ref": "addr.json"}}})
+    for subject, schema, name in (("device-value", device, "home.proto"), ("person-value", person, "addr.json")):
+        def at(version: int, schema: dict[str, Any] = schema, name: str = name) -> dict[str, Any]:
+            return {**schema, "references": [{"name": name, "subject": name, "version": version}]}
+
+        assert (await sr.post(f"/subjects/{subject}/versions", at(1)))[0] == 200
+        status, body = await sr.post(f"/subjects/{subject}/versions", at(2))
+        assert (status, body["error_code"]) == (409, 409), (subject, body)
+        assert ("FIELD_SCALAR_KIND_CHANGED" if subject == "device-value" else "TYPE_CHANGED") in body["message"]
+        assert (await sr.post(f"/subjects/{subject}/versions", at(1)))[0] == 200  # the same schema again
 
 
 async def test_compatibility_against_one_version(sr: Registry) -> None:

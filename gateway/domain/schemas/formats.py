@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -51,6 +51,7 @@ class Parsed:
     identity: str  # equal for schemas the registry counts as one (the text, normalised when asked)
     model: Any = field(compare=False)  # avro.schema.Schema, a JSON value, a FileDescriptorProto
     references: tuple[Reference, ...] = ()
+    deps: tuple[Parsed, ...] = field(default=(), compare=False)  # the referenced schemas, parsed
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -81,10 +82,10 @@ def parse(kind: SchemaType, text: str, deps: list[Parsed], references: tuple[Ref
         if kind is SchemaType.AVRO:
             return _avro(text, deps, references, normalize)
         if kind is SchemaType.JSON:
-            return _json(text, references, normalize)
+            return replace(_json(text, references, normalize), deps=tuple(deps))
         fd = proto.descriptor(text, [descriptor_of(d) for d in deps if d.type is SchemaType.PROTOBUF])
         served = proto.serialized(fd)
-        return Parsed(kind, served, proto.identity(fd, normalize), fd, references)
+        return Parsed(kind, served, proto.identity(fd, normalize), fd, references, tuple(deps))
     except RegistryError:
         raise
     except (ValueError, TypeError, KeyError, avro.errors.AvroException, jsonschema.exceptions.SchemaError) as exc:

@@ -16,8 +16,8 @@ followed before):
 - fields added, removed or renamed, enums and their constants, oneofs added or removed, and a field
   moved out of its oneof are compatible; a required field added or removed, a oneof member removed
   while its oneof stays, or fields that were independent moved into one oneof, are not.
-Types imported from another file are compared by name: the registry has their files, these checks
-only the schema's own."""
+A message type imported from another registered schema is opened and compared as the registry does,
+unless both sides import it from the same schema."""
 
 from __future__ import annotations
 
@@ -48,18 +48,21 @@ _SCALAR_KIND = {
 
 @dataclass
 class _Side:
-    """One schema's file and its messages by fully qualified name (for map entries and names)."""
+    """One schema's file, and every message it can name (its own and its imports') by fully
+    qualified name, with the package it is declared in and the registered schema it came from."""
 
     fd: FileDescriptorProto
-    messages: dict[str, DescriptorProto] = field(default_factory=dict)
+    imports: list[tuple[FileDescriptorProto, str]]
+    messages: dict[str, tuple[DescriptorProto, str, str | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        def walk(prefix: str, ms: list[DescriptorProto]) -> None:
+        def walk(prefix: str, ms: list[DescriptorProto], package: str, origin: str | None) -> None:
             for m in ms:
-                self.messages[f"{prefix}.{m.name}"] = m
-                walk(f"{prefix}.{m.name}", list(m.nested_type))
+                self.messages.setdefault(f"{prefix}.{m.name}", (m, package, origin))
+                walk(f"{prefix}.{m.name}", list(m.nested_type), package, origin)
 
-        walk(f".{self.fd.package}" if self.fd.package else "", list(self.fd.message_type))
+        for fd, origin in [(self.fd, None), *self.imports]:
+            walk(f".{fd.package}" if fd.package else "", list(fd.message_type), fd.package, origin)
 
     def label(self, f: FieldDescriptorProto) -> str | None:
         """The label as Confluent's ProtobufSchema reads it from a descriptor: none for a proto3
@@ -75,12 +78,14 @@ class _Side:
     def map_entry(self, f: FieldDescriptorProto) -> DescriptorProto | None:
         if f.type != F.TYPE_MESSAGE or f.label != F.LABEL_REPEATED:
             return None
-        m = self.messages.get(f.type_name)
-        return m if m is not None and m.options.map_entry else None
+        found = self.messages.get(f.type_name)
+        return found[0] if found is not None and found[0].options.map_entry else None
 
     def local(self, type_name: str) -> str:
-        """A type's name without its file's package (FieldSchemaDiff.compareMessageTypes)."""
-        prefix = f".{self.fd.package}." if self.fd.package else "."
+        """A type's name without the package it is declared in (FieldSchemaDiff.compareMessageTypes)."""
+        found = self.messages.get(type_name)
+        package = found[1] if found is not None else self.fd.package
+        prefix = f".{package}." if package else "."
         return type_name[len(prefix):] if type_name.startswith(prefix) else type_name.lstrip(".")
 
 
@@ -107,10 +112,11 @@ _WHY = {
 
 
 class _Diff:
-    def __init__(self, original: FileDescriptorProto, update: FileDescriptorProto, roles: tuple[str, str]) -> None:
-        self.old, self.new = _Side(original), _Side(update)
+    def __init__(self, old: _Side, new: _Side, roles: tuple[str, str], entered: set[tuple[int, int]]) -> None:
+        self.old, self.new = old, new
         self.roles = roles
         self.found: list[str] = []
+        self.entered = entered  # message pairs already compared: a recursive type is compared once
 
     def add(self, kind: str, path: str) -> None:
         reader, writer = self.roles
@@ -131,6 +137,9 @@ class _Diff:
 
     def message(self, old: DescriptorProto, new: DescriptorProto, path: str) -> None:
         """MessageSchemaDiff.compare: fields by tag wherever they stand, oneof membership apart."""
+        if (id(old), id(new)) in self.entered:
+            return
+        self.entered.add((id(old), id(new)))
         old_fields, new_fields = {f.number: f for f in old.field}, {f.number: f for f in new.field}
         old_oneof, new_oneof = _oneofs(old), _oneofs(new)
         old_members: dict[str, list[int]] = {}
@@ -179,13 +188,29 @@ class _Diff:
             elif old_label is not None and new_label is not None and old_label != new_label and group != "string":
                 self.add("FIELD_NUMERIC_LABEL_CHANGED", path)
         elif old_kind is _Kind.MESSAGE:
-            if self.old.local(o.type_name) != self.new.local(n.type_name):
-                self.add("FIELD_NAMED_TYPE_CHANGED", path)
+            self.named(o.type_name, n.type_name, path)
         else:
             assert old_entry is not None and new_entry is not None
             (ok, ov), (nk, nv) = old_entry.field, new_entry.field
             self.field(ok, nk, None, None, path)
             self.field(ov, nv, None, None, path)
+
+
+    def named(self, old_type: str, new_type: str, path: str) -> None:
+        """FieldSchemaDiff.compareMessageTypes: the same name within its package, and, unless both
+        come from the same registered schema, a compatible message under it."""
+        old_local, new_local = self.old.local(old_type), self.new.local(new_type)
+        if old_local != new_local:
+            self.add("FIELD_NAMED_TYPE_CHANGED", path)
+            return
+        o, n = self.old.messages.get(old_type), self.new.messages.get(new_type)
+        if o is None or n is None or (o[2] is not None and o[2] == n[2]):
+            return
+        sub = _Diff(self.old, self.new, self.roles, self.entered)
+        sub.message(o[0], n[0], f"#/{old_local}")
+        self.found += sub.found
+        if sub.found:
+            self.add("FIELD_NAMED_TYPE_CHANGED", path)
 
 
 def _kind(f: FieldDescriptorProto, entry: DescriptorProto | None) -> _Kind:
@@ -201,11 +226,13 @@ def _oneofs(m: DescriptorProto) -> dict[int, str]:
 
 
 def incompatibilities(reader: FileDescriptorProto, writer: FileDescriptorProto,
-                      roles: tuple[str, str] = ("reader", "writer")) -> list[str]:
+                      roles: tuple[str, str] = ("reader", "writer"),
+                      reader_imports: list[tuple[FileDescriptorProto, str]] | None = None,
+                      writer_imports: list[tuple[FileDescriptorProto, str]] | None = None) -> list[str]:
     """Why a reader of `reader` cannot read what `writer` wrote (SchemaDiff.compare(writer, reader)
     and its incompatible kinds), naming the two schemas by `roles` ("new", "old" or the other way,
     as the level's direction has it); empty when it can."""
-    diff = _Diff(writer, reader, roles)
+    diff = _Diff(_Side(writer, writer_imports or []), _Side(reader, reader_imports or []), roles, set())
     if writer.package != reader.package:
         diff.add("PACKAGE_CHANGED", "#/")
     diff.types(list(writer.message_type), list(reader.message_type), "#")
