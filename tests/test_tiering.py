@@ -61,13 +61,18 @@ def _copier(gw: Gateway) -> TierCopier:
 
 
 async def test_kafkas_rules_for_remote_storage_configs(gateway: Gateway, tiered: Gateway) -> None:
-    """LogConfig.validateTopicLogConfigValues and validateTurningOffRemoteStorageWithDelete, word for word."""
+    """LogConfig.validateTopicLogConfigValues of Kafka 4.4, word for word."""
     with pytest.raises(InvalidConfig, match="^Tiered Storage functionality is disabled in the broker. Topic cannot "
                                             "be configured with remote log storage.$"):
         await gateway.services.log.create_topic("t", 1, {"remote.storage.enable": "true"})
     logs = tiered.services.log
-    with pytest.raises(InvalidConfig, match="^Remote log storage is unsupported for the compacted topics$"):
-        await logs.create_topic("c", 1, {"remote.storage.enable": "true", "cleanup.policy": "compact"})
+    only_delete = "^Remote log storage only supports topics with cleanup.policy=delete or cleanup.policy being an empty list.$"
+    with pytest.raises(InvalidConfig, match=only_delete):
+        await logs.create_topic("c", 1, {"remote.storage.enable": "true", "cleanup.policy": "compact,delete"})
+    with pytest.raises(InvalidConfig, match="^When `remote.log.copy.disable` is set to true, the `local.retention.ms` "
+                                            "and `retention.ms` must be set to the identical value"):
+        await logs.create_topic("d", 1, {"remote.storage.enable": "true", "remote.log.copy.disable": "true",
+                                         "local.retention.ms": "1000"})
     with pytest.raises(InvalidConfig, match="^Invalid value 2000 for configuration local.retention.bytes: Value must "
                                             "not be more than retention.bytes property value: 1000$"):
         await logs.create_topic("b", 1, {"remote.storage.enable": "true", "retention.bytes": "1000",
@@ -76,8 +81,9 @@ async def test_kafkas_rules_for_remote_storage_configs(gateway: Gateway, tiered:
                                             "be -1 as retention.ms value is set as 604800000.$"):
         await logs.create_topic("m", 1, {"remote.storage.enable": "true", "local.retention.ms": "-1"})
     await logs.create_topic("t", 1, {"remote.storage.enable": "true"})
-    with pytest.raises(InvalidConfig, match="^Remote log storage is unsupported for the compacted topics$"):
+    with pytest.raises(InvalidConfig, match=only_delete):
         await logs.alter_config("t", {"cleanup.policy": "compact"})
+    await logs.alter_config("t", {"cleanup.policy": ""})  # an empty policy keeps everything: tiered too
     with pytest.raises(InvalidConfig, match="^It is invalid to disable remote storage without deleting remote data"):
         await logs.alter_config("t", {"remote.storage.enable": "false"})
     await logs.alter_config("t", {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})

@@ -303,10 +303,10 @@ def check_together(values: Mapping[str, str]) -> None:
 
 
 def check_remote(values: Mapping[str, str], *, system_enabled: bool, was_enabled: bool = False) -> None:
-    """Kafka's rules for remote storage (LogConfig.validateTopicLogConfigValues and
-    validateTurningOffRemoteStorageWithDelete): only with the broker's tiered storage on, never on
-    a compacted topic, local retention within retention, and turned off only with its data deleted.
-    `values` are the topic's resolved configs."""
+    """Kafka 4.4's rules for remote storage (LogConfig.validateTopicLogConfigValues, in its order;
+    the messages as its 4.4.0 jar has them): only with the broker's tiered storage on, only under
+    cleanup.policy delete (or none), local retention within retention (equal to it once copying is
+    disabled), and turned off only with its data deleted. `values` are the topic's resolved configs."""
     enabled = values.get("remote.storage.enable") == "true"
     if was_enabled and not enabled and values.get("remote.log.delete.on.disable") != "true":
         raise InvalidConfig(
@@ -319,8 +319,9 @@ def check_remote(values: Mapping[str, str], *, system_enabled: bool, was_enabled
     if not system_enabled:
         raise InvalidConfig("Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
                             "with remote log storage.")
-    if "compact" in values.get("cleanup.policy", "").split(","):
-        raise InvalidConfig("Remote log storage is unsupported for the compacted topics")
+    if values.get("cleanup.policy", "") not in ("", "delete"):
+        raise InvalidConfig("Remote log storage only supports topics with cleanup.policy=delete or cleanup.policy "
+                            "being an empty list.")
     for kind in ("bytes", "ms"):
         total, local = int(values[f"retention.{kind}"]), int(values[f"local.retention.{kind}"])
         if total != -1 and local != -2:
@@ -331,6 +332,13 @@ def check_remote(values: Mapping[str, str], *, system_enabled: bool, was_enabled
             if local > total:
                 raise InvalidConfig(f"Invalid value {local} for configuration {name}: Value must not be more "
                                     f"than retention.{kind} property value: {total}")
+    if values.get("remote.log.copy.disable") == "true":
+        for kind in ("bytes", "ms"):
+            local = int(values[f"local.retention.{kind}"])
+            if local != -2 and local != int(values[f"retention.{kind}"]):
+                raise InvalidConfig(f"When `remote.log.copy.disable` is set to true, the `local.retention.{kind}` and "
+                                    f"`retention.{kind}` must be set to the identical value because there will be no "
+                                    "more logs copied to the remote storage.")
 
 
 def local_retention(values: Mapping[str, str]) -> tuple[int, int]:
