@@ -12,7 +12,7 @@ import pytest
 
 from gateway import telemetry
 from gateway.client import Client
-from gateway.domain.tiering import TierCopier
+from gateway.domain.tiering import TierCopier, copy_due
 from gateway.errors import InvalidConfig, StorageUnavailable
 from gateway.formats.records import iter_records
 from gateway.formats.segment import build, parse_index, split
@@ -48,6 +48,14 @@ def test_a_segment_index_finds_every_batch_and_its_bytes() -> None:
     assert got[0][2][:8] == (3).to_bytes(8, "big")  # base offsets patched in: a Kafka log segment
 
 
+def test_copy_lag_is_kafkas_either_or() -> None:
+    """RLMCopyTask.isEligibleForUpload: either lag at 0 copies at once; else either lag that applies."""
+    assert copy_due(0, 5000, 1, 1) and copy_due(5000, 0, 1, 1)
+    assert copy_due(1000, 5000, 1000, 1) and copy_due(1000, 5000, 1, 5000) and copy_due(1000, 5000, -3, 1)
+    assert not copy_due(1000, 5000, 999, 4999)
+    assert copy_due(-1, 5000, 1, 5000) and not copy_due(-1, -1, 10**9, 10**9)  # none applies: never
+
+
 @pytest.fixture
 async def tiered(redis_url: str, tmp_path: Path) -> AsyncIterator[Gateway]:
     """A gateway tiering into a directory; its role waits an hour: the tests run the passes."""
@@ -80,6 +88,10 @@ async def test_kafkas_rules_for_remote_storage_configs(gateway: Gateway, tiered:
     with pytest.raises(InvalidConfig, match="^Invalid value -1 for configuration local.retention.ms: Value must not "
                                             "be -1 as retention.ms value is set as 604800000.$"):
         await logs.create_topic("m", 1, {"remote.storage.enable": "true", "local.retention.ms": "-1"})
+    with pytest.raises(InvalidConfig, match="^Invalid value 5000 for configuration remote.copy.lag.bytes: Value must "
+                                            "not exceed local.retention.bytes \\(effective value: 4000\\)$"):
+        await logs.create_topic("l", 1, {"remote.storage.enable": "true", "local.retention.bytes": "4000",
+                                         "remote.copy.lag.bytes": "5000"})
     await logs.create_topic("t", 1, {"remote.storage.enable": "true"})
     with pytest.raises(InvalidConfig, match=only_delete):
         await logs.alter_config("t", {"cleanup.policy": "compact"})
@@ -190,6 +202,17 @@ async def test_retention_and_delete_records_unlist_then_delete_segments(tiered: 
     await logs.alter_config("old", {"retention.ms": "1"})  # by time: every batch is past it
     await logs.enforce_retention()
     assert await logs.bounds("old", 0) == (stored[-1][1] + 1, stored[-1][1] + 1)
+
+
+async def test_a_copy_waits_for_newer_bytes_as_remote_copy_lag_bytes_says(tiered: Gateway) -> None:
+    bs, logs = kafka_bootstrap(tiered), tiered.services.log
+    await logs.create_topic("lag", 1, {**TIERED, "local.retention.bytes": "-2", "remote.copy.lag.ms": "3600000",
+                                       "remote.copy.lag.bytes": "2000000"})
+    await produce("confluent", bs, "lag", [(None, VALUE)] * 3200, **{"batch.num.messages": 50})
+    await _copier(tiered).tier_pass()
+    assert tiered.store is not None
+    [segment] = await tiered.store.tier.segments("lag", 0)  # the next has under 2 MB after it, and is recent
+    assert segment.base_offset == 0
 
 
 async def test_retention_by_time_deletes_expired_segments_first(tiered: Gateway, tmp_path: Path) -> None:

@@ -8,8 +8,7 @@ log cleaner is run. Per partition:
    last stable offset (Kafka copies only segments below it, so an open transaction's batches never
    reach a segment before their fate is known), as many as fit in `segment.bytes`. The range is
    closed, and copied, when the next batch would not fit or its first batch is older than
-   `segment.ms` (Kafka's segment roll); and once KIP-1241's copy lag allows: `remote.copy.lag.ms` since its last batch,
-   `remote.copy.lag.bytes` of newer data after it (-1: the local retention's).
+   `segment.ms` (Kafka's segment roll); and once KIP-1241's copy lag allows (`copy_due`).
 2. Write its data and index objects (`gateway.formats.segment`), then list it in the manifest
    (`tier-add-2`, one script fenced by the lease's epoch). A stop before the listing leaves
    orphans, never a half-listed segment; a repeated copy is refused by the script, never listed twice.
@@ -44,6 +43,18 @@ log = logging.getLogger(__name__)
 
 STOP_POINTS = ("", "copied", "listed", "trimmed")
 SWEEP_SECONDS = 600.0  # how often the role's holder looks for orphans again
+
+
+def copy_due(lag_ms: int, lag_bytes: int, age_ms: int, newer_bytes: int) -> bool:
+    """KIP-1241's upload eligibility of a closed range, as Kafka 4.4's RLMCopyTask.isEligibleForUpload
+    decides it: at once when either lag is 0; else when a lag that applies (above 0; -1, taken from an
+    unlimited local retention, does not) is met: its newest record `age_ms` old (or stamped in the
+    future), or `newer_bytes` of the log after it. No lag that applies: never."""
+    if lag_ms == 0 or lag_bytes == 0:
+        return True
+    if lag_ms > 0 and (age_ms < 0 or age_ms >= lag_ms):
+        return True
+    return lag_bytes > 0 and newer_bytes >= lag_bytes
 
 
 @dataclass(frozen=True)
@@ -129,8 +140,8 @@ class TierCopier:
         seg_bytes, seg_ms = int(cfg["segment.bytes"]), int(cfg["segment.ms"])
         local_ms, local_bytes = local_retention(cfg)
         lag_ms, lag_bytes = int(cfg["remote.copy.lag.ms"]), int(cfg["remote.copy.lag.bytes"])
-        lag_ms = max(0, local_ms) if lag_ms == -1 else lag_ms
-        lag_bytes = max(0, local_bytes) if lag_bytes == -1 else lag_bytes
+        lag_ms = local_ms if lag_ms == -1 else lag_ms
+        lag_bytes = local_bytes if lag_bytes == -1 else lag_bytes
         while cfg["remote.log.copy.disable"] != "true" and lease.held():
             st = await self.store.state(topic, partition)
             if st is None:
@@ -144,7 +155,7 @@ class TierCopier:
             first, last = batches[0], batches[-1]
             after = st.appended_bytes - (last.appended_before + last.size)
             rolled = full or size >= seg_bytes or now - first.max_ts >= seg_ms
-            if not rolled or now - last.max_ts < lag_ms or after < lag_bytes:
+            if not rolled or not copy_due(lag_ms, lag_bytes, now - last.max_ts, after):
                 break
             seg = Segment(first.base_offset, last.next_offset, last.max_ts, first.appended_before, size,
                           uuid.uuid4().hex)

@@ -305,8 +305,9 @@ def check_together(values: Mapping[str, str]) -> None:
 def check_remote(values: Mapping[str, str], *, system_enabled: bool, was_enabled: bool = False) -> None:
     """Kafka 4.4's rules for remote storage (LogConfig.validateTopicLogConfigValues, in its order;
     the messages as its 4.4.0 jar has them): only with the broker's tiered storage on, only under
-    cleanup.policy delete (or none), local retention within retention (equal to it once copying is
-    disabled), and turned off only with its data deleted. `values` are the topic's resolved configs."""
+    cleanup.policy delete (or none), local retention within retention, copy lags within local
+    retention, local retention equal to retention once copying is disabled, and turned off only with
+    its data deleted. `values` are the topic's resolved configs."""
     enabled = values.get("remote.storage.enable") == "true"
     if was_enabled and not enabled and values.get("remote.log.delete.on.disable") != "true":
         raise InvalidConfig(
@@ -332,6 +333,12 @@ def check_remote(values: Mapping[str, str], *, system_enabled: bool, was_enabled
             if local > total:
                 raise InvalidConfig(f"Invalid value {local} for configuration {name}: Value must not be more "
                                     f"than retention.{kind} property value: {total}")
+    for kind in ("bytes", "ms"):  # validateRemoteCopyLagSize, then validateRemoteCopyLagTime
+        local, lag = int(values[f"local.retention.{kind}"]), int(values[f"remote.copy.lag.{kind}"])
+        effective = int(values[f"retention.{kind}"]) if local == -2 else local
+        if lag > 0 and effective >= 0 and lag > effective:
+            raise InvalidConfig(f"Invalid value {lag} for configuration remote.copy.lag.{kind}: Value must not exceed "
+                                f"local.retention.{kind} (effective value: {effective})")
     if values.get("remote.log.copy.disable") == "true":
         for kind in ("bytes", "ms"):
             local = int(values[f"local.retention.{kind}"])
