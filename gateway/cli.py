@@ -74,7 +74,8 @@ def _admin_parser(sub: Any) -> None:
         parser.add_argument("name", help="the topic")
         return parser
 
-    on_topic("describe", "partitions with their offsets and bytes in Redis, and the effective config")
+    on_topic("describe", "partitions with their offsets and bytes in Redis (and in tiered storage: local log start, "
+                         "segments), and the effective config")
     on_topic("alter-config", "set or reset topic configs").add_argument(
         "--config", action="append", default=[], metavar="KEY=VALUE",
         help="a config to set; KEY= (empty) resets it to its default; repeat for more")

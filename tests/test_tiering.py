@@ -148,6 +148,8 @@ async def test_a_tiered_topic_reads_back_whole_from_anywhere(tiered: Gateway, ra
     assert [s for s in everything if not s[3].startswith(b"aborted")] == stored
     assert len(everything) == len(stored) + 120  # read_uncommitted sees the aborted transaction
     assert await consume("confluent", bs, "cold", 0, 0, len(stored), **{"isolation.level": "read_committed"}) == stored
+    committed = await consume("kafka-python", bs, "cold", 0, 0, len(stored), isolation_level="read_committed")
+    assert committed[:len(stored)] == stored
     aborted_at = next(s[1] for s in everything if s[3].startswith(b"aborted"))
     assert aborted_at < local_start  # the aborted transaction is in a remote segment
     middle = segments[1].base_offset + 7
