@@ -29,6 +29,7 @@ from tests.conftest import (
     test_config,
 )
 from tests.kafka_clients import Stored, consume, create_topic, produce
+from tests.kafka_jvm import tools
 
 TIMEOUT = 30
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "1048576", "local.retention.bytes": "0"}
@@ -337,3 +338,19 @@ async def test_two_gateways_hand_copying_over(redis_url: str, raw_redis: RedisCl
             assert [s[1] for s in got][:2200] == [o for _, o in first + second]
     finally:
         await a.stop()
+
+
+@pytest.mark.jvm
+async def test_kafkas_get_offsets_tool_finds_the_tiered_boundaries(tiered: Gateway) -> None:
+    """kafka-get-offsets (Kafka's Java admin client: ListOffsets v9) with earliest-local and latest-tiered."""
+    bs, logs = kafka_bootstrap(tiered), tiered.services.log
+    await logs.create_topic("edges", 1, TIERED)
+    await produce("confluent", bs, "edges", [(None, VALUE)] * 1500, **{"batch.num.messages": 50})
+    await _copier(tiered).tier_pass()
+    local_start, highest = await logs.tier_bounds("edges", 0)
+    assert local_start == highest + 1 > 0
+    b = ["--bootstrap-server", bs, "--topic", "edges"]
+    runs = await tools(["kafka-get-offsets", *b, "--time", "-2"], ["kafka-get-offsets", *b, "--time", "-4"],
+                       ["kafka-get-offsets", *b, "--time", "-5"], ["kafka-get-offsets", *b, "--time", "-1"])
+    assert [r.out.strip() for r in runs] == ["edges:0:0", f"edges:0:{local_start}", f"edges:0:{highest}",
+                                             "edges:0:1500"]
