@@ -68,7 +68,7 @@ class TierStats:
     def __init__(self) -> None:
         self.bytes_copied = 0
         self.segments_copied = 0
-        self.copy_lag_bytes: dict[str, int] = {}  # topic -> bytes below its LSO not yet copied, at the last pass
+        self.copy_lag_bytes: dict[str, int] = {}  # topic -> bytes of its log not copied yet, at the last pass
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.remote_fetch_seconds = 0.0

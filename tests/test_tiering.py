@@ -166,6 +166,7 @@ async def test_a_tiered_topic_reads_back_whole_from_anywhere(tiered: Gateway, ra
     assert (view["local_log_start_offset"], view["highest_tiered_offset"], view["remote_segments"]) == (
         local_start, highest, 3)
     assert view["remote_bytes"] == copied and 0 < view["local_bytes"] < 1_100_000
+    assert telemetry.TIER.copy_lag_bytes["cold"] == view["local_bytes"]  # Redis holds only what is not copied
     async with aiohttp.ClientSession() as http, http.get(f"{admin_url(tiered)}/metrics") as resp:
         metrics = await resp.text()
     assert "gateway_tier_remote_fetch_bytes_total" in metrics and "gateway_tier_segments_copied_total" in metrics

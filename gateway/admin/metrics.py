@@ -80,8 +80,8 @@ def tier_families() -> list[Metric]:
         family = CounterMetricFamily(name, doc)
         family.add_metric([], value)
         out.append(family)
-    lag = GaugeMetricFamily("gateway_tier_copy_lag_bytes", "Bytes below the last stable offset not yet in tiered "
-                            "storage, at the tiering role's last pass", labels=["topic"])
+    lag = GaugeMetricFamily("gateway_tier_copy_lag_bytes", "Bytes of a tiered topic's log not yet in tiered storage, "
+                            "at the tiering role's last pass", labels=["topic"])
     for topic, n in sorted(t.copy_lag_bytes.items()):
         lag.add_metric([topic], n)
     return [*out, lag]

@@ -133,8 +133,8 @@ class TierCopier:
 
     async def tier_partition(self, info: TopicInfo, partition: int, cfg: dict[str, str],
                              lease: Lease = NO_LEASE) -> tuple[int, int]:
-        """Copy what is due of one partition, then trim it locally: (bytes copied, bytes still
-        below the last stable offset and not copied)."""
+        """Copy what is due of one partition, then trim it locally: (bytes copied, bytes of the log
+        not copied yet)."""
         topic = info.name
         copied = 0
         seg_bytes, seg_ms = int(cfg["segment.bytes"]), int(cfg["segment.ms"])
@@ -179,10 +179,10 @@ class TierCopier:
         await self._reached("trimmed")
         st = await self.store.state(topic, partition)
         behind = 0
-        if st is not None:
-            tail, _ = await self.store.batches(topic, partition, max(st.tiered_end, st.log_start),
-                                               st.last_stable_offset, 1 << 62)
-            behind = sum(b.size for b in tail)
+        if st is not None:  # from the first batch not copied on: one batch read, its `c` says the rest
+            head, _ = await self.store.batches(topic, partition, max(st.tiered_end, st.log_start),
+                                               st.high_watermark, 0)
+            behind = st.appended_bytes - head[0].appended_before if head else 0
         return copied, behind
 
     async def drop_remote(self, info: TopicInfo, lease: Lease = NO_LEASE) -> None:
