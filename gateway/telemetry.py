@@ -75,6 +75,7 @@ class TierStats:
         self.remote_errors = 0
         self.cache_hits = 0
         self.cache_misses = 0
+        self.read_ahead_hits = 0
 
     def fetched(self, size: int, seconds: float) -> None:
         self.remote_fetches += 1

@@ -144,8 +144,10 @@ async def test_a_tiered_topic_reads_back_whole_from_anywhere(tiered: Gateway, ra
     assert await _copier(tiered).tier_pass() > 0 and len(list((tmp_path / "tier").rglob("*.log"))) == 4
     await logs.delete_topic("gone")  # its segments go with it
     assert len(list((tmp_path / "tier").rglob("*.log"))) == 3
+    gets, ahead = telemetry.TIER.remote_fetches, telemetry.TIER.read_ahead_hits
     everything = await consume("confluent", bs, "cold", 0, 0, len(stored) + 120,
                                **{"isolation.level": "read_uncommitted"})
+    assert telemetry.TIER.remote_fetches - gets == 3 and telemetry.TIER.read_ahead_hits > ahead  # a GET a segment
     assert [s for s in everything if not s[3].startswith(b"aborted")] == stored
     assert len(everything) == len(stored) + 120  # read_uncommitted sees the aborted transaction
     assert await consume("confluent", bs, "cold", 0, 0, len(stored), **{"isolation.level": "read_committed"}) == stored

@@ -76,6 +76,8 @@ def tier_families() -> list[Metric]:
         ("gateway_tier_remote_errors", "Tiered storage calls that failed with the store away", t.remote_errors),
         ("gateway_tier_index_cache_hits", "Segment index reads served from the cache", t.cache_hits),
         ("gateway_tier_index_cache_misses", "Segment index reads from the object store", t.cache_misses),
+        ("gateway_tier_read_ahead_hits", "Remote reads served from the read-ahead of an earlier ranged read",
+         t.read_ahead_hits),
     ):
         family = CounterMetricFamily(name, doc)
         family.add_metric([], value)

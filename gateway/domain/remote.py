@@ -2,9 +2,10 @@
 
 A read below the local log start finds the segment holding the offset in the manifest, its index
 (kept in a small cache bounded in bytes: a sequential reader asks for the same one again and again)
-and takes the batches it wants with one ranged GET of the data object: their bytes go to the client
-as they are, never decoded. The sequential read-ahead of `LogService.read` reads the next range
-while this one crosses the network. An object store that is away fails the read retriably
+and takes the batches it wants out of a ranged GET of the data object: their bytes go to the client
+as they are, never decoded. A GET takes a few megabytes from there (a read-ahead, bounded in bytes,
+that the next sequential reads are served from), and the sequential read-ahead of `LogService.read`
+asks for the next range while this one crosses the network. An object store that is away fails the read retriably
 (KAFKA_STORAGE_ERROR on the Kafka face, the native client's StorageUnavailable) and nothing else:
 local reads and produce do not touch it.
 """
@@ -16,7 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable
 from dataclasses import replace
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from gateway import telemetry
 from gateway.errors import StorageUnavailable
@@ -31,32 +32,73 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 INDEX_CACHE_BYTES = 8 * 1024 * 1024  # segment indexes kept: a few dozen bytes a batch
+READ_AHEAD = 4 * 1024 * 1024  # a remote read takes at least this much of its segment (to its end)
+READ_AHEAD_BYTES = 16 * 1024 * 1024  # read-ahead kept, the newest range of each segment read
+V = TypeVar("V")
+
+
+class BytesLru(Generic[V]):
+    """Values by key, the least recently used going once their sizes pass `limit` (the newest stays)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._items: OrderedDict[str, tuple[int, V]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: str) -> V | None:
+        found = self._items.get(key)
+        if found is None:
+            return None
+        self._items.move_to_end(key)
+        return found[1]
+
+    def put(self, key: str, size: int, value: V) -> None:
+        self.pop(key)
+        self._items[key] = (size, value)
+        self._bytes += size
+        while self._bytes > self.limit and len(self._items) > 1:
+            _, (gone, _) = self._items.popitem(last=False)
+            self._bytes -= gone
+
+    def pop(self, key: str) -> None:
+        found = self._items.pop(key, None)
+        if found is not None:
+            self._bytes -= found[0]
 
 
 class RemoteLog:
-    def __init__(self, store: Store, objects: ObjectStore, *, cache_bytes: int = INDEX_CACHE_BYTES) -> None:
+    def __init__(self, store: Store, objects: ObjectStore) -> None:
         self.store = store
         self.objects = objects
-        self._cache: OrderedDict[str, tuple[int, SegmentIndex]] = OrderedDict()
-        self._cache_bytes = 0
-        self._cache_limit = cache_bytes
+        self._indexes = BytesLru[SegmentIndex](INDEX_CACHE_BYTES)
+        self._ahead = BytesLru[tuple[int, bytes]](READ_AHEAD_BYTES)  # data key -> (position, bytes from it)
 
     async def index(self, topic: str, topic_id: str, partition: int, seg: Segment) -> SegmentIndex:
         key = index_key(topic, topic_id, partition, seg)
-        found = self._cache.get(key)
+        found = self._indexes.get(key)
         if found is not None:
-            self._cache.move_to_end(key)
             telemetry.TIER.cache_hits += 1
-            return found[1]
+            return found
         telemetry.TIER.cache_misses += 1
         raw = await remote_call(self.objects.get(key), key)
         idx = parse_index(raw)
-        self._cache[key] = (len(raw), idx)
-        self._cache_bytes += len(raw)
-        while self._cache_bytes > self._cache_limit and len(self._cache) > 1:
-            _, (size, _) = self._cache.popitem(last=False)
-            self._cache_bytes -= size
+        self._indexes.put(key, len(raw), idx)
         return idx
+
+    async def _range(self, key: str, begin: int, end: int, size: int) -> bytes:
+        """Bytes [begin, end) of a segment's data object of `size` bytes: from the read-ahead when it
+        holds them, else one ranged GET of at least `READ_AHEAD` (to the object's end), kept for
+        the sequential reads that follow."""
+        held = self._ahead.get(key)
+        if held is not None and held[0] <= begin and end <= held[0] + len(held[1]):
+            telemetry.TIER.read_ahead_hits += 1
+            return held[1][begin - held[0]: end - held[0]]
+        started = time.monotonic()
+        stop = min(size, max(end, begin + READ_AHEAD))
+        data = await remote_call(self.objects.get_range(key, begin, stop - begin), key)
+        telemetry.TIER.fetched(len(data), time.monotonic() - started)
+        self._ahead.put(key, len(data), (begin, data))
+        return data[: end - begin]
 
     async def read(self, topic: str, topic_id: str, partition: int, offset: int, max_entries: int,
                    sl: Slice, max_bytes: int = 1024 * 1024) -> Slice:
@@ -72,13 +114,10 @@ class RemoteLog:
             if first >= len(idx.bases):
                 return sl
             first, last = idx.span(first, max_entries, max_bytes)
-            begin, length = idx.positions[first], idx.positions[last] - idx.positions[first]
             key = data_key(topic, topic_id, partition, seg)
-            started = time.monotonic()
-            data = await remote_call(self.objects.get_range(key, begin, length), key)
+            data = await self._range(key, idx.positions[first], idx.positions[last], seg.size)
         except ObjectNotFound:
             return sl
-        telemetry.TIER.fetched(len(data), time.monotonic() - started)
         entries = [Entry(base, count, batch) for base, count, batch in split(idx, first, last, data)]
         return replace(sl, entries=entries)
 
@@ -94,8 +133,7 @@ class RemoteLog:
             idx = await self.index(topic, topic_id, partition, seg)
             key = data_key(topic, topic_id, partition, seg)
             for row in range(idx.first_reaching(ts), len(idx.bases)):
-                begin, end = idx.positions[row], idx.positions[row + 1]
-                batch = await remote_call(self.objects.get_range(key, begin, end - begin), key)
+                batch = await self._range(key, idx.positions[row], idx.positions[row + 1], seg.size)
                 h = parse_header(batch, verify_crc=False)
                 if h.control or h.max_timestamp < ts:
                     continue
@@ -111,7 +149,8 @@ class RemoteLog:
             seg = Segment.parse(m)
             for key in (data_key(topic, topic_id, partition, seg), index_key(topic, topic_id, partition, seg)):
                 await remote_call(self.objects.delete(key), key)
-                self._forget(key)
+                self._indexes.pop(key)
+                self._ahead.pop(key)
 
     async def delete_topic(self, topic: str, topic_id: str) -> int:
         """Delete every object of a deleted topic (its manifests went with its partitions); returns
@@ -120,13 +159,9 @@ class RemoteLog:
         found = await remote_call(self.objects.list(prefix), prefix)
         for obj in found:
             await remote_call(self.objects.delete(obj.key), obj.key)
-            self._forget(obj.key)
+            self._indexes.pop(obj.key)
+            self._ahead.pop(obj.key)
         return len(found)
-
-    def _forget(self, key: str) -> None:
-        found = self._cache.pop(key, None)
-        if found is not None:
-            self._cache_bytes -= found[0]
 
 
 async def remote_call(call: Awaitable[T], key: str) -> T:
