@@ -42,6 +42,9 @@ from gateway.store.tier import Segment, TierStore, data_key, index_key, object_o
 log = logging.getLogger(__name__)
 
 STOP_POINTS = ("", "copied", "listed", "trimmed")
+# A segment is built in memory (the batches read from Redis, then the object): copies stay at most
+# this big whatever segment.bytes says (Kafka's default is 1 GiB, for files on a disk).
+MAX_SEGMENT_BYTES = 64 * 1024 * 1024
 SWEEP_SECONDS = 600.0  # how often the role's holder looks for orphans again
 
 
@@ -137,7 +140,7 @@ class TierCopier:
         not copied yet)."""
         topic = info.name
         copied = 0
-        seg_bytes, seg_ms = int(cfg["segment.bytes"]), int(cfg["segment.ms"])
+        seg_bytes, seg_ms = min(int(cfg["segment.bytes"]), MAX_SEGMENT_BYTES), int(cfg["segment.ms"])
         local_ms, local_bytes = local_retention(cfg)
         lag_ms, lag_bytes = int(cfg["remote.copy.lag.ms"]), int(cfg["remote.copy.lag.bytes"])
         lag_ms = local_ms if lag_ms == -1 else lag_ms
