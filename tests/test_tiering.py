@@ -357,3 +357,12 @@ async def test_kafkas_get_offsets_tool_finds_the_tiered_boundaries(tiered: Gatew
                        ["kafka-get-offsets", *b, "--time", "-5"], ["kafka-get-offsets", *b, "--time", "-1"])
     assert [r.out.strip() for r in runs] == ["edges:0:0", f"edges:0:{local_start}", f"edges:0:{highest}",
                                              "edges:0:1500"]
+
+
+def test_a_tier_store_that_cannot_be_opened_stops_the_gateway_with_one_line(gateway_process: GatewayProcess) -> None:
+    gateway_process.args = ["--tier-store", "/proc/no-such-dir/tier"]
+    with pytest.raises(RuntimeError) as failed:
+        gateway_process.start()
+    output = str(failed.value).split("\n", 1)[1].strip()
+    assert output == ("gateway: cannot create the tier directory /proc/no-such-dir/tier: No such file or directory: "
+                      "check --tier-store (GATEWAY_TIER_STORE)")
