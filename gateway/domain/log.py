@@ -169,6 +169,7 @@ class LogService:
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[str, TopicInfo] = {}  # topics by id, as last seen: an id names one incarnation
         self._avg_batch: dict[tuple[str, int], int] = {}  # recent stored batch size per partition
+        self._local_start: dict[tuple[str, int], int] = {}  # tiered partitions' local log start, as last read
         self._ahead = ReadAhead(self._read)
         self._defaults = _NOT_READ
         self._resolved: dict[str, tuple[TopicInfo, dict[str, str], dict[str, str]]] = {}
@@ -497,8 +498,14 @@ class LogService:
     async def _read(self, topic: str, partition: int, offset: int, max_entries: int, committed: bool) -> Slice:
         """Large batches are received in place (`store.resp`); many small ones parse faster through
         redis-py's C parser."""
-        direct = self._avg_batch.get((topic, partition), 0) >= DIRECT_READ_BATCH
-        sl = await self.store.log.read(topic, partition, offset, max_entries, with_aborted=committed, direct=direct)
+        key = (topic, partition)
+        direct = self._avg_batch.get(key, 0) >= DIRECT_READ_BATCH
+        sl = await self.store.log.read(topic, partition, offset, max_entries, with_aborted=committed, direct=direct,
+                                       below_local=offset < self._local_start.get(key, -1))
+        if sl.local_start > sl.log_start:  # a tiered partition: the next read below it skips the stream
+            self._local_start[key] = sl.local_start
+        else:
+            self._local_start.pop(key, None)
         if sl.log_start <= offset < sl.local_start and not sl.entries:
             if self.remote is None:
                 raise StorageUnavailable(f"{topic}-{partition}: offset {offset} is in tiered storage, and this "

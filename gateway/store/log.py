@@ -511,25 +511,32 @@ class LogStore:
 
     async def read(
         self, topic: str, partition: int, offset: int, max_entries: int, *, with_aborted: bool = False,
-        direct: bool = False,
+        direct: bool = False, below_local: bool = False,
     ) -> Slice:
         """Up to `max_entries` entries from the one holding `offset` on, with the bounds read after
         them, and for read-committed readers the aborted transactions whose markers are at or after
         `offset`. With `max_entries` 1 only the entry holding `offset` is read: a megabyte batch
         that fills a fetch alone is not read twice; a second round trip covers the rare case where
         no entry holds it (before the log start). `direct` (for large batches) receives them
-        without copies (`resp`), through redis-py when that path cannot serve."""
+        without copies (`resp`), through redis-py when that path cannot serve. `below_local` (the
+        caller expects `offset` in tiered storage) reads the bounds alone, the stream only when it
+        was wrong."""
         log = keys.log(topic, partition)
+        stream = not below_local
         commands: list[tuple[Any, ...]] = [
-            ("XREVRANGE", log, f"{offset}-1", "-", "COUNT", 1),
             ("HMGET", keys.meta(topic, partition), "hw", "start", "gen", "cb", "cg", "ls"),
             ("HVALS", keys.open_txns(topic, partition)),
         ]
+        if stream:
+            commands.insert(0, ("XREVRANGE", log, f"{offset}-1", "-", "COUNT", 1))
         if with_aborted:
             commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
-        if max_entries > 1:
+        if stream and max_entries > 1:
             commands.append(("XRANGE", log, f"({offset}-1", "+", "COUNT", max_entries - 1))
-        replies = await self._pipeline(log, commands, direct, streams=(0, len(commands) - 1 if max_entries > 1 else 0))
+        streams = (0, len(commands) - 1 if max_entries > 1 else 0) if stream else ()
+        replies = await self._pipeline(log, commands, direct, streams=streams)
+        if not stream:
+            replies.insert(0, [])
         before, (hw, start, gen, cb, cg, ls), open_txns, *rest = replies
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
@@ -537,6 +544,8 @@ class LogStore:
             ranges = [_aborted(m, int(float(score))) for m, score in _pairs(rest[0] if with_aborted else [])]
             return Slice([], int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0),
                          int(ls))
+        if not stream:
+            return await self.read(topic, partition, offset, max_entries, with_aborted=with_aborted, direct=direct)
         if cb is not None and offset < int(cb):
             return await self._read_cleaned(topic, partition, offset, max_entries, with_aborted, direct, int(cg))
         aborted = rest.pop(0) if with_aborted else []
