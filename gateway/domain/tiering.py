@@ -166,8 +166,8 @@ class TierCopier:
             data, index = build([(b.base_offset, b.span, b.max_ts, b.batch or b"") for b in batches],
                                 [(a.producer_id, a.first_offset, a.marker_offset) for a in aborted])
             dkey, ikey = data_key(topic, info.topic_id, partition, seg), index_key(topic, info.topic_id, partition, seg)
-            await remote_call(self.remote.objects.put(dkey, data), dkey)
-            await remote_call(self.remote.objects.put(ikey, index), ikey)
+            await asyncio.gather(remote_call(self.remote.objects.put(dkey, data), dkey),
+                                 remote_call(self.remote.objects.put(ikey, index), ikey))
             await self._reached("copied")
             if not await self.store.add(topic, partition, lease.epoch, seg):
                 log.warning("tiering: %s-%d from %d was listed already; its copy's objects go", topic, partition,

@@ -56,19 +56,21 @@ def build(batches: list[tuple[int, int, int, bytes]], aborted: list[tuple[int, i
     """(data object, index object) of consecutive stored batches, each given as (base offset,
     offsets spanned, the log's running max timestamp at it, the batch as stored), and the aborted
     transactions (producer id, first offset, marker offset) whose ranges meet them."""
-    data = bytearray()
+    chunks: list[bytes | memoryview] = []
     rows = bytearray()
+    position = 0
     for base, count, max_ts, batch in batches:
-        rows += _ROW.pack(base, count, len(data), max_ts)
-        data += struct.pack(">q", base)
-        data += memoryview(batch)[8:]
+        rows += _ROW.pack(base, count, position, max_ts)
+        chunks += (struct.pack(">q", base), memoryview(batch)[8:])
+        position += len(batch)
+    data = b"".join(chunks)  # one copy of the batches
     index = bytearray(_MAGIC)
     index += _COUNTS.pack(len(batches), len(aborted))
     index += rows
     for a in aborted:
         index += _ABORTED.pack(*a)
     index += struct.pack(">q", len(data))
-    return bytes(data), bytes(index)
+    return data, bytes(index)
 
 
 def parse_index(raw: bytes) -> SegmentIndex:

@@ -24,7 +24,8 @@ from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.log import AbortedRange, _aborted, _pairs, last_stable_offset
 from gateway.store.scripts import Scripts
 
-READ_ENTRIES = 256  # stream entries per XRANGE of a copy
+READ_ENTRIES = 256  # stream entries per XRANGE of a copy at most
+FIRST_READ_ENTRIES = 8  # the first XRANGE's: batches may be a megabyte each, and a segment a few of them
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,10 @@ class TierStore:
             holding: Any = await self.redis.xrevrange(log, f"{offset}-1", "-", count=1)
         low = holding[0][0].decode() if holding and _batch(holding[0]).next_offset > offset else f"{offset}-1"
         out: list[StoredBatch] = []
-        size = 0
+        size, count = 0, FIRST_READ_ENTRIES
         while True:
             async with storage_errors():
-                entries: Any = await self.redis.xrange(log, low, "+", count=READ_ENTRIES)
+                entries: Any = await self.redis.xrange(log, low, "+", count=count)
             for raw in entries:
                 b = _batch(raw)
                 if b.next_offset > end:
@@ -136,9 +137,12 @@ class TierStore:
                     return out, True
                 out.append(b)
                 size += b.size
-            if len(entries) < READ_ENTRIES:
+            if len(entries) < count:
                 return out, False
             low = "(" + entries[-1][0].decode()
+            count = min(count * 2, READ_ENTRIES)  # as many as the ones read suggest fit, at most READ_ENTRIES
+            if out:
+                count = max(1, min(count, (max_bytes - size) // max(1, size // len(out)) + 1))
 
     async def aborted(self, topic: str, partition: int, base: int, end: int) -> list[AbortedRange]:
         """Aborted transactions whose ranges meet [base, end)."""
