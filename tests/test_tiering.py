@@ -344,8 +344,9 @@ async def test_two_gateways_hand_copying_over(redis_url: str, raw_redis: RedisCl
 
 
 @pytest.mark.jvm
-async def test_kafkas_get_offsets_tool_finds_the_tiered_boundaries(tiered: Gateway) -> None:
-    """kafka-get-offsets (Kafka's Java admin client: ListOffsets v9) with earliest-local and latest-tiered."""
+async def test_kafkas_java_tools_find_the_tiered_boundaries_and_read_it_all(tiered: Gateway) -> None:
+    """kafka-get-offsets (Kafka's Java admin client: ListOffsets v9) with earliest-local and latest-tiered,
+    and Kafka's Java consumer (kafka-consumer-perf-test) reading the topic from its first, tiered, record."""
     bs, logs = kafka_bootstrap(tiered), tiered.services.log
     await logs.create_topic("edges", 1, TIERED)
     await produce("confluent", bs, "edges", [(None, VALUE)] * 1500, **{"batch.num.messages": 50})
@@ -354,9 +355,11 @@ async def test_kafkas_get_offsets_tool_finds_the_tiered_boundaries(tiered: Gatew
     assert local_start == highest + 1 > 0
     b = ["--bootstrap-server", bs, "--topic", "edges"]
     runs = await tools(["kafka-get-offsets", *b, "--time", "-2"], ["kafka-get-offsets", *b, "--time", "-4"],
-                       ["kafka-get-offsets", *b, "--time", "-5"], ["kafka-get-offsets", *b, "--time", "-1"])
-    assert [r.out.strip() for r in runs] == ["edges:0:0", f"edges:0:{local_start}", f"edges:0:{highest}",
-                                             "edges:0:1500"]
+                       ["kafka-get-offsets", *b, "--time", "-5"], ["kafka-get-offsets", *b, "--time", "-1"],
+                       ["kafka-consumer-perf-test", *b, "--num-records", "1500", "--group", "perf"])
+    assert [r.out.strip() for r in runs[:4]] == ["edges:0:0", f"edges:0:{local_start}", f"edges:0:{highest}",
+                                                 "edges:0:1500"]
+    assert runs[4].out.strip().splitlines()[-1].split(", ")[4] == "1500"  # the Java consumer read it all, from 0
 
 
 def test_a_tier_store_that_cannot_be_opened_stops_the_gateway_with_one_line(gateway_process: GatewayProcess) -> None:
