@@ -100,6 +100,17 @@ async def test_kafkas_rules_for_remote_storage_configs(gateway: Gateway, tiered:
     with pytest.raises(InvalidConfig, match="^It is invalid to disable remote storage without deleting remote data"):
         await logs.alter_config("t", {"remote.storage.enable": "false"})
     await logs.alter_config("t", {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+    switch = [await asyncio.to_thread(_broker_config, kafka_bootstrap(gw), gw.config.node_id,
+                                      "remote.log.storage.system.enable") for gw in (gateway, tiered)]
+    assert switch == ["false", "true"]  # Kafka's broker-level switch, as DescribeConfigs lists it
+
+
+def _broker_config(bs: str, node: int, name: str) -> str:
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bs})  # alive until the answer: its handle serves it
+    resource = ConfigResource(ResourceType.BROKER, str(node))
+    return str(admin.describe_configs([resource])[resource].result(TIMEOUT)[name].value)
 
 
 async def _fill(bs: str, topic: str, n: int) -> list[Stored]:
