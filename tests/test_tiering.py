@@ -30,6 +30,8 @@ from tests.conftest import (
 )
 from tests.kafka_clients import Stored, consume, create_topic, produce
 from tests.kafka_jvm import tools
+from tests.test_kafka_share import SETTINGS as SHARE_SETTINGS
+from tests.test_kafka_share import group_configs, poll_values, share_consumer, values
 
 TIMEOUT = 30
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "1048576", "local.retention.bytes": "0"}
@@ -184,11 +186,12 @@ async def test_a_tiered_topic_reads_back_whole_from_anywhere(tiered: Gateway, ra
         metrics = await resp.text()
     assert "gateway_tier_remote_fetch_bytes_total" in metrics and "gateway_tier_segments_copied_total" in metrics
     async with await Client.connect(native_url(tiered)) as native:  # the native range read, below the local start too
-        values = [m.value async for m in native.read_range("cold", 0, middle, middle + 3)]
-        assert values == [s[3] for s in everything[middle:middle + 3]]
-        consumer = await native.subscribe("cold", "replay", initial_position="earliest")  # a subscription from 0
-        received = [await consumer.receive() for _ in range(5)]
-        assert [(m.offset, m.value) for m in received] == [(s[1], s[3]) for s in stored[:5]]
+        ranged = [m.value async for m in native.read_range("cold", 0, middle, middle + 3)]
+        assert ranged == [s[3] for s in everything[middle:middle + 3]]
+        for mode in ("exclusive", "shared"):  # a subscription from 0; a share group reads through a shared one
+            consumer = await native.subscribe("cold", mode, mode, initial_position="earliest")
+            received = [await consumer.receive() for _ in range(5)]
+            assert sorted((m.offset, m.value) for m in received) == [(s[1], s[3]) for s in stored[:5]]
 
 
 async def test_retention_and_delete_records_unlist_then_delete_segments(tiered: Gateway, tmp_path: Path) -> None:
@@ -380,3 +383,29 @@ def test_a_tier_store_that_cannot_be_opened_stops_the_gateway_with_one_line(gate
     output = str(failed.value).split("\n", 1)[1].strip()
     assert output == ("gateway: cannot create the tier directory /proc/no-such-dir/tier: No such file or directory: "
                       "check --tier-store (GATEWAY_TIER_STORE)")
+
+
+async def test_a_share_group_reads_a_tiered_topic_from_its_start(redis_url: str, tmp_path: Path) -> None:
+    """confluent-kafka's ShareConsumer (KIP-932) with share.auto.offset.reset=earliest gets every record,
+    the tiered ones included, through the native shared subscription the group reads by."""
+    cfg = test_config(redis_url, tier_store=str(tmp_path / "tier"), tier_interval=3600, **SHARE_SETTINGS)
+    async with running_gateway(cfg) as gw:
+        bs = kafka_bootstrap(gw)
+        await gw.services.log.create_topic("queue", 1, TIERED)
+        await produce("confluent", bs, "queue", [(None, b"%d" % i + VALUE) for i in range(1500)],
+                      **{"batch.num.messages": 50})
+        await _copier(gw).tier_pass()
+        assert (await gw.services.log.tier_bounds("queue", 0))[0] > 0
+        await group_configs(bs, "workers", share_auto_offset_reset="earliest")
+        wanted = {b"%d" % i + VALUE for i in range(1500)}
+        got: list[ck.Message] = []
+
+        def read_all() -> None:
+            consumer = share_consumer(bs, "workers", topic="queue")
+            try:
+                poll_values(consumer, got, wanted)
+            finally:
+                consumer.close()
+
+        await asyncio.to_thread(read_all)
+        assert set(values(got)) == wanted
