@@ -125,7 +125,7 @@ class TierStore:
             holding: Any = await self.redis.xrevrange(log, f"{offset}-1", "-", count=1)
         low = holding[0][0].decode() if holding and _batch(holding[0]).next_offset > offset else f"{offset}-1"
         out: list[StoredBatch] = []
-        size, count = 0, FIRST_READ_ENTRIES
+        size, count = 0, FIRST_READ_ENTRIES if max_bytes > 0 else 1
         while True:
             async with storage_errors():
                 entries: Any = await self.redis.xrange(log, low, "+", count=count)
