@@ -270,6 +270,12 @@ async def test_the_store_away_fails_remote_reads_retriably_and_nothing_else(tier
     (tmp_path / "unmounted").rename(tmp_path / "tier")
     assert [s[1] for s in await reading][:1501] == list(range(1501))  # KAFKA_STORAGE_ERROR was retried
     assert len(await consume("kafka-python", bs, "away", 0, 0, 1501)) == 1501
+    assert tiered.store is not None
+    first = (await tiered.store.tier.segments("away", 0))[0]
+    (tmp_path / "tier").rename(tmp_path / "unmounted")
+    assert await logs.delete_records("away", 0, first.next_offset) == first.next_offset  # unlisted, store away
+    (tmp_path / "unmounted").rename(tmp_path / "tier")
+    assert await _copier(tiered).sweep_orphans() == 2  # the segment's data and index, orphans now
 
 
 @pytest.mark.parametrize("point", ["copied", "listed", "trimmed"])

@@ -247,7 +247,7 @@ class LogService:
 
     async def delete_topic(self, name: str, topic_id: str = "") -> None:
         """Delete the topic; with `topic_id`, only while the name is still that incarnation's."""
-        info = self._topics.get(name) or await self.store.log.get_topic(name)
+        info = await self.store.log.get_topic(name) if self.remote is not None else None
         await self.store.log.delete_topic(name, topic_id)
         if self.remote is not None and info is not None and (not topic_id or topic_id == info.topic_id):
             try:
@@ -524,16 +524,21 @@ class LogService:
         return state.local_start, highest
 
     async def _drop_segments(self, topic: str, partition: int, members: list[str]) -> None:
-        """Delete the objects of segments a trim unlisted; with no object store here they stay as
-        orphans for a gateway that has one (its tiering role's sweep)."""
+        """Delete the objects of segments a trim unlisted. They are out of the manifest already, so
+        objects left (no object store here, or it is away) are orphans for the tiering role's sweep,
+        and the trim stands."""
         if not members:
             return
         if self.remote is None:
             log.warning("%s-%d: %d tiered segments unlisted, their objects left for a gateway with a tier store",
                         topic, partition, len(members))
             return
-        info = await self.known_topic(topic, partition=partition)
-        await self.remote.delete(topic, info.topic_id, partition, members)
+        try:
+            info = await self.known_topic(topic, partition=partition)
+            await self.remote.delete(topic, info.topic_id, partition, members)
+        except StorageUnavailable as exc:
+            log.warning("%s-%d: %d tiered segments unlisted, their objects left for the tiering role's sweep: %s",
+                        topic, partition, len(members), exc)
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
