@@ -3,7 +3,9 @@
 A partition is a stream whose entry IDs are `<base offset>-1`, one entry per record batch with
 fields `b` (the batch as received), `n` (records), `t` (running maximum timestamp) and `c` (bytes
 in the log before it). Its meta hash holds `hw` (the next offset), `start` (the log start offset),
-`maxts`, `bytes` and `gen` (the incarnation of the topic it belongs to).
+`maxts`, `bytes` and `gen` (the incarnation of the topic it belongs to), and on a tiered partition
+`ls` (the local log start: the stream starts there) and `te` (where its tiered segments end; see
+`tier.py`).
 
 Topics. The registry (`keys.TOPICS`, one slot) is the one source of truth: a topic exists when it
 has a record there, and every change of a record is one script (create, config, grow, delete). A
