@@ -14,7 +14,7 @@ from gateway import telemetry
 from gateway.client import Client
 from gateway.domain.tiering import TierCopier, copy_due
 from gateway.errors import InvalidConfig, StorageUnavailable
-from gateway.formats.records import iter_records
+from gateway.formats.records import build_batch, iter_records
 from gateway.formats.segment import build, parse_index, split
 from gateway.server.gateway import Gateway
 from gateway.store import keys
@@ -415,3 +415,17 @@ async def test_a_share_group_reads_a_tiered_topic_from_its_start(redis_url: str,
 
         await asyncio.to_thread(read_all)
         assert set(values(got)) == wanted
+
+
+async def test_every_partition_is_tiered_two_at_a_time(tiered: Gateway) -> None:
+    logs = tiered.services.log
+    await logs.create_topic("wide", 3, TIERED)
+    batch = build_batch([(None, VALUE, [])] * 400)  # about 400 KB: two fit in a 1 MB segment, a third does not
+    for p in range(3):
+        assert all(not isinstance(r.result, Exception) for r in await logs.append([("wide", p, batch)] * 3))
+    await _copier(tiered).tier_pass()
+    assert tiered.store is not None
+    for p in range(3):
+        [segment] = await tiered.store.tier.segments("wide", p)
+        assert (segment.base_offset, segment.next_offset) == (0, 800)
+        assert await logs.tier_bounds("wide", p) == (800, 799)

@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 STOP_POINTS = ("", "copied", "listed", "trimmed")
 # A segment is built in memory (the batches read from Redis, then the object): copies stay at most
 # this big whatever segment.bytes says (Kafka's default is 1 GiB, for files on a disk).
-MAX_SEGMENT_BYTES = 64 * 1024 * 1024
+MAX_SEGMENT_BYTES = 32 * 1024 * 1024
+COPY_CONCURRENCY = 2  # partitions of a topic copied at once, so an object store's latency overlaps
 SWEEP_SECONDS = 600.0  # how often the role's holder looks for orphans again
 
 
@@ -117,18 +118,24 @@ class TierCopier:
                         await self.drop_remote(info, lease)
                     continue
                 lag = 0
-                for p in range(info.partitions):
+                for first in range(0, info.partitions, COPY_CONCURRENCY):
                     if not lease.held():
                         return copied
-                    try:
-                        done, behind = await self.tier_partition(info, p, cfg, lease)
-                    except TopicNotFound:
-                        break
-                    except NotAllowed:
-                        log.warning("tiering: %s-%d was tiered under a newer lease; this pass stops", info.name, p)
+                    parts = range(first, min(first + COPY_CONCURRENCY, info.partitions))
+                    results = await asyncio.gather(*(self.tier_partition(info, p, cfg, lease) for p in parts),
+                                                   return_exceptions=True)
+                    failed = [r for r in results if isinstance(r, BaseException)]
+                    for done in results:
+                        if not isinstance(done, BaseException):
+                            copied += done[0]
+                            lag += done[1]
+                    if any(isinstance(r, NotAllowed) for r in failed):
+                        log.warning("tiering: %s was tiered under a newer lease; this pass stops", info.name)
                         return copied
-                    copied += done
-                    lag += behind
+                    if any(isinstance(r, TopicNotFound) for r in failed):
+                        break
+                    if failed:
+                        raise failed[0]
                 telemetry.TIER.copy_lag_bytes[info.name] = lag
         except StorageUnavailable as exc:
             log.warning("tiering pass stopped: %s", exc)
