@@ -33,6 +33,8 @@ from tests.kafka_jvm import tools
 from tests.test_kafka_share import SETTINGS as SHARE_SETTINGS
 from tests.test_kafka_share import group_configs, poll_values, share_consumer, values
 
+pytestmark = pytest.mark.kafka
+
 TIMEOUT = 30
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "1048576", "local.retention.bytes": "0"}
 VALUE = b"v" * 1000
