@@ -21,6 +21,7 @@ from tests import test_gateways
 from tests.conftest import kafka_bootstrap
 from tests.kafka_wire import call
 from tests.test_gateways import ask
+from tests.test_kafka_apis import fetch_request
 from tests.test_metrics import scrape
 
 pytestmark = pytest.mark.kafka
@@ -161,6 +162,22 @@ async def test_request_time_throttles_every_api_and_mutes_the_connection(gateway
         conn[1].close()
     assert first.throttle_time.total_seconds() > 0
     assert second.error_code == 0 and second.throttle_time.total_seconds() > 0
+
+
+async def test_a_fetchs_wait_for_records_is_no_request_time(gateway: Gateway) -> None:
+    """Two long polls of 400 ms on an empty partition at request_percentage 1 (a tenth of a second's
+    work in ten): their waits would be eight times that, but Kafka counts a request handler's time,
+    not its purgatory's, and so does the gateway: neither is throttled."""
+    await gateway.services.log.create_topic("long-poll", 1)
+    await set_quota(gateway, "test", REQUEST, 1)
+    conn = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    try:
+        polls: list[Any] = [await call(conn, ApiKey.FETCH, 12, {**fetch_request([("long-poll", 0, 0, 1000)], 1000, 1),
+                                                                "max_wait": 400}) for _ in range(2)]
+    finally:
+        conn[1].close()
+    assert [p.throttle_time.total_seconds() for p in polls] == [0, 0]
+    assert not any(p.responses[0].partitions[0].records for p in polls)
 
 
 async def test_connections_past_an_ips_creation_rate_are_held_and_closed(gateway: Gateway) -> None:

@@ -40,9 +40,12 @@ async def recorded(ctx: RequestContext, key: str, amount: float) -> int:
 async def request_time(ctx: RequestContext) -> int:
     """Record the time this request has taken on the gateway so far against request_percentage
     (KIP-124: ClientRequestQuotaManager.maybeRecordAndGetThrottleTimeMs, a request handler's time in
-    percent of a second; the gateway has no network threads apart, so it is all one time): the
+    percent of a second; the gateway has no network threads apart, so it is all one time), less what
+    it spent waiting for data as Kafka's purgatory waits (a fetch's long poll, `ctx.remote`): the
     throttle time it earns, not yet applied. No clock is read unless some entity sets the quota."""
-    return await recorded(ctx, REQUEST, (time.perf_counter() - ctx.began) * 100) if counts_time(ctx) else 0
+    if not counts_time(ctx):
+        return 0
+    return await recorded(ctx, REQUEST, (time.perf_counter() - ctx.began - ctx.remote) * 100)
 
 
 def counts_time(ctx: RequestContext) -> bool:
@@ -65,7 +68,7 @@ async def throttled_response(ctx: RequestContext, response: Any) -> Any:
     """A response with the request-time throttle its request earned (Kafka's
     RequestHandlerHelper.sendResponseMaybeThrottle, which every client-facing API but Produce and
     Fetch answers through: they weigh it against their byte rates themselves)."""
-    if ctx.api_key in EXEMPT or not counts_time(ctx) or (took := throttle(ctx, (REQUEST, await request_time(ctx)))) == 0:
+    if ctx.api_key in EXEMPT or (took := throttle(ctx, (REQUEST, await request_time(ctx)))) == 0:
         return response
     if isinstance(response, Encoded):
         if response.throttle_at is None:
@@ -78,9 +81,12 @@ async def throttled_response(ctx: RequestContext, response: Any) -> Any:
     return response
 
 
-EXEMPT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+EXEMPT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
+                    ApiKey.SHARE_FETCH})
 """Requests `throttled_response` leaves alone: Produce and Fetch record request time beside their byte
-rates; SASL's are the authenticator's on Kafka, before KafkaApis sees a request."""
+rates; SASL's are the authenticator's on Kafka, before KafkaApis sees a request; a ShareFetch's wait
+for records is inside the share groups' service, not to be told apart from its work
+(docs/kafka-differences.md)."""
 
 
 def mute(ctx: RequestContext, throttle_ms: int) -> None:

@@ -269,7 +269,7 @@ async def _respond(
         return _unsupported(header), (KafkaError.unsupported_version,)
     request = codec.decode_request(frame, header)
     ctx = RequestContext(services, state, key, version, header.correlation_id, header.client_id, len(frame), began,
-                         sent)
+                         sent=sent)
     response = await reg.handler(ctx, request)
     if response is not None and counts_time(ctx):
         response = await throttled_response(ctx, response)

@@ -163,6 +163,7 @@ class RequestContext:
     client_id: str | None
     size: int = 0  # the request's bytes, as a produce quota counts them
     began: float = 0.0  # when its handling began (perf_counter), as a request-time quota counts it
+    remote: float = 0.0  # seconds of that spent waiting for data, which it does not count (a fetch's wait)
     sent: Callable[[], None] = lambda: None
     """Called by a handler once its writes are on their way to Redis in order: the connection may
     then start the next request (`KafkaConnection`), whose writes will follow these."""

@@ -23,6 +23,7 @@ which a gateway serving every partition never answers.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -135,7 +136,10 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
             if rearmed:
                 waiter.cancel()
                 continue  # an append just before the flags woke nobody: look again
-        if not await waiter:
+        waited = time.perf_counter()
+        woke = await waiter
+        ctx.remote += time.perf_counter() - waited  # Kafka's purgatory time, no request time
+        if not woke:
             parts = await _read_all(ctx, wanted, max_bytes, committed)
             break
     topics: list[tuple[str | uuid.UUID | None, list[FetchPartition]]] = []

@@ -163,7 +163,7 @@ def _unknown_topic(t: Any, ctx: RequestContext, error: KafkaError) -> list[dict[
 
 
 def _failed(error: KafkaError, exc: BaseException) -> Encoded:
-    return Encoded(encode_share_fetch_response(error, error_message(exc), 0, []), (error,), 0)
+    return Encoded(encode_share_fetch_response(error, error_message(exc), 0, []), (error,))
 
 
 @handles(ApiKey.SHARE_FETCH, 1, 2)
@@ -220,7 +220,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
     codes = {p.error for ps in topics.values() for p in ps} | {p.ack_error for ps in topics.values() for p in ps}
     codes.discard(KafkaError.none)
     return Encoded(encode_share_fetch_response(KafkaError.none, None, lock_ms, list(topics.items()),
-                                               sorted(endpoints.values())), codes, 0)
+                                               sorted(endpoints.values())), codes)
 
 
 def in_batches(ranges: list[tuple[int, int, int]], batch_size: int) -> list[tuple[int, int, int]]:
