@@ -111,6 +111,24 @@ async def test_a_fetch_quota_throttles_a_consumer_that_still_reads_everything(
     assert throttled, "the consumer was never throttled"
 
 
+async def test_request_time_is_counted_once_across_gateways(redis_url: str) -> None:
+    """Two gateways' request time adds up in Redis as their byte rates do: 6 percent-seconds each is
+    within a 1% quota's ten-second window alone, over it together, and the throttle it earns is
+    bounded at one window (ClientRequestQuotaManager's boundedThrottleTime)."""
+    stores = [Store.open(redis_url), Store.open(redis_url)]
+    try:
+        a, b = (QuotaService(s) for s in stores)
+        client = f"c-{uuid.uuid4().hex[:6]}"
+        await a.alter([Alteration([("client-id", client)], [(REQUEST, 1.0)])], False)
+        await b.load()
+        assert await a.record(REQUEST, None, client, 6.0) == 0
+        took = await b.record(REQUEST, None, client, 6.0)
+        assert 0 < took <= 1000
+    finally:
+        for s in stores:
+            await s.close()
+
+
 async def test_quota_precedence_is_kip_55s(redis_url: str) -> None:
     """Each quota key is looked up on its own, the first of KIP-55's eight levels that sets it wins,
     and the level names the counter: a default binds each user or client on its own."""
