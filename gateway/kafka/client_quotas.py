@@ -65,18 +65,21 @@ def throttle(ctx: RequestContext, *earned: tuple[str, int]) -> int:
 
 
 async def throttled_response(ctx: RequestContext, response: Any) -> Any:
-    """A response with the request-time throttle its request earned (Kafka's
-    RequestHandlerHelper.sendResponseMaybeThrottle, which every client-facing API but Produce and
-    Fetch answers through: they weigh it against their byte rates themselves)."""
+    """A response with the request-time throttle its request earned, or the one it carries if longer
+    (Kafka's RequestHandlerHelper.sendResponseMaybeThrottle, and ...WithControllerQuota for topic
+    creation and deletion, which every client-facing API but Produce and Fetch answers through: they
+    weigh it against their byte rates themselves)."""
     if ctx.api_key in EXEMPT or (took := throttle(ctx, (REQUEST, await request_time(ctx)))) == 0:
         return response
-    if isinstance(response, Encoded):
+    if isinstance(response, Encoded):  # a throttle time already there (a controller mutation's) may be longer
         if response.throttle_at is None:
             return response
         first, at = response.chunks[0], response.throttle_at
+        took = max(took, int.from_bytes(first[at:at + 4], "big"))
         chunks = [bytes(first[:at]) + took.to_bytes(4, "big") + bytes(first[at + 4:]), *response.chunks[1:]]
         return response._replace(chunks=chunks)
     if hasattr(response, "throttle_time"):
+        took = max(took, int(response.throttle_time.total_seconds() * 1000))
         return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=took))
     return response
 
