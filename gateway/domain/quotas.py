@@ -283,7 +283,11 @@ class QuotaService:
             log.warning("cannot record %s usage of %s/%s (%s); not throttling", key, tag_user, tag_client, exc)
             return 0
         took = throttle_ms(total, oldest, now, bound)
-        return took if key in (PRODUCE, FETCH) else min(took, WINDOW_MS)
+        took = took if key in (PRODUCE, FETCH) else min(took, WINDOW_MS)
+        if log.isEnabledFor(logging.DEBUG):  # `--log-level DEBUG`: how a quota is held, request by request
+            log.debug("%s of %s/%s: %g recorded, %g over the samples since %d ms ago (quota %g/s): throttle %d ms",
+                      key, tag_user, tag_client, amount, total, now - oldest, bound, took)
+        return took
 
     def count(self, key: str, user: str | None, client_id: str | None, took: int) -> None:
         """Count a throttle of `took` ms for the entity quota `key` bound (Kafka's throttle-time

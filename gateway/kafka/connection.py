@@ -116,9 +116,11 @@ class KafkaConnection:
     async def _muted(self) -> None:
         """A throttled client's channel stays muted for its throttle time, as Kafka's broker mutes it
         once the response is sent (KIP-219): nothing more is read from it until then."""
+        began = time.monotonic()
         while (wait := self.state.muted_until - time.monotonic()) > 0:
             await asyncio.sleep(wait)  # a request answered meanwhile may have extended it
         self.state.muted_until = 0.0
+        timing.debug("kafka client %s muted %.1f ms", self.state.peer, (time.monotonic() - began) * 1000)
 
     async def _next_frame(self, bare: bool) -> bytes | None:
         """The next request's bytes, or None when the connection should close."""
