@@ -18,7 +18,7 @@ from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store import Store
 from tests import test_gateways
-from tests.conftest import kafka_bootstrap
+from tests.conftest import kafka_bootstrap, running_gateway, test_config
 from tests.kafka_wire import call
 from tests.test_gateways import ask
 from tests.test_kafka_apis import fetch_request
@@ -180,6 +180,22 @@ async def test_request_time_throttles_every_api_and_mutes_the_connection(gateway
         conn[1].close()
     assert first.throttle_time.total_seconds() > 0
     assert second.error_code == 0 and second.throttle_time.total_seconds() > 0
+
+
+async def test_requests_before_login_count_for_no_quota(redis_url: str) -> None:
+    """With authentication on, what a client sends before it logs in (ApiVersions, SaslHandshake)
+    is Kafka's authenticator's to answer, outside every quota: a `<default>` user's tiny
+    request_percentage, which the ANONYMOUS principal would match, throttles none of it."""
+    async with running_gateway(test_config(redis_url, auth=True, super_users="admin")) as gw:
+        await gw.services.quotas.alter([Alteration([("user", None)], [(REQUEST, 0.001)])], False)
+        conn = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
+        try:
+            answers: list[Any] = [await call(conn, ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                                            "client_software_version": "1"})
+                                  for _ in range(3)]
+        finally:
+            conn[1].close()
+    assert [a.throttle_time.total_seconds() for a in answers] == [0, 0, 0]
 
 
 async def test_a_fetchs_wait_for_records_is_no_request_time(gateway: Gateway) -> None:

@@ -69,7 +69,7 @@ async def throttled_response(ctx: RequestContext, response: Any) -> Any:
     (Kafka's RequestHandlerHelper.sendResponseMaybeThrottle, and ...WithControllerQuota for topic
     creation and deletion, which every client-facing API but Produce and Fetch answers through: they
     weigh it against their byte rates themselves)."""
-    if ctx.api_key in EXEMPT or (took := throttle(ctx, (REQUEST, await request_time(ctx)))) == 0:
+    if ctx.api_key in EXEMPT or authenticating(ctx) or (took := throttle(ctx, (REQUEST, await request_time(ctx)))) == 0:
         return response
     if isinstance(response, Encoded):  # a throttle time already there (a controller mutation's) may be longer
         if response.throttle_at is None:
@@ -82,6 +82,12 @@ async def throttled_response(ctx: RequestContext, response: Any) -> Any:
         took = max(took, int(response.throttle_time.total_seconds() * 1000))
         return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=took))
     return response
+
+
+def authenticating(ctx: RequestContext) -> bool:
+    """Whether the connection has yet to log in: Kafka's authenticator answers its requests
+    (ApiVersions among them) before KafkaApis, so no quota counts them."""
+    return ctx.services.security.enabled and ctx.connection.principal is None
 
 
 EXEMPT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
