@@ -1,9 +1,11 @@
 """Client quotas (KIP-546) against the real Kafka 4.4 broker: AlterClientQuotas and
 DescribeClientQuotas answer alike on both, for entities of fresh names (Kafka's quotas outlive a
-scenario), with defaults, strict and loose filters, and every refusal."""
+scenario), with defaults, strict and loose filters, and every refusal; controller mutation,
+request-time and connection-rate quotas throttle alike."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import struct
 from typing import Any
@@ -15,7 +17,7 @@ from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, 
 from tests.differential import Scenario, Side, compare, side
 from tests.kafka_differences import plain
 from tests.kafka_jvm import tools, unique
-from tests.kafka_wire import build_request, decode, read_response
+from tests.kafka_wire import build_request, decode, read_response, request
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 
@@ -194,6 +196,52 @@ async def controller_mutations(s: Side, name: str) -> Any:
         {"name": f"{name}-b", "count": 3, "assignments": None}]})
     return out + [[[t["name"], t["error_code"]] for t in deleted["responses"]], deleted["throttle_time"] > 0,
                   [[t["name"], t["error_code"]] for t in grown["results"]], grown["throttle_time"] > 0]
+
+
+@scenario
+async def request_time(s: Side, name: str) -> Any:
+    """KIP-124: with a request_percentage of a thousandth of a percent, a few requests' time is over
+    it and their responses, of any API, carry a throttle time of at most a window (1 s)."""
+    client = f"{name}-r"
+    await alter(s, [(entity(client_id=client), [op("request_percentage", 0.001)])])
+    await described(s, [("client-id", EXACT, client)], 1)
+    answers = [await as_client(s, client, 3, 12, {"topics": [], "allow_auto_topic_creation": False})
+               for _ in range(4)] + [await as_client(s, client, 18, 3, {"client_software_name": "t",
+                                                                         "client_software_version": "1"})]
+    throttles = [a["throttle_time"] for a in answers]
+    assert any(t > 0 for t in throttles), f"{s.name} never throttled"
+    return [any(t > 0 for t in throttles), all(t <= 1000 for t in throttles), answers[-1]["error_code"]]
+
+
+@scenario
+async def connection_rate(s: Side, name: str) -> Any:
+    """KIP-612: at connection_creation_rate 1 for 127.0.0.1, ten new connections are served and the
+    next two are held and closed unanswered (ConnectionQuotas), each side's control connection
+    (opened before) going on. The ip's quota is removed again: every test connects from it."""
+    ip = entity(ip="127.0.0.1")
+    await alter(s, [(ip, [op("connection_creation_rate", 1)])])
+    try:
+        await described(s, [("ip", EXACT, "127.0.0.1")], 1)
+        # brokers apply metadata in order: once a later alteration is seen, the ip's quota is in force
+        await alter(s, [(entity(client_id=f"{name}-after"), [op("producer_byte_rate", 1e9)])])
+        await described(s, [("client-id", EXACT, f"{name}-after")], 1)
+        host, port = s.bootstrap.rsplit(":", 1)
+        served = []
+        for _ in range(12):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                writer.write(request(build_request(18, 0), 1))
+                await read_response(reader)
+                served.append("answered")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                served.append("closed")
+            finally:
+                writer.close()
+        assert served == ["answered"] * 10 + ["closed"] * 2, f"{s.name}: {served}"
+        return served
+    finally:
+        await alter(s, [(ip, [op("connection_creation_rate", None)])])
+        await described(s, [("ip", EXACT, "127.0.0.1")], 0)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,8 @@
-"""Client quotas enforced (KIP-13, KIP-124): a producer_byte_rate held once across two gateways, a
-consumer_byte_rate that throttles a consumer yet lets it read everything, real confluent-kafka
-clients seeing the responses' throttle times, and Prometheus counting them per entity."""
+"""Client quotas enforced (KIP-13, KIP-124, KIP-612): a producer_byte_rate held once across two
+gateways, a consumer_byte_rate that throttles a consumer yet lets it read everything, a
+request_percentage that throttles a producer and any other request, a connection_creation_rate that
+holds and closes an ip's connections past it, real confluent-kafka clients seeing the responses'
+throttle times, and Prometheus counting them per entity."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from gateway.domain.quotas import FETCH, PRODUCE, Alteration, QuotaService
+from gateway.domain.quotas import CONNECTIONS, FETCH, PRODUCE, REQUEST, Alteration, QuotaService
 from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store import Store
 from tests import test_gateways
-from tests.conftest import kafka_bootstrap
+from tests.conftest import kafka_bootstrap, running_gateway, test_config
+from tests.kafka_wire import call
 from tests.test_gateways import ask
+from tests.test_kafka_apis import fetch_request
 from tests.test_metrics import scrape
 
 pytestmark = pytest.mark.kafka
@@ -26,15 +30,21 @@ VALUE = b"q" * 1000
 two = test_gateways.two  # the fixture: two gateways over one Redis
 
 
-async def set_quota(gw: Gateway, client_id: str, key: str, value: float, *others: Gateway) -> None:
+async def set_quota(gw: Gateway, client_id: str, key: str, value: float, *others: Gateway,
+                    entity_type: str = "client-id") -> None:
     """The quota set through AlterClientQuotas, then read by every gateway named (each reads the
     configuration at most a second late on its own)."""
     resp: Any = await ask(gw, ApiKey.ALTER_CLIENT_QUOTAS, 1, {"validate_only": False, "entries": [
-        {"entity": [{"entity_type": "client-id", "entity_name": client_id}],
+        {"entity": [{"entity_type": entity_type, "entity_name": client_id}],
          "ops": [{"key": key, "value": value, "remove": False}]}]})
     assert [e.error_code for e in resp.entries] == [0]
     for g in (gw, *others):
         await g.services.quotas.load()
+
+
+def metric(quota: str, client_id: str = "", ip: str = "") -> str:
+    """The Prometheus line of an entity's throttles, as the gateway names it."""
+    return f'gateway_quota_throttled_total{{client_id="{client_id}",ip="{ip}",quota="{quota}",user=""}}'
 
 
 def produce(bootstrap: str, client_id: str, topic: str, partition: int, count: int) -> list[int]:
@@ -62,10 +72,8 @@ async def test_a_produce_quota_is_held_once_across_gateways(two: tuple[Gateway, 
     assert await asyncio.to_thread(produce, kafka_bootstrap(a), client, topic, on_a, 300) == []
     later = await asyncio.to_thread(produce, kafka_bootstrap(b), client, topic, on_b, 300)
     assert later, "the second gateway's producer was never throttled"
-    scraped = await scrape(b)
-    assert f'gateway_quota_throttled_total{{client_id="{client}",quota="producer_byte_rate",user=""}}' in scraped
-    assert f'gateway_quota_throttled_total{{client_id="{client}",quota="producer_byte_rate",user=""}}' not in \
-        await scrape(a)
+    assert metric(PRODUCE, client) in await scrape(b)
+    assert metric(PRODUCE, client) not in await scrape(a)
 
 
 def consume(bootstrap: str, client_id: str, topic: str, count: int) -> tuple[list[bytes], list[int]]:
@@ -103,6 +111,24 @@ async def test_a_fetch_quota_throttles_a_consumer_that_still_reads_everything(
     assert throttled, "the consumer was never throttled"
 
 
+async def test_request_time_is_counted_once_across_gateways(redis_url: str) -> None:
+    """Two gateways' request time adds up in Redis as their byte rates do: 6 percent-seconds each is
+    within a 1% quota's ten-second window alone, over it together, and the throttle it earns is
+    bounded at one window (ClientRequestQuotaManager's boundedThrottleTime)."""
+    stores = [Store.open(redis_url), Store.open(redis_url)]
+    try:
+        a, b = (QuotaService(s) for s in stores)
+        client = f"c-{uuid.uuid4().hex[:6]}"
+        await a.alter([Alteration([("client-id", client)], [(REQUEST, 1.0)])], False)
+        await b.load()
+        assert await a.record(REQUEST, None, client, 6.0) == 0
+        took = await b.record(REQUEST, None, client, 6.0)
+        assert 0 < took <= 1000
+    finally:
+        for s in stores:
+            await s.close()
+
+
 async def test_quota_precedence_is_kip_55s(redis_url: str) -> None:
     """Each quota key is looked up on its own, the first of KIP-55's eight levels that sets it wins,
     and the level names the counter: a default binds each user or client on its own."""
@@ -125,3 +151,83 @@ async def test_quota_precedence_is_kip_55s(redis_url: str) -> None:
         assert quotas.applies(PRODUCE, "someone", "else") is None
     finally:
         await store.close()
+
+
+async def test_a_tiny_request_percentage_throttles_a_producer_whose_records_all_arrive(gateway: Gateway) -> None:
+    """KIP-124: a producer allowed 0.01% of a second's request time is throttled (its produce
+    responses carry throttle times, bounded at one window), and every record it sent is there."""
+    topic, client = f"q-{uuid.uuid4().hex[:8]}", f"q-requests-{uuid.uuid4().hex[:8]}"
+    await gateway.services.log.create_topic(topic, 1)
+    await set_quota(gateway, client, REQUEST, 0.01)
+    throttled = await asyncio.to_thread(produce, kafka_bootstrap(gateway), client, topic, 0, 40)
+    assert throttled, "the producer was never throttled"
+    assert max(throttled) <= 1000  # ClientRequestQuotaManager: at most quota.window.size.seconds
+    assert (await gateway.services.log.bounds(topic, 0))[1] == 40
+    assert metric(REQUEST, client) in await scrape(gateway)
+
+
+async def test_request_time_throttles_every_api_and_mutes_the_connection(gateway: Gateway) -> None:
+    """Any request's time counts, and a response built for any API carries the throttle
+    (RequestHandlerHelper.sendResponseMaybeThrottle); the next request on the connection is answered
+    once the mute is over."""
+    await set_quota(gateway, "test", REQUEST, 0.001)  # "test": tests.kafka_wire's client id
+    conn = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    try:
+        first: Any = await call(conn, ApiKey.METADATA, 12, {"topics": [], "allow_auto_topic_creation": False})
+        second: Any = await call(conn, ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                                  "client_software_version": "1"})
+    finally:
+        conn[1].close()
+    assert first.throttle_time.total_seconds() > 0
+    assert second.error_code == 0 and second.throttle_time.total_seconds() > 0
+
+
+async def test_requests_before_login_count_for_no_quota(redis_url: str) -> None:
+    """With authentication on, what a client sends before it logs in (ApiVersions, SaslHandshake)
+    is Kafka's authenticator's to answer, outside every quota: a `<default>` user's tiny
+    request_percentage, which the ANONYMOUS principal would match, throttles none of it."""
+    async with running_gateway(test_config(redis_url, auth=True, super_users="admin")) as gw:
+        await gw.services.quotas.alter([Alteration([("user", None)], [(REQUEST, 0.001)])], False)
+        conn = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
+        try:
+            answers: list[Any] = [await call(conn, ApiKey.API_VERSIONS, 3, {"client_software_name": "t",
+                                                                            "client_software_version": "1"})
+                                  for _ in range(3)]
+        finally:
+            conn[1].close()
+    assert [a.throttle_time.total_seconds() for a in answers] == [0, 0, 0]
+
+
+async def test_a_fetchs_wait_for_records_is_no_request_time(gateway: Gateway) -> None:
+    """Two long polls of 400 ms on an empty partition at request_percentage 1 (a tenth of a second's
+    work in ten): their waits would be eight times that, but Kafka counts a request handler's time,
+    not its purgatory's, and so does the gateway: neither is throttled."""
+    await gateway.services.log.create_topic("long-poll", 1)
+    await set_quota(gateway, "test", REQUEST, 1)
+    conn = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    try:
+        polls: list[Any] = [await call(conn, ApiKey.FETCH, 12, {**fetch_request([("long-poll", 0, 0, 1000)], 1000, 1),
+                                                                "max_wait": 400}) for _ in range(2)]
+    finally:
+        conn[1].close()
+    assert [p.throttle_time.total_seconds() for p in polls] == [0, 0]
+    assert not any(p.responses[0].partitions[0].records for p in polls)
+
+
+async def test_connections_past_an_ips_creation_rate_are_held_and_closed(gateway: Gateway) -> None:
+    """KIP-612: at connection_creation_rate 1 the sampled rate (ten seconds' worth at first) lets ten
+    connections in; the next ones are accepted, left unread for their throttle time and closed
+    unanswered, as Kafka's ConnectionQuotas and acceptor do, and counted under the ip."""
+    await set_quota(gateway, "127.0.0.1", CONNECTIONS, 1, entity_type="ip")
+    answered = closed = 0
+    for _ in range(12):
+        conn = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+        try:
+            await call(conn, ApiKey.API_VERSIONS, 0)
+            answered += 1
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            closed += 1
+        finally:
+            conn[1].close()
+    assert (answered, closed) == (10, 2)
+    assert metric(CONNECTIONS, ip="127.0.0.1") in await scrape(gateway)

@@ -140,10 +140,11 @@ class Metrics:
 
     def quota_families(self) -> list[Metric]:
         """Throttling by this gateway per quota and entity (the entity's user and client-id tags, as
-        Kafka's quota metrics name them: empty where the quota that bound was not of that part)."""
-        labels = ["quota", "user", "client_id"]
-        count = CounterMetricFamily("gateway_quota_throttled", "Responses this gateway throttled for a client quota",
-                                    labels=labels)
+        Kafka's quota metrics name them: empty where the quota that bound was not of that part; the
+        ip for connection_creation_rate, which counts connections held and closed)."""
+        labels = ["quota", "user", "client_id", "ip"]
+        count = CounterMetricFamily("gateway_quota_throttled", "Responses (or connections) this gateway throttled for "
+                                    "a client quota", labels=labels)
         seconds = CounterMetricFamily("gateway_quota_throttle_seconds",
                                       "Throttle time those responses carried", labels=labels)
         for key, (n, ms) in self.services.quotas.throttled.items():

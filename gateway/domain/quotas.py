@@ -181,8 +181,9 @@ class QuotaService:
         self._keys: frozenset[str] = frozenset()  # the quota keys some entity sets
         self._expires = 0.0
         self._reload: asyncio.Task[None] | None = None
-        self.throttled: dict[tuple[str, str, str], tuple[int, int]] = {}
-        """(quota key, user tag, client tag) -> (throttled responses, their throttle ms): the metrics."""
+        self.throttled: dict[tuple[str, str, str, str], tuple[int, int]] = {}
+        """(quota key, user tag, client tag, ip tag) -> (throttles, their ms): the metrics. The ip is
+        connection_creation_rate's tag alone, as Kafka tags that quota."""
 
     async def describe(self, components: Sequence[tuple[str, int, str | None]],
                        strict: bool) -> list[tuple[Entity, dict[str, float]]]:
@@ -254,17 +255,27 @@ class QuotaService:
         taken, tokens = await self.store.take(tag_user, tag_client, clock.now_ms(), permits, bound, burst, strict)
         took = int(-tokens / bound * 1000 + 0.5) if tokens < 0 and (not taken or not strict) and bound > 0 else 0
         if took:
-            count, ms = self.throttled.get((MUTATION, tag_user, tag_client), (0, 0))
-            self.throttled[(MUTATION, tag_user, tag_client)] = (count + 1, ms + took)
+            self._count(MUTATION, tag_user, tag_client, took)
         return taken, took
+
+    def sets(self, key: str) -> bool:
+        """Whether some entity sets quota `key`: a set lookup, so that a request no such quota can
+        bind skips even measuring what it would record."""
+        self._fresh()
+        return key in self._keys
 
     async def record(self, key: str, user: str | None, client_id: str | None, amount: float) -> int:
         """Record usage of `key` by this user and client; the throttle time in ms it earns (0 when
-        no quota applies, with no Redis round trip, and while Redis cannot be reached)."""
+        no quota applies, with no Redis round trip, and while Redis cannot be reached). Request time
+        and connection rates throttle at most one window (ClientRequestQuotaManager's and
+        ConnectionQuotas' QuotaUtils.boundedThrottleTime); the byte rates without bound."""
         found = self.applies(key, user or ANONYMOUS, client_id or "")
         if found is None:
             return 0
         bound, tag_user, tag_client = found
+        return await self._record(key, tag_user, tag_client, bound, amount)
+
+    async def _record(self, key: str, tag_user: str, tag_client: str, bound: float, amount: float) -> int:
         now = clock.now_ms()
         try:
             total, oldest = await self.store.record(key, tag_user, tag_client, now, amount, WINDOW_MS, SAMPLES)
@@ -272,7 +283,44 @@ class QuotaService:
             log.warning("cannot record %s usage of %s/%s (%s); not throttling", key, tag_user, tag_client, exc)
             return 0
         took = throttle_ms(total, oldest, now, bound)
+        took = took if key in (PRODUCE, FETCH) else min(took, WINDOW_MS)
+        if log.isEnabledFor(logging.DEBUG):  # `--log-level DEBUG`: how a quota is held, request by request
+            log.debug("%s of %s/%s: %g recorded, %g over the samples since %d ms ago (quota %g/s): throttle %d ms",
+                      key, tag_user, tag_client, amount, total, now - oldest, bound, took)
+        return took
+
+    def count(self, key: str, user: str | None, client_id: str | None, took: int) -> None:
+        """Count a throttle of `took` ms for the entity quota `key` bound (Kafka's throttle-time
+        sensor, recorded by ClientQuotaManager.throttle for the quota whose throttle the response got)."""
+        found = self.applies(key, user or ANONYMOUS, client_id or "")
+        if found is not None:
+            self._count(key, found[1], found[2], took)
+
+    def _count(self, key: str, tag_user: str, tag_client: str, took: int, ip: str = "") -> None:
+        count, ms = self.throttled.get((key, tag_user, tag_client, ip), (0, 0))
+        self.throttled[(key, tag_user, tag_client, ip)] = (count + 1, ms + took)
+
+    def connection_rate(self, ip: str) -> float | None:
+        """The connection_creation_rate that binds this IP (its own entity's, else the `<default>`
+        ip's), as ConnectionQuotas.connectionRateForIp finds it; an int there, as here."""
+        self._fresh()
+        if CONNECTIONS not in self._keys:
+            return None
+        for name in (ip, None):
+            values = self._quotas.get(((IP, name),))
+            if values is not None and CONNECTIONS in values:
+                return float(int(values[CONNECTIONS]))
+        return None
+
+    async def connect(self, ip: str) -> int:
+        """Record a new connection from `ip`: the ms it is to be held and then closed (0: served), as
+        ConnectionQuotas.recordIpConnectionMaybeThrottle decides; a refused connection is taken off
+        the count again, and shows in the metrics under the ip."""
+        bound = self.connection_rate(ip)
+        if bound is None:
+            return 0
+        took = await self._record(CONNECTIONS, ip, "", bound, 1.0)
         if took:
-            count, ms = self.throttled.get((key, tag_user, tag_client), (0, 0))
-            self.throttled[(key, tag_user, tag_client)] = (count + 1, ms + took)
+            await self._record(CONNECTIONS, ip, "", bound, -1.0)
+            self._count(CONNECTIONS, "", "", took, ip)
         return took

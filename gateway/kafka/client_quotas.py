@@ -1,4 +1,5 @@
-"""DescribeClientQuotas and AlterClientQuotas (KIP-546) over the gateway's client quotas.
+"""DescribeClientQuotas and AlterClientQuotas (KIP-546) over the gateway's client quotas, and how a
+request's quotas throttle its response and connection (KIP-219).
 
 As Kafka 4.4 answers them: describing wants DESCRIBE_CONFIGS on the cluster and a bad filter is the
 response's error (ClientQuotasImage.describe: INVALID_REQUEST, or UNSUPPORTED_VERSION for an unknown
@@ -9,16 +10,18 @@ INVALID_REQUEST, what ClientQuotaControlManager refuses (`gateway.domain.quotas.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.domain.quotas import Alteration
+from gateway.domain.quotas import REQUEST, Alteration
 from gateway.domain.security import CLUSTER_NAME, USER_PREFIX, Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.kafka import codec
-from gateway.kafka.dispatch import ApiKey, RequestContext, handles
+from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 
 
@@ -28,18 +31,78 @@ def identity(ctx: RequestContext) -> tuple[str | None, str | None]:
     return principal.removeprefix(USER_PREFIX) if principal else None, ctx.client_id
 
 
-async def throttle(ctx: RequestContext, key: str, amount: float) -> int:
-    """Record `amount` against this client's quota `key`: the throttle time its response carries
-    (0 when within its quota, or none applies), for which its connection is then muted (KIP-219)."""
-    took = await ctx.services.quotas.record(key, *identity(ctx), amount)
-    if took:
+async def recorded(ctx: RequestContext, key: str, amount: float) -> int:
+    """Record `amount` against this client's quota `key`: the throttle time it earns (0 within its
+    quota, or where none applies), not yet applied (`throttle`)."""
+    return await ctx.services.quotas.record(key, *identity(ctx), amount)
+
+
+async def request_time(ctx: RequestContext) -> int:
+    """Record the time this request has taken on the gateway so far against request_percentage
+    (KIP-124: ClientRequestQuotaManager.maybeRecordAndGetThrottleTimeMs, a request handler's time in
+    percent of a second; the gateway has no network threads apart, so it is all one time), less what
+    it spent waiting for data as Kafka's purgatory waits (a fetch's long poll, `ctx.remote`): the
+    throttle time it earns, not yet applied. No clock is read unless some entity sets the quota."""
+    if not counts_time(ctx):
+        return 0
+    return await recorded(ctx, REQUEST, (time.perf_counter() - ctx.began - ctx.remote) * 100)
+
+
+def counts_time(ctx: RequestContext) -> bool:
+    """Whether some entity sets request_percentage: a set lookup, the whole cost on the hot path."""
+    return ctx.services.quotas.sets(REQUEST)
+
+
+def throttle(ctx: RequestContext, *earned: tuple[str, int]) -> int:
+    """The throttle time a response carries: the longest its quotas earned, counted for that quota
+    and applied by muting the connection (KafkaApis: the quota whose throttle is larger throttles,
+    the first named on a tie; ClientQuotaManager.throttle)."""
+    key, took = max(earned, key=lambda e: e[1])
+    if took > 0:
+        ctx.services.quotas.count(key, *identity(ctx), took)
         mute(ctx, took)
     return took
 
 
+async def throttled_response(ctx: RequestContext, response: Any) -> Any:
+    """A response with the request-time throttle its request earned, or the one it carries if longer
+    (Kafka's RequestHandlerHelper.sendResponseMaybeThrottle, and ...WithControllerQuota for topic
+    creation and deletion, which every client-facing API but Produce and Fetch answers through: they
+    weigh it against their byte rates themselves)."""
+    if ctx.api_key in EXEMPT or authenticating(ctx) or (took := throttle(ctx, (REQUEST, await request_time(ctx)))) == 0:
+        return response
+    if isinstance(response, Encoded):  # a throttle time already there (a controller mutation's) may be longer
+        if response.throttle_at is None:
+            return response
+        first, at = response.chunks[0], response.throttle_at
+        took = max(took, int.from_bytes(first[at:at + 4], "big"))
+        chunks = [bytes(first[:at]) + took.to_bytes(4, "big") + bytes(first[at + 4:]), *response.chunks[1:]]
+        return response._replace(chunks=chunks)
+    if hasattr(response, "throttle_time"):
+        took = max(took, int(response.throttle_time.total_seconds() * 1000))
+        return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=took))
+    return response
+
+
+def authenticating(ctx: RequestContext) -> bool:
+    """Whether the connection has yet to log in: Kafka's authenticator answers its requests
+    (ApiVersions among them) before KafkaApis, so no quota counts them."""
+    return ctx.services.security.enabled and ctx.connection.principal is None
+
+
+EXEMPT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
+                    ApiKey.SHARE_FETCH})
+"""Requests `throttled_response` leaves alone: Produce and Fetch record request time beside their byte
+rates; SASL's are the authenticator's on Kafka, before KafkaApis sees a request; a ShareFetch's wait
+for records is inside the share groups' service, not to be told apart from its work
+(docs/kafka-differences.md)."""
+
+
 def mute(ctx: RequestContext, throttle_ms: int) -> None:
     """Read nothing more from this connection for `throttle_ms` (a later mute never shortens an
-    earlier one: pipelined produces each earn their own)."""
+    earlier one), and from now on read its requests one at a time, as Kafka does, so that each
+    throttle is known before the next request is read."""
+    ctx.connection.throttled = True
     ctx.connection.muted_until = max(ctx.connection.muted_until, time.monotonic() + throttle_ms / 1000)
 
 

@@ -5,6 +5,9 @@ in request order and a producer's batches are appended in the order it sent them
 once a Produce has sent its appends to Redis (`RequestContext.sent`; Redis runs a connection's
 commands in order), the next request is read and started while Redis works on the first, so a
 producer with several requests in flight keeps Redis busy instead of waiting for each round trip.
+A connection once throttled by a quota goes back to Kafka's one request at a time, so that each
+throttle is known, and its mute kept, before the next request is read (KIP-219: Kafka's channel
+stays muted until the response is sent and the throttle time has passed).
 At most `MAX_PIPELINED` requests are read ahead of their answers, and answers are written out
 (`drain`) in order, so a client that stops reading stops being read.
 A frame over the size limit or one that cannot be parsed closes this connection only, and so does
@@ -28,6 +31,7 @@ from gateway import telemetry
 from gateway.domain.services import Services
 from gateway.kafka import codec, sasl
 from gateway.kafka.api_versions import unsupported_version_body
+from gateway.kafka.client_quotas import counts_time, throttled_response
 from gateway.kafka.dispatch import ApiKey, ConnectionState, Encoded, RequestContext, lookup
 from gateway.kafka.errors import MalformedRequest
 
@@ -96,6 +100,8 @@ class KafkaConnection:
                 # on to the next request once this one is answered, or its appends are on their way
                 if not await _either_unless(task, started, writing):
                     return
+                if self.state.throttled and not task.done() and not await _unless_done(asyncio.wait({task}), writing):
+                    return
                 if task.done() and (task.cancelled() or task.exception() is not None):
                     return
         finally:
@@ -110,10 +116,11 @@ class KafkaConnection:
     async def _muted(self) -> None:
         """A throttled client's channel stays muted for its throttle time, as Kafka's broker mutes it
         once the response is sent (KIP-219): nothing more is read from it until then."""
-        wait = self.state.muted_until - time.monotonic()
+        began = time.monotonic()
+        while (wait := self.state.muted_until - time.monotonic()) > 0:
+            await asyncio.sleep(wait)  # a request answered meanwhile may have extended it
         self.state.muted_until = 0.0
-        if wait > 0:
-            await asyncio.sleep(wait)
+        timing.debug("kafka client %s muted %.1f ms", self.state.peer, (time.monotonic() - began) * 1000)
 
     async def _next_frame(self, bare: bool) -> bytes | None:
         """The next request's bytes, or None when the connection should close."""
@@ -229,7 +236,7 @@ async def handle(
     logged = timing.isEnabledFor(logging.DEBUG)
     with telemetry.counting_round_trips() if logged else contextlib.nullcontext([0]) as round_trips:
         try:
-            chunks, errors = await _respond(services, state, frame, header, sent)
+            chunks, errors = await _respond(services, state, frame, header, sent, began)
         except MalformedRequest:
             stats.failed("INVALID_REQUEST")
             raise
@@ -250,7 +257,8 @@ async def handle(
 
 
 async def _respond(
-    services: Services, state: ConnectionState, frame: bytes, header: codec.RequestHeader, sent: Callable[[], None]
+    services: Services, state: ConnectionState, frame: bytes, header: codec.RequestHeader, sent: Callable[[], None],
+    began: float,
 ) -> tuple[list[bytes | memoryview] | None, Collection[KafkaError]]:
     """The framed response (None: no answer), and the error codes in it."""
     key, version = header.api_key, header.api_version
@@ -262,8 +270,11 @@ async def _respond(
     if reg is None:
         return _unsupported(header), (KafkaError.unsupported_version,)
     request = codec.decode_request(frame, header)
-    ctx = RequestContext(services, state, key, version, header.correlation_id, header.client_id, sent, len(frame))
+    ctx = RequestContext(services, state, key, version, header.correlation_id, header.client_id, len(frame), began,
+                         sent=sent)
     response = await reg.handler(ctx, request)
+    if response is not None and counts_time(ctx):
+        response = await throttled_response(ctx, response)
     if response is None:
         return None, ()
     if isinstance(response, Encoded):

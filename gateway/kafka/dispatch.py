@@ -148,6 +148,7 @@ class ConnectionState:
     sasl: Any = None  # the SASL exchange under way (gateway.kafka.sasl)
     close: bool = False  # set by a handler: close the connection once its response is written
     muted_until: float = 0.0  # a throttled client's requests are not read before (monotonic time, KIP-219)
+    throttled: bool = False  # a quota has throttled this connection: its requests are read one at a time
 
 
 @dataclass
@@ -160,8 +161,10 @@ class RequestContext:
     api_version: int
     correlation_id: int
     client_id: str | None
-    sent: Callable[[], None] = lambda: None
     size: int = 0  # the request's bytes, as a produce quota counts them
+    began: float = 0.0  # when its handling began (perf_counter), as a request-time quota counts it
+    remote: float = 0.0  # seconds of that spent waiting for data, which it does not count (a fetch's wait)
+    sent: Callable[[], None] = lambda: None
     """Called by a handler once its writes are on their way to Redis in order: the connection may
     then start the next request (`KafkaConnection`), whose writes will follow these."""
 
@@ -184,6 +187,7 @@ class Encoded(NamedTuple):
 
     chunks: list[bytes | memoryview]
     errors: Collection[KafkaError] = ()
+    throttle_at: int | None = None  # where in the first chunk its throttle_time_ms is, if it has one
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]

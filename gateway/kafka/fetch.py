@@ -23,6 +23,7 @@ which a gateway serving every partition never answers.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -30,11 +31,11 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway import telemetry
-from gateway.domain.quotas import FETCH
+from gateway.domain.quotas import FETCH, REQUEST
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.formats.records import with_base_offset
-from gateway.kafka.client_quotas import identity, throttle
+from gateway.kafka.client_quotas import identity, recorded, request_time, throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.offsets import leader_epoch_error
@@ -135,7 +136,10 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
             if rearmed:
                 waiter.cancel()
                 continue  # an append just before the flags woke nobody: look again
-        if not await waiter:
+        waited = time.perf_counter()
+        woke = await waiter
+        ctx.remote += time.perf_counter() - waited  # Kafka's purgatory time, no request time
+        if not woke:
             parts = await _read_all(ctx, wanted, max_bytes, committed)
             break
     topics: list[tuple[str | uuid.UUID | None, list[FetchPartition]]] = []
@@ -154,9 +158,10 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
             topics.append((n.key, answered))
     chunks = encode_fetch_response(ctx.api_version, topics)
     size = sum(len(c) for c in chunks)
-    if throttle_ms := await throttle(ctx, FETCH, size):
-        # KafkaApis.handleFetchRequest: a throttled fetch is answered empty (FetchContext's throttled
-        # response) and what it would have sent is taken off the quota's count again
+    # KafkaApis.handleFetchRequest: request time and the response's size; a throttled fetch is
+    # answered empty (FetchContext's throttled response) and what it would have sent is taken off the
+    # byte rate's count again
+    if throttle_ms := throttle(ctx, (REQUEST, await request_time(ctx)), (FETCH, await recorded(ctx, FETCH, size))):
         await ctx.services.quotas.record(FETCH, *identity(ctx), -size)
         return Encoded(encode_fetch_response(ctx.api_version, [], throttle_ms=throttle_ms))
     codes: set[KafkaError] = set()

@@ -95,7 +95,8 @@ async def list_offsets(ctx: RequestContext, req: Any) -> Encoded:
         for t in req.topics if t.partitions
     ]
     errors = {r.error for _, parts in topics for r in parts} - {KafkaError.none}
-    return Encoded(encode_list_offsets_response(ctx.api_version, topics), errors)
+    return Encoded(encode_list_offsets_response(ctx.api_version, topics), errors,
+                   0 if ctx.api_version >= 2 else None)
 
 
 def _epoch(p: OffsetResult) -> int:

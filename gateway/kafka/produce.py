@@ -22,11 +22,11 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway import telemetry
 from gateway.domain.log import Produced
-from gateway.domain.quotas import PRODUCE
+from gateway.domain.quotas import PRODUCE, REQUEST
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError, InvalidRecord
 from gateway.formats.records import ATTR_TRANSACTIONAL
-from gateway.kafka.client_quotas import throttle
+from gateway.kafka.client_quotas import counts_time, recorded, request_time, throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.produce_request import MAX_VERSION, MIN_VERSION, TOPIC_IDS_FROM, ProduceRequest
@@ -130,7 +130,10 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                 if not r.duplicate:
                     telemetry.produced("kafka", done.topic, len(blob))
             results[(done.topic, done.partition)] = res
-    throttle_ms = await throttle(ctx, PRODUCE, ctx.size)  # KafkaApis.handleProduceRequest: the request's size
+    # KafkaApis.handleProduceRequest: the request's size, and its time unless acks=0
+    bandwidth = await recorded(ctx, PRODUCE, ctx.size)
+    timed = await request_time(ctx) if req.acks and counts_time(ctx) else 0
+    throttle_ms = throttle(ctx, (REQUEST, timed), (PRODUCE, bandwidth))
     if req.acks == 0:
         return None
     topics = [(key, [results[(name, i)] for i in parts]) for key, name, parts in order]

@@ -26,7 +26,7 @@ class KafkaServer:
         return self.listener.port
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.closing:
+        if self.closing or await self._held(writer):
             return
         conn = KafkaConnection(self.services, reader, writer)
         self.connections.add(conn)
@@ -34,6 +34,18 @@ class KafkaServer:
             await conn.run()
         finally:
             self.connections.discard(conn)
+
+    async def _held(self, writer: asyncio.StreamWriter) -> bool:
+        """Whether this connection is over its ip's connection_creation_rate (KIP-612): if so it is
+        held unread for its throttle time and then closed, as Kafka's acceptor does with a connection
+        ConnectionQuotas throttles (its DelayedCloseSocket), so a client reconnecting in a loop is
+        slowed to the rate rather than refused at once."""
+        peer = writer.get_extra_info("peername")
+        if not peer or not (held := await self.services.quotas.connect(str(peer[0]))):
+            return False
+        await asyncio.sleep(held / 1000)
+        writer.close()
+        return True
 
     async def close(self, grace: float = 5.0) -> None:
         """Stop accepting, close idle connections now, give busy ones `grace` to answer."""
