@@ -1,6 +1,7 @@
 """A SASL Kafka 4.4 broker with StandardAuthorizer and a gateway with authentication on, side by
-side with the same SCRAM users (tests/kafka_jvm.py's SASL_USERS, `admin` the super user): where an
-application denied by ACLs is compared on both."""
+side with the same SCRAM users (tests/kafka_jvm.py's SASL_USERS, `admin` the super user), and with
+the same delegation token secret when given one: where an application denied by ACLs, or logged
+in with a token, is compared on both."""
 
 from __future__ import annotations
 
@@ -20,11 +21,16 @@ def login(user: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def sasl_pair(redis_server: str, tmp_path: Path) -> AsyncIterator[dict[str, str]]:
-    """The two bootstraps that ask for a login, by name: {"kafka": ..., "gateway": ...}."""
+async def sasl_pair(redis_server: str, tmp_path: Path, token_secret: str = "") -> AsyncIterator[dict[str, str]]:
+    """The two bootstraps that ask for a login, by name: {"kafka": ..., "gateway": ...}; delegation
+    tokens on both when `token_secret` is given (off, as on Kafka, without one)."""
     flush(redis_server)
-    with SaslKafkaBroker(tmp_path / "broker") as broker:
-        async with running_gateway(test_config(redis_server, auth=True, super_users="admin")) as gw:
+    broker = SaslKafkaBroker(tmp_path / "broker")
+    if token_secret:
+        broker.settings["delegation.token.secret.key"] = token_secret
+    with broker:
+        async with running_gateway(test_config(redis_server, auth=True, super_users="admin",
+                                               delegation_token_secret_key=token_secret)) as gw:
             for user, password in SASL_USERS.items():
                 await gw.services.security.set_user(user, password)
             yield {"kafka": broker.sasl_bootstrap, "gateway": kafka_bootstrap(gw)}

@@ -114,6 +114,30 @@ async def v2_epoch_bumps_and_late_produce_is_fenced(s: Side, name: str) -> Any:
     return out
 
 
+async def timed_out_abort_fences_the_producer(s: Side, name: str) -> Any:
+    """A transaction left open past its timeout is aborted by the coordinator, which fences its
+    producer as it does so (TransactionCoordinator.abortTimedOutTransactions): the late produce of
+    the epoch it had is refused and opens no transaction, so is its EndTxn; the next InitProducerId
+    answers the epoch after the fence's. Epochs are
+    given as steps from the first."""
+    await create(s, name, 1)
+    init = await s.call(22, 5, {"transactional_id": name, "transaction_timeout": 1_000, "producer_id": -1,
+                                "producer_epoch": -1})
+    pid, e = init["producer_id"], init["producer_epoch"]
+    out: list[Any] = [init, await _produce(s, name, name, pid, e, 0, b"timed out")]
+    await _completed(s, name, "CompleteAbort")
+    state, epoch, topics = await _described(s, name)
+    out += [(state, epoch - e, topics), await _produce(s, name, name, pid, e, 1, b"late")]
+    out.append((await _described(s, name))[0])
+    out.append(await _end(s, name, pid, e, True))
+    fresh = await s.call(22, 5, {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1,
+                                 "producer_epoch": -1})
+    out += [fresh["error_code"], fresh["producer_epoch"] - e]
+    await eventually(lambda: _stable(s, name), 30, "the markers")
+    out.append([await visible(s, name, isolation) for isolation in (1, 0)])
+    return out
+
+
 async def _completed(s: Side, tid: str, state: str) -> None:
     """Kafka answers EndTxn before its markers: await the transaction's end."""
     async def done() -> bool:
@@ -183,7 +207,8 @@ async def v2_update_features_refusals(s: Side, name: str) -> Any:
 
 
 @pytest.mark.parametrize("scenario", [v2_epoch_bumps_and_late_produce_is_fenced, v2_txn_offset_commit_adds_the_group,
-                                      v2_update_features_refusals], ids=lambda f: f.__name__)
+                                      v2_update_features_refusals, timed_out_abort_fences_the_producer],
+                         ids=lambda f: f.__name__)
 async def test_kafka_and_the_gateway_answer_alike_on_v2(scenario: Any, kafka_v2: str, gateway_v2: str) -> None:
     await compare(scenario, kafka_v2, gateway_v2, scenario.__name__.replace("_", "-")[:30])
 

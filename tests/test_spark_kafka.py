@@ -25,15 +25,17 @@ BASE_TS = 1_700_000_000_000  # the records' own timestamps: startingOffsetsByTim
 
 
 async def produce(bs: str, topic: str, values: list[str], partition: int, transactional: str = "",
-                  commit: bool = True, headers: list[tuple[str, bytes]] | None = None) -> None:
+                  commit: bool = True, headers: list[tuple[str, bytes]] | None = None,
+                  client: dict[str, str] | None = None) -> None:
     """`values` into one partition, timestamps BASE_TS + i s; in a transaction that commits or aborts
-    when `transactional` names one. In a thread: the gateway may share this loop."""
-    await asyncio.to_thread(_produce, bs, topic, values, partition, transactional, commit, headers)
+    when `transactional` names one; `client`: more producer settings (a login). In a thread: the
+    gateway may share this loop."""
+    await asyncio.to_thread(_produce, bs, topic, values, partition, transactional, commit, headers, client or {})
 
 
 def _produce(bs: str, topic: str, values: list[str], partition: int, transactional: str, commit: bool,
-             headers: list[tuple[str, bytes]] | None) -> None:
-    config = {"bootstrap.servers": bs, **({"transactional.id": transactional} if transactional else {})}
+             headers: list[tuple[str, bytes]] | None, client: dict[str, str]) -> None:
+    config = {"bootstrap.servers": bs, **client, **({"transactional.id": transactional} if transactional else {})}
     producer = ck.Producer(config)
     if transactional:
         producer.init_transactions(30)
@@ -46,14 +48,16 @@ def _produce(bs: str, topic: str, values: list[str], partition: int, transaction
     assert producer.flush(30) == 0
 
 
-async def read_all(bs: str, topic: str, count: int) -> list[tuple[str, list[tuple[str, bytes]]]]:
-    """`count` committed values of the one-partition `topic`, with their headers."""
-    return await asyncio.to_thread(_read_all, bs, topic, count)
+async def read_all(bs: str, topic: str, count: int,
+                   client: dict[str, str] | None = None) -> list[tuple[str, list[tuple[str, bytes]]]]:
+    """`count` committed values of the one-partition `topic`, with their headers; `client`: more
+    consumer settings (a login)."""
+    return await asyncio.to_thread(_read_all, bs, topic, count, client or {})
 
 
-def _read_all(bs: str, topic: str, count: int) -> list[tuple[str, list[tuple[str, bytes]]]]:
-    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": unique("check"), "auto.offset.reset": "earliest",
-                            "isolation.level": "read_committed"})
+def _read_all(bs: str, topic: str, count: int, client: dict[str, str]) -> list[tuple[str, list[tuple[str, bytes]]]]:
+    consumer = ck.Consumer({"bootstrap.servers": bs, **client, "group.id": unique("check"),
+                            "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
     out: list[tuple[str, list[tuple[str, bytes]]]] = []
     try:
         consumer.assign([ck.TopicPartition(topic, 0, 0)])

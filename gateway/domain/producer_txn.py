@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from gateway.domain.fence import KAFKA_MAX_EPOCH, FenceService, KeyState, full_key
+from gateway.domain.features import TRANSACTION_VERSION, Features
+from gateway.domain.fence import ANONYMOUS, KAFKA_MAX_EPOCH, FenceService, KeyState, full_key
 from gateway.domain.groups.consumer import validate_offset_commit
 from gateway.domain.groups.errors import GroupError
 from gateway.domain.txn import InvalidTransactionTimeout, SubscriptionSettler, TransactionCoordinator, TxnInfo
@@ -108,10 +109,23 @@ def _refused(exc: ProducerRefused, transactional_id: str, producer_id: int, epoc
 class TransactionalProducers:
     def __init__(self, store: Store, coordinator: TransactionCoordinator, fence: FenceService) -> None:
         self.coordinator = coordinator
+        self.features = Features(store.features)
+        coordinator.timeout_fence = self._timeout_fence
         self.fence = fence
         self.offsets = store.txn_offsets
         self.groups = store.groups
         self.consumer_groups = store.consumer_groups
+
+    async def _timeout_fence(self, key: str) -> int:
+        """The transaction.version at which a timed-out transaction's abort fences its producer (0:
+        not at all, for keys of other owners, the native face's). As Kafka 4.4's
+        TransactionCoordinator.abortTimedOutTransactions, it follows the cluster's level, not the
+        transaction's: its epoch moves on by one (prepareFenceProducerEpoch) so that a late produce
+        or EndTxn of the old epoch is fenced, and at level 2 the old epoch is kept as the last
+        (prepareAbortOrCommit), with which InitProducerId carries on in the new one (KIP-360)."""
+        if not key.startswith(ANONYMOUS + "&"):
+            return 0
+        return max(1, await self.features.level(TRANSACTION_VERSION))
 
     async def init(self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
         """(producer id, epoch) for a (re)starting transactional producer; fences the older one."""
