@@ -1139,6 +1139,55 @@ async def txn_markers_stale_epoch(s: Side, name: str) -> Any:
             await visible(s, name, 1), await visible(s, name, 0)]
 
 
+async def described_txn(s: Side, tid: str) -> Any:
+    """DescribeTransactions of `tid`: (state, producer epoch, topics)."""
+    answer = await s.call(65, 0, {"transactional_ids": [tid]})
+    state = answer["transaction_states"][0]
+    return state["transaction_state"], state["producer_epoch"], state["topics"]
+
+
+async def txn_completed(s: Side, tid: str, state: str) -> None:
+    """Kafka answers EndTxn before its markers: await the transaction's end."""
+    async def done() -> bool:
+        return bool((await described_txn(s, tid))[0] == state)
+
+    await eventually(done, 30, state)
+
+
+async def timed_out_producer_carries_on(s: Side, name: str, v2: bool = False) -> Any:
+    """KIP-360 after the coordinator aborts a transaction past its timeout and fences its producer
+    (TransactionCoordinator.abortTimedOutTransactions): InitProducerId presenting the fenced epoch
+    carries on in the key's epoch when the abort kept it as the last (transaction.version 2,
+    prepareAbortOrCommit), and is fenced when it did not (1, prepareFenceProducerEpoch clears it);
+    presenting the current epoch bumps it and keeps it as the last (prepareIncrementProducerEpoch), so
+    a retry of that InitProducerId is answered alike and an older epoch is fenced. Epochs are given as
+    steps from the first; under V2 the produce adds its partition itself (Produce v12)."""
+    await create(s, name, 1)
+    init = {"transactional_id": name, "transaction_timeout": 1_000, "producer_id": -1, "producer_epoch": -1}
+    first = await s.call(22, 5, init)
+    pid, e = first["producer_id"], first["producer_epoch"]
+    out: list[Any] = [first["error_code"]]
+    if not v2:
+        out.append(await s.call(24, 3, {"v3_and_below_transactional_id": name, "v3_and_below_producer_id": pid,
+                                        "v3_and_below_producer_epoch": e,
+                                        "v3_and_below_topics": [{"name": name, "partitions": [0]}]}))
+    b = BatchBuilder(producer_id=pid, producer_epoch=e, base_sequence=0, transactional=True)
+    b.append(b"timed out", b"k", [], T0)
+    produced = await s.call(0, 12 if v2 else 9, {"transactional_id": name, "acks": -1, "timeout": 10_000,
+                                                 "topic_data": [{"name": name, "partition_data": [
+                                                     {"index": 0, "records": Records(b.build())}]}]})
+    out.append(produced["responses"][0]["partition_responses"][0]["error_code"])
+    await txn_completed(s, name, "CompleteAbort")
+    for presented in (e, e, e + 1, e + 1, e, e + 2):
+        got = await s.call(22, 5, {**init, "transaction_timeout": 60_000, "producer_id": pid,
+                                   "producer_epoch": presented})
+        out.append((presented - e, got["error_code"], got["producer_epoch"] - e if got["error_code"] == 0 else None))
+    return out
+
+
+SCENARIOS["timed_out_producer_carries_on"] = timed_out_producer_carries_on
+
+
 # -- the test ----------------------------------------------------------------------------------------------
 
 

@@ -17,7 +17,9 @@ from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, 
 from tests.differential import Side, compare, coordinators_ready, side
 from tests.kafka_differences import normalise, plain
 from tests.kafka_jvm import allowed, java
-from tests.test_kafka_differential import create, list_offsets, visible
+from tests.test_kafka_differential import create, list_offsets, timed_out_producer_carries_on, visible
+from tests.test_kafka_differential import described_txn as _described
+from tests.test_kafka_differential import txn_completed as _completed
 
 pytestmark = [pytest.mark.kafka]
 
@@ -80,12 +82,6 @@ async def _end(s: Side, tid: str, pid: int, epoch: int, commit: bool) -> Any:
                                 "committed": commit})
 
 
-async def _described(s: Side, tid: str) -> Any:
-    answer = await s.call(65, 0, {"transactional_ids": [tid]})
-    state = answer["transaction_states"][0]
-    return state["transaction_state"], state["producer_epoch"], state["topics"]
-
-
 async def v2_epoch_bumps_and_late_produce_is_fenced(s: Side, name: str) -> Any:
     """EndTxn v5 answers the next epoch; a produce of the epoch before it, after the abort, is fenced
     (the hanging-transaction defence); the next epoch's produce opens the next transaction; an EndTxn
@@ -136,14 +132,6 @@ async def timed_out_abort_fences_the_producer(s: Side, name: str) -> Any:
     await eventually(lambda: _stable(s, name), 30, "the markers")
     out.append([await visible(s, name, isolation) for isolation in (1, 0)])
     return out
-
-
-async def _completed(s: Side, tid: str, state: str) -> None:
-    """Kafka answers EndTxn before its markers: await the transaction's end."""
-    async def done() -> bool:
-        return bool((await _described(s, tid))[0] == state)
-
-    await eventually(done, 30, state)
 
 
 async def _stable(s: Side, topic: str) -> bool:
@@ -206,8 +194,13 @@ async def v2_update_features_refusals(s: Side, name: str) -> Any:
     return out
 
 
+async def v2_timed_out_producer_carries_on(s: Side, name: str) -> Any:
+    return await timed_out_producer_carries_on(s, name, v2=True)
+
+
 @pytest.mark.parametrize("scenario", [v2_epoch_bumps_and_late_produce_is_fenced, v2_txn_offset_commit_adds_the_group,
-                                      v2_update_features_refusals, timed_out_abort_fences_the_producer],
+                                      v2_update_features_refusals, timed_out_abort_fences_the_producer,
+                                      v2_timed_out_producer_carries_on],
                          ids=lambda f: f.__name__)
 async def test_kafka_and_the_gateway_answer_alike_on_v2(scenario: Any, kafka_v2: str, gateway_v2: str) -> None:
     await compare(scenario, kafka_v2, gateway_v2, scenario.__name__.replace("_", "-")[:30])

@@ -138,7 +138,7 @@ class TransactionalProducers:
                 raise InvalidProducerIdMapping(f"producer id {producer_id} is not {transactional_id!r}'s")
             presented = epoch
         try:
-            conn = await self.fence.connect("", transactional_id, presented, max_epoch=KAFKA_MAX_EPOCH)
+            conn = await self.fence.connect("", transactional_id, presented, max_epoch=KAFKA_MAX_EPOCH, keep_last=True)
         except NotAllowed as exc:
             raise ProducerFenced(str(exc)) from exc
         await self.fence.set_timeout("", transactional_id, timeout_ms)
