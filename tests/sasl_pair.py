@@ -13,11 +13,30 @@ from tests.conftest import flush, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_jvm import SASL_MECHANISM, SASL_USERS, SaslKafkaBroker
 
 
+def jaas(user: str, password: str, token: bool = False) -> str:
+    """A Java client's `sasl.jaas.config` for SCRAM; with `token`, KIP-48's `tokenauth` extension,
+    which makes `user` a delegation token's id and `password` its HMAC in base64."""
+    extension = ' tokenauth="true"' if token else ""
+    return (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" '
+            f'password="{password}"{extension};')
+
+
 def login(user: str) -> dict[str, str]:
     """A Java client's settings that log it in as `user` with SCRAM over SASL_PLAINTEXT."""
     return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SASL_MECHANISM,
-            "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                                f'username="{user}" password="{SASL_USERS[user]}";'}
+            "sasl.jaas.config": jaas(user, SASL_USERS[user])}
+
+
+def rdkafka_login(user: str) -> dict[str, str]:
+    """The same login in confluent-kafka's (librdkafka's) settings."""
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SASL_MECHANISM, "sasl.username": user,
+            "sasl.password": SASL_USERS[user]}
+
+
+def token_login(token_id: str, token_hmac: str) -> dict[str, str]:
+    """A Java client's settings that log it in with a delegation token (KIP-48)."""
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SASL_MECHANISM,
+            "sasl.jaas.config": jaas(token_id, token_hmac, token=True)}
 
 
 @asynccontextmanager
