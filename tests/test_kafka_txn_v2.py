@@ -222,7 +222,7 @@ async def _clients_scenario(bs: str, tid: str, client: str) -> Any:
         return produced, await _described(s, tid), await visible(s, tid, 1)
 
 
-def _confluent_transactions(bs: str, tid: str) -> list[str]:
+def _confluent_transactions(bs: str, tid: str, topic: str = "") -> list[str]:
     import confluent_kafka as ck
 
     p = ck.Producer({"bootstrap.servers": bs, "transactional.id": tid, "linger.ms": 0})
@@ -231,7 +231,7 @@ def _confluent_transactions(bs: str, tid: str) -> list[str]:
     for i, commit in enumerate((True, False, True)):
         p.begin_transaction()
         for j in range(2):
-            p.produce(tid, value=b"v%d-%d" % (i, j), key=b"k")
+            p.produce(topic or tid, value=b"v%d-%d" % (i, j), key=b"k")
         p.flush(30)
         (p.commit_transaction if commit else p.abort_transaction)(30)
         out.append("commit" if commit else "abort")
@@ -251,3 +251,35 @@ async def test_clients_run_transactions_alike_on_v2(client: str, kafka_v2: str, 
     assert len(on_kafka[2]) == 4  # the two committed transactions' records, once each
     # three transactions ended: V2 moved the epoch three times (from 0), V1 never
     assert on_kafka[1][1] == (3 if client == "java" else 0)
+
+
+async def _side_by_side(bs: str, topic: str) -> Any:
+    """Kafka's Java producer (V2) and confluent-kafka's (V1) each commit, abort and commit
+    transactions on one partition at the same time: what read_committed reads and the epoch each
+    transactional.id ends at."""
+    async with side("either", bs) as s:
+        await create(s, topic, 1)
+        java_tid, ck_tid = f"{topic}-java", f"{topic}-ck"
+        await asyncio.gather(
+            java("gateway.jvm.Produce", bs, topic, "commit:2,abort:2,commit:2", f"transactional.id={java_tid}",
+                 "acks=all"),
+            asyncio.to_thread(_confluent_transactions, bs, ck_tid, topic))
+        for tid in (java_tid, ck_tid):
+            await _completed(s, tid, "CompleteCommit")
+        await eventually(lambda: _stable(s, topic), 30, "the markers")
+        return (sorted(value for _, _, value in await visible(s, topic, 1)),
+                [(await _described(s, tid))[1] for tid in (java_tid, ck_tid)])
+
+
+@pytest.mark.jvm
+async def test_confluent_kafka_on_v1_beside_a_java_producer_on_v2(kafka_v2: str, gateway_v2: str) -> None:
+    """On a cluster at transaction.version 2, librdkafka (V1 alone: AddPartitionsToTxn, no epoch
+    bump at EndTxn) and Kafka's Java producer (V2) run transactions on the same partition at once,
+    each open transaction holding back the other's committed records until it ends: both brokers
+    give read_committed the four committed records of each, none aborted, and end the Java
+    producer's epoch three bumps on and librdkafka's where it began."""
+    topic = f"side-by-side-{uuid.uuid4().hex[:8]}"
+    on_kafka = await _side_by_side(kafka_v2, topic)
+    assert on_kafka == (sorted([b"commit-0", b"commit-1", b"commit-4", b"commit-5",
+                                b"v0-0", b"v0-1", b"v2-0", b"v2-1"]), [3, 0])
+    assert await _side_by_side(gateway_v2, topic) == on_kafka
