@@ -1188,6 +1188,18 @@ async def timed_out_producer_carries_on(s: Side, name: str, v2: bool = False) ->
 SCENARIOS["timed_out_producer_carries_on"] = timed_out_producer_carries_on
 
 
+@scenario
+async def init_producer_id_of_another_producer(s: Side, name: str) -> Any:
+    """InitProducerId presenting a producer id the transactional.id does not have, at its epoch and at
+    another: fenced (TransactionCoordinator.handleInitProducerId's isValidProducerId)."""
+    init = {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
+    first = await s.call(22, 5, init)
+    pid, e = first["producer_id"], first["producer_epoch"]
+    return [first["error_code"]] + [
+        (await s.call(22, 5, {**init, "producer_id": pid + 1000, "producer_epoch": epoch}))["error_code"]
+        for epoch in (e, e + 1)]
+
+
 # -- the test ----------------------------------------------------------------------------------------------
 
 

@@ -128,14 +128,16 @@ class TransactionalProducers:
         return max(1, await self.features.level(TRANSACTION_VERSION))
 
     async def init(self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
-        """(producer id, epoch) for a (re)starting transactional producer; fences the older one."""
+        """(producer id, epoch) for a (re)starting transactional producer; fences the older one. A
+        producer presenting another producer id than the transactional.id's is fenced, as by Kafka's
+        TransactionCoordinator.handleInitProducerId (isValidProducerId)."""
         self.coordinator.check_timeout(timeout_ms)
         await self.coordinator.settled(full_key("", transactional_id))
         state = await self.fence.get("", transactional_id)
         presented = -1
         if producer_id >= 0 and state is not None:
             if producer_id != state.producer_id:
-                raise InvalidProducerIdMapping(f"producer id {producer_id} is not {transactional_id!r}'s")
+                raise ProducerFenced(f"producer id {producer_id} is not {transactional_id!r}'s")
             presented = epoch
         try:
             conn = await self.fence.connect("", transactional_id, presented, max_epoch=KAFKA_MAX_EPOCH, keep_last=True)
