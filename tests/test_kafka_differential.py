@@ -1189,6 +1189,41 @@ SCENARIOS["timed_out_producer_carries_on"] = timed_out_producer_carries_on
 
 
 @scenario
+async def late_transactional_produce_after_abort(s: Side, name: str) -> Any:
+    """The hanging-transaction defence under transactions V1 (KIP-890 part 1): a produce that arrives
+    after its transaction's abort, at the same epoch and with no AddPartitionsToTxn before it, is
+    verified with the coordinator and refused, INVALID_TXN_STATE (TRANSACTION_ABORTABLE from Produce
+    v11), opening nothing: read_committed reads nothing of it, and the last stable offset is not held
+    back; once the epoch moved on, the old one is INVALID_PRODUCER_EPOCH."""
+    await create(s, name, 1)
+    init = await s.call(22, 4, {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1,
+                                "producer_epoch": -1})
+    pid, e = init["producer_id"], init["producer_epoch"]
+    ids = {"transactional_id": name, "producer_id": pid, "producer_epoch": e}
+
+    async def produce_one(seq: int, value: bytes, version: int = 9) -> Any:
+        b = BatchBuilder(producer_id=pid, producer_epoch=e, base_sequence=seq, transactional=True)
+        b.append(value, b"k", [], T0)
+        got = await s.call(0, version, {"transactional_id": name, "acks": -1, "timeout": 10_000, "topic_data": [
+            {"name": name, "partition_data": [{"index": 0, "records": Records(b.build())}]}]})
+        return got["responses"][0]["partition_responses"][0]["error_code"]
+
+    out: list[Any] = [await s.call(24, 3, {"v3_and_below_transactional_id": name, "v3_and_below_producer_id": pid,
+                                           "v3_and_below_producer_epoch": e,
+                                           "v3_and_below_topics": [{"name": name, "partitions": [0]}]}),
+                      await produce_one(0, b"aborted")]
+    out.append(await s.call(26, 3, {**ids, "committed": False}))
+    await txn_completed(s, name, "CompleteAbort")
+    out += [await produce_one(1, b"late", version) for version in (3, 9, 10, 11)]
+    out.append((await described_txn(s, name))[0])
+    bumped = await s.call(22, 4, {**ids, "transaction_timeout": 60_000})  # the producer's epoch moves on
+    out += [bumped["error_code"], bumped["producer_epoch"] - e, await produce_one(1, b"fenced")]
+    await eventually(lambda: _offset_is(s, name, 2), 30, "the abort's marker")
+    out += [await list_offsets(s, name, -1), await visible(s, name, 1)]
+    return out
+
+
+@scenario
 async def init_producer_id_of_another_producer(s: Side, name: str) -> Any:
     """InitProducerId presenting a producer id the transactional.id does not have, at its epoch and at
     another: fenced (TransactionCoordinator.handleInitProducerId's isValidProducerId)."""
