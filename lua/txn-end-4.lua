@@ -2,7 +2,7 @@
   The point of no return: OPEN becomes COMMITTING or ABORTING, durably, before any marker is written.
   The transaction is named by its id, or by the transaction key of the producer ending it (Kafka's
   EndTxn), whose producer id and epoch are checked in the same step.
-  KEYS[1] key      the transaction key's hash when named by it (any name of this slot otherwise)
+  KEYS[1] key      the transaction key's hash when named by it or fenced (any name of this slot otherwise)
   KEYS[2] open     sorted set of unfinished transactions by deadline
   KEYS[3] txnlog   the coordinator's transaction log
   KEYS[4] prefix   what every transaction's hash name starts with: the hash of id X is <prefix>X
@@ -17,6 +17,11 @@
                    and the markers carry the new epoch; "0" otherwise
   ARGV[8] next_pid with bump, the key's new producer id when the caller's epoch is the last one
                    (it starts again at epoch 0), else ""
+  ARGV[9] fence    named by id, the reaper's abort of a transaction past its timeout: the
+                   transaction.version its producer is fenced at when KEYS[1] is its key and holds it
+                   as its current transaction ("0": not at all). The key's epoch moves on by one; at
+                   2 the epoch before is kept as the key's last (a producer presenting it to
+                   InitProducerId carries on, KIP-360), below 2 no last epoch is kept
   Returns {0, state, pid, epoch, partitions, subscriptions, settles, id, marked, key pid, key epoch}
   where state is the one to roll forward (a repeated request for the same outcome answers the same
   way; under V2 a repeat carries the epoch before the bump), pid and epoch the markers', marked is
@@ -54,12 +59,26 @@ if state == 'OPEN' then
   state = want
   if bump then
     -- TransactionMetadata.prepareAbortOrCommit under TV2: the markers carry the epoch after the
-    -- caller's, which the key now holds (or, at the last epoch, a new producer id from epoch 0)
+    -- caller's, which the key now holds (or, at the last epoch, a new producer id from epoch 0), the
+    -- caller's kept as the key's last (but not across a new producer id, as prepareComplete)
     t[2] = string.format('%d', tonumber(ARGV[4]) + 1)
     k[1] = t[2]
     if ARGV[8] ~= '' then k[1], k[2] = '0', ARGV[8] end
-    rcall('HSET', KEYS[1], 'epoch', k[1], 'pid', k[2])
+    rcall('HSET', KEYS[1], 'epoch', k[1], 'pid', k[2], 'last', ARGV[8] == '' and ARGV[4] or '')
     rcall('HSET', txn, 'epoch', t[2])
+  elseif ARGV[3] == '' and ARGV[9] ~= '0' then
+    -- TransactionCoordinator.abortTimedOutTransactions: the producer is fenced as its transaction
+    -- is aborted, the markers carrying the key's new epoch
+    k = rcall('HMGET', KEYS[1], 'epoch', 'pid', 'txn')
+    if k[3] == id and k[2] == t[3] then
+      local last = ARGV[9] == '2' and k[1] or ''
+      t[2] = string.format('%d', tonumber(k[1]) + 1)
+      k[1] = t[2]
+      rcall('HSET', KEYS[1], 'epoch', k[1], 'last', last)
+      rcall('HSET', txn, 'epoch', t[2])
+    else
+      k = {}
+    end
   end
   rcall('HSET', txn, 'state', state, 'updated', ARGV[5])
   rcall('ZADD', KEYS[2], 0, id)

@@ -121,6 +121,9 @@ SUITE_SETTINGS = {
     # as librdkafka's CI and the suite's share-group gateways: a share group may lock its
     # records for as little as 1 s (share.record.lock.duration.ms); the default stays 30 s
     "group.share.min.record.lock.duration.ms": "1000",
+    # as the suite's gateways (--txn-reaper-interval 1): a transaction past its timeout is
+    # aborted within a second, not ten
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     # ACLs served, as the gateway always serves them; the unauthenticated clients of the
     # tests may do anything, as they may on a gateway without --auth
     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",

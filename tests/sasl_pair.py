@@ -1,6 +1,7 @@
 """A SASL Kafka 4.4 broker with StandardAuthorizer and a gateway with authentication on, side by
-side with the same SCRAM users (tests/kafka_jvm.py's SASL_USERS, `admin` the super user): where an
-application denied by ACLs is compared on both."""
+side with the same SCRAM users (tests/kafka_jvm.py's SASL_USERS, `admin` the super user), and with
+the same delegation token secret when given one: where an application denied by ACLs, or logged
+in with a token, is compared on both."""
 
 from __future__ import annotations
 
@@ -12,19 +13,43 @@ from tests.conftest import flush, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_jvm import SASL_MECHANISM, SASL_USERS, SaslKafkaBroker
 
 
+def jaas(user: str, password: str, token: bool = False) -> str:
+    """A Java client's `sasl.jaas.config` for SCRAM; with `token`, KIP-48's `tokenauth` extension,
+    which makes `user` a delegation token's id and `password` its HMAC in base64."""
+    extension = ' tokenauth="true"' if token else ""
+    return (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" '
+            f'password="{password}"{extension};')
+
+
 def login(user: str) -> dict[str, str]:
     """A Java client's settings that log it in as `user` with SCRAM over SASL_PLAINTEXT."""
     return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SASL_MECHANISM,
-            "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                                f'username="{user}" password="{SASL_USERS[user]}";'}
+            "sasl.jaas.config": jaas(user, SASL_USERS[user])}
+
+
+def rdkafka_login(user: str) -> dict[str, str]:
+    """The same login in confluent-kafka's (librdkafka's) settings."""
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SASL_MECHANISM, "sasl.username": user,
+            "sasl.password": SASL_USERS[user]}
+
+
+def token_login(token_id: str, token_hmac: str) -> dict[str, str]:
+    """A Java client's settings that log it in with a delegation token (KIP-48)."""
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SASL_MECHANISM,
+            "sasl.jaas.config": jaas(token_id, token_hmac, token=True)}
 
 
 @asynccontextmanager
-async def sasl_pair(redis_server: str, tmp_path: Path) -> AsyncIterator[dict[str, str]]:
-    """The two bootstraps that ask for a login, by name: {"kafka": ..., "gateway": ...}."""
+async def sasl_pair(redis_server: str, tmp_path: Path, token_secret: str = "") -> AsyncIterator[dict[str, str]]:
+    """The two bootstraps that ask for a login, by name: {"kafka": ..., "gateway": ...}; delegation
+    tokens on both when `token_secret` is given (off, as on Kafka, without one)."""
     flush(redis_server)
-    with SaslKafkaBroker(tmp_path / "broker") as broker:
-        async with running_gateway(test_config(redis_server, auth=True, super_users="admin")) as gw:
+    broker = SaslKafkaBroker(tmp_path / "broker")
+    if token_secret:
+        broker.settings["delegation.token.secret.key"] = token_secret
+    with broker:
+        async with running_gateway(test_config(redis_server, auth=True, super_users="admin",
+                                               delegation_token_secret_key=token_secret)) as gw:
             for user, password in SASL_USERS.items():
                 await gw.services.security.set_user(user, password)
             yield {"kafka": broker.sasl_bootstrap, "gateway": kafka_bootstrap(gw)}

@@ -1150,6 +1150,102 @@ async def txn_markers_stale_epoch(s: Side, name: str) -> Any:
             await visible(s, name, 1), await visible(s, name, 0)]
 
 
+async def described_txn(s: Side, tid: str) -> Any:
+    """DescribeTransactions of `tid`: (state, producer epoch, topics)."""
+    answer = await s.call(65, 0, {"transactional_ids": [tid]})
+    state = answer["transaction_states"][0]
+    return state["transaction_state"], state["producer_epoch"], state["topics"]
+
+
+async def txn_completed(s: Side, tid: str, state: str) -> None:
+    """Kafka answers EndTxn before its markers: await the transaction's end."""
+    async def done() -> bool:
+        return bool((await described_txn(s, tid))[0] == state)
+
+    await eventually(done, 30, state)
+
+
+async def timed_out_producer_carries_on(s: Side, name: str, v2: bool = False) -> Any:
+    """KIP-360 after the coordinator aborts a transaction past its timeout and fences its producer
+    (TransactionCoordinator.abortTimedOutTransactions): InitProducerId presenting the fenced epoch
+    carries on in the key's epoch when the abort kept it as the last (transaction.version 2,
+    prepareAbortOrCommit), and is fenced when it did not (1, prepareFenceProducerEpoch clears it);
+    presenting the current epoch bumps it and keeps it as the last (prepareIncrementProducerEpoch), so
+    a retry of that InitProducerId is answered alike and an older epoch is fenced. Epochs are given as
+    steps from the first; under V2 the produce adds its partition itself (Produce v12)."""
+    await create(s, name, 1)
+    init = {"transactional_id": name, "transaction_timeout": 1_000, "producer_id": -1, "producer_epoch": -1}
+    first = await s.call(22, 5, init)
+    pid, e = first["producer_id"], first["producer_epoch"]
+    out: list[Any] = [first["error_code"]]
+    if not v2:
+        out.append(await s.call(24, 3, {"v3_and_below_transactional_id": name, "v3_and_below_producer_id": pid,
+                                        "v3_and_below_producer_epoch": e,
+                                        "v3_and_below_topics": [{"name": name, "partitions": [0]}]}))
+    b = BatchBuilder(producer_id=pid, producer_epoch=e, base_sequence=0, transactional=True)
+    b.append(b"timed out", b"k", [], T0)
+    produced = await s.call(0, 12 if v2 else 9, {"transactional_id": name, "acks": -1, "timeout": 10_000,
+                                                 "topic_data": [{"name": name, "partition_data": [
+                                                     {"index": 0, "records": Records(b.build())}]}]})
+    out.append(produced["responses"][0]["partition_responses"][0]["error_code"])
+    await txn_completed(s, name, "CompleteAbort")
+    for presented in (e, e, e + 1, e + 1, e, e + 2):
+        got = await s.call(22, 5, {**init, "transaction_timeout": 60_000, "producer_id": pid,
+                                   "producer_epoch": presented})
+        out.append((presented - e, got["error_code"], got["producer_epoch"] - e if got["error_code"] == 0 else None))
+    return out
+
+
+SCENARIOS["timed_out_producer_carries_on"] = timed_out_producer_carries_on
+
+
+@scenario
+async def late_transactional_produce_after_abort(s: Side, name: str) -> Any:
+    """The hanging-transaction defence under transactions V1 (KIP-890 part 1): a produce that arrives
+    after its transaction's abort, at the same epoch and with no AddPartitionsToTxn before it, is
+    verified with the coordinator and refused, INVALID_TXN_STATE (TRANSACTION_ABORTABLE from Produce
+    v11), opening nothing: read_committed reads nothing of it, and the last stable offset is not held
+    back; once the epoch moved on, the old one is INVALID_PRODUCER_EPOCH."""
+    await create(s, name, 1)
+    init = await s.call(22, 4, {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1,
+                                "producer_epoch": -1})
+    pid, e = init["producer_id"], init["producer_epoch"]
+    ids = {"transactional_id": name, "producer_id": pid, "producer_epoch": e}
+
+    async def produce_one(seq: int, value: bytes, version: int = 9) -> Any:
+        b = BatchBuilder(producer_id=pid, producer_epoch=e, base_sequence=seq, transactional=True)
+        b.append(value, b"k", [], T0)
+        got = await s.call(0, version, {"transactional_id": name, "acks": -1, "timeout": 10_000, "topic_data": [
+            {"name": name, "partition_data": [{"index": 0, "records": Records(b.build())}]}]})
+        return got["responses"][0]["partition_responses"][0]["error_code"]
+
+    out: list[Any] = [await s.call(24, 3, {"v3_and_below_transactional_id": name, "v3_and_below_producer_id": pid,
+                                           "v3_and_below_producer_epoch": e,
+                                           "v3_and_below_topics": [{"name": name, "partitions": [0]}]}),
+                      await produce_one(0, b"aborted")]
+    out.append(await s.call(26, 3, {**ids, "committed": False}))
+    await txn_completed(s, name, "CompleteAbort")
+    out += [await produce_one(1, b"late", version) for version in (3, 9, 10, 11)]
+    out.append((await described_txn(s, name))[0])
+    bumped = await s.call(22, 4, {**ids, "transaction_timeout": 60_000})  # the producer's epoch moves on
+    out += [bumped["error_code"], bumped["producer_epoch"] - e, await produce_one(1, b"fenced")]
+    await eventually(lambda: _offset_is(s, name, 2), 30, "the abort's marker")
+    out += [await list_offsets(s, name, -1), await visible(s, name, 1)]
+    return out
+
+
+@scenario
+async def init_producer_id_of_another_producer(s: Side, name: str) -> Any:
+    """InitProducerId presenting a producer id the transactional.id does not have, at its epoch and at
+    another: fenced (TransactionCoordinator.handleInitProducerId's isValidProducerId)."""
+    init = {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
+    first = await s.call(22, 5, init)
+    pid, e = first["producer_id"], first["producer_epoch"]
+    return [first["error_code"]] + [
+        (await s.call(22, 5, {**init, "producer_id": pid + 1000, "producer_epoch": epoch}))["error_code"]
+        for epoch in (e, e + 1)]
+
+
 # -- the test ----------------------------------------------------------------------------------------------
 
 

@@ -22,15 +22,10 @@ from gateway.kafka.dispatch import ApiKey
 from tests.conftest import kafka_bootstrap
 from tests.kafka_jvm import SaslKafkaBroker, allowed, java, tools
 from tests.kafka_wire import call
+from tests.sasl_pair import jaas
 from tests.test_delegation_tokens import SECRET, Conn, create, expire, first_fields, ms, pair, renew, scram  # noqa: F401  (pair: the fixture)
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
-
-
-def jaas(user: str, password: str, token: bool = False) -> str:
-    extension = ' tokenauth="true"' if token else ""
-    return (f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{user}" '
-            f'password="{password}"{extension};')
 
 
 def client_settings(user: str, password: str, token: bool = False) -> list[str]:

@@ -17,7 +17,9 @@ from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, 
 from tests.differential import Side, compare, coordinators_ready, side
 from tests.kafka_differences import normalise, plain
 from tests.kafka_jvm import allowed, java
-from tests.test_kafka_differential import create, list_offsets, visible
+from tests.test_kafka_differential import create, list_offsets, timed_out_producer_carries_on, visible
+from tests.test_kafka_differential import described_txn as _described
+from tests.test_kafka_differential import txn_completed as _completed
 
 pytestmark = [pytest.mark.kafka]
 
@@ -80,12 +82,6 @@ async def _end(s: Side, tid: str, pid: int, epoch: int, commit: bool) -> Any:
                                 "committed": commit})
 
 
-async def _described(s: Side, tid: str) -> Any:
-    answer = await s.call(65, 0, {"transactional_ids": [tid]})
-    state = answer["transaction_states"][0]
-    return state["transaction_state"], state["producer_epoch"], state["topics"]
-
-
 async def v2_epoch_bumps_and_late_produce_is_fenced(s: Side, name: str) -> Any:
     """EndTxn v5 answers the next epoch; a produce of the epoch before it, after the abort, is fenced
     (the hanging-transaction defence); the next epoch's produce opens the next transaction; an EndTxn
@@ -114,12 +110,28 @@ async def v2_epoch_bumps_and_late_produce_is_fenced(s: Side, name: str) -> Any:
     return out
 
 
-async def _completed(s: Side, tid: str, state: str) -> None:
-    """Kafka answers EndTxn before its markers: await the transaction's end."""
-    async def done() -> bool:
-        return bool((await _described(s, tid))[0] == state)
-
-    await eventually(done, 30, state)
+async def timed_out_abort_fences_the_producer(s: Side, name: str) -> Any:
+    """A transaction left open past its timeout is aborted by the coordinator, which fences its
+    producer as it does so (TransactionCoordinator.abortTimedOutTransactions): the late produce of
+    the epoch it had is refused and opens no transaction, so is its EndTxn; the next InitProducerId
+    answers the epoch after the fence's. Epochs are
+    given as steps from the first."""
+    await create(s, name, 1)
+    init = await s.call(22, 5, {"transactional_id": name, "transaction_timeout": 1_000, "producer_id": -1,
+                                "producer_epoch": -1})
+    pid, e = init["producer_id"], init["producer_epoch"]
+    out: list[Any] = [init, await _produce(s, name, name, pid, e, 0, b"timed out")]
+    await _completed(s, name, "CompleteAbort")
+    state, epoch, topics = await _described(s, name)
+    out += [(state, epoch - e, topics), await _produce(s, name, name, pid, e, 1, b"late")]
+    out.append((await _described(s, name))[0])
+    out.append(await _end(s, name, pid, e, True))
+    fresh = await s.call(22, 5, {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1,
+                                 "producer_epoch": -1})
+    out += [fresh["error_code"], fresh["producer_epoch"] - e]
+    await eventually(lambda: _stable(s, name), 30, "the markers")
+    out.append([await visible(s, name, isolation) for isolation in (1, 0)])
+    return out
 
 
 async def _stable(s: Side, topic: str) -> bool:
@@ -182,8 +194,14 @@ async def v2_update_features_refusals(s: Side, name: str) -> Any:
     return out
 
 
+async def v2_timed_out_producer_carries_on(s: Side, name: str) -> Any:
+    return await timed_out_producer_carries_on(s, name, v2=True)
+
+
 @pytest.mark.parametrize("scenario", [v2_epoch_bumps_and_late_produce_is_fenced, v2_txn_offset_commit_adds_the_group,
-                                      v2_update_features_refusals], ids=lambda f: f.__name__)
+                                      v2_update_features_refusals, timed_out_abort_fences_the_producer,
+                                      v2_timed_out_producer_carries_on],
+                         ids=lambda f: f.__name__)
 async def test_kafka_and_the_gateway_answer_alike_on_v2(scenario: Any, kafka_v2: str, gateway_v2: str) -> None:
     await compare(scenario, kafka_v2, gateway_v2, scenario.__name__.replace("_", "-")[:30])
 
@@ -204,7 +222,7 @@ async def _clients_scenario(bs: str, tid: str, client: str) -> Any:
         return produced, await _described(s, tid), await visible(s, tid, 1)
 
 
-def _confluent_transactions(bs: str, tid: str) -> list[str]:
+def _confluent_transactions(bs: str, tid: str, topic: str = "") -> list[str]:
     import confluent_kafka as ck
 
     p = ck.Producer({"bootstrap.servers": bs, "transactional.id": tid, "linger.ms": 0})
@@ -213,7 +231,7 @@ def _confluent_transactions(bs: str, tid: str) -> list[str]:
     for i, commit in enumerate((True, False, True)):
         p.begin_transaction()
         for j in range(2):
-            p.produce(tid, value=b"v%d-%d" % (i, j), key=b"k")
+            p.produce(topic or tid, value=b"v%d-%d" % (i, j), key=b"k")
         p.flush(30)
         (p.commit_transaction if commit else p.abort_transaction)(30)
         out.append("commit" if commit else "abort")
@@ -233,3 +251,35 @@ async def test_clients_run_transactions_alike_on_v2(client: str, kafka_v2: str, 
     assert len(on_kafka[2]) == 4  # the two committed transactions' records, once each
     # three transactions ended: V2 moved the epoch three times (from 0), V1 never
     assert on_kafka[1][1] == (3 if client == "java" else 0)
+
+
+async def _side_by_side(bs: str, topic: str) -> Any:
+    """Kafka's Java producer (V2) and confluent-kafka's (V1) each commit, abort and commit
+    transactions on one partition at the same time: what read_committed reads and the epoch each
+    transactional.id ends at."""
+    async with side("either", bs) as s:
+        await create(s, topic, 1)
+        java_tid, ck_tid = f"{topic}-java", f"{topic}-ck"
+        await asyncio.gather(
+            java("gateway.jvm.Produce", bs, topic, "commit:2,abort:2,commit:2", f"transactional.id={java_tid}",
+                 "acks=all"),
+            asyncio.to_thread(_confluent_transactions, bs, ck_tid, topic))
+        for tid in (java_tid, ck_tid):
+            await _completed(s, tid, "CompleteCommit")
+        await eventually(lambda: _stable(s, topic), 30, "the markers")
+        return (sorted(value for _, _, value in await visible(s, topic, 1)),
+                [(await _described(s, tid))[1] for tid in (java_tid, ck_tid)])
+
+
+@pytest.mark.jvm
+async def test_confluent_kafka_on_v1_beside_a_java_producer_on_v2(kafka_v2: str, gateway_v2: str) -> None:
+    """On a cluster at transaction.version 2, librdkafka (V1 alone: AddPartitionsToTxn, no epoch
+    bump at EndTxn) and Kafka's Java producer (V2) run transactions on the same partition at once,
+    each open transaction holding back the other's committed records until it ends: both brokers
+    give read_committed the four committed records of each, none aborted, and end the Java
+    producer's epoch three bumps on and librdkafka's where it began."""
+    topic = f"side-by-side-{uuid.uuid4().hex[:8]}"
+    on_kafka = await _side_by_side(kafka_v2, topic)
+    assert on_kafka == (sorted([b"commit-0", b"commit-1", b"commit-4", b"commit-5",
+                                b"v0-0", b"v0-1", b"v2-0", b"v2-1"]), [3, 0])
+    assert await _side_by_side(gateway_v2, topic) == on_kafka

@@ -1,11 +1,13 @@
 """Spark's own Kafka connector (spark-sql-kafka-0-10, tests/spark_kafka) from PySpark, on the gateway
 and on Kafka 4.4: a Structured Streaming query reading with format("kafka") and writing back with
 Spark's Kafka sink, and batch queries over offset ranges, as Spark's Structured Streaming + Kafka
-Integration Guide describes its options; and a query ACLs deny, compared."""
+Integration Guide describes its options; a query ACLs deny, and one logged in with a delegation
+token, compared."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 from pathlib import Path
@@ -13,11 +15,15 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
+from gateway.kafka.dispatch import ApiKey
 from tests.conftest import GatewayProcess, eventually, in_spark
 from tests.kafka_clients import create_topic
-from tests.kafka_jvm import unique
-from tests.sasl_pair import login, sasl_pair
+from tests.kafka_jvm import SASL_USERS, unique
+from tests.kafka_wire import call
+from tests.sasl_pair import login, rdkafka_login, sasl_pair, token_login
+from tests.test_delegation_tokens import create, scram
 
 pytestmark = [pytest.mark.spark, pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
 
@@ -25,15 +31,17 @@ BASE_TS = 1_700_000_000_000  # the records' own timestamps: startingOffsetsByTim
 
 
 async def produce(bs: str, topic: str, values: list[str], partition: int, transactional: str = "",
-                  commit: bool = True, headers: list[tuple[str, bytes]] | None = None) -> None:
+                  commit: bool = True, headers: list[tuple[str, bytes]] | None = None,
+                  client: dict[str, str] | None = None) -> None:
     """`values` into one partition, timestamps BASE_TS + i s; in a transaction that commits or aborts
-    when `transactional` names one. In a thread: the gateway may share this loop."""
-    await asyncio.to_thread(_produce, bs, topic, values, partition, transactional, commit, headers)
+    when `transactional` names one; `client`: more producer settings (a login). In a thread: the
+    gateway may share this loop."""
+    await asyncio.to_thread(_produce, bs, topic, values, partition, transactional, commit, headers, client or {})
 
 
 def _produce(bs: str, topic: str, values: list[str], partition: int, transactional: str, commit: bool,
-             headers: list[tuple[str, bytes]] | None) -> None:
-    config = {"bootstrap.servers": bs, **({"transactional.id": transactional} if transactional else {})}
+             headers: list[tuple[str, bytes]] | None, client: dict[str, str]) -> None:
+    config = {"bootstrap.servers": bs, **client, **({"transactional.id": transactional} if transactional else {})}
     producer = ck.Producer(config)
     if transactional:
         producer.init_transactions(30)
@@ -46,14 +54,16 @@ def _produce(bs: str, topic: str, values: list[str], partition: int, transaction
     assert producer.flush(30) == 0
 
 
-async def read_all(bs: str, topic: str, count: int) -> list[tuple[str, list[tuple[str, bytes]]]]:
-    """`count` committed values of the one-partition `topic`, with their headers."""
-    return await asyncio.to_thread(_read_all, bs, topic, count)
+async def read_all(bs: str, topic: str, count: int,
+                   client: dict[str, str] | None = None) -> list[tuple[str, list[tuple[str, bytes]]]]:
+    """`count` committed values of the one-partition `topic`, with their headers; `client`: more
+    consumer settings (a login)."""
+    return await asyncio.to_thread(_read_all, bs, topic, count, client or {})
 
 
-def _read_all(bs: str, topic: str, count: int) -> list[tuple[str, list[tuple[str, bytes]]]]:
-    consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": unique("check"), "auto.offset.reset": "earliest",
-                            "isolation.level": "read_committed"})
+def _read_all(bs: str, topic: str, count: int, client: dict[str, str]) -> list[tuple[str, list[tuple[str, bytes]]]]:
+    consumer = ck.Consumer({"bootstrap.servers": bs, **client, "group.id": unique("check"),
+                            "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
     out: list[tuple[str, list[tuple[str, bytes]]]] = []
     try:
         consumer.assign([ck.TopicPartition(topic, 0, 0)])
@@ -144,6 +154,66 @@ async def test_a_query_denied_by_acls_fails_as_on_kafka(spark: Any, redis_server
             seen[name] = await in_spark(spark, query, bs)
     assert "Authorization" in seen["kafka"], seen
     assert seen["gateway"] == seen["kafka"]
+
+
+async def _token(bs: str) -> tuple[str, str]:
+    """A delegation token of `admin`'s, created through admin's SCRAM login and awaited until the
+    broker at `bs` knows it (Kafka's broker learns a token from its controller's metadata): its id,
+    and its HMAC in base64, the password a client logs in with."""
+    conn, error = await scram(int(bs.rsplit(":", 1)[1]), "admin", SASL_USERS["admin"])
+    assert error == 0
+    try:
+        made = await call(conn, ApiKey.CREATE_DELEGATION_TOKEN, 3, create())
+        assert made.error_code == 0, made
+
+        async def known() -> bool:
+            tokens = (await call(conn, ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"owners": None})).tokens
+            return made.token_id in {t.token_id for t in tokens}
+
+        await eventually(known, 30, "the token on the broker")
+    finally:
+        conn[1].close()
+    return made.token_id, base64.b64encode(made.hmac).decode()
+
+
+def _create_topics(bs: str, client: dict[str, str], *topics: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bs, **client})
+    for f in admin.create_topics([NewTopic(t, 1, 1) for t in topics]).values():
+        f.result(30)
+
+
+@pytest.mark.timeout(300)
+async def test_a_query_logged_in_with_a_delegation_token_reads_and_writes(spark: Any, redis_server: str, tmp_path: Path):
+    """A batch query reading one topic and writing another with Spark's Kafka source and sink, logged
+    in with a delegation token the broker issued (KIP-48): SCRAM with `tokenauth=true` in
+    `kafka.sasl.jaas.config`, the JAAS login Spark's Kafka integration guide gives the first place
+    among its ways to log in (its own `spark.kafka.clusters.*` obtains tokens through Kerberos alone).
+    On a SASL Kafka 4.4 broker and on a gateway with authentication on, the same rows arrive, and a
+    wrong HMAC fails the query with the same exception."""
+    source, sink, secret = unique("token-in"), unique("token-out"), "spark-token-secret"
+    admin = rdkafka_login("admin")
+    seen, refused = {}, {}
+
+    def query(bs: str, token: dict[str, str]) -> None:
+        options = {f"kafka.{key}": value for key, value in token.items()}
+        (spark.read.format("kafka").option("kafka.bootstrap.servers", bs).option("subscribe", source)
+         .options(**options).load().selectExpr("upper(CAST(value AS STRING)) AS value")
+         .write.format("kafka").option("kafka.bootstrap.servers", bs).option("topic", sink).options(**options).save())
+
+    async with sasl_pair(redis_server, tmp_path, token_secret=secret) as bootstraps:
+        for name, bs in bootstraps.items():
+            await asyncio.to_thread(_create_topics, bs, admin, source, sink)
+            await produce(bs, source, ["t0", "t1", "t2"], 0, client=admin)
+            token_id, token_hmac = await _token(bs)
+            await in_spark(spark, query, bs, token_login(token_id, token_hmac))
+            seen[name] = sorted(value for value, _ in await read_all(bs, sink, 3, client=admin))
+            with pytest.raises(Exception) as failed:  # the HMAC is the token's password: another one fails
+                await in_spark(spark, query, bs, token_login(token_id, base64.b64encode(b"not the hmac").decode()))
+            found = re.search(r"org\.apache\.kafka\.common\.errors\.\w+: [^\n]*", str(failed.value))
+            assert found, failed.value
+            refused[name] = found.group(0)
+    assert seen["kafka"] == ["T0", "T1", "T2"] and "SaslAuthenticationException" in refused["kafka"], refused
+    assert (seen["gateway"], refused["gateway"]) == (seen["kafka"], refused["kafka"])
 
 
 @pytest.mark.timeout(300)

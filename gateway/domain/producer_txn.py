@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from gateway.domain.fence import KAFKA_MAX_EPOCH, FenceService, KeyState, full_key
+from gateway.domain.features import TRANSACTION_VERSION, Features
+from gateway.domain.fence import ANONYMOUS, KAFKA_MAX_EPOCH, FenceService, KeyState, full_key
 from gateway.domain.groups.consumer import validate_offset_commit
 from gateway.domain.groups.errors import GroupError
 from gateway.domain.txn import InvalidTransactionTimeout, SubscriptionSettler, TransactionCoordinator, TxnInfo
@@ -108,23 +109,38 @@ def _refused(exc: ProducerRefused, transactional_id: str, producer_id: int, epoc
 class TransactionalProducers:
     def __init__(self, store: Store, coordinator: TransactionCoordinator, fence: FenceService) -> None:
         self.coordinator = coordinator
+        self.features = Features(store.features)
+        coordinator.timeout_fence = self._timeout_fence
         self.fence = fence
         self.offsets = store.txn_offsets
         self.groups = store.groups
         self.consumer_groups = store.consumer_groups
 
+    async def _timeout_fence(self, key: str) -> int:
+        """The transaction.version at which a timed-out transaction's abort fences its producer (0:
+        not at all, for keys of other owners, the native face's). As Kafka 4.4's
+        TransactionCoordinator.abortTimedOutTransactions, it follows the cluster's level, not the
+        transaction's: its epoch moves on by one (prepareFenceProducerEpoch) so that a late produce
+        or EndTxn of the old epoch is fenced, and at level 2 the old epoch is kept as the last
+        (prepareAbortOrCommit), with which InitProducerId carries on in the new one (KIP-360)."""
+        if not key.startswith(ANONYMOUS + "&"):
+            return 0
+        return max(1, await self.features.level(TRANSACTION_VERSION))
+
     async def init(self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
-        """(producer id, epoch) for a (re)starting transactional producer; fences the older one."""
+        """(producer id, epoch) for a (re)starting transactional producer; fences the older one. A
+        producer presenting another producer id than the transactional.id's is fenced, as by Kafka's
+        TransactionCoordinator.handleInitProducerId (isValidProducerId)."""
         self.coordinator.check_timeout(timeout_ms)
         await self.coordinator.settled(full_key("", transactional_id))
         state = await self.fence.get("", transactional_id)
         presented = -1
         if producer_id >= 0 and state is not None:
             if producer_id != state.producer_id:
-                raise InvalidProducerIdMapping(f"producer id {producer_id} is not {transactional_id!r}'s")
+                raise ProducerFenced(f"producer id {producer_id} is not {transactional_id!r}'s")
             presented = epoch
         try:
-            conn = await self.fence.connect("", transactional_id, presented, max_epoch=KAFKA_MAX_EPOCH)
+            conn = await self.fence.connect("", transactional_id, presented, max_epoch=KAFKA_MAX_EPOCH, keep_last=True)
         except NotAllowed as exc:
             raise ProducerFenced(str(exc)) from exc
         await self.fence.set_timeout("", transactional_id, timeout_ms)

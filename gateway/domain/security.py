@@ -437,7 +437,10 @@ class ScramExchange:
         client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
         valid = hmac.compare_digest(hashlib.new(self.hash_name, client_key).digest(), cred.stored_key)
         if not (valid and self._known):
-            raise AuthenticationFailed(f"invalid credentials with SASL mechanism {self.mechanism}")
+            # Kafka's SaslServerAuthenticator.handleSaslToken answers a SCRAM mechanism's failure with a
+            # message that names only the mechanism, so as to tell nothing of the user
+            raise AuthenticationFailed("Authentication failed during authentication due to invalid credentials "
+                                       f"with SASL mechanism {self.mechanism}")
         self.principal = self._owner or user_principal(self._user)
         return b"v=" + base64.b64encode(_hmac(self.hash_name, cred.server_key, auth))
 

@@ -70,6 +70,10 @@ def _crash_point(step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+async def _no_fence(key: str) -> int:
+    return 0
+
+
 class TransactionCoordinator:
     def __init__(
         self,
@@ -99,6 +103,8 @@ class TransactionCoordinator:
         # each running roll-forward: (set once its markers and settlements are done, the whole run)
         self._ending: dict[str, tuple[asyncio.Future[None], asyncio.Task[str]]] = {}
         self._finishing: dict[str, asyncio.Task[str]] = {}  # by transaction key: its last end's final step
+        # the transaction.version at which the reaper fences the producer it aborts, by its full key (0: not)
+        self.timeout_fence: Callable[[str], Awaitable[int]] = _no_fence
 
     def check_timeout(self, timeout_ms: int | None) -> int:
         timeout = self.default_timeout_ms if timeout_ms is None or timeout_ms <= 0 else timeout_ms
@@ -196,10 +202,13 @@ class TransactionCoordinator:
     async def describe(self, txn: TxnId | str) -> TxnInfo | None:
         return await self.txns.describe(str(txn))
 
-    async def end(self, txn: TxnId | str, commit: bool, epoch: int = -1) -> str:
-        """Commit or abort; returns the final state. Repeating the same request is harmless."""
+    async def end(self, txn: TxnId | str, commit: bool, epoch: int = -1, *, fence_key: str = "",
+                  fence: int = 0) -> str:
+        """Commit or abort; returns the final state. Repeating the same request is harmless. With
+        `fence` (a transaction.version, 0 for none) the producer of transaction key `fence_key` is
+        fenced in the point of no return when the transaction is its current one (`TxnStore.end`)."""
         _crash_point("before-point-of-no-return")
-        ending = await self.txns.end(str(txn), commit, epoch)
+        ending = await self.txns.end(str(txn), commit, epoch, fence_key=fence_key, fence=fence)
         _crash_point("after-point-of-no-return")
         return await self._complete(str(txn), ending)
 
@@ -315,7 +324,8 @@ class TransactionCoordinator:
                     continue
                 if info.state == OPEN:
                     log.info("transaction %s timed out after %d ms: aborting", txn_id, info.timeout_ms)
-                    await self.end(txn_id, commit=False)
+                    fence = await self.timeout_fence(info.owner)
+                    await self.end(txn_id, commit=False, fence_key=info.owner, fence=fence)
                 else:
                     log.info("rolling transaction %s forward from %s", txn_id, info.state)
                     await self.end(txn_id, commit=info.state in (COMMITTING, COMMITTED))

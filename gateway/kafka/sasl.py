@@ -101,8 +101,9 @@ async def sasl_authenticate(ctx: RequestContext, req: Any) -> Any:
         log.info("kafka client %s failed to authenticate: %s", ctx.connection.peer, exc)
         sasl.failed = True
         ctx.connection.close = True
+        message = str(exc) if str(exc).startswith("Authentication failed") else f"Authentication failed: {exc}"
         return codec.build(cls, {"error_code": KafkaError.sasl_authentication_failed, "auth_bytes": b"",
-                                 "error_message": f"Authentication failed: {exc}"})
+                                 "error_message": message})
     except GatewayError as exc:  # Redis away: no verdict; the client connects again and retries
         log.warning("kafka client %s: authentication interrupted: %s", ctx.connection.peer, exc)
         ctx.connection.close = True

@@ -23,6 +23,7 @@ class KeyState:
     timeout_ms: int = 0  # the transaction timeout its producer asked for (Kafka), 0: the default
     incarnation: str = ""  # of the holder that connected with one, "" otherwise
     last_commit_id: int = -1  # of its last group commit, -1 for none
+    last_epoch: int = -1  # the epoch a Kafka producer may still present to carry on (KIP-360), -1 for none
 
 
 class Retry(Exception):
@@ -54,7 +55,7 @@ class FenceStore:
             return None
         return KeyState(name, int(h[b"epoch"]), int(h[b"pid"]), h.get(b"txn", b"").decode(),
                         int(h.get(b"created", 0)), int(h.get(b"updated", 0)), int(h.get(b"timeout", 0)),
-                        h.get(b"inc", b"").decode(), int(h.get(b"commit", -1)))
+                        h.get(b"inc", b"").decode(), int(h.get(b"commit", -1)), int(h.get(b"last") or -1))
 
     async def set_timeout(self, name: str, timeout_ms: int) -> None:
         async with storage_errors():
@@ -65,16 +66,18 @@ class FenceStore:
             return sorted(m.decode() for m in cast("set[bytes]", await self.redis.smembers(keys.TXN_KEYS)))
 
     async def connect(
-        self, name: str, epoch: int, seen_txn: str, new_pid: int, max_epoch: int, incarnation: str = ""
+        self, name: str, epoch: int, seen_txn: str, new_pid: int, max_epoch: int, incarnation: str = "",
+        keep_last: bool = False,
     ) -> tuple[int, int, str]:
-        """(new epoch, producer id, id of the transaction aborted by this connect or "")."""
+        """(new epoch, producer id, id of the transaction aborted by this connect or ""). With
+        `keep_last` a presented current epoch stays the key's last (see fence-connect-6)."""
         async with storage_errors():
             reply = await self.scripts.call(
                 "fence-connect-6",
                 [keys.txn_key(name), keys.TXN_KEYS, keys.txn(seen_txn or "-"), keys.TXN_OPEN, keys.TXN_LOG,
                  keys.txn_key_incarnations(name)],
-                # name, epoch, seen, now, new_pid, max_epoch, inc
-                [name, epoch, seen_txn, now_ms(), new_pid, max_epoch, incarnation],
+                # name, epoch, seen, now, new_pid, max_epoch, inc, keep_last
+                [name, epoch, seen_txn, now_ms(), new_pid, max_epoch, incarnation, 1 if keep_last else 0],
             )
         r = _code(reply, name)
         return int(r[1]), int(r[2]), r[3].decode()
