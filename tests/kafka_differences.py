@@ -69,10 +69,7 @@ ALLOWED: tuple[Allowed, ...] = (
 # Found by the corpus and not fixed yet: scenario (or family, every version) -> what differs. Each is
 # listed in docs/kafka-differences.md's "Found, not yet fixed" section; its test is a strict xfail,
 # so a fix makes it fail until its line goes.
-FOUND: dict[str, str] = {
-    "late_transactional_produce_after_abort": "a transactional produce before Produce v12 is not verified with "
-                                              "the coordinator (KIP-890 part 1)",
-}
+FOUND: dict[str, str] = {}
 
 
 def found(scenario: str) -> str | None:

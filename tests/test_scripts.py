@@ -33,5 +33,5 @@ def test_include_cycles_are_refused(tmp_path: Path):
 
 
 def test_includes_are_inlined():
-    assert "local function entry_at" in resolve("append-4", LUA_DIR)
-    assert "@include" not in resolve("append-4", LUA_DIR)
+    assert "local function entry_at" in resolve("append-5", LUA_DIR)
+    assert "@include" not in resolve("append-5", LUA_DIR)

@@ -22,7 +22,8 @@ _LINE = re.compile(r"^(\w+) v\d+ correlation \d+ .*: [\d.]+ ms, (\d+) Redis roun
 # Most round trips one request of a transaction may take (10 records on one partition, then the
 # consumer's offsets): what a transaction's commit latency is made of.
 BOUNDS = {
-    "add_partitions_to_txn": 1,
+    # the partitions told to expect the transaction's first batch, then the coordinator (KIP-890 part 1)
+    "add_partitions_to_txn": 2,
     "produce": 1,
     "add_offsets_to_txn": 1,
     "txn_offset_commit": 4,

@@ -368,7 +368,7 @@ class LogService:
 
     async def append(
         self, items: list[tuple[str, int, bytes | memoryview]], *, sent: Callable[[], None] | None = None,
-        acks: int = 1, timeout_ms: int = 30_000, control: bool = False,
+        acks: int = 1, timeout_ms: int = 30_000, control: bool = False, verify_txn: bool = False,
     ) -> list[Produced]:
         """Append record blobs (one or more batches each) to partitions in one round trip.
 
@@ -381,7 +381,9 @@ class LogService:
         within most of `timeout_ms` (the answer must reach the client before it gives up).
         A produce is refused (`StorageFull`, nothing written) while its Redis primary is at its memory
         high-water mark (`MemoryBudget`); `control` appends (a share group's dead letters, moved on
-        a consumer's acknowledgement) use the room above it.
+        a consumer's acknowledgement) use the room above it. `verify_txn`: a transactional batch
+        opens no transaction its coordinator is not adding the partition to (`TxnStore.expect`), and
+        is refused with InvalidTxnState (Produce before v12, KIP-890 part 1).
         """
         requests: list[AppendRequest] = []
         owners: list[int] = []  # index into `items` of each request
@@ -412,7 +414,7 @@ class LogService:
                 refused[i] = exc
                 continue
             for h, view in batches:
-                requests.append(self._request(topic, partition, h, view, replicas))
+                requests.append(self._request(topic, partition, h, view, replicas, verify_txn))
                 owners.append(i)
         outcome: dict[int, Append | Exception] = dict(refused)
         if requests:
@@ -428,7 +430,8 @@ class LogService:
         return [Produced(t, p, outcome[i], stamped.get(i, -1)) for i, (t, p, _) in enumerate(items)]
 
     @staticmethod
-    def _request(topic: str, partition: int, h: BatchHeader, view: memoryview, replicas: int) -> AppendRequest:
+    def _request(topic: str, partition: int, h: BatchHeader, view: memoryview, replicas: int,
+                 verify_txn: bool = False) -> AppendRequest:
         return AppendRequest(
             topic,
             partition,
@@ -440,6 +443,7 @@ class LogService:
             h.base_sequence,
             h.transactional and not h.control,
             replicas,
+            verify_txn,
         )
 
     # -- reads ----------------------------------------------------------------------------------

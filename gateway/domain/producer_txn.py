@@ -21,6 +21,7 @@ from gateway.errors import (
     ConcurrentTransactions,
     ErrorCode,
     GatewayError,
+    InvalidProducerEpoch,
     InvalidTxnState,
     NotAllowed,
     ProducerFenced,
@@ -115,6 +116,7 @@ class TransactionalProducers:
         self.offsets = store.txn_offsets
         self.groups = store.groups
         self.consumer_groups = store.consumer_groups
+        self.txns = store.txn
 
     async def _timeout_fence(self, key: str) -> int:
         """The transaction.version at which a timed-out transaction's abort fences its producer (0:
@@ -171,9 +173,25 @@ class TransactionalProducers:
             raise
 
     async def add_partitions(
-        self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]]
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]],
+        *, verified: bool = False,
     ) -> None:
+        """Add partitions to the producer's transaction. `verified` (transactions V1, whose Produce
+        is checked: `LogService.append`'s verify_txn): each partition is told first to expect the
+        transaction's first batch, so that a batch arriving after the transaction ended (and its
+        marker removed the expectation) opens nothing, as KIP-890 part 1's verification refuses it."""
+        if verified:
+            await self.txns.expect(partitions, producer_id, epoch)
         await self._join(transactional_id, producer_id, epoch, "partition", [part_member(t, p) for t, p in partitions])
+
+    async def late_write_error(self, transactional_id: str, producer_id: int, epoch: int) -> GatewayError:
+        """Why a transactional batch the partition did not expect is refused: its producer's epoch
+        moved on (InvalidProducerEpoch), else no transaction of it adds that partition now
+        (InvalidTxnState) -- as Kafka's leader answers from its verification with the coordinator."""
+        state = await self.fence.get("", transactional_id)
+        if state is not None and state.producer_id == producer_id and epoch < state.epoch:
+            return InvalidProducerEpoch(f"{transactional_id!r}: epoch {epoch} is older than {state.epoch}")
+        return InvalidTxnState(f"{transactional_id!r} has no open transaction writing this partition")
 
     async def verify_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]]

@@ -16,7 +16,7 @@ the response names topics by the ids asked for.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -24,7 +24,7 @@ from gateway import telemetry
 from gateway.domain.log import Produced
 from gateway.domain.quotas import PRODUCE, REQUEST
 from gateway.domain.security import Operation, ResourceType
-from gateway.errors import GatewayError, InvalidRecord
+from gateway.errors import GatewayError, InvalidRecord, InvalidTxnState
 from gateway.formats.records import ATTR_TRANSACTIONAL
 from gateway.kafka.client_quotas import counts_time, recorded, request_time, throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
@@ -42,6 +42,7 @@ BEFORE_THE_LOG = frozenset({
 })
 
 TXN_V2_PRODUCE = 12  # KIP-890 part 2: from this version a transactional producer speaks transactions V2
+ABORTABLE_FROM = 11  # KIP-890: from this version a producer is told TRANSACTION_ABORTABLE, and aborts
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,11 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
         items = await _hold_delayed(ctx, req, items, delayed, results)
     if items:
         try:
+            # before v12 a transactional batch opens only a transaction its coordinator is adding the
+            # partition to (KIP-890 part 1, on by default in Kafka 4.4: transaction.partition.verification.enable)
             appended = await ctx.services.log.append(items, sent=ctx.sent, acks=req.acks,
-                                                      timeout_ms=req.timeout_ms)
+                                                      timeout_ms=req.timeout_ms,
+                                                      verify_txn=ctx.api_version < TXN_V2_PRODUCE)
         except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
             appended = [Produced(t, p, exc) for t, p, _ in items]
         refused = [(d.topic, d.partition) for d in appended
@@ -117,11 +121,16 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                 starts = dict(zip(refused, await ctx.services.log.bounds_many(refused), strict=True))
             except GatewayError:
                 pass  # Redis away: the start offsets stay unknown (-1)
+        if tid is not None and any(isinstance(d.result, InvalidTxnState) for d in appended):
+            appended = await _unverified(ctx, tid, items, appended)
         for (_, _, blob), done in zip(items, appended, strict=True):
             r = done.result
             if isinstance(r, Exception):
                 bounds = starts.get((done.topic, done.partition))
-                res = PartitionResult(done.partition, kafka_error(r), message=error_message(r),
+                code = kafka_error(r)
+                if code == KafkaError.invalid_txn_state and ctx.api_version >= ABORTABLE_FROM:
+                    code = KafkaError.transaction_abortable  # KIP-890: what a v11 client aborts on
+                res = PartitionResult(done.partition, code, message=error_message(r),
                                       log_start=bounds[0] if bounds else -1,
                                       record_errors=tuple(r.record_errors) if isinstance(r, InvalidRecord) else ())
             else:
@@ -146,6 +155,26 @@ def _txn_header(blob: bytes | memoryview) -> tuple[int, int] | None:
     if len(blob) < 61 or blob[16] != 2 or not I16.unpack_from(blob, 21)[0] & ATTR_TRANSACTIONAL:
         return None
     return I64.unpack_from(blob, 43)[0], I16.unpack_from(blob, 51)[0]
+
+
+async def _unverified(
+    ctx: RequestContext, tid: str, items: list[tuple[str, int, bytes | memoryview]], appended: list[Produced],
+) -> list[Produced]:
+    """The batches the partition refused for opening a transaction its coordinator does not add
+    the partition to (V1's verification), each with the coordinator's reason, as Kafka's leader
+    answers from its verification: an epoch the producer's has moved past is INVALID_PRODUCER_EPOCH,
+    else INVALID_TXN_STATE (Produce v11: TRANSACTION_ABORTABLE)."""
+    out = []
+    for (_, _, blob), done in zip(items, appended, strict=True):
+        header = _txn_header(blob)
+        if isinstance(done.result, InvalidTxnState) and header is not None:
+            try:
+                why: Exception = await ctx.services.txn_producers.late_write_error(tid, *header)
+            except GatewayError as exc:
+                why = exc
+            done = replace(done, result=why)
+        out.append(done)
+    return out
 
 
 async def _add_to_txn(

@@ -141,7 +141,8 @@ async def _add_one(
             # Kafka adds nothing when any partition is bad; the good ones are told why
             errors.update({p: KafkaError.operation_not_attempted for p in good})
         else:
-            await tp.add_partitions(tid, pid, epoch, good)
+            # a client's AddPartitionsToTxn is transactions V1's: its Produce is verified (KIP-890 part 1)
+            await tp.add_partitions(tid, pid, epoch, good, verified=True)
     except Exception as exc:
         code = txn_error(ctx, exc)
         errors.update({p: code for p in good})

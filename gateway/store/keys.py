@@ -44,6 +44,12 @@ def open_txns(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:txns"
 
 
+def expected_txns(topic: str, partition: int) -> str:
+    """Hash of V1 transactions AddPartitionsToTxn is adding this partition to: pid -> epoch. Their
+    first batch here may open the transaction; a marker removes the entry (KIP-890 part 1)."""
+    return f"{partition_tag(topic, partition)}:txnexpect"
+
+
 def aborted_txns(topic: str, partition: int) -> str:
     """Sorted set of aborted transactions' ranges: member "pid:first offset", score = marker offset."""
     return f"{partition_tag(topic, partition)}:aborted"

@@ -56,7 +56,7 @@ from gateway.store.replication import Replication
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
 
-APPEND = "append-4"
+APPEND = "append-5"
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,7 @@ class AppendRequest:
     base_sequence: int = -1
     transactional: bool = False
     replicas: int = 0  # replicas that must hold the batch (Redis's WAIT) before it is acknowledged
+    verify_txn: bool = False  # a transactional batch may only open a transaction its coordinator expects
 
 
 class LogStore:
@@ -436,10 +437,11 @@ class LogStore:
             (
                 APPEND,
                 [keys.log(r.topic, r.partition), keys.meta(r.topic, r.partition),
-                 keys.producers(r.topic, r.partition), keys.open_txns(r.topic, r.partition)],
-                # batch, count, max_ts, pid, epoch, seq, txn
+                 keys.producers(r.topic, r.partition), keys.open_txns(r.topic, r.partition),
+                 keys.expected_txns(r.topic, r.partition)],
+                # batch, count, max_ts, pid, epoch, seq, txn, verify
                 [r.batch, r.count, r.max_timestamp, r.producer_id, r.producer_epoch, r.base_sequence,
-                 1 if r.transactional else 0],
+                 1 if r.transactional else 0, 1 if r.verify_txn else 0],
             )
             for r in (requests[i] for i in todo)
         ]
@@ -627,7 +629,7 @@ class LogStore:
         return int(start), int(hw)
 
     async def producer_states(self, topic: str, partition: int) -> list[PartitionProducer]:
-        """The producers whose sequences the partition keeps (`pids`, written by append-4.lua), with
+        """The producers whose sequences the partition keeps (`pids`, written by append-5.lua), with
         their open transactions; each one's last batch is read for its timestamp."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.hget(keys.meta(topic, partition), "hw")

@@ -92,4 +92,4 @@ def _partition_keys(topic: str, partition: int) -> list[str]:
     its offsets, producers and transaction indexes."""
     return [keys.log(topic, partition), keys.clean_log(topic, partition, 0), keys.clean_log(topic, partition, 1),
             keys.meta(topic, partition), keys.producers(topic, partition), keys.open_txns(topic, partition),
-            keys.aborted_txns(topic, partition)]
+            keys.aborted_txns(topic, partition), keys.expected_txns(topic, partition)]

@@ -59,7 +59,7 @@ _UNRUN = (*_PASSING, "NOSCRIPT")
 
 DURABLE = frozenset({
     # the transaction coordinator's point of no return, and what rolling it forward writes
-    "txn-end-4", "txn-group-commit-5", "txn-marker-5", "txn-offsets-settle-3", "sub-txn-settle-4",
+    "txn-end-4", "txn-group-commit-5", "txn-marker-6", "txn-offsets-settle-3", "sub-txn-settle-4",
     "watermark-settle-2", "delay-commit-8", "delay-drop-2",
     # fencing epochs: InitProducerId, the native fence
     "fence-connect-6",
@@ -75,8 +75,8 @@ DURABLE = frozenset({
 
 DIRECT = frozenset({
     # a Kafka transaction's steps, one after another on its commit's critical path
-    "txn-join-5", "txn-current-2", "txn-end-4", "txn-marker-5", "txn-finish-6", "txn-offsets-stage-2",
-    "txn-offsets-settle-3",
+    "txn-join-5", "txn-current-2", "txn-end-4", "txn-marker-6", "txn-finish-6", "txn-offsets-stage-2",
+    "txn-offsets-settle-3", "txn-expect-2",
     # reading a group (TxnOffsetCommit checks the member, beside the transaction)
     "group-load-2",
     # a client quota's usage, recorded on the produce and fetch paths of throttled clients

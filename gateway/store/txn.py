@@ -239,9 +239,9 @@ class TxnStore:
         `always`) are safe to repeat: a marker only ends an open transaction. `always` is Kafka's
         WriteTxnMarkers: the marker is appended whatever is open, and a stale epoch is refused."""
         calls = [
-            ("txn-marker-5",
+            ("txn-marker-6",
              [keys.log(t, p), keys.meta(t, p), keys.open_txns(t, p), keys.aborted_txns(t, p),
-              keys.producers(t, p)],
+              keys.producers(t, p), keys.expected_txns(t, p)],
              # pid, epoch, marker, commit, always
              [producer_id, producer_epoch, marker, 1 if commit else 0, 1 if always else 0])
             for t, p in partitions
@@ -254,6 +254,18 @@ class TxnStore:
                 raise r
             out.append(int(_check(r, f"{t}-{p}")[1]))
         return out
+
+    async def expect(self, partitions: list[tuple[str, int]], producer_id: int, epoch: int) -> None:
+        """Let the producer's transactional batches open its transaction on these partitions (V1's
+        AddPartitionsToTxn, before the coordinator adds them), in one round trip."""
+        calls = [("txn-expect-2", [keys.meta(t, p), keys.expected_txns(t, p)], [producer_id, epoch])
+                 for t, p in partitions]
+        async with storage_errors():
+            replies = await self.scripts.call_many(calls)
+        for (t, p), r in zip(partitions, replies, strict=True):
+            if isinstance(r, Exception):
+                raise r
+            _check(r, f"{t}-{p}")
 
     async def due(self, now: int, limit: int = 100) -> list[str]:
         """Unfinished transactions whose deadline has passed, or that wait to be rolled forward."""

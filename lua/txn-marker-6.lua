@@ -5,6 +5,8 @@
   KEYS[3] txns     open transactions on the partition: pid -> "first offset:epoch"
   KEYS[4] aborted  aborted ranges: member "pid:first offset", score = marker offset
   KEYS[5] pids     idempotent producer state: a marker of a newer epoch fences the older one's writes
+  KEYS[6] expected transactions V1 has added this partition to: an ended one's entry goes, so a
+                   write that arrives after its end opens nothing (append-5's verify)
   ARGV[1] pid      the transaction's producer id
   ARGV[2] epoch    the transaction's producer epoch
   ARGV[3] marker   the control batch (RecordBatch v2) to append
@@ -31,6 +33,8 @@ local open = rcall('HGET', KEYS[3], ARGV[1])
 local first, epoch
 if open then first, epoch = string.match(open, '^(%d+):(-?%d+)$') end
 if always and ((state and state.e > epoch_now) or (open and tonumber(epoch) > epoch_now)) then return {11} end
+local expected = rcall('HGET', KEYS[6], ARGV[1])
+if expected and tonumber(expected) <= epoch_now then rcall('HDEL', KEYS[6], ARGV[1]) end
 if state == nil or state.e < epoch_now then
   rcall('HSET', KEYS[5], ARGV[1], cjson.encode({e = epoch_now, b = {}}))
 end

@@ -4,6 +4,7 @@
   KEYS[2] meta     the partition's meta hash (hw, start, maxts, bytes)
   KEYS[3] pids     idempotent producer state per producer id
   KEYS[4] txns     open transactions on this partition: producer id -> "first offset:epoch"
+  KEYS[5] expected transactions V1 has added this partition to: producer id -> epoch (txn-expect-2)
   ARGV[1] batch    RecordBatch v2 bytes, stored as received
   ARGV[2] count    records in the batch
   ARGV[3] max_ts   the batch's max timestamp
@@ -11,8 +12,13 @@
   ARGV[5] epoch    producer epoch
   ARGV[6] seq      base sequence
   ARGV[7] txn      1 for a transactional batch: it stays above the last stable offset until its marker
+  ARGV[8] verify   1: a transactional batch opens nothing its coordinator did not add the partition to
+                   (Produce before v12; KIP-890 part 1's verification, done once per transaction and
+                   partition as Kafka's leader does: the first batch needs `expected`, the next ones
+                   find the transaction open here)
   Returns {0, base offset, log start} on append, {9, base offset, log start} for a duplicate,
-  {code} on error: 2 no such partition, 10 out of order sequence, 11 stale producer epoch.
+  {code} on error: 2 no such partition, 10 out of order sequence, 11 stale producer epoch,
+  22 a transactional batch of no transaction open on the partition (verify).
 ]]
 local rcall = redis.call
 --- @include "entry"
@@ -48,6 +54,14 @@ if pid ~= '-1' then
   end
   table.insert(state.b, {seq, last_seq, hw})
   if #state.b > 5 then table.remove(state.b, 1) end
+end
+
+if ARGV[7] == '1' and ARGV[8] == '1' then
+  local open = rcall('HGET', KEYS[4], pid)
+  if not (open and string.match(open, ':(-?%d+)$') == ARGV[5]) then
+    if rcall('HGET', KEYS[5], pid) ~= ARGV[5] then return {22} end
+    rcall('HDEL', KEYS[5], pid)  -- the transaction is open here from now on: txns says so
+  end
 end
 
 append_entry(KEYS[1], KEYS[2], hw, tonumber(meta[3] or '-1'), tonumber(meta[4] or '0'), ARGV[1], count,
