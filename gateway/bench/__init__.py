@@ -7,7 +7,7 @@ printed beside its raw-Redis baseline, spread over as many streams as the topic 
 and the ratio between them.
 
 One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `share`, `key_shared`, `groups`,
-`peer`, `compaction`, `memory`), each on `common` alone; this one only picks among them.
+`peer`, `compaction`, `memory`, `tier`), each on `common` alone; this one only picks among them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from gateway.bench import (
     quotas,
     share,
     spark,
+    tier,
     txn,
     watermarks,
 )
@@ -55,6 +56,8 @@ def run_bench(args: argparse.Namespace) -> None:
         elif args.spark:
             rows = spark.measure_spark(url, count=args.records or 500_000, size=sizes[0], partitions=args.partitions,
                                        cores=args.cores, seconds=seconds)
+        elif args.tier:
+            rows, note = tier.measure_tier(url, seconds, args.object_store), tier.NOTE
         elif args.quotas:
             rows = quotas.measure_quotas(url, seconds)
         elif args.share:
