@@ -9,16 +9,18 @@ MB/s against its raw ranged GET row: `tiered_rows` is where those rows go, besid
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from gateway.bench.common import Progress, Row, percentile, run_client
-from gateway.bench.s3_server import S3Server
-from gateway.store.objects import ObjectStore
+from gateway.bench.s3_server import BINARY, S3Server
+from gateway.store.objects import ObjectStore, ObjectStoreUnavailable
 from gateway.store.objects.local import LocalDirStore
 from gateway.store.objects.open import open_object_store
 from gateway.store.objects.s3 import S3Store
@@ -30,16 +32,27 @@ NOTE = ("raw object-store baselines: PUT of whole 8 MiB segments, ranged GET of 
 
 
 def measure_tier(redis_url: str, seconds: float, object_store: str | None = None) -> list[Row]:
-    """The raw rows of every backend, each followed by its tiered rows."""
-    with tempfile.TemporaryDirectory(prefix="gateway-bench-tier-") as tmp:
-        Progress.doing_else("starting s3s-fs")
-        with S3Server(Path(tmp) / "s3") as server:
-            return run_client(_measure(redis_url, seconds, [
-                ("local dir", lambda: LocalDirStore(Path(tmp) / "tier")),
-                ("S3 (s3s-fs)", lambda: S3Store(server.bucket, "bench", endpoint=server.endpoint,
-                                                access_key_id=server.access_key, secret_access_key=server.secret_key)),
-                *([(object_store, lambda: open_object_store(object_store))] if object_store else []),
-            ]))
+    """The raw rows of every backend, each followed by its tiered rows. Without s3s-fs built (a
+    package installed by pip rather than ./dev), the S3 rows are those of `object_store` alone."""
+    if object_store:
+        try:
+            open_object_store(object_store)
+        except (ValueError, ObjectStoreUnavailable) as exc:
+            raise SystemExit(f"--object-store: {exc}") from None
+    with tempfile.TemporaryDirectory(prefix="gateway-bench-tier-") as tmp, contextlib.ExitStack() as stack:
+        backends: list[tuple[str, Callable[[], ObjectStore]]] = [("local dir", lambda: LocalDirStore(Path(tmp) / "tier"))]
+        if BINARY.is_file():
+            Progress.doing_else("starting s3s-fs")
+            server = stack.enter_context(S3Server(Path(tmp) / "s3"))
+            backends.append(("S3 (s3s-fs)", lambda: S3Store(server.bucket, "bench", endpoint=server.endpoint,
+                                                            access_key_id=server.access_key,
+                                                            secret_access_key=server.secret_key)))
+        else:
+            print(f"s3s-fs is not built ({BINARY}; ./dev gateway bench --tier builds it): measuring without it",
+                  file=sys.stderr)
+        if object_store:
+            backends.append(("", lambda: open_object_store(object_store)))  # named by its description
+        return run_client(_measure(redis_url, seconds, backends))
 
 
 async def _measure(redis_url: str, seconds: float,
@@ -48,6 +61,7 @@ async def _measure(redis_url: str, seconds: float,
     for name, opened in backends:
         store = opened()
         try:
+            name = store.description if name == "" else name
             put, get = await raw_rows(store, name, seconds)
             rows += [put, get, *await tiered_rows(redis_url, store, name, put, get, seconds)]
         finally:
