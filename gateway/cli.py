@@ -74,7 +74,8 @@ def _admin_parser(sub: Any) -> None:
         parser.add_argument("name", help="the topic")
         return parser
 
-    on_topic("describe", "partitions with their offsets and bytes in Redis, and the effective config")
+    on_topic("describe", "partitions with their offsets and bytes in Redis (and in tiered storage: local log start, "
+                         "segments), and the effective config")
     on_topic("alter-config", "set or reset topic configs").add_argument(
         "--config", action="append", default=[], metavar="KEY=VALUE",
         help="a config to set; KEY= (empty) resets it to its default; repeat for more")
@@ -174,6 +175,9 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--quotas", action="store_true",
                    help="client quotas: an unthrottled 100 B produce with and without quotas configured, and how "
                    "closely a 10 MB/s producer quota is held over 30 s")
+    p.add_argument("--registry", action="store_true",
+                   help="the Schema Registry: latency of registering a new schema and of a lookup by id, "
+                   "beside a raw Redis round trip (--records schemas, default 1000)")
     p.add_argument("--share", action="store_true",
                    help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
                    "(--records of the first --sizes)")
@@ -199,7 +203,8 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--spark", action="store_true",
                    help="the Spark source, sink and a pipeline of both (the spark extra, Java 17)")
     p.add_argument("--records", type=int,
-                   help="records for --spark (default: 500000), --share (the same) and --key-shared (default: 20000)")
+                   help="records for --spark (default: 500000), --share (the same) and --key-shared (default: 20000), "
+                   "schemas for --registry (default: 1000)")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark (default: %(default)s)")
 
 

@@ -139,6 +139,16 @@ class Config:
                                          "cleaned batches written; switching: every batch written, before the "
                                          "switch), for tests that kill the gateway there; empty: never",
                                          check=one_of("", "begun", "added", "switching"), metavar="POINT")
+    tier_store: str = setting("", "tiered storage (Kafka's remote.log.storage.system.enable): where topics with "
+                              "remote.storage.enable keep their older segments, a directory or file:// URL; empty: "
+                              "<data-dir>/tier with the embedded Redis, none with --redis-url; 'none': off",
+                              metavar="LOCATION")
+    tier_interval: float = setting(5.0, "seconds between tiering passes (copy to tiered storage, then trim)",
+                                   check=POSITIVE)
+    debug_tier_stop_at: str = setting("", "debugging: the first tiering pass stops for good at this point (copied: "
+                                      "a segment's objects written; listed: it is in the manifest; trimmed: the "
+                                      "partition trimmed locally), for tests that kill the gateway there; empty: "
+                                      "never", check=one_of("", "copied", "listed", "trimmed"), metavar="POINT")
     max_frame_bytes: int = setting(100 * MiB, "largest request frame; a larger one closes its connection",
                                    check=POSITIVE, metavar="BYTES")
     max_connections: int = setting(10_000, "open connections per listener; more are closed at once",
@@ -252,6 +262,15 @@ class Config:
         if self.txn_default_timeout_ms > self.txn_max_timeout_ms:
             raise ConfigError(f"{SETTINGS['txn_default_timeout_ms'].label} must be at most {longest.label} "
                               f"({self.txn_max_timeout_ms}), not {self.txn_default_timeout_ms}")
+
+    @property
+    def tier_location(self) -> str:
+        """The object store tiered segments go to; "" when tiering is off."""
+        if self.tier_store == "none":
+            return ""
+        if self.tier_store:
+            return self.tier_store
+        return "" if self.redis_url else str(self.data_dir / "tier")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, /, **overrides: Any) -> Config:

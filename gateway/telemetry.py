@@ -62,6 +62,30 @@ CLEANED: dict[str, tuple[int, int, int]] = {}
 """topic -> (log cleaner passes, bytes they read, bytes they removed) on this process."""
 
 
+class TierStats:
+    """Tiered storage on this process: what the copier wrote, what remote reads fetched."""
+
+    def __init__(self) -> None:
+        self.bytes_copied = 0
+        self.segments_copied = 0
+        self.copy_lag_bytes: dict[str, int] = {}  # topic -> bytes of its log not copied yet, at the last pass
+        self.remote_fetches = 0
+        self.remote_fetch_bytes = 0
+        self.remote_fetch_seconds = 0.0
+        self.remote_errors = 0
+        self.cache_hits = 0
+        self.cache_misses = 0
+        self.read_ahead_hits = 0
+
+    def fetched(self, size: int, seconds: float) -> None:
+        self.remote_fetches += 1
+        self.remote_fetch_bytes += size
+        self.remote_fetch_seconds += seconds
+
+
+TIER = TierStats()
+
+
 def api(face: str, name: str) -> ApiStats:
     """The stats of `name` on `face`; callers on hot paths keep the object rather than look it up."""
     stats = APIS.get((face, name))

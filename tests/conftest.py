@@ -307,6 +307,14 @@ class GatewayProcess:
                 return
         raise RuntimeError("gateway did not start:\n" + "".join(lines))
 
+    def output_until(self, text: str) -> None:
+        """Read the gateway's output until a line holds `text` (a debug stop point's warning)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if text in line:
+                return
+        raise AssertionError(f"the gateway ended before it printed {text!r}")
+
     def kill(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)

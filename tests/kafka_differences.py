@@ -102,6 +102,11 @@ CLIENT_TELEMETRY = Allowed("", "Client telemetry APIs (GetTelemetrySubscriptions
                            "an operator sees every Kafka client's own metrics without installing a plugin")
 CLIENT_TELEMETRY_KEYS = frozenset({71, 72})
 
+# a remote read of a store that is away: Kafka answers UNKNOWN_SERVER_ERROR, the gateway a retriable error
+REMOTE_READ_FAILURE = Allowed("KAFKA_STORAGE_ERROR", "A Fetch (or ListOffsets by time) below the local log start while "
+                              "the tiered storage cannot be read",
+                              "the store being away passes: a retriable error lets clients retry quietly")
+
 
 def plain(value: Any) -> Any:
     """A kio entity (or any nesting of them) as dicts, lists and scalars, fields in schema order."""

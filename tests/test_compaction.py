@@ -352,15 +352,6 @@ async def test_the_policy_changes_both_ways_on_a_live_topic(quiet: Gateway) -> N
     assert await logs.bounds("live", 0) == (63, 63)
 
 
-def _stopped_at(gp: GatewayProcess, point: str) -> None:
-    """Read the gateway's output until its cleaner says it stopped at `point`."""
-    assert gp.proc is not None and gp.proc.stdout is not None
-    for line in gp.proc.stdout:
-        if f"log cleaner stopped at {point}" in line:
-            return
-    raise AssertionError(f"the gateway ended before its cleaner reached {point}")
-
-
 @pytest.mark.parametrize("point", ["begun", "added", "switching"])
 async def test_a_gateway_killed_mid_clean_leaves_a_log_the_next_one_cleans(
     point: str, redis_url: str, raw_redis: RedisClient, tmp_path: Path
@@ -386,7 +377,7 @@ async def test_a_gateway_killed_mid_clean_leaves_a_log_the_next_one_cleans(
     second = GatewayProcess(tmp_path / "two", redis_url=redis_url, args=args)
     try:
         await asyncio.to_thread(first.start)
-        await asyncio.wait_for(asyncio.to_thread(_stopped_at, first, point), TIMEOUT)
+        await asyncio.wait_for(asyncio.to_thread(first.output_until, f"log cleaner stopped at {point}"), TIMEOUT)
         first.kill()
         built = await raw_redis.xlen(building)  # the batches the killed pass had written
         assert await raw_redis.hget(keys.meta("big", 0), "cg") is None  # no switch: the log is as it was

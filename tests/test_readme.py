@@ -80,6 +80,7 @@ RUN = {
     "schema=AvroSchema(PAYMENT)": "test_native_schema_snippet",
     "MirrorSourceConnector": "test_moving_from_kafka_snippet",
     'readStream.format("kafka")': "test_spark_kafka_snippet",
+    '"remote.storage.enable": "true"': "test_tiered_storage_snippet",
 }
 
 
@@ -154,6 +155,21 @@ async def test_native_snippet_receives_what_it_sent_on_every_run(gateway: Gatewa
     for run in range(2):
         out = await run_snippet(snippet, gateway, tmp_path)
         assert out == f"sent orders-0@{run}, received b'hello' at orders-0@{run}\n"
+
+
+@pytest.mark.kafka
+async def test_tiered_storage_snippet(redis_url: str, tmp_path: Path) -> None:
+    """Its records leave Redis for the tier store once a tiering pass copies them, and read back whole."""
+    from tests.kafka_clients import consume
+
+    cfg = test_config(redis_url, tier_store=str(tmp_path / "tier"), tier_interval=3600)
+    async with running_gateway(cfg) as gw:
+        assert await run_snippet(block('"remote.storage.enable": "true"'), gw, tmp_path) == "produced 3000 clicks\n"
+        assert gw.tiering is not None and await gw.tiering.tier_pass() > 900_000
+        local_start, highest = await gw.services.log.tier_bounds("clicks", 0)
+        assert 0 < local_start <= highest + 1
+        got = await consume("kafka-python", kafka_bootstrap(gw), "clicks", 0, 0, 3000)
+        assert [r[3][:4] for r in got] == [b"%04d" % i for i in range(3000)]
 
 
 @contextlib.asynccontextmanager

@@ -23,6 +23,7 @@ from gateway.domain.groups import GroupError, GroupErrorKind
 from gateway.domain.groups.admin import GroupView
 from gateway.domain.log import effective_config
 from gateway.domain.services import Services
+from gateway.domain.tiering import tier_view
 from gateway.domain.txn import TxnId, TxnInfo
 from gateway.domain.watermark import PositionsWatermark
 from gateway.errors import ErrorCode, GatewayError, InvalidPartitions, InvalidRequest, TransactionNotFound
@@ -169,6 +170,10 @@ class AdminApi:
             for p, out in enumerate(partitions):  # the log cleaner's state (docs/compaction.md)
                 view = await cleaner_view(self.services.log, name, p)
                 out["cleaner"] = None if view is None else asdict(view)
+        if effective_config(info).get("remote.storage.enable") == "true":
+            for p, out in enumerate(partitions):  # local and tiered parts (README "Tiered storage")
+                tiered = await tier_view(self.services.log, name, p)
+                out["tier"] = None if tiered is None else asdict(tiered)
         return {
             "name": info.name,
             "partitions": partitions,

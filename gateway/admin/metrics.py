@@ -46,7 +46,8 @@ def traffic_families() -> list[Metric]:
         opened.add_metric([name], ls.open)
         accepted.add_metric([name], ls.accepted)
         refused.add_metric([name], ls.refused)
-    return [requests, errors, latency, produced, fetched, opened, accepted, refused, *cleaner_families()]
+    return [requests, errors, latency, produced, fetched, opened, accepted, refused, *cleaner_families(),
+            *tier_families()]
 
 
 def cleaner_families() -> list[Metric]:
@@ -58,6 +59,34 @@ def cleaner_families() -> list[Metric]:
         for family, n in zip(families, counts, strict=True):
             family.add_metric([topic], n)
     return list(families)
+
+
+def tier_families() -> list[Metric]:
+    """Tiered storage on this process: bytes and segments copied, copy lag, remote fetches and the
+    segment index cache."""
+    t = telemetry.TIER
+    out: list[Metric] = []
+    for name, doc, value in (
+        ("gateway_tier_bytes_copied", "Bytes of batches copied to tiered storage", t.bytes_copied),
+        ("gateway_tier_segments_copied", "Segments copied to tiered storage", t.segments_copied),
+        ("gateway_tier_remote_fetches", "Ranged reads of tiered segments", t.remote_fetches),
+        ("gateway_tier_remote_fetch_bytes", "Bytes read from tiered segments", t.remote_fetch_bytes),
+        ("gateway_tier_remote_fetch_seconds", "Seconds spent in ranged reads of tiered segments",
+         t.remote_fetch_seconds),
+        ("gateway_tier_remote_errors", "Tiered storage calls that failed with the store away", t.remote_errors),
+        ("gateway_tier_index_cache_hits", "Segment index reads served from the cache", t.cache_hits),
+        ("gateway_tier_index_cache_misses", "Segment index reads from the object store", t.cache_misses),
+        ("gateway_tier_read_ahead_hits", "Remote reads served from the read-ahead of an earlier ranged read",
+         t.read_ahead_hits),
+    ):
+        family = CounterMetricFamily(name, doc)
+        family.add_metric([], value)
+        out.append(family)
+    lag = GaugeMetricFamily("gateway_tier_copy_lag_bytes", "Bytes of a tiered topic's log not yet in tiered storage, "
+                            "at the tiering role's last pass", labels=["topic"])
+    for topic, n in sorted(t.copy_lag_bytes.items()):
+        lag.add_metric([topic], n)
+    return [*out, lag]
 
 
 class _Snapshot:

@@ -7,7 +7,7 @@ printed beside its raw-Redis baseline, spread over as many streams as the topic 
 and the ratio between them.
 
 One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `share`, `key_shared`, `groups`,
-`peer`, `compaction`, `memory`, `tier`), each on `common` alone; this one only picks among them.
+`peer`, `compaction`, `memory`, `quotas`, `registry`, `tier`), each on `common` alone; this one only picks among them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from gateway.bench import (
     native,
     peer,
     quotas,
+    registry,
     share,
     spark,
     tier,
@@ -60,6 +61,8 @@ def run_bench(args: argparse.Namespace) -> None:
             rows, note = tier.measure_tier(url, seconds, args.object_store), tier.NOTE
         elif args.quotas:
             rows = quotas.measure_quotas(url, seconds)
+        elif args.registry:
+            rows = registry.measure_registry(url, args.records or registry.SCHEMAS)
         elif args.share:
             rows = share.measure_share(url, sizes[0], args.records or 500_000)
         elif args.key_shared:

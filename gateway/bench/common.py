@@ -517,18 +517,22 @@ def free_ports(count: int) -> int:
 
 
 @contextmanager
-def running_gateway(redis_url: str, workers: int = 1) -> Iterator[dict[str, int]]:
+def running_gateway(redis_url: str, workers: int = 1, registry: bool = False) -> Iterator[dict[str, int]]:
     """A gateway process, as users run it, on free ports: its `kafka`, `native` and `admin` ports
-    and its `pid`. With `workers` > 1, `gateway serve --workers`: the ports are worker 0's (the
-    others follow them), the pid the supervisor's (`gateway_servers` counts its workers with it)."""
+    (and `registry`'s, when asked for) and its `pid`. With `workers` > 1, `gateway serve --workers`:
+    the ports are worker 0's (the others follow them), the pid the supervisor's (`gateway_servers`
+    counts its workers with it)."""
     ports = {"kafka": free_ports(workers), "native": free_ports(workers), "admin": free_port()}
+    if registry:
+        ports["registry"] = free_port()
     Progress.doing_else("starting a gateway" if workers == 1 else f"starting a gateway of {workers} workers")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "serve", "--redis-url", redis_url, "--log-level", "WARNING",
          "--kafka-port", str(ports["kafka"]), "--native-port", str(ports["native"]),
          "--admin-port", str(ports["admin"]), "--workers", str(workers),
-         # no registry: its fixed default port may be taken by the gateway the user runs beside
-         "--schema-registry-port", "0"],
+         # a registry only when asked for: its fixed default port may be taken by the gateway the user
+         # runs beside
+         "--schema-registry-port", str(ports.get("registry", 0))],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert proc.stdout is not None

@@ -18,6 +18,7 @@ from gateway.clock import now_ms
 from gateway.domain.memory import MemoryBudget
 from gateway.domain.readahead import ReadAhead
 from gateway.domain.record_checks import check_records
+from gateway.domain.remote import RemoteLog
 from gateway.domain.roles import NO_LEASE, Lease
 from gateway.domain.topic_configs import (
     BROKER_DEFAULTS,
@@ -26,6 +27,7 @@ from gateway.domain.topic_configs import (
     Change,
     Op,
     apply,
+    check_remote,
     check_together,
     resolve,
     validate_topic_config,
@@ -52,6 +54,7 @@ from gateway.formats.records import (
 from gateway.store import Store
 from gateway.store.log import Append, AppendRequest, Entry, PartitionBounds, Slice, TopicInfo
 from gateway.store.log import PartitionProducer as PartitionProducer  # the faces' DescribeProducers
+from gateway.store.objects import ObjectStore
 from gateway.store.replication import PrimaryStatus
 
 log = logging.getLogger(__name__)
@@ -151,8 +154,11 @@ class LogService:
     def __init__(
         self, store: Store, *, auto_create: bool = True, default_partitions: int = 1,
         peers: Callable[[], bool] = lambda: False, node_id: int = 0, memory: MemoryBudget | None = None,
+        objects: ObjectStore | None = None,
     ) -> None:
         self.store = store
+        # tiered storage (Kafka's remote.log.storage.system.enable): on when the gateway has an object store
+        self.remote = RemoteLog(store, objects) if objects is not None else None
         self.node_id = node_id  # whose per-broker configs apply here
         self.memory = memory or MemoryBudget(store)  # never sampled: admits every produce
         self.auto_create = auto_create
@@ -163,6 +169,7 @@ class LogService:
         self._topics: dict[str, TopicInfo] = {}
         self._by_id: dict[str, TopicInfo] = {}  # topics by id, as last seen: an id names one incarnation
         self._avg_batch: dict[tuple[str, int], int] = {}  # recent stored batch size per partition
+        self._local_start: dict[tuple[str, int], int] = {}  # tiered partitions' local log start, as last read
         self._ahead = ReadAhead(self._read)
         self._defaults = _NOT_READ
         self._resolved: dict[str, tuple[TopicInfo, dict[str, str], dict[str, str]]] = {}
@@ -176,11 +183,18 @@ class LogService:
         validate_topic_name(name)
         n = self.default_partitions if partitions is None else partitions
         check_partitions(n)
-        info = TopicInfo(name, n, validate_topic_config(config or {}), now_ms())
+        info = TopicInfo(name, n, await self.checked_config(config or {}), now_ms())
         info = await self.store.log.create_topic(info)
         self._remember(info)
         await self.warn_unmet_min_insync([info])
         return info
+
+    async def checked_config(self, config: dict[str, str | None]) -> dict[str, str]:
+        """A new topic's configs as kept, each checked, and together as Kafka's LogConfig checks them
+        (remote storage only with this gateway's object store: Kafka's broker-level switch)."""
+        kept = validate_topic_config(config)
+        check_remote(resolve(kept, await self.cluster_config()), system_enabled=self.remote is not None)
+        return kept
 
     async def topic(self, name: str, *, create: bool | None = None) -> TopicInfo:
         """The topic's description; created on first use when allowed."""
@@ -233,7 +247,13 @@ class LogService:
 
     async def delete_topic(self, name: str, topic_id: str = "") -> None:
         """Delete the topic; with `topic_id`, only while the name is still that incarnation's."""
+        info = await self.store.log.get_topic(name) if self.remote is not None else None
         await self.store.log.delete_topic(name, topic_id)
+        if self.remote is not None and info is not None and (not topic_id or topic_id == info.topic_id):
+            try:
+                await self.remote.delete_topic(name, info.topic_id)
+            except StorageUnavailable as exc:
+                log.warning("topic %s deleted; its tiered segments stay for the tiering role's sweep: %s", name, exc)
         # its reassignments go with it, so that a topic made again under the name starts unplaced
         placed = await self.store.registry.placements()
         await self.store.registry.place([(k, None, None) for k in placed if k[0] == name], expect=False)
@@ -252,10 +272,13 @@ class LogService:
         (AlterConfigs). Applied to the topic as stored, in one step: a racing change is not lost.
         `validate_only` checks the changes and keeps nothing."""
         ops = _changes(changes)
+        cluster = await self.cluster_config()
 
         def changed(info: TopicInfo) -> dict[str, str]:
             new = apply(info.config, ops, TOPIC_CONFIGS, incremental=incremental)
             check_together(resolve(new, {}))
+            was = resolve(info.config, cluster).get("remote.storage.enable") == "true"
+            check_remote(resolve(new, cluster), system_enabled=self.remote is not None, was_enabled=was)
             return new
 
         if validate_only:
@@ -475,8 +498,47 @@ class LogService:
     async def _read(self, topic: str, partition: int, offset: int, max_entries: int, committed: bool) -> Slice:
         """Large batches are received in place (`store.resp`); many small ones parse faster through
         redis-py's C parser."""
-        direct = self._avg_batch.get((topic, partition), 0) >= DIRECT_READ_BATCH
-        return await self.store.log.read(topic, partition, offset, max_entries, with_aborted=committed, direct=direct)
+        key = (topic, partition)
+        direct = self._avg_batch.get(key, 0) >= DIRECT_READ_BATCH
+        sl = await self.store.log.read(topic, partition, offset, max_entries, with_aborted=committed, direct=direct,
+                                       below_local=offset < self._local_start.get(key, -1))
+        if sl.local_start > sl.log_start:  # a tiered partition: the next read below it skips the stream
+            self._local_start[key] = sl.local_start
+        else:
+            self._local_start.pop(key, None)
+        if sl.log_start <= offset < sl.local_start and not sl.entries:
+            if self.remote is None:
+                raise StorageUnavailable(f"{topic}-{partition}: offset {offset} is in tiered storage, and this "
+                                         "gateway has no --tier-store")
+            info = await self.known_topic(topic, partition=partition)
+            sl = await self.remote.read(topic, info.topic_id, partition, offset, max_entries, sl)
+        return sl
+
+    async def tier_bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """(local log start, highest offset in tiered storage or -1): ListOffsets' EARLIEST_LOCAL
+        and LATEST_TIERED (KIP-405, KIP-1005)."""
+        state = await self.store.tier.state(topic, partition)
+        if state is None:
+            raise TopicNotFound(f"{topic}-{partition} does not exist")
+        highest = state.tiered_end - 1 if state.tiered_end > state.log_start else -1
+        return state.local_start, highest
+
+    async def _drop_segments(self, topic: str, partition: int, members: list[str]) -> None:
+        """Delete the objects of segments a trim unlisted. They are out of the manifest already, so
+        objects left (no object store here, or it is away) are orphans for the tiering role's sweep,
+        and the trim stands."""
+        if not members:
+            return
+        if self.remote is None:
+            log.warning("%s-%d: %d tiered segments unlisted, their objects left for a gateway with a tier store",
+                        topic, partition, len(members))
+            return
+        try:
+            info = await self.known_topic(topic, partition=partition)
+            await self.remote.delete(topic, info.topic_id, partition, members)
+        except StorageUnavailable as exc:
+            log.warning("%s-%d: %d tiered segments unlisted, their objects left for the tiering role's sweep: %s",
+                        topic, partition, len(members), exc)
 
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
@@ -565,6 +627,15 @@ class LogService:
         """(offset, timestamp) of the first record at or after `ts`, or None. Control records
         (transaction and watermark markers, stamped when written) are never the answer."""
         after = -1
+        if self.remote is not None:
+            local_start, highest = await self.tier_bounds(topic, partition)
+            if highest >= 0:
+                start, _ = await self.bounds(topic, partition)
+                info = await self.known_topic(topic, partition=partition)
+                found = await self.remote.offset_for_time(topic, info.topic_id, partition, ts, start)
+                if found is not None:
+                    return found
+                after = local_start
         while True:
             start, entry = await self.store.log.entry_for_time(topic, partition, ts, after)
             if entry is None:
@@ -582,9 +653,10 @@ class LogService:
 
     async def delete_records(self, topic: str, partition: int, before: int) -> int:
         """Move the log start to `before` (-1: the high watermark); returns the new log start."""
-        start, _ = await self.store.log.trim(topic, partition, min_start=-2 if before == -1 else before)
+        trimmed = await self.store.log.trim(topic, partition, min_start=-2 if before == -1 else before)
         self._ahead.forget(topic)
-        return start
+        await self._drop_segments(topic, partition, trimmed.segments)
+        return trimmed.log_start
 
     # -- retention ------------------------------------------------------------------------------
 
@@ -601,14 +673,15 @@ class LogService:
             for p in range(info.partitions):
                 if not lease.held():
                     return removed
-                _, n = await self.store.log.trim(
+                trimmed = await self.store.log.trim(
                     info.name,
                     p,
                     retention_ms=int(cfg["retention.ms"]),
                     retention_bytes=int(cfg["retention.bytes"]),
                     role_epoch=lease.epoch,
                 )
-                removed += n
+                removed += trimmed.removed
+                await self._drop_segments(info.name, p, trimmed.segments)
         return removed
 
     async def retention_pass(self, lease: Lease = NO_LEASE) -> None:

@@ -115,12 +115,6 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def _no_tiered_storage(value: str) -> str | None:
-    if value == "true":
-        return "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."
-    return None
-
-
 _THROTTLED = re.compile(r"^(\*|\d+:\d+(,\d+:\d+)*)?$")
 
 
@@ -144,7 +138,6 @@ _NO_EFFECT = {
     "segment": "the log is a Redis stream: there are no segment files",
     "flush": "Redis's persistence (appendfsync) decides when data reaches disk",
     "replicas": "Redis's replication decides durability; every live gateway serves every partition",
-    "remote": "there is no tiered storage",
     "timestamps": "record timestamps are not checked against the broker's clock",
     "decompressed": "batches are stored as the producer compressed them, and no record's decompressed size is "
                     "checked",
@@ -166,9 +159,11 @@ _B, _I, _L, _S, _D, _LI = Kind.BOOLEAN, Kind.INT, Kind.LONG, Kind.STRING, Kind.D
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
-    _topic("segment.bytes", _I, 1_073_741_824, "The size of a segment file.", why="segment",
+    _topic("segment.bytes", _I, 1_073_741_824, "The size of a segment file: on a topic with remote storage, "
+           "of the segments copied to tiered storage (the log itself is a Redis stream).", effective=True,
            broker="log.segment.bytes", low=1_048_576),
-    _topic("segment.ms", _L, 604_800_000, "The time after which a segment rolls.", why="segment",
+    _topic("segment.ms", _L, 604_800_000, "The time after which a segment rolls: on a topic with remote "
+           "storage, after which a range not yet segment.bytes long is copied to tiered storage.", effective=True,
            broker="log.roll.ms",
            broker_fallback=("log.roll.hours", "168"), low=1),
     _topic("segment.jitter.ms", _L, 0, "Random jitter of segment rolls.", why="segment",
@@ -232,19 +227,21 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {c.name: c for c in (
            "throttled: '*' or partition:broker pairs.", why="replicas", rule=_throttled),
     _topic("follower.replication.throttled.replicas", _LI, "", "Replicas whose follower replication is "
            "throttled: '*' or partition:broker pairs.", why="replicas", rule=_throttled),
-    _topic("remote.storage.enable", _B, False, "Keep older segments in tiered storage.", why="remote",
-           rule=_no_tiered_storage),
-    _topic("local.retention.ms", _L, -2, "Milliseconds kept locally before tiered storage takes them; -2: "
-           "retention.ms.", why="remote", broker="log.local.retention.ms", low=-2),
-    _topic("local.retention.bytes", _L, -2, "Bytes kept locally before tiered storage takes them; -2: "
-           "retention.bytes.", why="remote", broker="log.local.retention.bytes", low=-2),
-    _topic("remote.log.copy.disable", _B, False, "Stop copying segments to tiered storage.", why="remote"),
+    _topic("remote.storage.enable", _B, False, "Keep older segments in tiered storage (the gateway's "
+           "--tier-store), the recent head in Redis.", effective=True),
+    _topic("local.retention.ms", _L, -2, "Milliseconds kept in Redis once copied to tiered storage; -2: "
+           "retention.ms.", effective=True, broker="log.local.retention.ms", low=-2),
+    _topic("local.retention.bytes", _L, -2, "Bytes kept in Redis once copied to tiered storage; -2: "
+           "retention.bytes.", effective=True, broker="log.local.retention.bytes", low=-2),
+    _topic("remote.log.copy.disable", _B, False, "Stop copying segments to tiered storage (reads and retention "
+           "of those there go on).", effective=True),
     _topic("remote.copy.lag.ms", _L, 0, "How long a closed segment waits before it is copied to tiered storage; "
-           "-1: local.retention.ms.", why="remote", broker="log.remote.copy.lag.ms", low=-1),
+           "-1: local.retention.ms.", effective=True, broker="log.remote.copy.lag.ms", low=-1),
     _topic("remote.copy.lag.bytes", _L, -1, "Bytes of newer data a closed segment waits for before it is copied "
-           "to tiered storage; -1: local.retention.bytes.", why="remote", broker="log.remote.copy.lag.bytes", low=-1),
-    _topic("remote.log.delete.on.disable", _B, False, "Delete tiered data when tiered storage is turned off.",
-           why="remote"),
+           "to tiered storage; -1: local.retention.bytes.", effective=True, broker="log.remote.copy.lag.bytes",
+           low=-1),
+    _topic("remote.log.delete.on.disable", _B, False, "Delete tiered data when remote.storage.enable is turned "
+           "off.", effective=True),
     _topic("errors.deadletterqueue.group.enable", _B, False, "Let share groups write undeliverable records to "
            "this topic as their dead-letter queue.", why="dead_letter"),
     # the gateway's own
@@ -303,6 +300,58 @@ def check_together(values: Mapping[str, str]) -> None:
         # the gateway's own rule: a held record would enter the log past the produce-time key check,
         # and a delay has no meaning for a table of latest values
         raise InvalidConfig("delayed.delivery.enable cannot be true on a topic whose cleanup.policy has compact")
+
+
+def check_remote(values: Mapping[str, str], *, system_enabled: bool, was_enabled: bool = False) -> None:
+    """Kafka 4.4's rules for remote storage (LogConfig.validateTopicLogConfigValues, in its order;
+    the messages as its 4.4.0 jar has them): only with the broker's tiered storage on, only under
+    cleanup.policy delete (or none), local retention within retention, copy lags within local
+    retention, local retention equal to retention once copying is disabled, and turned off only with
+    its data deleted. `values` are the topic's resolved configs."""
+    enabled = values.get("remote.storage.enable") == "true"
+    if was_enabled and not enabled and values.get("remote.log.delete.on.disable") != "true":
+        raise InvalidConfig(
+            "It is invalid to disable remote storage without deleting remote data. If you want to keep the remote "
+            "data and turn to read only, please set `remote.storage.enable=true,remote.log.copy.disable=true`. If "
+            "you want to disable remote storage and delete all remote data, please set "
+            "`remote.storage.enable=false,remote.log.delete.on.disable=true`.")
+    if not enabled:
+        return
+    if not system_enabled:
+        raise InvalidConfig("Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
+                            "with remote log storage.")
+    if values.get("cleanup.policy", "") not in ("", "delete"):
+        raise InvalidConfig("Remote log storage only supports topics with cleanup.policy=delete or cleanup.policy "
+                            "being an empty list.")
+    for kind in ("bytes", "ms"):
+        total, local = int(values[f"retention.{kind}"]), int(values[f"local.retention.{kind}"])
+        if total != -1 and local != -2:
+            name = f"local.retention.{kind}"
+            if local == -1:
+                raise InvalidConfig(f"Invalid value -1 for configuration {name}: Value must not be -1 as "
+                                    f"retention.{kind} value is set as {total}.")
+            if local > total:
+                raise InvalidConfig(f"Invalid value {local} for configuration {name}: Value must not be more "
+                                    f"than retention.{kind} property value: {total}")
+    for kind in ("bytes", "ms"):  # validateRemoteCopyLagSize, then validateRemoteCopyLagTime
+        local, lag = int(values[f"local.retention.{kind}"]), int(values[f"remote.copy.lag.{kind}"])
+        effective = int(values[f"retention.{kind}"]) if local == -2 else local
+        if lag > 0 and effective >= 0 and lag > effective:
+            raise InvalidConfig(f"Invalid value {lag} for configuration remote.copy.lag.{kind}: Value must not exceed "
+                                f"local.retention.{kind} (effective value: {effective})")
+    if values.get("remote.log.copy.disable") == "true":
+        for kind in ("bytes", "ms"):
+            local = int(values[f"local.retention.{kind}"])
+            if local != -2 and local != int(values[f"retention.{kind}"]):
+                raise InvalidConfig(f"When `remote.log.copy.disable` is set to true, the `local.retention.{kind}` and "
+                                    f"`retention.{kind}` must be set to the identical value because there will be no "
+                                    "more logs copied to the remote storage.")
+
+
+def local_retention(values: Mapping[str, str]) -> tuple[int, int]:
+    """(ms, bytes) a tiered topic keeps in Redis: local.retention.*, -2 following retention.*."""
+    ms, size = int(values["local.retention.ms"]), int(values["local.retention.bytes"])
+    return (int(values["retention.ms"]) if ms == -2 else ms, int(values["retention.bytes"]) if size == -2 else size)
 
 
 @dataclass(frozen=True)

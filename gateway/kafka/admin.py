@@ -10,7 +10,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.security import Operation, ResourceType
-from gateway.domain.topic_configs import validate_topic_config
 from gateway.errors import AuthorizationFailed, TopicExists, TopicNotFound
 from gateway.kafka import codec
 from gateway.kafka.authz import may_create_topic
@@ -105,7 +104,7 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
                 if not await quota.take(partitions):  # ReplicationControlManager.createTopic
                     res.update(error_code=KafkaError.throttling_quota_exceeded, error_message=THROTTLED)
                 elif req.validate_only:
-                    info_config = validate_topic_config(configs)
+                    info_config = await log.checked_config(configs)
                     if await _exists(ctx, t.name):
                         res.update(error_code=KafkaError.topic_already_exists, error_message=_exists_message(t.name))
                 else:

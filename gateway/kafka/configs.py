@@ -145,6 +145,9 @@ def _static_broker_configs(ctx: RequestContext) -> dict[str, tuple[str, Kind, st
                                        "a producer may ask for (--txn-max-timeout-ms)."),
         "log.retention.check.interval.ms": (str(int(cfg.retention_check_interval * 1000)), Kind.LONG,
                                             "Time between retention passes (--retention-check-interval)."),
+        "remote.log.storage.system.enable": (str(bool(cfg.tier_location)).lower(), Kind.BOOLEAN,
+                                             "Whether topics may keep older segments in tiered storage "
+                                             "(--tier-store)."),
     }
 
 

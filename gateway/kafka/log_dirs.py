@@ -5,7 +5,8 @@ do: DESCRIBE on the cluster or CLUSTER_AUTHORIZATION_FAILED (the top-level error
 results); null topics ask for every partition; a partition not hosted is left out. Each gateway has
 one log dir: its Redis (the embedded one's data dir, else the Redis URL without credentials), whose
 partitions are every topic's (every gateway serves every partition). A partition's size is Redis's
-MEMORY USAGE of its keys; total bytes are the primaries' maxmemory summed and usable bytes what is
+MEMORY USAGE of its keys (on a tiered topic the local part alone, as Kafka's `UnifiedLog.size` counts
+local segments only; the admin API shows the tiered part); total bytes are the primaries' maxmemory summed and usable bytes what is
 left of it (-1 without maxmemory, Kafka's unknown), from the gateway's last memory sample. Offset
 lag is 0 and no log is a future one: there is no replica movement between dirs. Versions 1-4: v0 is
 gone since Kafka 4.0 (KIP-896); v5 adds cordoned dirs (KIP-1066), which the gateway has none of.

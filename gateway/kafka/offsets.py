@@ -2,9 +2,9 @@
 0, ending at the hw).
 
 Special timestamps (KIP-734 max timestamp, KIP-405's earliest-local and latest-tiered, from
-ListOffsetsRequest.json): there is no tiered storage, so the whole log is local: earliest-local is
-the log start and latest-tiered finds nothing (offset -1), as Kafka answers for a topic without
-remote storage."""
+ListOffsetsRequest.json): earliest-local is the first offset still in Redis (the log start on a
+topic never tiered), latest-tiered the highest offset in tiered storage, -1 when none is, as
+Kafka's `UnifiedLog.fetchOffsetByTimestamp` answers."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ READ_COMMITTED = 1
 LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4  # no tiered storage: the same as earliest
-LATEST_TIERED = -5  # no tiered storage: nothing
+EARLIEST_LOCAL = -4  # the local log start: the earliest offset in Redis
+LATEST_TIERED = -5  # the highest offset in tiered storage
 # the first version that may ask each special timestamp (ListOffsetsRequest.json: v7 KIP-734, v8 and
 # v9 KIP-405/KIP-1005); any other negative one is of a version above ours. Asked below it, Kafka 4.4
 # answers UNSUPPORTED_VERSION for that partition, before looking the partition up (as the
@@ -62,14 +62,16 @@ async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int, comm
         if (stale := leader_epoch_error(current_leader_epoch)) is not None:
             return OffsetResult(partition, stale)
         start, hw = await log.bounds(topic, partition)
-        if ts in (EARLIEST, EARLIEST_LOCAL):
+        if ts == EARLIEST:
             return OffsetResult(partition, offset=start)
+        if ts == EARLIEST_LOCAL:  # UnifiedLog.fetchOffsetByTimestamp: the local log start offset
+            return OffsetResult(partition, offset=(await log.tier_bounds(topic, partition))[0])
         if ts == LATEST:
             if committed:
                 hw = (await log.read(topic, partition, hw, 1)).stable
             return OffsetResult(partition, offset=hw)
-        if ts == LATEST_TIERED:
-            return OffsetResult(partition)
+        if ts == LATEST_TIERED:  # the highest offset in remote storage; -1 when none is
+            return OffsetResult(partition, offset=(await log.tier_bounds(topic, partition))[1])
         if ts == MAX_TIMESTAMP:
             top = await log.max_timestamp(topic, partition)
             return OffsetResult(partition) if top is None else OffsetResult(partition, timestamp=top[1], offset=top[0])

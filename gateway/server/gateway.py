@@ -24,6 +24,7 @@ from gateway.domain.compaction import LogCleaner
 from gateway.domain.registry import Registry
 from gateway.domain.roles import Role
 from gateway.domain.services import Services
+from gateway.domain.tiering import TierCopier
 from gateway.errors import GatewayError, StorageUnavailable
 from gateway.kafka.server import start_kafka_server
 from gateway.native.server import start_native_server
@@ -73,6 +74,7 @@ class Gateway:
         self._roles: list[Role] = []
         self._stopped = asyncio.Event()
         self.cleaner: LogCleaner | None = None
+        self.tiering: TierCopier | None = None  # with an object store (--tier-store)
 
     @property
     def redis_url(self) -> str:
@@ -120,6 +122,7 @@ class Gateway:
         self.services.groups.start()  # session expiry, rebalance deadlines, groups left by a previous run
         svc, leased = self.services, self.services.roles.role
         cleaner = self.cleaner = LogCleaner(svc.log, stop_at=cfg.debug_cleaner_stop_at)
+        tiering = self.tiering = TierCopier(svc.log, stop_at=cfg.debug_tier_stop_at) if svc.log.remote else None
         # one gateway at a time runs each of these (see gateway.domain.roles); every gateway renews its own registration
         self._roles = [
             registry,
@@ -136,6 +139,9 @@ class Gateway:
                 "watermark snapshots", cfg.watermark_snapshot_interval, svc.watermark.snapshot_pass)),
             leased("delay scheduler", lambda lease: svc.delay.scheduler(lease=lease)),
         ]
+        if tiering is not None:
+            self._roles.append(leased("tiering", lambda lease: Periodic(
+                "tiering", cfg.tier_interval, lambda: tiering.tier_pass(lease), first_after=cfg.tier_interval)))
         self._tasks += [asyncio.create_task(role.run()) for role in self._roles]
         self._tasks.append(asyncio.create_task(svc.memory.run()))  # every gateway samples for its own produce
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from gateway.config import Config
+from gateway.config import SETTINGS, Config
 from gateway.domain.client_metrics import ClientMetricsService
 from gateway.domain.delay import DelayService
 from gateway.domain.delegation_tokens import DelegationTokens
@@ -32,7 +32,21 @@ from gateway.domain.services import Services
 from gateway.domain.subscriptions import SubscriptionService
 from gateway.domain.txn import TransactionCoordinator
 from gateway.domain.watermark import WatermarkService
+from gateway.errors import GatewayError
 from gateway.store import Store
+from gateway.store.objects import ObjectStore, ObjectStoreUnavailable
+from gateway.store.objects.open import open_object_store
+
+
+def open_tier_store(location: str) -> ObjectStore | None:
+    """The object store of `--tier-store`, None when tiering is off; one line naming the setting when
+    it cannot be opened."""
+    if not location:
+        return None
+    try:
+        return open_object_store(location)
+    except (ValueError, ObjectStoreUnavailable) as exc:
+        raise GatewayError(f"{exc}: check {SETTINGS['tier_store'].label}") from None
 
 
 @contextlib.asynccontextmanager
@@ -45,9 +59,12 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
         store.replication.configure(config.state_min_insync_replicas, config.state_replication_timeout_ms)
         memory = MemoryBudget(store, config.redis_memory_high_watermark)
         await memory.check_start()  # an evicting Redis would lose acknowledged records: refused here
+        objects = open_tier_store(config.tier_location)
+        if objects is not None:
+            closing.push_async_callback(objects.close)
         log = LogService(store, auto_create=config.auto_create_topics,
                          default_partitions=config.default_partitions, peers=registry.peers,
-                         node_id=config.node_id, memory=memory)
+                         node_id=config.node_id, memory=memory, objects=objects)
         closing.push_async_callback(log.close)
         await log.warn_unmet_min_insync()  # acks=all produces to such topics are refused: say so at once
         delay = DelayService(store, notify_partition=log.notifier.notify, memory=memory)

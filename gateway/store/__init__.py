@@ -26,6 +26,7 @@ from gateway.store.scripts import Scripts
 from gateway.store.security import SecurityStore
 from gateway.store.share_groups import ShareGroupStore
 from gateway.store.subscriptions import SubscriptionStore
+from gateway.store.tier import TierStore
 from gateway.store.txn import TxnStore
 from gateway.store.txn_offsets import TxnOffsetStore
 from gateway.store.wakeups import LogWakeups
@@ -63,6 +64,7 @@ class Store:
         self.cluster_config = ClusterConfigStore(redis, scripts)
         self.features = ClusterConfigStore(redis, scripts, keys.FEATURES)
         self.cleaner = CleanerStore(redis, scripts)
+        self.tier = TierStore(redis, scripts)
         self.share_groups = ShareGroupStore(redis, scripts)
         self.schemas = SchemaAllocStore(scripts)
         self.client_metrics = ClientMetricsStore(redis, scripts)

@@ -383,3 +383,9 @@ def quota_rate(kind: str, user: str, client_id: str) -> str:
     """Hash: sample window start (ms) -> amount, one quota entity's usage of one kind, shared by every
     gateway; its own hash tag, so entities spread over a cluster's slots."""
     return f"{{gw:q:{kind}:{len(user)}:{user}:{client_id}}}:rate"
+
+
+def tier_manifest(topic: str, partition: int) -> str:
+    """Sorted set of a partition's segments in tiered storage: member "base:next:max ts:bytes
+    before:size:segment id", score = base offset (see lua/tier-add-2.lua)."""
+    return f"{partition_tag(topic, partition)}:tier"

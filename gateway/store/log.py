@@ -3,7 +3,9 @@
 A partition is a stream whose entry IDs are `<base offset>-1`, one entry per record batch with
 fields `b` (the batch as received), `n` (records), `t` (running maximum timestamp) and `c` (bytes
 in the log before it). Its meta hash holds `hw` (the next offset), `start` (the log start offset),
-`maxts`, `bytes` and `gen` (the incarnation of the topic it belongs to).
+`maxts`, `bytes` and `gen` (the incarnation of the topic it belongs to), and on a tiered partition
+`ls` (the local log start: the stream starts there) and `te` (where its tiered segments end; see
+`tier.py`).
 
 Topics. The registry (`keys.TOPICS`, one slot) is the one source of truth: a topic exists when it
 has a record there, and every change of a record is one script (create, config, grow, delete). A
@@ -33,7 +35,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -122,6 +124,9 @@ class Slice:
     last_stable_offset: int = -1  # below the first open transaction's first offset; -1: not read
     aborted: list[AbortedRange] = field(default_factory=list)  # read only for read-committed readers
     generation: int = 0  # the incarnation of the topic the partition belongs to
+    # the first offset the stream holds (Kafka's local log start); below it, from `log_start` on,
+    # the batches are in tiered storage and `entries` is empty for the tier to fill
+    local_start: int = -1
 
     @property
     def stable(self) -> int:
@@ -133,6 +138,15 @@ class Slice:
             return None
         offset = self.entries[-1].next_offset
         return offset if offset < (self.stable if read_committed else self.high_watermark) else None
+
+
+class Trimmed(NamedTuple):
+    """What a trim did: the new log start, the stream entries removed, and the tiered segments
+    unlisted (manifest members: see `gateway.store.tier.Segment`), whose objects are to delete."""
+
+    log_start: int
+    removed: int
+    segments: list[str]
 
 
 @dataclass(frozen=True)
@@ -499,28 +513,41 @@ class LogStore:
 
     async def read(
         self, topic: str, partition: int, offset: int, max_entries: int, *, with_aborted: bool = False,
-        direct: bool = False,
+        direct: bool = False, below_local: bool = False,
     ) -> Slice:
         """Up to `max_entries` entries from the one holding `offset` on, with the bounds read after
         them, and for read-committed readers the aborted transactions whose markers are at or after
         `offset`. With `max_entries` 1 only the entry holding `offset` is read: a megabyte batch
         that fills a fetch alone is not read twice; a second round trip covers the rare case where
         no entry holds it (before the log start). `direct` (for large batches) receives them
-        without copies (`resp`), through redis-py when that path cannot serve."""
+        without copies (`resp`), through redis-py when that path cannot serve. `below_local` (the
+        caller expects `offset` in tiered storage) reads the bounds alone, the stream only when it
+        was wrong."""
         log = keys.log(topic, partition)
+        stream = not below_local
         commands: list[tuple[Any, ...]] = [
-            ("XREVRANGE", log, f"{offset}-1", "-", "COUNT", 1),
-            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen", "cb", "cg"),
+            ("HMGET", keys.meta(topic, partition), "hw", "start", "gen", "cb", "cg", "ls"),
             ("HVALS", keys.open_txns(topic, partition)),
         ]
+        if stream:
+            commands.insert(0, ("XREVRANGE", log, f"{offset}-1", "-", "COUNT", 1))
         if with_aborted:
             commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
-        if max_entries > 1:
+        if stream and max_entries > 1:
             commands.append(("XRANGE", log, f"({offset}-1", "+", "COUNT", max_entries - 1))
-        replies = await self._pipeline(log, commands, direct, streams=(0, len(commands) - 1 if max_entries > 1 else 0))
-        before, (hw, start, gen, cb, cg), open_txns, *rest = replies
+        streams = (0, len(commands) - 1 if max_entries > 1 else 0) if stream else ()
+        replies = await self._pipeline(log, commands, direct, streams=streams)
+        if not stream:
+            replies.insert(0, [])
+        before, (hw, start, gen, cb, cg, ls), open_txns, *rest = replies
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
+        if ls is not None and int(start) <= offset < int(ls):  # tiered: the tier reads these
+            ranges = [_aborted(m, int(float(score))) for m, score in _pairs(rest[0] if with_aborted else [])]
+            return Slice([], int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0),
+                         int(ls))
+        if not stream:
+            return await self.read(topic, partition, offset, max_entries, with_aborted=with_aborted, direct=direct)
         if cb is not None and offset < int(cb):
             return await self._read_cleaned(topic, partition, offset, max_entries, with_aborted, direct, int(cg))
         aborted = rest.pop(0) if with_aborted else []
@@ -538,7 +565,8 @@ class LogStore:
             assert first is not None
             entries.insert(0, first)
         ranges = [_aborted(m, int(float(score))) for m, score in _pairs(aborted)]
-        return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0))
+        return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0),
+                     max(int(start), int(ls or 0)))
 
     async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]) -> list[Any]:
         """The replies of `commands` (all in `log`'s slot) in one round trip; `direct` receives them
@@ -713,19 +741,21 @@ class LogStore:
         retention_bytes: int = -1,
         min_start: int = -1,
         role_epoch: int = -1,
-    ) -> tuple[int, int]:
-        """Apply retention or an explicit new start; returns (log start, entries removed). The
-        retention role passes its lease epoch: NotAllowed when the partition has seen a newer one."""
+    ) -> Trimmed:
+        """Apply retention or an explicit new start. The retention role passes its lease epoch:
+        NotAllowed when the partition has seen a newer one. Tiered segments below the new start
+        are unlisted in the same step; their objects are the caller's to delete."""
         async with storage_errors():
             reply: list[Any] = await self.scripts.call(
-                "trim-3",
-                [keys.log(topic, partition), keys.meta(topic, partition), keys.aborted_txns(topic, partition)],
+                "trim-4",
+                [keys.log(topic, partition), keys.meta(topic, partition), keys.aborted_txns(topic, partition),
+                 keys.tier_manifest(topic, partition)],
                 # now_ms, retention_ms, retention_bytes, min_start, epoch
                 [now_ms(), retention_ms, retention_bytes, min_start, role_epoch],
             )
         if reply[0] != ErrorCode.OK:
             raise error_for(reply[0], f"{topic}-{partition}")
-        return int(reply[1]), int(reply[2])
+        return Trimmed(int(reply[1]), int(reply[2]), [m.decode() for m in reply[3:]])
 
     async def allocate_producer_id(self) -> int:
         """A producer id never handed out before, from the counter both faces share."""
