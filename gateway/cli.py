@@ -184,6 +184,12 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--key-shared", action="store_true",
                    help="native Key_Shared subscriptions of 1, 3 and 10 consumers beside shared ones and "
                    "XREADGROUP+XACK (--records, default 20000, of the first --sizes, over 100 keys)")
+    p.add_argument("--tier", action="store_true",
+                   help="tiered storage's object stores: raw PUT of 8 MiB segments and raw ranged GET of 1 MiB "
+                   "slices on the local directory and on S3 (s3s-fs, which ./dev builds)")
+    p.add_argument("--object-store", metavar="URL",
+                   help="with --tier, this store too: a directory or s3://bucket/prefix?endpoint=... "
+                   "(credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
     p.add_argument("--watermarks", action="store_true",
                    help="broker watermarks: send_watermark, lookups, consuming past markers")
     p.add_argument("--groups", action="store_true",

@@ -140,7 +140,7 @@ class Config:
                                          "switch), for tests that kill the gateway there; empty: never",
                                          check=one_of("", "begun", "added", "switching"), metavar="POINT")
     tier_store: str = setting("", "tiered storage (Kafka's remote.log.storage.system.enable): where topics with "
-                              "remote.storage.enable keep their older segments, a directory or file:// URL; empty: "
+                              "remote.storage.enable keep their older segments, a directory, file:// URL or s3://bucket/prefix?endpoint=URL; empty: "
                               "<data-dir>/tier with the embedded Redis, none with --redis-url; 'none': off",
                               metavar="LOCATION")
     tier_interval: float = setting(5.0, "seconds between tiering passes (copy to tiered storage, then trim)",

@@ -15,6 +15,8 @@ since those ports may be taken where the suite runs. Beyond that:
 - The MirrorMaker 2 block (`sh`, in bash) also gets Kafka's and its Connect worker's addresses, and
   fresh topic and group names (the Kafka broker lives as long as the run); for the way back, its
   clusters' addresses and aliases swap, as the README says.
+- The tier store block runs in bash against s3s-fs (a real S3-compatible server), its endpoint in
+  place of `http://localhost:9000` and its credentials in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
 - Not run here: `./dev serve` serves until Ctrl-C and `./dev test` is the whole suite (CI runs it);
   the `gateway serve [...]` synopsis is not a command (its flags are checked against the CLI's).
 """
@@ -73,6 +75,7 @@ RUN = {
     "F.window": "test_spark_snippets",
     'writeStream.format("gateway")': "test_spark_snippets",
     "GATEWAY_ADMIN_TOKEN=": "test_security_snippet",
+    "--object-store": "test_tier_store_on_s3_snippet",
     "AvroSerializer(registry": "test_schema_registry_snippet",
     "schema=AvroSchema(PAYMENT)": "test_native_schema_snippet",
     "MirrorSourceConnector": "test_moving_from_kafka_snippet",
@@ -456,3 +459,19 @@ async def test_moving_from_kafka_snippet(gateway: Gateway, kafka_broker: Any, tm
 
 async def _equal(value: Any, expected: object) -> bool:
     return bool(await value == expected)
+
+
+async def test_tier_store_on_s3_snippet(tmp_path: Path) -> None:
+    """The user's store measured beside the local directory, through the URL the snippet gives."""
+    from gateway.bench.s3_server import S3Server
+
+    with S3Server(tmp_path / "s3") as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "GATEWAY_"))}
+        env.update({k: v for k, v in server.env.items() if k != "AWS_ENDPOINT_URL"},
+                   PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
+                   PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p))
+        script = block("--object-store").replace("http://localhost:9000", server.endpoint)
+        code, out = await run_program("bash", "-c", "set -e; " + script, timeout=120, cwd=tmp_path, env=env)
+        assert code == 0, out
+        for row in ("raw PUT", "raw ranged GET"):
+            assert f"{row}, s3://tier/gateway/ at {server.endpoint}" in out, out

@@ -7,7 +7,7 @@ printed beside its raw-Redis baseline, spread over as many streams as the topic 
 and the ratio between them.
 
 One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `share`, `key_shared`, `groups`,
-`peer`, `compaction`, `memory`, `quotas`, `registry`), each on `common` alone; this one only picks among them.
+`peer`, `compaction`, `memory`, `quotas`, `registry`, `tier`), each on `common` alone; this one only picks among them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from gateway.bench import (
     registry,
     share,
     spark,
+    tier,
     txn,
     watermarks,
 )
@@ -56,6 +57,8 @@ def run_bench(args: argparse.Namespace) -> None:
         elif args.spark:
             rows = spark.measure_spark(url, count=args.records or 500_000, size=sizes[0], partitions=args.partitions,
                                        cores=args.cores, seconds=seconds)
+        elif args.tier:
+            rows, note = tier.measure_tier(url, seconds, args.object_store), tier.NOTE
         elif args.quotas:
             rows = quotas.measure_quotas(url, seconds)
         elif args.registry:
