@@ -1,0 +1,135 @@
+"""KIP-1071's streams group protocol on the wire: StreamsGroupHeartbeat and StreamsGroupDescribe as a
+Streams client sends them, one scenario against the gateway and the real Kafka 4.4 broker, their
+answers compared (member ids, which each side draws at random, named by their order of joining)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.conftest import eventually
+from tests.kafka_clients import create_topic
+from tests.kafka_jvm import same_on_both, unique
+from tests.kafka_wire import call
+
+pytestmark = [pytest.mark.kafka]
+
+HEARTBEAT, DESCRIBE, LIST_GROUPS = 88, 89, 16
+
+
+def topology(source: str, app: str) -> dict[str, Any]:
+    """One subtopology reading `source` (two partitions) into a store with a compacted changelog."""
+    return {"epoch": 1, "subtopologies": [{
+        "subtopology_id": "0", "source_topics": [source], "source_topic_regex": [],
+        "state_changelog_topics": [{"name": f"{app}-store-changelog", "partitions": 0, "replication_factor": 0,
+                                    "topic_configs": [{"key": "cleanup.policy", "value": "compact"}]}],
+        "repartition_sink_topics": [], "repartition_source_topics": [], "copartition_groups": [],
+    }]}
+
+
+def tasks(ids: Any) -> dict[str, list[int]] | None:
+    return None if ids is None else {t.subtopology_id: sorted(t.partitions) for t in ids}
+
+
+def owned(active: dict[str, list[int]] | None) -> list[dict[str, Any]]:
+    return [{"subtopology_id": s, "partitions": ps} for s, ps in sorted((active or {}).items())]
+
+
+class Member:
+    """One streams client: its id, epoch and the active tasks it owns, heartbeating on one connection."""
+
+    def __init__(self, conn: Any, group: str, process: str) -> None:
+        self.conn, self.group, self.process = conn, group, process
+        self.member_id, self.epoch = str(uuid.uuid4()), 0
+        self.active: dict[str, list[int]] = {}
+
+    async def beat(self, **extra: Any) -> Any:
+        values = {"group_id": self.group, "member_id": self.member_id, "member_epoch": self.epoch,
+                  "endpoint_information_epoch": 0, "active_tasks": owned(self.active), "standby_tasks": [],
+                  "warmup_tasks": [], **extra}
+        r = await call(self.conn, HEARTBEAT, 0, values)
+        if r.error_code == 0:
+            self.epoch = r.member_epoch
+            if r.active_tasks is not None:
+                self.active = tasks(r.active_tasks) or {}
+        return r
+
+
+def seen(r: Any) -> dict[str, Any]:
+    return {"error": int(r.error_code), "epoch": r.member_epoch,
+            "status": sorted(int(s.status_code) for s in r.status or ()),
+            "active": tasks(r.active_tasks), "standby": tasks(r.standby_tasks), "warmup": tasks(r.warmup_tasks),
+            "interval": r.heartbeat_interval.total_seconds()}
+
+
+async def scenario(bs: str) -> dict[str, Any]:
+    app = unique("sg")
+    source = f"{app}-in"
+    await create_topic(bs, source, 2)
+    host, port = bs.rsplit(":", 1)
+    conns = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
+    out: dict[str, Any] = {}
+    try:
+        a, b = Member(conns[0], app, "p-a"), Member(conns[1], app, "p-b")
+        joined = await a.beat(rebalance_timeout=30000, topology=topology(source, app), process_id=a.process,
+                              client_tags=[], active_tasks=[])
+        out["a joins"] = seen(joined) | {"epoch": None}  # Kafka's first epoch is its own to number
+
+        async def a_has_tasks() -> bool:
+            return bool((await a.beat()).active_tasks)
+
+        await eventually(a_has_tasks, 30, "the internal topic created and tasks assigned")
+        out["a assigned"] = a.active
+        first = a.epoch
+        r = await b.beat(rebalance_timeout=30000, topology=topology(source, app), process_id=b.process,
+                         client_tags=[], active_tasks=[])
+        out["b joins"] = seen(r) | {"epoch": r.member_epoch - first}
+        r = await a.beat()
+        out["a revokes"] = seen(r) | {"epoch": r.member_epoch - first}
+        r = await b.beat()
+        out["b waits"] = seen(r) | {"epoch": r.member_epoch - first}
+        r = await a.beat()
+        out["a revoked"] = seen(r) | {"epoch": r.member_epoch - first}
+        r = await b.beat()
+        out["b assigned"] = seen(r) | {"epoch": r.member_epoch - first}
+        d = (await call(conns[0], DESCRIBE, 0, {"group_ids": [app], "include_authorized_operations": False})).groups[0]
+        names = {a.member_id: "a", b.member_id: "b"}
+        out["described"] = {
+            "error": int(d.error_code), "state": d.group_state, "epochs": d.group_epoch - d.assignment_epoch,
+            "topology": [(s.subtopology_id, s.source_topics, [(t.name.removeprefix(app), t.partitions)
+                                                              for t in s.state_changelog_topics])
+                         for s in d.topology.subtopologies or ()],
+            "members": sorted((names[m.member_id], m.process_id, m.topology_epoch, tasks(m.assignment.active_tasks),
+                               tasks(m.target_assignment.active_tasks)) for m in d.members),
+        }
+        listed = await call(conns[0], LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["streams"]})
+        out["listed"] = [(g.group_state, g.group_type, g.protocol_type) for g in listed.groups if g.group_id == app]
+        # refusals
+        stranger = Member(conns[1], app, "p-c")
+        stranger.epoch = 3
+        r = await stranger.beat()
+        out["unknown member"] = (int(r.error_code), r.error_message is not None)
+        r = await Member(conns[1], app, "p-c").beat(rebalance_timeout=30000, process_id="p-c", active_tasks=[])
+        out["no topology"] = (int(r.error_code), r.error_message)
+        r = await call(conns[1], HEARTBEAT, 0, {
+            "group_id": app, "member_id": b.member_id, "member_epoch": b.epoch + 5, "endpoint_information_epoch": 0,
+            "active_tasks": None, "standby_tasks": None, "warmup_tasks": None})
+        out["epoch ahead"] = int(r.error_code)
+        r = await b.beat(member_epoch=-1)
+        out["b leaves"] = (int(r.error_code), r.member_epoch)
+        r = await a.beat(member_epoch=-1)
+        d = (await call(conns[0], DESCRIBE, 0, {"group_ids": [app, unique("none")],
+                                                "include_authorized_operations": False})).groups
+        out["emptied"] = [(int(g.error_code), g.group_state, len(g.members)) for g in d]
+    finally:
+        for _, writer in conns:
+            writer.close()
+    return out
+
+
+async def test_streams_group_protocol(gateway, kafka_broker):
+    result = await same_on_both(gateway, kafka_broker, scenario)
+    assert result["a assigned"] == {"0": [0, 1]}
