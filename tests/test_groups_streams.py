@@ -46,7 +46,8 @@ class Client:
 
 class Coordinator:
     def __init__(self, standbys: int = 0) -> None:
-        self.machine = StreamsGroup("app", StreamsGroupConfig(num_standby_replicas=standbys))
+        self.machine = StreamsGroup("app", StreamsGroupConfig(
+            num_standby_replicas=standbys, initial_rebalance_delay_ms=0, assignment_interval_ms=0))
         self.doc: StreamsGroupDoc | None = None
 
     def beat(self, c: Client, topics: dict[str, int] = READY, now: float = 0.0, **extra: object):  # type: ignore[no-untyped-def]
@@ -142,3 +143,17 @@ def test_session_expiry_fences():
     co.beat(b, now=40.0)
     step = co.machine.expire(copy.deepcopy(co.doc), 46.0)
     assert step.save and step.group is not None and set(step.group.members) == {"b"}
+
+
+def test_assignment_delayed_as_kafka_4_4_delays_it():
+    """A new group's first target waits the initial rebalance delay, later ones the interval."""
+    co = Coordinator()
+    co.machine.config = StreamsGroupConfig(initial_rebalance_delay_ms=3000, assignment_interval_ms=1000)
+    a, b = Client("a", "pa"), Client("b", "pb")
+    r = co.beat(a, now=0.0)
+    assert (Status.ASSIGNMENT_DELAYED, "Assignment delayed due to the configured initial rebalance delay.") in r.statuses
+    assert co.beat(a, now=3.0).assignment is not None and a.owned.active
+    r = co.beat(b, now=3.5)
+    assert [s for s, _ in r.statuses] == [Status.ASSIGNMENT_DELAYED] and not b.owned.active
+    assert co.beat(a, now=4.0).statuses == [] and co.doc is not None
+    assert co.doc.assignment_epoch == co.doc.group_epoch

@@ -26,6 +26,7 @@ from gateway.server.gateway import Gateway
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_clients import TIMEOUT, create_topic
 from tests.kafka_jvm import java_command, same_on_both, unique
+from tests.kafka_wire import call
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
 
@@ -201,6 +202,17 @@ async def group_size(bs: str, group: str, members: int) -> bool:
     return described.state == ck.ConsumerGroupState.STABLE and len(described.members) == members
 
 
+async def group_type(bs: str, group: str) -> str:
+    """The group's type as ListGroups v5 names it: classic, or streams for KIP-1071's protocol."""
+    host, port = bs.rsplit(":", 1)
+    conn = await asyncio.open_connection(host, int(port))
+    try:
+        listed = await call(conn, 16, 5, {"states_filter": [], "types_filter": []})
+    finally:
+        conn[1].close()
+    return next(g.group_type for g in listed.groups if g.group_id == group)
+
+
 def beginning_offsets(bs: str, topic: str, partitions: int = 2) -> list[int]:
     import confluent_kafka as ck
 
@@ -262,6 +274,7 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
     b = await Instance.start(bs, app, b_dir, log, protocol)
     try:
         await eventually(lambda: outputs.reached(expected(done)), 120, "the first clicks counted")
+        assert await group_type(bs, app) == protocol
 
         # the second clicks: instance a is SIGKILLed once they begin to show, then restarted
         # with its state directory wiped
@@ -325,9 +338,12 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
 
 
 @pytest.mark.timeout(300)
-async def test_exactly_once_application_on_kafka(kafka_broker, tmp_path):
-    """The reference: Kafka's log cleaner leaves the active segment alone, so nothing compacts."""
-    await exactly_once_run(kafka_broker.bootstrap, tmp_path, compacts=False)
+@pytest.mark.parametrize("protocol", ["classic", "streams"])
+async def test_exactly_once_application_on_kafka(kafka_broker, tmp_path, protocol):
+    """The reference: Kafka's log cleaner leaves the active segment alone, so nothing compacts. A
+    fresh Kafka 4.4 broker serves the streams protocol as it comes (streams.version 1 finalized,
+    group.coordinator.rebalance.protocols listing streams), so the gateway serves it always too."""
+    await exactly_once_run(kafka_broker.bootstrap, tmp_path, compacts=False, protocol=protocol)
 
 
 @pytest.fixture

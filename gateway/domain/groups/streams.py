@@ -42,6 +42,11 @@ from gateway.store.streams_groups import Topology as Topology
 
 log = logging.getLogger(__name__)
 
+# as in the consumer protocol (KAFKA-20268, Kafka 4.3): epoch 1 is the empty assignment a group's
+# members start on while its first target is delayed, so a group's own epochs start at 2
+EMPTY_ASSIGNMENT_EPOCH = 1
+FIRST_GROUP_EPOCH = 2
+
 
 class Status(IntEnum):
     """Kafka's `StreamsGroupHeartbeatResponse.Status`."""
@@ -51,6 +56,7 @@ class Status(IntEnum):
     INCORRECTLY_PARTITIONED_TOPICS = 2
     MISSING_INTERNAL_TOPICS = 3
     SHUTDOWN_APPLICATION = 4
+    ASSIGNMENT_DELAYED = 5
 
 
 class MemberState(StrEnum):
@@ -82,6 +88,8 @@ class StreamsGroupConfig:
     max_size: int = 2**31 - 1
     acceptable_recovery_lag: int = 10_000
     task_offset_interval_ms: int = 60_000
+    initial_rebalance_delay_ms: int = 3_000
+    assignment_interval_ms: int = 1_000
 
 
 @dataclass(frozen=True)
@@ -194,6 +202,12 @@ class StreamsGroup:
         self.config = config or StreamsGroupConfig()
         self.sessions: dict[str, float] = {}
         self.revocations: dict[str, tuple[float, int]] = {}
+        # Kafka 4.4 delays a new group's first target by group.streams.initial.rebalance.delay.ms
+        # and computes one at most once per group.streams.assignment.interval.ms, saying so with
+        # ASSIGNMENT_DELAYED; kept in process, as the sessions are (a gateway that takes the group
+        # over computes the next target at once)
+        self.initial_until = float("-inf")
+        self.assigned_at = float("-inf")
         self.armed = False
 
     def next_deadline(self) -> float | None:
@@ -213,6 +227,7 @@ class StreamsGroup:
     def reset(self) -> None:
         self.sessions.clear()
         self.revocations.clear()
+        self.initial_until = self.assigned_at = float("-inf")
         self.armed = False
 
     # -- StreamsGroupHeartbeat ------------------------------------------------------------------
@@ -256,6 +271,8 @@ class StreamsGroup:
             self.fence(g, replaced.member_id, bump=False)
             g.target[req.member_id] = g.target.pop(replaced.member_id, TasksTuple())
 
+        if not g.members:
+            self.initial_until = now + cfg.initial_rebalance_delay_ms / 1000
         updated = _updated(member, req)
         bump = joining and req.member_id not in g.members or _identity(updated) != _identity(member)
         if g.topology is None or (not g.members and req.topology is not None):
@@ -270,12 +287,20 @@ class StreamsGroup:
         if counts != g.partition_counts:
             g.partition_counts, bump = counts, True
         if bump:
-            g.group_epoch += 1
+            g.group_epoch = max(g.group_epoch + 1, FIRST_GROUP_EPOCH)
             log.info("streams group %s: epoch %d", g.group_id, g.group_epoch)
-        retarget = g.group_epoch > g.assignment_epoch
-        if retarget:
-            g.target = assign(g, configured.tasks, cfg.num_standby_replicas)
-            g.assignment_epoch = g.group_epoch
+        delayed: str | None = None
+        if g.group_epoch > g.assignment_epoch:
+            if now < self.initial_until:
+                delayed = "Assignment delayed due to the configured initial rebalance delay."
+            elif now < self.assigned_at + cfg.assignment_interval_ms / 1000:
+                delayed = "Assignment delayed due to the configured assignment interval."
+            else:
+                g.target = assign(g, configured.tasks, cfg.num_standby_replicas)
+                g.assignment_epoch = g.group_epoch
+                self.assigned_at = now
+            if delayed is not None and g.assignment_epoch == 0:  # members start on the empty assignment
+                g.assignment_epoch = EMPTY_ASSIGNMENT_EPOCH
 
         reconciled = reconcile(updated, g, req.owned)
         g.members[reconciled.member_id] = reconciled
@@ -297,6 +322,8 @@ class StreamsGroup:
                              f"topology epoch {g.topology.epoch}."))
         if configured.status is not None:
             statuses.append(configured.status)
+        if delayed is not None:
+            statuses.append((Status.ASSIGNMENT_DELAYED, delayed))
         send = joining or reconciled.assigned != member.assigned or (
             req.owned is not None and req.owned != reconciled.assigned)
         return Step(g, HeartbeatResult(
