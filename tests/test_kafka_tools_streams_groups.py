@@ -1,10 +1,12 @@
 """KIP-1071's streams group protocol on the wire: StreamsGroupHeartbeat and StreamsGroupDescribe as a
 Streams client sends them, one scenario against the gateway and the real Kafka 4.4 broker, their
-answers compared (member ids, which each side draws at random, named by their order of joining)."""
+answers compared (member ids, which each side draws at random, named by their order of joining);
+Kafka's `kafka-streams-groups` tool describing and deleting the group prints the same on both."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from typing import Any
 
@@ -12,13 +14,15 @@ import pytest
 
 from tests.conftest import eventually
 from tests.kafka_clients import create_topic
-from tests.kafka_jvm import same_on_both, unique
+from tests.kafka_jvm import allowed, same_on_both, tools, unique
 from tests.kafka_wire import call
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 
 HEARTBEAT, DESCRIBE, LIST_GROUPS, FIND_COORDINATOR = 88, 89, 16, 10
-RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+RETRIABLE = {14, 15, 16}
+ROW_ORDER = allowed("The order of rows in `kafka-streams-groups --describe`")
+ASSIGNOR = allowed("A streams group's assignor (`kafka-streams-groups --describe --state`)")  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 
 
 def topology(source: str, app: str) -> dict[str, Any]:
@@ -121,6 +125,22 @@ async def scenario(bs: str) -> dict[str, Any]:
         }
         listed = await call(conns[0], LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["streams"]})
         out["listed"] = [(g.group_state, g.group_type, g.protocol_type) for g in listed.groups if g.group_id == app]
+
+        def normal(text: str) -> str:
+            """The tool's output with ids named, the coordinator's address set aside, each table's
+            rows sorted (ROW_ORDER) and the assignor's column set aside (ASSIGNOR)."""
+            for member_id, name in names.items():
+                text = text.replace(member_id, f"<member {name}>")
+            text = re.sub(r"127\.0\.0\.1:\d+ \(\d+\)", "<coordinator>", text.replace(app, "APP"))
+            lines = [" ".join(t for t in line.split() if t != "sticky") for line in text.splitlines()]
+            return "\n".join(lines[:1] + sorted(lines[1:]))
+
+        tool = ["kafka-streams-groups", "--bootstrap-server", bs]
+        runs = await tools([*tool, "--describe", "--group", app], [*tool, "--describe", "--group", app, "--members"],
+                           [*tool, "--describe", "--group", app, "--state"],
+                           [*tool, "--describe", "--group", app, "--members", "--verbose"],
+                           [*tool, "--delete", "--group", app])
+        out["tool while stable"] = [(normal(" ".join(r.command[4:])), r.exit, normal(r.out)) for r in runs]
         # refusals
         stranger = Member(conns[1], app, "p-c")
         stranger.epoch = 3
@@ -138,6 +158,8 @@ async def scenario(bs: str) -> dict[str, Any]:
         d = (await call(conns[0], DESCRIBE, 0, {"group_ids": [app, unique("none")],
                                                 "include_authorized_operations": False})).groups
         out["emptied"] = [(int(g.error_code), g.group_state, len(g.members)) for g in d]
+        runs = await tools([*tool, "--delete", "--group", app], [*tool, "--list"])
+        out["tool once empty"] = [(runs[0].exit, normal(runs[0].out)), app in runs[1].out]
     finally:
         for _, writer in conns:
             writer.close()
