@@ -17,9 +17,8 @@ from typing import Any
 import msgpack
 
 from gateway.store import keys
-from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.groups import CommittedOffset, _array, _pairs, packed_offsets
-from gateway.store.scripts import Scripts
+from gateway.store.consumer_groups import ModernGroupStore
+from gateway.store.groups import _array
 
 Tasks = dict[str, frozenset[int]]  # subtopology id -> partitions (task ids)
 
@@ -197,69 +196,24 @@ def _packb(value: Any) -> bytes:
     return bytes(msgpack.packb(value, use_bin_type=True))
 
 
-class StreamsGroupStore:
-    """A streams group's keys sit under the group's hash tag beside the other protocols' and the
-    committed offsets; every change is one script in that slot."""
+class StreamsGroupStore(ModernGroupStore):
+    """KIP-1071's streams groups: the consumer group's scripts over the streams group's own hashes."""
 
-    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
-        self.redis = redis
-        self.scripts = scripts
+    meta_key = staticmethod(keys.group_streams)
+    members_key = staticmethod(keys.group_streams_members)
 
     async def load(self, group_id: str) -> StreamsGroupDoc | None:
         """The stored streams group, or None when there is none of this id."""
-        async with storage_errors():
-            flat_meta, flat_members = await self.scripts.call(
-                "group-load-2", [keys.group_streams(group_id), keys.group_streams_members(group_id)], []
-            )
-        meta = _pairs(flat_meta)
-        if not meta:
-            return None
-        members = {mid.decode(): raw for mid, raw in _pairs(flat_members).items()}
-        return StreamsGroupDoc.unpack(group_id, meta[b"doc"], members, int(meta[b"v"]))
+        found = await self._load(group_id)
+        return None if found is None else StreamsGroupDoc.unpack(group_id, *found)
 
     async def save(self, g: StreamsGroupDoc, node: int = 0) -> int:
         """Write the group if it is still at `g.version`, no other gateway holds its lease and no
-        classic group of its id has members (cgroup-save-6 over the streams group's keys); 0 when
-        saved, else its refusing code (1 version moved, 16 not coordinator, 69 a classic group)."""
+        classic group of its id has members; 0 when saved, else cgroup-save-6's refusing code."""
         members: list[Any] = []
         for m in g.members.values():
             members += [m.member_id, m.pack()]
-        gid = g.group_id
-        async with storage_errors():
-            reply = await self.scripts.call(
-                "cgroup-save-6",
-                [keys.group_streams(gid), keys.group_streams_members(gid), keys.group_owner(gid),
-                 keys.group_meta(gid), keys.group_members(gid), keys.group_instances(gid)],
-                [g.version, g.pack_meta(), _array(members), node],  # version, doc, members, node
-            )
-            if g.version == 0 and reply[0] == 0:
-                await self.redis.sadd(keys.GROUPS, gid)
-        if reply[0] == 0:
-            g.version = int(reply[1])
-        return int(reply[0])
-
-    async def commit(
-        self, group_id: str, version: int, node: int, offsets: dict[tuple[str, int], CommittedOffset]
-    ) -> int:
-        """Store offsets checked against the group at `version` (cgroup-commit-3 over the streams
-        group's hash); 0 when written, 1 when the group moved on, 16 when another gateway coordinates it."""
-        async with storage_errors():
-            reply = await self.scripts.call(
-                "cgroup-commit-3",
-                [keys.group_streams(group_id), keys.group_offsets(group_id), keys.group_owner(group_id)],
-                [version, node, packed_offsets(offsets)],  # version, node, offsets
-            )
-        return int(reply)
-
-    async def delete(self, group_id: str) -> int:
-        """Remove a streams group without members and its offsets (cgroup-delete-3 over its keys);
-        returns 0, 68 (it has members) or 69 (no such group)."""
-        async with storage_errors():
-            reply = await self.scripts.call(
-                "cgroup-delete-3",
-                [keys.group_streams(group_id), keys.group_streams_members(group_id), keys.group_offsets(group_id)],
-                [1],
-            )
-            if int(reply) == 0:
-                await self.redis.srem(keys.GROUPS, group_id)
-        return int(reply)
+        code, version = await self._save(g.group_id, g.version, g.pack_meta(), _array(members), node)
+        if code == 0:
+            g.version = version
+        return code

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from typing import Generic, TypeVar
 
-from gateway.domain.groups.consumer import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH
+from gateway.domain.groups.consumer import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, overdue
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.store.streams_groups import InternalTopic as InternalTopic  # re-exported for the Kafka face
 from gateway.store.streams_groups import StreamsGroupDoc, StreamsMemberDoc
@@ -355,23 +355,11 @@ class StreamsGroup:
         if g is None:
             self.reset()
             return Step(None, None, False)
-        save = False
-        for mid, until in list(self.sessions.items()):
-            if mid not in g.members:
-                del self.sessions[mid]
-            elif until <= now:
-                log.info("streams group %s: member %s missed its session timeout; fenced", g.group_id, mid)
-                self.fence(g, mid)
-                save = True
-        for mid, (until, epoch) in list(self.revocations.items()):
-            m = g.members.get(mid)
-            if m is None or m.member_epoch != epoch or m.state != MemberState.UNREVOKED_TASKS:
-                del self.revocations[mid]
-            elif until <= now:
-                log.info("streams group %s: member %s did not revoke in time; fenced", g.group_id, mid)
-                self.fence(g, mid)
-                save = True
-        return Step(g, None, save)
+        due = overdue(self.sessions, self.revocations, g.members, MemberState.UNREVOKED_TASKS, now)
+        for mid, why in due:
+            log.info("streams group %s: member %s %s; fenced", g.group_id, mid, why)
+            self.fence(g, mid)
+        return Step(g, None, bool(due))
 
     def fence(self, g: StreamsGroupDoc, member_id: str, *, bump: bool = True) -> None:
         """Remove a member: its tasks are free at once, the others' targets follow."""
