@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import eventually
-from tests.kafka_clients import create_topic
+from tests.kafka_clients import TIMEOUT, create_topic
 from tests.kafka_jvm import allowed, same_on_both, tools, unique
 from tests.kafka_wire import call
 
@@ -63,6 +63,22 @@ class Member:
         return r
 
 
+async def group_configs(bs: str, group: str) -> list[tuple[str, str, bool]]:
+    """The group's streams configs once it sets its heartbeat interval (IncrementalAlterConfigs),
+    as DescribeConfigs lists them: the join that follows is told that interval."""
+    import confluent_kafka.admin as cka
+
+    admin = cka.AdminClient({"bootstrap.servers": bs})
+    resource = cka.ConfigResource(cka.ResourceType.GROUP, group, incremental_configs=[
+        cka.ConfigEntry("streams.heartbeat.interval.ms", "6000",
+                        incremental_operation=cka.AlterConfigOpType.SET)])
+    (f,) = admin.incremental_alter_configs([resource]).values()
+    await asyncio.to_thread(f.result, TIMEOUT)
+    (f,) = admin.describe_configs([cka.ConfigResource(cka.ResourceType.GROUP, group)]).values()
+    described = await asyncio.to_thread(f.result, TIMEOUT)
+    return sorted((name, e.value, e.is_default) for name, e in described.items() if name.startswith("streams."))
+
+
 def seen(r: Any) -> dict[str, Any]:
     return {"error": int(r.error_code), "epoch": r.member_epoch,
             "status": sorted(int(s.status_code) for s in r.status or ()),
@@ -83,6 +99,7 @@ async def scenario(bs: str) -> dict[str, Any]:
             return r.coordinators[0].error_code == 0
 
         await eventually(coordinator_ready, 30, "the group coordinator")
+        out["configs"] = await group_configs(bs, app)
         a, b = Member(conns[0], app, "p-a"), Member(conns[1], app, "p-b")
         async def join() -> Any:  # retried while Kafka loads the offsets topic it just created
             r = await a.beat(rebalance_timeout=30000, topology=topology(source, app), process_id=a.process,

@@ -99,6 +99,7 @@ async def streams_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
                 client_host=_client_host(ctx),
             ),
             topics,
+            await ctx.services.share.configs(req.group_id),
         )
     except Exception as exc:
         return _response(ctx, _failed(exc))

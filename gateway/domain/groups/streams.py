@@ -33,6 +33,7 @@ from typing import Generic, TypeVar
 
 from gateway.domain.groups.consumer import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, overdue
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
+from gateway.domain.topic_configs import ConfigDef, Kind
 from gateway.store.streams_groups import InternalTopic as InternalTopic  # re-exported for the Kafka face
 from gateway.store.streams_groups import StreamsGroupDoc, StreamsMemberDoc
 from gateway.store.streams_groups import Subtopology as Subtopology
@@ -90,6 +91,53 @@ class StreamsGroupConfig:
     task_offset_interval_ms: int = 60_000
     initial_rebalance_delay_ms: int = 3_000
     assignment_interval_ms: int = 1_000
+
+
+    def overridden(self, values: Mapping[str, str]) -> StreamsGroupConfig:
+        """These settings with a group's own `streams.*` configs (IncrementalAlterConfigs on its
+        GROUP resource) in place of the broker's."""
+        fields = {f: int(values[name]) for name, f in _GROUP_CONFIGS.items() if name in values}
+        return replace(self, **fields) if fields else self
+
+
+# a group config -> the setting it overrides (Kafka's GroupConfig streams configs)
+_GROUP_CONFIGS = {
+    "streams.session.timeout.ms": "session_timeout_ms",
+    "streams.heartbeat.interval.ms": "heartbeat_interval_ms",
+    "streams.num.standby.replicas": "num_standby_replicas",
+    "streams.initial.rebalance.delay.ms": "initial_rebalance_delay_ms",
+    "streams.assignment.interval.ms": "assignment_interval_ms",
+}
+
+
+def streams_group_configs(config: StreamsGroupConfig | None = None) -> dict[str, ConfigDef]:
+    """Kafka 4.4's GroupConfig streams configs, defaulting to the broker's settings and bounded as
+    GroupConfig.validate bounds them (group.streams.{min,max}.session.timeout.ms 45-60 s,
+    {min,max}.heartbeat.interval.ms 5-15 s, max.standby.replicas 2, {min,max}.assignment.interval.ms
+    0-15 s)."""
+    c = config or StreamsGroupConfig()
+    return {d.name: d for d in (
+        ConfigDef("streams.session.timeout.ms", Kind.INT, str(c.session_timeout_ms),
+                  "The timeout to detect client failures when using the streams group protocol.",
+                  effective=True, broker="group.streams.session.timeout.ms", low=45_000, high=60_000),
+        ConfigDef("streams.heartbeat.interval.ms", Kind.INT, str(c.heartbeat_interval_ms),
+                  "The heartbeat interval given to the members.",
+                  effective=True, broker="group.streams.heartbeat.interval.ms", low=5_000, high=15_000),
+        ConfigDef("streams.num.standby.replicas", Kind.INT, str(c.num_standby_replicas),
+                  "The number of standby replicas for each task.",
+                  effective=True, broker="group.streams.num.standby.replicas", low=0, high=2),
+        ConfigDef("streams.initial.rebalance.delay.ms", Kind.INT, str(c.initial_rebalance_delay_ms),
+                  "The delay of the first target assignment of a new (or emptied) group, to let more members join.",
+                  effective=True, broker="group.streams.initial.rebalance.delay.ms", low=0),
+        ConfigDef("streams.assignment.interval.ms", Kind.INT, str(c.assignment_interval_ms),
+                  "The least time between two target assignments of the group.",
+                  effective=True, broker="group.streams.assignment.interval.ms", low=0, high=15_000),
+        # kept and described; the sticky assignor runs whatever they say (rack-aware standby
+        # placement is not done here: see docs/kafka-differences.md, "Streams groups")
+        ConfigDef("streams.assignor.name", Kind.STRING, "sticky", "The task assignor the group uses."),
+        ConfigDef("streams.rack.aware.assignment.tags", Kind.LIST, "",
+                  "The client tags standby replicas are spread across."),
+    )}
 
 
 @dataclass(frozen=True)

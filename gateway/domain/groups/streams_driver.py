@@ -53,10 +53,12 @@ class StreamsDriver(GroupDriver):
         return await super()._adoptable(group_id, rt)
 
     async def streams_heartbeat(
-        self, group_id: str, req: HeartbeatRequest, topics: Mapping[str, int]
+        self, group_id: str, req: HeartbeatRequest, topics: Mapping[str, int],
+        configs: Mapping[str, str] | None = None,
     ) -> HeartbeatResult:
-        """Join, heartbeat, reconcile or leave a streams group. An id that is a group of another
-        type is refused as Kafka's getOrMaybeCreateStreamsGroup refuses it."""
+        """Join, heartbeat, reconcile or leave a streams group; `configs` are the group's own
+        (`streams.session.timeout.ms`, ...). An id that is a group of another type is refused as
+        Kafka's getOrMaybeCreateStreamsGroup refuses it."""
         if not group_id:
             raise GroupError(GroupErrorKind.INVALID_REQUEST, "GroupId can't be empty.")
         rt = self._rt(group_id)
@@ -70,7 +72,8 @@ class StreamsDriver(GroupDriver):
                     raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.")
                 if g is not None:
                     rt.streams.arm(g, self.clock())
-                step = rt.streams.heartbeat(g, self.clock(), req, topics)
+                config = rt.streams.config.overridden(configs or {})
+                step = rt.streams.heartbeat(g, self.clock(), req, topics, config)
                 if step.save and step.group is not None:
                     self._refused(group_id, await self.streams_store.save(step.group, self.node_id))
         finally:
