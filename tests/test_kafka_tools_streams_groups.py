@@ -175,8 +175,12 @@ async def scenario(bs: str) -> dict[str, Any]:
         d = (await call(conns[0], DESCRIBE, 0, {"group_ids": [app, unique("none")],
                                                 "include_authorized_operations": False})).groups
         out["emptied"] = [(int(g.error_code), g.group_state, len(g.members)) for g in d]
-        runs = await tools([*tool, "--delete", "--group", app], [*tool, "--list"])
-        out["tool once empty"] = [(runs[0].exit, normal(runs[0].out)), app in runs[1].out]
+        runs = await tools([*tool, "--reset-offsets", "--group", app, "--all-input-topics", "--to-offset", "1",
+                            "--execute"],
+                           [*tool, "--describe", "--group", app, "--offsets"],
+                           [*tool, "--delete-offsets", "--group", app, "--input-topic", source],
+                           [*tool, "--delete", "--group", app], [*tool, "--list"])
+        out["tool once empty"] = [(r.exit, normal(r.out)) for r in runs[:-1]] + [app in runs[-1].out]
     finally:
         for _, writer in conns:
             writer.close()

@@ -22,6 +22,7 @@ from gateway.domain.groups.offsets import (
     encode_consumer_subscription,
 )
 from gateway.domain.groups.streams import group_state as streams_state
+from gateway.domain.groups.streams import validate_offset_commit as validate_streams_commit
 from gateway.domain.groups.streams_driver import STREAMS, StreamsDriver
 from gateway.domain.log import LogService
 from gateway.errors import PartitionNotFound, TopicExists, TopicNotFound
@@ -76,6 +77,9 @@ class GroupCoordinator(MigrationDriver, StreamsDriver):
             g = await self.consumer_store.load(group_id)
             if g is not None:
                 validate_offset_fetch(g, member_id, member_epoch)
+            sg = await self.streams_store.load(group_id) if g is None else None
+            if sg is not None and member_epoch >= 0:  # Kafka's StreamsGroup.validateOffsetFetch
+                validate_streams_commit(sg, member_id or "", member_epoch)
         return await self.offsets.fetch(group_id, parts)
 
     # -- administration -------------------------------------------------------------------------
@@ -126,6 +130,9 @@ class GroupCoordinator(MigrationDriver, StreamsDriver):
         rt = self._rt(group_id)
         async with rt.lock:
             await self._own(group_id, rt)
+            sg = await self.streams_store.load(group_id)
+            if sg is not None:
+                return await self._delete_streams_offsets(sg, parts)
             cg = await self.consumer_store.load(group_id)
             if cg is not None:
                 return await self._delete_consumer_offsets(cg, parts)

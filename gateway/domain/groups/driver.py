@@ -303,6 +303,16 @@ class GroupDriver:
         rt.fail(why)
         rt.lease_until = 0.0
 
+    async def _delete_offsets_unless(
+        self, group_id: str, parts: list[tuple[str, int]], subscribed: set[str]
+    ) -> dict[tuple[str, int], GroupErrorKind | None]:
+        """OffsetDelete on a group of the modern protocols: the partitions of `subscribed` topics
+        stay (GROUP_SUBSCRIBED_TO_TOPIC), the others' offsets go."""
+        outcome = {p: GroupErrorKind.GROUP_SUBSCRIBED_TO_TOPIC if p[0] in subscribed else None for p in parts}
+        if not await self.store.delete_offsets(group_id, 0, [p for p, e in outcome.items() if e is None]):
+            raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "group changed concurrently; retry")
+        return outcome
+
     def _refused(self, group_id: str, code: int) -> None:
         """Raise for a save or commit the store refused (0: it did not)."""
         if code == GroupErrorKind.NOT_COORDINATOR:

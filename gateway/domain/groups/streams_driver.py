@@ -87,6 +87,15 @@ class StreamsDriver(GroupDriver):
         g = await self.streams_store.load(group_id)
         return None if g is None else (g, group_state(g, topics).value)
 
+    async def _delete_streams_offsets(
+        self, g: StreamsGroupDoc, parts: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], GroupErrorKind | None]:
+        """OffsetDelete on a streams group: while it has members, the partitions of the topics its
+        topology reads stay (Kafka's StreamsGroup.isSubscribedToTopic)."""
+        read = {t for s in g.topology.subtopologies
+                for t in (*s.source_topics, *(r.name for r in s.repartition_sources))} if g.topology else set()
+        return await self._delete_offsets_unless(g.group_id, parts, read if g.members else set())
+
     async def _commit_streams(
         self, g: StreamsGroupDoc, member_epoch: int, member_id: str,
         offsets: dict[tuple[str, int], tuple[int, int, str | None]],
