@@ -140,6 +140,9 @@ async def scenario(bs: str) -> dict[str, Any]:
                                tasks(m.assignment.active_tasks), tasks(m.target_assignment.active_tasks))
                               for m in d.members),
         }
+        classic = (await call(conns[0], 15, 6, {"groups": [app], "include_authorized_operations": False})).groups[0]
+        out["describe groups"] = (int(classic.error_code), classic.error_message.replace(app, "APP"), classic.group_state,
+                                  classic.protocol_type, classic.protocol_data, len(classic.members))
         listed = await call(conns[0], LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["streams"]})
         out["listed"] = [(g.group_state, g.group_type, g.protocol_type) for g in listed.groups if g.group_id == app]
 

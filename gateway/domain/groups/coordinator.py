@@ -86,7 +86,11 @@ class GroupCoordinator(MigrationDriver, StreamsDriver):
 
     async def describe(self, group_id: str) -> GroupDescription | None:
         """DescribeGroups' view; a consumer group as Kafka's ConsumerGroup.asDescribedGroup shows it
-        (protocol type "consumer", the assignor as protocol, the classic encodings of members)."""
+        (protocol type "consumer", the assignor as protocol, the classic encodings of members). A
+        streams group is not described: GROUP_ID_NOT_FOUND, as Kafka's getOrMaybeCreateClassicGroup
+        refuses it."""
+        if await self.streams_store.load(group_id) is not None:
+            raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a classic group.")
         cg = await self.describe_consumer(group_id)
         if cg is not None:
             return GroupDescription(group_id, cg.state, CONSUMER, cg.assignor, [
