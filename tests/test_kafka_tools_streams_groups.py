@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import eventually
+from tests.conftest import eventually, kafka_bootstrap
 from tests.kafka_clients import TIMEOUT, create_topic
 from tests.kafka_jvm import allowed, same_on_both, tools, unique
 from tests.kafka_wire import call
@@ -193,3 +193,31 @@ async def scenario(bs: str) -> dict[str, Any]:
 async def test_streams_group_protocol(gateway, kafka_broker):
     result = await same_on_both(gateway, kafka_broker, scenario)
     assert result["a assigned"] == {"0": [0, 1]}
+
+
+async def test_the_admin_api_describes_a_streams_group(gateway):
+    """The gateway's admin API (and so its console) shows a streams group: its type and state, and
+    each member with the input partitions of its active tasks."""
+    from tests.test_admin_groups import get
+
+    bs = kafka_bootstrap(gateway)
+    app = unique("sg-admin")
+    await create_topic(bs, f"{app}-in", 2)
+    host, port = bs.rsplit(":", 1)
+    conn = await asyncio.open_connection(host, int(port))
+    try:
+        a = Member(conn, app, "p-a")
+        await a.beat(rebalance_timeout=30000, topology=topology(f"{app}-in", app), process_id=a.process,
+                     client_tags=[], active_tasks=[])
+
+        async def assigned() -> bool:
+            return bool((await a.beat()).active_tasks)
+
+        await eventually(assigned, 30, "the member's tasks")
+        status, body = await get(gateway, f"/groups/{app}")
+    finally:
+        conn[1].close()
+    assert status == 200 and isinstance(body, dict)
+    assert (body["type"], body["state"]) == ("streams", "Stable")
+    [m] = body["members"]
+    assert m["assigned"] == {f"{app}-in": [0, 1]} and m["subscribed_topics"] == [f"{app}-in"]
