@@ -172,6 +172,10 @@ async def scenario(bs: str) -> dict[str, Any]:
             "group_id": app, "member_id": b.member_id, "member_epoch": b.epoch + 5, "endpoint_information_epoch": 0,
             "active_tasks": None, "standby_tasks": None, "warmup_tasks": None})
         out["epoch ahead"] = int(r.error_code)
+        r = await b.beat(shutdown_application=True)
+        out["b asks shutdown"] = [(int(x.status_code), normal(x.status_detail)) for x in r.status or ()]
+        r = await a.beat()
+        out["a told shutdown"] = [(int(x.status_code), normal(x.status_detail)) for x in r.status or ()]
         r = await b.beat(member_epoch=-1)
         out["b leaves"] = (int(r.error_code), r.member_epoch)
         r = await a.beat(member_epoch=-1)

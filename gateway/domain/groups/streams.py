@@ -362,8 +362,8 @@ class StreamsGroup:
         statuses: list[tuple[Status, str]] = []
         if g.shutdown_requested_by is not None:
             statuses.append((Status.SHUTDOWN_APPLICATION,
-                             f"Streams group {g.group_id} is shutting down, requested by member "
-                             f"{g.shutdown_requested_by}."))
+                             f"Streams group member {g.shutdown_requested_by} encountered a fatal error and "
+                             "requested a shutdown for the entire application."))
         if g.topology is not None and reconciled.topology_epoch != g.topology.epoch:
             statuses.append((Status.STALE_TOPOLOGY,
                              f"The member's topology epoch {reconciled.topology_epoch} is behind the group's "
