@@ -225,3 +225,51 @@ async def test_the_admin_api_describes_a_streams_group(gateway):
     assert (body["type"], body["state"]) == ("streams", "Stable")
     [m] = body["members"]
     assert m["assigned"] == {f"{app}-in": [0, 1]} and m["subscribed_topics"] == [f"{app}-in"]
+
+
+async def settled_answer(bs: str, app: str) -> Any:
+    """A member's first answer that no longer waits out the group's initial delay."""
+    host, port = bs.rsplit(":", 1)
+    conn = await asyncio.open_connection(host, int(port))
+    try:
+        a = Member(conn, app, "p-a")
+
+        async def join() -> Any:
+            r = await a.beat(rebalance_timeout=30000, topology=topology(f"{app}-in", app), process_id=a.process,
+                             client_tags=[], active_tasks=[])
+            return r if r.error_code not in RETRIABLE else None
+
+        async def settled() -> Any:
+            r = await a.beat()
+            return r if r.error_code or 5 not in {s.status_code for s in r.status or ()} else None
+
+        async def coordinator_ready() -> bool:  # Kafka creates its offsets topic at the first ask
+            r = await call(conn, FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [app]})
+            return r.coordinators[0].error_code == 0
+
+        await eventually(coordinator_ready, 30, "the group coordinator")
+        await eventually(join, 30, "the member joined")
+        return await eventually(settled, 30, "the initial delay over")
+    finally:
+        conn[1].close()
+
+
+async def misconfigured_internal_topic(bs: str) -> dict[str, Any]:
+    """A group whose changelog topic exists before it, once with cleanup.policy=delete and once
+    with a partition count the topology does not give it: what the member is told."""
+    out: dict[str, Any] = {}
+    for case, partitions, configs in (("delete policy", 2, {"cleanup.policy": "delete"}), ("one partition", 1, {})):
+        app = unique("sg-bad")
+        await create_topic(bs, f"{app}-in", 2)
+        await create_topic(bs, f"{app}-store-changelog", partitions, **configs)
+        r = await settled_answer(bs, app)
+        out[case] = (int(r.error_code), [(int(s.status_code), s.status_detail.replace(app, "APP"))
+                                         for s in r.status or ()], tasks(r.active_tasks))
+    return out
+
+
+async def test_a_misconfigured_internal_topic(gateway, kafka_broker):
+    """Kafka's coordinator checks an existing internal topic's partition count
+    (INCORRECTLY_PARTITIONED_TOPICS, no tasks), not its configs; so does the gateway's."""
+    seen = await same_on_both(gateway, kafka_broker, misconfigured_internal_topic)
+    assert seen["one partition"][1][0][0] == 2 and seen["delete policy"][2] == {"0": [0, 1]}

@@ -10,7 +10,8 @@ request, and returns a `Step` (the reply, whether to save). Kafka's group-coordi
 - the configured topology (`topics/InternalTopicManager.configureTopics`): every source topic must
   exist (else MISSING_SOURCE_TOPICS), repartition topics without a partition count take the largest
   count of the subtopology writing them, copartitioned topics must agree (else
-  INCORRECTLY_PARTITIONED_TOPICS), and changelog topics get one partition per task; internal
+  INCORRECTLY_PARTITIONED_TOPICS, as is an existing internal topic with another partition count; its
+  configs are not checked), and changelog topics get one partition per task; internal
   topics that do not exist are handed back to be created (MISSING_INTERNAL_TOPICS meanwhile). A
   group that is not ready gives every member an empty target;
 - the target (`TargetAssignmentBuilder`, `assignor/StickyTaskAssignor`): active tasks stay with
@@ -227,6 +228,12 @@ def configure(topology: Topology | None, topics: Mapping[str, int]) -> Configure
     internal = [replace(t, partitions=decided.get(t.name, t.partitions))
                 for s in topology.subtopologies for t in s.repartition_sources]
     internal += [replace(t, partitions=tasks[s.subtopology_id]) for s in topology.subtopologies for t in s.changelogs]
+    for t in sorted(internal, key=lambda t: t.name):  # one that exists must have the partitions it is given
+        if t.name in topics and topics[t.name] != t.partitions:
+            return Configured({}, [], (
+                Status.INCORRECTLY_PARTITIONED_TOPICS,
+                f"Existing topic {t.name} has different number of partitions: expected {t.partitions}, "
+                f"found {topics[t.name]}"))
     missing_internal = sorted({t.name: t for t in internal if t.name not in topics}.values(), key=lambda t: t.name)
     if missing_internal:
         names = ", ".join(t.name for t in missing_internal)
