@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import shutil
 import signal
 import tempfile
@@ -26,6 +27,7 @@ from gateway.server.gateway import Gateway
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_clients import TIMEOUT, create_topic
 from tests.kafka_jvm import java_command, same_on_both, unique
+from tests.kafka_wire import call
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
 
@@ -43,6 +45,15 @@ SETTINGS = [
     "session.timeout.ms=6000",  # the killed instance's tasks move on in seconds, not 45
     "heartbeat.interval.ms=1000",
 ]
+
+# KIP-1071's streams protocol: sessions and heartbeats are the group's (the broker's
+# group.streams.* settings), which a Streams client may not set
+STREAMS_SETTINGS = [*SETTINGS[:3], "group.protocol=streams"]
+
+
+def settings(protocol: str) -> list[str]:
+    return STREAMS_SETTINGS if protocol == "streams" else SETTINGS
+
 
 Click = tuple[str, str, int]  # user, page, timestamp (ms)
 
@@ -85,9 +96,9 @@ class Instance:
     reader: asyncio.Task[None] | None = None
 
     @classmethod
-    async def start(cls, bs: str, app: str, state_dir: Path, log: IO[bytes]) -> Instance:
+    async def start(cls, bs: str, app: str, state_dir: Path, log: IO[bytes], protocol: str = "classic") -> Instance:
         proc = await asyncio.create_subprocess_exec(
-            *java_command("gateway.jvm.StreamsApp", bs, app, str(state_dir), *SETTINGS),
+            *java_command("gateway.jvm.StreamsApp", bs, app, str(state_dir), *settings(protocol)),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log)
         instance = cls(proc, log)
         instance.reader = asyncio.create_task(instance._read())
@@ -192,6 +203,17 @@ async def group_size(bs: str, group: str, members: int) -> bool:
     return described.state == ck.ConsumerGroupState.STABLE and len(described.members) == members
 
 
+async def group_type(bs: str, group: str) -> str:
+    """The group's type as ListGroups v5 names it: classic, or streams for KIP-1071's protocol."""
+    host, port = bs.rsplit(":", 1)
+    conn = await asyncio.open_connection(host, int(port))
+    try:
+        listed = await call(conn, 16, 5, {"states_filter": [], "types_filter": []})
+    finally:
+        conn[1].close()
+    return next(g.group_type for g in listed.groups if g.group_id == group)
+
+
 def beginning_offsets(bs: str, topic: str, partitions: int = 2) -> list[int]:
     import confluent_kafka as ck
 
@@ -235,9 +257,10 @@ async def internal_topics(bs: str, app: str) -> dict[str, dict[str, str]]:
             for name in names}
 
 
-async def exactly_once_run(bs: str, tmp: Path, compacts: bool) -> None:
+async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "classic") -> None:
     """The whole scenario on one broker; with `compacts`, the changelogs are compacted before the
-    stores are restored from them."""
+    stores are restored from them. With the streams protocol the stopped instance's stage is left
+    out: it waits for the group to drop a member, which describing a classic group tells."""
     app = unique("streams")
     for topic in ("clicks", "regions", *OUTPUTS):
         await create_topic(bs, f"{app}-{topic}", 2)
@@ -248,10 +271,11 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool) -> None:
     outputs = await Reader(bs, app).start()
     log = tempfile.TemporaryFile(dir=tmp)
     a_dir, b_dir = tmp / "a", tmp / "b"
-    a = await Instance.start(bs, app, a_dir, log)
-    b = await Instance.start(bs, app, b_dir, log)
+    a = await Instance.start(bs, app, a_dir, log, protocol)
+    b = await Instance.start(bs, app, b_dir, log, protocol)
     try:
         await eventually(lambda: outputs.reached(expected(done)), 120, "the first clicks counted")
+        assert await group_type(bs, app) == protocol
 
         # the second clicks: instance a is SIGKILLed once they begin to show, then restarted
         # with its state directory wiped
@@ -268,7 +292,7 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool) -> None:
         a.kill()
         await a.proc.wait()
         shutil.rmtree(a_dir)
-        a = await Instance.start(bs, app, a_dir, log)
+        a = await Instance.start(bs, app, a_dir, log, protocol)
         await eventually(lambda: outputs.reached(expected(done)), 120, "the second clicks counted")
 
         # the third clicks: b is stopped once they begin to show, until the group has dropped it,
@@ -276,10 +300,11 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool) -> None:
         more = clicks(120, 60, t0)
         await produce(bs, f"{app}-clicks", more)
         done += more
-        await eventually(moving, 60, "the third clicks begun")
-        b.proc.send_signal(signal.SIGSTOP)
-        await eventually(lambda: group_size(bs, app, 1), 60, "the stopped instance dropped from the group")
-        b.proc.send_signal(signal.SIGCONT)
+        if protocol == "classic":
+            await eventually(moving, 60, "the third clicks begun")
+            b.proc.send_signal(signal.SIGSTOP)
+            await eventually(lambda: group_size(bs, app, 1), 60, "the stopped instance dropped from the group")
+            b.proc.send_signal(signal.SIGCONT)
         await eventually(lambda: outputs.reached(expected(done)), 120, "the third clicks counted")
 
         # b leaves: a alone holds every task, its stores restored from the changelogs, compacted
@@ -314,9 +339,12 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool) -> None:
 
 
 @pytest.mark.timeout(300)
-async def test_exactly_once_application_on_kafka(kafka_broker, tmp_path):
-    """The reference: Kafka's log cleaner leaves the active segment alone, so nothing compacts."""
-    await exactly_once_run(kafka_broker.bootstrap, tmp_path, compacts=False)
+@pytest.mark.parametrize("protocol", ["classic", "streams"])
+async def test_exactly_once_application_on_kafka(kafka_broker, tmp_path, protocol):
+    """The reference: Kafka's log cleaner leaves the active segment alone, so nothing compacts. A
+    fresh Kafka 4.4 broker serves the streams protocol as it comes (streams.version 1 finalized,
+    group.coordinator.rebalance.protocols listing streams), so the gateway serves it always too."""
+    await exactly_once_run(kafka_broker.bootstrap, tmp_path, compacts=False, protocol=protocol)
 
 
 @pytest.fixture
@@ -327,23 +355,29 @@ async def compacting_gateway(redis_url: str) -> AsyncIterator[Gateway]:
 
 
 @pytest.mark.timeout(300)
-async def test_exactly_once_application(compacting_gateway, tmp_path):
-    """On the gateway, whose cleaner compacts the changelogs before the stores are restored."""
-    await exactly_once_run(kafka_bootstrap(compacting_gateway), tmp_path, compacts=True)
+@pytest.mark.parametrize("protocol", ["classic", "streams"])
+async def test_exactly_once_application(compacting_gateway, tmp_path, protocol):
+    """On the gateway, whose cleaner compacts the changelogs before the stores are restored; with
+    the classic group protocol and with KIP-1071's streams protocol."""
+    await exactly_once_run(kafka_bootstrap(compacting_gateway), tmp_path, compacts=True, protocol=protocol)
 
 
-async def missing_source_run(bs: str, tmp: Path) -> list[str]:
+async def missing_source_run(bs: str, tmp: Path, protocol: str = "classic") -> list[str]:
     """The application started before its source topics exist: the error it stops with."""
     app = unique("streams-missing")
     with tempfile.TemporaryFile(dir=tmp) as log:
-        instance = await Instance.start(bs, app, tmp / "state", log)
+        instance = await Instance.start(bs, app, tmp / f"state-{protocol}", log, protocol)
         await asyncio.wait_for(instance.proc.wait(), 90)
         assert instance.reader is not None
         await instance.reader
-    return [line.replace(app, "APP") for line in instance.lines if line.startswith("error ")]
+    # the client's own wait, in milliseconds as it measured it, differs from run to run
+    return [re.sub(r"after \d+ms", "after <ms>ms", line.replace(app, "APP"))
+            for line in instance.lines if line.startswith("error ")]
 
 
-async def test_missing_source_topic(gateway, kafka_broker, tmp_path):
-    """Streams' consumer asks for no topic creation, so the application stops, as on Kafka."""
-    errors = await same_on_both(gateway, kafka_broker, lambda bs: missing_source_run(bs, tmp_path))
+@pytest.mark.parametrize("protocol", ["classic", "streams"])
+async def test_missing_source_topic(gateway, kafka_broker, tmp_path, protocol):
+    """Streams' consumer asks for no topic creation, so the application stops, as on Kafka; with the
+    streams protocol, told so by the coordinator's MISSING_SOURCE_TOPICS status."""
+    errors = await same_on_both(gateway, kafka_broker, lambda bs: missing_source_run(bs, tmp_path, protocol))
     assert errors and "MissingSourceTopicException" in errors[0]

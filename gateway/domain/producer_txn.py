@@ -16,6 +16,7 @@ from gateway.domain.features import TRANSACTION_VERSION, Features
 from gateway.domain.fence import ANONYMOUS, KAFKA_MAX_EPOCH, FenceService, KeyState, full_key
 from gateway.domain.groups.consumer import validate_offset_commit
 from gateway.domain.groups.errors import GroupError
+from gateway.domain.groups.streams import validate_offset_commit as validate_streams_commit
 from gateway.domain.txn import InvalidTransactionTimeout, SubscriptionSettler, TransactionCoordinator, TxnInfo
 from gateway.errors import (
     ConcurrentTransactions,
@@ -117,6 +118,7 @@ class TransactionalProducers:
         self.groups = store.groups
         self.consumer_groups = store.consumer_groups
         self.txns = store.txn
+        self.streams_groups = store.streams_groups
 
     async def _timeout_fence(self, key: str) -> int:
         """The transaction.version at which a timed-out transaction's abort fences its producer (0:
@@ -246,7 +248,14 @@ class TransactionalProducers:
         """KIP-447: a zombie of an older generation must not commit offsets with its transaction;
         in a consumer group (KIP-848), `generation` is the member epoch."""
         # a group is of one protocol or the other: both read side by side
-        consumer, group = await asyncio.gather(self.consumer_groups.load(group_id), self.groups.load(group_id))
+        streams, consumer, group = await asyncio.gather(
+            self.streams_groups.load(group_id), self.consumer_groups.load(group_id), self.groups.load(group_id))
+        if streams is not None:
+            try:
+                validate_streams_commit(streams, member_id, generation)
+            except GroupError as exc:
+                raise UnknownMember(exc.kind.name.lower(), str(exc)) from exc
+            return
         if consumer is not None:
             try:
                 validate_offset_commit(consumer, member_id, generation, transactional=True)

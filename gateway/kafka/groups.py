@@ -15,7 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.domain.groups import GroupCoordinator, GroupError
+from gateway.domain.groups import GroupCoordinator, GroupError, GroupErrorKind
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import AuthorizationFailed, ErrorCode, GatewayError, TopicNotFound
 from gateway.kafka import codec
@@ -404,17 +404,21 @@ async def describe_groups(ctx: RequestContext, req: Any) -> Any:
     for group_id in await refused_first(ctx, req.groups):
         try:
             await _authorize(ctx, group_id, Operation.DESCRIBE)
-            d = await _coordinator(ctx).describe(group_id)
+            d, gone = await _coordinator(ctx).describe(group_id), f"group {group_id} not found"
         except Exception as exc:
-            out.append({"group_id": group_id, "error_code": group_error(exc), "error_message": error_message(exc),
-                        "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
-            continue
+            if isinstance(exc, GroupError) and exc.kind is GroupErrorKind.GROUP_ID_NOT_FOUND:
+                d, gone = None, str(exc)  # a group of a type DescribeGroups does not describe (streams)
+            else:
+                out.append({"group_id": group_id, "error_code": group_error(exc),
+                            "error_message": error_message(exc),
+                            "group_state": "", "protocol_type": "", "protocol_data": "", "members": []})
+                continue
         if d is None:
             missing = ctx.api_version >= 6
             out.append({
                 "group_id": group_id,
                 "error_code": KafkaError.group_id_not_found if missing else KafkaError.none,
-                "error_message": f"group {group_id} not found" if missing else None,
+                "error_message": gone if missing else None,
                 "group_state": "Dead", "protocol_type": "", "protocol_data": "", "members": [],
                 "authorized_operations": await authorized_operations(
                     ctx, ResourceType.GROUP, group_id, wants_operations and not missing

@@ -25,6 +25,7 @@ from gateway.store.schemas import SchemaAllocStore
 from gateway.store.scripts import Scripts
 from gateway.store.security import SecurityStore
 from gateway.store.share_groups import ShareGroupStore
+from gateway.store.streams_groups import StreamsGroupStore
 from gateway.store.subscriptions import SubscriptionStore
 from gateway.store.tier import TierStore
 from gateway.store.txn import TxnStore
@@ -54,6 +55,7 @@ class Store:
         self.delay = DelayStore(redis, scripts)
         self.groups = GroupStore(redis, scripts)
         self.consumer_groups = ConsumerGroupStore(redis, scripts)
+        self.streams_groups = StreamsGroupStore(redis, scripts)
         self.subscriptions = SubscriptionStore(redis, scripts)
         self.key_shared = KeySharedStore(redis, scripts)
         self.watermark = WatermarkStore(redis, scripts)

@@ -10,6 +10,7 @@ group can write only the members that changed.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,12 +128,6 @@ def _packb(value: Any) -> bytes:
     return bytes(msgpack.packb(value, use_bin_type=True))
 
 
-def _both(gid: str) -> list[str]:
-    """The keys of both protocols' group of an id (never its offsets)."""
-    return [keys.group_consumer(gid), keys.group_consumer_members(gid), keys.group_owner(gid),
-            keys.group_meta(gid), keys.group_members(gid), keys.group_instances(gid)]
-
-
 def _members(g: ConsumerGroupDoc) -> bytes:
     members: list[Any] = []
     for m in g.members.values():
@@ -140,40 +135,88 @@ def _members(g: ConsumerGroupDoc) -> bytes:
     return _array(members)
 
 
-class ConsumerGroupStore:
-    """A consumer group's keys sit under the group's hash tag beside the classic group's and the
-    committed offsets, which both protocols share; every change is one script in that slot."""
+class ModernGroupStore:
+    """What the stores of the groups with member blobs (KIP-848's consumer groups, KIP-1071's
+    streams groups) share: a group's meta hash and members hash sit under the group's hash tag
+    beside the classic group's and the committed offsets, which every protocol shares; every change
+    is one script in that slot. `meta_key` and `members_key` name the protocol's two hashes."""
+
+    meta_key: Callable[[str], str] = staticmethod(keys.group_consumer)
+    members_key: Callable[[str], str] = staticmethod(keys.group_consumer_members)
 
     def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
         self.redis = redis
         self.scripts = scripts
 
-    async def load(self, group_id: str) -> ConsumerGroupDoc | None:
-        """The stored consumer group, or None when there is none of this id."""
+    async def _load(self, group_id: str) -> tuple[bytes, dict[str, bytes], int] | None:
+        """The stored (doc, members by id, version), or None when there is no group of this id."""
         async with storage_errors():
             flat_meta, flat_members = await self.scripts.call(
-                "group-load-2", [keys.group_consumer(group_id), keys.group_consumer_members(group_id)], []
+                "group-load-2", [self.meta_key(group_id), self.members_key(group_id)], []
             )
         meta = _pairs(flat_meta)
         if not meta:
             return None
-        members = {mid.decode(): raw for mid, raw in _pairs(flat_members).items()}
-        return ConsumerGroupDoc.unpack(group_id, meta[b"doc"], members, int(meta[b"v"]))
+        return meta[b"doc"], {mid.decode(): raw for mid, raw in _pairs(flat_members).items()}, int(meta[b"v"])
+
+    def _keys(self, gid: str) -> list[str]:
+        """The group's two hashes, its lease and the classic group's keys (never its offsets)."""
+        return [self.meta_key(gid), self.members_key(gid), keys.group_owner(gid),
+                keys.group_meta(gid), keys.group_members(gid), keys.group_instances(gid)]
+
+    async def _save(self, group_id: str, version: int, doc: bytes, members: bytes, node: int) -> tuple[int, int]:
+        """cgroup-save-6: (0, new version) when saved, else (its refusing code, 0)."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "cgroup-save-6", self._keys(group_id), [version, doc, members, node],  # version, doc, members, node
+            )
+            if version == 0 and reply[0] == 0:
+                await self.redis.sadd(keys.GROUPS, group_id)
+        return (0, int(reply[1])) if reply[0] == 0 else (int(reply[0]), 0)
+
+    async def commit(
+        self, group_id: str, version: int, node: int, offsets: dict[tuple[str, int], CommittedOffset]
+    ) -> int:
+        """Store offsets the coordinator checked against the group at `version`; 0 when written,
+        1 when the group moved on, 16 when another gateway coordinates it."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "cgroup-commit-3",
+                [self.meta_key(group_id), keys.group_offsets(group_id), keys.group_owner(group_id)],
+                [version, node, packed_offsets(offsets)],  # version, node, offsets
+            )
+        return int(reply)
+
+    async def delete(self, group_id: str, *, offsets: bool = True) -> int:
+        """Remove a group without members (and its offsets, with `offsets`); returns 0, 68 (it
+        has members) or 69 (no such group)."""
+        async with storage_errors():
+            reply = await self.scripts.call(
+                "cgroup-delete-3",
+                [self.meta_key(group_id), self.members_key(group_id), keys.group_offsets(group_id)],
+                [1 if offsets else 0],
+            )
+            if offsets and int(reply) == 0:
+                await self.redis.srem(keys.GROUPS, group_id)
+        return int(reply)
+
+
+class ConsumerGroupStore(ModernGroupStore):
+    """KIP-848's consumer groups."""
+
+    async def load(self, group_id: str) -> ConsumerGroupDoc | None:
+        """The stored consumer group, or None when there is none of this id."""
+        found = await self._load(group_id)
+        return None if found is None else ConsumerGroupDoc.unpack(group_id, *found)
 
     async def save(self, g: ConsumerGroupDoc, node: int = 0) -> int:
         """Write the group if it is still at `g.version`, no other gateway holds its lease and no
         classic group of its id has members; bumps the version. Returns 0 when saved, else the
         refusing code of cgroup-save-6 (1 version moved, 16 not coordinator, 69 a classic group)."""
-        async with storage_errors():
-            reply = await self.scripts.call(
-                "cgroup-save-6", _both(g.group_id),
-                [g.version, g.pack_meta(), _members(g), node],  # version, doc, members, node
-            )
-            if g.version == 0 and reply[0] == 0:
-                await self.redis.sadd(keys.GROUPS, g.group_id)
-        if reply[0] == 0:
-            g.version = int(reply[1])
-        return int(reply[0])
+        code, version = await self._save(g.group_id, g.version, g.pack_meta(), _members(g), node)
+        if code == 0:
+            g.version = version
+        return code
 
     async def upgrade(self, g: ConsumerGroupDoc, classic_version: int, node: int) -> int:
         """Replace the classic group of `g`'s id, still at `classic_version`, by `g` (online upgrade).
@@ -181,7 +224,7 @@ class ConsumerGroupStore:
         coordinator)."""
         async with storage_errors():
             reply = await self.scripts.call(
-                "group-convert-6", _both(g.group_id),
+                "group-convert-6", self._keys(g.group_id),
                 # to, node, version, state, generation, doc, members, instances
                 ["consumer", node, classic_version, "", 0, g.pack_meta(), _members(g), _array([])],
             )
@@ -194,36 +237,10 @@ class ConsumerGroupStore:
         `group` (online downgrade); returns as `upgrade`."""
         async with storage_errors():
             reply = await self.scripts.call(
-                "group-convert-6", _both(group.group_id),
+                "group-convert-6", self._keys(group.group_id),
                 # to, node, version, state, generation, doc, members, instances
                 ["classic", node, consumer_version, *packed(group)],
             )
         if reply[0] == 0:
             group.version = int(reply[1])
         return int(reply[0])
-
-    async def commit(
-        self, group_id: str, version: int, node: int, offsets: dict[tuple[str, int], CommittedOffset]
-    ) -> int:
-        """Store offsets the coordinator checked against the group at `version`; 0 when written,
-        1 when the group moved on, 16 when another gateway coordinates it."""
-        async with storage_errors():
-            reply = await self.scripts.call(
-                "cgroup-commit-3",
-                [keys.group_consumer(group_id), keys.group_offsets(group_id), keys.group_owner(group_id)],
-                [version, node, packed_offsets(offsets)],  # version, node, offsets
-            )
-        return int(reply)
-
-    async def delete(self, group_id: str, *, offsets: bool) -> int:
-        """Remove a consumer group without members (and its offsets, with `offsets`); returns 0,
-        68 (it has members) or 69 (no such group)."""
-        async with storage_errors():
-            reply = await self.scripts.call(
-                "cgroup-delete-3",
-                [keys.group_consumer(group_id), keys.group_consumer_members(group_id), keys.group_offsets(group_id)],
-                [1 if offsets else 0],
-            )
-            if offsets and int(reply) == 0:
-                await self.redis.srem(keys.GROUPS, group_id)
-        return int(reply)

@@ -118,6 +118,16 @@ def group_consumer_members(group_id: str) -> str:
     return f"{group_tag(group_id)}:cmembers"
 
 
+def group_streams(group_id: str) -> str:
+    """Hash of a KIP-1071 streams group: v (version), doc (packed epochs, topology, target assignment, ...)."""
+    return f"{group_tag(group_id)}:smeta"
+
+
+def group_streams_members(group_id: str) -> str:
+    """Hash of a KIP-1071 streams group's members: member id -> packed member."""
+    return f"{group_tag(group_id)}:smembers"
+
+
 def group_offsets(group_id: str) -> str:
     """Hash: "topic:partition" -> msgpack of (offset, leader epoch, metadata, commit time)."""
     return f"{group_tag(group_id)}:offsets"

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from gateway.domain.groups.classic import COMPLETING_REBALANCE, STABLE
 from gateway.domain.groups.coordinator import CLASSIC, CONSUMER, GroupCoordinator
 from gateway.domain.groups.offsets import consumer_assignment, consumer_subscription
+from gateway.domain.groups.streams import TasksTuple
+from gateway.domain.groups.streams_driver import STREAMS
 from gateway.domain.log import LogService
 
 Assigned = dict[str, list[int]]
@@ -109,6 +111,9 @@ class GroupAdmin:
                  for m in cg.members],
                 offsets,
             )
+        streams = await self._streams(group_id, offsets)
+        if streams is not None:
+            return streams
         g = await self.groups.store.load(group_id)
         if g is None:
             return None
@@ -127,6 +132,30 @@ class GroupAdmin:
         protocol = g.protocol if g.state in (STABLE, COMPLETING_REBALANCE) else None
         return GroupView(group_id, CLASSIC, g.protocol_type or "", g.state, g.generation, None, protocol,
                          members, offsets)
+
+    async def _streams(self, group_id: str, offsets: list[OffsetView]) -> GroupView | None:
+        """A streams group: its members with the input partitions of their active tasks (a task is
+        its subtopology's input topics' partition of its number), the topology's inputs as what
+        each subscribes to."""
+        topics = await self.groups.topics() if self.groups.topics is not None else {}
+        found = await self.groups.describe_streams(group_id, topics)
+        if found is None:
+            return None
+        g, state = found
+        inputs = {s.subtopology_id: (*s.source_topics, *(r.name for r in s.repartition_sources))
+                  for s in (g.topology.subtopologies if g.topology else ())}
+
+        def partitions(tasks: TasksTuple) -> Assigned:
+            return _assigned({(t, p) for sid, ps in tasks.active.items() for t in inputs.get(sid, ()) for p in ps})
+
+        subscribed = sorted({t for ts in inputs.values() for t in ts})
+        return GroupView(
+            group_id, STREAMS, STREAMS, state, g.group_epoch, g.assignment_epoch, "sticky",
+            [MemberView(m.member_id, m.instance_id, m.client_id, m.client_host, m.member_epoch, subscribed, None,
+                        partitions(m.assigned), partitions(g.target.get(m.member_id, TasksTuple())))
+             for m in g.members.values()],
+            offsets,
+        )
 
     async def _offsets(self, group_id: str) -> list[OffsetView]:
         committed = sorted(((tp, c) for tp, c in (await self.groups.fetch_offsets(group_id)).items()

@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from gateway.domain.groups.assignors import ASSIGNORS, MemberSpec
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
@@ -396,22 +396,11 @@ class ConsumerGroup:
             self.revocations.clear()
             self.classic_deadlines.clear()
             return Step(None, None, False)
-        save = False
-        for mid, until in list(self.sessions.items()):
-            if mid not in g.members:
-                del self.sessions[mid]
-            elif until <= now:
-                log.info("group %s: member %s missed its session timeout; fenced", g.group_id, mid)
-                self.fence(g, mid)
-                save = True
-        for mid, (until, epoch) in list(self.revocations.items()):
-            m = g.members.get(mid)
-            if m is None or m.member_epoch != epoch or m.state != MemberState.UNREVOKED_PARTITIONS:
-                del self.revocations[mid]
-            elif until <= now:
-                log.info("group %s: member %s did not revoke within its rebalance timeout; fenced", g.group_id, mid)
-                self.fence(g, mid)
-                save = True
+        due = overdue(self.sessions, self.revocations, g.members, MemberState.UNREVOKED_PARTITIONS, now)
+        for mid, why in due:
+            log.info("group %s: member %s %s; fenced", g.group_id, mid, why)
+            self.fence(g, mid)
+        save = bool(due)
         for mid, until in list(self.classic_deadlines.items()):
             if mid not in g.members:
                 del self.classic_deadlines[mid]
@@ -456,6 +445,33 @@ class ConsumerGroup:
         if not votes:
             return self.config.assignors[0]
         return min(votes, key=lambda name: (-votes[name], name))
+
+
+class _Revoking(Protocol):
+    member_epoch: int
+    state: str
+
+
+def overdue(
+    sessions: dict[str, float], revocations: dict[str, tuple[float, int]],
+    members: Mapping[str, _Revoking], revoking: str, now: float,
+) -> list[tuple[str, str]]:
+    """The members whose session ended, or that did not revoke (still in state `revoking` in the
+    epoch they were asked in) within their rebalance timeout, by `now`, each with why; the
+    deadlines of members gone or no longer revoking are dropped. Shared with the streams protocol."""
+    due: dict[str, str] = {}
+    for mid, until in list(sessions.items()):
+        if mid not in members:
+            del sessions[mid]
+        elif until <= now:
+            due[mid] = "missed its session timeout"
+    for mid, (until, epoch) in list(revocations.items()):
+        m = members.get(mid)
+        if m is None or m.member_epoch != epoch or m.state != revoking:
+            del revocations[mid]
+        elif until <= now:
+            due.setdefault(mid, "did not revoke within its rebalance timeout")
+    return list(due.items())
 
 
 # -- validation ---------------------------------------------------------------------------------

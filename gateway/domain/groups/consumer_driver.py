@@ -140,8 +140,4 @@ class ConsumerDriver(GroupDriver):
         self, g: ConsumerGroupDoc, parts: list[tuple[str, int]]
     ) -> dict[tuple[str, int], GroupErrorKind | None]:
         """OffsetDelete on a consumer group: partitions of topics its members subscribe to stay."""
-        subscribed = set(g.partition_counts)
-        outcome = {p: GroupErrorKind.GROUP_SUBSCRIBED_TO_TOPIC if p[0] in subscribed else None for p in parts}
-        if not await self.store.delete_offsets(g.group_id, 0, [p for p, e in outcome.items() if e is None]):
-            raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "group changed concurrently; retry")
-        return outcome
+        return await self._delete_offsets_unless(g.group_id, parts, set(g.partition_counts))

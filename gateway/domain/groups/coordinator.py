@@ -8,6 +8,7 @@ offsets committed to a group of either type, describing, listing and deleting gr
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -20,10 +21,14 @@ from gateway.domain.groups.offsets import (
     encode_consumer_assignment,
     encode_consumer_subscription,
 )
+from gateway.domain.groups.streams import group_state as streams_state
+from gateway.domain.groups.streams import validate_offset_commit as validate_streams_commit
+from gateway.domain.groups.streams_driver import STREAMS, StreamsDriver
 from gateway.domain.log import LogService
-from gateway.errors import PartitionNotFound, TopicNotFound
+from gateway.errors import PartitionNotFound, TopicExists, TopicNotFound
 from gateway.store import Store
 from gateway.store.groups import CommittedOffset, GroupDoc
+from gateway.store.streams_groups import InternalTopic
 
 CLASSIC = "classic"
 CONSUMER = "consumer"
@@ -37,8 +42,8 @@ class GroupListing:
     group_type: str = CLASSIC
 
 
-class GroupCoordinator(MigrationDriver):
-    """Coordinates the groups of both protocols whose lease this gateway holds (see `GroupDriver`)."""
+class GroupCoordinator(MigrationDriver, StreamsDriver):
+    """Coordinates the groups of every protocol whose lease this gateway holds (see `GroupDriver`)."""
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -55,6 +60,9 @@ class GroupCoordinator(MigrationDriver):
         """Commit (offset, leader epoch, metadata) per partition; a refusal of the committer raises,
         a bad partition is reported in its own slot. A commit keeps a classic member's session; a
         consumer group's member commits in its current epoch (`generation` is the member epoch)."""
+        sg = await self.streams_store.load(group_id)
+        if sg is not None:
+            return await self._commit_streams(sg, generation, member_id, offsets)
         if await self.consumer_store.load(group_id) is not None:
             return await self._commit_consumer(group_id, generation, member_id, offsets, api_version)
         return await self._commit_classic(group_id, generation, member_id, offsets, instance_id, api_version)
@@ -69,13 +77,20 @@ class GroupCoordinator(MigrationDriver):
             g = await self.consumer_store.load(group_id)
             if g is not None:
                 validate_offset_fetch(g, member_id, member_epoch)
+            sg = await self.streams_store.load(group_id) if g is None else None
+            if sg is not None and member_epoch >= 0:  # Kafka's StreamsGroup.validateOffsetFetch
+                validate_streams_commit(sg, member_id or "", member_epoch)
         return await self.offsets.fetch(group_id, parts)
 
     # -- administration -------------------------------------------------------------------------
 
     async def describe(self, group_id: str) -> GroupDescription | None:
         """DescribeGroups' view; a consumer group as Kafka's ConsumerGroup.asDescribedGroup shows it
-        (protocol type "consumer", the assignor as protocol, the classic encodings of members)."""
+        (protocol type "consumer", the assignor as protocol, the classic encodings of members). A
+        streams group is not described: GROUP_ID_NOT_FOUND, as Kafka's getOrMaybeCreateClassicGroup
+        refuses it."""
+        if await self.streams_store.load(group_id) is not None:
+            raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a classic group.")
         cg = await self.describe_consumer(group_id)
         if cg is not None:
             return GroupDescription(group_id, cg.state, CONSUMER, cg.assignor, [
@@ -92,9 +107,13 @@ class GroupCoordinator(MigrationDriver):
         """Groups of both types; `states` matches either type's state names, in any case."""
         wanted = {s.lower() for s in states or ()}
         out = []
+        topics = await self.topics() if self.topics is not None else {}
         for gid in await self.store.group_ids():
-            cg = await self.consumer_store.load(gid)
-            if cg is not None:
+            sg = await self.streams_store.load(gid)
+            cg = await self.consumer_store.load(gid) if sg is None else None
+            if sg is not None:
+                listing = GroupListing(gid, STREAMS, streams_state(sg, topics).value, STREAMS)
+            elif cg is not None:
                 listing = GroupListing(gid, CONSUMER, group_state(cg).value, CONSUMER)
             else:
                 g = await self.store.load(gid)
@@ -115,6 +134,9 @@ class GroupCoordinator(MigrationDriver):
         rt = self._rt(group_id)
         async with rt.lock:
             await self._own(group_id, rt)
+            sg = await self.streams_store.load(group_id)
+            if sg is not None:
+                return await self._delete_streams_offsets(sg, parts)
             cg = await self.consumer_store.load(group_id)
             if cg is not None:
                 return await self._delete_consumer_offsets(cg, parts)
@@ -137,6 +159,12 @@ class GroupCoordinator(MigrationDriver):
         rt = self._rt(group_id)
         async with rt.lock:
             await self._own(group_id, rt)
+            code = await self.streams_store.delete(group_id)
+            if code != GroupErrorKind.GROUP_ID_NOT_FOUND:
+                if code:
+                    raise GroupError(GroupErrorKind(code))
+                rt.streams.reset()
+                return
             code = await self.consumer_store.delete(group_id, offsets=True)
             if code != GroupErrorKind.GROUP_ID_NOT_FOUND:
                 if code:
@@ -187,8 +215,19 @@ def open_coordinator(
             """Topics by name as the consumer protocol knows them: those with an id."""
             return {t.name: t.partitions for t in await log_service.list_topics() if t.topic_id}
 
-    return GroupCoordinator(
+    coordinator = GroupCoordinator(
         store.groups, partitions=partitions, node_id=node_id, prefers=prefers,
         consumer_store=store.consumer_groups, consumer_config=consumer_config,
         initial_rebalance_delay_ms=initial_rebalance_delay_ms, topics=topics,
     )
+    if log_service is not None:
+
+        async def create_topics(wanted: list[InternalTopic]) -> None:
+            """The internal topics a streams topology needs, with the configs it gives them; one
+            created meanwhile by another member's heartbeat is left as it is."""
+            for t in wanted:
+                with contextlib.suppress(TopicExists):
+                    await log_service.create_topic(t.name, t.partitions, dict(t.configs))
+
+        coordinator.create_topics = create_topics
+    return coordinator

@@ -26,9 +26,11 @@ from gateway.domain.groups.classic import Answer, ClassicGroup
 from gateway.domain.groups.consumer import ConsumerGroup, ConsumerGroupConfig
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.domain.groups.offsets import OffsetManager
+from gateway.domain.groups.streams import StreamsGroup, StreamsGroupConfig
 from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.groups import GroupStore
 from gateway.store.share_groups import ShareGroupStore
+from gateway.store.streams_groups import StreamsGroupStore
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,7 @@ class _Runtime:
 
     group: ClassicGroup
     consumer: ConsumerGroup  # the same id's side in KIP-848's protocol: a group is of one type at a time
+    streams: StreamsGroup  # and in KIP-1071's
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiters: dict[int, asyncio.Future[Any]] = field(default_factory=dict)  # ticket -> waiting request
     lease_until: float = 0.0  # while this process holds the group's coordinator lease
@@ -99,11 +102,14 @@ class GroupDriver:
         consumer_store: ConsumerGroupStore | None = None,
         consumer_config: ConsumerGroupConfig | None = None,
         topics: Callable[[], Awaitable[Mapping[str, int]]] | None = None,
+        streams_config: StreamsGroupConfig | None = None,
     ) -> None:
         self.store = store
         self.topics = topics  # every topic with its partition count, as ConsumerGroupHeartbeat sees them
         self.consumer_store = consumer_store or ConsumerGroupStore(store.redis, store.scripts)
         self.share_groups = ShareGroupStore(store.redis, store.scripts)  # ids the other protocols refuse
+        self.streams_store = StreamsGroupStore(store.redis, store.scripts)
+        self.streams_config = streams_config or StreamsGroupConfig()
         self.consumer_config = consumer_config or ConsumerGroupConfig()
         self.node_id = node_id
         self.lease_ms = lease_ms
@@ -217,9 +223,10 @@ class GroupDriver:
         return False
 
     def _next_deadline(self, rt: _Runtime) -> float | None:
-        candidates = [d for d in (rt.group.next_deadline(), rt.consumer.next_deadline()) if d is not None]
+        candidates = [d for d in (rt.group.next_deadline(), rt.consumer.next_deadline(), rt.streams.next_deadline())
+                      if d is not None]
         due = min(candidates) if candidates else None
-        if rt.lease_until and (rt.group.sessions or rt.consumer.sessions):
+        if rt.lease_until and (rt.group.sessions or rt.consumer.sessions or rt.streams.sessions):
             renew = rt.lease_until - self.lease_ms / 1000 / 3  # renew with a third left
             due = renew if due is None else min(due, renew)
         return due
@@ -236,7 +243,7 @@ class GroupDriver:
                 if not self.prefers(gid) and gid not in self._groups:
                     continue
                 rt = self._rt(gid)
-                if rt.group.armed or rt.consumer.armed:
+                if rt.group.armed or rt.consumer.armed or rt.streams.armed:
                     continue
                 async with rt.lock:
                     found = await self._adoptable(gid, rt)
@@ -266,7 +273,8 @@ class GroupDriver:
         rt = self._groups.get(group_id)
         if rt is None:
             group = ClassicGroup(group_id, initial_rebalance_delay=self.initial_rebalance_delay)
-            rt = self._groups[group_id] = _Runtime(group, ConsumerGroup(group_id, self.consumer_config))
+            rt = self._groups[group_id] = _Runtime(
+                group, ConsumerGroup(group_id, self.consumer_config), StreamsGroup(group_id, self.streams_config))
         return rt
 
     async def _own(self, group_id: str, rt: _Runtime) -> None:
@@ -291,8 +299,19 @@ class GroupDriver:
             return
         rt.group.reset()
         rt.consumer.reset()
+        rt.streams.reset()
         rt.fail(why)
         rt.lease_until = 0.0
+
+    async def _delete_offsets_unless(
+        self, group_id: str, parts: list[tuple[str, int]], subscribed: set[str]
+    ) -> dict[tuple[str, int], GroupErrorKind | None]:
+        """OffsetDelete on a group of the modern protocols: the partitions of `subscribed` topics
+        stay (GROUP_SUBSCRIBED_TO_TOPIC), the others' offsets go."""
+        outcome = {p: GroupErrorKind.GROUP_SUBSCRIBED_TO_TOPIC if p[0] in subscribed else None for p in parts}
+        if not await self.store.delete_offsets(group_id, 0, [p for p, e in outcome.items() if e is None]):
+            raise GroupError(GroupErrorKind.COORDINATOR_NOT_AVAILABLE, "group changed concurrently; retry")
+        return outcome
 
     def _refused(self, group_id: str, code: int) -> None:
         """Raise for a save or commit the store refused (0: it did not)."""

@@ -47,6 +47,7 @@ from gateway.domain.groups.share import (
     ShareMember,
     ShareSession,
 )
+from gateway.domain.groups.streams import streams_group_configs
 from gateway.domain.log import LogService
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
 from gateway.domain.topic_configs import Change, ConfigDef, Kind, apply
@@ -290,7 +291,8 @@ class ShareCoordinator:
         self.store = store.share_groups
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.specs = share_group_configs(lock_durations_ms)
+        # every group config is kept here, the streams protocol's too (read by its coordinator)
+        self.specs = share_group_configs(lock_durations_ms) | streams_group_configs()
         self.groups: dict[str, ShareGroup] = {}
         self.stats: dict[str, Stats] = {}
         self._members: dict[tuple[str, str], _Member] = {}

@@ -1,0 +1,159 @@
+"""KIP-1071's streams group protocol alone: the state machine (streams.py), its configured
+topology and its sticky task assignor, with no Redis and no event loop; time is passed in. After
+every heartbeat the tests check that no active task is held (assigned or pending revocation) by two
+members, and that a standby never sits on the process of its task's active."""
+
+from __future__ import annotations
+
+import copy
+
+from gateway.domain.groups.errors import GroupError, GroupErrorKind
+from gateway.domain.groups.streams import (
+    GroupState,
+    HeartbeatRequest,
+    MemberState,
+    Status,
+    StreamsGroup,
+    StreamsGroupConfig,
+    configure,
+    group_state,
+)
+from gateway.store.streams_groups import InternalTopic, StreamsGroupDoc, Subtopology, TasksTuple, Topology
+
+TOPICS = {"in": 4, "table": 4}
+TOPOLOGY = Topology(1, (
+    Subtopology("0", ("in",), changelogs=(InternalTopic("app-count-changelog"),),
+                repartition_sinks=("app-rekey-repartition",)),
+    Subtopology("1", ("table",), repartition_sources=(InternalTopic("app-rekey-repartition"),),
+                changelogs=(InternalTopic("app-join-changelog"),)),
+))
+READY = TOPICS | {"app-count-changelog": 4, "app-join-changelog": 4, "app-rekey-repartition": 4}
+
+
+class Client:
+    """A streams client that obeys its assignment at once and reports what it owns."""
+
+    def __init__(self, member_id: str, process: str) -> None:
+        self.member_id, self.process, self.epoch = member_id, process, 0
+        self.owned = TasksTuple()
+
+    def request(self, **extra: object) -> HeartbeatRequest:
+        fields: dict[str, object] = {"member_id": self.member_id, "member_epoch": self.epoch, "owned": self.owned}
+        if self.epoch == 0:
+            fields |= {"rebalance_timeout_ms": 30_000, "topology": TOPOLOGY, "process_id": self.process}
+        return HeartbeatRequest(**(fields | extra))  # type: ignore[arg-type]
+
+
+class Coordinator:
+    def __init__(self, standbys: int = 0) -> None:
+        self.machine = StreamsGroup("app", StreamsGroupConfig(
+            num_standby_replicas=standbys, initial_rebalance_delay_ms=0, assignment_interval_ms=0))
+        self.doc: StreamsGroupDoc | None = None
+
+    def beat(self, c: Client, topics: dict[str, int] = READY, now: float = 0.0, **extra: object):  # type: ignore[no-untyped-def]
+        step = self.machine.heartbeat(copy.deepcopy(self.doc), now, c.request(**extra), topics)
+        if step.save:
+            self.doc = step.group
+        r = step.reply
+        c.epoch = r.member_epoch
+        if r.assignment is not None:
+            c.owned = r.assignment
+        self.check()
+        return r
+
+    def check(self) -> None:
+        assert self.doc is not None
+        held: dict[tuple[str, int], str] = {}
+        for m in self.doc.members.values():
+            for tt in (m.assigned, m.pending_revocation):
+                for s, ps in tt.active.items():
+                    for p in ps:
+                        assert held.setdefault((s, p), m.member_id) == m.member_id, f"task {s}_{p} held twice"
+        for mid, t in self.doc.target.items():
+            process = self.doc.members[mid].process_id
+            for s, ps in t.standby.items():
+                for p in ps:
+                    owner = next(o for o, tt in self.doc.target.items() if p in tt.active.get(s, frozenset()))
+                    assert self.doc.members[owner].process_id != process
+
+
+def test_topology_configured_as_kafka_does():
+    missing = configure(TOPOLOGY, {"in": 4})
+    assert missing.status == (Status.MISSING_SOURCE_TOPICS, "Source topics table are missing.")
+    internal = configure(TOPOLOGY, TOPICS)
+    assert internal.status is not None and internal.status[0] == Status.MISSING_INTERNAL_TOPICS
+    assert [(t.name, t.partitions) for t in internal.missing_internal] == [
+        ("app-count-changelog", 4), ("app-join-changelog", 4), ("app-rekey-repartition", 4)]
+    assert configure(TOPOLOGY, READY).tasks == {"0": 4, "1": 4}
+
+
+def test_join_reconcile_revoke_first_and_leave():
+    co = Coordinator()
+    a, b = Client("a", "pa"), Client("b", "pb")
+    r = co.beat(a, TOPICS)
+    assert [s for s, _ in r.statuses] == [Status.MISSING_INTERNAL_TOPICS] and r.assignment == TasksTuple()
+    assert [t.name for t in r.create] == ["app-count-changelog", "app-join-changelog", "app-rekey-repartition"]
+    co.beat(a)
+    assert a.owned.active == {"0": frozenset(range(4)), "1": frozenset(range(4))}
+    co.beat(b)
+    assert b.owned.active == {}  # every task still held by a
+    epoch = a.epoch
+    co.beat(a)
+    assert co.doc is not None and co.doc.members["a"].state == MemberState.UNREVOKED_TASKS and a.epoch == epoch
+    co.beat(a)  # it reports the revoked tasks gone
+    assert a.epoch > epoch
+    co.beat(b)
+    assert sum(len(ps) for ps in b.owned.active.values()) == 4
+    assert group_state(co.doc, READY) == GroupState.STABLE
+    co.beat(b, member_epoch=-1)
+    co.beat(a)
+    assert a.owned.active == {"0": frozenset(range(4)), "1": frozenset(range(4))}
+
+
+def test_standbys_on_other_processes():
+    co = Coordinator(standbys=1)
+    clients = [Client("a", "p1"), Client("b", "p1"), Client("c", "p2")]
+    for _ in range(4):
+        for c in clients:
+            co.beat(c)
+    assert co.doc is not None
+    standbys = sum(len(ps) for t in co.doc.target.values() for ps in t.standby.values())
+    assert standbys == 8  # every task has one standby, off its active's process
+
+
+def test_refusals():
+    co = Coordinator()
+    a = Client("a", "pa")
+    co.beat(a)
+    for extra, kind in (({"member_epoch": 0, "topology": None}, GroupErrorKind.INVALID_REQUEST),
+                        ({"member_epoch": a.epoch + 1}, GroupErrorKind.FENCED_MEMBER_EPOCH),
+                        ({"member_id": "x", "member_epoch": 3}, GroupErrorKind.UNKNOWN_MEMBER_ID)):
+        try:
+            co.beat(a, **extra)
+        except GroupError as exc:
+            assert exc.kind == kind
+        else:
+            raise AssertionError(f"{extra} accepted")
+
+
+def test_session_expiry_fences():
+    co = Coordinator()
+    a, b = Client("a", "pa"), Client("b", "pb")
+    co.beat(a)
+    co.beat(b, now=40.0)
+    step = co.machine.expire(copy.deepcopy(co.doc), 46.0)
+    assert step.save and step.group is not None and set(step.group.members) == {"b"}
+
+
+def test_assignment_delayed_as_kafka_4_4_delays_it():
+    """A new group's first target waits the initial rebalance delay, later ones the interval."""
+    co = Coordinator()
+    co.machine.config = StreamsGroupConfig(initial_rebalance_delay_ms=3000, assignment_interval_ms=1000)
+    a, b = Client("a", "pa"), Client("b", "pb")
+    r = co.beat(a, now=0.0)
+    assert (Status.ASSIGNMENT_DELAYED, "Assignment delayed due to the configured initial rebalance delay.") in r.statuses
+    assert co.beat(a, now=3.0).assignment is not None and a.owned.active
+    r = co.beat(b, now=3.5)
+    assert [s for s, _ in r.statuses] == [Status.ASSIGNMENT_DELAYED] and not b.owned.active
+    assert co.beat(a, now=4.0).statuses == [] and co.doc is not None
+    assert co.doc.assignment_epoch == co.doc.group_epoch
