@@ -26,7 +26,7 @@ BOUNDS = {
     "add_partitions_to_txn": 2,
     "produce": 1,
     "add_offsets_to_txn": 1,
-    "txn_offset_commit": 4,
+    "txn_offset_commit": 5,  # the transaction, the group read as streams, consumer and classic side by side, the staging
     "end_txn": 3,
 }
 
