@@ -109,7 +109,8 @@ async def site(redis_server: str) -> AsyncIterator[Site]:
         held = await asyncio.to_thread(_traffic, kafka_bootstrap(gw), registry)
         async with aiohttp.ClientSession(headers={"Authorization": aiohttp.encode_basic_auth("admin", PASSWORD)}) as http:
             yield Site(gw, http)
-        held[1].close()
+        # off the event loop: the share consumer's leave needs the gateway in this loop to answer
+        await asyncio.to_thread(held[1].close)
 
 
 @pytest.fixture(scope="module")
