@@ -12,6 +12,7 @@ from aiohttp.typedefs import Handler
 
 from gateway import telemetry
 from gateway.admin.body import json_body
+from gateway.admin.console import ConsoleApi
 from gateway.admin.listener import HttpListener, listen
 from gateway.admin.metrics import Metrics
 from gateway.admin.security import SecurityApi, authentication
@@ -381,4 +382,5 @@ async def start_admin_server(services: Services, host: str, port: int) -> HttpLi
     api = AdminApi(services)
     app = web.Application(middlewares=[_answered, authentication(services.security)])
     app.add_routes(api.routes() + SecurityApi(services.security).routes() + ShareGroupsApi(services.share).routes())
+    app.add_routes(ConsoleApi(services).routes())
     return await listen(app, services.config, host, port)
