@@ -97,7 +97,7 @@ def sweep() -> None:
             sh("ip", "link", "delete", m.group(1), check=False)
 
 
-@dataclass
+@dataclass(eq=False)
 class Service:
     """A process on a host, started again with the same command after a kill."""
 
@@ -147,7 +147,7 @@ class Service:
             self.kill()
 
 
-@dataclass
+@dataclass(eq=False)
 class Host:
     """A network namespace with one address on the lab's bridge."""
 

@@ -25,7 +25,7 @@ SO_ORIGINAL_DST = 80  # linux/netfilter_ipv4.h
 
 
 class Delay:
-    """The delay in force, read from a file a fault writes."""
+    """The delay in force, read from a file a fault writes; the relay says it took it in `<file>.seen`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -37,6 +37,9 @@ class Delay:
                 self.seconds = max(0, int(self.path.read_text().strip() or 0)) / 1000
             except (OSError, ValueError):
                 self.seconds = 0.0
+            seen = self.path.with_name(self.path.name + ".seen")
+            if not seen.exists() or seen.read_text() != f"{self.seconds * 1000:.0f}":
+                seen.write_text(f"{self.seconds * 1000:.0f}")
             await asyncio.sleep(0.1)
 
 
