@@ -57,6 +57,8 @@ def _smoke_argv(lab: Lab, history: Path, seconds: int, seed: int) -> list[str]:
 def check_smoke(history: Path) -> list[str]:
     """No acknowledged record lost, none read twice (an idempotent producer's duplicate)."""
     seen = json.loads(history.read_text())
+    if "read_error" in seen:
+        return [f"final read failed (the topic lost or changed?): {seen['read_error']}"]
     acked = {v: (p, o) for v, p, o in seen["acked"]}
     read = [v for v, _, _ in seen["read"]]
     anomalies = [f"lost: value {v} acknowledged at partition {p} offset {o}, never read"
