@@ -16,3 +16,5 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 def test_schedule(schedule: Schedule, tmp_path):
     outcome = run(schedule, tmp_path)
     assert not outcome.anomalies, str(outcome)
+    if schedule.fails_over:  # the faults did what they are there for
+        assert outcome.primaries[0] != outcome.primaries[1], str(outcome)

@@ -311,6 +311,18 @@ class Lab:
         ip = max(set(named), key=named.count)
         return next(h for h in self.redis if h.ip == ip)
 
+    def primaries(self) -> frozenset[str]:
+        """The Redis primaries now, as `ip:port`: the Sentinels' choice, or the Cluster's masters as
+        the first node that answers sees them."""
+        if self.topology == "sentinel":
+            return frozenset({f"{self.primary().ip}:6379"})
+        for host in self.redis:
+            with contextlib.suppress(OSError, redis_sync.RedisError):
+                nodes = self.node(host.ip, 6379).execute_command("CLUSTER", "NODES").decode()
+                return frozenset(line.split()[1].split("@")[0] for line in nodes.splitlines()
+                                 if "master" in line.split()[2] and "fail" not in line.split()[2])
+        return frozenset()
+
     @property
     def redis_url(self) -> str:
         if self.topology == "sentinel":

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,16 +56,19 @@ def _smoke_argv(lab: Lab, history: Path, seconds: int, seed: int) -> list[str]:
 
 
 def check_smoke(history: Path) -> list[str]:
-    """No acknowledged record lost, none read twice (an idempotent producer's duplicate)."""
+    """No acknowledged record lost or read elsewhere than where it was acknowledged, none read twice
+    (an idempotent producer's duplicate)."""
     seen = json.loads(history.read_text())
     if "read_error" in seen:
         return [f"final read failed (the topic lost or changed?): {seen['read_error']}"]
     acked = {v: (p, o) for v, p, o in seen["acked"]}
-    read = [v for v, _, _ in seen["read"]]
+    times = Counter(v for v, _, _ in seen["read"])
     anomalies = [f"lost: value {v} acknowledged at partition {p} offset {o}, never read"
-                 for v, (p, o) in sorted(acked.items()) if v not in set(read)]
-    dups = sorted({v for v in read if read.count(v) > 1})
-    anomalies += [f"duplicate: value {v} read {read.count(v)} times" for v in dups]
+                 for v, (p, o) in sorted(acked.items()) if v not in times]
+    at = {v: (p, o) for v, p, o in seen["read"]}
+    anomalies += [f"moved: value {v} acknowledged at partition {p} offset {o}, read at {at[v]}"
+                  for v, (p, o) in sorted(acked.items()) if v in at and at[v] != (p, o)]
+    anomalies += [f"duplicate: value {v} read {n} times" for v, n in sorted(times.items()) if n > 1]
     if not acked:
         anomalies.append("unavailable: nothing acknowledged in the whole run")
     return anomalies
@@ -83,6 +87,7 @@ class Schedule:
     seconds: int = 24  # the workloads' write phase
     workloads: tuple[str, ...] = ("smoke",)
     why: str = ""
+    fails_over: bool = False  # its faults must move a Redis primary: checked, so a fault that did nothing fails
 
 
 @dataclass
@@ -92,6 +97,7 @@ class Outcome:
     anomalies: list[str] = field(default_factory=list)
     kept: Path | None = None  # where the histories and logs were kept, on an anomaly
     faults: list[str] = field(default_factory=list)
+    primaries: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())  # before, after
 
     def __str__(self) -> str:
         head = f"{self.schedule} seed {self.seed}: {len(self.anomalies)} anomalies under {', '.join(self.faults)}"
@@ -106,6 +112,7 @@ def run(schedule: Schedule, root: Path, seed: int | None = None) -> Outcome:
     with Lab(root, schedule.topology) as lab:
         steps = sorted(schedule.steps(lab, rng), key=lambda s: s.at)
         outcome.faults = [str(s.fault) for s in steps]
+        before = lab.primaries()
         clients = _start_workloads(lab, schedule, root, seed)
         try:
             _timeline(steps)
@@ -117,6 +124,7 @@ def run(schedule: Schedule, root: Path, seed: int | None = None) -> Outcome:
                 outcome.anomalies.append(f"{name}: the workload failed ({proc.returncode}): see {log.name}")
             else:
                 outcome.anomalies += [f"{name}: {a}" for a in WORKLOADS[name].check(history)]
+        outcome.primaries = (before, lab.primaries())
         if outcome.anomalies:
             outcome.kept = _keep(root, schedule.name, seed)
     return outcome
@@ -195,10 +203,10 @@ def cluster_primary_lost(lab: Lab, rng: random.Random) -> list[Step]:
 
 
 SCHEDULES = [
-    Schedule("primary-isolated", "sentinel", 1, primary_isolated,
+    Schedule("primary-isolated", "sentinel", 1, primary_isolated, fails_over=True,
              why="the Sentinel primary and one gateway cut off with one Sentinel: the majority fails over "
                  "while clients still write through the gateway stuck with the old primary"),
-    Schedule("primary-paused", "sentinel", 2, primary_paused,
+    Schedule("primary-paused", "sentinel", 2, primary_paused, fails_over=True,
              why="the primary SIGSTOPped past the Sentinels' patience, then resumed as if nothing happened"),
     Schedule("gateway-cut-off", "sentinel", 3, gateway_cut_off,
              why="a gateway cut off from Redis while clients reach it, then another's requests to Redis lost one way"),
@@ -206,7 +214,7 @@ SCHEDULES = [
              why="the primary's replication stream cut one way (acks=all must wait), then packet loss at a gateway"),
     Schedule("clocks-and-kills", "sentinel", 5, clocks_and_kills,
              why="gateway clocks stepped an hour and ten minutes either way, then a gateway SIGKILLed and restarted"),
-    Schedule("cluster-primary-lost", "cluster", 6, cluster_primary_lost,
+    Schedule("cluster-primary-lost", "cluster", 6, cluster_primary_lost, fails_over=True,
              why="a Redis Cluster primary SIGKILLed (its replica takes over) and a gateway's Redis traffic delayed"),
 ]
 BY_NAME = {s.name: s for s in SCHEDULES}
