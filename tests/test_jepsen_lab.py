@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.jepsen import faults
@@ -138,3 +138,41 @@ def test_nothing_acknowledged_is_lost_through_a_pause_a_failover_and_a_kill(lab)
     assert len(seen["read"]) == len(read), "duplicates from an idempotent producer"
     # the old primary is back as a replica of the new one: every Redis host serves again
     wait_for(lambda: lab.online_replicas(lab.primary().ip) == 2, "the old primary's rejoin")
+
+
+CREATE = """
+import sys
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+admin = AdminClient({"bootstrap.servers": sys.argv[1]})
+while True:  # an error the gateway answers (REQUEST_TIMED_OUT) is retried, as an operator would
+    try:
+        admin.create_topics([NewTopic(sys.argv[2], 3, 1)], request_timeout=60)[sys.argv[2]].result(90)
+        print("created")
+        break
+    except KafkaException as exc:
+        if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":
+            print("exists")
+            break
+"""
+
+
+def test_a_topic_created_through_a_failover_is_kept(lab):
+    """Found by the first smoke run: a CreateTopics held in a paused primary's socket ran there when it
+    resumed, after the failover, and was answered; the old primary then joined the new one as a replica,
+    and the topic (with what was produced to it) was gone. Creation now waits for the replicas."""
+    topic = f"created-in-failover-{time.time_ns()}"
+    old = lab.primary()
+    pause = faults.Pause(faults.primary_service(lab))
+    pause.start()
+    try:
+        creating = lab.clients[0].popen([sys.executable, "-c", CREATE, lab.bootstrap, topic],
+                                        stdout=subprocess.PIPE, text=True)
+        wait_for(lambda: lab.primary() is not old, "the failover")
+    finally:
+        pause.heal()
+    assert creating.communicate(timeout=180)[0].split() in (["created"], ["exists"])
+    wait_for(lambda: lab.online_replicas(lab.primary().ip) == 2, "the old primary's rejoin")
+    admin = AdminClient({"bootstrap.servers": lab.bootstrap})
+    described = admin.describe_topics(TopicCollection([topic]))[topic].result(30)
+    assert len(described.partitions) == 3

@@ -1,8 +1,8 @@
 """The test hosts: Redis nodes, gateways and clients, each in a network namespace of its own on one
 bridge, so that faults (tests/jepsen/faults.py) hit the links between them and nothing else.
 
-A lab is named after the process that built it: namespaces `jepsen-<pid>-<host>`, a bridge
-`jb<pid hex>`, veths `jv<pid hex><index>`, and addresses in 10.231.<n>.0/24 with the bridge at .254,
+A lab is named after the process that built it: namespaces `jepsen-<pid>-<serial><host>`, a bridge
+`jb<pid hex>.<serial>`, veths `jv<pid hex>.<serial>.<index>`, and addresses in 10.231.<n>.0/24 with the bridge at .254,
 so the test process (in the root namespace) can watch every node. Faults only ever change these
 namespaces' own nftables rulesets, and processes started in them; a lab left by a process that died
 (a killed test run) is swept when the next one starts, by those names alone.
@@ -25,6 +25,7 @@ Redis through a relay in its namespace (tests/jepsen/relay.py) that a delay faul
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import signal
@@ -49,6 +50,7 @@ RELAY_MARK = 0x4A  # the relay's own connections carry it, so the redirect lets 
 REDIS_PORTS = (6379, 6380, 26379)  # what a gateway's relay stands in front of
 KAFKA_PORT, NATIVE_PORT, ADMIN_PORT = 9092, 6650, 8080
 TIMEOUT = 60.0
+_serials = itertools.count()
 
 
 def sh(*argv: str, check: bool = True, stdin: str | None = None) -> str:
@@ -92,7 +94,7 @@ def sweep() -> None:
                     os.kill(int(pid), signal.SIGKILL)
             sh("ip", "netns", "delete", name, check=False)
     for line in sh("ip", "-o", "link", "show", "type", "bridge").splitlines():
-        m = re.match(r"\d+: (jb([0-9a-f]+)):", line)
+        m = re.match(r"\d+: (jb([0-9a-f]+)\.\d+):", line)
         if m and not _alive(int(m.group(2), 16)):
             sh("ip", "link", "delete", m.group(1), check=False)
 
@@ -158,7 +160,12 @@ class Host:
 
     @property
     def ns(self) -> str:
-        return f"{PREFIX}{self.lab.pid}-{self.name}"
+        return f"{PREFIX}{self.lab.pid}-{self.lab.serial}{self.name}"
+
+    @property
+    def veth(self) -> str:
+        """Its root-side interface (at most 15 characters; the dots keep two labs' names apart)."""
+        return f"jv{self.lab.pid:x}.{self.lab.serial}.{self.index}"
 
     @property
     def ip(self) -> str:
@@ -192,8 +199,9 @@ class Lab:
         self.root = root
         self.topology = topology
         self.pid = os.getpid()
+        self.serial = next(_serials) % 100  # labs one process builds one after another (the soak)
         self.subnet = f"10.231.{self.pid % 250 + 1}"
-        self.bridge = f"jb{self.pid:x}"
+        self.bridge = f"jb{self.pid:x}.{self.serial}"
         self.gateway_args = gateway_args
         self.redis = [Host(self, f"r{i}", i) for i in (1, 2, 3)]
         self.gateways = [Host(self, f"g{i}", 10 + i) for i in range(1, gateways + 1)]
@@ -223,10 +231,9 @@ class Lab:
         sh("ip", "addr", "add", f"{self.subnet}.254/24", "dev", self.bridge)
         sh("ip", "link", "set", self.bridge, "up")
         for host in self.hosts:
-            veth = f"jv{self.pid:x}{host.index}"
             sh("ip", "netns", "add", host.ns)
-            sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", host.ns)
-            sh("ip", "link", "set", veth, "master", self.bridge, "up")
+            sh("ip", "link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns", host.ns)
+            sh("ip", "link", "set", host.veth, "master", self.bridge, "up")
             host.run("ip", "addr", "add", f"{host.ip}/24", "dev", "eth0")
             host.run("ip", "link", "set", "eth0", "up")
             host.run("ip", "link", "set", "lo", "up")
@@ -236,6 +243,8 @@ class Lab:
             for s in host.services.values():
                 with contextlib.suppress(Exception):
                     s.kill()
+            # the veth first: a namespace goes when the kernel gets round to it, and its veth with it
+            sh("ip", "link", "delete", host.veth, check=False)
             sh("ip", "netns", "delete", host.ns, check=False)
         sh("ip", "link", "delete", self.bridge, check=False)
 

@@ -1,7 +1,7 @@
-"""The lab's own smoke client: an idempotent acks=all producer for a while, then a read of the whole
-topic. It prints one JSON line, what was acknowledged and what was read, for a test to compare.
+"""The lab's own smoke client: an idempotent acks=all producer (or a plain acks=1 one) for a while,
+then a read of the whole topic. It prints one JSON line, what was acknowledged and what was read, for a test to compare.
 
-    python -m tests.jepsen.smoke --bootstrap H:P[,H:P] --seconds N [--topic T] [--history FILE]
+    python -m tests.jepsen.smoke --bootstrap H:P[,H:P] --seconds N [--topic T] [--acks all|1] [--history FILE]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def create(bootstrap: str, topic: str) -> None:
                 raise
 
 
-def produce(bootstrap: str, topic: str, seconds: float) -> list[list[int]]:
+def produce(bootstrap: str, topic: str, seconds: float, acks: str) -> list[list[int]]:
     """[value, partition, offset] of each acknowledged record."""
     acked: list[list[int]] = []
 
@@ -35,7 +35,7 @@ def produce(bootstrap: str, topic: str, seconds: float) -> list[list[int]]:
         if err is None:
             acked.append([int(msg.value()), msg.partition(), msg.offset()])  # type: ignore[attr-defined]
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "enable.idempotence": acks == "all",
                   "message.timeout.ms": 120000, "linger.ms": 5})
     deadline, i = time.monotonic() + seconds, 0
     while time.monotonic() < deadline:
@@ -69,11 +69,12 @@ def main() -> None:
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--topic", default="smoke")
+    parser.add_argument("--acks", choices=["all", "1"], default="all", help="all: idempotent too; 1: neither")
     parser.add_argument("--history", type=Path, help="write the JSON here rather than on standard output")
     args = parser.parse_args()
     create(args.bootstrap, args.topic)
     print("created", file=sys.stderr, flush=True)
-    acked = produce(args.bootstrap, args.topic, args.seconds)
+    acked = produce(args.bootstrap, args.topic, args.seconds, args.acks)
     try:
         found = json.dumps({"acked": acked, "read": read_all(args.bootstrap, args.topic)})
     except KafkaException as exc:  # the topic itself gone or changed: the checker names it
