@@ -99,6 +99,13 @@ def sweep() -> None:
             sh("ip", "link", "delete", m.group(1), check=False)
 
 
+def _free_subnet(pid: int) -> str:
+    """10.231.<n> that no bridge on this machine has yet, starting from one the pid chooses."""
+    taken = set(re.findall(r"inet 10\.231\.(\d+)\.", sh("ip", "-o", "-4", "addr")))
+    n = next(n for i in range(250) if str(n := (pid + i) % 250 + 1) not in taken)
+    return f"10.231.{n}"
+
+
 @dataclass(eq=False)
 class Service:
     """A process on a host, started again with the same command after a kill."""
@@ -200,7 +207,7 @@ class Lab:
         self.topology = topology
         self.pid = os.getpid()
         self.serial = next(_serials) % 100  # labs one process builds one after another (the soak)
-        self.subnet = f"10.231.{self.pid % 250 + 1}"
+        self.subnet = _free_subnet(self.pid)
         self.bridge = f"jb{self.pid:x}.{self.serial}"
         self.gateway_args = gateway_args
         self.redis = [Host(self, f"r{i}", i) for i in (1, 2, 3)]
