@@ -3,6 +3,7 @@ not in CI. Each run's schedule and seed are printed, so an anomaly is replayed w
 its histories and logs are kept under tests/jepsen/artifacts. Exits 1 if any run found an anomaly.
 
     python -m tests.jepsen.soak --minutes N --seed S [--workloads smoke,smoke-acks1-failover,...]
+    python -m tests.jepsen.soak --minutes 0 --seed 0 --replay sentinel:76739130   (one run again)
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def random_steps(lab: Lab, rng: random.Random) -> list[Step]:
     so that a Redis killed is started again before another is)."""
     steps, at = [], rng.uniform(1, 4)
     while at < SECONDS - 6:
-        hold = rng.uniform(2, 10)
+        hold = min(rng.uniform(2, 10), SECONDS - 2 - at)  # healed before the final reads
         steps.append(Step(at, _menu(lab, rng), hold))
         at += hold + rng.uniform(1, 5)
     return steps
@@ -59,15 +60,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, required=True)
     parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--replay", metavar="TOPOLOGY:SEED", help="one run again, as a line printed names it")
     parser.add_argument("--workloads", default=",".join(FAILING_OVER),
                         help=f"of {', '.join(WORKLOADS)}: ones that allow for a failover, as random faults cause them")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     deadline = time.monotonic() + args.minutes * 60
     runs = failed = 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or (args.replay and not runs):
         seed = rng.randrange(1 << 30)
         topology = rng.choice(["sentinel", "cluster"])
+        if args.replay:
+            topology, seed = args.replay.split(":")[0], int(args.replay.split(":")[1])
         schedule = Schedule(f"soak-{topology}", topology, seed, random_steps, seconds=SECONDS,
                             workloads=tuple(args.workloads.split(",")))
         with tempfile.TemporaryDirectory(prefix="jepsen-soak-") as root:
@@ -79,6 +83,8 @@ def main() -> None:
         runs += 1
         failed += bool(outcome.anomalies)
         print(outcome, flush=True)
+        if args.replay:
+            break
     print(f"{runs} runs, {failed} with anomalies", flush=True)
     sys.exit(1 if failed else 0)
 
