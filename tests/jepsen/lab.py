@@ -29,7 +29,6 @@ import itertools
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -399,8 +398,3 @@ class Lab:
     @property
     def native(self) -> str:
         return ",".join(f"{h.ip}:{NATIVE_PORT}" for h in self.gateways)
-
-    def reachable(self, ip: str, port: int) -> bool:
-        with contextlib.suppress(OSError), socket.create_connection((ip, port), timeout=1):
-            return True
-        return False

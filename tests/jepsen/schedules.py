@@ -56,6 +56,15 @@ def _smoke(acks: str) -> Callable[[Lab, Path, int, int], list[str]]:
     return argv
 
 
+def program(module: str) -> Callable[[Lab, Path, int, int], list[str]]:
+    """The argv of a history workload, `python -m tests.jepsen.workloads.<module>` with the common flags:
+    registering one is `WORKLOADS[name] = Workload(name, program(name), <its check>)`."""
+    def argv(lab: Lab, history: Path, seconds: int, seed: int) -> list[str]:
+        return [sys.executable, "-m", f"tests.jepsen.workloads.{module}", "--bootstrap", lab.bootstrap,
+                "--native", lab.native, "--history", str(history), "--seconds", str(seconds), "--seed", str(seed)]
+    return argv
+
+
 def _read(history: Path) -> tuple[dict[int, tuple[int, int]], dict[int, list[tuple[int, int]]], list[str]]:
     """What was acknowledged where, where each value was read, and a failed final read's anomaly."""
     seen = json.loads(history.read_text())
@@ -242,4 +251,3 @@ SCHEDULES = [
              fails_over=True, workloads=FAILING_OVER,
              why="a Redis Cluster primary SIGKILLed (its replica takes over) and a gateway's Redis traffic delayed"),
 ]
-BY_NAME = {s.name: s for s in SCHEDULES}
