@@ -10,7 +10,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.security import Operation, ResourceType
-from gateway.errors import AuthorizationFailed, TopicExists, TopicNotFound
+from gateway.domain.topic_configs import validate_topic_config
+from gateway.errors import (
+    AuthorizationFailed,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    TopicExists,
+    TopicNotFound,
+)
 from gateway.kafka import codec
 from gateway.kafka.authz import may_create_topic
 from gateway.kafka.client_quotas import THROTTLED, MutationQuota
@@ -123,6 +130,10 @@ async def create_topics(ctx: RequestContext, req: Any) -> Any:
             res.update(error_code=exc.error, error_message=str(exc))
         except TopicExists:
             res.update(error_code=KafkaError.topic_already_exists, error_message=_exists_message(t.name))
+        except (NotEnoughReplicas, NotEnoughReplicasAfterAppend) as exc:
+            # Kafka's controller answers REQUEST_TIMED_OUT when it cannot commit the topic's records to
+            # its quorum in time (ControllerApis.createTopics): Redis's replicas are that quorum here
+            res.update(error_code=KafkaError.request_timed_out, error_message=error_message(exc))
         except Exception as exc:
             res.update(error_code=kafka_error(exc), error_message=error_message(exc))
         results.append(res)

@@ -57,6 +57,7 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
     reverse order of their building; the store, the caller's, closes after."""
     async with contextlib.AsyncExitStack() as closing:
         store.replication.configure(config.state_min_insync_replicas, config.state_replication_timeout_ms)
+        await store.replication.learn()
         memory = MemoryBudget(store, config.redis_memory_high_watermark)
         await memory.check_start()  # an evicting Redis would lose acknowledged records: refused here
         objects = open_tier_store(config.tier_location)
