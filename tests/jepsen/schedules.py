@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.jepsen import faults
+from tests.jepsen.checker import check_file
 from tests.jepsen.faults import Fault
 from tests.jepsen.lab import REPO, Host, Lab
 
@@ -88,7 +89,17 @@ def check_smoke(history: Path, *, duplicates: bool = False, loss: bool = False) 
     return anomalies
 
 
+def _history(module: str) -> Callable[[Lab, Path, int, int], list[str]]:
+    def argv(lab: Lab, history: Path, seconds: int, seed: int) -> list[str]:
+        return [sys.executable, "-m", f"tests.jepsen.workloads.{module}", "--bootstrap", lab.bootstrap,
+                "--history", str(history), "--seconds", str(seconds), "--seed", str(seed)]
+    return argv
+
+
 WORKLOADS: dict[str, Workload] = {
+    # the history workloads, checked by tests/jepsen/checker.py on the production settings: no anomaly allowed
+    "idempotent": Workload("idempotent", _history("idempotent"), check_file),
+    "transactional": Workload("transactional", _history("transactional"), check_file),
     "smoke": Workload("smoke", _smoke("all"), check_smoke),
     # acks=1 with the primary in place: at least once, nothing acknowledged lost
     "smoke-acks1": Workload("smoke-acks1", _smoke("1"), lambda h: check_smoke(h, duplicates=True)),
