@@ -27,9 +27,9 @@ def run(tmp_path: Path, lines: list[Line], expect: Expect = STRICT) -> Result:
     return check(read(write(tmp_path / "h.jsonl", lines)), expect)
 
 
-def send(v: str, p: int, o: int, process: int = 0) -> list[Line]:
-    return [(process, "invoke", "send", {"v": v, "t": "out", "p": p}),
-            (process, "ok", "send", {"v": v, "t": "out", "p": p, "o": o})]
+def send(v: str, p: int, o: int, process: int = 0, t: str = "out") -> list[Line]:
+    return [(process, "invoke", "send", {"v": v, "t": t, "p": p}),
+            (process, "ok", "send", {"v": v, "t": t, "p": p, "o": o})]
 
 
 def unsure(v: str, p: int, type: Type = "info", error: str = "timed out") -> list[Line]:
@@ -44,10 +44,12 @@ def poll(*records: Rec, isolation: str = "read_committed") -> list[Line]:
     return [(2, "ok", "poll", {"isolation": isolation, "records": [list(r) for r in records]})]
 
 
-def txn(tid: str, outcome: Type, *sends: Rec, offsets: tuple[tuple[str, int, int], ...] = ()) -> list[Line]:
+def txn(tid: str, outcome: Type, *sends: Rec, offsets: tuple[tuple[str, int, int], ...] = (),
+        reads: tuple[Rec, ...] = ()) -> list[Line]:
     return [(1, "invoke", "txn", {"id": tid, "abort": outcome == "fail",
                                   "sends": [[t, p, None, v] for t, p, _, v in sends]}),
             (1, outcome, "txn", {"id": tid, "sends": [list(s) for s in sends], "group": "g",
+                                 "reads": [list(r) for r in reads],
                                  "offsets": [list(o) for o in offsets]})]
 
 
@@ -55,16 +57,18 @@ def commit(*offsets: tuple[str, int, int]) -> list[Line]:
     return [(2, "ok", "commit", {"group": "g", "offsets": [list(o) for o in offsets]})]
 
 
+IN = ("in", 0, 0, "i")
 CLEAN: list[Line] = [
+    *send("i", 0, 0, process=3, t="in"),
     *send("a", 0, 0), *send("b", 0, 1), *send("c", 1, 0),
     *unsure("d", 1),  # may or may not be there: here it is
-    *txn("t1", "ok", ("out", 2, 0, "x"), ("out", 3, 0, "y"), offsets=(("in", 0, 5),)),
+    *txn("t1", "ok", ("out", 2, 0, "x"), ("out", 3, 0, "y"), offsets=(("in", 0, 1),), reads=(IN,)),
     *txn("t2", "fail", ("out", 2, 1, "z")),
     *poll(("out", 0, 0, "a"), ("out", 0, 1, "b")),
     (2, "ok", "seek", {"positions": [["out", 0, 0]]}),
     *poll(("out", 0, 0, "a"), ("out", 2, 0, "x")),
     *commit(("in", 0, 7)),
-    *final(("out", 0, 0, "a"), ("out", 0, 1, "b"), ("out", 1, 0, "c"), ("out", 1, 1, "d"),
+    *final(IN, ("out", 0, 0, "a"), ("out", 0, 1, "b"), ("out", 1, 0, "c"), ("out", 1, 1, "d"),
            ("out", 2, 0, "x"), ("out", 3, 0, "y")),
 ]
 
@@ -107,6 +111,11 @@ X = ("out", 1, 0, "x")
     ("txn-not-atomic", [*send("a", 0, 0), *txn("t", "info", X, ("out", 2, 0, "y")), *final(A, X)]),
     ("offset-regressed", [*send("a", 0, 0), *commit(("in", 0, 5)), *txn("t", "ok", X, offsets=(("in", 0, 3),)),
                           *final(A, X)]),
+    ("reprocessed", [*send("i", 0, 0, t="in"), *txn("t1", "ok", X, offsets=(("in", 0, 1),), reads=(IN,)),
+                     *txn("t2", "ok", ("out", 2, 0, "y"), offsets=(("in", 0, 1),), reads=(IN,)),
+                     *final(IN, X, ("out", 2, 0, "y"))]),
+    ("unprocessed", [*send("i", 0, 0, t="in"), *send("j", 0, 1, t="in"),
+                     *txn("t1", "ok", X, offsets=(("in", 0, 2),), reads=(IN,)), *final(IN, ("in", 0, 1, "j"), X)]),
     ("failed-write-read", [*send("a", 0, 0), *unsure("b", 0, "fail", "too large"), *final(A, B)]),
 ])
 def test_each_rule_fires_and_names_its_lines(tmp_path: Path, kind: str, lines: list[Line]) -> None:

@@ -5,7 +5,8 @@ A record is `[topic, partition, offset, value]`, every value unique in a workloa
 
 - `send`   invoke `{"v", "t", "p"}`; ok `{"v", "t", "p", "o"}` (acknowledged there); fail/info `{"v", "error"}`
 - `txn`    invoke when commit or abort is asked, `{"id", "abort", "sends": [records, offset null]}`;
-           ok (committed) `{"id", "sends": [records], "group", "offsets": [[t, p, o]]}`; fail (aborted); info
+           ok (committed) `{"id", "sends": [records], "reads": [records consumed], "group",
+           "offsets": [[t, p, o]]}`; fail (aborted); info
 - `poll`   ok `{"isolation": "read_committed"|"read_uncommitted", "records": [...]}`, in the order returned
 - `seek`   ok `{"positions": [[t, p, o]]}`: this process's next poll of each starts at `o` (a rewind)
 - `commit` ok `{"group", "offsets": [[t, p, o]]}`: a group's offsets committed
@@ -64,6 +65,7 @@ class _Txn:
     requested: int  # the line of its commit or abort request
     completed: int
     sends: list[tuple[str, int, int | None, str]]
+    reads: list[tuple[str, int, int | None, str]] = field(default_factory=list)
 
 
 def _records(raw: Iterable[list[Any]]) -> list[tuple[str, int, int | None, str]]:
@@ -95,6 +97,7 @@ class _Checker:
         self._reads()
         self._atomic()
         self._offsets_forward()
+        self._exactly_once()
         self._definite_failures()
         return self.result
 
@@ -126,6 +129,7 @@ class _Checker:
             sends = _records(op.value.get("sends", []))
             if sends and (op.type == "ok" or not txn.sends or any(o is not None for *_, o, _v in sends)):
                 txn.sends = sends
+            txn.reads = _records(op.value.get("reads", [])) or txn.reads
         for txn in self.txns.values():
             for *_, v in txn.sends:
                 self.by_value[v] = txn
@@ -267,6 +271,30 @@ class _Checker:
                     self.flag("offset-regressed", f"group {key[0]} committed {key[1:]} at {o} after {last[key][0]}",
                               last[key][1], op.index)
                 last[key] = (int(o), op.index)
+
+    def _exactly_once(self) -> None:
+        """Consume-transform-produce: each input record below a group's committed offset was read by
+        exactly one transaction that committed (or, unsure, whose records are in the log)."""
+        assert self.final is not None
+        done = [t for t in self.txns.values()
+                if t.outcome == "ok" or (t.outcome == "info" and any(v in self.at for *_, v in t.sends))]
+        by: dict[Where, list[_Txn]] = defaultdict(list)
+        upto: dict[tuple[str, int], int] = {}
+        for txn in done:
+            for t, p, o, _ in txn.reads:
+                assert o is not None
+                by[(t, p, o)].append(txn)
+            op = self.ops[txn.completed]
+            for t, p, o in op.value.get("offsets") or []:
+                upto[(str(t), int(p))] = max(upto.get((str(t), int(p)), 0), int(o))
+        for where, txns in by.items():
+            if len(txns) > 1:
+                self.flag("reprocessed", f"{where} ({self.log.get(where)}) read by committed transactions "
+                          f"{[t.id for t in txns]}", *[t.completed for t in txns])
+        for (t, p, o), v in sorted(self.log.items()):
+            if o < upto.get((t, p), 0) and (t, p, o) not in by:
+                self.flag("unprocessed", f"{(t, p, o)} ({v}) below the committed offset {upto[(t, p)]}, "
+                          "read by no committed transaction", self.final.index)
 
     def _definite_failures(self) -> None:
         assert self.final is not None
