@@ -116,6 +116,8 @@ X = ("out", 1, 0, "x")
                      *final(IN, X, ("out", 2, 0, "y"))]),
     ("unprocessed", [*send("i", 0, 0, t="in"), *send("j", 0, 1, t="in"),
                      *txn("t1", "ok", X, offsets=(("in", 0, 2),), reads=(IN,)), *final(IN, ("in", 0, 1, "j"), X)]),
+    ("stuck", [*send("a", 0, 0), (1, "info", "stuck", {"call": "a transaction's step", "seconds": 180}),
+               *final(A)]),
     ("failed-write-read", [*send("a", 0, 0), *unsure("b", 0, "fail", "too large"), *final(A, B)]),
 ])
 def test_each_rule_fires_and_names_its_lines(tmp_path: Path, kind: str, lines: list[Line]) -> None:

@@ -11,6 +11,7 @@ A record is `[topic, partition, offset, value]`, every value unique in a workloa
 - `seek`   ok `{"positions": [[t, p, o]]}`: this process's next poll of each starts at `o` (a rewind)
 - `commit` ok `{"group", "offsets": [[t, p, o]]}`: a group's offsets committed
 - `final`  ok `{"isolation", "records"}`, the whole log read once everything is healed; fail `{"error"}`
+- `stuck`  info `{"call", "seconds"}`: a client call that never returned, abandoned by the workload
 
 What weak settings cannot promise is declared with `Expect` (acks=1: loss over a failover, duplicates
 from retries) and then reported as expected, never as an anomaly.
@@ -85,6 +86,10 @@ class _Checker:
         (self.result.expected if expected else self.result.anomalies).append(Anomaly(kind, detail, ops))
 
     def run(self) -> Result:
+        for op in self.ops:
+            if op.f == "stuck":
+                self.flag("stuck", f"process {op.process}: {op.value['call']} not back after {op.value['seconds']} s",
+                          op.index)
         self._final()
         self._transactions()
         acked = self._acknowledged()

@@ -9,8 +9,11 @@ to re-process them; a reader polls the output read_committed throughout; then th
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as Stuck
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -21,6 +24,7 @@ from tests.jepsen.workloads.common import arguments, create, delivered, final_re
 SOURCE, WORKER, READER = "source", "worker", "reader"
 ABORTS = 0.25  # the share of transactions aborted on purpose
 TIMEOUT = 60.0
+STUCK = 3 * TIMEOUT  # a step not back by then hangs: a primary pause left send_offsets_to_transaction blocked
 
 
 class Worker:
@@ -113,24 +117,31 @@ def main() -> None:
                            "enable.auto.commit": False, "isolation.level": "read_committed"})
         reader.assign([TopicPartition(sink, p, 0) for p in range(args.partitions)])
         worker = Worker(args, history, source, sink)
-        deadline, i = time.monotonic() + args.seconds, 0
+        steps = ThreadPoolExecutor(1)  # the worker's calls, under a watchdog
+        deadline, i, stuck = time.monotonic() + args.seconds, 0, False
         try:
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not stuck:
                 for _ in range(10):
                     v, p = f"in-{args.seed}-{i}", rng.randrange(args.partitions)
                     history.invoke(SOURCE, "send", {"v": v, "t": source, "p": p})
                     producer.produce(source, value=v.encode(), partition=p, on_delivery=sent)
                     i += 1
                 producer.poll(0)
-                worker.step()
+                try:
+                    steps.submit(worker.step).result(STUCK)
+                except Stuck:  # recorded, and the worker abandoned, so that the run still ends in its final read
+                    history.info(WORKER, "stuck", {"call": "a transaction's step", "seconds": STUCK})
+                    stuck = True
                 polled = [record(m) for m in reader.consume(500, 0) if m.error() is None]
                 if polled:
                     history.ok(READER, "poll", {"isolation": "read_committed", "records": polled})
             producer.flush(180)
         finally:
-            worker.close()
+            if not stuck:
+                worker.close()
             reader.close()
         final_read(history, args, source, sink)
+    os._exit(0)  # not waiting for a stuck worker's thread
 
 
 if __name__ == "__main__":
