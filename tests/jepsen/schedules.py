@@ -8,8 +8,8 @@ and the failure names the anomaly and that folder.
 
 Workloads are programs run as `python -m <module> --bootstrap H:P[,H:P] --native H:P[,H:P] --history FILE
 --seconds N --seed S` in a client namespace: they write a history file and end with a final read. The
-smoke workload (tests/jepsen/smoke.py, one JSON object for a history) stands in until the
-history workloads of tests/jepsen/workloads do.
+smoke workload (tests/jepsen/smoke.py) writes one JSON object; the history workloads of
+tests/jepsen/workloads write every operation, for tests/jepsen/checker.py.
 """
 
 from __future__ import annotations
