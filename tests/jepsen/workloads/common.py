@@ -74,7 +74,12 @@ def final_read(history: History, args: argparse.Namespace, *topics: str) -> None
     records: list[Record] = []
     try:
         parts = [TopicPartition(t, p, 0) for t in topics for p in range(args.partitions)]
-        ends = {(tp.topic, tp.partition): c.get_watermark_offsets(tp, timeout=60)[1] for tp in parts}
+        ends: dict[tuple[str, int], int] = {}
+        for tp in parts:
+            try:
+                ends[(tp.topic, tp.partition)] = c.get_watermark_offsets(tp, timeout=60)[1]
+            except KafkaException as exc:
+                raise KafkaException(f"{tp.topic} {tp.partition}: {exc}") from exc
         c.assign([tp for tp in parts if ends[(tp.topic, tp.partition)] > 0])
         left = {k for k, end in ends.items() if end > 0}
         deadline = time.monotonic() + READ_SECONDS
