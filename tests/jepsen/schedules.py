@@ -8,8 +8,8 @@ and the failure names the anomaly and that folder.
 
 Workloads are programs run as `python -m <module> --bootstrap H:P[,H:P] --native H:P[,H:P] --history FILE
 --seconds N --seed S` in a client namespace: they write a history file and end with a final read. The
-smoke workload (tests/jepsen/smoke.py, one JSON object for a history) stands in until the
-history workloads of tests/jepsen/workloads do.
+smoke workload (tests/jepsen/smoke.py) writes one JSON object; the history workloads of
+tests/jepsen/workloads write every operation, for tests/jepsen/checker.py.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.jepsen import faults
+from tests.jepsen.checker import check_file
 from tests.jepsen.faults import Fault
 from tests.jepsen.lab import REPO, Host, Lab
 
@@ -97,7 +98,17 @@ def check_smoke(history: Path, *, duplicates: bool = False, loss: bool = False) 
     return anomalies
 
 
+def _history(module: str) -> Callable[[Lab, Path, int, int], list[str]]:
+    def argv(lab: Lab, history: Path, seconds: int, seed: int) -> list[str]:
+        return [sys.executable, "-m", f"tests.jepsen.workloads.{module}", "--bootstrap", lab.bootstrap,
+                "--history", str(history), "--seconds", str(seconds), "--seed", str(seed)]
+    return argv
+
+
 WORKLOADS: dict[str, Workload] = {
+    # the history workloads, checked by tests/jepsen/checker.py on the production settings: no anomaly allowed
+    "idempotent": Workload("idempotent", _history("idempotent"), check_file),
+    "transactional": Workload("transactional", _history("transactional"), check_file),
     "smoke": Workload("smoke", _smoke("all"), check_smoke),
     # acks=1 with the primary in place: at least once, nothing acknowledged lost
     "smoke-acks1": Workload("smoke-acks1", _smoke("1"), lambda h: check_smoke(h, duplicates=True)),

@@ -1,0 +1,105 @@
+"""What every workload shares: its command line, its topics' creation, and the final read."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from tests.jepsen.history import History
+
+FINAL = "final"  # the final read's process
+READ_SECONDS = 120.0  # a final read not done by then, everything healed, is an anomaly
+Record = tuple[str, int, int, str]  # topic, partition, offset, value: the checker's record
+
+
+def record(m: Message) -> Record:
+    t, p, o, v = m.topic(), m.partition(), m.offset(), m.value()
+    assert t is not None and p is not None and o is not None and v is not None
+    return t, p, o, v.decode()
+
+
+def delivered(history: History, process: str | int) -> Callable[[KafkaError | None, Message], None]:
+    """The delivery callback that completes a non-transactional `send`: ok where acknowledged; any
+    error (a timeout first) leaves it unsure, `info`, since an idempotent retry may have written it."""
+    def done(err: KafkaError | None, msg: Message) -> None:
+        v = msg.value()
+        assert v is not None
+        if err is None:
+            t, p, o, _ = record(msg)
+            history.ok(process, "send", {"v": v.decode(), "t": t, "p": p, "o": o})
+        else:
+            history.info(process, "send", {"v": v.decode(), "error": str(err)})
+    return done
+
+
+def arguments(doc: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--native", help="the native listeners (unused by Kafka workloads)")
+    parser.add_argument("--history", type=Path, required=True)
+    parser.add_argument("--seconds", type=float, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--min-insync-replicas", type=int, default=2,
+                        help="2 on the lab's replicated Redis (the production setting); 1 on a lone Redis")
+    return parser.parse_args()
+
+
+def create(args: argparse.Namespace, *topics: str) -> None:
+    """Create `topics` with `args.partitions` each; one left from an earlier try is kept."""
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    config = {"min.insync.replicas": str(args.min_insync_replicas)}
+    futures = admin.create_topics([NewTopic(t, args.partitions, 1, config=config) for t in topics],
+                                  request_timeout=30)
+    for future in futures.values():
+        try:
+            future.result(60)
+        except KafkaException as exc:
+            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                raise
+
+
+def final_read(history: History, args: argparse.Namespace, *topics: str) -> None:
+    """Every record of `topics` up to their high watermarks, read_committed, as one `final` op;
+    a read that fails (a topic lost) is a `fail` the checker names."""
+    history.invoke(FINAL, "final", {"topics": list(topics)})
+    c = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"final-{time.time_ns()}",
+                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                  "enable.partition.eof": True})
+    records: list[Record] = []
+    try:
+        parts = [TopicPartition(t, p, 0) for t in topics for p in range(args.partitions)]
+        ends: dict[tuple[str, int], int] = {}
+        for tp in parts:
+            try:
+                ends[(tp.topic, tp.partition)] = c.get_watermark_offsets(tp, timeout=60)[1]
+            except KafkaException as exc:
+                raise KafkaException(f"{tp.topic} {tp.partition}: {exc}") from exc
+        c.assign([tp for tp in parts if ends[(tp.topic, tp.partition)] > 0])
+        left = {k for k, end in ends.items() if end > 0}
+        deadline = time.monotonic() + READ_SECONDS
+        while left:
+            if time.monotonic() > deadline:
+                raise KafkaException(f"final read still short of the end of {sorted(left)}")
+            for m in c.consume(1000, 1):
+                err = m.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(err)
+                if err is not None:  # at its end: an EOF's offset is the end
+                    left.discard((str(m.topic()), int(m.partition() or 0)))
+                    continue
+                records.append(record(m))
+                t, p, o, _ = records[-1]
+                if o + 1 >= ends[(t, p)]:
+                    left.discard((t, p))
+    except KafkaException as exc:
+        history.fail(FINAL, "final", {"error": str(exc)})
+        return
+    finally:
+        c.close()
+    history.ok(FINAL, "final", {"isolation": "read_committed", "records": records})
