@@ -10,7 +10,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.security import Operation, ResourceType
-from gateway.domain.topic_configs import validate_topic_config
 from gateway.errors import (
     AuthorizationFailed,
     NotEnoughReplicas,
