@@ -1,5 +1,6 @@
 """The web console: static pages under /console, and the few admin routes only it needed (a topic's
-messages, a test message, a group's offsets reset, each Redis primary's memory against its budget).
+messages, a test message, a group's offsets reset and lag history, each Redis primary's memory
+against its budget).
 
 The pages are plain HTML, CSS and ES modules shipped in the wheel (gateway/admin/console/), with no
 build step; they read the admin JSON API from the browser, so they sit behind the same login as it
@@ -56,6 +57,7 @@ class ConsoleApi:
             web.get("/admin/v2/topics/{name}/messages", self.messages),
             web.post("/admin/v2/topics/{name}/messages", self.produce),
             web.post("/admin/v2/groups/{group}/offsets", self.reset_offsets),
+            web.get("/admin/v2/groups/{group}/lag-history", self.lag_history),
         ]
 
     async def index(self, request: web.Request) -> web.FileResponse:
@@ -187,6 +189,18 @@ class ConsoleApi:
         telemetry.produced("admin", topic, len(batch))
         return web.json_response({"topic": topic, "partition": partition, "offset": produced.result.base_offset},
                                  status=201)
+
+    async def lag_history(self, request: web.Request) -> web.Response:
+        """The group's lag as the lag sampler role recorded it (`gateway.domain.groups.lag_history`),
+        oldest first, from `since` (ms) on: each sample's time, total, and lag per partition."""
+        group = request.match_info["group"]
+        samples = await self.services.lag.read(group, _int(request, "since", 0) or 0)
+        return web.json_response({
+            "group_id": group, "interval_s": self.services.config.lag_sample_interval,
+            "samples": [{"timestamp": s.timestamp, "total": s.total,
+                         "partitions": {t: {str(p): lag for p, lag in ps} for t, ps in s.partitions.items()}}
+                        for s in samples],
+        })
 
     async def reset_offsets(self, request: web.Request) -> web.Response:
         """Reset an empty group's committed offsets on a topic, as kafka-consumer-groups

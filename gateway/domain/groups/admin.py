@@ -17,6 +17,7 @@ from gateway.domain.groups.offsets import consumer_assignment, consumer_subscrip
 from gateway.domain.groups.streams import TasksTuple
 from gateway.domain.groups.streams_driver import STREAMS
 from gateway.domain.log import LogService
+from gateway.store.groups import CommittedOffset
 
 Assigned = dict[str, list[int]]
 
@@ -161,8 +162,11 @@ class GroupAdmin:
         committed = sorted(((tp, c) for tp, c in (await self.groups.fetch_offsets(group_id)).items()
                             if c is not None and c.offset >= 0), key=lambda item: item[0])
         bounds = await self.log.bounds_many([tp for tp, _ in committed]) if committed else []
-        return [
-            OffsetView(t, p, c.offset, None if b is None else b[1], None if b is None else max(0, b[1] - c.offset),
-                       c.metadata)
-            for ((t, p), c), b in zip(committed, bounds, strict=True)
-        ]
+        return [offset_view(tp, c, b) for (tp, c), b in zip(committed, bounds, strict=True)]
+
+
+def offset_view(tp: tuple[str, int], c: CommittedOffset, bounds: tuple[int, int] | None) -> OffsetView:
+    """A committed offset beside its partition's (log start, high watermark), None for a partition
+    that no longer exists: Kafka's lag, the high watermark less the committed offset."""
+    hw = None if bounds is None else bounds[1]
+    return OffsetView(tp[0], tp[1], c.offset, hw, None if hw is None else max(0, hw - c.offset), c.metadata)

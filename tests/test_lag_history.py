@@ -1,0 +1,147 @@
+"""Consumer groups' lag over time, kept in Redis by the lag sampler role: samples written in one pass
+over every group, bounded in count, served by the admin API, deleted with the group, and sampled on
+by another gateway when the sampling one is SIGKILLed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from typing import Any
+
+import confluent_kafka as ck
+import confluent_kafka.admin
+import pytest
+
+from gateway.domain.groups.lag_history import LagHistory
+from gateway.domain.services import Services
+from gateway.store.lag_history import LagSample
+from tests.conftest import (
+    GatewayProcess,
+    admin_url,
+    eventually,
+    flush,
+    kafka_bootstrap,
+    running_gateway,
+    test_config,
+)
+
+pytestmark = pytest.mark.kafka
+
+REDIS_BACKENDS = ("single", "cluster")
+
+
+def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """A group's committed offsets, as a consumer that assigns itself partitions commits them."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[ck.TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    c.close()
+
+
+def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
+    p = ck.Producer({"bootstrap.servers": bootstrap})
+    for partition, n in counts.items():
+        for i in range(n):
+            p.produce(topic, partition=partition, value=b"v%d" % i)
+    assert p.flush(30) == 0
+
+
+def get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+async def test_a_pass_samples_every_group_and_the_history_is_capped_served_and_deleted(redis_url: str) -> None:
+    async with running_gateway(test_config(redis_url, lag_sample_interval=3600)) as gw:
+        svc: Services = gw.services
+        boot = kafka_bootstrap(gw)
+        await svc.log.create_topic("lagged", 2)
+        await asyncio.to_thread(produce, boot, "lagged", {0: 5, 1: 3})
+        for g, at in (("g1", {0: 1, 1: 3}), ("g2", {0: 5})):
+            await asyncio.to_thread(commit, boot, g, "lagged", at)
+        history = LagHistory(svc.groups, svc.log, gw.store, max_points=3)
+        assert await history.sample_pass() == 2
+        [s1] = await history.read("g1")
+        assert (s1.total, s1.partitions) == (4, {"lagged": [(0, 4), (1, 0)]})
+        [s2] = await history.read("g2")
+        assert (s2.total, s2.partitions) == (0, {"lagged": [(0, 0)]})
+        await asyncio.to_thread(produce, boot, "lagged", {1: 2})
+        for _ in range(3):
+            await history.sample_pass()
+        kept = await history.read("g1")
+        assert [s.total for s in kept] == [6, 6, 6]  # the count bound: the first sample is gone
+        served = await asyncio.to_thread(get, f"{admin_url(gw)}/admin/v2/groups/g1/lag-history")
+        assert served["samples"] == [{"timestamp": s.timestamp, "total": 6, "partitions": {"lagged": {"0": 4, "1": 2}}}
+                                     for s in kept]
+        since = await asyncio.to_thread(get, f"{admin_url(gw)}/admin/v2/groups/g1/lag-history?since={kept[-1].timestamp}")
+        assert [s["timestamp"] for s in since["samples"]] == [s.timestamp for s in kept if s.timestamp >= kept[-1].timestamp]
+        # a group deleted (Kafka's DeleteGroups) takes its history along, and no later sample brings it back
+        admin = ck.admin.AdminClient({"bootstrap.servers": boot})
+        for f in (await asyncio.to_thread(admin.delete_consumer_groups, ["g1"])).values():
+            await asyncio.to_thread(f.result)
+        assert await history.read("g1") == []
+        assert await gw.store.lag_history.append([LagSample("g1", 0, 1, {})], 60_000, 10) == 0
+        assert await history.read("g1") == []
+        assert len(await history.read("g2")) == 3
+
+
+async def test_the_history_keeps_a_bounded_age(redis_url: str) -> None:
+    async with running_gateway(test_config(redis_url, lag_sample_interval=3600)) as gw:
+        boot = kafka_bootstrap(gw)
+        await gw.services.log.create_topic("aged", 1)
+        await asyncio.to_thread(commit, boot, "g", "aged", {0: 0})
+        store = gw.store.lag_history
+        assert await store.append([LagSample("g", 0, 1, {})], 60_000, 100) == 1
+        [first] = await store.read("g")
+        # once Redis's clock has moved past the first sample, a 1 ms age bound trims it
+        while True:
+            assert await store.append([LagSample("g", 0, 2, {})], 1, 100) == 1
+            kept = await store.read("g")
+            if kept[-1].timestamp > first.timestamp + 1:
+                break
+        assert [s.total for s in kept] == [2] * len(kept) and all(s.timestamp >= kept[-1].timestamp - 1 for s in kept)
+
+
+def sampler(gp: GatewayProcess) -> int | None:
+    return {r["role"]: r["node_id"] for r in get(f"{gp.admin_url}/admin/v2/gateways")["roles"]}.get("lag sampler")
+
+
+@pytest.mark.slow
+async def test_a_sigkilled_sampler_hands_the_role_to_another_gateway(redis_server: str, tmp_path) -> None:
+    """On one Redis only: the lease is the same script on a cluster, and two gateway processes are slow to start."""
+    flush(redis_server)
+    redis_url = redis_server
+    args = ["--lease-ms", "1500", "--lag-sample-interval", "0.2", "--log-level", "WARNING"]
+    gps = [GatewayProcess(tmp_path / name, redis_url, args=list(args)) for name in ("a", "b")]
+    try:
+        for gp in gps:
+            await asyncio.to_thread(gp.start)
+        admin = ck.admin.AdminClient({"bootstrap.servers": gps[0].kafka_bootstrap})
+        for f in admin.create_topics([ck.admin.NewTopic("watched", 1)]).values():
+            await asyncio.to_thread(f.result, 30)
+        await asyncio.to_thread(produce, gps[0].kafka_bootstrap, "watched", {0: 4})
+        await asyncio.to_thread(commit, gps[0].kafka_bootstrap, "readers", "watched", {0: 1})
+        history = f"{gps[1].admin_url}/admin/v2/groups/readers/lag-history"
+
+        async def samples() -> list[dict[str, Any]]:
+            return list((await asyncio.to_thread(get, history))["samples"])
+
+        await eventually(samples, timeout=20, what="a first lag sample")
+        killed = await eventually(lambda: next((gp for gp in gps if gp.node_id == sampler(gps[0])), None),
+                                  timeout=20, what="a lag sampler")
+        survivor = next(gp for gp in gps if gp is not killed)
+        killed.kill()
+        before = await samples()
+        await eventually(lambda: sampler(survivor) == survivor.node_id, timeout=20, what="the survivor sampling")
+        later = await eventually(lambda: _after(samples, before[-1]["timestamp"]), timeout=20,
+                                 what="a sample taken by the survivor")
+        assert later and all(s["total"] == 3 for s in later)
+    finally:
+        for gp in gps:
+            if gp.proc is not None and gp.proc.poll() is None:
+                gp.proc.kill()
+                gp.proc.wait(10)
+
+
+async def _after(samples: Any, ts: int) -> list[dict[str, Any]]:
+    return [s for s in await samples() if s["timestamp"] > ts]
