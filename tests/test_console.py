@@ -1,6 +1,6 @@
 """The web console in a real browser: Debian's chromium driven by playwright, against one gateway
-with authentication on and real traffic from confluent-kafka (JSON and Avro records through the
-gateway's own Schema Registry, a classic and a consumer group, a share consumer holding records, an
+with authentication on and real traffic from confluent-kafka (JSON, Avro and Protobuf records through
+the gateway's own Schema Registry, a classic and a consumer group, a share consumer holding records, an
 open transaction). Each page is clicked through and what it shows compared with what the admin API
 says; a screenshot of each lands in test-artifacts/console/ (git-ignored)."""
 
@@ -19,12 +19,14 @@ import confluent_kafka.admin
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from playwright.async_api import Browser, Page, async_playwright
 
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import free_port
 from tests.conftest import admin_url, flush, kafka_bootstrap, running_gateway, test_config
+from tests.test_client_schema import nested_and_imported
 
 pytestmark = [pytest.mark.kafka, pytest.mark.browser]
 
@@ -54,7 +56,7 @@ def _traffic(bootstrap: str, registry: str) -> tuple[ck.Producer, ck.ShareConsum
     producer, whose transaction is left open, and the share consumer holding records."""
     admin = ck.admin.AdminClient({"bootstrap.servers": bootstrap, **LOGIN})
     for f in admin.create_topics([ck.admin.NewTopic("orders", 3), ck.admin.NewTopic("payments", 1),
-                                  ck.admin.NewTopic("later", 2, config={"delayed.delivery.enable": "true"})]).values():
+                                  ck.admin.NewTopic("shipments", 1), ck.admin.NewTopic("later", 2, config={"delayed.delivery.enable": "true"})]).values():
         f.result()
     producer = ck.Producer({"bootstrap.servers": bootstrap, **LOGIN})
     for i in range(30):
@@ -64,6 +66,12 @@ def _traffic(bootstrap: str, registry: str) -> tuple[ck.Producer, ck.ShareConsum
     for i in range(3):
         producer.produce("payments", value=avro({"id": f"p-{i}", "amount": i + 0.5},
                                                 SerializationContext("payments", MessageField.VALUE)))
+    line = nested_and_imported()  # shop.Order.Line: a nested message, its file importing another
+    protobuf = ProtobufSerializer(line, SchemaRegistryClient({"url": registry,
+                                                              "basic.auth.user.info": f"admin:{PASSWORD}"}))
+    for i in range(2):
+        producer.produce("shipments", value=protobuf(line(sku=f"s-{i}", price={"cents": 100 * i + 50}),
+                                                     SerializationContext("shipments", MessageField.VALUE)))
     due = int(time.time() * 1000) + 3_600_000  # an hour away: still waiting while the test looks
     for i in range(4):
         producer.produce("later", partition=i % 2, value=b"wake up",
@@ -214,6 +222,19 @@ async def test_values_decoded_through_the_schema_registry(site: Site, page: Page
     await page.wait_for_selector('[data-testid="messages"] td:has-text("hex")')
     hexed = (await site.api("/admin/v2/topics/payments/messages?partition=0&format=hex"))["messages"]
     assert [r[3].split("\n", 1)[1] for r in await rows(page, "messages")] == [m["value"]["data"] for m in hexed]
+
+
+async def test_protobuf_values_decoded_through_the_schema_registry(site: Site, page: Page) -> None:
+    await show(page, site, "#/topics/shipments")
+    api_messages = (await site.api("/admin/v2/topics/shipments/messages?partition=0"))["messages"]
+    # protobuf's JSON mapping: an int64 is a string
+    assert [m["value"]["data"] for m in api_messages] == [{"sku": f"s-{i}", "price": {"cents": str(100 * i + 50)}}
+                                                          for i in range(2)]
+    assert {(m["value"]["format"], m["value"]["message"], m["value"]["subject"]) for m in api_messages} == {
+        ("protobuf", "shop.Order.Line", "shipments-value")}
+    shown = await rows(page, "messages")
+    assert len(shown) == 2 and all("protobuf shop.Order.Line · schema" in r[3] for r in shown)
+    assert [json.loads(r[3].split("\n", 1)[1]) for r in shown] == [m["value"]["data"] for m in api_messages]
 
 
 async def test_groups_of_both_protocols_with_lag_and_a_confirmed_reset(site: Site, page: Page) -> None:

@@ -21,6 +21,8 @@ from aiohttp import web
 from gateway import telemetry
 from gateway.admin.body import json_body
 from gateway.domain.groups import GroupError
+from gateway.domain.schemas import proto
+from gateway.domain.schemas.formats import descriptor_of, proto_imports
 from gateway.domain.services import Services
 from gateway.errors import GatewayError, InvalidRequest, OffsetOutOfRange
 from gateway.formats.partitioner import partition_for_key
@@ -140,8 +142,8 @@ class ConsoleApi:
 
     async def _value(self, value: bytes, fmt: str) -> dict[str, Any]:
         """A value as the format says; in auto, one in the Schema Registry's wire format (magic 0, a
-        schema id the gateway's registry knows) decoded by its schema: Avro and JSON Schema values
-        in full, Protobuf's shown as hex beside its schema's subject."""
+        schema id the gateway's registry knows) decoded by its schema, Avro, JSON Schema or Protobuf
+        (its message indexes naming the message type); a value its schema does not read is hex."""
         if fmt == "auto" and len(value) > 5 and value[0] == 0:
             schema_id = int.from_bytes(value[1:5], "big")
             registry = self.services.schemas
@@ -158,6 +160,10 @@ class ConsoleApi:
                         return {**shown, "format": "avro", "data": json.loads(json.dumps(datum, default=repr))}
                     if version.schema_type == "JSON":
                         return {**shown, "format": "json", "data": json.loads(value[5:])}
+                    if version.schema_type == "PROTOBUF":
+                        parsed = registry.parsed(version)
+                        message, data = proto.decode(descriptor_of(parsed), proto_imports(parsed), value[5:])
+                        return {**shown, "format": "protobuf", "message": message, "data": data}
                 except Exception:  # not what its schema says: shown raw below
                     pass
                 return {**shown, **_plain(value, "hex")}

@@ -71,7 +71,7 @@ export async function topics(page) {
 
 function shown(v) {
   if (v === null) return el("span", { class: "muted" }, "null");
-  const label = v.schema_id !== undefined ? `${v.format} · schema ${v.schema_id} (${v.subject})` : v.format;
+  const label = v.schema_id !== undefined ? `${v.format}${v.message ? ` ${v.message}` : ""} · schema ${v.schema_id} (${v.subject})` : v.format;
   const text = v.format === "text" || v.format === "hex" ? v.data : JSON.stringify(v.data, null, 1);
   return el("div", {}, el("span", { class: "muted" }, label), el("pre", {}, text));
 }
