@@ -25,7 +25,7 @@ from playwright.async_api import Browser, Page, async_playwright
 
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import free_port
-from tests.conftest import admin_url, flush, kafka_bootstrap, running_gateway, test_config
+from tests.conftest import admin_url, eventually, flush, kafka_bootstrap, running_gateway, test_config
 from tests.test_client_schema import nested_and_imported
 
 pytestmark = [pytest.mark.kafka, pytest.mark.browser]
@@ -110,7 +110,8 @@ def _traffic(bootstrap: str, registry: str) -> tuple[ck.Producer, ck.ShareConsum
 @pytest.fixture(scope="module")
 async def site(redis_server: str) -> AsyncIterator[Site]:
     flush(redis_server)
-    cfg = test_config(redis_server, auth=True, super_users="admin", schema_registry_port=free_port())
+    cfg = test_config(redis_server, auth=True, super_users="admin", schema_registry_port=free_port(),
+                      lag_sample_interval=0.3)
     async with running_gateway(cfg) as gw:
         await gw.services.security.set_user("admin", PASSWORD)
         registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
@@ -244,9 +245,13 @@ async def test_groups_of_both_protocols_with_lag_and_a_confirmed_reset(site: Sit
         (g["group_id"], g["type"], g["state"], str(sum(g["lag"].values()))) for g in listed)
     assert {g["type"] for g in listed} == {"classic", "consumer"}
     await snap(page, "groups")
+    # the lag sampler has recorded billing's lag before its page is opened: the chart starts there
+    sampled = await eventually(lambda: _samples(site, "billing", 2), timeout=30, what="two lag samples")
     await page.click('[data-testid="groups"] >> text=billing')
     await ready(page, "#/groups/billing")
     described = await site.api("/admin/v2/groups/billing")
+    assert await page.get_attribute('[data-testid="lag-history"]', "data-from") == str(sampled[0]["timestamp"])
+    assert sampled[-1]["total"] == sum(described["lag"].values())
     assert await rows(page, "offsets") == [
         [o["topic"], str(o["partition"]), str(o["committed"]), str(o["high_watermark"]), str(o["lag"])]
         for o in described["offsets"]]
@@ -266,6 +271,11 @@ async def test_groups_of_both_protocols_with_lag_and_a_confirmed_reset(site: Sit
     after = (await site.api("/admin/v2/groups/billing"))["offsets"]
     starts = {p["partition"]: p["log_start_offset"] for p in (await site.api("/admin/v2/topics/orders"))["partitions"]}
     assert {o["partition"]: o["committed"] for o in after} == {p: starts[p] for p in range(3)}
+
+
+async def _samples(site: Site, group: str, at_least: int) -> list[dict[str, Any]]:
+    samples: list[dict[str, Any]] = (await site.api(f"/admin/v2/groups/{group}/lag-history"))["samples"]
+    return samples if len(samples) >= at_least else []
 
 
 async def test_overview_gateways_memory_and_throughput(site: Site, page: Page) -> None:
