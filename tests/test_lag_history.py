@@ -1,6 +1,6 @@
 """Consumer groups' lag over time, kept in Redis by the lag sampler role: samples written in one pass
-over every group, bounded in count, served by the admin API, deleted with the group, and sampled on
-by another gateway when the sampling one is SIGKILLed."""
+over every group (share groups too), bounded in count and age, served by the admin API, deleted
+with the group, and sampled on by another gateway when the sampling one is SIGKILLed."""
 
 from __future__ import annotations
 
@@ -59,8 +59,12 @@ async def test_a_pass_samples_every_group_and_the_history_is_capped_served_and_d
         await asyncio.to_thread(produce, boot, "lagged", {0: 5, 1: 3})
         for g, at in (("g1", {0: 1, 1: 3}), ("g2", {0: 5})):
             await asyncio.to_thread(commit, boot, g, "lagged", at)
+        # AlterShareGroupOffsets: a share group starting at 1 on partition 1, at the earliest on 0
+        await svc.share.alter_offsets("sharers", {"lagged": {1: 1}})
         history = LagHistory(svc.groups, svc.log, gw.store, max_points=3)
-        assert await history.sample_pass() == 2
+        assert await history.sample_pass() == 3
+        [s3] = await history.read("sharers")  # the high watermark less its start offset, as Kafka's
+        assert (s3.total, s3.partitions) == (7, {"lagged": [(0, 5), (1, 2)]})  # DescribeShareGroupOffsets v1
         [s1] = await history.read("g1")
         assert (s1.total, s1.partitions) == (4, {"lagged": [(0, 4), (1, 0)]})
         [s2] = await history.read("g2")
@@ -83,6 +87,10 @@ async def test_a_pass_samples_every_group_and_the_history_is_capped_served_and_d
         assert await gw.store.lag_history.append([LagSample("g1", 0, 1, {})], 60_000, 10) == 0
         assert await history.read("g1") == []
         assert len(await history.read("g2")) == 3
+        assert [s.total for s in await history.read("sharers")] == [9, 9, 9]
+        for f in (await asyncio.to_thread(admin.delete_consumer_groups, ["sharers"])).values():
+            await asyncio.to_thread(f.result)
+        assert await history.read("sharers") == []
 
 
 async def test_the_history_keeps_a_bounded_age(redis_url: str) -> None:

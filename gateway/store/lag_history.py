@@ -21,6 +21,7 @@ class LagSample:
     timestamp: int  # ms, Redis's clock when it was appended (the entry id)
     total: int
     partitions: PartitionLags
+    share: bool = False  # a share group's: it commits no offsets to guard the append by
 
 
 class LagHistoryStore:
@@ -30,21 +31,27 @@ class LagHistoryStore:
 
     async def append(self, samples: list[LagSample], max_age_ms: int, max_points: int) -> int:
         """One sample per group in one round trip; a group deleted meanwhile (no committed offsets
-        left) gets none. Returns how many were appended."""
+        left; a share group's expires a max age after) gets none. Returns how many were appended."""
         if not samples:
             return 0
         async with storage_errors():
             replies = await self.scripts.call_many([
-                ("lag-append-2", [keys.group_lag(s.group_id), keys.group_offsets(s.group_id)],
-                 # total, partitions, max_age_ms, max_points
+                ("lag-append-2",
+                 [keys.group_lag(s.group_id), keys.group_lag(s.group_id) if s.share else keys.group_offsets(s.group_id)],
+                 # total, partitions, max_age_ms, max_points, guarded
                  [s.total, msgpack.packb({t: [list(pl) for pl in ps] for t, ps in s.partitions.items()}),
-                  max_age_ms, max_points])
+                  max_age_ms, max_points, 0 if s.share else 1])
                 for s in samples
             ])
         for r in replies:
             if isinstance(r, Exception):
                 raise r
         return sum(1 for r in replies if r is not None)
+
+    async def forget(self, group_id: str) -> None:
+        """A deleted share group's history (the other protocols' go in their delete scripts)."""
+        async with storage_errors():
+            await self.redis.delete(keys.group_lag(group_id))
 
     async def read(self, group_id: str, since_ms: int = 0) -> list[LagSample]:
         """The group's samples from `since_ms` on, oldest first."""

@@ -1,11 +1,12 @@
 """Consumer groups' lag over time, kept in Redis so that a console page opened later shows the past.
 
-A leased role (one gateway at a time, `gateway.domain.roles`) samples every group that commits
-offsets, classic, consumer or streams, every `--lag-sample-interval` seconds: each partition's lag
-as the admin API computes it (`admin.offset_view`: the high watermark less the committed offset)
-and their total. One pass is three round trips however many groups there are: the committed offsets
-of all groups, the watermarks of all their partitions, one append script per group. Share groups
-commit no offsets; their start offsets and in-flight records are on their own page.
+A leased role (one gateway at a time, `gateway.domain.roles`) samples every group every
+`--lag-sample-interval` seconds: each partition's lag and their total. For a group that commits
+offsets (classic, consumer, streams) as the admin API computes it (`admin.offset_view`: the high
+watermark less the committed offset); for a share group as Kafka's DescribeShareGroupOffsets v1
+does (the high watermark less the group's start offset). One pass is three round trips however
+many groups there are (the committed offsets of all groups, the watermarks of their partitions, one
+append script per group), and three more over every partition while share groups exist.
 
 Each group keeps the last day of samples and at most MAX_POINTS of them: a day at the default 15 s
 is 5,760 samples, so the age bound governs at the default and the count bound keeps a short interval
@@ -31,6 +32,8 @@ class LagHistory:
         self.groups = groups
         self.log = log
         self.store = store.lag_history
+        self.share_groups = store.share_groups
+        self.subscriptions = store.subscriptions
         self.max_age_ms = max_age_ms
         self.max_points = max_points
 
@@ -49,7 +52,30 @@ class LagHistory:
                     by_topic.setdefault(tp[0], []).append((tp[1], lag))
             if offsets:
                 samples.append(LagSample(group_id, 0, sum(lag for ps in by_topic.values() for _, lag in ps), by_topic))
+        samples += await self._share_samples()
         return await self.store.append(samples, self.max_age_ms, self.max_points)
+
+    async def _share_samples(self) -> list[LagSample]:
+        """Each share group's lag as DescribeShareGroupOffsets v1 gives it: per partition it has
+        read, the high watermark less its start offset. Three more round trips, over every
+        partition, and only while share groups exist."""
+        share = await self.share_groups.known()
+        if not share:
+            return []
+        parts = [(t.name, p) for t in await self.log.list_topics() for p in range(t.partitions)]
+        cursors = await self.subscriptions.positions_of(parts)
+        read = [tp for tp in parts if share & set(cursors.get(tp, {}))]
+        bounds = dict(zip(read, await self.log.bounds_many(read), strict=True)) if read else {}
+        out = []
+        for group_id in sorted(share):
+            by_topic: dict[str, list[tuple[int, int]]] = {}
+            for tp in read:
+                start, b = cursors[tp].get(group_id), bounds[tp]
+                if start is not None and b is not None:
+                    by_topic.setdefault(tp[0], []).append((tp[1], max(0, b[1] - start)))
+            out.append(LagSample(group_id, 0, sum(lag for ps in by_topic.values() for _, lag in ps), by_topic,
+                                 share=True))
+        return out
 
     async def read(self, group_id: str, since_ms: int = 0) -> list[LagSample]:
         """The group's samples from `since_ms` on, oldest first (none for a group never sampled)."""
