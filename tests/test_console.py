@@ -294,7 +294,9 @@ async def test_overview_gateways_memory_and_throughput(site: Site, page: Page) -
 
 
 async def test_share_groups_in_flight(site: Site, page: Page) -> None:
+    sampled = await eventually(lambda: _samples(site, "pickers", 2), timeout=30, what="two lag samples")
     await show(page, site, "#/share-groups")
+    assert await page.get_attribute('[data-testid="share-lag-pickers"]', "data-from") == str(sampled[0]["timestamp"])
     view = await site.api("/admin/v2/share-groups/pickers")
     assert await page.inner_text('[data-testid="share-counts-pickers"]') == (
         f"rejected {view['rejected']} · archived {view['archived']} · dead-lettered {view['dead_lettered']}")

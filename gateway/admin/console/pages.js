@@ -156,9 +156,9 @@ export async function groups(page) {
 }
 
 // A group's total lag as the gateway sampled it, from before this page was opened on.
-async function lagHistoryChart(id) {
+async function lagHistoryChart(id, testid = "lag-history") {
   const h = await api(`/admin/v2/groups/${enc(id)}/lag-history`);
-  return lines("lag-history", [{ name: "total lag", points: h.samples.map((s) => [s.timestamp, s.total]) }]);
+  return lines(testid, [{ name: "total lag", points: h.samples.map((s) => [s.timestamp, s.total]) }]);
 }
 
 export async function group(page, refresh, id) {
@@ -217,7 +217,8 @@ export async function shareGroups(page) {
       table(`share-${v.group}`, [["topic", (p) => p.topic], ["partition", (p) => p.partition],
         ["start offset", (p) => p.start_offset], ["in flight", (p) => p.in_flight],
         ["by delivery count", (p) => Object.entries(p.delivery_counts).map(([n, c]) => `${n}×: ${c}`).join(", ")]],
-      v.partitions));
+      v.partitions),
+      await lagHistoryChart(v.group, `share-lag-${v.group}`));
   }
 }
 
