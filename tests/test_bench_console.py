@@ -12,6 +12,7 @@ from gateway.bench.common import Progress, bench_redis
 pytestmark = [pytest.mark.browser, pytest.mark.kafka]
 
 
+@pytest.mark.slow
 def test_the_console_bench_loads_every_page_beside_its_api_requests(capsys):
     with Progress(0.2), bench_redis(None, False) as url:
         rows = console.measure_console(url, topics=20, groups=3, loads=2)

@@ -116,40 +116,34 @@ def sampler(gp: GatewayProcess) -> int | None:
 
 @pytest.mark.slow
 async def test_a_sigkilled_sampler_hands_the_role_to_another_gateway(redis_server: str, tmp_path) -> None:
-    """On one Redis only: the lease is the same script on a cluster, and two gateway processes are slow to start."""
+    """A gateway process samples until SIGKILLed, then one in this process takes the role over. On
+    one Redis only: the lease is the same script on a cluster, and a gateway process is slow to start."""
     flush(redis_server)
-    redis_url = redis_server
-    args = ["--lease-ms", "1500", "--lag-sample-interval", "0.2", "--log-level", "WARNING"]
-    gps = [GatewayProcess(tmp_path / name, redis_url, args=list(args)) for name in ("a", "b")]
+    gp = GatewayProcess(tmp_path / "a", redis_server,
+                        args=["--lease-ms", "1500", "--lag-sample-interval", "0.2", "--log-level", "WARNING"])
     try:
-        for gp in gps:
-            await asyncio.to_thread(gp.start)
-        admin = ck.admin.AdminClient({"bootstrap.servers": gps[0].kafka_bootstrap})
+        await asyncio.to_thread(gp.start)
+        admin = ck.admin.AdminClient({"bootstrap.servers": gp.kafka_bootstrap})
         for f in admin.create_topics([ck.admin.NewTopic("watched", 1)]).values():
             await asyncio.to_thread(f.result, 30)
-        await asyncio.to_thread(produce, gps[0].kafka_bootstrap, "watched", {0: 4})
-        await asyncio.to_thread(commit, gps[0].kafka_bootstrap, "readers", "watched", {0: 1})
-        history = f"{gps[1].admin_url}/admin/v2/groups/readers/lag-history"
-
-        async def samples() -> list[dict[str, Any]]:
-            return list((await asyncio.to_thread(get, history))["samples"])
-
-        await eventually(samples, timeout=20, what="a first lag sample")
-        killed = await eventually(lambda: next((gp for gp in gps if gp.node_id == sampler(gps[0])), None),
-                                  timeout=20, what="a lag sampler")
-        survivor = next(gp for gp in gps if gp is not killed)
-        killed.kill()
-        before = await samples()
-        await eventually(lambda: sampler(survivor) == survivor.node_id, timeout=20, what="the survivor sampling")
-        later = await eventually(lambda: _after(samples, before[-1]["timestamp"]), timeout=20,
-                                 what="a sample taken by the survivor")
-        assert later and all(s["total"] == 3 for s in later)
+        await asyncio.to_thread(produce, gp.kafka_bootstrap, "watched", {0: 4})
+        await asyncio.to_thread(commit, gp.kafka_bootstrap, "readers", "watched", {0: 1})
+        await eventually(lambda: sampler(gp) == gp.node_id, timeout=20, what="the process sampling")
+        cfg = test_config(redis_server, lease_ms=1500, lag_sample_interval=0.2)
+        async with running_gateway(cfg) as survivor:
+            history = survivor.services.lag
+            await eventually(lambda: history.read("readers"), timeout=20, what="a first lag sample")
+            gp.kill()
+            last = (await history.read("readers"))[-1].timestamp
+            await eventually(lambda: any(r.holding for r in survivor.services.roles.roles if r.name == "lag sampler"),
+                             timeout=20, what="the survivor taking the lag sampler over")
+            later = await eventually(lambda: _after(history, last), timeout=20, what="a sample by the survivor")
+            assert all(s.total == 3 for s in later)
     finally:
-        for gp in gps:
-            if gp.proc is not None and gp.proc.poll() is None:
-                gp.proc.kill()
-                gp.proc.wait(10)
+        if gp.proc is not None and gp.proc.poll() is None:
+            gp.proc.kill()
+            gp.proc.wait(10)
 
 
-async def _after(samples: Any, ts: int) -> list[dict[str, Any]]:
-    return [s for s in await samples() if s["timestamp"] > ts]
+async def _after(history: LagHistory, ts: int) -> list[LagSample]:
+    return [s for s in await history.read("readers") if s.timestamp > ts]
