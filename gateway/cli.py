@@ -178,6 +178,12 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--registry", action="store_true",
                    help="the Schema Registry: latency of registering a new schema and of a lookup by id, "
                    "beside a raw Redis round trip (--records schemas, default 1000)")
+    p.add_argument("--console", action="store_true",
+                   help="the web console: each page's load time in headless chromium (median and max of --loads) "
+                   "beside its admin-API requests timed raw, on a gateway of --topics topics and --group-count groups")
+    p.add_argument("--topics", type=int, default=1000, help="topics for --console (default: %(default)s)")
+    p.add_argument("--group-count", type=int, default=100, help="groups for --console (default: %(default)s)")
+    p.add_argument("--loads", type=int, default=20, help="loads of each page for --console (default: %(default)s)")
     p.add_argument("--share", action="store_true",
                    help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
                    "(--records of the first --sizes)")

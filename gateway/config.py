@@ -230,6 +230,8 @@ class Config:
                                          check=POSITIVE)
     watermark_snapshot_interval: float = setting(10.0, "seconds between background watermark snapshot passes",
                                                  check=POSITIVE)
+    lag_sample_interval: float = setting(15.0, "seconds between samples of every consumer group's lag, kept in "
+                                         "Redis for a day (the console's lag chart)", check=POSITIVE)
     watermark_snapshot_marks: int = setting(128, "watermark markers between a partition's snapshots: a lookup "
                                             "reads at most about this many", check=POSITIVE)
     state_min_insync_replicas: int = setting(

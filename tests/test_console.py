@@ -1,6 +1,6 @@
 """The web console in a real browser: Debian's chromium driven by playwright, against one gateway
-with authentication on and real traffic from confluent-kafka (JSON and Avro records through the
-gateway's own Schema Registry, a classic and a consumer group, a share consumer holding records, an
+with authentication on and real traffic from confluent-kafka (JSON, Avro and Protobuf records through
+the gateway's own Schema Registry, a classic and a consumer group, a share consumer holding records, an
 open transaction). Each page is clicked through and what it shows compared with what the admin API
 says; a screenshot of each lands in test-artifacts/console/ (git-ignored)."""
 
@@ -19,12 +19,14 @@ import confluent_kafka.admin
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from playwright.async_api import Browser, Page, async_playwright
 
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import free_port
-from tests.conftest import admin_url, flush, kafka_bootstrap, running_gateway, test_config
+from tests.conftest import admin_url, eventually, flush, kafka_bootstrap, running_gateway, test_config
+from tests.test_client_schema import nested_and_imported
 
 pytestmark = [pytest.mark.kafka, pytest.mark.browser]
 
@@ -54,7 +56,7 @@ def _traffic(bootstrap: str, registry: str) -> tuple[ck.Producer, ck.ShareConsum
     producer, whose transaction is left open, and the share consumer holding records."""
     admin = ck.admin.AdminClient({"bootstrap.servers": bootstrap, **LOGIN})
     for f in admin.create_topics([ck.admin.NewTopic("orders", 3), ck.admin.NewTopic("payments", 1),
-                                  ck.admin.NewTopic("later", 2, config={"delayed.delivery.enable": "true"})]).values():
+                                  ck.admin.NewTopic("shipments", 1), ck.admin.NewTopic("later", 2, config={"delayed.delivery.enable": "true"})]).values():
         f.result()
     producer = ck.Producer({"bootstrap.servers": bootstrap, **LOGIN})
     for i in range(30):
@@ -64,6 +66,12 @@ def _traffic(bootstrap: str, registry: str) -> tuple[ck.Producer, ck.ShareConsum
     for i in range(3):
         producer.produce("payments", value=avro({"id": f"p-{i}", "amount": i + 0.5},
                                                 SerializationContext("payments", MessageField.VALUE)))
+    line = nested_and_imported()  # shop.Order.Line: a nested message, its file importing another
+    protobuf = ProtobufSerializer(line, SchemaRegistryClient({"url": registry,
+                                                              "basic.auth.user.info": f"admin:{PASSWORD}"}))
+    for i in range(2):
+        producer.produce("shipments", value=protobuf(line(sku=f"s-{i}", price={"cents": 100 * i + 50}),
+                                                     SerializationContext("shipments", MessageField.VALUE)))
     due = int(time.time() * 1000) + 3_600_000  # an hour away: still waiting while the test looks
     for i in range(4):
         producer.produce("later", partition=i % 2, value=b"wake up",
@@ -102,7 +110,8 @@ def _traffic(bootstrap: str, registry: str) -> tuple[ck.Producer, ck.ShareConsum
 @pytest.fixture(scope="module")
 async def site(redis_server: str) -> AsyncIterator[Site]:
     flush(redis_server)
-    cfg = test_config(redis_server, auth=True, super_users="admin", schema_registry_port=free_port())
+    cfg = test_config(redis_server, auth=True, super_users="admin", schema_registry_port=free_port(),
+                      lag_sample_interval=0.3)
     async with running_gateway(cfg) as gw:
         await gw.services.security.set_user("admin", PASSWORD)
         registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
@@ -216,6 +225,19 @@ async def test_values_decoded_through_the_schema_registry(site: Site, page: Page
     assert [r[3].split("\n", 1)[1] for r in await rows(page, "messages")] == [m["value"]["data"] for m in hexed]
 
 
+async def test_protobuf_values_decoded_through_the_schema_registry(site: Site, page: Page) -> None:
+    await show(page, site, "#/topics/shipments")
+    api_messages = (await site.api("/admin/v2/topics/shipments/messages?partition=0"))["messages"]
+    # protobuf's JSON mapping: an int64 is a string
+    assert [m["value"]["data"] for m in api_messages] == [{"sku": f"s-{i}", "price": {"cents": str(100 * i + 50)}}
+                                                          for i in range(2)]
+    assert {(m["value"]["format"], m["value"]["message"], m["value"]["subject"]) for m in api_messages} == {
+        ("protobuf", "shop.Order.Line", "shipments-value")}
+    shown = await rows(page, "messages")
+    assert len(shown) == 2 and all("protobuf shop.Order.Line · schema" in r[3] for r in shown)
+    assert [json.loads(r[3].split("\n", 1)[1]) for r in shown] == [m["value"]["data"] for m in api_messages]
+
+
 async def test_groups_of_both_protocols_with_lag_and_a_confirmed_reset(site: Site, page: Page) -> None:
     await show(page, site, "#/groups")
     listed = await site.api("/admin/v2/groups")
@@ -223,9 +245,13 @@ async def test_groups_of_both_protocols_with_lag_and_a_confirmed_reset(site: Sit
         (g["group_id"], g["type"], g["state"], str(sum(g["lag"].values()))) for g in listed)
     assert {g["type"] for g in listed} == {"classic", "consumer"}
     await snap(page, "groups")
+    # the lag sampler has recorded billing's lag before its page is opened: the chart starts there
+    sampled = await eventually(lambda: _samples(site, "billing", 2), timeout=30, what="two lag samples")
     await page.click('[data-testid="groups"] >> text=billing')
     await ready(page, "#/groups/billing")
     described = await site.api("/admin/v2/groups/billing")
+    assert await page.get_attribute('[data-testid="lag-history"]', "data-from") == str(sampled[0]["timestamp"])
+    assert sampled[-1]["total"] == sum(described["lag"].values())
     assert await rows(page, "offsets") == [
         [o["topic"], str(o["partition"]), str(o["committed"]), str(o["high_watermark"]), str(o["lag"])]
         for o in described["offsets"]]
@@ -247,6 +273,11 @@ async def test_groups_of_both_protocols_with_lag_and_a_confirmed_reset(site: Sit
     assert {o["partition"]: o["committed"] for o in after} == {p: starts[p] for p in range(3)}
 
 
+async def _samples(site: Site, group: str, at_least: int) -> list[dict[str, Any]]:
+    samples: list[dict[str, Any]] = (await site.api(f"/admin/v2/groups/{group}/lag-history"))["samples"]
+    return samples if len(samples) >= at_least else []
+
+
 async def test_overview_gateways_memory_and_throughput(site: Site, page: Page) -> None:
     await show(page, site, "#/overview")
     gateways = await site.api("/admin/v2/gateways")
@@ -263,7 +294,9 @@ async def test_overview_gateways_memory_and_throughput(site: Site, page: Page) -
 
 
 async def test_share_groups_in_flight(site: Site, page: Page) -> None:
+    sampled = await eventually(lambda: _samples(site, "pickers", 2), timeout=30, what="two lag samples")
     await show(page, site, "#/share-groups")
+    assert await page.get_attribute('[data-testid="share-lag-pickers"]', "data-from") == str(sampled[0]["timestamp"])
     view = await site.api("/admin/v2/share-groups/pickers")
     assert await page.inner_text('[data-testid="share-counts-pickers"]') == (
         f"rejected {view['rejected']} · archived {view['archived']} · dead-lettered {view['dead_lettered']}")

@@ -119,7 +119,8 @@ async def test_two_gateways_run_each_role_once_and_the_survivor_takes_them_all(r
     await a.start()
     await b.start()
     try:
-        names = {"retention", "log cleaner", "transaction reaper", "watermark snapshots", "delay scheduler"}
+        names = {"retention", "log cleaner", "transaction reaper", "watermark snapshots", "delay scheduler",
+                 "lag sampler"}
         await eventually(lambda: all(r.holding for r in a.services.roles.roles), timeout=5,
                          what="the first gateway holding every role")
         assert not any(r.holding for r in b.services.roles.roles)

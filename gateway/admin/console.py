@@ -1,5 +1,6 @@
 """The web console: static pages under /console, and the few admin routes only it needed (a topic's
-messages, a test message, a group's offsets reset, each Redis primary's memory against its budget).
+messages, a test message, a group's offsets reset and lag history, each Redis primary's memory
+against its budget).
 
 The pages are plain HTML, CSS and ES modules shipped in the wheel (gateway/admin/console/), with no
 build step; they read the admin JSON API from the browser, so they sit behind the same login as it
@@ -20,6 +21,8 @@ from aiohttp import web
 from gateway import telemetry
 from gateway.admin.body import json_body
 from gateway.domain.groups import GroupError
+from gateway.domain.schemas import proto
+from gateway.domain.schemas.formats import descriptor_of, proto_imports
 from gateway.domain.services import Services
 from gateway.errors import GatewayError, InvalidRequest, OffsetOutOfRange
 from gateway.formats.partitioner import partition_for_key
@@ -56,6 +59,7 @@ class ConsoleApi:
             web.get("/admin/v2/topics/{name}/messages", self.messages),
             web.post("/admin/v2/topics/{name}/messages", self.produce),
             web.post("/admin/v2/groups/{group}/offsets", self.reset_offsets),
+            web.get("/admin/v2/groups/{group}/lag-history", self.lag_history),
         ]
 
     async def index(self, request: web.Request) -> web.FileResponse:
@@ -138,8 +142,8 @@ class ConsoleApi:
 
     async def _value(self, value: bytes, fmt: str) -> dict[str, Any]:
         """A value as the format says; in auto, one in the Schema Registry's wire format (magic 0, a
-        schema id the gateway's registry knows) decoded by its schema: Avro and JSON Schema values
-        in full, Protobuf's shown as hex beside its schema's subject."""
+        schema id the gateway's registry knows) decoded by its schema, Avro, JSON Schema or Protobuf
+        (its message indexes naming the message type); a value its schema does not read is hex."""
         if fmt == "auto" and len(value) > 5 and value[0] == 0:
             schema_id = int.from_bytes(value[1:5], "big")
             registry = self.services.schemas
@@ -156,6 +160,10 @@ class ConsoleApi:
                         return {**shown, "format": "avro", "data": json.loads(json.dumps(datum, default=repr))}
                     if version.schema_type == "JSON":
                         return {**shown, "format": "json", "data": json.loads(value[5:])}
+                    if version.schema_type == "PROTOBUF":
+                        parsed = registry.parsed(version)
+                        message, data = proto.decode(descriptor_of(parsed), proto_imports(parsed), value[5:])
+                        return {**shown, "format": "protobuf", "message": message, "data": data}
                 except Exception:  # not what its schema says: shown raw below
                     pass
                 return {**shown, **_plain(value, "hex")}
@@ -187,6 +195,18 @@ class ConsoleApi:
         telemetry.produced("admin", topic, len(batch))
         return web.json_response({"topic": topic, "partition": partition, "offset": produced.result.base_offset},
                                  status=201)
+
+    async def lag_history(self, request: web.Request) -> web.Response:
+        """The group's lag as the lag sampler role recorded it (`gateway.domain.groups.lag_history`),
+        oldest first, from `since` (ms) on: each sample's time, total, and lag per partition."""
+        group = request.match_info["group"]
+        samples = await self.services.lag.read(group, _int(request, "since", 0) or 0)
+        return web.json_response({
+            "group_id": group, "interval_s": self.services.config.lag_sample_interval,
+            "samples": [{"timestamp": s.timestamp, "total": s.total,
+                         "partitions": {t: {str(p): lag for p, lag in ps} for t, ps in s.partitions.items()}}
+                        for s in samples],
+        })
 
     async def reset_offsets(self, request: web.Request) -> web.Response:
         """Reset an empty group's committed offsets on a topic, as kafka-consumer-groups

@@ -7,7 +7,7 @@ printed beside its raw-Redis baseline, spread over as many streams as the topic 
 and the ratio between them.
 
 One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `share`, `key_shared`, `groups`,
-`peer`, `compaction`, `memory`, `quotas`, `registry`, `tier`), each on `common` alone; this one only picks among them.
+`peer`, `compaction`, `memory`, `quotas`, `registry`, `tier`, `console`), each on `common` alone; this one only picks among them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import argparse
 
 from gateway.bench import (
     compaction,
+    console,
     delayed,
     groups,
     kafka,
@@ -45,6 +46,10 @@ def run_bench(args: argparse.Namespace) -> None:
             return
         if args.memory:
             print(memory.format_rows(memory.measure_memory(url, [int(s) for s in str(args.sizes or "100,1024,10240").split(",")])))
+            return
+        if args.console:
+            print(console.format_rows(console.measure_console(url, args.topics, args.group_count, args.loads),
+                                      args.topics, args.group_count))
             return
         if args.groups:
             print(groups.format_rows(groups.measure_groups(url, [int(n) for n in str(args.members).split(",")])))

@@ -1,12 +1,13 @@
 """Background roles run by one gateway at a time, each under a lease with an epoch.
 
-The transaction reaper, the delay scheduler, retention, the log cleaner and watermark snapshots each
-need one runner, not one per gateway. Every gateway tries to take or renew each role's lease every third of
-its length; the holder runs the role, the others wait, so a role moves within about a lease of its
-holder's death (a clean stop hands it over at once). A lease taken anew comes with a higher epoch.
-Where a holder paused past its lease could still do harm, its writes carry the epoch and the
-partition's script refuses one older than the newest it has seen (`lua/includes/role.lua`); the
-role also stops acting once its lease may have run out by its own clock.
+The transaction reaper, the delay scheduler, retention, the log cleaner, watermark snapshots and the
+lag sampler each need one runner, not one per gateway. Every gateway tries to take or renew each
+role's lease every third of its length; the holder runs the role, the others wait, so a role moves
+within about a lease of its holder's death (a clean stop hands it over at once). A lease taken anew
+comes with a higher epoch. Where a holder paused past its lease could still do harm, its writes
+carry the epoch and the partition's script refuses one older than the newest it has seen
+(`lua/includes/role.lua`); the role also stops acting once its lease may have run out by its own
+clock.
 
 A role is anything with `run()` and `stop()`; `RoleLeases.role(name, start)` wraps one.
 """

@@ -13,6 +13,7 @@ from gateway.domain.delay import DelayService
 from gateway.domain.features import Features
 from gateway.domain.fence import FenceService
 from gateway.domain.groups.coordinator import GroupCoordinator
+from gateway.domain.groups.lag_history import LagHistory
 from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
 from gateway.domain.memory import MemoryBudget
@@ -47,3 +48,4 @@ class Services:
     features: Features  # finalized features (transaction.version), as UpdateFeatures set them
     client_metrics: ClientMetricsService  # KIP-714's client telemetry
     quotas: QuotaService  # client quotas, their usage shared through Redis
+    lag: LagHistory  # consumer groups' lag over time, sampled by a leased role

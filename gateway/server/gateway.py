@@ -138,6 +138,8 @@ class Gateway:
             leased("watermark snapshots", lambda lease: Periodic(
                 "watermark snapshots", cfg.watermark_snapshot_interval, svc.watermark.snapshot_pass)),
             leased("delay scheduler", lambda lease: svc.delay.scheduler(lease=lease)),
+            leased("lag sampler", lambda lease: Periodic(
+                "lag sampler", cfg.lag_sample_interval, svc.lag.sample_pass, first_after=cfg.lag_sample_interval)),
         ]
         if tiering is not None:
             self._roles.append(leased("tiering", lambda lease: Periodic(

@@ -19,6 +19,7 @@ from gateway.domain.features import Features
 from gateway.domain.fence import FenceService
 from gateway.domain.groups.consumer import ConsumerGroupConfig
 from gateway.domain.groups.coordinator import open_coordinator
+from gateway.domain.groups.lag_history import LagHistory
 from gateway.domain.groups.share_coordinator import ShareCoordinator
 from gateway.domain.log import LogService
 from gateway.domain.memory import MemoryBudget
@@ -117,4 +118,5 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
                        registry, roles, security, share, memory, SchemaRegistry(log, store),
                        Features(store.features),
                        ClientMetricsService(store),
-                       QuotaService(store))
+                       QuotaService(store),
+                       LagHistory(groups, log, store))

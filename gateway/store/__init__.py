@@ -15,6 +15,7 @@ from gateway.store.delegation_tokens import DelegationTokenStore
 from gateway.store.fence import FenceStore
 from gateway.store.groups import GroupStore
 from gateway.store.key_shared import KeySharedStore
+from gateway.store.lag_history import LagHistoryStore
 from gateway.store.log import LogStore
 from gateway.store.memory import MemoryStore
 from gateway.store.quotas import QuotaStore
@@ -54,6 +55,7 @@ class Store:
         self.fence = FenceStore(redis, scripts)
         self.delay = DelayStore(redis, scripts)
         self.groups = GroupStore(redis, scripts)
+        self.lag_history = LagHistoryStore(redis, scripts)
         self.consumer_groups = ConsumerGroupStore(redis, scripts)
         self.streams_groups = StreamsGroupStore(redis, scripts)
         self.subscriptions = SubscriptionStore(redis, scripts)

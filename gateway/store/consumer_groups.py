@@ -188,12 +188,13 @@ class ModernGroupStore:
         return int(reply)
 
     async def delete(self, group_id: str, *, offsets: bool = True) -> int:
-        """Remove a group without members (and its offsets, with `offsets`); returns 0, 68 (it
+        """Remove a group without members (and its offsets and lag history, with `offsets`); returns 0, 68 (it
         has members) or 69 (no such group)."""
         async with storage_errors():
             reply = await self.scripts.call(
-                "cgroup-delete-3",
-                [self.meta_key(group_id), self.members_key(group_id), keys.group_offsets(group_id)],
+                "cgroup-delete-4",
+                [self.meta_key(group_id), self.members_key(group_id), keys.group_offsets(group_id),
+                 keys.group_lag(group_id)],
                 [1 if offsets else 0],
             )
             if offsets and int(reply) == 0:

@@ -219,11 +219,16 @@ class GroupStore:
                     return {}
                 values = await self.redis.hmget(key, [_field(t, p) for t, p in parts])
                 found = {_field(t, p): v for (t, p), v in zip(parts, values, strict=True) if v is not None}
-        out: dict[tuple[str, int], CommittedOffset] = {}
-        for f, v in found.items():
-            topic, _, p = f.rpartition(":")
-            out[(topic, int(p))] = CommittedOffset.unpack(v)
-        return out
+        return _committed(found)
+
+    async def offsets_of_groups(self, group_ids: list[str]) -> list[dict[tuple[str, int], CommittedOffset]]:
+        """Every committed offset of each group, in one round trip (for a pass over all groups)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for group_id in group_ids:
+            pipe.hgetall(keys.group_offsets(group_id))
+        async with storage_errors():
+            replies = await pipe.execute()
+        return [_committed({_text(k): v for k, v in raw.items()}) for raw in replies]
 
     async def delete_offsets(self, group_id: str, version: int, parts: list[tuple[str, int]]) -> bool:
         """Delete committed offsets if the group is still at `version`; False when it moved on."""
@@ -238,9 +243,10 @@ class GroupStore:
         return int(reply) == 0
 
     async def delete(self, group_id: str) -> int:
-        """Remove an empty group and its offsets; returns 0, 68 (has members) or 69 (no such group)."""
+        """Remove an empty group, its offsets and its lag history; returns 0, 68 (has members) or 69 (no such group)."""
         async with storage_errors():
-            reply = await self.scripts.call("group-delete-4", [*self._keys(group_id), keys.group_offsets(group_id)], [])
+            reply = await self.scripts.call("group-delete-5", [*self._keys(group_id), keys.group_offsets(group_id),
+                                                               keys.group_lag(group_id)], [])
             if reply[0] in (0, 69):
                 await self.redis.srem(keys.GROUPS, group_id)
         return int(reply[0])
@@ -262,3 +268,12 @@ class GroupStore:
     async def group_ids(self) -> list[str]:
         async with storage_errors():
             return sorted(_text(g) for g in await self.redis.smembers(keys.GROUPS))
+
+
+def _committed(fields: dict[str, bytes | str]) -> dict[tuple[str, int], CommittedOffset]:
+    """An offsets hash's "topic:partition" fields, unpacked."""
+    out: dict[tuple[str, int], CommittedOffset] = {}
+    for f, v in fields.items():
+        topic, _, p = f.rpartition(":")
+        out[(topic, int(p))] = CommittedOffset.unpack(v)
+    return out

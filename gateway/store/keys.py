@@ -133,6 +133,11 @@ def group_offsets(group_id: str) -> str:
     return f"{group_tag(group_id)}:offsets"
 
 
+def group_lag(group_id: str) -> str:
+    """Stream: the group's lag over time, one entry per sample (`lua/lag-append-2.lua`), deleted with the group."""
+    return f"{group_tag(group_id)}:lag"
+
+
 # -- the transaction coordinator: one hash tag, so its scripts run in one slot -----------------------
 
 TXN_SEQ = "{gw:txn}:seq"

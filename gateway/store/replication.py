@@ -68,7 +68,7 @@ DURABLE = frozenset({
     "fence-connect-6",
     # committed offsets (classic and consumer groups, transactional ones staged) and their deletion
     "group-commit-4", "cgroup-commit-3", "txn-offsets-stage-2", "group-offsets-delete-2",
-    "group-delete-4", "cgroup-delete-3",
+    "group-delete-5", "cgroup-delete-4",
     # native subscriptions' acks and seeks
     "sub-ack-4", "sub-seek-4", "sub-delete-5",
     # delayed messages moved from the index into the log

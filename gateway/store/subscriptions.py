@@ -152,21 +152,29 @@ class SubscriptionStore:
 
     async def positions(self, topic: str, partitions: range) -> dict[str, dict[int, int]]:
         """Every subscription of the topic with its cursor on each partition, in two round trips."""
+        out: dict[str, dict[int, int]] = {}
+        for (_, p), cursors in (await self.positions_of([(topic, p) for p in partitions])).items():
+            for name, cursor in cursors.items():
+                out.setdefault(name, {})[p] = cursor
+        return out
+
+    async def positions_of(self, parts: list[tuple[str, int]]) -> dict[tuple[str, int], dict[str, int]]:
+        """Per partition, every subscription on it with its cursor, in two round trips however many."""
         pipe = self.redis.pipeline(transaction=False)
-        for p in partitions:
-            pipe.smembers(keys.subscriptions_of(topic, p))
+        for t, p in parts:
+            pipe.smembers(keys.subscriptions_of(t, p))
         async with storage_errors():
             names = await pipe.execute()
-        wanted = [(p, n.decode()) for p, members in zip(partitions, names, strict=True) for n in sorted(members)]
+        wanted = [(tp, n.decode()) for tp, members in zip(parts, names, strict=True) for n in sorted(members)]
         pipe = self.redis.pipeline(transaction=False)
-        for p, name in wanted:
-            pipe.hget(keys.subscription(topic, p, name), "cursor")
+        for (t, p), name in wanted:
+            pipe.hget(keys.subscription(t, p, name), "cursor")
         async with storage_errors():
             cursors = await pipe.execute()
-        out: dict[str, dict[int, int]] = {}
-        for (p, name), cursor in zip(wanted, cursors, strict=True):
+        out: dict[tuple[str, int], dict[str, int]] = {}
+        for (tp, name), cursor in zip(wanted, cursors, strict=True):
             if cursor is not None:
-                out.setdefault(name, {})[p] = int(cursor)
+                out.setdefault(tp, {})[name] = int(cursor)
         return out
 
     async def delete(self, topic: str, partitions: range, name: str) -> None:

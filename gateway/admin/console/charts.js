@@ -34,6 +34,8 @@ export function lines(testid, series, format = String) {
     return chart;
   }
   const t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(...all.map((p) => p[0]), t0 + 1);
+  chart.setAttribute("data-from", t0);  // the span drawn, for readers (and tests) of the chart
+  chart.setAttribute("data-to", t1);
   const top = Math.max(1, ...all.map((p) => p[1]));
   const x = (t) => pad + ((width - 2 * pad) * (t - t0)) / (t1 - t0);
   const y = (v) => height - pad + 10 - ((height - pad) * v) / top;

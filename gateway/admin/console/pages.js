@@ -71,7 +71,7 @@ export async function topics(page) {
 
 function shown(v) {
   if (v === null) return el("span", { class: "muted" }, "null");
-  const label = v.schema_id !== undefined ? `${v.format} · schema ${v.schema_id} (${v.subject})` : v.format;
+  const label = v.schema_id !== undefined ? `${v.format}${v.message ? ` ${v.message}` : ""} · schema ${v.schema_id} (${v.subject})` : v.format;
   const text = v.format === "text" || v.format === "hex" ? v.data : JSON.stringify(v.data, null, 1);
   return el("div", {}, el("span", { class: "muted" }, label), el("pre", {}, text));
 }
@@ -155,8 +155,16 @@ export async function groups(page) {
   );
 }
 
-export async function group(page, _refresh, id) {
-  const g = await api(`/admin/v2/groups/${enc(id)}`);
+// A group's total lag as the gateway sampled it, from before this page was opened on.
+async function lagHistoryChart(id, testid = "lag-history") {
+  const h = await api(`/admin/v2/groups/${enc(id)}/lag-history`);
+  return lines(testid, [{ name: "total lag", points: h.samples.map((s) => [s.timestamp, s.total]) }]);
+}
+
+export async function group(page, refresh, id) {
+  const [g, chart] = await Promise.all([api(`/admin/v2/groups/${enc(id)}`), lagHistoryChart(id)]);
+  const history = el("div", { id: "lag-history-box" }, chart);
+  refresh(async () => history.replaceChildren(await lagHistoryChart(id)), 5000);
   const assigned = (m) => Object.entries(m.assigned || {}).map(([t, ps]) => `${t}: ${ps.join(",")}`).join("; ");
   const topicsOf = [...new Set(g.offsets.map((o) => o.topic))];
   const resetTopic = el("select", { name: "reset-topic" }, topicsOf.map((t) => el("option", {}, t)));
@@ -186,6 +194,8 @@ export async function group(page, _refresh, id) {
     table("offsets", [["topic", (o) => o.topic], ["partition", (o) => o.partition], ["committed", (o) => o.committed],
       ["high watermark", (o) => o.high_watermark], ["lag", (o) => o.lag]], g.offsets),
     bars("partition-lag", g.offsets.map((o) => ({ label: `${o.topic}-${o.partition}`, value: o.lag ?? 0 }))),
+    el("h2", {}, "Lag over time"),
+    history,
     el("h2", {}, "Reset offsets"),
     el("p", { class: "muted" }, "Only a group with no members can be reset, as in Kafka."),
     el("form", { class: "inline", onsubmit: reset, "data-testid": "reset" },
@@ -207,7 +217,8 @@ export async function shareGroups(page) {
       table(`share-${v.group}`, [["topic", (p) => p.topic], ["partition", (p) => p.partition],
         ["start offset", (p) => p.start_offset], ["in flight", (p) => p.in_flight],
         ["by delivery count", (p) => Object.entries(p.delivery_counts).map(([n, c]) => `${n}×: ${c}`).join(", ")]],
-      v.partitions));
+      v.partitions),
+      await lagHistoryChart(v.group, `share-lag-${v.group}`));
   }
 }
 

@@ -9,6 +9,8 @@ whichever gateway coordinates the group.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway.domain.groups.classic import COMPLETING_REBALANCE, STABLE
@@ -17,8 +19,10 @@ from gateway.domain.groups.offsets import consumer_assignment, consumer_subscrip
 from gateway.domain.groups.streams import TasksTuple
 from gateway.domain.groups.streams_driver import STREAMS
 from gateway.domain.log import LogService
+from gateway.store.groups import CommittedOffset
 
 Assigned = dict[str, list[int]]
+DESCRIBED_AT_ONCE = 16
 
 
 @dataclass(frozen=True)
@@ -94,12 +98,23 @@ class GroupAdmin:
         self.log = log
 
     async def all(self) -> list[GroupView]:
-        """Every group, by id (a classic group Kafka would list as Dead is left out)."""
-        views = [await self.describe(g.group_id) for g in await self.groups.list_groups()]
+        """Every group, by id (a classic group Kafka would list as Dead is left out). The topics are
+        read once for all, and a few groups described at a time: one by one, with the topics read
+        for each, a gateway of 1,000 topics and 100 groups took seconds (`gateway bench --console`)."""
+        listed = await self.groups.list_groups()
+        topics = await self.groups.topics() if self.groups.topics is not None else {}
+        gate = asyncio.Semaphore(DESCRIBED_AT_ONCE)
+
+        async def one(group_id: str) -> GroupView | None:
+            async with gate:
+                return await self.describe(group_id, topics)
+
+        views = await asyncio.gather(*(one(g.group_id) for g in listed))
         return [v for v in views if v is not None]
 
-    async def describe(self, group_id: str) -> GroupView | None:
-        """The group of this id, of either type; None when there is none."""
+    async def describe(self, group_id: str, topics: Mapping[str, int] | None = None) -> GroupView | None:
+        """The group of this id, of either type; None when there is none. `topics` (name ->
+        partitions) saves reading them, where a streams group's state needs them."""
         offsets = await self._offsets(group_id)
         cg = await self.groups.describe_consumer(group_id)
         if cg is not None:
@@ -111,7 +126,7 @@ class GroupAdmin:
                  for m in cg.members],
                 offsets,
             )
-        streams = await self._streams(group_id, offsets)
+        streams = await self._streams(group_id, offsets, topics)
         if streams is not None:
             return streams
         g = await self.groups.store.load(group_id)
@@ -133,11 +148,13 @@ class GroupAdmin:
         return GroupView(group_id, CLASSIC, g.protocol_type or "", g.state, g.generation, None, protocol,
                          members, offsets)
 
-    async def _streams(self, group_id: str, offsets: list[OffsetView]) -> GroupView | None:
+    async def _streams(self, group_id: str, offsets: list[OffsetView],
+                       topics: Mapping[str, int] | None) -> GroupView | None:
         """A streams group: its members with the input partitions of their active tasks (a task is
         its subtopology's input topics' partition of its number), the topology's inputs as what
         each subscribes to."""
-        topics = await self.groups.topics() if self.groups.topics is not None else {}
+        if topics is None:
+            topics = await self.groups.topics() if self.groups.topics is not None else {}
         found = await self.groups.describe_streams(group_id, topics)
         if found is None:
             return None
@@ -161,8 +178,11 @@ class GroupAdmin:
         committed = sorted(((tp, c) for tp, c in (await self.groups.fetch_offsets(group_id)).items()
                             if c is not None and c.offset >= 0), key=lambda item: item[0])
         bounds = await self.log.bounds_many([tp for tp, _ in committed]) if committed else []
-        return [
-            OffsetView(t, p, c.offset, None if b is None else b[1], None if b is None else max(0, b[1] - c.offset),
-                       c.metadata)
-            for ((t, p), c), b in zip(committed, bounds, strict=True)
-        ]
+        return [offset_view(tp, c, b) for (tp, c), b in zip(committed, bounds, strict=True)]
+
+
+def offset_view(tp: tuple[str, int], c: CommittedOffset, bounds: tuple[int, int] | None) -> OffsetView:
+    """A committed offset beside its partition's (log start, high watermark), None for a partition
+    that no longer exists: Kafka's lag, the high watermark less the committed offset."""
+    hw = None if bounds is None else bounds[1]
+    return OffsetView(tp[0], tp[1], c.offset, hw, None if hw is None else max(0, hw - c.offset), c.metadata)

@@ -289,6 +289,7 @@ class ShareCoordinator:
         self.letters = Letters(log_service)
         self.subscriptions = subscriptions
         self.store = store.share_groups
+        self._lag_history = store.lag_history
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         # every group config is kept here, the streams protocol's too (read by its coordinator)
@@ -449,7 +450,7 @@ class ShareCoordinator:
 
     async def delete_group(self, group_id: str) -> bool:
         """DeleteGroups of a share group (False when `group_id` is none): it must have no members;
-        what it read of every topic (its subscriptions) and its configs are gone."""
+        what it read of every topic (its subscriptions), its configs and its lag history are gone."""
         if group_id not in await self.known():
             return False
         await self.delete_offsets(group_id, list(await self.start_offsets(group_id, None)))
@@ -458,6 +459,7 @@ class ShareCoordinator:
         self.stats.pop(group_id, None)
         await self.store.configs(group_id).alter(lambda _: {})
         await self.store.remember(group_id, present=False)
+        await self._lag_history.forget(group_id)
         return True
 
     # -- offsets (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets) -----

@@ -119,3 +119,18 @@ def _json(text: str, references: tuple[Reference, ...], normalize: bool) -> Pars
 def descriptor_of(p: Parsed) -> FileDescriptorProto:
     assert isinstance(p.model, FileDescriptorProto)
     return p.model
+
+
+def proto_imports(p: Parsed) -> list[FileDescriptorProto]:
+    """The .proto files a Protobuf schema imports, directly or through others, each once and before
+    the files that import it: what a descriptor pool needs before the schema's own file."""
+    out: dict[str, FileDescriptorProto] = {}
+
+    def walk(d: Parsed) -> None:
+        for dep in d.deps:
+            if dep.type is SchemaType.PROTOBUF and descriptor_of(dep).name not in out:
+                walk(dep)
+                out[descriptor_of(dep).name] = descriptor_of(dep)
+
+    walk(p)
+    return list(out.values())

@@ -7,8 +7,9 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+from typing import Any
 
-from google.protobuf import descriptor_pool
+from google.protobuf import descriptor_pool, json_format, message_factory
 from google.protobuf.descriptor_pb2 import (
     DescriptorProto,
     EnumDescriptorProto,
@@ -18,6 +19,7 @@ from google.protobuf.descriptor_pb2 import (
 from google.protobuf.message import DecodeError
 
 from gateway.domain.schemas import proto_text
+from gateway.formats import schema_wire
 
 F = FieldDescriptorProto
 _SCALARS = {
@@ -32,13 +34,20 @@ def descriptor(text: str, deps: list[FileDescriptorProto]) -> FileDescriptorProt
     """The file a schema string describes, `.proto` text or base64 of a serialized
     FileDescriptorProto (what confluent-kafka registers), checked by building it with the files it
     imports (`deps`) as protoc would: ValueError naming what is wrong."""
-    known = well_known()
     try:
         fd = FileDescriptorProto.FromString(base64.b64decode(text.strip(), validate=True))
     except (binascii.Error, DecodeError, ValueError):
-        fd = proto_text.parse(text, [*deps, *known.values()])
+        fd = proto_text.parse(text, [*deps, *well_known().values()])
     if not fd.message_type and not fd.enum_type:
         raise ValueError("the file defines no message and no enum")
+    _pool(fd, deps)
+    return fd
+
+
+def _pool(fd: FileDescriptorProto, deps: list[FileDescriptorProto]) -> descriptor_pool.DescriptorPool:
+    """A pool holding `fd`, the files it imports and the well-known types; ValueError in the pool's
+    words (an unknown type, a field number used twice, ...) when they do not build."""
+    known = well_known()
     pool = descriptor_pool.DescriptorPool()
     given = {d.name for d in deps}
     try:
@@ -47,9 +56,30 @@ def descriptor(text: str, deps: list[FileDescriptorProto]) -> FileDescriptorProt
         for d in deps:
             pool.Add(d)
         pool.Add(fd)
-    except TypeError as exc:  # the pool's words: an unknown type, a field number used twice, ...
+    except TypeError as exc:
         raise ValueError(str(exc)) from None
-    return fd
+    return pool
+
+
+def decode(fd: FileDescriptorProto, deps: list[FileDescriptorProto], payload: bytes) -> tuple[str, dict[str, Any]]:
+    """A value in Confluent's Protobuf wire format past its magic byte and schema id: its message
+    indexes (`gateway.formats.schema_wire`) pick the message type of `fd`, the rest is the message.
+    Returns the type's full name and the message in protobuf's JSON mapping with the .proto field
+    names; ValueError (or WireFormatError) when the bytes are not such a message."""
+    indexes, at = schema_wire.message_indexes_of(payload, 0)
+    path, scope = [], list(fd.message_type)
+    for i in indexes:
+        if not 0 <= i < len(scope):
+            raise ValueError(f"message index {i} out of range")
+        path.append(scope[i].name)
+        scope = list(scope[i].nested_type)
+    name = ".".join([fd.package, *path] if fd.package else path)
+    message = message_factory.GetMessageClass(_pool(fd, deps).FindMessageTypeByName(name))()
+    try:
+        message.ParseFromString(payload[at:])
+    except DecodeError as exc:
+        raise ValueError(str(exc)) from None
+    return name, json_format.MessageToDict(message, preserving_proto_field_name=True)
 
 
 @functools.cache
