@@ -64,6 +64,16 @@ def throttle(ctx: RequestContext, *earned: tuple[str, int]) -> int:
     return took
 
 
+def fetch_max_bytes(ctx: RequestContext, asked: int) -> int:
+    """The most a Fetch or ShareFetch may answer: what it asked, at most the gateway's
+    --fetch-max-bytes and the client's consumer_byte_rate for one quota window, so that one response
+    never outgrows the quota for good (KafkaApis.handleFetchRequest's and
+    handleFetchFromShareFetchRequest's maxQuotaWindowBytes)."""
+    most = min(asked, ctx.services.config.fetch_max_bytes)
+    window = ctx.services.quotas.window_max(FETCH, *identity(ctx))
+    return most if window is None else min(most, window)
+
+
 async def fetch_throttle(ctx: RequestContext, size: int) -> int:
     """The throttle a fetch's response of `size` bytes earns, request time and byte rate weighed
     together and applied (KafkaApis.handleFetchRequest, and processShareFetchResponse for a

@@ -31,11 +31,10 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway import telemetry
-from gateway.domain.quotas import FETCH
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.formats.records import with_base_offset
-from gateway.kafka.client_quotas import fetch_throttle, identity
+from gateway.kafka.client_quotas import fetch_max_bytes, fetch_throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.offsets import leader_epoch_error
@@ -106,9 +105,7 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
                      getattr(p, "current_leader_epoch", -1))
               for n, t in zip(named, req.topics, strict=True) if n.error == KafkaError.none for p in t.partitions]
     max_wait = min(req.max_wait.total_seconds(), MAX_WAIT)
-    max_bytes = min(req.max_bytes, ctx.services.config.fetch_max_bytes)
-    if (window := ctx.services.quotas.window_max(FETCH, *identity(ctx))) is not None:
-        max_bytes = min(max_bytes, window)  # KafkaApis.handleFetchRequest's maxQuotaWindowBytes
+    max_bytes = fetch_max_bytes(ctx, req.max_bytes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     committed = req.isolation_level == READ_COMMITTED

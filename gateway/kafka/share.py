@@ -11,7 +11,8 @@ acknowledge results into the fetch response (combineShareFetchAndShareAcknowledg
 ShareFetch returns whole stored batches and, per batch, the ranges of it the member acquired with
 their delivery counts; the client skips the records outside them.
 
-Client quotas bind a ShareFetch as Kafka 4.4's KafkaApis.processShareFetchResponse binds it: the
+Client quotas bind a ShareFetch as Kafka 4.4's KafkaApis binds it: MaxBytes at most the
+consumer_byte_rate's window (handleFetchFromShareFetchRequest), then (processShareFetchResponse) the
 response's size against consumer_byte_rate and the handling time (less the wait for records, as
 Fetch's purgatory) against request_percentage, weighed together once the response is built. A
 throttled ShareFetch is answered as ShareSessionContext.throttleResponse answers it: no records, no
@@ -43,7 +44,7 @@ from gateway.domain.security import Operation, ResourceType
 from gateway.domain.topic_configs import Change
 from gateway.formats.records import with_base_offset
 from gateway.kafka.authz import authorized_operations, refused_first
-from gateway.kafka.client_quotas import fetch_throttle, request_time, throttle
+from gateway.kafka.client_quotas import fetch_max_bytes, fetch_throttle, request_time, throttle
 from gateway.kafka.consumer_groups import TopicIds
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message
@@ -198,7 +199,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
     try:
         fetched = await _share(ctx).fetch(
             group_id, req.member_id or "", req.share_session_epoch, add, forget, _acks(req.topics, names),
-            max_records=req.max_records, max_bytes=min(req.max_bytes, ctx.services.config.fetch_max_bytes),
+            max_records=req.max_records, max_bytes=fetch_max_bytes(ctx, req.max_bytes),
             max_wait=min(req.max_wait.total_seconds(), MAX_WAIT),
             topic_ids={name: tid.hex for tid, name in names.items() if name is not None and tid is not None},
         )
