@@ -8,16 +8,20 @@ from __future__ import annotations
 import asyncio
 import io
 import struct
+import uuid
 from typing import Any
 
 import pytest
 from kio.serial import entity_writer
+from kio.static.primitive import Records
 
+from gateway.formats.records import build_batch
 from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, test_config
-from tests.differential import Scenario, Side, compare, side
+from tests.differential import Conn, Scenario, Side, compare, coordinators_ready, side
 from tests.kafka_differences import plain
 from tests.kafka_jvm import tools, unique
 from tests.kafka_wire import build_request, decode, read_response, request
+from tests.test_kafka_differential import T0, create
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 
@@ -157,8 +161,132 @@ async def refused_filters(s: Side, name: str) -> Any:
     )] + [await describe(s, [], strict=True)]
 
 
-async def as_client(s: Side, client_id: str, api_key: int, version: int, values: dict[str, Any]) -> Any:
-    """One request on a connection of its own, from `client_id` (the quota entity), as plain data."""
+async def share_group(s: Side, name: str) -> uuid.UUID:
+    """Topic and share group `name`, the group reading from the earliest offset and locking records
+    for five seconds (long enough for a scenario's acknowledgement on a busy machine, short enough to
+    await their expiry): the topic's id."""
+    await coordinators_ready(s)
+    await create(s, name, 1)
+    configs = await s.call(44, 1, {"validate_only": False, "resources": [
+        {"resource_type": 32, "resource_name": name, "configs": [
+            {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"},
+            {"name": "share.record.lock.duration.ms", "config_operation": 0, "value": "5000"}]}]})
+    assert configs["responses"][0]["error_code"] == 0, configs
+    return await s.topic_id(name)
+
+
+async def share_member(s: Side, name: str) -> str:
+    """A new member of share group `name`, once assigned the partition (Kafka reads a share
+    partition only once the group has initialized its state)."""
+    member, epoch = str(uuid.uuid4()), 0
+
+    async def assigned() -> bool:
+        nonlocal epoch
+        beat = await s.call(76, 1, {"group_id": name, "member_id": member, "member_epoch": epoch,
+                                    "subscribed_topic_names": [name]})
+        assert beat["error_code"] == 0, beat
+        epoch = beat["member_epoch"]
+        return bool(beat["assignment"] and beat["assignment"]["topic_partitions"])
+    await eventually(assigned, 30, "the partition assigned")
+    return member
+
+
+async def share_fetch(s: Side, conn: Conn, client: str, name: str, member: str, topic_id: uuid.UUID, epoch: int,
+                      accept: tuple[int, int] | None = None, max_wait: int = 5000) -> Any:
+    """A ShareFetch (v1) from `client` on `conn` (Kafka ends a share session with its connection)
+    of partition 0, accepting the offsets `accept` spans."""
+    acks = [] if accept is None else [{"first_offset": accept[0], "last_offset": accept[1], "acknowledge_types": [1]}]
+    return await as_client(s, client, 78, 1, conn=conn, values={
+        "group_id": name, "member_id": member, "share_session_epoch": epoch, "max_wait": max_wait, "min_bytes": 1,
+        "max_bytes": 1 << 20, "max_records": 500, "batch_size": 500,
+        "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": acks}]}]})
+
+
+async def produce_kb(s: Side, topic: str, n: int) -> None:
+    """One batch of `n` records of 1000 bytes."""
+    records = Records(build_batch([(None, b"s" * 1000, [])] * n, timestamp=T0))
+    answer = await s.call(0, 9, {"acks": -1, "timeout": 10_000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+    assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0, answer
+
+
+async def session_conn(s: Side) -> Conn:
+    """A connection for one share session (Kafka ends the session with it, and mutes it when a
+    response is throttled); the scenario's other calls go on another."""
+    conn = await s.connect()
+    await s.connect()
+    return conn
+
+
+def records_of(fetched: Any) -> list[tuple[int, int, int]]:
+    """The acquired ranges of a ShareFetch answer (first, last, delivery count)."""
+    return [(a["first_offset"], a["last_offset"], a["delivery_count"]) for t in fetched["responses"]
+            for p in t["partitions"] for a in p["acquired_records"]]
+
+
+@scenario
+async def share_fetch_bytes(s: Side, name: str) -> Any:
+    """KafkaApis.processShareFetchResponse under consumer_byte_rate 500 (five thousand bytes in the
+    rate's first ten seconds): a 4 KB fetch is within it; the next, carrying the acknowledgement of
+    the first and acquiring 3 KB more, is over it and answered as ShareSessionContext.throttleResponse
+    answers, with a throttle time and no records, and only the outcome of its acknowledgement added
+    back. The acknowledgement is applied and the 3 KB the throttled fetch acquired stay acquired,
+    unsent, until their lock runs out: another member then gets them, and only them, as
+    their second delivery."""
+    client = f"{name}-s"
+    await alter(s, [(entity(client_id=client), [op("consumer_byte_rate", 500)])])
+    await described(s, [("client-id", EXACT, client)], 1)
+    topic_id = await share_group(s, name)
+    member = await share_member(s, name)
+    conn = await session_conn(s)
+    await produce_kb(s, name, 4)
+    first = await share_fetch(s, conn, client, name, member, topic_id, 0)
+    await produce_kb(s, name, 3)
+    second = await share_fetch(s, conn, client, name, member, topic_id, 1, accept=(0, 3))
+    throttled = second["throttle_time"] > 0
+    second["throttle_time"] = throttled
+    other, other_conn, epoch = await share_member(s, name), await session_conn(s), 0
+
+    async def redelivered() -> Any:
+        nonlocal epoch
+        fetched = await share_fetch(s, other_conn, f"{name}-t", name, other, topic_id, epoch, max_wait=1000)
+        epoch += 1
+        return records_of(fetched)
+    later = await eventually(redelivered, 30, "the records the throttled fetch acquired")
+    return [records_of(first), first["throttle_time"] > 0, records_of(second), throttled, second, later]
+
+
+@scenario
+async def share_request_time(s: Side, name: str) -> Any:
+    """request_percentage on the share APIs, on one share session: at 5% (half a second's work in the
+    rate's first ten seconds) two ShareFetch long polls of a second on an empty partition are not
+    throttled, their waits being purgatory's, not a handler's; at a thousandth of a percent a
+    ShareFetch, a ShareAcknowledge and a ShareFetch of a wrong session epoch each carry a throttle
+    time of at most a window (ClientRequestQuotaManager). The session's first ShareFetch comes from
+    a client of no quota: Kafka's handler initializes the share partition in it."""
+    waits, works = f"{name}-w", f"{name}-r"
+    await alter(s, [(entity(client_id=waits), [op("request_percentage", 5)]),
+                    (entity(client_id=works), [op("request_percentage", 0.001)])])
+    await described(s, [("client-id", EXACT, waits)], 1)
+    await described(s, [("client-id", EXACT, works)], 1)
+    topic_id = await share_group(s, name)
+    member = await share_member(s, name)
+    conn = await session_conn(s)
+    await share_fetch(s, conn, f"{name}-x", name, member, topic_id, 0, max_wait=0)
+    polls = [await share_fetch(s, conn, waits, name, member, topic_id, epoch, max_wait=1000) for epoch in (1, 2)]
+    fetched = await share_fetch(s, conn, works, name, member, topic_id, 3, max_wait=0)
+    acked = await as_client(s, works, 79, 1, conn=conn, values={
+        "group_id": name, "member_id": member, "share_session_epoch": 4,
+        "topics": [{"topic_id": topic_id, "partitions": [{"partition_index": 0, "acknowledgement_batches": []}]}]})
+    refused = await share_fetch(s, conn, works, name, member, topic_id, 9, max_wait=0)
+    return [[(p["error_code"], p["throttle_time"] > 0, records_of(p)) for p in polls],
+            [(a["error_code"], 0 < a["throttle_time"] <= 1000) for a in (fetched, acked, refused)]]
+
+
+async def as_client(s: Side, client_id: str, api_key: int, version: int, values: dict[str, Any],
+                    conn: Conn | None = None) -> Any:
+    """One request from `client_id` (the quota entity), as plain data: on `conn`, or on a connection
+    of its own, closed after it."""
     req = build_request(api_key, version, values)
     buf = io.BytesIO()
     entity_writer(type(req))(buf, req)
@@ -166,12 +294,16 @@ async def as_client(s: Side, client_id: str, api_key: int, version: int, values:
     head = struct.pack(">hhih", api_key, version, 7, len(cid)) + cid
     if req.__header_schema__.__flexible__:
         head += b"\0"
-    reader, writer = await s.connect()
+    own = conn is None
+    conn = conn or await s.connect()
+    reader, writer = conn
     try:
         writer.write(struct.pack(">i", len(head) + len(buf.getvalue())) + head + buf.getvalue())
         return plain(decode(api_key, version, await read_response(reader))[1])
     finally:
-        writer.close()
+        if own:
+            s.conns.remove(conn)  # the scenario's own calls go on on the connection before it
+            writer.close()
 
 
 @scenario
@@ -247,7 +379,7 @@ async def connection_rate(s: Side, name: str) -> Any:
 @pytest.fixture(scope="module")
 async def gateway_bs(redis_server: str) -> Any:
     flush(redis_server)
-    async with running_gateway(test_config(redis_server)) as gw:
+    async with running_gateway(test_config(redis_server, group_share_min_record_lock_duration_ms=5000)) as gw:
         yield kafka_bootstrap(gw)
 
 

@@ -1087,10 +1087,11 @@ def test_share_fetch_encoder_matches_kio(version: int) -> None:
                  "current_leader": {"leader_id": 5, "leader_epoch": 0}, "records": b"", "acquired_records": []}]},
             {"topic_id": uuid.UUID(int=0), "partitions": []}],
         "node_endpoints": [{"node_id": 5, "host": "gw5.example", "port": 9097, "rack": None}]}))
-    failed = b"".join(encode_share_fetch_response(KafkaError.share_session_not_found, "gone", 0, []))
+    failed = b"".join(encode_share_fetch_response(KafkaError.share_session_not_found, "gone", 0, [], throttle_ms=250))
     assert ours == theirs
     assert failed == codec.encode_body(codec.build(codec.response_class(ApiKey.SHARE_FETCH, version), {
-        "error_code": KafkaError.share_session_not_found, "error_message": "gone", "responses": []}))
+        "throttle_time": 250, "error_code": KafkaError.share_session_not_found, "error_message": "gone",
+        "responses": []}))
 
 
 async def test_share_groups_in_the_admin_api_cli_and_metrics(gw: Gateway) -> None:

@@ -7,11 +7,12 @@ throttle times, and Prometheus counting them per entity."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, ShareConsumer
 
 from gateway.domain.quotas import CONNECTIONS, FETCH, PRODUCE, REQUEST, Alteration, QuotaService
 from gateway.kafka.dispatch import ApiKey
@@ -22,6 +23,7 @@ from tests.conftest import kafka_bootstrap, running_gateway, test_config
 from tests.kafka_wire import call
 from tests.test_gateways import ask
 from tests.test_kafka_apis import fetch_request
+from tests.test_kafka_share import group_configs
 from tests.test_metrics import scrape
 
 pytestmark = pytest.mark.kafka
@@ -109,6 +111,49 @@ async def test_a_fetch_quota_throttles_a_consumer_that_still_reads_everything(
     got, throttled = await asyncio.to_thread(consume, bs, client, topic, 240)
     assert got == [VALUE] * 240
     assert throttled, "the consumer was never throttled"
+
+
+def share_consume(bootstrap: str, client_id: str, topic: str, count: int) -> list[bytes]:
+    """A share consumer of group `client_id`, accepting each record, until it has read `count`."""
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
+                       "share.acknowledgement.mode": "explicit", "fetch.max.bytes": 8000})
+    c.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < count:
+            assert time.monotonic() < deadline, f"only {len(got)} of {count} records consumed"
+            for m in c.poll(0.5):
+                assert m.error() is None, m.error()
+                got.append(m.value() or b"")
+                c.acknowledge(m)
+            c.commit_sync(30)
+    finally:
+        c.close()
+    return got
+
+
+@pytest.mark.slow  # ten seconds' allowance, then the throttled records' lock
+async def test_a_fetch_quota_throttles_a_share_consumer_that_still_reads_everything_once(redis_url: str) -> None:
+    """130 KB in batches of 5 KB under a 10 KB/s consumer quota, read by confluent-kafka's share
+    consumer: the first 100 KB or so come at once, then its ShareFetches are throttled (answered
+    with no records, the records they acquired locked until their one-second lock runs out, as on
+    Kafka) and Prometheus counts it; every record reaches it once, as written. Each throttle counts
+    a delivery of what it acquired, as on Kafka: the group allows ten, Kafka's most."""
+    async with running_gateway(test_config(redis_url, group_share_min_record_lock_duration_ms=1000)) as gw:
+        topic, client = f"q-{uuid.uuid4().hex[:8]}", f"q-share-{uuid.uuid4().hex[:8]}"
+        await gw.services.log.create_topic(topic, 1)
+        await group_configs(kafka_bootstrap(gw), client, share_auto_offset_reset="earliest",
+                            share_record_lock_duration_ms="1000", share_delivery_count_limit="10")
+        values = [b"%04d" % i + VALUE[4:] for i in range(130)]
+        p = Producer({"bootstrap.servers": kafka_bootstrap(gw), "linger.ms": 50, "batch.num.messages": 5})
+        for v in values:
+            p.produce(topic, v, partition=0)
+        assert await asyncio.to_thread(p.flush, 30) == 0
+        await set_quota(gw, client, FETCH, 10_000)
+        got = await asyncio.to_thread(share_consume, kafka_bootstrap(gw), client, topic, len(values))
+        assert sorted(got) == values
+        assert metric(FETCH, client) in await scrape(gw)
 
 
 async def test_request_time_is_counted_once_across_gateways(redis_url: str) -> None:

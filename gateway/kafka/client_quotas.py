@@ -17,7 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.domain.quotas import REQUEST, Alteration
+from gateway.domain.quotas import FETCH, REQUEST, Alteration
 from gateway.domain.security import CLUSTER_NAME, USER_PREFIX, Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.kafka import codec
@@ -64,11 +64,33 @@ def throttle(ctx: RequestContext, *earned: tuple[str, int]) -> int:
     return took
 
 
+def fetch_max_bytes(ctx: RequestContext, asked: int) -> int:
+    """The most a Fetch or ShareFetch may answer: what it asked, at most the gateway's
+    --fetch-max-bytes and the client's consumer_byte_rate for one quota window, so that one response
+    never outgrows the quota for good (KafkaApis.handleFetchRequest's and
+    handleFetchFromShareFetchRequest's maxQuotaWindowBytes)."""
+    most = min(asked, ctx.services.config.fetch_max_bytes)
+    window = ctx.services.quotas.window_max(FETCH, *identity(ctx))
+    return most if window is None else min(most, window)
+
+
+async def fetch_throttle(ctx: RequestContext, size: int) -> int:
+    """The throttle a fetch's response of `size` bytes earns, request time and byte rate weighed
+    together and applied (KafkaApis.handleFetchRequest, and processShareFetchResponse for a
+    ShareFetch): when it is not 0 the response goes out empty, as Kafka's throttled FetchContext and
+    ShareFetchContext.throttleResponse answer, and what it would have sent comes off the byte rate's
+    count again (ClientQuotaManager.unrecordQuotaSensor)."""
+    took = throttle(ctx, (REQUEST, await request_time(ctx)), (FETCH, await recorded(ctx, FETCH, size)))
+    if took:
+        await ctx.services.quotas.record(FETCH, *identity(ctx), -size)
+    return took
+
+
 async def throttled_response(ctx: RequestContext, response: Any) -> Any:
     """A response with the request-time throttle its request earned, or the one it carries if longer
     (Kafka's RequestHandlerHelper.sendResponseMaybeThrottle, and ...WithControllerQuota for topic
-    creation and deletion, which every client-facing API but Produce and Fetch answers through: they
-    weigh it against their byte rates themselves)."""
+    creation and deletion, which every client-facing API but Produce, Fetch and ShareFetch answers
+    through: they weigh it against their byte rates themselves)."""
     if ctx.api_key in EXEMPT or authenticating(ctx) or (took := throttle(ctx, (REQUEST, await request_time(ctx)))) == 0:
         return response
     if isinstance(response, Encoded):  # a throttle time already there (a controller mutation's) may be longer
@@ -92,10 +114,8 @@ def authenticating(ctx: RequestContext) -> bool:
 
 EXEMPT = frozenset({ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
                     ApiKey.SHARE_FETCH})
-"""Requests `throttled_response` leaves alone: Produce and Fetch record request time beside their byte
-rates; SASL's are the authenticator's on Kafka, before KafkaApis sees a request; a ShareFetch's wait
-for records is inside the share groups' service, not to be told apart from its work
-(docs/kafka-differences.md)."""
+"""Requests `throttled_response` leaves alone: Produce, Fetch and ShareFetch record request time
+beside their byte rates; SASL's are the authenticator's on Kafka, before KafkaApis sees a request."""
 
 
 def mute(ctx: RequestContext, throttle_ms: int) -> None:

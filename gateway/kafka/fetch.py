@@ -31,11 +31,10 @@ from typing import Any, NamedTuple
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway import telemetry
-from gateway.domain.quotas import FETCH, REQUEST
 from gateway.domain.security import Operation, ResourceType
 from gateway.errors import GatewayError
 from gateway.formats.records import with_base_offset
-from gateway.kafka.client_quotas import identity, recorded, request_time, throttle
+from gateway.kafka.client_quotas import fetch_max_bytes, fetch_throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import kafka_error
 from gateway.kafka.offsets import leader_epoch_error
@@ -106,9 +105,7 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
                      getattr(p, "current_leader_epoch", -1))
               for n, t in zip(named, req.topics, strict=True) if n.error == KafkaError.none for p in t.partitions]
     max_wait = min(req.max_wait.total_seconds(), MAX_WAIT)
-    max_bytes = min(req.max_bytes, ctx.services.config.fetch_max_bytes)
-    if (window := ctx.services.quotas.window_max(FETCH, *identity(ctx))) is not None:
-        max_bytes = min(max_bytes, window)  # KafkaApis.handleFetchRequest's maxQuotaWindowBytes
+    max_bytes = fetch_max_bytes(ctx, req.max_bytes)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     committed = req.isolation_level == READ_COMMITTED
@@ -158,11 +155,7 @@ async def fetch(ctx: RequestContext, req: Any) -> Encoded:
             topics.append((n.key, answered))
     chunks = encode_fetch_response(ctx.api_version, topics)
     size = sum(len(c) for c in chunks)
-    # KafkaApis.handleFetchRequest: request time and the response's size; a throttled fetch is
-    # answered empty (FetchContext's throttled response) and what it would have sent is taken off the
-    # byte rate's count again
-    if throttle_ms := throttle(ctx, (REQUEST, await request_time(ctx)), (FETCH, await recorded(ctx, FETCH, size))):
-        await ctx.services.quotas.record(FETCH, *identity(ctx), -size)
+    if throttle_ms := await fetch_throttle(ctx, size):
         return Encoded(encode_fetch_response(ctx.api_version, [], throttle_ms=throttle_ms))
     codes: set[KafkaError] = set()
     for n, (_, answered) in zip(kept, topics, strict=True):

@@ -10,6 +10,16 @@ partition that carried acknowledgements is in a ShareFetch's answer with its Ack
 acknowledge results into the fetch response (combineShareFetchAndShareAcknowledgeResponses). A
 ShareFetch returns whole stored batches and, per batch, the ranges of it the member acquired with
 their delivery counts; the client skips the records outside them.
+
+Client quotas bind a ShareFetch as Kafka 4.4's KafkaApis binds it: MaxBytes at most the
+consumer_byte_rate's window (handleFetchFromShareFetchRequest), then (processShareFetchResponse) the
+response's size against consumer_byte_rate and the handling time (less the wait for records, as
+Fetch's purgatory) against request_percentage, weighed together once the response is built. A
+throttled ShareFetch is answered as ShareSessionContext.throttleResponse answers it: no records, no
+errors, and only what KafkaApis adds back to it afterwards, the group's lock duration and the
+outcome of the acknowledgements it carried (applied, as the request was handled in full). The records the
+fetch acquired stay acquired, unsent, until their locks run out, as on Kafka. Its failures, and
+ShareAcknowledge, are throttled by request time alone (RequestHandlerHelper.sendMaybeThrottle).
 """
 
 from __future__ import annotations
@@ -22,11 +32,19 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.domain.groups.share import JOIN_EPOCH, ShareError, ShareErrorKind
-from gateway.domain.groups.share_coordinator import LOCK_DURATION, AckBatch, ShareCoordinator, TopicPartition
+from gateway.domain.groups.share_coordinator import (
+    LOCK_DURATION,
+    AckBatch,
+    ShareCoordinator,
+    ShareFetched,
+    TopicPartition,
+)
+from gateway.domain.quotas import REQUEST
 from gateway.domain.security import Operation, ResourceType
 from gateway.domain.topic_configs import Change
 from gateway.formats.records import with_base_offset
 from gateway.kafka.authz import authorized_operations, refused_first
+from gateway.kafka.client_quotas import fetch_max_bytes, fetch_throttle, request_time, throttle
 from gateway.kafka.consumer_groups import TopicIds
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message
@@ -162,8 +180,9 @@ def _unknown_topic(t: Any, ctx: RequestContext, error: KafkaError) -> list[dict[
             for p in t.partitions]
 
 
-def _failed(error: KafkaError, exc: BaseException) -> Encoded:
-    return Encoded(encode_share_fetch_response(error, error_message(exc), 0, []), (error,))
+async def _failed(ctx: RequestContext, error: KafkaError, exc: BaseException) -> Encoded:
+    took = throttle(ctx, (REQUEST, await request_time(ctx)))
+    return Encoded(encode_share_fetch_response(error, error_message(exc), 0, [], throttle_ms=took), (error,))
 
 
 @handles(ApiKey.SHARE_FETCH, 1, 2)
@@ -172,7 +191,7 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
     try:
         await _authorize(ctx, group_id, Operation.READ)
     except Exception as exc:
-        return _failed(group_error(exc), exc)
+        return await _failed(ctx, group_error(exc), exc)
     wanted = [t.topic_id for t in req.topics] + [t.topic_id for t in req.forgotten_topics_data]
     names, refused = await _names(ctx, wanted)
     add = [(n, p.partition_index) for t in req.topics if (n := names[t.topic_id]) is not None for p in t.partitions]
@@ -180,12 +199,13 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
     try:
         fetched = await _share(ctx).fetch(
             group_id, req.member_id or "", req.share_session_epoch, add, forget, _acks(req.topics, names),
-            max_records=req.max_records, max_bytes=min(req.max_bytes, ctx.services.config.fetch_max_bytes),
+            max_records=req.max_records, max_bytes=fetch_max_bytes(ctx, req.max_bytes),
             max_wait=min(req.max_wait.total_seconds(), MAX_WAIT),
             topic_ids={name: tid.hex for tid, name in names.items() if name is not None and tid is not None},
         )
     except Exception as exc:
-        return _failed(share_error(exc), exc)
+        return await _failed(ctx, share_error(exc), exc)
+    ctx.remote += fetched.waited
     lock_ms = await _lock_ms(ctx, group_id)
     by_id = {name: tid for tid, name in names.items() if name is not None}
     answered = set(fetched.records) | fetched.acknowledged  # acknowledgements: always
@@ -209,18 +229,29 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
             SharePartition(p, elsewhere[0], KafkaError.not_leader_or_follower))
     for tp in sorted(answered):
         topic, p = tp
-        ack_error = fetched.ack_errors.get(tp)
-        part = SharePartition(p, leader, ack_error=KafkaError.none if ack_error is None else KafkaError(int(ack_error)))
+        part = SharePartition(p, leader, ack_error=_ack_error(fetched, tp))
         for a in fetched.records.get(tp, []):
             part.records += with_base_offset(a.entry.batch, a.entry.base_offset)
             part.size += len(a.entry.batch)
             part.acquired += a.ranges
         part.acquired = in_batches(part.acquired, req.batch_size)
         topics.setdefault(by_id.get(topic), []).append(part)
+    chunks = encode_share_fetch_response(KafkaError.none, None, lock_ms, list(topics.items()),
+                                         sorted(endpoints.values()))
+    if throttle_ms := await fetch_throttle(ctx, sum(len(c) for c in chunks)):
+        topics = {}  # KafkaApis adds the acknowledgements' partitions with a zeroed CurrentLeader
+        for topic, p in sorted(fetched.acknowledged):
+            topics.setdefault(by_id.get(topic), []).append(SharePartition(p, 0, ack_error=_ack_error(fetched, (topic, p))))
+        chunks = encode_share_fetch_response(KafkaError.none, None, lock_ms, list(topics.items()),
+                                             throttle_ms=throttle_ms)
     codes = {p.error for ps in topics.values() for p in ps} | {p.ack_error for ps in topics.values() for p in ps}
     codes.discard(KafkaError.none)
-    return Encoded(encode_share_fetch_response(KafkaError.none, None, lock_ms, list(topics.items()),
-                                               sorted(endpoints.values())), codes)
+    return Encoded(chunks, codes)
+
+
+def _ack_error(fetched: ShareFetched, tp: TopicPartition) -> KafkaError:
+    error = fetched.ack_errors.get(tp)
+    return KafkaError.none if error is None else KafkaError(int(error))
 
 
 def in_batches(ranges: list[tuple[int, int, int]], batch_size: int) -> list[tuple[int, int, int]]:
@@ -253,12 +284,12 @@ class SharePartition:
 
 def encode_share_fetch_response(
     error: KafkaError, message: str | None, lock_ms: int, topics: list[tuple[uuid.UUID | None, list[SharePartition]]],
-    endpoints: list[tuple[int, str, int]] | None = None,
+    endpoints: list[tuple[int, str, int]] | None = None, throttle_ms: int = 0,
 ) -> list[bytes | memoryview]:
     """ShareFetchResponse v1-v2 body as chunks (the versions are alike), equal to kio's encoding;
     `endpoints` (node id, host, port) are the leaders a NOT_LEADER_OR_FOLLOWER partition names."""
     chunks: list[bytes | memoryview] = []
-    out = bytearray(I32.pack(0) + I16.pack(error) + string(message, True) + I32.pack(lock_ms))
+    out = bytearray(I32.pack(throttle_ms) + I16.pack(error) + string(message, True) + I32.pack(lock_ms))
     out += array_len(len(topics), True)
     for tid, parts in topics:
         out += topic_key(tid, True, True) + array_len(len(parts), True)

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -160,6 +161,7 @@ class ShareFetched:
     elsewhere: set[TopicPartition] = field(default_factory=set)  # asked for, led by another gateway
     # of the session, a topic deleted and created again since the session named it: the old id
     stale: dict[TopicPartition, str] = field(default_factory=dict)
+    waited: float = 0.0  # seconds spent waiting for records: a long poll's, no request time for quotas
 
 
 @dataclass
@@ -598,8 +600,10 @@ class ShareCoordinator:
                 if consumer.subscription is not None:
                     consumer.permits = 0
                     self.subscriptions.flow(consumer, max_records)
+            began = time.perf_counter()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(member.arrived.wait(), max_wait)
+            out.waited = time.perf_counter() - began
             for consumer in member.consumers.values():
                 consumer.permits = 0
             taken = member.take(max_records, max_bytes, fetched)
