@@ -88,7 +88,7 @@ async def _measure(redis_url: str, seconds: float, backends: list[Backend], size
         try:
             backend.name = backend.name or store.description
             put, get = await raw_rows(store, backend.name, seconds)
-            tiered, memory = await tiered_rows(redis_url, store, backend, put, get, seconds, sizes, memory=i == 0)
+            tiered, memory = await tiered_rows(redis_url, store, backend, put, seconds, sizes, memory=i == 0)
             rows += [put, get, *tiered]
             notes += [memory] if memory else []
         finally:
@@ -126,8 +126,8 @@ class Backend:
     pid: int | None = None
 
 
-async def tiered_rows(redis_url: str, store: ObjectStore, backend: Backend, raw_put: Row, raw_get: Row,
-                      seconds: float, sizes: Sizes, memory: bool) -> tuple[list[Row], str]:
+async def tiered_rows(redis_url: str, store: ObjectStore, backend: Backend, raw_put: Row, seconds: float,
+                      sizes: Sizes, memory: bool) -> tuple[list[Row], str]:
     """Tiered storage's own figures on `store`, each a ratio against its baseline of the same run,
     through a gateway process tiering into it (a pass every 50 ms):
 
@@ -165,10 +165,10 @@ async def tiered_rows(redis_url: str, store: ObjectStore, backend: Backend, raw_
                         cpu=_per_mb(local_span, untiered.stored))
 
         Progress.doing_else("")
-        started, copied, span = _copy(admin, topic, sizes, servers, redis_url)
+        took, copied, span = _copy(admin, topic, sizes, servers)
         view = _tier(admin, topic)
         segment_size = view["remote_bytes"] / max(1, view["remote_segments"])
-        copy = Row(f"copy+trim by the tiering role, {name}", round(segment_size), copied / segment_size / started,
+        copy = Row(f"copy+trim by the tiering role, {name}", round(segment_size), copied / segment_size / took,
                    baseline=raw_put.what, baseline_records_per_s=raw_put.mb_per_s * 1e6 / segment_size,
                    cpu=_per_mb(span, copied))
 
@@ -245,7 +245,7 @@ def _copied(admin: int, topic: str, segment: int) -> tuple[float, bool]:
     return m["gateway_tier_bytes_copied_total"], lag is not None and lag < segment
 
 
-def _copy(admin: int, topic: str, sizes: Sizes, servers: list[Server], redis_url: str) -> tuple[float, float, CpuSpan]:
+def _copy(admin: int, topic: str, sizes: Sizes, servers: list[Server]) -> tuple[float, float, CpuSpan]:
     """Let the held-back topic's copying go (a tenth kept local) and time it until a pass leaves
     under a segment uncopied: (seconds, bytes copied, span). The clock starts at the first segment
     seen copied (the wait for the next pass left out), unless all was copied by the first look."""
