@@ -191,8 +191,13 @@ def _bench_parser(sub: Any) -> None:
                    help="native Key_Shared subscriptions of 1, 3 and 10 consumers beside shared ones and "
                    "XREADGROUP+XACK (--records, default 20000, of the first --sizes, over 100 keys)")
     p.add_argument("--tier", action="store_true",
-                   help="tiered storage's object stores: raw PUT of 8 MiB segments and raw ranged GET of 1 MiB "
-                   "slices on the local directory and on S3 (s3s-fs, which ./dev builds)")
+                   help="tiered storage on the local directory and on S3 (s3s-fs, which ./dev builds): copy, "
+                   "remote fetch, consume from the start and produce with copying running, each beside its "
+                   "baseline (raw PUT, raw ranged GET, the same topic all in Redis, an untiered topic), and "
+                   "Redis's memory for a large tiered topic")
+    p.add_argument("--tier-gb", type=float, default=1.0,
+                   help="with --tier, GB of the topic whose Redis memory is measured, a tenth kept in Redis; "
+                   "the other rows' topic is 128 MiB, or this size if smaller (default: %(default)s)")
     p.add_argument("--object-store", metavar="URL",
                    help="with --tier, this store too: a directory or s3://bucket/prefix?endpoint=... "
                    "(credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")

@@ -23,6 +23,7 @@ from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from playwright.async_api import Browser, Page, async_playwright
 
+from gateway.formats.records import build_batch
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import free_port
 from tests.conftest import admin_url, eventually, flush, kafka_bootstrap, running_gateway, test_config
@@ -108,10 +109,11 @@ def _traffic(bootstrap: str, registry: str) -> tuple[ck.Producer, ck.ShareConsum
 
 
 @pytest.fixture(scope="module")
-async def site(redis_server: str) -> AsyncIterator[Site]:
+async def site(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Site]:
     flush(redis_server)
     cfg = test_config(redis_server, auth=True, super_users="admin", schema_registry_port=free_port(),
-                      lag_sample_interval=0.3)
+                      lag_sample_interval=0.3,
+                      tier_store=str(tmp_path_factory.mktemp("tier")), tier_interval=3600)  # the test runs passes
     async with running_gateway(cfg) as gw:
         await gw.services.security.set_user("admin", PASSWORD)
         registry = f"http://127.0.0.1:{gw.listeners['schema_registry'].port}"
@@ -209,6 +211,40 @@ async def test_topics_partitions_configs_and_messages(site: Site, page: Page) ->
     got = await site.api(f"/admin/v2/topics/orders/messages?partition={p}&offset={offset}&limit=1")
     assert got["messages"][0]["value"] == {"format": "text", "data": "hello from the console"}
     assert got["messages"][0]["key"] == {"format": "text", "data": "console"}
+
+
+async def test_tiered_partitions_show_their_local_and_remote_parts(site: Site, page: Page) -> None:
+    """The topics page and the topic's own page show each tiered partition's offsets and bytes in
+    tiered storage and in Redis, as the admin API reports them (formatted by the console's own `bytes`)."""
+    logs = site.gw.services.log
+    await logs.create_topic("cold", 2, {"remote.storage.enable": "true", "segment.bytes": "1048576",
+                                        "local.retention.bytes": "0"})
+    batch = build_batch([(None, b"v" * 1000, [])] * 400)  # about 400 KB: two make a segment, a third stays
+    for p in range(2):
+        assert all(not isinstance(r.result, Exception) for r in await logs.append([("cold", p, batch)] * 3))
+    assert site.gw.tiering is not None and await site.gw.tiering.tier_pass() > 0
+    tiered = await site.api("/admin/v2/tiering")
+    assert [(t["topic"], t["partition"], t["local_log_start_offset"], t["remote_segments"]) for t in tiered] == [
+        ("cold", 0, 800, 1), ("cold", 1, 800, 1)]
+    await show(page, site, "#/topics")
+
+    async def size(n: int) -> str:
+        shown: str = await page.evaluate("async n => (await import('/console/assets/dom.js')).bytes(n)", n)
+        return shown
+
+    def offsets(t: dict[str, Any]) -> list[str]:
+        return [str(t[k]) for k in ("local_log_start_offset", "highest_tiered_offset", "remote_segments")]
+
+    assert await rows(page, "tiered") == [
+        [t["topic"], str(t["partition"]), str(t["log_start_offset"]), *offsets(t), await size(t["remote_bytes"]),
+         await size(t["local_bytes"]), str(t["high_watermark"])] for t in tiered]
+    await snap(page, "topics-tiered")
+    await page.click('[data-testid="topics"] >> text=cold')
+    await ready(page, "#/topics/cold")
+    described = await site.api("/admin/v2/topics/cold")
+    assert [r[5:] for r in await rows(page, "partitions")] == [
+        [*offsets(p["tier"]), await size(p["tier"]["remote_bytes"]), await size(p["tier"]["local_bytes"])]
+        for p in described["partitions"]]
 
 
 async def test_values_decoded_through_the_schema_registry(site: Site, page: Page) -> None:

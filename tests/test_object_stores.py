@@ -165,16 +165,6 @@ async def test_open_object_store_reads_s3_urls_and_the_aws_variables(
             open_object_store(bad)
 
 
-def test_bench_tier_measures_raw_put_and_ranged_get_on_both_backends() -> None:
-    from gateway.bench import tier
-
-    rows = tier.measure_tier("", 0.05)
-    assert [r.what for r in rows] == ["raw PUT, local dir", "raw ranged GET, local dir",
-                                      "raw PUT, S3 (s3s-fs)", "raw ranged GET, S3 (s3s-fs)"]
-    assert [r.size for r in rows] == [tier.SEGMENT, tier.SLICE] * 2
-    assert all(r.records_per_s > 0 and r.p50_ms is not None for r in rows)
-
-
 @pytest.mark.kafka
 async def test_a_gateway_tiers_to_s3_and_reads_it_back(redis_url: str, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:

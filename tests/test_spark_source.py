@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 import pytest
 
 from gateway.client import Client
+from gateway.formats.records import build_batch
 from gateway.spark.options import Endpoint, OptionError, SourceOptions
 from gateway.spark.source import DataLoss, GatewayStreamReader, RangePartition
-from tests.conftest import in_spark, native_url
+from tests.conftest import in_spark, native_url, running_gateway, test_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]  # a JVM is slow to start on a busy machine
 
@@ -206,6 +207,38 @@ async def test_batch_read_of_committed_records_with_every_column(spark, gateway,
     assert got[0].event_time is None and got[0].timestamp is not None
     some = await in_spark(spark, load, startingOffsets='{"batch": {"0": 1}}', endingOffsets='{"batch": {"1": 0}}')
     assert [(r.partition, r.offset) for r in some] == [(0, 3)]
+
+
+async def test_a_tiered_topic_reads_from_offset_0_as_if_never_tiered(spark, redis_url, tmp_path):
+    """The source below the local log start (issue 31, KIP-405's promise): the first segment of a
+    tiered topic is in the object store alone, yet a batch read returns every record from offset 0
+    with the offsets, keys, values, headers and timestamps of the same batches on a topic never tiered."""
+    cfg = test_config(redis_url, tier_store=str(tmp_path / "tier"), tier_interval=3600)
+    async with running_gateway(cfg) as gw:
+        logs = gw.services.log
+        await logs.create_topic("cold", 1, {"remote.storage.enable": "true", "segment.bytes": "1048576",
+                                            "local.retention.bytes": "0"})
+        await logs.create_topic("warm", 1)
+        for first in range(0, 1500, 100):  # 15 batches of about 100 KB: a segment of 1 MB, and the rest
+            batch = build_batch([(b"k%d" % i, b"v" * 1000 + b"%d" % i, [("h", b"%d" % i), ("none", None)])
+                                 for i in range(first, first + 100)])
+            for topic in ("cold", "warm"):
+                [appended] = await logs.append([(topic, 0, batch)])
+                assert not isinstance(appended.result, Exception), appended.result
+        assert gw.tiering is not None and await gw.tiering.tier_pass() > 1_000_000
+        local_start, _ = await logs.tier_bounds("cold", 0)
+        assert local_start >= 1000 and (await logs.bounds("cold", 0))[0] == 0
+
+        def load() -> list:  # both topics in one query: one Spark job
+            return (spark.read.format("gateway").option("url", native_url(gw)).option("topic", "cold,warm").load()
+                    .orderBy("topic", "offset").collect())
+
+        got = await in_spark(spark, load)
+        cold, warm = ([(r.offset, r.key, r.value, [(h.key, h.value) for h in r.headers], r.timestamp)
+                       for r in got if r.topic == topic] for topic in ("cold", "warm"))
+        assert [r[0] for r in cold] == list(range(1500))
+        assert cold[1499][1:4] == (b"k1499", b"v" * 1000 + b"1499", [("h", b"1499"), ("none", None)])
+        assert cold == warm
 
 
 async def test_stream_admits_batches_under_the_limit_and_resumes_from_its_checkpoint(spark, gateway, client, tmp_path):

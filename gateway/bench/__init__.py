@@ -63,7 +63,8 @@ def run_bench(args: argparse.Namespace) -> None:
             rows = spark.measure_spark(url, count=args.records or 500_000, size=sizes[0], partitions=args.partitions,
                                        cores=args.cores, seconds=seconds)
         elif args.tier:
-            rows, note = tier.measure_tier(url, seconds, args.object_store), tier.NOTE
+            rows, note = tier.measure_tier(url, seconds, args.object_store,
+                                           tier.Sizes.for_memory(args.tier_gb))
         elif args.quotas:
             rows = quotas.measure_quotas(url, seconds)
         elif args.registry:

@@ -19,7 +19,7 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -517,11 +517,12 @@ def free_ports(count: int) -> int:
 
 
 @contextmanager
-def running_gateway(redis_url: str, workers: int = 1, registry: bool = False) -> Iterator[dict[str, int]]:
+def running_gateway(redis_url: str, workers: int = 1, registry: bool = False, args: Sequence[str] = (),
+                    env: Mapping[str, str] | None = None) -> Iterator[dict[str, int]]:
     """A gateway process, as users run it, on free ports: its `kafka`, `native` and `admin` ports
     (and `registry`'s, when asked for) and its `pid`. With `workers` > 1, `gateway serve --workers`:
     the ports are worker 0's (the others follow them), the pid the supervisor's (`gateway_servers`
-    counts its workers with it)."""
+    counts its workers with it). `args`: more flags of `gateway serve`; `env`: more variables."""
     ports = {"kafka": free_ports(workers), "native": free_ports(workers), "admin": free_port()}
     if registry:
         ports["registry"] = free_port()
@@ -532,8 +533,8 @@ def running_gateway(redis_url: str, workers: int = 1, registry: bool = False) ->
          "--admin-port", str(ports["admin"]), "--workers", str(workers),
          # a registry only when asked for: its fixed default port may be taken by the gateway the user
          # runs beside
-         "--schema-registry-port", str(ports.get("registry", 0))],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+         "--schema-registry-port", str(ports.get("registry", 0)), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})},
     )
     assert proc.stdout is not None
     said: list[str] = []
@@ -561,6 +562,34 @@ def running_gateways(redis_url: str, count: int, workers: int = 1) -> Iterator[l
     """`count` gateway processes over one Redis, each on its own ports (and of `workers` workers)."""
     with ExitStack() as stack:
         yield [stack.enter_context(running_gateway(redis_url, workers)) for _ in range(count)]
+
+
+def admin_json(admin_port: int, path: str, method: str = "GET", body: object = None) -> Any:
+    """One call of the gateway's admin API, as a script makes it: its JSON answer."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{admin_port}{path}", data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.load(resp)
+
+
+def produce_count(bootstrap: str, topic: str, size: int, count: int, conf: dict[str, object] | None = None) -> None:
+    """`count` records of `size` random bytes to partition 0 with confluent-kafka (acks=1, linger.ms
+    5 unless `conf` says otherwise), all delivered before it returns."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5, **(conf or {})})
+    value = os.urandom(size)
+    for _ in range(count):
+        while True:
+            try:
+                p.produce(topic, value, partition=0)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                p.poll(0.01)
+        p.poll(0)
+    if p.flush(120):
+        raise RuntimeError(f"records to {topic} left unsent")
 
 
 def create_topic(admin_port: int, topic: str, partitions: int) -> None:
@@ -627,7 +656,7 @@ def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int, co
     start = time.perf_counter()
     deadline = time.monotonic() + 120
     while got < expected and time.monotonic() < deadline:
-        msgs = c.consume(10000, 1.0)
+        msgs = c.consume(min(10000, expected - got), 1.0)  # no more than are left: the call ends once they came
         got += sum(1 for m in msgs if m.error() is None)
     elapsed = time.perf_counter() - start
     span.stop()

@@ -12,13 +12,11 @@ admin API reports them (Redis's MEMORY USAGE of the partition's keys, the figure
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import urllib.request
 import uuid
 from dataclasses import dataclass
 
-from gateway.bench.common import Progress, create_kafka_topic, running_gateway
+from gateway.bench.common import Progress, admin_json, create_kafka_topic, produce_count, running_gateway
 
 SIZES = (100, 1024, 10240)
 PAYLOAD_BYTES = 4_000_000  # of each measurement: enough batches that a stream's node overhead averages out
@@ -44,27 +42,11 @@ def format_rows(rows: list[MemoryRow]) -> str:
 
 
 def _partition_bytes(admin_port: int, topic: str) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/admin/v2/topics/{topic}", timeout=30) as resp:
-        return int(json.load(resp)["partitions"][0]["bytes"])
+    return int(admin_json(admin_port, f"/admin/v2/topics/{topic}")["partitions"][0]["bytes"])
 
 
 def _kafka(bootstrap: str, topic: str, size: int, count: int, single: bool) -> None:
-    from confluent_kafka import Producer
-
-    conf: dict[str, object] = {"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0 if single else 5}
-    if single:
-        conf["batch.num.messages"] = 1
-    p = Producer(conf)
-    value = os.urandom(size)
-    for _ in range(count):
-        while True:
-            try:
-                p.produce(topic, value, partition=0)
-                break
-            except BufferError:
-                p.poll(0.01)
-        p.poll(0)
-    assert p.flush(120) == 0, "records left unsent"
+    produce_count(bootstrap, topic, size, count, {"linger.ms": 0, "batch.num.messages": 1} if single else {})
 
 
 async def _native(port: int, topic: str, size: int, count: int) -> None:

@@ -57,8 +57,14 @@ export async function overview(page, refresh) {
 
 // -- topics -----------------------------------------------------------------------------------
 
+// A tiered partition's two parts: offsets [log start, local log start) and their bytes in tiered
+// storage, [local log start, high watermark) and their batches' bytes in Redis.
+const tierColumns = [["local log start", (p) => p.local_log_start_offset],
+  ["highest tiered", (p) => p.highest_tiered_offset], ["segments", (p) => p.remote_segments],
+  ["remote bytes", (p) => bytes(p.remote_bytes)], ["local bytes", (p) => bytes(p.local_bytes)]];
+
 export async function topics(page) {
-  const list = await api("/admin/v2/topics");
+  const [list, tiered] = await Promise.all([api("/admin/v2/topics"), api("/admin/v2/tiering")]);
   const filter = el("input", { placeholder: "filter", "data-testid": "topic-filter" });
   const box = el("div");
   const draw = () => box.replaceChildren(table("topics",
@@ -67,6 +73,11 @@ export async function topics(page) {
   filter.addEventListener("input", draw);
   draw();
   page.append(el("h1", {}, `Topics (${list.length})`), filter, box);
+  if (tiered.length) {
+    page.append(el("h2", {}, "Tiered storage"), table("tiered", [["topic", (p) => p.topic],
+      ["partition", (p) => p.partition], ["log start", (p) => p.log_start_offset], ...tierColumns,
+      ["high watermark", (p) => p.high_watermark]], tiered));
+  }
 }
 
 function shown(v) {
@@ -122,7 +133,9 @@ export async function topic(page, _refresh, name) {
     el("h2", {}, "Partitions"),
     table("partitions", [["partition", (p) => p.partition], ["log start", (p) => p.log_start_offset],
       ["high watermark", (p) => p.high_watermark], ["records", (p) => p.high_watermark - p.log_start_offset],
-      ["size", (p) => bytes(p.bytes)]], t.partitions),
+      ["size", (p) => bytes(p.bytes)],
+      ...(t.partitions.some((p) => p.tier) ? tierColumns.map(([h, cell]) => [h, (p) => (p.tier ? cell(p.tier) : "")]) : [])],
+    t.partitions),
     bars("sizes", t.partitions.map((p) => ({ label: `partition ${p.partition}`, value: p.bytes })), bytes),
     el("h2", {}, "Configs"),
     table("configs", [["config", ([k]) => k], ["value", ([, v]) => v]], Object.entries(t.config).sort()),
