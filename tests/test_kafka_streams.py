@@ -24,7 +24,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from gateway.server.gateway import Gateway
-from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
+from tests.conftest import GatewayProcess, eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_clients import TIMEOUT, create_topic
 from tests.kafka_jvm import java_command, same_on_both, unique
 from tests.kafka_wire import call
@@ -173,6 +173,12 @@ class Reader:
         await self.consumer.stop()
 
 
+async def begun(outputs: Reader, counted: int) -> bool:
+    """Whether more than `counted` clicks have been counted (one count out per click)."""
+    await outputs.poll()
+    return len(outputs.records["counts"]) > counted
+
+
 async def changelog_records(bs: str, app: str, store: str) -> int:
     """How many records a store's changelog holds now: fewer than it was sent once compacted."""
     reader = await Reader(bs, app, (f"{store}-changelog",)).start()
@@ -283,12 +289,7 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
         await produce(bs, f"{app}-clicks", more)
         done += more
 
-        async def moving() -> bool:
-            """Whether the last 60 clicks have begun to be counted (one count out per click)."""
-            await outputs.poll()
-            return len(outputs.records["counts"]) > len(done) - 60
-
-        await eventually(moving, 60, "the second clicks begun")
+        await eventually(lambda: begun(outputs, len(done) - 60), 60, "the second clicks begun")
         a.kill()
         await a.proc.wait()
         shutil.rmtree(a_dir)
@@ -301,7 +302,7 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
         await produce(bs, f"{app}-clicks", more)
         done += more
         if protocol == "classic":
-            await eventually(moving, 60, "the third clicks begun")
+            await eventually(lambda: begun(outputs, len(done) - 60), 60, "the third clicks begun")
             b.proc.send_signal(signal.SIGSTOP)
             await eventually(lambda: group_size(bs, app, 1), 60, "the stopped instance dropped from the group")
             b.proc.send_signal(signal.SIGCONT)
@@ -381,3 +382,49 @@ async def test_missing_source_topic(gateway, kafka_broker, tmp_path, protocol):
     streams protocol, told so by the coordinator's MISSING_SOURCE_TOPICS status."""
     errors = await same_on_both(gateway, kafka_broker, lambda bs: missing_source_run(bs, tmp_path, protocol))
     assert errors and "MissingSourceTopicException" in errors[0]
+
+
+@pytest.mark.timeout(240)
+async def test_a_gateway_killed_under_the_streams_protocol_loses_nothing(gateway_process: GatewayProcess,
+                                                                          tmp_path: Path):
+    """The gateway SIGKILLed while an exactly-once application on KIP-1071's streams protocol is
+    counting, and started again on its ports and data: the group, its tasks and the open
+    transaction are all in Redis, so the application carries on, and what it wrote, read
+    `read_committed`, is exactly what its input implies (no count lost or doubled)."""
+    gateway_process.start()
+    bs = gateway_process.kafka_bootstrap
+    app = unique("streams-kill")
+    for topic in ("clicks", "regions", *OUTPUTS):
+        await create_topic(bs, f"{app}-{topic}", 2)
+    t0 = int(time.time() * 1000) // WINDOW_MS * WINDOW_MS - 600_000
+    await produce(bs, f"{app}-regions", [(user, region, t0 - 1000) for user, region in REGIONS.items()])
+    done = clicks(0, 40, t0)
+    await produce(bs, f"{app}-clicks", done)
+    outputs = await Reader(bs, app).start()
+    log = tempfile.TemporaryFile(dir=tmp_path)
+    instance = await Instance.start(bs, app, tmp_path / "state", log, "streams")
+    try:
+        await eventually(lambda: outputs.reached(expected(done)), 120, "the first clicks counted")
+        more = clicks(40, 80, t0)
+        await produce(bs, f"{app}-clicks", more)
+        done += more
+        await eventually(lambda: begun(outputs, len(done) - 80), 60, "the second clicks begun")
+        await outputs.stop()
+        gateway_process.kill()
+        await asyncio.to_thread(gateway_process.start)
+        outputs = await Reader(bs, app).start()
+        await eventually(lambda: outputs.reached(expected(done)), 120, "the second clicks counted")
+        assert await group_type(bs, app) == "streams"
+        await instance.close()
+        result = (await outputs.to_end()).seen()
+    except BaseException:
+        log.seek(0)
+        print(log.read().decode(errors="replace")[-20000:])
+        raise
+    finally:
+        if instance.proc.returncode is None:
+            instance.kill()
+            await instance.proc.wait()
+        await outputs.stop()
+        log.close()
+    assert result == expected(done)
