@@ -157,3 +157,28 @@ def test_assignment_delayed_as_kafka_4_4_delays_it():
     assert [s for s, _ in r.statuses] == [Status.ASSIGNMENT_DELAYED] and not b.owned.active
     assert co.beat(a, now=4.0).statuses == [] and co.doc is not None
     assert co.doc.assignment_epoch == co.doc.group_epoch
+
+
+def test_interactive_queries_endpoint_map_as_kafka_4_4_builds_it():
+    """PartitionsByUserEndpoint as Kafka 4.4's GroupMetadataManager and EndpointToPartitionsManager
+    give it: the endpoint epoch moves when a member's endpoint is set or its tasks change while it
+    has one; a member whose epoch is behind gets every member's entry (its own last), each naming
+    the partitions of the source and repartition source topics of the tasks it holds now."""
+    co = Coordinator()
+    a, b = Client("a", "pa"), Client("b", "pb")
+    r = co.beat(a, user_endpoint=("host-a", 7001))
+    assert r.endpoint_information_epoch == 1 and r.partitions_by_endpoint is not None
+    assert [(e.endpoint, e.active) for e in r.partitions_by_endpoint] == [
+        (("host-a", 7001), [("in", [0, 1, 2, 3]), ("app-rekey-repartition", [0, 1, 2, 3]), ("table", [0, 1, 2, 3])])]
+    r = co.beat(a, endpoint_information_epoch=1)
+    assert r.partitions_by_endpoint is None  # current: nothing sent
+    for _ in range(3):  # b joins; a revokes, b takes its half
+        co.beat(b, user_endpoint=("host-b", 7002) if b.epoch == 0 else None)
+        r = co.beat(a, endpoint_information_epoch=1)
+    assert co.doc is not None
+    assert r.partitions_by_endpoint is not None and r.endpoint_information_epoch == co.doc.endpoint_epoch > 1
+    entries = {e.endpoint: e for e in r.partitions_by_endpoint}
+    assert [e.endpoint for e in r.partitions_by_endpoint][-1] == ("host-a", 7001)
+    held = {("in", p) for e in entries.values() for t, ps in e.active if t == "in" for p in ps}
+    assert held == {("in", p) for p in range(4)} and all(e.standby == [] for e in entries.values())
+    assert sum(len(ps) for e in entries.values() for t, ps in e.active if t == "in") == 4

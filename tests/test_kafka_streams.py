@@ -2,8 +2,10 @@
 (tests/jvm/.../StreamsApp.java) run as two instances, one SIGKILLed mid-run and restarted with its
 state directory wiped, the other stopped until its group drops it and resumed as a zombie, then one
 alone restoring every store from the changelogs; what it wrote, read `read_committed`, must be
-exactly what its input implies. The same scenario runs against the real Kafka 4.4 broker, so a
-failure says whose it is; so does a missing source topic, whose error must be Kafka's."""
+exactly what its input implies. Under the streams protocol, both instances' Interactive Queries
+(`application.server`) must name the hosts the group's assignment implies. The same scenario runs
+against the real Kafka 4.4 broker, so a failure says whose it is; so does a missing source topic,
+whose error must be Kafka's."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import IO
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from gateway.formats.partitioner import partition_for_key
 from gateway.server.gateway import Gateway
 from tests.conftest import GatewayProcess, eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_clients import TIMEOUT, create_topic
@@ -94,11 +97,13 @@ class Instance:
     log: IO[bytes]
     lines: list[str] = field(default_factory=list)
     reader: asyncio.Task[None] | None = None
+    answers: asyncio.Queue[list[str]] = field(default_factory=asyncio.Queue)
 
     @classmethod
-    async def start(cls, bs: str, app: str, state_dir: Path, log: IO[bytes], protocol: str = "classic") -> Instance:
+    async def start(cls, bs: str, app: str, state_dir: Path, log: IO[bytes], protocol: str = "classic",
+                    extra: tuple[str, ...] = ()) -> Instance:
         proc = await asyncio.create_subprocess_exec(
-            *java_command("gateway.jvm.StreamsApp", bs, app, str(state_dir), *settings(protocol)),
+            *java_command("gateway.jvm.StreamsApp", bs, app, str(state_dir), *settings(protocol), *extra),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log)
         instance = cls(proc, log)
         instance.reader = asyncio.create_task(instance._read())
@@ -106,8 +111,22 @@ class Instance:
 
     async def _read(self) -> None:
         assert self.proc.stdout is not None
+        block: list[str] = []
         async for line in self.proc.stdout:
             self.lines.append(line.decode().rstrip("\n"))
+            if self.lines[-1].startswith(("client ", "key ")):
+                block.append(self.lines[-1])
+            elif self.lines[-1] == "metadata end":
+                self.answers.put_nowait(block)
+                block = []
+
+    async def metadata(self) -> list[str]:
+        """What its Interactive Queries know now: a `client HOST:PORT active=... standby=...` line
+        per client, then `key USER HOST:PORT` per user, the host of that user's count."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"metadata\n")
+        await self.proc.stdin.drain()
+        return await asyncio.wait_for(self.answers.get(), 30)
 
     def kill(self) -> None:
         self.proc.kill()
@@ -171,6 +190,38 @@ class Reader:
 
     async def stop(self) -> None:
         await self.consumer.stop()
+
+
+def endpoint(instance: str) -> tuple[str, ...]:
+    """The `application.server` of instance a or b, which Interactive Queries name it by."""
+    return (f"application.server=localhost:{7001 if instance == 'a' else 7002}",)
+
+
+async def described_endpoints(bs: str, app: str) -> list[str] | None:
+    """The Interactive Queries map StreamsGroupDescribe's assignment implies, in StreamsApp's
+    `metadata` lines (each endpoint's members' active and standby tasks' source partitions, the
+    host of each user's count by the default partitioner), or None while the group is not stable."""
+    host, port = bs.rsplit(":", 1)
+    conn = await asyncio.open_connection(host, int(port))
+    try:
+        described = (await call(conn, 89, 0, {"group_ids": [app], "include_authorized_operations": False})).groups[0]
+    finally:
+        conn[1].close()
+    if described.group_state != "Stable" or described.topology.subtopologies is None:
+        return None
+    sources = {s.subtopology_id: [*s.source_topics, *(t.name for t in s.repartition_source_topics)]
+               for s in described.topology.subtopologies}
+    held: dict[str, dict[str, set[str]]] = defaultdict(lambda: {"active": set(), "standby": set()})
+    for m in described.members:
+        where = f"{m.user_endpoint.host}:{m.user_endpoint.port}"
+        for role, tasks in (("active", m.assignment.active_tasks),
+                            ("standby", (*m.assignment.standby_tasks, *m.assignment.warmup_tasks))):
+            held[where][role] |= {f"{t}-{p}" for task in tasks for t in sources[task.subtopology_id]
+                                  for p in task.partitions}
+    lines = sorted(f"client {where} active={','.join(sorted(h['active']))} standby={','.join(sorted(h['standby']))}"
+                   for where, h in held.items())
+    owner = {tp: where for where, h in held.items() for tp in h["active"]}
+    return lines + [f"key {user} {owner[f'{app}-clicks-{partition_for_key(user.encode(), 2)}']}" for user in USERS]
 
 
 async def begun(outputs: Reader, counted: int) -> bool:
@@ -277,11 +328,17 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
     outputs = await Reader(bs, app).start()
     log = tempfile.TemporaryFile(dir=tmp)
     a_dir, b_dir = tmp / "a", tmp / "b"
-    a = await Instance.start(bs, app, a_dir, log, protocol)
-    b = await Instance.start(bs, app, b_dir, log, protocol)
+    a = await Instance.start(bs, app, a_dir, log, protocol, endpoint("a"))
+    b = await Instance.start(bs, app, b_dir, log, protocol, endpoint("b"))
     try:
         await eventually(lambda: outputs.reached(expected(done)), 120, "the first clicks counted")
         assert await group_type(bs, app) == protocol
+        if protocol == "streams":  # Interactive Queries: the endpoint map the heartbeats carry
+            async def agreed() -> bool:
+                want = await described_endpoints(bs, app)
+                return want is not None and await a.metadata() == await b.metadata() == want
+
+            await eventually(agreed, 60, "both instances' Interactive Queries agreeing with the assignment")
 
         # the second clicks: instance a is SIGKILLed once they begin to show, then restarted
         # with its state directory wiped
@@ -293,7 +350,7 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
         a.kill()
         await a.proc.wait()
         shutil.rmtree(a_dir)
-        a = await Instance.start(bs, app, a_dir, log, protocol)
+        a = await Instance.start(bs, app, a_dir, log, protocol, endpoint("a"))
         await eventually(lambda: outputs.reached(expected(done)), 120, "the second clicks counted")
 
         # the third clicks: b is stopped once they begin to show, until the group has dropped it,
