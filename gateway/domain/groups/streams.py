@@ -133,8 +133,8 @@ def streams_group_configs(config: StreamsGroupConfig | None = None) -> dict[str,
         ConfigDef("streams.assignment.interval.ms", Kind.INT, str(c.assignment_interval_ms),
                   "The least time between two target assignments of the group.",
                   effective=True, broker="group.streams.assignment.interval.ms", low=0, high=15_000),
-        # kept and described; the sticky assignor runs whatever they say (rack-aware standby
-        # placement is not done here: see docs/kafka-differences.md, "Streams groups")
+        # kept and described; the sticky assignor runs whatever they say (Kafka 4.4's reads no
+        # tags either: see docs/kafka-differences.md, "Streams groups")
         ConfigDef("streams.assignor.name", Kind.STRING, "sticky", "The task assignor the group uses."),
         ConfigDef("streams.rack.aware.assignment.tags", Kind.LIST, "",
                   "The client tags standby replicas are spread across."),
