@@ -316,18 +316,40 @@ async def internal_topics(bs: str, app: str) -> dict[str, dict[str, str]]:
             for name in names}
 
 
-async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "classic") -> None:
-    """The whole scenario on one broker; with `compacts`, the changelogs are compacted before the
-    stores are restored from them. With the streams protocol the stopped instance's stage is left
-    out: it waits for the group to drop a member, which describing a classic group tells."""
-    app = unique("streams")
+async def prepared(bs: str, prefix: str, first: int) -> tuple[str, int, list[Click], Reader]:
+    """A new application's topics, its regions and its first `first` clicks in, and a reader of its
+    outputs: the application's name, its clicks' first timestamp, the clicks, the reader."""
+    app = unique(prefix)
     for topic in ("clicks", "regions", *OUTPUTS):
         await create_topic(bs, f"{app}-{topic}", 2)
     t0 = int(time.time() * 1000) // WINDOW_MS * WINDOW_MS - 600_000
     await produce(bs, f"{app}-regions", [(user, region, t0 - 1000) for user, region in REGIONS.items()])
-    done = clicks(0, 60, t0)
+    done = clicks(0, first, t0)
     await produce(bs, f"{app}-clicks", done)
-    outputs = await Reader(bs, app).start()
+    return app, t0, done, await Reader(bs, app).start()
+
+
+def show(log: IO[bytes]) -> None:
+    """The end of the instances' log, for a failed run."""
+    log.seek(0)
+    print(log.read().decode(errors="replace")[-20000:])
+
+
+async def wind_up(log: IO[bytes], outputs: Reader, *instances: Instance) -> None:
+    """Kill the instances still running, stop the reader, close the log."""
+    for instance in instances:
+        if instance.proc.returncode is None:
+            instance.kill()
+            await instance.proc.wait()
+    await outputs.stop()
+    log.close()
+
+
+async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "classic") -> None:
+    """The whole scenario on one broker; with `compacts`, the changelogs are compacted before the
+    stores are restored from them. With the streams protocol the stopped instance's stage is left
+    out: it waits for the group to drop a member, which describing a classic group tells."""
+    app, t0, done, outputs = await prepared(bs, "streams", 60)
     log = tempfile.TemporaryFile(dir=tmp)
     a_dir, b_dir = tmp / "a", tmp / "b"
     a = await Instance.start(bs, app, a_dir, log, protocol, endpoint("a"))
@@ -382,16 +404,10 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
         await a.close()
         result = (await outputs.to_end()).seen()
     except BaseException:
-        log.seek(0)
-        print(log.read().decode(errors="replace")[-20000:])
+        show(log)
         raise
     finally:
-        for instance in (a, b):
-            if instance.proc.returncode is None:
-                instance.kill()
-                await instance.proc.wait()
-        await outputs.stop()
-        log.close()
+        await wind_up(log, outputs, a, b)
     assert result == expected(done)
     assert await internal_topics(bs, app) == INTERNAL_TOPICS
     # the records Streams has read from its repartition topic are purged (DeleteRecords)
@@ -454,14 +470,7 @@ async def test_a_gateway_killed_under_the_streams_protocol_loses_nothing(gateway
     `read_committed`, is exactly what its input implies (no count lost or doubled)."""
     gateway_process.start()
     bs = gateway_process.kafka_bootstrap
-    app = unique("streams-kill")
-    for topic in ("clicks", "regions", *OUTPUTS):
-        await create_topic(bs, f"{app}-{topic}", 2)
-    t0 = int(time.time() * 1000) // WINDOW_MS * WINDOW_MS - 600_000
-    await produce(bs, f"{app}-regions", [(user, region, t0 - 1000) for user, region in REGIONS.items()])
-    done = clicks(0, 40, t0)
-    await produce(bs, f"{app}-clicks", done)
-    outputs = await Reader(bs, app).start()
+    app, t0, done, outputs = await prepared(bs, "streams-kill", 40)
     log = tempfile.TemporaryFile(dir=tmp_path)
     instance = await Instance.start(bs, app, tmp_path / "state", log, "streams")
     try:
@@ -479,15 +488,10 @@ async def test_a_gateway_killed_under_the_streams_protocol_loses_nothing(gateway
         await instance.close()
         result = (await outputs.to_end()).seen()
     except BaseException:
-        log.seek(0)
-        print(log.read().decode(errors="replace")[-20000:])
+        show(log)
         raise
     finally:
-        if instance.proc.returncode is None:
-            instance.kill()
-            await instance.proc.wait()
-        await outputs.stop()
-        log.close()
+        await wind_up(log, outputs, instance)
     assert result == expected(done)
 
 
