@@ -15,10 +15,18 @@ from gateway.domain.groups.streams import (
     Status,
     StreamsGroup,
     StreamsGroupConfig,
+    assign,
     configure,
     group_state,
 )
-from gateway.store.streams_groups import InternalTopic, StreamsGroupDoc, Subtopology, TasksTuple, Topology
+from gateway.store.streams_groups import (
+    InternalTopic,
+    StreamsGroupDoc,
+    StreamsMemberDoc,
+    Subtopology,
+    TasksTuple,
+    Topology,
+)
 
 TOPICS = {"in": 4, "table": 4}
 TOPOLOGY = Topology(1, (
@@ -157,3 +165,73 @@ def test_assignment_delayed_as_kafka_4_4_delays_it():
     assert [s for s, _ in r.statuses] == [Status.ASSIGNMENT_DELAYED] and not b.owned.active
     assert co.beat(a, now=4.0).statuses == [] and co.doc is not None
     assert co.doc.assignment_epoch == co.doc.group_epoch
+
+
+def test_interactive_queries_endpoint_map_as_kafka_4_4_builds_it():
+    """PartitionsByUserEndpoint as Kafka 4.4's GroupMetadataManager and EndpointToPartitionsManager
+    give it: the endpoint epoch moves when a member's endpoint is set or its tasks change while it
+    has one; a member whose epoch is behind gets every member's entry (its own last), each naming
+    the partitions of the source and repartition source topics of the tasks it holds now."""
+    co = Coordinator()
+    a, b = Client("a", "pa"), Client("b", "pb")
+    r = co.beat(a, user_endpoint=("host-a", 7001))
+    assert r.endpoint_information_epoch == 1 and r.partitions_by_endpoint is not None
+    assert [(e.endpoint, e.active) for e in r.partitions_by_endpoint] == [
+        (("host-a", 7001), [("in", [0, 1, 2, 3]), ("app-rekey-repartition", [0, 1, 2, 3]), ("table", [0, 1, 2, 3])])]
+    r = co.beat(a, endpoint_information_epoch=1)
+    assert r.partitions_by_endpoint is None  # current: nothing sent
+    for _ in range(3):  # b joins; a revokes, b takes its half
+        co.beat(b, user_endpoint=("host-b", 7002) if b.epoch == 0 else None)
+        r = co.beat(a, endpoint_information_epoch=1)
+    assert co.doc is not None
+    assert r.partitions_by_endpoint is not None and r.endpoint_information_epoch == co.doc.endpoint_epoch > 1
+    entries = {e.endpoint: e for e in r.partitions_by_endpoint}
+    assert [e.endpoint for e in r.partitions_by_endpoint][-1] == ("host-a", 7001)
+    held = {("in", p) for e in entries.values() for t, ps in e.active if t == "in" for p in ps}
+    assert held == {("in", p) for p in range(4)} and all(e.standby == [] for e in entries.values())
+    assert sum(len(ps) for e in entries.values() for t, ps in e.active if t == "in") == 4
+
+
+def _group(*members: tuple[str, str, dict[str, set[int]]]) -> StreamsGroupDoc:
+    """A group of (member id, process, active tasks it held) for the assignor alone."""
+    g = StreamsGroupDoc("app")
+    for mid, process, held in members:
+        g.members[mid] = StreamsMemberDoc(mid, process_id=process, member_epoch=2,
+                                          assigned=TasksTuple({s: frozenset(ps) for s, ps in held.items()}))
+    return g
+
+
+def _active(result: dict[str, TasksTuple], mid: str, subtopology: str = "s") -> set[int]:
+    return set(result[mid].active.get(subtopology, frozenset()))
+
+
+def test_sticky_assignor_cases_of_kafka_4_4():
+    """Cases of Kafka 4.4's StickyTaskAssignorTest (group-coordinator's streams/assignor), each
+    with what that test asserts. 4.4's StickyTaskAssignor assigns no warm-up tasks and reads no
+    rack or client tag (its only inputs are processes, previous tasks, task offsets and
+    num.standby.replicas), so neither does this one."""
+    # shouldAssignBasedOnCapacity: one task per member, whichever process it runs in
+    r = assign(_group(("m1", "p1", {}), ("m2_1", "p2", {}), ("m2_2", "p2", {})), {"s": 3}, 0)
+    assert [len(_active(r, m)) for m in ("m1", "m2_1", "m2_2")] == [1, 1, 1]
+    # shouldNotMigrateActiveTaskToOtherProcess
+    r = assign(_group(("m2", "p2", {"s": {1}}), ("m3", "p1", {"s": {2}})), {"s": 3}, 0)
+    assert 1 in _active(r, "m2") and 2 in _active(r, "m3") and len(_active(r, "m2") | _active(r, "m3")) == 3
+    # shouldMigrateActiveTasksToNewProcessWithoutChangingAllAssignments
+    r = assign(_group(("m1", "p1", {"s": {0, 2}}), ("m2", "p2", {"s": {1}}), ("m3", "p3", {})), {"s": 3}, 0)
+    assert _active(r, "m1") in ({0}, {2}) and _active(r, "m2") == {1} and _active(r, "m3") in ({0}, {2})
+    # shouldAssignTasksEvenlyWithUnequalTopicGroupSizes: 6 + 1 tasks, all held by m1 before
+    r = assign(_group(("m1", "p1", {"s1": set(range(6)), "s2": {0}}), ("m2", "p2", {})), {"s1": 6, "s2": 1}, 0)
+    assert [sum(len(ps) for ps in r[m].active.values()) for m in ("m1", "m2")] == [4, 3]
+    # shouldKeepActiveTaskStickinessWhenMoreClientThanActiveTasks
+    r = assign(_group(("m1", "p1", {"s": {0}}), ("m2", "p2", {"s": {2}}), ("m3", "p3", {"s": {1}}),
+                      ("m4", "p4", {}), ("m5", "p5", {})), {"s": 3}, 0)
+    assert [_active(r, m) for m in ("m1", "m2", "m3", "m4", "m5")] == [{0}, {2}, {1}, set(), set()]
+    # shouldAssignTopicGroupIdEvenlyAcrossClientsWithStandByTasks: two members in each of three processes
+    members = [(f"m{p}_{i}", f"p{p}", {}) for p in (1, 2, 3) for i in (1, 2)]
+    r = assign(_group(*members), {"s1": 3, "s2": 3}, 1)
+    assert all(sum(len(ps) for ps in r[m].active.values()) == 1 for m, _, _ in members)
+    assert all(not t.warmup for t in r.values())
+    owner = {(s, p): m for m, t in r.items() for s, ps in t.active.items() for p in ps}
+    standbys = [(m, (s, p)) for m, t in r.items() for s, ps in t.standby.items() for p in ps]
+    assert sorted(task for _, task in standbys) == sorted(owner)  # one standby per task
+    assert all(m[:2] != owner[task][:2] for m, task in standbys)  # each off its active's process

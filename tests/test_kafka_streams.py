@@ -2,12 +2,15 @@
 (tests/jvm/.../StreamsApp.java) run as two instances, one SIGKILLed mid-run and restarted with its
 state directory wiped, the other stopped until its group drops it and resumed as a zombie, then one
 alone restoring every store from the changelogs; what it wrote, read `read_committed`, must be
-exactly what its input implies. The same scenario runs against the real Kafka 4.4 broker, so a
-failure says whose it is; so does a missing source topic, whose error must be Kafka's."""
+exactly what its input implies. Under the streams protocol, both instances' Interactive Queries
+(`application.server`) must name the hosts the group's assignment implies. The same scenario runs
+against the real Kafka 4.4 broker, so a failure says whose it is; so does a missing source topic,
+whose error must be Kafka's."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import re
 import shutil
@@ -23,11 +26,13 @@ from typing import IO
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from gateway.formats.partitioner import partition_for_key
 from gateway.server.gateway import Gateway
-from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
+from tests.conftest import GatewayProcess, eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_clients import TIMEOUT, create_topic
-from tests.kafka_jvm import java_command, same_on_both, unique
+from tests.kafka_jvm import java_command, same_on_both, tools, unique
 from tests.kafka_wire import call
+from tests.sasl_pair import login, sasl_pair
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
 
@@ -94,11 +99,13 @@ class Instance:
     log: IO[bytes]
     lines: list[str] = field(default_factory=list)
     reader: asyncio.Task[None] | None = None
+    answers: asyncio.Queue[list[str]] = field(default_factory=asyncio.Queue)
 
     @classmethod
-    async def start(cls, bs: str, app: str, state_dir: Path, log: IO[bytes], protocol: str = "classic") -> Instance:
+    async def start(cls, bs: str, app: str, state_dir: Path, log: IO[bytes], protocol: str = "classic",
+                    extra: tuple[str, ...] = ()) -> Instance:
         proc = await asyncio.create_subprocess_exec(
-            *java_command("gateway.jvm.StreamsApp", bs, app, str(state_dir), *settings(protocol)),
+            *java_command("gateway.jvm.StreamsApp", bs, app, str(state_dir), *settings(protocol), *extra),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=log)
         instance = cls(proc, log)
         instance.reader = asyncio.create_task(instance._read())
@@ -106,8 +113,22 @@ class Instance:
 
     async def _read(self) -> None:
         assert self.proc.stdout is not None
+        block: list[str] = []
         async for line in self.proc.stdout:
             self.lines.append(line.decode().rstrip("\n"))
+            if self.lines[-1].startswith(("client ", "key ")):
+                block.append(self.lines[-1])
+            elif self.lines[-1] == "metadata end":
+                self.answers.put_nowait(block)
+                block = []
+
+    async def metadata(self) -> list[str]:
+        """What its Interactive Queries know now: a `client HOST:PORT active=... standby=...` line
+        per client, then `key USER HOST:PORT` per user, the host of that user's count."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"metadata\n")
+        await self.proc.stdin.drain()
+        return await asyncio.wait_for(self.answers.get(), 30)
 
     def kill(self) -> None:
         self.proc.kill()
@@ -171,6 +192,44 @@ class Reader:
 
     async def stop(self) -> None:
         await self.consumer.stop()
+
+
+def endpoint(instance: str) -> tuple[str, ...]:
+    """The `application.server` of instance a or b, which Interactive Queries name it by."""
+    return (f"application.server=localhost:{7001 if instance == 'a' else 7002}",)
+
+
+async def described_endpoints(bs: str, app: str) -> list[str] | None:
+    """The Interactive Queries map StreamsGroupDescribe's assignment implies, in StreamsApp's
+    `metadata` lines (each endpoint's members' active and standby tasks' source partitions, the
+    host of each user's count by the default partitioner), or None while the group is not stable."""
+    host, port = bs.rsplit(":", 1)
+    conn = await asyncio.open_connection(host, int(port))
+    try:
+        described = (await call(conn, 89, 0, {"group_ids": [app], "include_authorized_operations": False})).groups[0]
+    finally:
+        conn[1].close()
+    if described.group_state != "Stable" or described.topology.subtopologies is None:
+        return None
+    sources = {s.subtopology_id: [*s.source_topics, *(t.name for t in s.repartition_source_topics)]
+               for s in described.topology.subtopologies}
+    held: dict[str, dict[str, set[str]]] = defaultdict(lambda: {"active": set(), "standby": set()})
+    for m in described.members:
+        where = f"{m.user_endpoint.host}:{m.user_endpoint.port}"
+        for role, tasks in (("active", m.assignment.active_tasks),
+                            ("standby", (*m.assignment.standby_tasks, *m.assignment.warmup_tasks))):
+            held[where][role] |= {f"{t}-{p}" for task in tasks for t in sources[task.subtopology_id]
+                                  for p in task.partitions}
+    lines = sorted(f"client {where} active={','.join(sorted(h['active']))} standby={','.join(sorted(h['standby']))}"
+                   for where, h in held.items())
+    owner = {tp: where for where, h in held.items() for tp in h["active"]}
+    return lines + [f"key {user} {owner[f'{app}-clicks-{partition_for_key(user.encode(), 2)}']}" for user in USERS]
+
+
+async def begun(outputs: Reader, counted: int) -> bool:
+    """Whether more than `counted` clicks have been counted (one count out per click)."""
+    await outputs.poll()
+    return len(outputs.records["counts"]) > counted
 
 
 async def changelog_records(bs: str, app: str, store: str) -> int:
@@ -257,25 +316,53 @@ async def internal_topics(bs: str, app: str) -> dict[str, dict[str, str]]:
             for name in names}
 
 
-async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "classic") -> None:
-    """The whole scenario on one broker; with `compacts`, the changelogs are compacted before the
-    stores are restored from them. With the streams protocol the stopped instance's stage is left
-    out: it waits for the group to drop a member, which describing a classic group tells."""
-    app = unique("streams")
+async def prepared(bs: str, prefix: str, first: int) -> tuple[str, int, list[Click], Reader]:
+    """A new application's topics, its regions and its first `first` clicks in, and a reader of its
+    outputs: the application's name, its clicks' first timestamp, the clicks, the reader."""
+    app = unique(prefix)
     for topic in ("clicks", "regions", *OUTPUTS):
         await create_topic(bs, f"{app}-{topic}", 2)
     t0 = int(time.time() * 1000) // WINDOW_MS * WINDOW_MS - 600_000
     await produce(bs, f"{app}-regions", [(user, region, t0 - 1000) for user, region in REGIONS.items()])
-    done = clicks(0, 60, t0)
+    done = clicks(0, first, t0)
     await produce(bs, f"{app}-clicks", done)
-    outputs = await Reader(bs, app).start()
+    return app, t0, done, await Reader(bs, app).start()
+
+
+def show(log: IO[bytes]) -> None:
+    """The end of the instances' log, for a failed run."""
+    log.seek(0)
+    print(log.read().decode(errors="replace")[-20000:])
+
+
+async def wind_up(log: IO[bytes], outputs: Reader, *instances: Instance) -> None:
+    """Kill the instances still running, stop the reader, close the log."""
+    for instance in instances:
+        if instance.proc.returncode is None:
+            instance.kill()
+            await instance.proc.wait()
+    await outputs.stop()
+    log.close()
+
+
+async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "classic") -> None:
+    """The whole scenario on one broker; with `compacts`, the changelogs are compacted before the
+    stores are restored from them. With the streams protocol the stopped instance's stage is left
+    out: it waits for the group to drop a member, which describing a classic group tells."""
+    app, t0, done, outputs = await prepared(bs, "streams", 60)
     log = tempfile.TemporaryFile(dir=tmp)
     a_dir, b_dir = tmp / "a", tmp / "b"
-    a = await Instance.start(bs, app, a_dir, log, protocol)
-    b = await Instance.start(bs, app, b_dir, log, protocol)
+    a = await Instance.start(bs, app, a_dir, log, protocol, endpoint("a"))
+    b = await Instance.start(bs, app, b_dir, log, protocol, endpoint("b"))
     try:
         await eventually(lambda: outputs.reached(expected(done)), 120, "the first clicks counted")
         assert await group_type(bs, app) == protocol
+        if protocol == "streams":  # Interactive Queries: the endpoint map the heartbeats carry
+            async def agreed() -> bool:
+                want = await described_endpoints(bs, app)
+                return want is not None and await a.metadata() == await b.metadata() == want
+
+            await eventually(agreed, 60, "both instances' Interactive Queries agreeing with the assignment")
 
         # the second clicks: instance a is SIGKILLed once they begin to show, then restarted
         # with its state directory wiped
@@ -283,16 +370,11 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
         await produce(bs, f"{app}-clicks", more)
         done += more
 
-        async def moving() -> bool:
-            """Whether the last 60 clicks have begun to be counted (one count out per click)."""
-            await outputs.poll()
-            return len(outputs.records["counts"]) > len(done) - 60
-
-        await eventually(moving, 60, "the second clicks begun")
+        await eventually(lambda: begun(outputs, len(done) - 60), 60, "the second clicks begun")
         a.kill()
         await a.proc.wait()
         shutil.rmtree(a_dir)
-        a = await Instance.start(bs, app, a_dir, log, protocol)
+        a = await Instance.start(bs, app, a_dir, log, protocol, endpoint("a"))
         await eventually(lambda: outputs.reached(expected(done)), 120, "the second clicks counted")
 
         # the third clicks: b is stopped once they begin to show, until the group has dropped it,
@@ -301,7 +383,7 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
         await produce(bs, f"{app}-clicks", more)
         done += more
         if protocol == "classic":
-            await eventually(moving, 60, "the third clicks begun")
+            await eventually(lambda: begun(outputs, len(done) - 60), 60, "the third clicks begun")
             b.proc.send_signal(signal.SIGSTOP)
             await eventually(lambda: group_size(bs, app, 1), 60, "the stopped instance dropped from the group")
             b.proc.send_signal(signal.SIGCONT)
@@ -322,16 +404,10 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
         await a.close()
         result = (await outputs.to_end()).seen()
     except BaseException:
-        log.seek(0)
-        print(log.read().decode(errors="replace")[-20000:])
+        show(log)
         raise
     finally:
-        for instance in (a, b):
-            if instance.proc.returncode is None:
-                instance.kill()
-                await instance.proc.wait()
-        await outputs.stop()
-        log.close()
+        await wind_up(log, outputs, a, b)
     assert result == expected(done)
     assert await internal_topics(bs, app) == INTERNAL_TOPICS
     # the records Streams has read from its repartition topic are purged (DeleteRecords)
@@ -362,11 +438,13 @@ async def test_exactly_once_application(compacting_gateway, tmp_path, protocol):
     await exactly_once_run(kafka_bootstrap(compacting_gateway), tmp_path, compacts=True, protocol=protocol)
 
 
-async def missing_source_run(bs: str, tmp: Path, protocol: str = "classic") -> list[str]:
-    """The application started before its source topics exist: the error it stops with."""
-    app = unique("streams-missing")
+async def missing_source_run(bs: str, tmp: Path, protocol: str = "classic", extra: tuple[str, ...] = (),
+                             app: str = "") -> list[str]:
+    """The application started before its source topics exist (or denied them): the error it
+    stops with."""
+    app = app or unique("streams-missing")
     with tempfile.TemporaryFile(dir=tmp) as log:
-        instance = await Instance.start(bs, app, tmp / f"state-{protocol}", log, protocol)
+        instance = await Instance.start(bs, app, tmp / f"state-{protocol}", log, protocol, extra)
         await asyncio.wait_for(instance.proc.wait(), 90)
         assert instance.reader is not None
         await instance.reader
@@ -381,3 +459,70 @@ async def test_missing_source_topic(gateway, kafka_broker, tmp_path, protocol):
     streams protocol, told so by the coordinator's MISSING_SOURCE_TOPICS status."""
     errors = await same_on_both(gateway, kafka_broker, lambda bs: missing_source_run(bs, tmp_path, protocol))
     assert errors and "MissingSourceTopicException" in errors[0]
+
+
+@pytest.mark.timeout(240)
+async def test_a_gateway_killed_under_the_streams_protocol_loses_nothing(gateway_process: GatewayProcess,
+                                                                          tmp_path: Path):
+    """The gateway SIGKILLed while an exactly-once application on KIP-1071's streams protocol is
+    counting, and started again on its ports and data: the group, its tasks and the open
+    transaction are all in Redis, so the application carries on, and what it wrote, read
+    `read_committed`, is exactly what its input implies (no count lost or doubled)."""
+    gateway_process.start()
+    bs = gateway_process.kafka_bootstrap
+    app, t0, done, outputs = await prepared(bs, "streams-kill", 40)
+    log = tempfile.TemporaryFile(dir=tmp_path)
+    instance = await Instance.start(bs, app, tmp_path / "state", log, "streams")
+    try:
+        await eventually(lambda: outputs.reached(expected(done)), 120, "the first clicks counted")
+        more = clicks(40, 80, t0)
+        await produce(bs, f"{app}-clicks", more)
+        done += more
+        await eventually(lambda: begun(outputs, len(done) - 80), 60, "the second clicks begun")
+        await outputs.stop()
+        gateway_process.kill()
+        await asyncio.to_thread(gateway_process.start)
+        outputs = await Reader(bs, app).start()
+        await eventually(lambda: outputs.reached(expected(done)), 120, "the second clicks counted")
+        assert await group_type(bs, app) == "streams"
+        await instance.close()
+        result = (await outputs.to_end()).seen()
+    except BaseException:
+        show(log)
+        raise
+    finally:
+        await wind_up(log, outputs, instance)
+    assert result == expected(done)
+
+
+@pytest.mark.timeout(300)
+async def test_an_application_denied_by_acls_fails_as_on_kafka(redis_server: str, tmp_path: Path):
+    """The application logged in as `alice` on a SASL Kafka 4.4 broker with StandardAuthorizer and
+    on a gateway with authentication on, with both group protocols: with every right on its topics
+    but none on its group, and with every right on its group but none on its topics; the errors it
+    stops with compared. (With no ACL at all, the consumer's metadata and its FindCoordinator fail
+    at once, and which error stops the application is a race in the client, on either broker.)"""
+    seen: dict[str, list[str]] = {}
+    alice = tuple(f"{k}={v}" for k, v in login("alice").items())
+    admin = tmp_path / "admin.properties"
+    admin.write_text("".join(f"{k}={v}\n" for k, v in login("admin").items()))
+    cases = list(itertools.product(("topic", "group"), ("classic", "streams")))
+    async with sasl_pair(redis_server, tmp_path) as bootstraps:
+        for name, bs in bootstraps.items():
+            apps = [unique("streams-denied") for _ in cases]
+            runs = await tools(*(["kafka-acls", "--bootstrap-server", bs, "--command-config", str(admin), "--add",
+                                  "--allow-principal", "User:alice", "--operation", "All",
+                                  "--resource-pattern-type", "prefixed", f"--{allowed}", app]
+                                 for app, (allowed, _) in zip(apps, cases, strict=True)))
+            assert all(r.exit == 0 for r in runs), [r.out for r in runs]
+            for app in apps:
+                (tmp_path / app).mkdir()
+            outcomes = [await missing_source_run(bs, tmp_path / app, protocol, alice, app)
+                        for app, (_, protocol) in zip(apps, cases, strict=True)]
+            for (allowed, protocol), errors in zip(cases, outcomes, strict=True):
+                # the client lists the topics in its hash set's order, which differs from run to run
+                errors = [re.sub(r"\[([^]]*)\]", lambda m: "[" + ", ".join(sorted(m[1].split(", "))) + "]", e)
+                          for e in errors]
+                seen.setdefault(name, []).append(f"{allowed} only, {protocol}: {errors}")
+    assert all("AuthorizationException" in line for line in seen["kafka"]), seen
+    assert seen["gateway"] == seen["kafka"]

@@ -97,6 +97,7 @@ async def streams_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
                 shutdown_application=bool(req.shutdown_application),
                 client_id=ctx.client_id or "",
                 client_host=_client_host(ctx),
+                endpoint_information_epoch=req.endpoint_information_epoch,
             ),
             topics,
             await ctx.services.share.configs(req.group_id),
@@ -116,9 +117,16 @@ async def streams_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
         "active_tasks": None if a is None else _tasks_out(a.active),
         "standby_tasks": None if a is None else _tasks_out(a.standby),
         "warmup_tasks": None if a is None else _tasks_out(a.warmup),
-        "endpoint_information_epoch": 0,
-        "partitions_by_user_endpoint": None,
+        "endpoint_information_epoch": r.endpoint_information_epoch,
+        "partitions_by_user_endpoint": None if r.partitions_by_endpoint is None else [
+            {"user_endpoint": {"host": e.endpoint[0], "port": e.endpoint[1]},
+             "active_partitions": _partitions_out(e.active), "standby_partitions": _partitions_out(e.standby)}
+            for e in r.partitions_by_endpoint],
     })
+
+
+def _partitions_out(tps: list[tuple[str, list[int]]]) -> list[dict[str, Any]]:
+    return [{"topic": t, "partitions": ps} for t, ps in tps]
 
 
 def _topics_out(topics: tuple[InternalTopic, ...], partitions: int | None = None) -> list[dict[str, Any]]:

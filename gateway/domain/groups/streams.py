@@ -133,8 +133,8 @@ def streams_group_configs(config: StreamsGroupConfig | None = None) -> dict[str,
         ConfigDef("streams.assignment.interval.ms", Kind.INT, str(c.assignment_interval_ms),
                   "The least time between two target assignments of the group.",
                   effective=True, broker="group.streams.assignment.interval.ms", low=0, high=15_000),
-        # kept and described; the sticky assignor runs whatever they say (rack-aware standby
-        # placement is not done here: see docs/kafka-differences.md, "Streams groups")
+        # kept and described; the sticky assignor runs whatever they say (Kafka 4.4's reads no
+        # tags either: see docs/kafka-differences.md, "Streams groups")
         ConfigDef("streams.assignor.name", Kind.STRING, "sticky", "The task assignor the group uses."),
         ConfigDef("streams.rack.aware.assignment.tags", Kind.LIST, "",
                   "The client tags standby replicas are spread across."),
@@ -158,6 +158,21 @@ class HeartbeatRequest:
     shutdown_application: bool = False
     client_id: str = ""
     client_host: str = ""
+    endpoint_information_epoch: int = 0
+
+
+TopicPartitions = list[tuple[str, list[int]]]  # topic -> partitions, a topic once per task
+
+
+@dataclass(frozen=True)
+class EndpointPartitions:
+    """One member's entry of PartitionsByUserEndpoint (Interactive Queries): its endpoint and the
+    source partitions (repartition sources included) of its active tasks, and of its standby and
+    warm-up tasks."""
+
+    endpoint: tuple[str, int]
+    active: TopicPartitions
+    standby: TopicPartitions
 
 
 @dataclass(frozen=True)
@@ -170,6 +185,8 @@ class HeartbeatResult:
     create: list[InternalTopic] = field(default_factory=list)  # internal topics to create
     acceptable_recovery_lag: int = 10_000
     task_offset_interval_ms: int = 60_000
+    endpoint_information_epoch: int = 0
+    partitions_by_endpoint: list[EndpointPartitions] | None = None  # None: the member's map is current
 
 
 R = TypeVar("R")
@@ -359,6 +376,15 @@ class StreamsGroup:
 
         reconciled = reconcile(updated, g, req.owned)
         g.members[reconciled.member_id] = reconciled
+        # Kafka 4.4's GroupMetadataManager.streamsGroupHeartbeat: the endpoint epoch moves when the
+        # member's endpoint changes, or its tasks do while it has one; a member that has not seen
+        # the current epoch is sent the whole map
+        if updated.user_endpoint != member.user_endpoint or (
+                reconciled.assigned != member.assigned and reconciled.user_endpoint is not None):
+            g.endpoint_epoch += 1
+        endpoints = None
+        if g.endpoint_epoch != req.endpoint_information_epoch:
+            endpoints = partitions_by_endpoint(g, reconciled.member_id, topics)
         if reconciled.state == MemberState.UNREVOKED_TASKS:
             self.revocations[reconciled.member_id] = (now + reconciled.rebalance_timeout_ms / 1000,
                                                       reconciled.member_epoch)
@@ -384,7 +410,7 @@ class StreamsGroup:
         return Step(g, HeartbeatResult(
             reconciled.member_id, reconciled.member_epoch, cfg.heartbeat_interval_ms, statuses,
             reconciled.assigned if send else None, configured.missing_internal,
-            cfg.acceptable_recovery_lag, cfg.task_offset_interval_ms,
+            cfg.acceptable_recovery_lag, cfg.task_offset_interval_ms, g.endpoint_epoch, endpoints,
         ), True)
 
     def _leave(self, g: StreamsGroupDoc | None, req: HeartbeatRequest) -> Step[HeartbeatResult]:
@@ -552,6 +578,35 @@ def _tasks(pairs: set[tuple[str, int]]) -> Tasks:
     for s, p in pairs:
         out[s].add(p)
     return {s: frozenset(ps) for s, ps in sorted(out.items())}
+
+
+# -- Interactive Queries ------------------------------------------------------------------------
+
+
+def partitions_by_endpoint(g: StreamsGroupDoc, member_id: str, topics: Mapping[str, int]) -> list[EndpointPartitions]:
+    """Kafka 4.4's `StreamsGroup.buildEndpointToPartitions`: an entry per member with an endpoint,
+    the heartbeating member's last, each from the tasks the member holds now (not its target), as
+    `EndpointToPartitionsManager.endpointToPartitions` maps them: a task's partition of each source
+    and repartition source topic of its subtopology that has that partition."""
+    subtopologies = {s.subtopology_id: s for s in g.topology.subtopologies} if g.topology else {}
+
+    def partitions(tasks: list[Tasks]) -> TopicPartitions:
+        out: TopicPartitions = []
+        for role in tasks:
+            for sid, ps in sorted(role.items()):
+                s = subtopologies.get(sid)
+                if s is None:
+                    continue
+                for topic in sorted({*s.source_topics, *(r.name for r in s.repartition_sources)}):
+                    mine = sorted(p for p in ps if p < topics.get(topic, 0))
+                    if mine:
+                        out.append((topic, mine))
+        return out
+
+    order = [mid for mid in g.members if mid != member_id] + [member_id]
+    return [EndpointPartitions(m.user_endpoint, partitions([m.assigned.active]),
+                               partitions([m.assigned.standby, m.assigned.warmup]))
+            for m in (g.members[mid] for mid in order if mid in g.members) if m.user_endpoint is not None]
 
 
 # -- reconciliation -----------------------------------------------------------------------------

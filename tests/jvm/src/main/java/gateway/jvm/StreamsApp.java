@@ -4,11 +4,19 @@ import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
 import java.util.Properties;
+import java.util.Set;
 import java.util.concurrent.CountDownLatch;
+import java.util.stream.Collectors;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.KeyQueryMetadata;
+import org.apache.kafka.streams.StreamsMetadata;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
@@ -31,6 +39,10 @@ import org.apache.kafka.streams.kstream.TimeWindows;
  * APP-joined, `region:count` per user (a KTable-KTable join of the counts with the regions).
  * It prints `state NEW` and each state it moves to after, `error CLASS: MESSAGE` for an exception
  * that stops a stream thread and each of its causes (which then shuts the client down), and `closed` at the end.
+ * A stdin line `metadata` prints what Interactive Queries know (with `application.server` set): a
+ * line `client HOST:PORT active=TOPIC-P,... standby=TOPIC-P,...` per client of
+ * metadataForAllStreamsClients(), then `key USER HOST:PORT` for user-0 to user-5, the active
+ * host queryMetadataForKey names for that user's count, then `metadata end`.
  */
 public final class StreamsApp {
     public static void main(String[] args) throws Exception {
@@ -59,8 +71,10 @@ public final class StreamsApp {
         streams.start();
         Thread stdin = new Thread(() -> {
             try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
-                while (in.readLine() != null) {
-                    // only its end matters
+                for (String line; (line = in.readLine()) != null; ) {
+                    if (line.equals("metadata")) {
+                        printMetadata(streams);
+                    }
                 }
             } catch (Exception ignored) {
                 // a closed stdin is the signal either way
@@ -73,6 +87,28 @@ public final class StreamsApp {
         streams.close(CloseOptions.groupMembershipOperation(CloseOptions.GroupMembershipOperation.LEAVE_GROUP)
                 .withTimeout(Duration.ofMinutes(1)));
         System.out.println("closed");
+    }
+
+    static void printMetadata(KafkaStreams streams) {
+        List<String> out = new ArrayList<>();
+        for (StreamsMetadata m : streams.metadataForAllStreamsClients()) {
+            out.add("client " + m.host() + ":" + m.port() + " active=" + partitions(m.topicPartitions())
+                    + " standby=" + partitions(m.standbyTopicPartitions()));
+        }
+        Collections.sort(out);
+        for (int i = 0; i < 6; i++) {
+            String user = "user-" + i;
+            KeyQueryMetadata k = streams.queryMetadataForKey("counts", user, Serdes.String().serializer());
+            out.add("key " + user + " " + k.activeHost().host() + ":" + k.activeHost().port());
+        }
+        out.add("metadata end");
+        synchronized (System.out) {
+            out.forEach(System.out::println);
+        }
+    }
+
+    static String partitions(Set<TopicPartition> tps) {
+        return tps.stream().map(TopicPartition::toString).sorted().collect(Collectors.joining(","));
     }
 
     static Topology topology(String app) {
