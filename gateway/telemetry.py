@@ -72,6 +72,7 @@ class TierStats:
         self.remote_fetches = 0
         self.remote_fetch_bytes = 0
         self.remote_fetch_seconds = 0.0
+        self.remote_fetch_buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # as ApiStats.buckets: per bucket, +Inf last
         self.remote_errors = 0
         self.cache_hits = 0
         self.cache_misses = 0
@@ -81,6 +82,7 @@ class TierStats:
         self.remote_fetches += 1
         self.remote_fetch_bytes += size
         self.remote_fetch_seconds += seconds
+        self.remote_fetch_buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
 
 
 TIER = TierStats()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -187,6 +188,9 @@ async def test_a_tiered_topic_reads_back_whole_from_anywhere(tiered: Gateway, ra
     async with aiohttp.ClientSession() as http, http.get(f"{admin_url(tiered)}/metrics") as resp:
         metrics = await resp.text()
     assert "gateway_tier_remote_fetch_bytes_total" in metrics and "gateway_tier_segments_copied_total" in metrics
+    fetches = re.search(r"^gateway_tier_remote_fetches_total (\S+)$", metrics, re.M)
+    timed = re.search(r'^gateway_tier_remote_fetch_seconds_bucket\{le="\+Inf"\} (\S+)$', metrics, re.M)
+    assert fetches and timed and float(timed[1]) == float(fetches[1]) > 0  # each remote read timed once
     async with await Client.connect(native_url(tiered)) as native:  # the native range read, below the local start too
         ranged = [m.value async for m in native.read_range("cold", 0, middle, middle + 3)]
         assert ranged == [s[3] for s in everything[middle:middle + 3]]

@@ -62,8 +62,9 @@ def cleaner_families() -> list[Metric]:
 
 
 def tier_families() -> list[Metric]:
-    """Tiered storage on this process: bytes and segments copied, copy lag, remote fetches and the
-    segment index cache."""
+    """Tiered storage on this process: bytes and segments copied, copy lag, remote fetches (their
+    latency a histogram, as KIP-405's RemoteLogReaderFetchRateAndTimeMs is a timer) and the segment
+    index cache."""
     t = telemetry.TIER
     out: list[Metric] = []
     for name, doc, value in (
@@ -71,8 +72,6 @@ def tier_families() -> list[Metric]:
         ("gateway_tier_segments_copied", "Segments copied to tiered storage", t.segments_copied),
         ("gateway_tier_remote_fetches", "Ranged reads of tiered segments", t.remote_fetches),
         ("gateway_tier_remote_fetch_bytes", "Bytes read from tiered segments", t.remote_fetch_bytes),
-        ("gateway_tier_remote_fetch_seconds", "Seconds spent in ranged reads of tiered segments",
-         t.remote_fetch_seconds),
         ("gateway_tier_remote_errors", "Tiered storage calls that failed with the store away", t.remote_errors),
         ("gateway_tier_index_cache_hits", "Segment index reads served from the cache", t.cache_hits),
         ("gateway_tier_index_cache_misses", "Segment index reads from the object store", t.cache_misses),
@@ -82,6 +81,9 @@ def tier_families() -> list[Metric]:
         family = CounterMetricFamily(name, doc)
         family.add_metric([], value)
         out.append(family)
+    latency = HistogramMetricFamily("gateway_tier_remote_fetch_seconds", "Time a ranged read of a tiered segment took")
+    latency.add_metric([], list(zip(_LE, accumulate(t.remote_fetch_buckets), strict=True)), t.remote_fetch_seconds)
+    out.append(latency)
     lag = GaugeMetricFamily("gateway_tier_copy_lag_bytes", "Bytes of a tiered topic's log not yet in tiered storage, "
                             "at the tiering role's last pass", labels=["topic"])
     for topic, n in sorted(t.copy_lag_bytes.items()):
