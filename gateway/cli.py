@@ -153,9 +153,9 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--workers", type=int, default=1,
                    help="with --kafka or --peer: each gateway a `gateway serve --workers N`, the clients "
                    "bootstrapping from worker 0 (default: %(default)s)")
-    p.add_argument("--partitions", type=int, default=1,
+    p.add_argument("--partitions", type=int,
                    help="partitions of the benchmark topic, and raw streams of the baselines "
-                   "(default: %(default)s)")
+                   "(default: 1; with --peer, 1 then 8)")
     p.add_argument("--seconds", type=float, default=5.0, help="time per measurement (default: %(default)s)")
     p.add_argument("--kafka", action="store_true",
                    help="Kafka-protocol produce and consume with confluent-kafka")

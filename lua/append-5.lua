@@ -2,7 +2,7 @@
   Append one record batch to a partition log, assigning it contiguous offsets.
   KEYS[1] log      the partition's stream
   KEYS[2] meta     the partition's meta hash (hw, start, maxts, bytes)
-  KEYS[3] pids     idempotent producer state per producer id
+  KEYS[3] pids     idempotent producer state per producer id (includes/producer.lua)
   KEYS[4] txns     open transactions on this partition: producer id -> "first offset:epoch"
   KEYS[5] expected transactions V1 has added this partition to: producer id -> epoch (txn-expect-2)
   ARGV[1] batch    RecordBatch v2 bytes, stored as received
@@ -22,6 +22,7 @@
 ]]
 local rcall = redis.call
 --- @include "entry"
+--- @include "producer"
 
 local meta = rcall('HMGET', KEYS[2], 'hw', 'start', 'maxts', 'bytes')
 if not meta[1] then return {2} end
@@ -31,29 +32,12 @@ local pid = ARGV[4]
 
 local state
 if pid ~= '-1' then
-  local epoch, seq = tonumber(ARGV[5]), tonumber(ARGV[6])
-  local last_seq = (seq + count - 1) % 2147483648
-  local raw = rcall('HGET', KEYS[3], pid)
-  if raw then
-    state = cjson.decode(raw)
-    if epoch < state.e then return {11} end
-    if epoch == state.e then
-      for _, b in ipairs(state.b) do
-        if b[1] == seq and b[2] == last_seq then return {9, b[3], start} end
-      end
-      local prev = state.b[#state.b]
-      if prev and seq ~= (prev[2] + 1) % 2147483648 then return {10} end
-    elseif seq ~= 0 then
-      return {10}
-    else
-      state.b = {}
-    end
-    state.e = epoch
-  else
-    state = {e = epoch, b = {}}
+  local refused
+  state, refused = producer_next(rcall('HGET', KEYS[3], pid), tonumber(ARGV[5]), tonumber(ARGV[6]), count, hw)
+  if not state then
+    if refused[1] == 9 then return {9, refused[2], start} end
+    return refused
   end
-  table.insert(state.b, {seq, last_seq, hw})
-  if #state.b > 5 then table.remove(state.b, 1) end
 end
 
 if ARGV[7] == '1' and ARGV[8] == '1' then
@@ -66,7 +50,7 @@ end
 
 append_entry(KEYS[1], KEYS[2], hw, tonumber(meta[3] or '-1'), tonumber(meta[4] or '0'), ARGV[1], count,
   ARGV[3])
-if state then rcall('HSET', KEYS[3], pid, cjson.encode(state)) end
+if state then rcall('HSET', KEYS[3], pid, state) end
 if ARGV[7] == '1' then
   rcall('HSETNX', KEYS[4], pid, string.format('%d:%s', hw, ARGV[5]))
 end

@@ -22,21 +22,22 @@
 ]]
 local rcall = redis.call
 --- @include "entry"
+--- @include "producer"
 
 local meta = rcall('HMGET', KEYS[2], 'hw', 'maxts', 'bytes')
 if not meta[1] then return {2} end
 local epoch_now = tonumber(ARGV[2])
 local always = ARGV[5] == '1'
 local raw = rcall('HGET', KEYS[5], ARGV[1])
-local state = raw and cjson.decode(raw) or nil
+local state_epoch = raw and producer_epoch(raw) or nil
 local open = rcall('HGET', KEYS[3], ARGV[1])
 local first, epoch
 if open then first, epoch = string.match(open, '^(%d+):(-?%d+)$') end
-if always and ((state and state.e > epoch_now) or (open and tonumber(epoch) > epoch_now)) then return {11} end
+if always and ((state_epoch and state_epoch > epoch_now) or (open and tonumber(epoch) > epoch_now)) then return {11} end
 local expected = rcall('HGET', KEYS[6], ARGV[1])
 if expected and tonumber(expected) <= epoch_now then rcall('HDEL', KEYS[6], ARGV[1]) end
-if state == nil or state.e < epoch_now then
-  rcall('HSET', KEYS[5], ARGV[1], cjson.encode({e = epoch_now, b = {}}))
+if state_epoch == nil or state_epoch < epoch_now then
+  rcall('HSET', KEYS[5], ARGV[1], producer_pack(epoch_now, {}))
 end
 if not always and (not open or tonumber(epoch) > epoch_now) then return {0, -1} end
 local hw = tonumber(meta[1])

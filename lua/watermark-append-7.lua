@@ -21,6 +21,7 @@
 local rcall = redis.call
 --- @include "entry"
 --- @include "watermark"
+--- @include "producer"
 
 local meta = rcall('HMGET', KEYS[2], 'hw', 'maxts', 'bytes')
 if not meta[1] then return {2} end
@@ -36,7 +37,7 @@ local tref = '-'
 if ARGV[3] ~= '' then
   local pid, epoch = ARGV[4], tonumber(ARGV[5])
   local raw = rcall('HGET', KEYS[4], pid)
-  if raw and cjson.decode(raw).e > epoch then return {11} end
+  if raw and producer_epoch(raw) > epoch then return {11} end
   local first = wm_num(hw)
   local open = rcall('HGET', KEYS[3], pid)
   if open then

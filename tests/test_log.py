@@ -8,9 +8,15 @@ import pytest
 
 from gateway.config import Config
 from gateway.domain.log import LogService
-from gateway.errors import CorruptMessage, MessageTooLarge, OutOfOrderSequence, TopicNotFound
+from gateway.errors import (
+    CorruptMessage,
+    InvalidProducerEpoch,
+    MessageTooLarge,
+    OutOfOrderSequence,
+    TopicNotFound,
+)
 from gateway.formats.records import BatchBuilder, build_batch, iter_records
-from gateway.store import Store
+from gateway.store import Store, keys
 
 
 @pytest.fixture
@@ -59,6 +65,37 @@ async def test_idempotent_retry_is_not_stored_twice(logs):
     gap = batch(b"d", producer_id=7, producer_epoch=0, base_sequence=9)
     (r,) = await logs.append([("t", 0, gap)])
     assert isinstance(r.result, OutOfOrderSequence)
+
+
+async def test_each_of_the_last_five_batches_is_a_duplicate_and_an_older_one_out_of_order(logs):
+    """Kafka keeps a producer's last five batches for duplicates (ProducerStateEntry); a retry of
+    an older one is out of sequence."""
+    await logs.create_topic("t", 1)
+    sent = [batch(b"v" * (i + 1), *[b"w"] * i, producer_id=7, producer_epoch=3, base_sequence=i * (i + 1) // 2)
+            for i in range(6)]
+    stored = [p.result.base_offset for p in await logs.append([("t", 0, b) for b in sent])]
+    assert stored == [0, 1, 3, 6, 10, 15]
+    again = await logs.append([("t", 0, b) for b in reversed(sent)])
+    assert [(p.result.base_offset, p.result.duplicate) for p in again[:5]] == [(15, True), (10, True), (6, True),
+                                                                             (3, True), (1, True)]
+    assert isinstance(again[5].result, OutOfOrderSequence)
+    (state,) = await logs.producer_states("t", 0)
+    assert (state.producer_id, state.producer_epoch, state.last_sequence) == (7, 3, 20)
+
+
+async def test_a_producer_state_stored_in_the_older_json_form_is_read(logs, raw_redis):
+    """States written before the fixed-width form (includes/producer.lua) keep working after an upgrade."""
+    await logs.create_topic("t", 1)
+    await raw_redis.hset(keys.producers("t", 0), "7", '{"e":2,"b":[[0,1,0],[2,2,2]]}')
+    await raw_redis.hset(keys.meta("t", 0), "hw", 3)
+    (state,) = await logs.producer_states("t", 0)
+    assert (state.producer_epoch, state.last_sequence) == (2, 2)
+    dup, stale, nxt = await logs.append([("t", 0, batch(b"a", b"b", producer_id=7, producer_epoch=2, base_sequence=0)),
+                                         ("t", 0, batch(b"c", producer_id=7, producer_epoch=1, base_sequence=3)),
+                                         ("t", 0, batch(b"c", producer_id=7, producer_epoch=2, base_sequence=3))])
+    assert (dup.result.base_offset, dup.result.duplicate) == (0, True)
+    assert isinstance(stale.result, InvalidProducerEpoch)
+    assert (nxt.result.base_offset, nxt.result.duplicate) == (3, False)
 
 
 async def test_bad_batches_are_refused_alone(logs):

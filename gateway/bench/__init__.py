@@ -39,6 +39,7 @@ def run_bench(args: argparse.Namespace) -> None:
     """Run the benchmark the options of `gateway bench` ask for and print its table."""
     sizes = [int(s) for s in str(args.sizes or (peer.SIZES if args.peer else "100,1024")).split(",")]
     seconds = float(args.seconds)
+    partitions = args.partitions or 1
     note = ""
     with Progress(seconds), bench_redis(args.redis_url, args.cluster) as url:
         if args.delayed:
@@ -60,7 +61,7 @@ def run_bench(args: argparse.Namespace) -> None:
         elif args.watermarks:
             rows, note = watermarks.measure_watermarks(url, seconds), watermarks.NOTE
         elif args.spark:
-            rows = spark.measure_spark(url, count=args.records or 500_000, size=sizes[0], partitions=args.partitions,
+            rows = spark.measure_spark(url, count=args.records or 500_000, size=sizes[0], partitions=partitions,
                                        cores=args.cores, seconds=seconds)
         elif args.tier:
             rows, note = tier.measure_tier(url, seconds, args.object_store,
@@ -72,17 +73,18 @@ def run_bench(args: argparse.Namespace) -> None:
         elif args.share:
             rows = share.measure_share(url, sizes[0], args.records or 500_000)
         elif args.key_shared:
-            rows = key_shared.measure_key_shared(url, sizes[0], args.records or key_shared.RECORDS, args.partitions)
+            rows = key_shared.measure_key_shared(url, sizes[0], args.records or key_shared.RECORDS, partitions)
         elif args.txn:
             rows, note = txn.measure_txn(url, seconds), txn.NOTE
         elif args.kafka and args.acks == "all":
-            rows, note = kafka.measure_acks(url, sizes, seconds, args.partitions), kafka.ACKS_NOTE
+            rows, note = kafka.measure_acks(url, sizes, seconds, partitions), kafka.ACKS_NOTE
         elif args.peer:
-            rows, note = peer.measure_peer(url, sizes, seconds, args.workers), peer.NOTE
+            rows, note = peer.measure_peer(url, sizes, seconds, args.workers,
+                                             (args.partitions,) if args.partitions else peer.PARTITIONS), peer.NOTE
         elif args.kafka:
-            rows = kafka.measure_kafka(url, sizes, seconds, args.partitions, args.gateways, args.workers)
+            rows = kafka.measure_kafka(url, sizes, seconds, partitions, args.gateways, args.workers)
         else:
-            rows = native.measure_native(url, sizes, seconds, args.partitions, args.gateways)
+            rows = native.measure_native(url, sizes, seconds, partitions, args.gateways)
     if note:
         print(note)
     print_table(rows)

@@ -601,12 +601,13 @@ def create_topic(admin_port: int, topic: str, partitions: int) -> None:
 
 
 def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float, acks: str = "all",
-                  keys: list[bytes] | None = None, span: CpuSpan | None = None) -> tuple[float, int]:
-    """Records per second produced with confluent-kafka (acks=all unless told), and how many were
-    sent; with `keys`, the records take them in turn; `span` over the timed part."""
+                  keys: list[bytes] | None = None, span: CpuSpan | None = None,
+                  config: dict[str, object] | None = None) -> tuple[float, int]:
+    """Records per second produced with confluent-kafka (acks=all unless told, `config` added), and
+    how many were sent; with `keys`, the records take them in turn; `span` over the timed part."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, **(config or {})})
     value = os.urandom(size)
     sent = 0
     span = span or CpuSpan()

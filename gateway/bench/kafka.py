@@ -169,6 +169,9 @@ def _measure_size(url: str, gateways: list[dict[str, int]], size: int, seconds: 
     rate, cpu_us = best_spanned(2, servers, produce)
     rows.append(Row("kafka produce (confluent, acks=all)", size, rate, "XADD/record", base, cpu_us=cpu_us))
     rows.append(Row("  same, against the blob ceiling", size, rate, "XADD/blob", blob))
+    idempotent, cpu_us = best_spanned(2, servers, lambda span: kafka_produce(
+        bootstrap, topic, size, seconds, span=span, config={"enable.idempotence": True})[0])
+    rows.append(Row("  same, idempotent (Java's default)", size, idempotent, "not idempotent", rate, cpu_us=cpu_us))
     rows += _measure_consume(url, servers, bootstrap, topic, partitions, size, sent[0], seconds)
     _delete_topic(bootstrap, topic)  # the next size starts with Redis as small as this one did
     rows.append(_log_append_time_row(servers, bootstrap, size, seconds, partitions, rate))

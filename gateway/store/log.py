@@ -32,6 +32,7 @@ partition's keys live in a slot of their own, so they follow the record without 
 from __future__ import annotations
 
 import json
+import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -640,9 +641,8 @@ class LogStore:
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
         opened = {int(pid): int(value.split(b":", 1)[0]) for pid, value in txns.items()}
-        states = {int(pid): json.loads(raw) for pid, raw in pids.items()}
-        # a Lua table left empty is encoded as {}: a producer with no batch since its epoch began
-        last = {pid: s["b"][-1] for pid, s in states.items() if isinstance(s["b"], list) and s["b"]}
+        states = {int(pid): _producer_state(raw) for pid, raw in pids.items()}
+        last = {pid: batches[-1] for pid, (_, batches) in states.items() if batches}
         log = keys.log(topic, partition)
         pipe = self.redis.pipeline(transaction=False)
         for batch in last.values():
@@ -653,7 +653,7 @@ class LogStore:
         for pid, s in sorted(states.items()):
             found = entries.get(pid)
             ts = parse_header(found[0][1][b"b"], verify_crc=False).max_timestamp if found else -1
-            out.append(PartitionProducer(pid, s["e"], last[pid][1] if pid in last else -1, ts, opened.get(pid, -1)))
+            out.append(PartitionProducer(pid, s[0], last[pid][1] if pid in last else -1, ts, opened.get(pid, -1)))
         return out
 
     async def max_timestamp(self, topic: str, partition: int) -> int:
@@ -763,3 +763,14 @@ class LogStore:
         """A producer id never handed out before, from the counter both faces share."""
         async with storage_errors():
             return int(await self.redis.incr(keys.PRODUCER_IDS))
+
+
+def _producer_state(raw: bytes) -> tuple[int, list[tuple[int, int, int]]]:
+    """A producer's epoch and kept batches (base sequence, last sequence, base offset), from the
+    fixed-width form includes/producer.lua writes, or the JSON form stored before it."""
+    if raw[:1] == b"{":
+        old = json.loads(raw)
+        # a Lua table left empty is encoded as {}: a producer with no batch since its epoch began
+        return old["e"], [tuple(b) for b in old["b"]] if isinstance(old["b"], list) else []
+    (epoch,) = struct.unpack_from(">i", raw)
+    return epoch, list(struct.iter_unpack(">iiq", raw[4:]))

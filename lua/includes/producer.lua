@@ -1,0 +1,53 @@
+-- An idempotent producer's state on a partition (a field of `pids`): its epoch (>i4), then its
+-- last batches, at most 5 (Kafka keeps as many for duplicates), oldest first, each 16 bytes: base
+-- sequence (>i4), last sequence (>i4), base offset (>i8). Fixed-width so that an append in
+-- sequence reads one batch and slices the rest, no Lua tables (measured: half the cost of the
+-- cjson form it replaces). A state stored in that older form ('{"e":..,"b":[..]}') is read too.
+
+local PRODUCER_BATCHES = 5
+local SEQ_MOD = 2147483648
+
+local function producer_pack(epoch, batches)
+  local out = {struct.pack('>i4', epoch)}
+  for _, b in ipairs(batches) do out[#out + 1] = struct.pack('>i4i4i8', b[1], b[2], b[3]) end
+  return table.concat(out)
+end
+
+-- The state in the fixed-width form, whichever form it was stored in.
+local function producer_state(raw)
+  if string.byte(raw, 1) ~= 123 then return raw end
+  local old = cjson.decode(raw)
+  return producer_pack(old.e, type(old.b) == 'table' and old.b or {})
+end
+
+local function producer_epoch(raw)
+  return (struct.unpack('>i4', producer_state(raw)))
+end
+
+-- Check a batch of `count` records from `seq` under `epoch` against the state `raw` (nil: none)
+-- and return the state to store when it is appended at `offset`, or nil and the reply: {11} a
+-- stale epoch, {10} out of order, {9, base offset} a duplicate of a batch kept.
+local function producer_next(raw, epoch, seq, count, offset)
+  local last_seq = (seq + count - 1) % SEQ_MOD
+  local kept = ''
+  if raw then
+    raw = producer_state(raw)
+    local e = struct.unpack('>i4', raw)
+    if epoch < e then return nil, {11} end
+    local n = (#raw - 4) / 16
+    if epoch == e and n > 0 then
+      local _, prev_last = struct.unpack('>i4i4', raw, #raw - 15)
+      if seq ~= (prev_last + 1) % SEQ_MOD then  -- in sequence can be no duplicate: those are below it
+        for i = 0, n - 1 do
+          local s, l, o = struct.unpack('>i4i4i8', raw, 5 + 16 * i)
+          if s == seq and l == last_seq then return nil, {9, o} end
+        end
+        return nil, {10}
+      end
+      kept = string.sub(raw, n >= PRODUCER_BATCHES and 21 or 5)
+    elseif epoch ~= e and seq ~= 0 then
+      return nil, {10}
+    end
+  end
+  return struct.pack('>i4', epoch) .. kept .. struct.pack('>i4i4i8', seq, last_seq, offset)
+end
