@@ -380,3 +380,30 @@ async def test_concurrent_state_changes_share_their_waits(pair: Pair) -> None:
         assert waits() - before < 20  # commits sent while a WAIT is in flight share the next one
     finally:
         await store.close()
+
+
+async def test_a_record_no_replica_holds_is_not_read_until_one_does(pair: Pair, gateway: Gateway) -> None:
+    """Kafka hands a consumer nothing above the high watermark, which moves once the replicas hold
+    the records: a read waits for the replica (Redis's WAIT after a PUBLISH on the reading connection)
+    and gives none of what it cannot confirm. Found by tests/jepsen's primary-paused schedule: a
+    primary resumed after its failover served appends it alone held, at offsets the new primary had
+    given to other records."""
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 1)
+    await asyncio.to_thread(_produce, bs, [b"a"], acks="1")
+    await eventually(lambda: _replica_high_watermark(pair) == 1, TIMEOUT, "the first record on the replica")
+    assert pair.replica.proc is not None and gateway.services is not None
+    os.kill(pair.replica.proc.pid, signal.SIGSTOP)
+    try:
+        await asyncio.to_thread(_produce, bs, [b"b"], acks="1")  # acks=1: on the primary alone
+        unconfirmed = await gateway.services.log.read("t", 0, 0)
+    finally:
+        os.kill(pair.replica.proc.pid, signal.SIGCONT)
+    assert unconfirmed.entries == []
+    confirmed = await gateway.services.log.read("t", 0, 0)
+    assert [e.base_offset for e in confirmed.entries] == [0, 1] and confirmed.high_watermark == 2
+
+
+def _replica_high_watermark(pair: Pair, topic: str = "t") -> int:
+    with pair.replica_client() as r:
+        return int(r.hget(keys.meta(topic, 0), "hw") or 0)  # type: ignore[arg-type]

@@ -52,7 +52,7 @@ from gateway.errors import (
 from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.replication import Replication
+from gateway.store.replication import Replication, read_confirmed, read_mark
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
 
@@ -538,7 +538,7 @@ class LogStore:
         if stream and max_entries > 1:
             commands.append(("XRANGE", log, f"({offset}-1", "+", "COUNT", max_entries - 1))
         streams = (0, len(commands) - 1 if max_entries > 1 else 0) if stream else ()
-        replies = await self._pipeline(log, commands, direct, streams=streams)
+        replies, confirmed = await self._pipeline(log, commands, direct, streams=streams)
         if not stream:
             replies.insert(0, [])
         before, (hw, start, gen, cb, cg, ls), open_txns, *rest = replies
@@ -566,24 +566,37 @@ class LogStore:
         if holds:
             assert first is not None
             entries.insert(0, first)
+        if not confirmed:
+            # what no replica may hold: none of it, as Kafka gives nothing above its high watermark. The
+            # bounds stay as read: one lowered to `offset` would tell a reader it is at the end
+            entries = []
         ranges = [_aborted(m, int(float(score))) for m, score in _pairs(aborted)]
         return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0),
                      max(int(start), int(ls or 0)))
 
-    async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]) -> list[Any]:
-        """The replies of `commands` (all in `log`'s slot) in one round trip; `direct` receives them
-        without copies (`resp`), through redis-py when that path cannot serve. Stream replies (at
-        `streams`) come in redis-py's shape either way."""
-        replies = await self.direct.pipeline(log, commands) if direct else None
+    async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]
+                        ) -> tuple[list[Any], bool]:
+        """The replies of `commands` (all in `log`'s slot) in one round trip, and whether the replicas
+        a read must wait for hold what they read (`Replication.read_replicas`; True when none must).
+        `direct` receives them without copies (`resp`), through redis-py when that path cannot serve.
+        Stream replies (at `streams`) come in redis-py's shape either way."""
+        mark = await self.replication.read_replicas(log)
+        sent = commands + read_mark(mark) if mark else commands
+        replies = await self.direct.pipeline(log, sent) if direct else None
         if replies is None:
             pipe = self.redis.pipeline(transaction=False)
-            for command in commands:
+            for command in sent:
                 pipe.execute_command(*command)
             async with storage_errors():
-                return list(await pipe.execute())
-        for i in set(streams):
-            replies[i] = _direct_entries(replies[i])
-        return replies
+                replies = list(await pipe.execute(raise_on_error=False))
+                for reply in replies[:len(commands)]:
+                    if isinstance(reply, Exception):
+                        raise reply
+        else:
+            for i in set(streams):
+                replies[i] = _direct_entries(replies[i])
+        confirmed = not mark or read_confirmed(replies[-1], mark)
+        return replies[:len(commands)], confirmed
 
     async def _read_cleaned(
         self, topic: str, partition: int, offset: int, max_entries: int, with_aborted: bool, direct: bool, cg: int
@@ -604,8 +617,8 @@ class LogStore:
             ]
             if with_aborted:
                 commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
-            before, after, dirty, (hw, start, gen, cb, now_cg), open_txns, *rest = await self._pipeline(
-                log, commands, direct, streams=(0, 1, 2))
+            replies, confirmed = await self._pipeline(log, commands, direct, streams=(0, 1, 2))
+            before, after, dirty, (hw, start, gen, cb, now_cg), open_txns, *rest = replies
             if hw is None:
                 raise TopicNotFound(f"{topic}-{partition} does not exist")
             if int(now_cg or 0) == cg:
@@ -615,6 +628,8 @@ class LogStore:
         entries = [_entry(e) for e in before if _entry(e).next_offset > offset]
         entries += [_entry(e) for e in after if int(e[0].split(b"-", 1)[0]) < boundary]
         entries += [_entry(e) for e in dirty if int(e[0].split(b"-", 1)[0]) >= boundary]
+        if not confirmed:
+            entries = []
         ranges = [_aborted(m, int(float(score))) for m, score in _pairs(rest[0] if with_aborted else [])]
         return Slice(entries[:max_entries], int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges,
                      int(gen or 0))
