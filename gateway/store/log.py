@@ -52,7 +52,7 @@ from gateway.errors import (
 from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.replication import Replication, read_confirmed, read_mark
+from gateway.store.replication import READ_CONFIRM_MS, Replication, read_confirmed, read_mark
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
 
@@ -538,7 +538,7 @@ class LogStore:
         if stream and max_entries > 1:
             commands.append(("XRANGE", log, f"({offset}-1", "+", "COUNT", max_entries - 1))
         streams = (0, len(commands) - 1 if max_entries > 1 else 0) if stream else ()
-        replies, confirmed = await self._pipeline(log, commands, direct, streams=streams)
+        replies = await self._pipeline(log, commands, direct, streams=streams)
         if not stream:
             replies.insert(0, [])
         before, (hw, start, gen, cb, cg, ls), open_txns, *rest = replies
@@ -566,20 +566,19 @@ class LogStore:
         if holds:
             assert first is not None
             entries.insert(0, first)
-        if not confirmed:
-            # what no replica may hold: none of it, as Kafka gives nothing above its high watermark. The
-            # bounds stay as read: one lowered to `offset` would tell a reader it is at the end
-            entries = []
         ranges = [_aborted(m, int(float(score))) for m, score in _pairs(aborted)]
         return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0),
                      max(int(start), int(ls or 0)))
 
-    async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]
-                        ) -> tuple[list[Any], bool]:
-        """The replies of `commands` (all in `log`'s slot) in one round trip, and whether the replicas
-        a read must wait for hold what they read (`Replication.read_replicas`; True when none must).
-        `direct` receives them without copies (`resp`), through redis-py when that path cannot serve.
-        Stream replies (at `streams`) come in redis-py's shape either way."""
+    async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]) -> list[Any]:
+        """The replies of `commands` (all in `log`'s slot) in one round trip; `direct` receives them
+        without copies (`resp`), through redis-py when that path cannot serve. Stream replies (at
+        `streams`) come in redis-py's shape either way.
+
+        A read is answered only once the replicas hold everything it read (`Replication.read_replicas`),
+        else StorageUnavailable, retriable: Kafka gives nothing above its high watermark, and a deposed
+        leader answers NOT_LEADER_OR_FOLLOWER, never its own log's bounds (a consumer told OFFSET_OUT_OF_RANGE
+        by a resumed old primary, whose log ends below where it read, resets its position)."""
         mark = await self.replication.read_replicas(log)
         sent = commands + read_mark(mark) if mark else commands
         replies = await self.direct.pipeline(log, sent) if direct else None
@@ -595,8 +594,10 @@ class LogStore:
         else:
             for i in set(streams):
                 replies[i] = _direct_entries(replies[i])
-        confirmed = not mark or read_confirmed(replies[-1], mark)
-        return replies[:len(commands)], confirmed
+        if mark and not read_confirmed(replies[-1], mark):
+            raise StorageUnavailable(f"{log}: what was read is not on {mark} Redis replicas within "
+                                     f"{READ_CONFIRM_MS} ms ({replies[-1]}); retry")
+        return replies[:len(commands)]
 
     async def _read_cleaned(
         self, topic: str, partition: int, offset: int, max_entries: int, with_aborted: bool, direct: bool, cg: int
@@ -617,8 +618,8 @@ class LogStore:
             ]
             if with_aborted:
                 commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
-            replies, confirmed = await self._pipeline(log, commands, direct, streams=(0, 1, 2))
-            before, after, dirty, (hw, start, gen, cb, now_cg), open_txns, *rest = replies
+            before, after, dirty, (hw, start, gen, cb, now_cg), open_txns, *rest = await self._pipeline(
+                log, commands, direct, streams=(0, 1, 2))
             if hw is None:
                 raise TopicNotFound(f"{topic}-{partition} does not exist")
             if int(now_cg or 0) == cg:
@@ -628,8 +629,6 @@ class LogStore:
         entries = [_entry(e) for e in before if _entry(e).next_offset > offset]
         entries += [_entry(e) for e in after if int(e[0].split(b"-", 1)[0]) < boundary]
         entries += [_entry(e) for e in dirty if int(e[0].split(b"-", 1)[0]) >= boundary]
-        if not confirmed:
-            entries = []
         ranges = [_aborted(m, int(float(score))) for m, score in _pairs(rest[0] if with_aborted else [])]
         return Slice(entries[:max_entries], int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges,
                      int(gen or 0))
