@@ -86,6 +86,12 @@ class RespConnection(asyncio.BufferedProtocol):
         if self._transport is not None:
             self._transport.close()
 
+    def abort(self) -> None:
+        """Closed at once, what is left unsent dropped: requests waiting fail now, not when a stopped
+        node takes its bytes."""
+        if self._transport is not None:
+            self._transport.abort()
+
     # -- the protocol's side --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -370,6 +376,13 @@ class DirectConnections:
     def close(self) -> None:
         for conn in self._conns.values():
             conn.close()
+        self._conns.clear()
+
+    def abandon(self) -> None:
+        """Every connection aborted (their requests fail now) and the primary asked for again on the
+        next use: the Sentinels named another (`SentinelRedis.follow_primary`)."""
+        for conn in self._conns.values():
+            conn.abort()
         self._conns.clear()
 
 
