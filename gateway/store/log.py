@@ -45,6 +45,7 @@ from gateway.errors import (
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     StorageUnavailable,
+    Timeout,
     TopicExists,
     TopicNotFound,
     error_for,
@@ -498,10 +499,25 @@ class LogStore:
         replies: list[Any] = [None] * len(calls)
         async with storage_errors():
             for conn, fut in futures.items():
-                for i, reply in zip(pending[conn], await fut, strict=True):
+                try:
+                    got = await fut
+                except ConnectionError as exc:
+                    # written, the reply lost (the connection dropped: a primary replaced under it):
+                    # maybe stored. Kafka answers such an append REQUEST_TIMED_OUT, which a client's
+                    # idempotent retry resends under the same sequence; KAFKA_STORAGE_ERROR would tell
+                    # it nothing was stored, and librdkafka then bumps its epoch and sends the records
+                    # again as new ones: duplicates (tests/jepsen's primary-paused)
+                    for i in pending[conn]:
+                        replies[i] = Timeout(f"{calls[i][1][0]}: the connection to Redis dropped after the append "
+                                             f"was sent ({exc}); it may be stored: retry")
+                    continue
+                for i, reply in zip(pending[conn], got, strict=True):
                     replies[i] = self.replication.reply(conn, reply)
             for conn, wait in waits.items():
-                acked = await wait
+                try:
+                    acked = await wait
+                except StorageUnavailable:  # the WAIT's connection dropped: the appends stored are not confirmed
+                    acked = 0
                 for i in pending[conn]:
                     stored = isinstance(replies[i], list) and replies[i][0] in (ErrorCode.OK, ErrorCode.DUPLICATE_SEQUENCE)
                     if acked < replicas[i] and stored:
