@@ -93,16 +93,15 @@ class Store:
         await wait_reachable(self._redis, url, timeout)
 
     async def follow_primary(self) -> None:
-        """Behind Sentinel, for ever: every connection to a primary the Sentinels replaced is dropped
-        (`SentinelRedis.follow_primary`); returns at once elsewhere (a Cluster's clients follow its
-        MOVED answers, and one Redis has no other)."""
+        """Behind Sentinel, for ever: every connection to a node the Sentinels no longer name the
+        primary is dropped (`SentinelRedis.follow_primary`); returns at once elsewhere (a Cluster's
+        clients follow its MOVED answers, and one Redis has no other)."""
         if isinstance(self._redis, SentinelRedis):
-            await self._redis.follow_primary(self._moved)
+            await self._redis.follow_primary(self._follow)
 
-    def _moved(self) -> None:
-        self.log.direct.abandon()
-        self.log.ordered.abandon()
-        self.replication.connections.abandon()
+    def _follow(self, primary: tuple[str, int]) -> None:
+        for direct in (self.log.direct, self.log.ordered, self.replication.connections):
+            direct.follow(primary)
 
     async def close(self) -> None:
         self.log.direct.close()

@@ -118,15 +118,18 @@ class SentinelRedis(Redis):
         seen = getattr(self.connection_pool, "master_address", None)
         return (str(seen[0]), int(seen[1])) if seen else None
 
-    async def follow_primary(self, moved: Callable[[], None], every: float = PRIMARY_WATCH_SECONDS) -> None:
-        """Ask the Sentinels where the primary is every `every` seconds, for ever; when they name
-        another than before, drop every connection to the old one, those in use too (their requests
-        fail, retriably, and are sent again to the new primary), and call `moved()` for the
-        connections beside redis-py. Without this a primary paused through a failover is still used
-        when it resumes, until the Sentinels demote it seconds later: it answers requests held in its
-        sockets and new ones alike from its own log, which lacks what the new primary took meanwhile
-        (tests/jepsen's primary-paused), and once demoted it answers reads, empty while it resyncs.
-        Kafka's clients meet the same thing as a leader epoch that moved on (KIP-320)."""
+    async def follow_primary(self, follow: Callable[[tuple[str, int]], None],
+                             every: float = PRIMARY_WATCH_SECONDS) -> None:
+        """Ask the Sentinels where the primary is every `every` seconds, for ever, and drop every
+        connection to another node, those in use too (their requests fail, retriably, and are sent
+        again to the primary); `follow(primary)` does the same for the connections beside redis-py.
+        Without this a primary paused through a failover is still used when it resumes, until the
+        Sentinels demote it seconds later: it answers requests held in its sockets and new ones alike
+        from its own log, which lacks what the new primary took meanwhile (tests/jepsen's
+        primary-paused), and once demoted it answers reads, empty while it resyncs. Each look drops
+        them anew: a connection that was opening to the paused node (its handshake waits as long as
+        the pause does) is made to it only when it resumes. Kafka's clients meet the same thing as a
+        leader epoch that moved on (KIP-320)."""
         seen = self.primary_seen()
         while True:
             await asyncio.sleep(every)  # a period, not a stand-in for an event: Sentinel pushes none to a client
@@ -137,11 +140,15 @@ class SentinelRedis(Redis):
             if seen is not None and now != seen:
                 log.warning("the Sentinels name %s:%d the primary now, not %s:%d: dropping the connections to "
                             "the old one", *now, *seen)
-                pool = self.connection_pool
-                pool.master_address = now  # type: ignore[attr-defined]
-                await pool.disconnect(inuse_connections=True)
-                moved()
             seen = now
+            follow(now)
+            pool = self.connection_pool
+            pool.master_address = now  # type: ignore[attr-defined]
+            # redis-py's pool.disconnect() waits for its lock, which a connection opening to a stopped node holds
+            held = [*pool._available_connections, *pool._in_use_connections]  # type: ignore[attr-defined]
+            for conn in held:
+                if conn.is_connected and (str(conn.host), int(conn.port)) != now:
+                    await conn.disconnect(nowait=True)
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         await super().aclose(close_connection_pool)

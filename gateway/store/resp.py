@@ -378,12 +378,13 @@ class DirectConnections:
             conn.close()
         self._conns.clear()
 
-    def abandon(self) -> None:
-        """Every connection aborted (their requests fail now) and the primary asked for again on the
-        next use: the Sentinels named another (`SentinelRedis.follow_primary`)."""
-        for conn in self._conns.values():
-            conn.abort()
-        self._conns.clear()
+    def follow(self, primary: tuple[str, int]) -> None:
+        """Behind Sentinel: every connection to another node than `primary` aborted (their requests
+        fail now, not when a stopped node takes its bytes), and `primary` used from now on
+        (`SentinelRedis.follow_primary`)."""
+        for addr in [a for a in self._conns if a != primary]:
+            self._conns.pop(addr).abort()
+        self._addr = primary
 
 
 def _tls_context(kwargs: dict[str, Any]) -> ssl.SSLContext:
