@@ -145,7 +145,7 @@ class SentinelRedis(Redis):
             pool = self.connection_pool
             pool.master_address = now  # type: ignore[attr-defined]
             # redis-py's pool.disconnect() waits for its lock, which a connection opening to a stopped node holds
-            held = [*pool._available_connections, *pool._in_use_connections]  # type: ignore[attr-defined]
+            held: list[Any] = [*pool._available_connections, *pool._in_use_connections]
             for conn in held:
                 if conn.is_connected and (str(conn.host), int(conn.port)) != now:
                     await conn.disconnect(nowait=True)
