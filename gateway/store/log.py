@@ -44,8 +44,8 @@ from gateway.errors import (
     ErrorCode,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
+    ReplyLost,
     StorageUnavailable,
-    Timeout,
     TopicExists,
     TopicNotFound,
     error_for,
@@ -508,7 +508,7 @@ class LogStore:
                     # it nothing was stored, and librdkafka then bumps its epoch and sends the records
                     # again as new ones: duplicates (tests/jepsen's primary-paused)
                     for i in pending[conn]:
-                        replies[i] = Timeout(f"{calls[i][1][0]}: the connection to Redis dropped after the append "
+                        replies[i] = ReplyLost(f"{calls[i][1][0]}: the connection to Redis dropped after the append "
                                              f"was sent ({exc}); it may be stored: retry")
                     continue
                 for i, reply in zip(pending[conn], got, strict=True):
