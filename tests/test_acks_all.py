@@ -22,11 +22,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from gateway.client import Client, NotEnoughReplicas
 from gateway.domain.fence import full_key
 from gateway.errors import StorageUnavailable
+from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store import Store, keys
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from gateway.store.groups import CommittedOffset
 from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, running_gateway, test_config
+from tests.kafka_wire import call
 from tests.test_metrics import moved, samples, scrape, value
 
 TIMEOUT = 30.0
@@ -408,3 +410,26 @@ async def test_a_record_no_replica_holds_is_not_read_until_one_does(pair: Pair, 
 def _replica_high_watermark(pair: Pair, topic: str = "t") -> int:
     with pair.replica_client() as r:
         return int(r.hget(keys.meta(topic, 0), "hw") or 0)  # type: ignore[arg-type]
+
+
+async def test_api_versions_is_answered_while_redis_is_stopped(pair: Pair, gateway: Gateway) -> None:
+    """A connection's first request, whatever Redis does: librdkafka takes an ApiVersions that fails or
+    outlasts its api.version.request.timeout.ms for a broker without ApiVersions, and its
+    send_offsets_to_transaction then waits for ever for a group coordinator speaking the transaction
+    APIs (tests/jepsen's primary-paused: a reconnect during the pause). The finalized features are
+    the ones last read."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    values = {"client_software_name": "raw", "client_software_version": "1"}
+    try:
+        before = await call((reader, writer), ApiKey.API_VERSIONS, 3, values)
+        assert pair.primary.proc is not None
+        os.kill(pair.primary.proc.pid, signal.SIGSTOP)
+        try:
+            during = await call((reader, writer), ApiKey.API_VERSIONS, 3, values)
+        finally:
+            os.kill(pair.primary.proc.pid, signal.SIGCONT)
+    finally:
+        writer.close()
+    assert during.error_code == 0 and during.api_keys == before.api_keys
+    assert (during.finalized_features_epoch, during.finalized_features) == (
+        before.finalized_features_epoch, before.finalized_features)
