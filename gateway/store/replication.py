@@ -281,7 +281,10 @@ class Replication:
     async def state_replicas(self, key: str) -> tuple[int, int]:
         """(replicas a state change on `key` waits for, replicas online now)."""
         online = await self.online(key)
-        return min(self.state_min_insync - 1, self._most[self.connections.address(key)]), online
+        # the node may have changed since it was read (the Sentinels named a new primary meanwhile):
+        # one not read yet is owed its predecessors' replicas, as `_read_online` would record
+        most = self._most.get(self.connections.address(key), max(self._most.values(), default=0))
+        return min(self.state_min_insync - 1, most), online
 
     async def primaries(self) -> list[PrimaryStatus]:
         """Every primary's replicas, read now (for the admin API and metrics)."""
