@@ -173,6 +173,10 @@ class Timeout(GatewayError):
     code = ErrorCode.TIMEOUT
 
 
+class ReplyLost(Timeout):
+    """A write sent to Redis whose reply a dropped connection lost: it may have been applied."""
+
+
 class InvalidPartitions(GatewayError):
     """A partition count a topic cannot have: below 1, above the limit, or not above its current count."""
 

@@ -21,11 +21,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.client import Client, NotEnoughReplicas
 from gateway.domain.fence import full_key
+from gateway.errors import StorageUnavailable
+from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store import Store, keys
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from gateway.store.groups import CommittedOffset
 from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, running_gateway, test_config
+from tests.kafka_wire import call
 from tests.test_metrics import moved, samples, scrape, value
 
 TIMEOUT = 30.0
@@ -380,3 +383,53 @@ async def test_concurrent_state_changes_share_their_waits(pair: Pair) -> None:
         assert waits() - before < 20  # commits sent while a WAIT is in flight share the next one
     finally:
         await store.close()
+
+
+async def test_a_record_no_replica_holds_is_not_read_until_one_does(pair: Pair, gateway: Gateway) -> None:
+    """Kafka hands a consumer nothing above the high watermark, which moves once the replicas hold
+    the records: a read waits for the replica (Redis's WAIT after a PUBLISH on the reading connection)
+    and is refused, retriably, when it cannot confirm what it read. Found by tests/jepsen's primary-paused schedule: a
+    primary resumed after its failover served appends it alone held, at offsets the new primary had
+    given to other records."""
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 1)
+    await asyncio.to_thread(_produce, bs, [b"a"], acks="1")
+    await eventually(lambda: _replica_high_watermark(pair) == 1, TIMEOUT, "the first record on the replica")
+    assert pair.replica.proc is not None and gateway.services is not None
+    os.kill(pair.replica.proc.pid, signal.SIGSTOP)
+    try:
+        await asyncio.to_thread(_produce, bs, [b"b"], acks="1")  # acks=1: on the primary alone
+        with pytest.raises(StorageUnavailable):  # retriable: Kafka's consumers fetch again
+            await gateway.services.log.read("t", 0, 0)
+    finally:
+        os.kill(pair.replica.proc.pid, signal.SIGCONT)
+    confirmed = await gateway.services.log.read("t", 0, 0)
+    assert [e.base_offset for e in confirmed.entries] == [0, 1] and confirmed.high_watermark == 2
+
+
+def _replica_high_watermark(pair: Pair, topic: str = "t") -> int:
+    with pair.replica_client() as r:
+        return int(r.hget(keys.meta(topic, 0), "hw") or 0)  # type: ignore[arg-type]
+
+
+async def test_api_versions_is_answered_while_redis_is_stopped(pair: Pair, gateway: Gateway) -> None:
+    """A connection's first request, whatever Redis does: librdkafka takes an ApiVersions that fails or
+    outlasts its api.version.request.timeout.ms for a broker without ApiVersions, and its
+    send_offsets_to_transaction then waits for ever for a group coordinator speaking the transaction
+    APIs (tests/jepsen's primary-paused: a reconnect during the pause). The finalized features are
+    the ones last read."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    values = {"client_software_name": "raw", "client_software_version": "1"}
+    try:
+        before = await call((reader, writer), ApiKey.API_VERSIONS, 3, values)
+        assert pair.primary.proc is not None
+        os.kill(pair.primary.proc.pid, signal.SIGSTOP)
+        try:
+            during = await call((reader, writer), ApiKey.API_VERSIONS, 3, values)
+        finally:
+            os.kill(pair.primary.proc.pid, signal.SIGCONT)
+    finally:
+        writer.close()
+    assert during.error_code == 0 and during.api_keys == before.api_keys
+    assert (during.finalized_features_epoch, during.finalized_features) == (
+        before.finalized_features_epoch, before.finalized_features)

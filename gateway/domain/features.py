@@ -13,9 +13,11 @@ Updates are judged as Kafka 4.4's `FeatureControlManager.updateFeature` judges t
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from enum import IntEnum
 
+from gateway.errors import GatewayError
 from gateway.store.cluster_config import ClusterConfigStore
 
 TRANSACTION_VERSION = "transaction.version"
@@ -42,15 +44,34 @@ class FeatureUpdate:
     upgrade_type: UpgradeType
 
 
+ADVERTISE_WAIT = 1.0  # seconds ApiVersions waits for Redis's levels before answering with the last read
+
+
 class Features:
     def __init__(self, store: ClusterConfigStore) -> None:
         self.store = store
+        self._last: tuple[int, dict[str, int]] = (-1, {})  # as last read: what ApiVersions says while Redis cannot
 
     async def finalized(self) -> tuple[int, dict[str, int]]:
         """(epoch, feature -> finalized level), levels of 0 left out as Kafka leaves them out;
         epoch -1 while none was ever set (Kafka's "no finalized features epoch")."""
         version, levels = await self.store.get()
-        return (version if version else -1), {k: int(v) for k, v in levels.items() if int(v) > 0}
+        self._last = (version if version else -1), {k: int(v) for k, v in levels.items() if int(v) > 0}
+        return self._last
+
+    async def advertised(self) -> tuple[int, dict[str, int]]:
+        """`finalized()` for ApiVersions, which must be answered whatever Redis does: Kafka's broker
+        answers it from its metadata cache. A connection whose ApiVersions fails or outlasts the
+        client's api.version.request.timeout.ms (a primary paused through a failover) is taken by
+        librdkafka for a broker without ApiVersions, whose fallback features lack the transaction
+        APIs, and its send_offsets_to_transaction then waits for ever for a coordinator it will not
+        use (tests/jepsen's primary-paused; librdkafka issue 3013). So within ADVERTISE_WAIT, else the
+        levels this gateway read last."""
+        try:
+            async with asyncio.timeout(ADVERTISE_WAIT):
+                return await self.finalized()
+        except (GatewayError, TimeoutError):
+            return self._last
 
     async def level(self, feature: str) -> int:
         return (await self.finalized())[1].get(feature, 0)

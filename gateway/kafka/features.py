@@ -17,7 +17,7 @@ from gateway.kafka.errors import kafka_error
 async def api_versions_features(ctx: RequestContext) -> dict[str, Any]:
     """ApiVersions v3+'s feature fields. Below v4 a supported minimum of 0 is sent as 1, as Kafka's
     `ApiVersionsResponse.createSupportedFeatureKeys` does for older clients (KAFKA-17011)."""
-    epoch, levels = await ctx.services.features.finalized()
+    epoch, levels = await ctx.services.features.advertised()
     low = 0 if ctx.api_version >= 4 else 1
     return {
         "supported_features": [{"name": n, "min_version": max(lo, low), "max_version": hi}

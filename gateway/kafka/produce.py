@@ -15,6 +15,7 @@ the response names topics by the ids asked for.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, replace
 
@@ -24,7 +25,7 @@ from gateway import telemetry
 from gateway.domain.log import Produced
 from gateway.domain.quotas import PRODUCE, REQUEST
 from gateway.domain.security import Operation, ResourceType
-from gateway.errors import GatewayError, InvalidRecord, InvalidTxnState
+from gateway.errors import GatewayError, InvalidRecord, InvalidTxnState, ReplyLost
 from gateway.formats.records import ATTR_TRANSACTIONAL
 from gateway.kafka.client_quotas import counts_time, recorded, request_time, throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
@@ -32,6 +33,8 @@ from gateway.kafka.errors import error_message, kafka_error
 from gateway.kafka.produce_request import MAX_VERSION, MIN_VERSION, TOPIC_IDS_FROM, ProduceRequest
 from gateway.kafka.txn import txn_error
 from gateway.kafka.wire import I16, I32, I64, NO_TAGS, array_len, string, topic_key
+
+log = logging.getLogger(__name__)
 
 # Errors Kafka's ReplicaManager.appendToLocalLog answers with log start offset -1; for any other
 # refusal of a partition's batch by its log (a sequence or epoch out of order, bad records, too few
@@ -113,6 +116,15 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                                                       verify_txn=ctx.api_version < TXN_V2_PRODUCE)
         except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
             appended = [Produced(t, p, exc) for t, p, _ in items]
+        if any(isinstance(d.result, ReplyLost) for d in appended):
+            # as from a leader gone mid-request: the connection closes, so the client retries its
+            # in-flight produces in order, each maybe stored. An answer would let its next pipelined
+            # produce, sent to the new primary, overtake this one (OUT_OF_ORDER_SEQUENCE_NUMBER), and
+            # librdkafka then bumps its epoch and sends stored records again as new: duplicates
+            # (tests/jepsen's primary-paused)
+            log.info("kafka client %s: a Redis connection dropped under its produce; closing", ctx.connection.peer)
+            ctx.connection.close = True
+            return None
         refused = [(d.topic, d.partition) for d in appended
                    if isinstance(d.result, Exception) and kafka_error(d.result) not in BEFORE_THE_LOG]
         starts: dict[tuple[str, int], tuple[int, int] | None] = {}

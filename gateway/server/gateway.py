@@ -146,6 +146,7 @@ class Gateway:
                 "tiering", cfg.tier_interval, lambda: tiering.tier_pass(lease), first_after=cfg.tier_interval)))
         self._tasks += [asyncio.create_task(role.run()) for role in self._roles]
         self._tasks.append(asyncio.create_task(svc.memory.run()))  # every gateway samples for its own produce
+        self._tasks.append(asyncio.create_task(self.store.follow_primary()))  # behind Sentinel: a failover's new primary
 
     async def _wait_for_redis(self, store: Store) -> None:
         """A Redis the user named gets a few seconds to answer, so a wrong URL is reported while they

@@ -8,7 +8,7 @@ from gateway.store import keys
 from gateway.store.client_metrics import ClientMetricsStore
 from gateway.store.cluster_config import ClusterConfigStore
 from gateway.store.compaction import CleanerStore
-from gateway.store.connection import RedisClient, connect, wait_reachable
+from gateway.store.connection import RedisClient, SentinelRedis, connect, wait_reachable
 from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.delay import DelayStore
 from gateway.store.delegation_tokens import DelegationTokenStore
@@ -93,6 +93,17 @@ class Store:
     async def wait_reachable(self, url: str, timeout: float) -> None:
         """Until Redis answers; `StorageUnavailable` after `timeout` seconds of no answer."""
         await wait_reachable(self._redis, url, timeout)
+
+    async def follow_primary(self) -> None:
+        """Behind Sentinel, for ever: every connection to a node the Sentinels no longer name the
+        primary is dropped (`SentinelRedis.follow_primary`); returns at once elsewhere (a Cluster's
+        clients follow its MOVED answers, and one Redis has no other)."""
+        if isinstance(self._redis, SentinelRedis):
+            await self._redis.follow_primary(self._follow)
+
+    def _follow(self, primary: tuple[str, int]) -> None:
+        for direct in (self.log.direct, self.log.ordered, self.replication.connections):
+            direct.follow(primary)
 
     async def close(self) -> None:
         self.log.direct.close()

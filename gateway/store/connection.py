@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -35,6 +35,7 @@ from gateway.telemetry import redis_round_trip
 
 log = logging.getLogger(__name__)
 
+PRIMARY_WATCH_SECONDS = 0.5  # how often a gateway behind Sentinel asks where the primary is
 UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, rexc.ClusterDownError, OSError)
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
@@ -116,6 +117,38 @@ class SentinelRedis(Redis):
         """Where this client's pool last found the primary (it asks on each new connection)."""
         seen = getattr(self.connection_pool, "master_address", None)
         return (str(seen[0]), int(seen[1])) if seen else None
+
+    async def follow_primary(self, follow: Callable[[tuple[str, int]], None],
+                             every: float = PRIMARY_WATCH_SECONDS) -> None:
+        """Ask the Sentinels where the primary is every `every` seconds, for ever, and drop every
+        connection to another node, those in use too (their requests fail, retriably, and are sent
+        again to the primary); `follow(primary)` does the same for the connections beside redis-py.
+        Without this a primary paused through a failover is still used when it resumes, until the
+        Sentinels demote it seconds later: it answers requests held in its sockets and new ones alike
+        from its own log, which lacks what the new primary took meanwhile (tests/jepsen's
+        primary-paused), and once demoted it answers reads, empty while it resyncs. Each look drops
+        them anew: a connection that was opening to the paused node (its handshake waits as long as
+        the pause does) is made to it only when it resumes. Kafka's clients meet the same thing as a
+        leader epoch that moved on (KIP-320)."""
+        seen = self.primary_seen()
+        while True:
+            await asyncio.sleep(every)  # a period, not a stand-in for an event: Sentinel pushes none to a client
+            try:
+                now = await self.discover_primary()
+            except (*UNAVAILABLE, MasterNotFoundError):
+                continue  # mid-failover no Sentinel names one: the next look finds it
+            if seen is not None and now != seen:
+                log.warning("the Sentinels name %s:%d the primary now, not %s:%d: dropping the connections to "
+                            "the old one", *now, *seen)
+            seen = now
+            follow(now)
+            pool = self.connection_pool
+            pool.master_address = now  # type: ignore[attr-defined]
+            # redis-py's pool.disconnect() waits for its lock, which a connection opening to a stopped node holds
+            held: list[Any] = [*pool._available_connections, *pool._in_use_connections]
+            for conn in held:
+                if conn.is_connected and (str(conn.host), int(conn.port)) != now:
+                    await conn.disconnect(nowait=True)
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         await super().aclose(close_connection_pool)

@@ -45,6 +45,7 @@ from gateway.errors import (
     ErrorCode,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
+    ReplyLost,
     StorageUnavailable,
     TopicExists,
     TopicNotFound,
@@ -53,7 +54,7 @@ from gateway.errors import (
 from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.replication import Replication
+from gateway.store.replication import READ_CONFIRM_MS, Replication, read_confirmed, read_mark
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
 
@@ -499,10 +500,25 @@ class LogStore:
         replies: list[Any] = [None] * len(calls)
         async with storage_errors():
             for conn, fut in futures.items():
-                for i, reply in zip(pending[conn], await fut, strict=True):
+                try:
+                    got = await fut
+                except ConnectionError as exc:
+                    # written, the reply lost (the connection dropped: a primary replaced under it):
+                    # maybe stored. Kafka answers such an append REQUEST_TIMED_OUT, which a client's
+                    # idempotent retry resends under the same sequence; KAFKA_STORAGE_ERROR would tell
+                    # it nothing was stored, and librdkafka then bumps its epoch and sends the records
+                    # again as new ones: duplicates (tests/jepsen's primary-paused)
+                    for i in pending[conn]:
+                        replies[i] = ReplyLost(f"{calls[i][1][0]}: the connection to Redis dropped after the append "
+                                             f"was sent ({exc}); it may be stored: retry")
+                    continue
+                for i, reply in zip(pending[conn], got, strict=True):
                     replies[i] = self.replication.reply(conn, reply)
             for conn, wait in waits.items():
-                acked = await wait
+                try:
+                    acked = await wait
+                except StorageUnavailable:  # the WAIT's connection dropped: the appends stored are not confirmed
+                    acked = 0
                 for i in pending[conn]:
                     stored = isinstance(replies[i], list) and replies[i][0] in (ErrorCode.OK, ErrorCode.DUPLICATE_SEQUENCE)
                     if acked < replicas[i] and stored:
@@ -574,17 +590,31 @@ class LogStore:
     async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]) -> list[Any]:
         """The replies of `commands` (all in `log`'s slot) in one round trip; `direct` receives them
         without copies (`resp`), through redis-py when that path cannot serve. Stream replies (at
-        `streams`) come in redis-py's shape either way."""
-        replies = await self.direct.pipeline(log, commands) if direct else None
+        `streams`) come in redis-py's shape either way.
+
+        A read is answered only once the replicas hold everything it read (`Replication.read_replicas`),
+        else StorageUnavailable, retriable: Kafka gives nothing above its high watermark, and a deposed
+        leader answers NOT_LEADER_OR_FOLLOWER, never its own log's bounds (a consumer told OFFSET_OUT_OF_RANGE
+        by a resumed old primary, whose log ends below where it read, resets its position)."""
+        mark = await self.replication.read_replicas(log)
+        sent = commands + read_mark(mark) if mark else commands
+        replies = await self.direct.pipeline(log, sent) if direct else None
         if replies is None:
             pipe = self.redis.pipeline(transaction=False)
-            for command in commands:
+            for command in sent:
                 pipe.execute_command(*command)
             async with storage_errors():
-                return list(await pipe.execute())
-        for i in set(streams):
-            replies[i] = _direct_entries(replies[i])
-        return replies
+                replies = list(await pipe.execute(raise_on_error=False))
+                for reply in replies[:len(commands)]:
+                    if isinstance(reply, Exception):
+                        raise reply
+        else:
+            for i in set(streams):
+                replies[i] = _direct_entries(replies[i])
+        if mark and not read_confirmed(replies[-1], mark):
+            raise StorageUnavailable(f"{log}: what was read is not on {mark} Redis replicas within "
+                                     f"{READ_CONFIRM_MS} ms ({replies[-1]}); retry")
+        return replies[:len(commands)]
 
     async def _read_cleaned(
         self, topic: str, partition: int, offset: int, max_entries: int, with_aborted: bool, direct: bool, cg: int

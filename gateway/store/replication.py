@@ -56,6 +56,8 @@ from gateway.store.resp import DirectConnections, RespConnection, RespError
 from gateway.store.scripts import Scripts, ScriptSpec
 
 _REPLICAS_FRESH = 1.0  # seconds a node's count of online replicas is trusted before it is read again
+READ_CONFIRM_MS = 1_000  # how long a read waits for the replicas to hold what it read before giving none of it
+_READ_MARK = "gateway:read-mark"  # PUBLISHed to nobody: only to move the reading connection's replication offset
 # error replies of a node busy, loading, failing over or handing a slot on: the script did not run
 _PASSING = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "BUSY", "MASTERDOWN", "READONLY")
 _UNRUN = (*_PASSING, "NOSCRIPT")
@@ -128,6 +130,9 @@ class Waits:
         group = self._next.get(conn)
         if group is None:
             group = self._next[conn] = (asyncio.get_running_loop().create_future(), [], [])
+            # its waiters may be gone before it fails (their appends' replies failed first, the
+            # connection lost under a paused primary): the failure is theirs, never a logged orphan
+            group[0].add_done_callback(_observed)
         group[1].append(replicas)
         group[2].append(timeout_ms)
         if conn not in self._flying:
@@ -156,6 +161,12 @@ class Waits:
         self._send(conn)
 
 
+def _observed(fut: asyncio.Future[int]) -> None:
+    """Marks a WAIT's failure as seen: asyncio logs "Future exception was never retrieved" otherwise."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _parse_replica(raw: dict[str, Any], primary_offset: int) -> ReplicaStatus:
     offset = int(raw.get("offset", 0))
     return ReplicaStatus(f"{raw.get('ip', '?')}:{raw.get('port', '?')}", str(raw.get("state", "?")), offset,
@@ -168,6 +179,20 @@ def primary_status(address: str, info: dict[str, Any]) -> PrimaryStatus:
     replicas = [_parse_replica(v, offset) for k, v in sorted(info.items())
                 if k.startswith("slave") and k[5:].isdigit() and isinstance(v, dict)]
     return PrimaryStatus(address, offset, replicas)
+
+
+def read_mark(replicas: int) -> list[tuple[Any, ...]]:
+    """Commands that, pipelined after a read on the connection that read, answer (last) how many
+    replicas hold everything the node had when it read: a PUBLISH is replicated, so it moves the
+    connection's replication offset to the primary's (WAIT counts a connection's own writes, and a
+    reader has none); WAIT then waits for `replicas` at most READ_CONFIRM_MS. On a node that is no
+    primary now WAIT answers an error, which confirms nothing either."""
+    return [("PUBLISH", _READ_MARK, ""), ("WAIT", replicas, READ_CONFIRM_MS)]
+
+
+def read_confirmed(reply: Any, replicas: int) -> bool:
+    """Whether `read_mark`'s last reply says `replicas` hold what was read."""
+    return isinstance(reply, int) and not isinstance(reply, bool) and reply >= replicas
 
 
 class Replication:
@@ -228,6 +253,27 @@ class Replication:
                 host, port = status.address.rsplit(":", 1)
                 self._most[(host, int(port))] = max(status.online, self._most.get((host, int(port)), 0))
 
+    async def read_replicas(self, key: str) -> int:
+        """How many replicas must hold what a read of `key` returns before a client sees it (0: none).
+
+        Kafka hands a consumer only records below the high watermark, which moves once every in-sync
+        replica holds them (Kafka's `Partition.maybeIncrementLeaderHW`; the leader epochs of KIP-101
+        and KIP-320 keep a deposed leader from answering), so a record no replica holds is never
+        read and then lost in a failover. Redis serves whatever its primary holds, and a primary
+        paused through a failover and then resumed answers from its own log, which holds appends the
+        new primary never got (their offsets since given to other records) until the Sentinels demote
+        it seconds later (tests/jepsen's primary-paused). So a read waits, as a state change does,
+        for `state_replicas` (those of them online) to hold everything the node had when it read
+        (`read_mark`). On a Redis
+        Cluster PUBLISH is not in the replication stream (it goes over the cluster bus), so the mark
+        would prove nothing: reads there are not confirmed (README's Guarantees)."""
+        if self.state_min_insync <= 1 or hasattr(self.redis, "get_node_from_key"):
+            return 0
+        needed, online = await self.state_replicas(key)
+        # those online alone: one its primary dropped (gone, or silent past repl-timeout) is out of the
+        # set as a lagging follower leaves Kafka's ISR, which then moves the high watermark without it
+        return min(needed, online)
+
     def forget(self, key: str) -> None:
         """Read `key`'s node's replicas again next time (a WAIT fell short)."""
         self._online.pop(self.connections.address(key), None)
@@ -235,7 +281,10 @@ class Replication:
     async def state_replicas(self, key: str) -> tuple[int, int]:
         """(replicas a state change on `key` waits for, replicas online now)."""
         online = await self.online(key)
-        return min(self.state_min_insync - 1, self._most[self.connections.address(key)]), online
+        # the node may have changed since it was read (the Sentinels named a new primary meanwhile):
+        # one not read yet is owed its predecessors' replicas, as `_read_online` would record
+        most = self._most.get(self.connections.address(key), max(self._most.values(), default=0))
+        return min(self.state_min_insync - 1, most), online
 
     async def primaries(self) -> list[PrimaryStatus]:
         """Every primary's replicas, read now (for the admin API and metrics)."""

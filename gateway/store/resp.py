@@ -86,6 +86,12 @@ class RespConnection(asyncio.BufferedProtocol):
         if self._transport is not None:
             self._transport.close()
 
+    def abort(self) -> None:
+        """Closed at once, what is left unsent dropped: requests waiting fail now, not when a stopped
+        node takes its bytes."""
+        if self._transport is not None:
+            self._transport.abort()
+
     # -- the protocol's side --------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -371,6 +377,14 @@ class DirectConnections:
         for conn in self._conns.values():
             conn.close()
         self._conns.clear()
+
+    def follow(self, primary: tuple[str, int]) -> None:
+        """Behind Sentinel: every connection to another node than `primary` aborted (their requests
+        fail now, not when a stopped node takes its bytes), and `primary` used from now on
+        (`SentinelRedis.follow_primary`)."""
+        for addr in [a for a in self._conns if a != primary]:
+            self._conns.pop(addr).abort()
+        self._addr = primary
 
 
 def _tls_context(kwargs: dict[str, Any]) -> ssl.SSLContext:

@@ -25,11 +25,15 @@ def record(m: Message) -> Record:
 
 def delivered(history: History, process: str | int) -> Callable[[KafkaError | None, Message], None]:
     """The delivery callback that completes a non-transactional `send`: ok where acknowledged; any
-    error (a timeout first) leaves it unsure, `info`, since an idempotent retry may have written it."""
+    error (a timeout first) leaves it unsure, `info`, since an idempotent retry may have written it, and
+    so does a success without an offset (librdkafka acks a batch whose request timed out implicitly,
+    once a later one of the partition succeeds)."""
     def done(err: KafkaError | None, msg: Message) -> None:
         v = msg.value()
         assert v is not None
-        if err is None:
+        if err is None and msg.offset() is None:  # librdkafka's implicit ack: stored, at an offset it never learnt
+            history.info(process, "send", {"v": v.decode(), "error": "acknowledged without an offset"})
+        elif err is None:
             t, p, o, _ = record(msg)
             history.ok(process, "send", {"v": v.decode(), "t": t, "p": p, "o": o})
         else:
