@@ -120,6 +120,31 @@ async def test_two_transactions_racing_for_one_message(client):
         await winner.commit()
 
 
+@pytest.mark.parametrize("commit", [False, True], ids=["aborted", "committed"])
+async def test_a_message_a_transaction_holds_goes_to_no_one_until_it_ends(client, commit):
+    """PIP-31's PENDING_ACK: the consumer holding a message leaves while a transaction has acked it;
+    no other consumer gets it meanwhile (it could not acknowledge it), as Pulsar's dispatcher leaves
+    pending-ack positions out. The abort delivers it again; after the commit it is acked."""
+    await produce_inputs(client, "in", 1)
+    leaving = await client.subscribe("in", "proc", mode="shared", initial_position="earliest")
+    m = await leaving.receive(10)
+    txn = await client.new_transaction()
+    await leaving.acknowledge(m, txn=txn)
+    await leaving.close()
+    staying = await client.subscribe("in", "proc", mode="shared")
+    await produce_inputs(client, "in", 1)
+    after = await staying.receive(10)
+    assert after.offset == 1  # the held message is not delivered ahead of it
+    await staying.acknowledge(after)
+    await (txn.commit() if commit else txn.abort())
+    if not commit:
+        again = await staying.receive(10)
+        assert (again.offset, again.redelivery_count) == (0, 1)
+        await staying.acknowledge(again)
+    await produce_inputs(client, "in", 1)
+    assert (await staying.receive(10)).offset == 2  # nothing of before comes again
+
+
 @pytest.fixture
 async def quick_reaper(redis_url):
     gw = Gateway(test_config(redis_url, txn_reaper_interval=0.05, txn_max_timeout_ms=60_000))
