@@ -239,6 +239,28 @@ async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit
     assert (await consumer.receive(10)).offset == 1  # acked once, never delivered again
 
 
+async def test_a_held_message_whose_transaction_ended_unsettled_comes_again(gateway, client):
+    """A lock whose transaction's end missed it, on a message no consumer holds any more: held back
+    as any locked message, then healed (the transaction is seen to have aborted) and delivered."""
+    await produce_inputs(client, "in", 1)
+    leaving = await client.subscribe("in", "proc", mode="shared", initial_position="earliest")
+    m = await leaving.receive(10)
+    stale = await client.new_transaction()
+    await leaving.acknowledge(m, txn=stale)
+    settlers = gateway.services.txn.settlers
+    saved = list(settlers)
+    settlers.clear()
+    try:
+        await stale.abort()
+    finally:
+        settlers[:] = saved
+    await leaving.close()
+    staying = await client.subscribe("in", "proc", mode="shared")
+    again = await staying.receive(10)
+    assert again.offset == m.offset
+    await staying.acknowledge(again)
+
+
 async def test_transactional_records_are_batched_apart_from_the_others(gateway, client):
     producer = await client.create_producer("batched", linger_ms=20)
     txn = await client.new_transaction()

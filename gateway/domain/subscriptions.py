@@ -86,6 +86,8 @@ class Delivery:
     # back unsent goes out again as the same delivery, not counted twice
     counted: bool = False
     sticky: int = 0  # Key_Shared: the hash of the records' key (`gateway.domain.key_shared`)
+    # offset: the transaction that locked it while this delivery held it (its abort redelivers it)
+    locks: dict[int, str] = field(default_factory=dict)
 
     def skip(self, offsets: set[int] | None = None) -> list[int]:
         """Offsets of the batch, relative to its base, that the consumer must not process (those not
@@ -338,7 +340,13 @@ class Subscription:
                 if txn_id is not None:
                     self._locking += 1
                     self._lockable |= calls.keys()
-                    await self.service.store.lock(self.topic, self.name, txn_id, calls)
+                    marked = self._mark_locks(txn_id, calls)
+                    try:
+                        await self.service.store.lock(self.topic, self.name, txn_id, calls)
+                    except BaseException:
+                        for d, o in marked:
+                            d.locks.pop(o, None)
+                        raise
                     return
                 cursors = await self.service.store.ack(self.topic, self.name, calls)
                 break
@@ -349,6 +357,24 @@ class Subscription:
                     raise
         self.applied(cursors, individual, cumulative)
         await self.watermark_moved()
+
+    def _mark_locks(self, txn_id: str, calls: dict[int, tuple[int, list[int]]]) -> list[tuple[Delivery, int]]:
+        """Note on the deliveries holding these offsets that `txn_id` locks them (`locked_by`)."""
+        marked: list[tuple[Delivery, int]] = []
+        for p, (upto, offsets) in calls.items():
+            held = self.outstanding[p]
+            for o in {*offsets, *(o for o in held if o < upto)}:
+                d = held.get(o)
+                if d is not None:
+                    d.locks[o] = txn_id
+                    marked.append((d, o))
+        return marked
+
+    def locked_by(self, partition: int, offsets: set[int], txn_id: str) -> set[int]:
+        """Those of `offsets` held here by the delivery that `txn_id` locked: not a later delivery of
+        one, made once the lock was gone (or, on the next gateway, by a delivery of its own)."""
+        held = self.outstanding[partition]
+        return {o for o in offsets if (d := held.get(o)) is not None and d.locks.get(o) == txn_id}
 
     def applied(self, cursors: dict[int, int], individual: dict[int, list[int]], cumulative: dict[int, int]) -> None:
         """Bring the in-memory view in line with acks the store has recorded. Acks of one partition
@@ -1036,7 +1062,10 @@ class SubscriptionService:
                             {partition: r.upto - 1} if r.upto >= 0 else {})
                 await sub.watermark_moved()
             return
-        again = set(r.offsets) | {o for o in sub.outstanding[partition] if o < r.upto}
+        # only the deliveries the transaction locked: settled late (by the reaper after the gateway that
+        # locked died, or in a race with a delivery made once the lock was gone), a nack of a later
+        # delivery would take the message away from its consumer, whose acknowledgement then fails
+        again = sub.locked_by(partition, set(r.offsets) | {o for o in sub.outstanding[partition] if o < r.upto}, txn_id)
         again -= spare or set()
         if again:
             sub.negative_acknowledge({partition: sorted(again)})
@@ -1080,3 +1109,4 @@ class SubscriptionService:
             if sub.task is not None:
                 sub.task.cancel()
             await self._release_lease(sub)
+
