@@ -211,6 +211,17 @@ async def test_transactions_example_transforms_each_input_once(gateway):
     assert sorted(out) == sorted(f"WORD {i}".encode() for i in range(30))
 
 
+async def end_unsettled(gateway, txn, commit: bool) -> None:
+    """End `txn` with its subscriptions left unsettled: its locks stay, as in a race with its end."""
+    settlers = gateway.services.txn.settlers
+    saved = list(settlers)
+    settlers.clear()
+    try:
+        await (txn.commit() if commit else txn.abort())
+    finally:
+        settlers[:] = saved
+
+
 @pytest.mark.parametrize("commit", [False, True], ids=["aborted", "committed"])
 async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit):
     """A lock taken in a race with its transaction's end (so never settled) gives way once the
@@ -220,13 +231,7 @@ async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit
     m = await consumer.receive(10)
     stale = await client.new_transaction()
     await consumer.acknowledge(m, txn=stale)
-    settlers = gateway.services.txn.settlers
-    saved = list(settlers)
-    settlers.clear()
-    try:
-        await (stale.commit() if commit else stale.abort())
-    finally:
-        settlers[:] = saved
+    await end_unsettled(gateway, stale, commit)
     txn = await client.new_transaction()
     if commit:
         with pytest.raises(TransactionConflict):  # healed into an ack: acked already
@@ -247,13 +252,7 @@ async def test_a_held_message_whose_transaction_ended_unsettled_comes_again(gate
     m = await leaving.receive(10)
     stale = await client.new_transaction()
     await leaving.acknowledge(m, txn=stale)
-    settlers = gateway.services.txn.settlers
-    saved = list(settlers)
-    settlers.clear()
-    try:
-        await stale.abort()
-    finally:
-        settlers[:] = saved
+    await end_unsettled(gateway, stale, False)
     await leaving.close()
     staying = await client.subscribe("in", "proc", mode="shared")
     again = await staying.receive(10)
