@@ -211,27 +211,29 @@ async def test_transactions_example_transforms_each_input_once(gateway):
     assert sorted(out) == sorted(f"WORD {i}".encode() for i in range(30))
 
 
-async def end_unsettled(gateway, txn, commit: bool) -> None:
-    """End `txn` with its subscriptions left unsettled: its locks stay, as in a race with its end."""
+async def held_by_an_unsettled_lock(gateway, client, commit: bool):
+    """A consumer of "in" and the message it holds, acked in a transaction that then ended with its
+    lock left unsettled, as in a race with its end."""
+    await produce_inputs(client, "in", 1)
+    consumer = await client.subscribe("in", "proc", mode="shared", initial_position="earliest")
+    m = await consumer.receive(10)
+    stale = await client.new_transaction()
+    await consumer.acknowledge(m, txn=stale)
     settlers = gateway.services.txn.settlers
     saved = list(settlers)
     settlers.clear()
     try:
-        await (txn.commit() if commit else txn.abort())
+        await (stale.commit() if commit else stale.abort())
     finally:
         settlers[:] = saved
+    return consumer, m
 
 
 @pytest.mark.parametrize("commit", [False, True], ids=["aborted", "committed"])
 async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit):
     """A lock taken in a race with its transaction's end (so never settled) gives way once the
     transaction is seen to have ended."""
-    await produce_inputs(client, "in", 1)
-    consumer = await client.subscribe("in", "proc", mode="shared", initial_position="earliest")
-    m = await consumer.receive(10)
-    stale = await client.new_transaction()
-    await consumer.acknowledge(m, txn=stale)
-    await end_unsettled(gateway, stale, commit)
+    consumer, m = await held_by_an_unsettled_lock(gateway, client, commit)
     txn = await client.new_transaction()
     if commit:
         with pytest.raises(TransactionConflict):  # healed into an ack: acked already
@@ -247,12 +249,7 @@ async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit
 async def test_a_held_message_whose_transaction_ended_unsettled_comes_again(gateway, client):
     """A lock whose transaction's end missed it, on a message no consumer holds any more: held back
     as any locked message, then healed (the transaction is seen to have aborted) and delivered."""
-    await produce_inputs(client, "in", 1)
-    leaving = await client.subscribe("in", "proc", mode="shared", initial_position="earliest")
-    m = await leaving.receive(10)
-    stale = await client.new_transaction()
-    await leaving.acknowledge(m, txn=stale)
-    await end_unsettled(gateway, stale, False)
+    leaving, m = await held_by_an_unsettled_lock(gateway, client, False)
     await leaving.close()
     staying = await client.subscribe("in", "proc", mode="shared")
     again = await staying.receive(10)
