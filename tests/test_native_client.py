@@ -143,3 +143,35 @@ async def test_client_reconnects_after_a_gateway_restart(redis_url):
         finally:
             await client.close()
             await gw.stop()
+
+
+async def test_a_nack_of_a_message_from_before_a_reconnect_is_dropped(redis_url):
+    """A message received before the consumer reconnected comes again anyway: nacking it (say, after
+    a step on it failed with the connection) must not take that new delivery away, as Pulsar's
+    consumer epoch (PIP-84) drops stale redelivery requests."""
+    from gateway.server.gateway import Gateway
+    from gateway.store.embedded import free_port
+    from tests.conftest import test_config
+
+    port = free_port()
+    gw = Gateway(test_config(redis_url, native_port=port))
+    await gw.start()
+    async with await Client.connect(f"gateway://127.0.0.1:{port}") as client:
+        producer = await client.create_producer("re", batching=False)
+        consumer = await client.subscribe("re", "s", "shared", "earliest", negative_ack_delay=0)
+        await producer.send(b"before")
+        first = await consumer.receive(5)
+        await gw.stop()
+        gw = Gateway(test_config(redis_url, native_port=port))
+        await gw.start()
+        try:
+            again = await consumer.receive(5)
+            await consumer.negative_acknowledge(first)  # stale: dropped
+            await producer.send(b"after")
+            after = await consumer.receive(5)  # not the nacked one again first
+            assert [(m.offset, m.value) for m in (again, after)] == [(0, b"before"), (1, b"after")]
+            await consumer.negative_acknowledge(again)  # a nack of the new delivery still counts
+            assert (await consumer.receive(5)).message_id == again.message_id
+        finally:
+            await client.close()
+            await gw.stop()

@@ -120,6 +120,31 @@ async def test_two_transactions_racing_for_one_message(client):
         await winner.commit()
 
 
+@pytest.mark.parametrize("commit", [False, True], ids=["aborted", "committed"])
+async def test_a_message_a_transaction_holds_goes_to_no_one_until_it_ends(client, commit):
+    """PIP-31's PENDING_ACK: the consumer holding a message leaves while a transaction has acked it;
+    no other consumer gets it meanwhile (it could not acknowledge it), as Pulsar's dispatcher leaves
+    pending-ack positions out. The abort delivers it again; after the commit it is acked."""
+    await produce_inputs(client, "in", 1)
+    leaving = await client.subscribe("in", "proc", mode="shared", initial_position="earliest")
+    m = await leaving.receive(10)
+    txn = await client.new_transaction()
+    await leaving.acknowledge(m, txn=txn)
+    await leaving.close()
+    staying = await client.subscribe("in", "proc", mode="shared")
+    await produce_inputs(client, "in", 1)
+    after = await staying.receive(10)
+    assert after.offset == 1  # the held message is not delivered ahead of it
+    await staying.acknowledge(after)
+    await (txn.commit() if commit else txn.abort())
+    if not commit:
+        again = await staying.receive(10)
+        assert (again.offset, again.redelivery_count) == (0, 1)
+        await staying.acknowledge(again)
+    await produce_inputs(client, "in", 1)
+    assert (await staying.receive(10)).offset == 2  # nothing of before comes again
+
+
 @pytest.fixture
 async def quick_reaper(redis_url):
     gw = Gateway(test_config(redis_url, txn_reaper_interval=0.05, txn_max_timeout_ms=60_000))
@@ -186,10 +211,9 @@ async def test_transactions_example_transforms_each_input_once(gateway):
     assert sorted(out) == sorted(f"WORD {i}".encode() for i in range(30))
 
 
-@pytest.mark.parametrize("commit", [False, True], ids=["aborted", "committed"])
-async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit):
-    """A lock taken in a race with its transaction's end (so never settled) gives way once the
-    transaction is seen to have ended."""
+async def held_by_an_unsettled_lock(gateway, client, commit: bool):
+    """A consumer of "in" and the message it holds, acked in a transaction that then ended with its
+    lock left unsettled, as in a race with its end."""
     await produce_inputs(client, "in", 1)
     consumer = await client.subscribe("in", "proc", mode="shared", initial_position="earliest")
     m = await consumer.receive(10)
@@ -202,6 +226,14 @@ async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit
         await (stale.commit() if commit else stale.abort())
     finally:
         settlers[:] = saved
+    return consumer, m
+
+
+@pytest.mark.parametrize("commit", [False, True], ids=["aborted", "committed"])
+async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit):
+    """A lock taken in a race with its transaction's end (so never settled) gives way once the
+    transaction is seen to have ended."""
+    consumer, m = await held_by_an_unsettled_lock(gateway, client, commit)
     txn = await client.new_transaction()
     if commit:
         with pytest.raises(TransactionConflict):  # healed into an ack: acked already
@@ -212,6 +244,17 @@ async def test_a_lock_left_by_an_ended_transaction_heals(gateway, client, commit
         await txn.commit()
     await produce_inputs(client, "in", 1)
     assert (await consumer.receive(10)).offset == 1  # acked once, never delivered again
+
+
+async def test_a_held_message_whose_transaction_ended_unsettled_comes_again(gateway, client):
+    """A lock whose transaction's end missed it, on a message no consumer holds any more: held back
+    as any locked message, then healed (the transaction is seen to have aborted) and delivered."""
+    leaving, m = await held_by_an_unsettled_lock(gateway, client, False)
+    await leaving.close()
+    staying = await client.subscribe("in", "proc", mode="shared")
+    again = await staying.receive(10)
+    assert again.offset == m.offset
+    await staying.acknowledge(again)
 
 
 async def test_transactional_records_are_batched_apart_from_the_others(gateway, client):

@@ -61,6 +61,10 @@ class _Watermark:
 _CLOSED = object()
 
 
+class _Stale(Exception):
+    """A negative acknowledgement of a message received before the consumer subscribed again."""
+
+
 async def next_ready(sources: Callable[[], list[Consumer]], arrived: asyncio.Event,
                      closed: Callable[[], GatewayError | None], deadline: float | None) -> Consumer | None:
     """The first of `sources` (asked again after each wait) that holds a queued message, the
@@ -133,6 +137,7 @@ class Consumer:
         self._acks: _AckGroup | None = None
         self._nack_timers: set[asyncio.TimerHandle] = set()
         self._retry: Consumer | None = None  # the retry-letter topic's consumer, received from here too
+        self._epoch = 0  # how often it subscribed again (`_reattach`): Pulsar's consumer epoch (PIP-84)
         chunks = chunks or ChunkPolicy()
         self._chunks = Assembler(chunks.max_pending, chunks.auto_ack_oldest, chunks.expire, self._give_up)
 
@@ -153,7 +158,7 @@ class Consumer:
     def _split(self, e: pb.EntryBatch) -> list[Message]:
         skip = {e.base_offset + s for s in e.skip}
         decoded = decode_batch(self.topic, e.partition, e.base_offset, e.batch, skip, e.redelivery_count,
-                               watermark=self._sent_watermark)
+                               watermark=self._sent_watermark, consumer_epoch=self._epoch)
         out = [m for m in map(self._chunks.add, decoded) if m is not None]
         # chunks held for their message leave the queue's room to others, as Pulsar's consumer
         # frees their permits: a message of more chunks than the queue holds still comes whole
@@ -225,6 +230,7 @@ class Consumer:
     async def _reattach(self) -> None:
         """On a new connection: subscribe again; what was prefetched comes again from the gateway."""
         resp = await self.client._conn.request(pb.Request(subscribe=self._subscribe))
+        self._epoch += 1
         self._id = resp.subscribed.consumer_id
         s = resp.subscribed
         self._restart_queue(s.watermark_ms if s.HasField("watermark_ms") else None)
@@ -409,18 +415,25 @@ class Consumer:
         )
 
     async def negative_acknowledge(self, message: Position) -> None:
-        """Ask for the message again after the consumer's negative-ack delay."""
+        """Ask for the message again after the consumer's negative-ack delay. Not sent for a message
+        received before the consumer subscribed again (after a reconnect), nor once it has: the
+        gateway delivers it again anyway, and the nack, which names an offset, would take that new
+        delivery away (Pulsar's consumer epoch, PIP-84, drops such stale redelivery requests)."""
         self._check_open()
         mid = _id(message)
         if self._owner(mid) is not self:
             return await self._owner(mid).negative_acknowledge(message)
+        epoch = message.consumer_epoch if isinstance(message, Message) else self._epoch
 
         def req() -> pb.Request:
+            if self._epoch != epoch:
+                raise _Stale()
             offsets = [pb.PartitionOffsets(partition=mid.partition, offsets=mid.chunks or [mid.offset])]
             return pb.Request(nack=pb.Nack(consumer_id=self._id, offsets=offsets))
 
         if self._nack_delay <= 0:
-            await self.client.request(req)
+            with contextlib.suppress(_Stale):
+                await self.client.request(req)
             return
         loop = asyncio.get_running_loop()
 
@@ -453,7 +466,7 @@ class Consumer:
         await self.client.request(req)
 
     async def _send_quietly(self, req: Callable[[], pb.Request]) -> None:
-        with contextlib.suppress(GatewayError):
+        with contextlib.suppress(GatewayError, _Stale):
             await self.client.request(req)
 
     async def seek(

@@ -41,6 +41,9 @@ class Message:
     chunk_offsets: tuple[int, ...] = ()  # a chunked message's chunks (gateway.client.chunks)
     decoded_value: Any = None  # the value read through the consumer's `schema` (gateway.client.schema)
     decoded_key: Any = None  # the key read through its `key_schema`
+    # which subscribe of its consumer received it (a reconnect subscribes again): see
+    # `Consumer.negative_acknowledge`
+    consumer_epoch: int = field(default=0, compare=False, repr=False)
     message_id: MessageId = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -49,7 +52,7 @@ class Message:
 
 def decode_batch(
     topic: str, partition: int, base_offset: int, batch: bytes, skip: Collection[int] = (), redelivery_count: int = 0,
-    *, watermark: int | None = None,
+    *, watermark: int | None = None, consumer_epoch: int = 0,
 ) -> list[Message]:
     """The messages of one stored batch, but those at the offsets in `skip`; the event-time header
     becomes `event_time`, and one before `watermark` marks the message late."""
@@ -63,6 +66,6 @@ def decode_batch(
         late = event_time is not None and watermark is not None and event_time < watermark
         out.append(
             Message(rec.value, rec.key, headers, topic, partition, rec.offset, rec.timestamp,
-                    event_time, redelivery_count, late)
+                    event_time, redelivery_count, late, consumer_epoch=consumer_epoch)
         )
     return out

@@ -287,6 +287,7 @@ class KeySharedSubscription(Subscription):
         if self.deleted or self.generation < 0:
             return False
         self._expire()
+        await self._unpark()  # what `archive_over_limit` parked
         generation = self._generation
         # and whether it was handed out or held before; held ones were never handed out, so nothing of
         # them can have been acknowledged here (the claim drops what was, elsewhere)

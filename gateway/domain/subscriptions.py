@@ -86,6 +86,8 @@ class Delivery:
     # back unsent goes out again as the same delivery, not counted twice
     counted: bool = False
     sticky: int = 0  # Key_Shared: the hash of the records' key (`gateway.domain.key_shared`)
+    # offset: the transaction that locked it while this delivery held it (its abort redelivers it)
+    locks: dict[int, str] = field(default_factory=dict)
 
     def skip(self, offsets: set[int] | None = None) -> list[int]:
         """Offsets of the batch, relative to its base, that the consumer must not process (those not
@@ -157,6 +159,12 @@ class Subscription:
         self.delivery_limit = 0
         self.on_archive: Callable[[Delivery], Awaitable[None]] | None = None
         self.read_committed = True  # False: up to the high watermark, aborted batches included
+        # offsets a transaction holds (PIP-31's PENDING_ACK) met on their way out: held back here until
+        # it ends (`_unlocked`, `_unpark`)
+        self.parked: list[Delivery] = []
+        self._lockable: set[int] = set(range(partitions))  # partitions whose locks are not known to be none
+        self._locking = 0  # transactional acks made here: a look at the locks that overlapped one proves nothing
+        self._unpark_at = 0.0
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -197,6 +205,7 @@ class Subscription:
             self.max_acked[p] = pos.max_acked
             self.outstanding[p] = {}
             self.owned.add(p)
+            self._lockable.add(p)
         if partitions:
             self.wake.set()
 
@@ -205,6 +214,7 @@ class Subscription:
         caller gives a partition up once nothing is, unless its lease ran out)."""
         self.owned -= partitions
         self.redeliver = deque(d for d in self.redeliver if d.partition not in partitions)
+        self.parked = [d for d in self.parked if d.partition not in partitions]
         for p in partitions:
             for d in set(self.outstanding.get(p, {}).values()):
                 if d.consumer is not None:
@@ -245,7 +255,9 @@ class Subscription:
         for c in self.consumers:
             c.deliveries.clear()
         self.redeliver.clear()
+        self.parked.clear()
         self._deadlines.clear()
+        self._lockable = set(range(partitions))
         self.topic_id, self.partitions = topic_id, partitions
         self.outstanding = {p: {} for p in range(partitions)}
         self.cursor, self.read_pos, self.max_acked = {}, {}, {}
@@ -274,6 +286,8 @@ class Subscription:
         for held in self.outstanding.values():
             held.clear()
         self.redeliver.clear()
+        self.parked.clear()
+        self._lockable = set(range(self.partitions))
         self._deadlines.clear()
         self.read_pos = dict(self.cursor)
 
@@ -324,7 +338,15 @@ class Subscription:
         for attempt in range(2):
             try:
                 if txn_id is not None:
-                    await self.service.store.lock(self.topic, self.name, txn_id, calls)
+                    self._locking += 1
+                    self._lockable |= calls.keys()
+                    marked = self._mark_locks(txn_id, calls)
+                    try:
+                        await self.service.store.lock(self.topic, self.name, txn_id, calls)
+                    except BaseException:
+                        for d, o in marked:
+                            d.locks.pop(o, None)
+                        raise
                     return
                 cursors = await self.service.store.ack(self.topic, self.name, calls)
                 break
@@ -335,6 +357,24 @@ class Subscription:
                     raise
         self.applied(cursors, individual, cumulative)
         await self.watermark_moved()
+
+    def _mark_locks(self, txn_id: str, calls: dict[int, tuple[int, list[int]]]) -> list[tuple[Delivery, int]]:
+        """Note on the deliveries holding these offsets that `txn_id` locks them (`locked_by`)."""
+        marked: list[tuple[Delivery, int]] = []
+        for p, (upto, offsets) in calls.items():
+            held = self.outstanding[p]
+            for o in {*offsets, *(o for o in held if o < upto)}:
+                d = held.get(o)
+                if d is not None:
+                    d.locks[o] = txn_id
+                    marked.append((d, o))
+        return marked
+
+    def locked_by(self, partition: int, offsets: set[int], txn_id: str) -> set[int]:
+        """Those of `offsets` held here by the delivery that `txn_id` locked: not a later delivery of
+        one, made once the lock was gone (or, on the next gateway, by a delivery of its own)."""
+        held = self.outstanding[partition]
+        return {o for o in offsets if (d := held.get(o)) is not None and d.locks.get(o) == txn_id}
 
     def applied(self, cursors: dict[int, int], individual: dict[int, list[int]], cumulative: dict[int, int]) -> None:
         """Bring the in-memory view in line with acks the store has recorded. Acks of one partition
@@ -504,6 +544,7 @@ class Subscription:
         if self.deleted:
             return False
         self._expire()
+        await self._unpark()
         await self.archive_over_limit()  # whether or not anyone is there to take more
         targets = self._targets()
         if not targets:
@@ -522,6 +563,7 @@ class Subscription:
             batch = await self._read(sum(c.permits for c in targets), sorted(readable))
             if not batch:
                 return self.read_pos != before  # skipped acked or hidden entries: read on at once
+        batch = await self._unlocked(batch)
         if self.delivery_limit:
             batch = await self._counted(batch)
         if batch:
@@ -567,6 +609,73 @@ class Subscription:
             await self.archive_over_limit()
         return out
 
+    async def _unlocked(self, batch: list[Delivery]) -> list[Delivery]:
+        """`batch` less what is acknowledged and what a transaction holds (PIP-31's PENDING_ACK),
+        which is parked until the transaction ends. Delivered now, a locked message could not be
+        acknowledged (TransactionConflict) and each try would count towards the dead-letter limit; a
+        gateway that dies inside a transactional ack (a reconsume) leaves such locks to the next one,
+        which reads them again from the cursor. Pulsar's dispatcher leaves pending-ack positions out
+        the same way (AbstractBaseDispatcher.filterEntriesForConsumer) and redelivers them when the
+        transaction aborts. Only partitions that may hold locks are looked at: the others cost nothing."""
+        wanted: dict[int, set[int]] = {}
+        for d in batch:
+            if d.partition in self._lockable:
+                wanted.setdefault(d.partition, set()).update(d.offsets)
+        if not wanted:
+            return batch
+        locking, generation = self._locking, self._generation
+        standing = await self.service.store.standing(self.topic, self.name, wanted)
+        if generation != self._generation:
+            return []  # rewound meanwhile: read again from the cursors
+        if locking == self._locking:
+            self._lockable -= {p for p, st in standing.items() if not st.locks}
+        out: list[Delivery] = []
+        for d in batch:
+            st = standing.get(d.partition)
+            if st is not None:
+                d.offsets -= st.acked
+                locked = d.offsets & st.locked.keys()
+                if locked:
+                    d.offsets -= locked
+                    self.parked.append(Delivery(d.partition, d.entry, locked, d.redelivery_count, counted=d.counted,
+                                                sticky=d.sticky))
+            if d.offsets:
+                out.append(d)
+        return out
+
+    async def _unpark(self) -> None:
+        """Parked offsets whose transaction has ended go out again, unless it acknowledged them; looked
+        at every poll, or at once when a transaction settles here (`lock_settled`)."""
+        if not self.parked or time.monotonic() < self._unpark_at:
+            return
+        self._unpark_at = time.monotonic() + _WAIT_POLL
+        generation, looked = self._generation, list(self.parked)
+        wanted: dict[int, set[int]] = {}
+        for d in looked:
+            wanted.setdefault(d.partition, set()).update(d.offsets)
+        standing = await self.service.store.standing(self.topic, self.name, wanted)
+        if generation != self._generation:
+            return
+        holders: set[tuple[int, str]] = set()
+        for d in looked:
+            st = standing.get(d.partition)
+            if st is None:
+                continue
+            free = d.offsets - st.locked.keys()
+            again = free - st.acked
+            d.offsets -= free
+            holders |= {(d.partition, st.locked[o]) for o in d.offsets}
+            if again:  # a transaction acked them, so they were delivered before: this is a redelivery
+                self.redeliver.append(Delivery(d.partition, d.entry, again, d.redelivery_count + 1, sticky=d.sticky))
+        self.parked = [d for d in self.parked if d.offsets]
+        for p, holder in sorted(holders):  # a lock its transaction's end missed (a race with it) is settled now
+            await self.service.heal(self.topic, self.name, PendingAckConflict(self.topic, p, holder), set())
+
+    def lock_settled(self) -> None:
+        """A transaction settled its locks on this subscription: what is parked is looked at now."""
+        self._unpark_at = 0.0
+        self.wake.set()
+
     def _unclaimed(self, d: Delivery) -> None:
         """Drop the offsets of a delivery to redo that were acked meanwhile (or claimed by a newer delivery)."""
         d.offsets = {o for o in d.offsets if o >= self.cursor.get(d.partition, 0) and o not in self.outstanding[d.partition]}
@@ -580,15 +689,19 @@ class Subscription:
         self.redeliver = deque(d for d in self.redeliver if d.redelivery_count < self.delivery_limit)
         for d in over:
             self._unclaimed(d)
-        deliveries = [d for d in over if d.offsets]
-        for d in deliveries:
-            if self.on_archive is not None:
-                await self.on_archive(d)
-        offsets: dict[int, list[int]] = {}
-        for d in deliveries:
-            offsets.setdefault(d.partition, []).extend(sorted(d.offsets))
-        if offsets:
-            await self.acknowledge(offsets, {})
+        deliveries = await self._unlocked([d for d in over if d.offsets])
+        try:
+            for d in deliveries:
+                if self.on_archive is not None:
+                    await self.on_archive(d)
+            offsets: dict[int, list[int]] = {}
+            for d in deliveries:
+                offsets.setdefault(d.partition, []).extend(sorted(d.offsets))
+            if offsets:
+                await self.acknowledge(offsets, {})
+        except BaseException:  # archived again next time (a dead-letter copy is written once)
+            self.redeliver.extendleft(reversed(deliveries))
+            raise
 
     async def _read(self, budget: int, parts: list[int]) -> list[Delivery]:
         """New batches from the partitions' read positions, as many as the permits allow."""
@@ -939,6 +1052,8 @@ class SubscriptionService:
         abort releases it for redelivery (but `spare`, being acked right now). Safe to repeat."""
         r = await self.store.settle(topic, partition, name, txn_id, commit)
         sub = self._subs.get((topic, name))
+        if sub is not None:
+            sub.lock_settled()
         if sub is None or partition >= sub.partitions:
             return
         if commit:
@@ -947,7 +1062,10 @@ class SubscriptionService:
                             {partition: r.upto - 1} if r.upto >= 0 else {})
                 await sub.watermark_moved()
             return
-        again = set(r.offsets) | {o for o in sub.outstanding[partition] if o < r.upto}
+        # only the deliveries the transaction locked: settled late (by the reaper after the gateway that
+        # locked died, or in a race with a delivery made once the lock was gone), a nack of a later
+        # delivery would take the message away from its consumer, whose acknowledgement then fails
+        again = sub.locked_by(partition, set(r.offsets) | {o for o in sub.outstanding[partition] if o < r.upto}, txn_id)
         again -= spare or set()
         if again:
             sub.negative_acknowledge({partition: sorted(again)})
@@ -991,3 +1109,4 @@ class SubscriptionService:
             if sub.task is not None:
                 sub.task.cancel()
             await self._release_lease(sub)
+

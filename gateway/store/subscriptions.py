@@ -36,6 +36,15 @@ class Settled:
     offsets: list[int]  # its individual acks
 
 
+@dataclass(frozen=True)
+class Standing:
+    """Where some offsets of one partition stand on a subscription (`SubscriptionStore.standing`)."""
+
+    acked: set[int]
+    locked: dict[int, str]  # offset: the transaction holding it (PIP-31's PENDING_ACK)
+    locks: bool  # whether a transaction holds any offset of the partition
+
+
 class PendingAckConflict(TransactionConflict):
     """An offset is locked by another transaction (`holder`), or acked already (holder "")."""
 
@@ -149,6 +158,36 @@ class SubscriptionStore:
         async with storage_errors():
             replies = await pipe.execute()
         return {p: {int(m) for m in r} for p, r in zip(ranges, replies, strict=True)}
+
+    async def standing(self, topic: str, name: str, offsets: dict[int, set[int]]) -> dict[int, Standing]:
+        """Which of these offsets are acknowledged and which a transaction holds, in one round trip.
+        The locks are read first: a transaction settles its locks and acks in one script, so an
+        offset seen free was acked, if at all, before the acks are read (zset before cursor alike)."""
+        parts = [p for p, offs in offsets.items() if offs]
+        pipe = self.redis.pipeline(transaction=False)
+        for p in parts:
+            pipe.hgetall(keys.sub_pending(topic, p, name))
+            pipe.zrangebyscore(keys.sub_acks(topic, p, name), min(offsets[p]), max(offsets[p]))
+            pipe.hget(keys.subscription(topic, p, name), "cursor")
+        async with storage_errors():
+            replies = await pipe.execute()
+        out: dict[int, Standing] = {}
+        for i, p in enumerate(parts):
+            pending, acks, cursor = replies[3 * i:3 * i + 3]
+            held: dict[int, str] = {}
+            upto, cumulative = -1, ""
+            for field, holder in pending.items():
+                if field == b"c":
+                    txn, _, n = holder.decode().partition(" ")
+                    upto, cumulative = int(n), txn
+                else:
+                    held[int(field)] = holder.decode()
+            below = int(cursor) if cursor is not None else 0
+            offs = offsets[p]
+            acked = {o for o in offs if o < below} | {int(m) for m in acks}
+            locked = {o: held.get(o) or cumulative for o in offs - acked if o in held or o < upto}
+            out[p] = Standing(acked & offs, locked, bool(pending))
+        return out
 
     async def positions(self, topic: str, partitions: range) -> dict[str, dict[int, int]]:
         """Every subscription of the topic with its cursor on each partition, in two round trips."""
