@@ -21,6 +21,7 @@ from gateway.kafka.dispatch import ApiKey, load_handlers, supported
 from gateway.kafka.fetch import FetchPartition, encode_fetch_response
 from gateway.kafka.offsets import OffsetResult, encode_list_offsets_response
 from gateway.kafka.produce import PartitionResult, encode_produce_response
+from gateway.kafka.txn import encode_add_partitions_response
 from tests.kafka_wire import LYING_ARRAY
 
 load_handlers()
@@ -135,6 +136,17 @@ def test_list_offsets_response_matches_kio(version, topics):
             for p in parts]} for name, parts in ours],
     })
     assert b"".join(encode_list_offsets_response(version, ours)) == expected
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+@settings(max_examples=25, deadline=None)
+@given(topics=st.lists(st.tuples(st.text(min_size=1, max_size=8), st.lists(st.tuples(st.integers(0, 99), errors),
+                                                                          max_size=3)), max_size=3))
+def test_add_partitions_to_txn_response_matches_kio(version, topics):
+    expected = kio_body(ApiKey.ADD_PARTITIONS_TO_TXN, version, {"results_by_topic_v3_and_below": [
+        {"name": name, "results_by_partition": [{"partition_index": p, "partition_error_code": e} for p, e in parts]}
+        for name, parts in topics]})
+    assert encode_add_partitions_response(version, topics) == expected
 
 
 def _request_frame(request, correlation_id: int = 7, client_id: str | None = "me") -> bytes:

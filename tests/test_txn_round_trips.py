@@ -19,7 +19,7 @@ pytestmark = pytest.mark.kafka
 TIMEOUT = 30.0
 _LINE = re.compile(r"^(\w+) v\d+ correlation \d+ .*: [\d.]+ ms, (\d+) Redis round trips?$")
 
-# Most round trips one request of a transaction may take (10 records on one partition, then the
+# Most round trips one request of a transaction may take (10 records over two partitions, then the
 # consumer's offsets): what a transaction's commit latency is made of.
 BOUNDS = {
     # the partitions told to expect the transaction's first batch, then the coordinator (KIP-890 part 1)
@@ -27,14 +27,14 @@ BOUNDS = {
     "produce": 1,
     "add_offsets_to_txn": 1,
     "txn_offset_commit": 5,  # the transaction, the group read as streams, consumer and classic side by side, the staging
-    "end_txn": 3,
+    "end_txn": 3,  # the point of no return, then every partition's marker in one round trip beside the offsets
 }
 
 
-async def test_round_trips_per_transaction_request(gateway, caplog):
+async def test_round_trips_per_transaction_request(gateway, caplog, request):
     bs = kafka_bootstrap(gateway)
     await gateway.services.log.create_topic("rt-in", 1)
-    await gateway.services.log.create_topic("rt-out", 1)
+    await gateway.services.log.create_topic("rt-out", 2)
 
     def run(rounds: int) -> None:
         src = ck.Producer({"bootstrap.servers": bs})
@@ -55,7 +55,7 @@ async def test_round_trips_per_transaction_request(gateway, caplog):
                     continue
                 producer.begin_transaction()
                 for i in range(10):
-                    producer.produce("rt-out", value=b"%d-%d" % (done, i))
+                    producer.produce("rt-out", value=b"%d-%d" % (done, i), partition=i % 2)
                 producer.send_offsets_to_transaction(
                     [ck.TopicPartition("rt-in", 0, msg.offset() + 1)], consumer.consumer_group_metadata(), TIMEOUT)
                 producer.commit_transaction(TIMEOUT)
@@ -71,7 +71,10 @@ async def test_round_trips_per_transaction_request(gateway, caplog):
         if record.name == "gateway.kafka.timing" and (m := _LINE.match(record.getMessage())):
             seen.setdefault(m.group(1), []).append(int(m.group(2)))
     print({api: counts for api, counts in seen.items() if api in BOUNDS})
+    # on a cluster the two partitions' steps go to their nodes side by side, one round trip each
+    spread = {"add_partitions_to_txn": 1, "end_txn": 1} if "cluster" in request.node.name else {}
     for api, most in BOUNDS.items():
+        most += spread.get(api, 0)
         counts = seen[api]
         # the first transaction opens the gateway's connections to Redis: the last two count
         assert max(counts[-2:]) <= most, (api, counts)

@@ -282,9 +282,10 @@ class TransactionCoordinator:
                 kinds.setdefault((topic, partition), []).append(kind)
         else:
             kinds = {tp: list(self.partition_settlers) for tp in ending.partitions}
-        # the first partition alone, so a crash between two partitions' markers stays testable,
-        # then every other partition in one round trip
-        first, rest = ending.partitions[:1], ending.partitions[1:]
+        # every partition's marker in one round trip; under the crash test of that step, the first
+        # alone, so a crash between two partitions' markers (a cluster's nodes fail apart) is tested
+        split = 1 if _CRASH_AT == "after-first-marker" else len(ending.partitions)
+        first, rest = ending.partitions[:split], ending.partitions[split:]
         for group in (first, rest):
             if not group:
                 continue
