@@ -117,9 +117,9 @@ _GROUP_CONFIGS = {
 
 def streams_group_configs(config: StreamsGroupConfig | None = None) -> dict[str, ConfigDef]:
     """Kafka 4.4's GroupConfig streams configs, defaulting to the broker's settings and bounded as
-    GroupConfig.validate bounds them (group.streams.{min,max}.session.timeout.ms, 45-60 s unless the
-    gateway's settings say otherwise; {min,max}.heartbeat.interval.ms 5-15 s, max.standby.replicas 2, {min,max}.assignment.interval.ms
-    0-15 s)."""
+    GroupConfig.validate bounds them (group.streams.{min,max}.session.timeout.ms, the gateway's
+    settings, 45-60 s by default; {min,max}.heartbeat.interval.ms 5-15 s, max.standby.replicas 2,
+    {min,max}.assignment.interval.ms 0-15 s)."""
     c = config or StreamsGroupConfig()
     return {d.name: d for d in (
         ConfigDef("streams.session.timeout.ms", Kind.INT, str(c.session_timeout_ms),
