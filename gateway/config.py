@@ -56,6 +56,7 @@ def some_of(*choices: str) -> Check:
 
 PORT = between(0, 65535)  # 0: any free port
 POSITIVE = Check(lambda v: v > 0, "above 0")
+STREAMS_HEARTBEAT_INTERVAL_MS = 5_000  # Kafka's group.streams.heartbeat.interval.ms default, the gateway's
 REDIS_URL_SCHEMES = (
     "redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel", "unix")
 """What `gateway.store.connection.connect` takes: one Redis (or a socket), any node of a Redis Cluster, or
@@ -179,6 +180,15 @@ class Config:
         "bidirectional", "whether a classic group moves to the consumer protocol as its members roll over "
         "(upgrade), back when the last one of that protocol leaves (downgrade), both, or neither (Kafka's "
         "group.consumer.migration.policy)", check=one_of("disabled", "upgrade", "downgrade", "bidirectional"))
+    group_streams_session_timeout_ms: int = setting(
+        45_000, "how long a member of a streams group lives without heartbeats when the group sets no "
+        "streams.session.timeout.ms (Kafka's group.streams.session.timeout.ms)", check=POSITIVE, metavar="MS")
+    group_streams_min_session_timeout_ms: int = setting(
+        45_000, "the shortest streams.session.timeout.ms a streams group may set (Kafka's "
+        "group.streams.min.session.timeout.ms)", check=POSITIVE, metavar="MS")
+    group_streams_max_session_timeout_ms: int = setting(
+        60_000, "the longest streams.session.timeout.ms a streams group may set (Kafka's "
+        "group.streams.max.session.timeout.ms)", check=POSITIVE, metavar="MS")
     group_share_record_lock_duration_ms: int = setting(
         30_000, "how long a share group's delivered record stays locked to its consumer when the group "
         "sets no share.record.lock.duration.ms (Kafka's group.share.record.lock.duration.ms)",
@@ -260,10 +270,27 @@ class Config:
             raise ConfigError(f"{lock.label} must be at most {most.label} "
                               f"({self.group_share_max_record_lock_duration_ms}), not "
                               f"{self.group_share_record_lock_duration_ms}")
+        self._check_streams_session_timeouts()
         longest = SETTINGS["txn_max_timeout_ms"]
         if self.txn_default_timeout_ms > self.txn_max_timeout_ms:
             raise ConfigError(f"{SETTINGS['txn_default_timeout_ms'].label} must be at most {longest.label} "
                               f"({self.txn_max_timeout_ms}), not {self.txn_default_timeout_ms}")
+
+    def _check_streams_session_timeouts(self) -> None:
+        """Kafka 4.4's GroupCoordinatorConfig requirements on these settings, in its order and words;
+        the heartbeat interval is Kafka's default (5 s), which the gateway does not change."""
+        label = {k: SETTINGS[f"group_streams_{k}session_timeout_ms"].label for k in ("", "min_", "max_")}
+        least, most = self.group_streams_min_session_timeout_ms, self.group_streams_max_session_timeout_ms
+        session = self.group_streams_session_timeout_ms
+        if most < least:
+            raise ConfigError(f"{label['max_']} must be greater than or equal to {label['min_']} ({least}), not {most}")
+        if session < least:
+            raise ConfigError(f"{label['']} must be greater than or equal to {label['min_']} ({least}), not {session}")
+        if session > most:
+            raise ConfigError(f"{label['']} must be less than or equal to {label['max_']} ({most}), not {session}")
+        if session <= STREAMS_HEARTBEAT_INTERVAL_MS:
+            raise ConfigError(f"{label['']} must be more than the streams heartbeat interval "
+                              f"({STREAMS_HEARTBEAT_INTERVAL_MS}), not {session}")
 
     @property
     def tier_location(self) -> str:

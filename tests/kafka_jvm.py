@@ -122,6 +122,10 @@ SUITE_SETTINGS = {
     # as librdkafka's CI and the suite's share-group gateways: a share group may lock its
     # records for as little as 1 s (share.record.lock.duration.ms); the default stays 30 s
     "group.share.min.record.lock.duration.ms": "1000",
+    # as the streams app tests' gateways: a streams group may set a session timeout
+    # (streams.session.timeout.ms) as short as 6 s, so a killed instance's tasks move on in
+    # seconds; the default stays 45 s
+    "group.streams.min.session.timeout.ms": "6000",
     # as the suite's gateways (--txn-reaper-interval 1): a transaction past its timeout is
     # aborted within a second, not ten
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",

@@ -108,6 +108,15 @@ def test_booleans_read_as_they_always_have():
     ({"GATEWAY_TLS_KEY_FILE": "key.pem"}, "--tls-key-file (GATEWAY_TLS_KEY_FILE) needs --tls-cert-file"),
     ({"GATEWAY_TXN_DEFAULT_TIMEOUT_MS": "1000000"}, "--txn-default-timeout-ms (GATEWAY_TXN_DEFAULT_TIMEOUT_MS) "
                                                     "must be at most --txn-max-timeout-ms"),
+    # Kafka 4.4's GroupCoordinatorConfig checks on group.streams.{,min.,max.}session.timeout.ms
+    ({"GATEWAY_GROUP_STREAMS_SESSION_TIMEOUT_MS": "44999"},
+     "--group-streams-session-timeout-ms (GATEWAY_GROUP_STREAMS_SESSION_TIMEOUT_MS) must be greater than or "
+     "equal to --group-streams-min-session-timeout-ms (GATEWAY_GROUP_STREAMS_MIN_SESSION_TIMEOUT_MS) (45000)"),
+    ({"GATEWAY_GROUP_STREAMS_MAX_SESSION_TIMEOUT_MS": "40000"},
+     "--group-streams-max-session-timeout-ms (GATEWAY_GROUP_STREAMS_MAX_SESSION_TIMEOUT_MS) must be greater than "
+     "or equal to --group-streams-min-session-timeout-ms"),
+    ({"GATEWAY_GROUP_STREAMS_MIN_SESSION_TIMEOUT_MS": "0"},
+     "--group-streams-min-session-timeout-ms (GATEWAY_GROUP_STREAMS_MIN_SESSION_TIMEOUT_MS) must be above 0"),
 ])
 def test_a_bad_value_is_refused_naming_its_flag_and_variable(environ, message):
     with pytest.raises(ConfigError) as caught:
@@ -122,6 +131,9 @@ def test_code_gets_the_same_checks():
     with pytest.raises(ConfigError, match=r"--native-port \(GATEWAY_NATIVE_PORT\) must be between"):
         Config(native_port=-1)
     assert Config(kafka_port=0, redis_fsync="always", log_level="debug").redis_fsync == "always"
+    with pytest.raises(ConfigError, match=r"--group-streams-session-timeout-ms .* must be more than the streams "
+                                          r"heartbeat interval \(5000\), not 5000"):
+        Config(group_streams_min_session_timeout_ms=1000, group_streams_session_timeout_ms=5000)
 
 
 def test_serve_stops_at_a_bad_value_with_one_line():

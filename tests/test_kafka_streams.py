@@ -30,9 +30,10 @@ from gateway.formats.partitioner import partition_for_key
 from gateway.server.gateway import Gateway
 from tests.conftest import GatewayProcess, eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_clients import TIMEOUT, create_topic
-from tests.kafka_jvm import java_command, same_on_both, tools, unique
+from tests.kafka_jvm import SUITE_SETTINGS, java_command, same_on_both, tools, unique
 from tests.kafka_wire import call
 from tests.sasl_pair import login, sasl_pair
+from tests.test_kafka_share import group_configs
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
 
@@ -54,6 +55,13 @@ SETTINGS = [
 # KIP-1071's streams protocol: sessions and heartbeats are the group's (the broker's
 # group.streams.* settings), which a Streams client may not set
 STREAMS_SETTINGS = [*SETTINGS[:3], "group.protocol=streams"]
+
+# the group's own session timeout (its streams.session.timeout.ms, IncrementalAlterConfigs on
+# its GROUP resource), so that the killed instance's tasks move on in seconds, not 45: both
+# brokers allow as little as 6 s (group.streams.min.session.timeout.ms); 10 s leaves a member
+# heartbeating every 5 s (group.streams.min.heartbeat.interval.ms) room for a late one
+STREAMS_SESSION_MS = 10_000
+STREAMS_MIN_SESSION_MS = int(SUITE_SETTINGS["group.streams.min.session.timeout.ms"])
 
 
 def settings(protocol: str) -> list[str]:
@@ -350,6 +358,8 @@ async def exactly_once_run(bs: str, tmp: Path, compacts: bool, protocol: str = "
     stores are restored from them. With the streams protocol the stopped instance's stage is left
     out: it waits for the group to drop a member, which describing a classic group tells."""
     app, t0, done, outputs = await prepared(bs, "streams", 60)
+    if protocol == "streams":
+        await group_configs(bs, app, streams_session_timeout_ms=str(STREAMS_SESSION_MS))
     log = tempfile.TemporaryFile(dir=tmp)
     a_dir, b_dir = tmp / "a", tmp / "b"
     a = await Instance.start(bs, app, a_dir, log, protocol, endpoint("a"))
@@ -425,8 +435,10 @@ async def test_exactly_once_application_on_kafka(kafka_broker, tmp_path, protoco
 
 @pytest.fixture
 async def compacting_gateway(redis_url: str) -> AsyncIterator[Gateway]:
-    """A gateway whose cleaner passes every half second, so changelogs compact while Streams runs."""
-    async with running_gateway(test_config(redis_url, cleaner_interval=0.5)) as gw:
+    """A gateway whose cleaner passes every half second, so changelogs compact while Streams runs,
+    and whose streams groups may set a session timeout as short as the suite's Kafka broker allows."""
+    config = test_config(redis_url, cleaner_interval=0.5, group_streams_min_session_timeout_ms=STREAMS_MIN_SESSION_MS)
+    async with running_gateway(config) as gw:
         yield gw
 
 

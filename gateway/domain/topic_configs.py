@@ -68,6 +68,9 @@ class ConfigDef:
     # log.retention.ms has none, log.retention.hours holds it
     broker_fallback: tuple[str, str] | None = None
     own: bool = False  # the gateway's own, which Kafka has not
+    # a group config's bounds from the broker's settings, checked after low and high as Kafka 4.4's
+    # GroupConfig.validateIntRange checks them after its ConfigDef's, in its words
+    within: tuple[int, int] | None = None
 
     def check(self, value: str) -> str:
         kept = self._parse(value.strip())
@@ -108,6 +111,8 @@ class ConfigDef:
             raise InvalidConfig(f"{bad}: Value must be at least {_num(self.low)}")
         if self.high is not None and number > self.high:
             raise InvalidConfig(f"{bad}: Value must be no more than {_num(self.high)}")
+        if self.within is not None and not self.within[0] <= number <= self.within[1]:
+            raise InvalidConfig(f"{self.name} must be in the range {self.within[0]} to {self.within[1]} inclusive.")
         return str(number)
 
 

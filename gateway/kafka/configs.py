@@ -14,10 +14,12 @@ configs do (DynamicBrokerConfig). Both take the configs Kafka changes at run tim
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.config import SETTINGS
 from gateway.domain.client_metrics import SPECS as CLIENT_METRICS_SPECS
 from gateway.domain.log import BrokerDefaults
 from gateway.domain.security import CLUSTER_NAME, Operation, ResourceType
@@ -151,6 +153,34 @@ def _static_broker_configs(ctx: RequestContext) -> dict[str, tuple[str, Kind, st
     }
 
 
+# Kafka's static GroupCoordinatorConfig settings the gateway has (not among its RECONFIGURABLE_CONFIGS):
+# Kafka's name -> the setting, its type and GroupCoordinatorConfig's documentation
+GROUP_COORDINATOR_CONFIGS = {
+    "group.streams.session.timeout.ms": (
+        "group_streams_session_timeout_ms", Kind.INT,
+        "The timeout to detect client failures when using the streams group protocol."),
+    "group.streams.min.session.timeout.ms": (
+        "group_streams_min_session_timeout_ms", Kind.INT,
+        "The minimum allowed value for the group-level configuration of streams.session.timeout.ms"),
+    "group.streams.max.session.timeout.ms": (
+        "group_streams_max_session_timeout_ms", Kind.INT,
+        "The maximum allowed value for the group-level configuration of streams.session.timeout.ms"),
+}
+
+
+def _group_coordinator_entries(ctx: RequestContext, wanted: Callable[[str], bool]) -> list[dict[str, Any]]:
+    """GROUP_COORDINATOR_CONFIGS as Kafka's broker describes them (ConfigHelper.createBrokerConfigEntry):
+    a setting at Kafka's default is DEFAULT_CONFIG; another is STATIC_BROKER_CONFIG, as if in its
+    server.properties, with the default its synonym; all read-only."""
+    out = []
+    for name, (setting, kind, doc) in GROUP_COORDINATOR_CONFIGS.items():
+        if wanted(name):
+            value, default = str(getattr(ctx.services.config, setting)), str(SETTINGS[setting].default)
+            synonyms = [(name, value, SOURCE_STATIC_BROKER)] if value != default else []
+            out.append(_entry(name, kind, doc, [*synonyms, (name, default, SOURCE_DEFAULT)], read_only=True))
+    return out
+
+
 def this_broker(ctx: RequestContext, name: str, *, describe: bool) -> None:
     """A broker resource named by a node id names the gateway the request reached, as Kafka's broker
     checks (ConfigHelper.describeConfigs; ConfigAdminManager.validateResourceNameIsCurrentNodeId):
@@ -183,6 +213,7 @@ async def _broker_entries(ctx: RequestContext, name: str, keys: list[str] | None
     for key, (value, kind, doc) in _static_broker_configs(ctx).items():
         if wanted(key):
             out.append(_entry(key, kind, doc, [(key, value, SOURCE_STATIC_BROKER)], read_only=True))
+    out += _group_coordinator_entries(ctx, wanted)
     for broker, spec in BROKER_DEFAULTS.items():
         if wanted(broker):
             # a broker config whose default lives in a fallback (log.retention.ms: log.retention.hours)

@@ -21,6 +21,7 @@ from gateway.domain.groups.consumer import ConsumerGroupConfig
 from gateway.domain.groups.coordinator import open_coordinator
 from gateway.domain.groups.lag_history import LagHistory
 from gateway.domain.groups.share_coordinator import ShareCoordinator
+from gateway.domain.groups.streams import StreamsGroupConfig
 from gateway.domain.log import LogService
 from gateway.domain.memory import MemoryBudget
 from gateway.domain.producer_txn import TransactionalProducers, group_offsets_settler, subscription_settler
@@ -84,6 +85,11 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
         )
         fence = FenceService(store, txn)
         txn_producers = TransactionalProducers(store, txn, fence)
+        streams_config = StreamsGroupConfig(
+            session_timeout_ms=config.group_streams_session_timeout_ms,
+            min_session_timeout_ms=config.group_streams_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_streams_max_session_timeout_ms,
+        )
         groups = open_coordinator(
             store, log, node_id=config.node_id,
             consumer_config=ConsumerGroupConfig(
@@ -92,7 +98,7 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
                 migration_policy=config.group_consumer_migration_policy,
             ),
             prefers=lambda group_id: registry.group_coordinator(group_id).node_id == config.node_id,
-            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms, streams_config=streams_config,
         )
         closing.push_async_callback(groups.close)  # hands group leases over, answers waiting clients first
         roles = RoleLeases(store, config.node_id, registry.instance, lease_ms=config.lease_ms)
@@ -111,6 +117,7 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
                                config.group_share_record_lock_duration_ms,
                                config.group_share_max_record_lock_duration_ms),
             leads=lambda topic, p: registry.leader(topic, p).node_id == config.node_id,
+            streams_config=streams_config,
         )
         closing.push_async_callback(share.close)  # releases what its members hold, before the subscriptions close
         closing.push_async_callback(registry.release)

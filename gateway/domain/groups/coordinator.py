@@ -21,6 +21,7 @@ from gateway.domain.groups.offsets import (
     encode_consumer_assignment,
     encode_consumer_subscription,
 )
+from gateway.domain.groups.streams import StreamsGroupConfig
 from gateway.domain.groups.streams import group_state as streams_state
 from gateway.domain.groups.streams import validate_offset_commit as validate_streams_commit
 from gateway.domain.groups.streams_driver import STREAMS, StreamsDriver
@@ -198,7 +199,7 @@ def _subscribed_topics(g: GroupDoc) -> set[str]:
 def open_coordinator(
     store: Store, log_service: LogService | None = None, *, node_id: int = 0,
     prefers: Callable[[str], bool] = lambda group_id: True, consumer_config: ConsumerGroupConfig | None = None,
-    initial_rebalance_delay_ms: int = 0,
+    initial_rebalance_delay_ms: int = 0, streams_config: StreamsGroupConfig | None = None,
 ) -> GroupCoordinator:
     """A coordinator over the gateway's store; given the log service, commits to partitions that do
     not exist are refused, as Kafka does. `prefers`: see `GroupCoordinator.prefers`."""
@@ -218,7 +219,7 @@ def open_coordinator(
     coordinator = GroupCoordinator(
         store.groups, partitions=partitions, node_id=node_id, prefers=prefers,
         consumer_store=store.consumer_groups, consumer_config=consumer_config,
-        initial_rebalance_delay_ms=initial_rebalance_delay_ms, topics=topics,
+        initial_rebalance_delay_ms=initial_rebalance_delay_ms, topics=topics, streams_config=streams_config,
     )
     if log_service is not None:
 

@@ -48,7 +48,7 @@ from gateway.domain.groups.share import (
     ShareMember,
     ShareSession,
 )
-from gateway.domain.groups.streams import streams_group_configs
+from gateway.domain.groups.streams import StreamsGroupConfig, streams_group_configs
 from gateway.domain.log import LogService
 from gateway.domain.subscriptions import Consumer, Delivery, Mode, Subscription, SubscriptionService
 from gateway.domain.topic_configs import Change, ConfigDef, Kind, apply
@@ -283,6 +283,7 @@ class ShareCoordinator:
         self, log_service: LogService, subscriptions: SubscriptionService, store: Store, *,
         session_timeout_ms: int, heartbeat_interval_ms: int, lock_durations_ms: tuple[int, int, int],
         leads: Callable[[str, int], bool] = lambda topic, partition: True,
+        streams_config: StreamsGroupConfig | None = None,
     ) -> None:
         """`leads`: whether this gateway leads a partition (Metadata's answer); a member fetches a
         partition where it is led, and there alone its subscription dispatches it."""
@@ -295,7 +296,7 @@ class ShareCoordinator:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         # every group config is kept here, the streams protocol's too (read by its coordinator)
-        self.specs = share_group_configs(lock_durations_ms) | streams_group_configs()
+        self.specs = share_group_configs(lock_durations_ms) | streams_group_configs(streams_config)
         self.groups: dict[str, ShareGroup] = {}
         self.stats: dict[str, Stats] = {}
         self._members: dict[tuple[str, str], _Member] = {}

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from typing import Generic, TypeVar
 
+from gateway.config import STREAMS_HEARTBEAT_INTERVAL_MS
 from gateway.domain.groups.consumer import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, overdue
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.domain.topic_configs import ConfigDef, Kind
@@ -85,7 +86,10 @@ class StreamsGroupConfig:
     """Kafka's `group.streams.*` broker settings and their per-group overrides (`streams.*`)."""
 
     session_timeout_ms: int = 45_000
-    heartbeat_interval_ms: int = 5_000
+    # the bounds of a group's own streams.session.timeout.ms (group.streams.{min,max}.session.timeout.ms)
+    min_session_timeout_ms: int = 45_000
+    max_session_timeout_ms: int = 60_000
+    heartbeat_interval_ms: int = STREAMS_HEARTBEAT_INTERVAL_MS
     num_standby_replicas: int = 0
     max_size: int = 2**31 - 1
     acceptable_recovery_lag: int = 10_000
@@ -113,14 +117,15 @@ _GROUP_CONFIGS = {
 
 def streams_group_configs(config: StreamsGroupConfig | None = None) -> dict[str, ConfigDef]:
     """Kafka 4.4's GroupConfig streams configs, defaulting to the broker's settings and bounded as
-    GroupConfig.validate bounds them (group.streams.{min,max}.session.timeout.ms 45-60 s,
-    {min,max}.heartbeat.interval.ms 5-15 s, max.standby.replicas 2, {min,max}.assignment.interval.ms
-    0-15 s)."""
+    GroupConfig.validate bounds them (group.streams.{min,max}.session.timeout.ms, the gateway's
+    settings, 45-60 s by default; {min,max}.heartbeat.interval.ms 5-15 s, max.standby.replicas 2,
+    {min,max}.assignment.interval.ms 0-15 s)."""
     c = config or StreamsGroupConfig()
     return {d.name: d for d in (
         ConfigDef("streams.session.timeout.ms", Kind.INT, str(c.session_timeout_ms),
                   "The timeout to detect client failures when using the streams group protocol.",
-                  effective=True, broker="group.streams.session.timeout.ms", low=45_000, high=60_000),
+                  effective=True, broker="group.streams.session.timeout.ms",
+                  low=1, within=(c.min_session_timeout_ms, c.max_session_timeout_ms)),
         ConfigDef("streams.heartbeat.interval.ms", Kind.INT, str(c.heartbeat_interval_ms),
                   "The heartbeat interval given to the members.",
                   effective=True, broker="group.streams.heartbeat.interval.ms", low=5_000, high=15_000),
