@@ -201,7 +201,7 @@ class TierCopier:
                         now: int) -> bool:
         """Whether the range from `start` can be closed yet, told from its first batch and the meta's
         byte count alone: a pass every interval must not read a growing segment's megabytes from Redis
-        only to find it short (that read, repeated while produce runs, cost produce a third of its rate)."""
+        only to find it short."""
         first = await self.store.head(topic, partition, start)
         if first is None or first.base_offset + first.span > st.last_stable_offset:
             return False
