@@ -216,28 +216,35 @@ async def test_a_tiered_topic_reads_from_offset_0_as_if_never_tiered(spark, redi
     cfg = test_config(redis_url, tier_store=str(tmp_path / "tier"), tier_interval=3600)
     async with running_gateway(cfg) as gw:
         logs = gw.services.log
-        await logs.create_topic("cold", 1, {"remote.storage.enable": "true", "segment.bytes": "1048576",
+        # segment.ms of 1 and batches stamped in the past: what is there rolls and is copied at once,
+        # however small (a segment need not be a megabyte of records to be one)
+        await logs.create_topic("cold", 1, {"remote.storage.enable": "true", "segment.ms": "1",
                                             "local.retention.bytes": "0"})
         await logs.create_topic("warm", 1)
-        for first in range(0, 1500, 100):  # 15 batches of about 100 KB: a segment of 1 MB, and the rest
-            batch = build_batch([(b"k%d" % i, b"v" * 1000 + b"%d" % i, [("h", b"%d" % i), ("none", None)])
-                                 for i in range(first, first + 100)])
-            for topic in ("cold", "warm"):
-                [appended] = await logs.append([(topic, 0, batch)])
-                assert not isinstance(appended.result, Exception), appended.result
-        assert gw.tiering is not None and await gw.tiering.tier_pass() > 1_000_000
-        local_start, _ = await logs.tier_bounds("cold", 0)
-        assert local_start >= 1000 and (await logs.bounds("cold", 0))[0] == 0
 
-        def load() -> list:  # both topics in one query: one Spark job
-            return (spark.read.format("gateway").option("url", native_url(gw)).option("topic", "cold,warm").load()
-                    .orderBy("topic", "offset").collect())
+        async def append(firsts: range) -> None:
+            for first in firsts:
+                batch = build_batch([(b"k%d" % i, b"v" * 100 + b"%d" % i, [("h", b"%d" % i), ("none", None)])
+                                     for i in range(first, first + 10)], timestamp=1_700_000_000_000 + first)
+                for topic in ("cold", "warm"):
+                    [appended] = await logs.append([(topic, 0, batch)])
+                    assert not isinstance(appended.result, Exception), appended.result
+
+        await append(range(0, 100, 10))  # 10 batches: a segment in the object store alone
+        assert gw.tiering is not None and await gw.tiering.tier_pass() > 10_000
+        await append(range(100, 150, 10))  # and the rest, in Redis
+        local_start, _ = await logs.tier_bounds("cold", 0)
+        assert local_start == 100 and (await logs.bounds("cold", 0)) == (0, 150)
+
+        def load() -> list:  # both topics in one query: one Spark job (sorted here: orderBy is a second)
+            rows = spark.read.format("gateway").option("url", native_url(gw)).option("topic", "cold,warm").load()
+            return sorted(rows.collect(), key=lambda r: (r.topic, r.offset))
 
         got = await in_spark(spark, load)
         cold, warm = ([(r.offset, r.key, r.value, [(h.key, h.value) for h in r.headers], r.timestamp)
                        for r in got if r.topic == topic] for topic in ("cold", "warm"))
-        assert [r[0] for r in cold] == list(range(1500))
-        assert cold[1499][1:4] == (b"k1499", b"v" * 1000 + b"1499", [("h", b"1499"), ("none", None)])
+        assert [r[0] for r in cold] == list(range(150))
+        assert cold[149][1:4] == (b"k149", b"v" * 100 + b"149", [("h", b"149"), ("none", None)])
         assert cold == warm
 
 

@@ -30,7 +30,7 @@ from tests.conftest import (
     test_config,
 )
 from tests.kafka_clients import Stored, consume, create_topic, produce
-from tests.kafka_jvm import tools
+from tests.kafka_jvm import java, tools
 from tests.test_kafka_share import SETTINGS as SHARE_SETTINGS
 from tests.test_kafka_share import group_configs, poll_values, share_consumer, values
 
@@ -386,6 +386,36 @@ async def test_kafkas_java_tools_find_the_tiered_boundaries_and_read_it_all(tier
     assert [r.out.strip() for r in runs[:4]] == ["edges:0:0", f"edges:0:{local_start}", f"edges:0:{highest}",
                                                  "edges:0:1500"]
     assert runs[4].out.strip().splitlines()[-1].split(", ")[4] == "1500"  # the Java consumer read it all, from 0
+
+
+@pytest.mark.jvm
+async def test_kafkas_java_consumer_reads_a_tiered_topic_from_anywhere(tiered: Gateway) -> None:
+    """Kafka's Java consumer (tests/jvm Consume) reads what confluent-kafka and kafka-python read above:
+    from the start (read_uncommitted: the aborted records at their offsets), from the middle of the
+    first remote segment (read_committed: the transaction aborted in a remote segment skipped) and
+    from just before the remote/local boundary, each to the end."""
+    bs, logs = kafka_bootstrap(tiered), tiered.services.log
+    await logs.create_topic("javacold", 1, TIERED)
+    stored = await _fill(bs, "javacold", 2500)
+    await _copier(tiered).tier_pass()
+    segments = await tiered.store.tier.segments("javacold", 0) if tiered.store else []
+    local_start, _ = await logs.tier_bounds("javacold", 0)
+    assert len(segments) == 2 and local_start == segments[-1].next_offset, segments
+    middle, across = segments[0].base_offset + 7, local_start - 3
+    committed = [f"0 {o} {v.decode()}" for _, o, _, v in stored]
+    aborted_at = next(o for (_, o, _, _), (_, n, _, _) in zip(stored, stored[1:], strict=False) if n > o + 1) + 1
+    assert middle < aborted_at < local_start  # the aborted transaction is in a remote segment, after `middle`
+    runs = await asyncio.gather(
+        java("gateway.jvm.Consume", bs, "javacold", "0", "isolation.level=read_uncommitted"),
+        java("gateway.jvm.Consume", bs, "javacold", f"@{middle}", "isolation.level=read_committed"),
+        java("gateway.jvm.Consume", bs, "javacold", f"@{across}", "isolation.level=read_committed"))
+    everything, from_middle, from_across = (r.lines() for r in runs)
+    assert [line for line in everything if " aborted" not in line] == committed
+    assert [line.split()[1] for line in everything if " aborted" in line] == [
+        str(o) for o in range(aborted_at, aborted_at + 120)]
+    assert from_middle == [line for line in committed if int(line.split()[1]) >= middle]
+    assert from_across == [line for line in committed if int(line.split()[1]) >= across]
+    assert from_across[0].split()[1] == str(across) and across < local_start < int(from_across[-1].split()[1])
 
 
 def test_a_tier_store_that_cannot_be_opened_stops_the_gateway_with_one_line(gateway_process: GatewayProcess) -> None:

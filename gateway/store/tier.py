@@ -63,6 +63,16 @@ class TierState:
     appended_bytes: int  # every byte ever appended (the meta's `bytes`)
 
 
+@dataclass(frozen=True)
+class BatchHead:
+    """A stored batch's place in the log, its bytes left in Redis."""
+
+    base_offset: int
+    span: int
+    appended_before: int  # the log's bytes before it (`c`), -1 if not recorded
+    max_ts: int  # the log's running max timestamp at it (`t`)
+
+
 def partition_prefix(topic: str, topic_id: str, partition: int) -> str:
     return f"{topic}-{topic_id}/{partition}/"
 
@@ -143,6 +153,11 @@ class TierStore:
             count = min(count * 2, READ_ENTRIES)  # as many as the ones read suggest fit, at most READ_ENTRIES
             if out:
                 count = max(1, min(count, (max_bytes - size) // max(1, size // len(out)) + 1))
+
+    async def head(self, topic: str, partition: int, offset: int) -> BatchHead | None:
+        """The batch holding `offset` (or the first after it) without its bytes; None when none."""
+        reply = await self._call("tier-head-1", [keys.log(topic, partition)], [offset], f"{topic}-{partition}")
+        return BatchHead(int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4])) if len(reply) > 1 else None
 
     async def aborted(self, topic: str, partition: int, base: int, end: int) -> list[AbortedRange]:
         """Aborted transactions whose ranges meet [base, end)."""

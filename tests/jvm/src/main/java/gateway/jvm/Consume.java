@@ -16,14 +16,15 @@ import org.apache.kafka.common.serialization.StringDeserializer;
  * Consume BOOTSTRAP TOPIC COUNT [key=value...]: reads with Kafka's own consumer and prints each record as
  * `partition offset value`. With a group.id it subscribes, reads COUNT records, commits them and
  * prints `committed partition offset` for each partition of the topic; without one it reads every
- * partition from its beginning to the end offset it has when it starts (COUNT unused). Gives up after
- * a minute with exit code 1.
+ * partition from its beginning to the end offset it has when it starts (COUNT unused), or, with COUNT
+ * written `@N`, from offset N of every partition: a read from a chosen point, as a seek makes it.
+ * Gives up after a minute with exit code 1.
  */
 public final class Consume {
     public static void main(String[] args) {
         Properties props = Props.of(args[0], args, 3);
         String topic = args[1];
-        int count = Integer.parseInt(args[2]);
+        int count = args[2].startsWith("@") ? 0 : Integer.parseInt(args[2]);
         long deadline = System.currentTimeMillis() + 60_000;
         try (KafkaConsumer<String, String> consumer =
                 new KafkaConsumer<>(props, new StringDeserializer(), new StringDeserializer())) {
@@ -44,7 +45,12 @@ public final class Consume {
                 }
             } else {
                 consumer.assign(partitions);
-                consumer.seekToBeginning(partitions);
+                if (args[2].startsWith("@")) {
+                    long from = Long.parseLong(args[2].substring(1));
+                    partitions.forEach(tp -> consumer.seek(tp, from));
+                } else {
+                    consumer.seekToBeginning(partitions);
+                }
                 Map<TopicPartition, Long> end = consumer.endOffsets(partitions);
                 while (partitions.stream().anyMatch(tp -> consumer.position(tp) < end.get(tp))) {
                     print(consumer.poll(Duration.ofMillis(200)));
