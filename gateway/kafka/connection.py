@@ -112,6 +112,11 @@ class KafkaConnection:
                 left = answers.get_nowait()
                 if left is not None:
                     left.add_done_callback(_retrieved)
+            for close in list(self.state.closers.values()):
+                try:
+                    await close()
+                except Exception:
+                    log.exception("kafka client %s: ending what its connection held failed", self.state.peer)
 
     async def _muted(self) -> None:
         """A throttled client's channel stays muted for its throttle time, as Kafka's broker mutes it

@@ -149,6 +149,8 @@ class ConnectionState:
     close: bool = False  # set by a handler: close the connection once its response is written
     muted_until: float = 0.0  # a throttled client's requests are not read before (monotonic time, KIP-219)
     throttled: bool = False  # a quota has throttled this connection: its requests are read one at a time
+    # run once the connection has closed, one per key (a share session ends with its connection)
+    closers: dict[object, Callable[[], Awaitable[None]]] = field(default_factory=dict)
 
 
 @dataclass

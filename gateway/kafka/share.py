@@ -205,6 +205,10 @@ async def share_fetch(ctx: RequestContext, req: Any) -> Encoded:
         )
     except Exception as exc:
         return await _failed(ctx, share_error(exc), exc)
+    if (opened := fetched.opened) is not None:  # ends with this connection, as Kafka's ShareSessionCache
+        share, member_id = _share(ctx), req.member_id or ""
+        ctx.connection.closers[("share session", group_id, member_id)] = (
+            lambda: share.connection_closed(group_id, member_id, opened))
     ctx.remote += fetched.waited
     lock_ms = await _lock_ms(ctx, group_id)
     by_id = {name: tid for tid, name in names.items() if name is not None}

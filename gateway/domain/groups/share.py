@@ -18,7 +18,8 @@ the session timeout is removed (`expire`).
 Share sessions (KIP-932's ShareFetch `ShareSessionEpoch`, Kafka's `ShareSessionCache`): epoch 0
 opens a session (a new one replaces the member's old), -1 closes it, anything else must be the
 session's next epoch (INVALID_SHARE_SESSION_EPOCH), and a session that does not exist is
-SHARE_SESSION_NOT_FOUND.
+SHARE_SESSION_NOT_FOUND. A session ends with the connection that opened it (`end_session`), as Kafka
+4.4's ShareSessionCache ends it on its connection's disconnect.
 """
 
 from __future__ import annotations
@@ -285,6 +286,15 @@ class ShareGroup:
         session.partitions.update(add)
         session.partitions.difference_update(forget)
         return session
+
+    def end_session(self, member_id: str, session: ShareSession) -> bool:
+        """The connection that opened `session` closed: it ends, unless a newer session of the
+        member (opened on another connection) replaced it, as Kafka's ShareSessionCache marks a
+        replaced session's connection entry stale. Whether it ended."""
+        if self.sessions.get(member_id) is not session:
+            return False
+        del self.sessions[member_id]
+        return True
 
     def close_session(self, member_id: str, epoch: int) -> None:
         """ShareAcknowledge with epoch -1 (the session's last acknowledgements), or any other epoch

@@ -162,6 +162,7 @@ class ShareFetched:
     # of the session, a topic deleted and created again since the session named it: the old id
     stale: dict[TopicPartition, str] = field(default_factory=dict)
     waited: float = 0.0  # seconds spent waiting for records: a long poll's, no request time for quotas
+    opened: ShareSession | None = None  # the session the fetch opened (epoch 0): it ends with its connection
 
 
 @dataclass
@@ -418,6 +419,15 @@ class ShareCoordinator:
             member.give_back(topic, frozenset())  # never sent: not a delivery that failed
             await self.subscriptions.unsubscribe_consumer(consumer)
 
+    async def connection_closed(self, group_id: str, member_id: str, session: ShareSession) -> None:
+        """The connection that opened `session` closed: as Kafka 4.4's ShareSessionCache
+        (ClientConnectionDisconnectListener.onDisconnect), the session ends and what the member
+        acquired is released at once (SharePartitionManager.releaseSession); the member stays in
+        the group, whose membership its heartbeats keep."""
+        group = self.groups.get(group_id)
+        if group is not None and group.end_session(member_id, session):
+            await self._drop(group_id, member_id)
+
     async def view(self, group_id: str) -> ShareGroupView | None:
         """What the admin face shows of a share group; None when there is no such group."""
         group = self.groups.get(group_id)
@@ -533,7 +543,7 @@ class ShareCoordinator:
         one the member's subscription does not know is a topic created again, read afresh at once."""
         group = self._group(group_id)
         session = group.session(member_id, session_epoch, add, forget)
-        out = ShareFetched(acknowledged=set(acks))
+        out = ShareFetched(acknowledged=set(acks), opened=session if session_epoch == JOIN_EPOCH else None)
         if acks:
             out.ack_errors = await self.acknowledge(group_id, member_id, acks)
         if session is None:
