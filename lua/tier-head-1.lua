@@ -8,10 +8,11 @@
 ]]
 --- @include "entry"
 
+local rcall = redis.call
 local offset = tonumber(ARGV[1])
 local base, n, f = entry_at(KEYS[1], offset)
 if base == nil or base + n <= offset then
-  local r = redis.call('XRANGE', KEYS[1], '(' .. entry_id(offset), '+', 'COUNT', 1)
+  local r = rcall('XRANGE', KEYS[1], '(' .. entry_id(offset), '+', 'COUNT', 1)
   if #r == 0 then return {0} end
   base, f = tonumber(string.match(r[1][1], '^(%d+)-')), entry_fields(r[1])
   n = tonumber(f['n'])
