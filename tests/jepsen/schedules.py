@@ -57,12 +57,13 @@ def _smoke(acks: str) -> Callable[[Lab, Path, int, int], list[str]]:
     return argv
 
 
-def program(module: str) -> Callable[[Lab, Path, int, int], list[str]]:
-    """The argv of a history workload, `python -m tests.jepsen.workloads.<module>` with the common flags:
-    registering one is `WORKLOADS[name] = Workload(name, program(name), <its check>)`."""
+def program(module: str, *extra: str) -> Callable[[Lab, Path, int, int], list[str]]:
+    """The argv of a history workload, `python -m tests.jepsen.workloads.<module>` with the common flags
+    and its own `extra`: registering one is `WORKLOADS[name] = Workload(name, program(module), <its check>)`."""
     def argv(lab: Lab, history: Path, seconds: int, seed: int) -> list[str]:
         return [sys.executable, "-m", f"tests.jepsen.workloads.{module}", "--bootstrap", lab.bootstrap,
-                "--native", lab.native, "--history", str(history), "--seconds", str(seconds), "--seed", str(seed)]
+                "--native", lab.native, "--history", str(history), "--seconds", str(seconds), "--seed", str(seed),
+                *extra]
     return argv
 
 
@@ -98,17 +99,14 @@ def check_smoke(history: Path, *, duplicates: bool = False, loss: bool = False) 
     return anomalies
 
 
-def _history(module: str) -> Callable[[Lab, Path, int, int], list[str]]:
-    def argv(lab: Lab, history: Path, seconds: int, seed: int) -> list[str]:
-        return [sys.executable, "-m", f"tests.jepsen.workloads.{module}", "--bootstrap", lab.bootstrap,
-                "--history", str(history), "--seconds", str(seconds), "--seed", str(seed)]
-    return argv
-
-
 WORKLOADS: dict[str, Workload] = {
     # the history workloads, checked by tests/jepsen/checker.py on the production settings: no anomaly allowed
-    "idempotent": Workload("idempotent", _history("idempotent"), check_file),
-    "transactional": Workload("transactional", _history("transactional"), check_file),
+    "idempotent": Workload("idempotent", program("idempotent"), check_file),
+    "transactional": Workload("transactional", program("transactional"), check_file),
+    "groups-classic": Workload("groups-classic", program("groups", "--protocol", "classic"), check_file),
+    "groups-consumer": Workload("groups-consumer", program("groups", "--protocol", "consumer"), check_file),
+    "share": Workload("share", program("share"), check_file),
+    "native": Workload("native", program("native"), check_file),
     "smoke": Workload("smoke", _smoke("all"), check_smoke),
     # acks=1 with the primary in place: at least once, nothing acknowledged lost
     "smoke-acks1": Workload("smoke-acks1", _smoke("1"), lambda h: check_smoke(h, duplicates=True)),

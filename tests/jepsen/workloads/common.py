@@ -6,8 +6,9 @@ import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tests.jepsen.history import History
@@ -37,8 +38,35 @@ def delivered(history: History, process: str | int) -> Callable[[KafkaError | No
     return done
 
 
-def arguments(doc: str) -> argparse.Namespace:
+class Feed:
+    """An idempotent acks=all producer writing unique values to an input topic, each send recorded under
+    `process`: what the consuming workloads (transactional, groups, share) read."""
+
+    def __init__(self, args: argparse.Namespace, history: History, topic: str, process: str = "source") -> None:
+        self.history, self.topic, self.process, self.partitions = history, topic, process, args.partitions
+        self.producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 5, "message.timeout.ms": 60000})
+        self.done = delivered(history, process)
+        self.prefix, self.n = f"{topic}-", 0
+
+    def send(self, count: int, partition: Callable[[int], int]) -> None:
+        """`count` more values, the i-th of the run to `partition(i)`."""
+        for _ in range(count):
+            v, p = f"{self.prefix}{self.n}", partition(self.n)
+            self.history.invoke(self.process, "send", {"v": v, "t": self.topic, "p": p})
+            self.producer.produce(self.topic, value=v.encode(), partition=p, on_delivery=self.done)
+            self.n += 1
+        self.producer.poll(0)
+
+    def flush(self) -> None:
+        self.producer.flush(180)
+
+
+def arguments(doc: str, *extra: tuple[str, dict[str, Any]]) -> argparse.Namespace:
+    """The common flags, and a workload's own (`extra`: a flag and add_argument's options)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for flag, options in extra:
+        parser.add_argument(flag, **options)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--native", help="the native listeners (unused by Kafka workloads)")
     parser.add_argument("--history", type=Path, required=True)
