@@ -123,6 +123,8 @@ def native(f: str, *records: Rec) -> list[Line]:
     ("final-read-failed", [*send("a", 0, 0), ("final", "fail", "final", {"error": "gone"})]),
     ("unavailable", [*unsure("a", 0), *final()]),
     ("lost-write", [*send("a", 0, 0), *send("b", 0, 1), *final(A)]),
+    ("lost-write", [(0, "invoke", "send", {"v": "a", "t": "out", "p": 0}),
+                    (0, "ok", "send", {"v": "a", "t": "out", "p": 0, "o": None}), *final()]),  # offset untold
     ("moved-write", [*send("a", 0, 0), *final(("out", 1, 0, "a"))]),
     ("duplicate", [*send("a", 0, 0), *final(A, ("out", 0, 1, "a"))]),
     ("offset-reused", [*send("a", 0, 0), *send("b", 0, 0, process=1), *final(A, B)]),

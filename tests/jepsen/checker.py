@@ -3,7 +3,8 @@ broken one named with the lines of the operations that show it, in the spirit of
 
 A record is `[topic, partition, offset, value]`, every value unique in a workload. The operations:
 
-- `send`   invoke `{"v", "t", "p"}`; ok `{"v", "t", "p", "o"}` (acknowledged there); fail/info `{"v", "error"}`
+- `send`   invoke `{"v", "t", "p"}`; ok `{"v", "t", "p", "o"}` (acknowledged there; `o` null: acknowledged
+           at an offset the client was not told); fail/info `{"v", "error"}`
 - `txn`    invoke when commit or abort is asked, `{"id", "abort", "sends": [records, offset null]}`;
            ok (committed) `{"id", "sends": [records], "reads": [records consumed], "group",
            "offsets": [[t, p, o]]}`; fail (aborted); info
@@ -89,6 +90,7 @@ class _Checker:
         self.at: dict[str, list[Where]] = defaultdict(list)  # value -> where the final read has it
         self.txns: dict[str, _Txn] = {}
         self.by_value: dict[str, _Txn] = {}
+        self.somewhere: dict[str, int] = {}  # value -> line: acknowledged at an offset untold
 
     def flag(self, kind: str, detail: str, *ops: int, expected: bool = False) -> None:
         (self.result.expected if expected else self.result.anomalies).append(Anomaly(kind, detail, ops))
@@ -154,14 +156,16 @@ class _Checker:
         """Each acknowledged value: where it was acknowledged, and the line saying so."""
         acked: dict[str, tuple[Where, int]] = {}
         for op in self.ops:
-            if op.f == "send" and op.type == "ok":
+            if op.f == "send" and op.type == "ok" and op.value["o"] is not None:
                 acked[str(op.value["v"])] = ((str(op.value["t"]), int(op.value["p"]), int(op.value["o"])), op.index)
+            elif op.f == "send" and op.type == "ok":
+                self.somewhere[str(op.value["v"])] = op.index
         for txn in self.txns.values():
             if txn.outcome == "ok":
                 for t, p, o, v in txn.sends:
                     if o is not None:
                         acked[v] = ((t, p, o), txn.completed)
-        if not acked:
+        if not acked and not self.somewhere:
             self.flag("unavailable", "nothing was acknowledged in the whole run")
         return acked
 
@@ -173,6 +177,10 @@ class _Checker:
                           line, self.final.index, expected=self.expect.loss)
             elif where not in self.at[v]:
                 self.flag("moved-write", f"value {v} acknowledged at {where}, read at {self.at[v]}",
+                          line, self.final.index, expected=self.expect.loss)
+        for v, line in self.somewhere.items():
+            if v not in self.at:
+                self.flag("lost-write", f"value {v} acknowledged (its offset untold), not in the final read",
                           line, self.final.index, expected=self.expect.loss)
         for txn in self.txns.values():  # a committed transaction's record whose offset never came back
             if txn.outcome == "ok":
@@ -230,8 +238,8 @@ class _Checker:
         for op in self.ops:
             if op.f == "send" and op.type == "invoke":
                 asked[str(op.value["v"])] = (op.process, op.index)
-        oks = sorted(((asked[str(o.value["v"])][1], o) for o in self.ops
-                      if o.f == "send" and o.type == "ok" and str(o.value["v"]) in asked), key=lambda e: e[0])
+        oks = sorted(((asked[str(o.value["v"])][1], o) for o in self.ops if o.f == "send" and o.type == "ok"
+                      and o.value["o"] is not None and str(o.value["v"]) in asked), key=lambda e: e[0])
         for _, op in oks:
             key = (op.process, str(op.value["t"]), int(op.value["p"]))
             o, v = int(op.value["o"]), str(op.value["v"])

@@ -15,6 +15,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.jepsen.workloads.common import high_watermark
+
 
 def create(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -46,24 +48,11 @@ def produce(bootstrap: str, topic: str, seconds: float, acks: str) -> list[list[
     return acked
 
 
-def _end(c: Consumer, tp: TopicPartition) -> int:
-    """The partition's high watermark, asked again for a minute while the faults' effects settle (a
-    gateway still talking to a demoted primary until the Sentinels reconfigure it); then the error."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return int(c.get_watermark_offsets(tp, timeout=10)[1])
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            c.poll(0.5)
-
-
 def read_all(bootstrap: str, topic: str) -> list[list[int]]:
     """[value, partition, offset] of each record in the topic."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"smoke-read-{time.time_ns()}",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    ends = {p: _end(c, TopicPartition(topic, p)) for p in range(3)}
+    ends = {p: high_watermark(c, TopicPartition(topic, p)) for p in range(3)}
     c.assign([TopicPartition(topic, p, 0) for p in range(3)])
     seen: list[list[int]] = []
     at = {p: 0 for p in ends}

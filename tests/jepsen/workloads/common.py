@@ -26,13 +26,14 @@ def record(m: Message) -> Record:
 
 def delivered(history: History, process: str | int) -> Callable[[KafkaError | None, Message], None]:
     """The delivery callback that completes a non-transactional `send`: ok where acknowledged; any
-    error (a timeout first) leaves it unsure, `info`, since an idempotent retry may have written it."""
+    error (a timeout first) leaves it unsure, `info`, since an idempotent retry may have written it.
+    An acknowledgement may come without its offset (`o` null): librdkafka's idempotent producer
+    reports a batch as persisted, offset unknown, when a retry finds it written before."""
     def done(err: KafkaError | None, msg: Message) -> None:
         v = msg.value()
         assert v is not None
         if err is None:
-            t, p, o, _ = record(msg)
-            history.ok(process, "send", {"v": v.decode(), "t": t, "p": p, "o": o})
+            history.ok(process, "send", {"v": v.decode(), "t": msg.topic(), "p": msg.partition(), "o": msg.offset()})
         else:
             history.info(process, "send", {"v": v.decode(), "error": str(err)})
     return done
@@ -92,6 +93,19 @@ def create(args: argparse.Namespace, *topics: str) -> None:
                 raise
 
 
+def high_watermark(c: Consumer, tp: TopicPartition) -> int:
+    """The partition's high watermark, asked again for a minute while the faults' effects settle (the
+    client's handle of a gateway that left the metadata destroyed under a request); then the error."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return int(c.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise KafkaException(f"{tp.topic} {tp.partition}: {exc}") from exc
+            c.poll(0.5)
+
+
 def final_read(history: History, args: argparse.Namespace, *topics: str) -> None:
     """Every record of `topics` up to their high watermarks, read_committed, as one `final` op;
     a read that fails (a topic lost) is a `fail` the checker names."""
@@ -104,10 +118,7 @@ def final_read(history: History, args: argparse.Namespace, *topics: str) -> None
         parts = [TopicPartition(t, p, 0) for t in topics for p in range(args.partitions)]
         ends: dict[tuple[str, int], int] = {}
         for tp in parts:
-            try:
-                ends[(tp.topic, tp.partition)] = c.get_watermark_offsets(tp, timeout=60)[1]
-            except KafkaException as exc:
-                raise KafkaException(f"{tp.topic} {tp.partition}: {exc}") from exc
+            ends[(tp.topic, tp.partition)] = high_watermark(c, tp)
         c.assign([tp for tp in parts if ends[(tp.topic, tp.partition)] > 0])
         left = {k for k, end in ends.items() if end > 0}
         deadline = time.monotonic() + READ_SECONDS
