@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -142,3 +142,26 @@ def final_read(history: History, args: argparse.Namespace, *topics: str) -> None
     finally:
         c.close()
     history.ok(FINAL, "final", {"isolation": "read_committed", "records": records})
+
+
+class Member(Protocol):
+    """One consuming member of a group workload."""
+
+    def step(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def fed(args: argparse.Namespace, history: History, topic: str, members: Sequence[Member]) -> None:
+    """A group workload's run: until its time is up, a Feed writes a value to each partition of `topic`
+    and each member takes a step; then the feed is flushed, the members closed, and the topic read."""
+    feed = Feed(args, history, topic)
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline:
+        feed.send(args.partitions, lambda i: i % args.partitions)
+        for member in members:
+            member.step()
+    feed.flush()
+    for member in members:
+        member.close()
+    final_read(history, args, topic)

@@ -11,12 +11,11 @@ no lower than its group committed, and the committed offsets to never go back.
 from __future__ import annotations
 
 import argparse
-import time
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from tests.jepsen.history import History
-from tests.jepsen.workloads.common import Feed, arguments, create, final_read, record
+from tests.jepsen.workloads.common import arguments, create, fed, record
 
 MEMBERS = 2
 
@@ -39,6 +38,9 @@ class Member:
 
     def _revoked(self, _: Consumer, parts: list[TopicPartition]) -> None:
         self.held -= {(tp.topic, tp.partition) for tp in parts}
+
+    def close(self) -> None:
+        self.consumer.close()
 
     def step(self) -> None:
         got = [record(m) for m in self.consumer.consume(50, 0.1) if m.error() is None]
@@ -68,17 +70,7 @@ def main() -> None:
     topic = group = f"group-{args.protocol}-{args.seed}"
     with History(args.history) as history:
         create(args, topic)
-        feed = Feed(args, history, topic)
-        members = [Member(args, history, k, topic, group) for k in range(MEMBERS)]
-        deadline = time.monotonic() + args.seconds
-        while time.monotonic() < deadline:
-            feed.send(args.partitions, lambda i: i % args.partitions)
-            for member in members:
-                member.step()
-        feed.flush()
-        for member in members:
-            member.consumer.close()
-        final_read(history, args, topic)
+        fed(args, history, topic, [Member(args, history, k, topic, group) for k in range(MEMBERS)])
 
 
 if __name__ == "__main__":

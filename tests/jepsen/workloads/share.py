@@ -16,7 +16,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from tests.jepsen.history import History
-from tests.jepsen.workloads.common import Feed, arguments, create, final_read, record
+from tests.jepsen.workloads.common import arguments, create, fed, record
 
 MEMBERS = 2
 LOCK_MS = 15000  # Kafka's group.share.min.record.lock.duration.ms
@@ -29,6 +29,9 @@ class Member:
                                           "share.acknowledgement.mode": "explicit"})
         self.consumer.subscribe([topic])
         self.since = time.monotonic()  # its previous poll's invocation: the client may acquire one poll ahead
+
+    def close(self) -> None:
+        self.consumer.close()
 
     def step(self) -> None:
         since, self.since = self.since, time.monotonic()
@@ -63,17 +66,7 @@ def main() -> None:
     with History(args.history) as history:
         create(args, topic)
         configure(args.bootstrap, group)
-        feed = Feed(args, history, topic)
-        members = [Member(args.bootstrap, history, k, topic, group) for k in range(MEMBERS)]
-        deadline = time.monotonic() + args.seconds
-        while time.monotonic() < deadline:
-            feed.send(args.partitions, lambda i: i % args.partitions)
-            for member in members:
-                member.step()
-        feed.flush()
-        for member in members:
-            member.consumer.close()
-        final_read(history, args, topic)
+        fed(args, history, topic, [Member(args.bootstrap, history, k, topic, group) for k in range(MEMBERS)])
 
 
 if __name__ == "__main__":
