@@ -95,7 +95,9 @@ def create(args: argparse.Namespace, *topics: str) -> None:
 
 def high_watermark(c: Consumer, tp: TopicPartition) -> int:
     """The partition's high watermark, asked again for a minute while the faults' effects settle (the
-    client's handle of a gateway that left the metadata destroyed under a request); then the error."""
+    client's handle of a gateway that left the metadata destroyed under a request; a partition its
+    metadata cache lost, "Unknown partition" until the topic's metadata is asked for again); then
+    the error."""
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -103,7 +105,10 @@ def high_watermark(c: Consumer, tp: TopicPartition) -> int:
         except KafkaException as exc:
             if time.monotonic() > deadline:
                 raise KafkaException(f"{tp.topic} {tp.partition}: {exc}") from exc
-            c.poll(0.5)
+            try:
+                c.list_topics(tp.topic, timeout=10)
+            except KafkaException:
+                c.poll(0.5)
 
 
 def final_read(history: History, args: argparse.Namespace, *topics: str) -> None:
