@@ -27,6 +27,7 @@ class Member:
         self.consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": group,
                                   "group.protocol": args.protocol, "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                                  "socket.timeout.ms": 10000,  # a commit the faults hold up is info in 10 s, not 60
                                   **({"session.timeout.ms": 10000} if args.protocol == "classic" else {})})
         self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
 
