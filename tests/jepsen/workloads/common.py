@@ -80,17 +80,29 @@ def arguments(doc: str, *extra: tuple[str, dict[str, Any]]) -> argparse.Namespac
 
 
 def create(args: argparse.Namespace, *topics: str) -> None:
-    """Create `topics` with `args.partitions` each; one left from an earlier try is kept."""
+    """Create `topics` with `args.partitions` each; one left from an earlier try is kept. A retriable
+    refusal (a Redis primary the faults took away: KAFKA_STORAGE_ERROR) is tried again for a minute,
+    as a client of Kafka's would."""
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     config = {"min.insync.replicas": str(args.min_insync_replicas)}
-    futures = admin.create_topics([NewTopic(t, args.partitions, 1, config=config) for t in topics],
-                                  request_timeout=30)
-    for future in futures.values():
-        try:
-            future.result(60)
-        except KafkaException as exc:
-            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                raise
+    deadline, left = time.monotonic() + 60, list(topics)
+    while left:
+        futures = admin.create_topics([NewTopic(t, args.partitions, 1, config=config) for t in left],
+                                      request_timeout=30)
+        for topic, future in futures.items():
+            try:
+                future.result(60)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.name() == "TOPIC_ALREADY_EXISTS":
+                    pass
+                elif err.retriable() and time.monotonic() < deadline:
+                    continue
+                else:
+                    raise
+            left.remove(topic)
+        if left:
+            time.sleep(0.5)  # a retriable refusal's backoff, as a client's retry.backoff.ms
 
 
 def high_watermark(c: Consumer, tp: TopicPartition) -> int:
