@@ -13,20 +13,8 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.jepsen.workloads.common import high_watermark
-
-
-def create(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = NewTopic(topic, 3, 1, config={"min.insync.replicas": "2"})
-    for future in admin.create_topics([new], request_timeout=30).values():
-        try:
-            future.result(60)
-        except KafkaException as exc:
-            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                raise
+from tests.jepsen.workloads.common import create_topics, high_watermark
 
 
 def produce(bootstrap: str, topic: str, seconds: float, acks: str) -> list[list[int]]:
@@ -73,7 +61,7 @@ def main() -> None:
     parser.add_argument("--acks", choices=["all", "1"], default="all", help="all: idempotent too; 1: neither")
     parser.add_argument("--history", type=Path, help="write the JSON here rather than on standard output")
     args = parser.parse_args()
-    create(args.bootstrap, args.topic)
+    create_topics(args.bootstrap, 3, 2, args.topic)
     print("created", file=sys.stderr, flush=True)
     acked = produce(args.bootstrap, args.topic, args.seconds, args.acks)
     try:

@@ -79,16 +79,23 @@ def arguments(doc: str, *extra: tuple[str, dict[str, Any]]) -> argparse.Namespac
     return parser.parse_args()
 
 
+RETRIABLE = {"REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR", "NOT_CONTROLLER"}  # Kafka's RetriableExceptions here
+
+
 def create(args: argparse.Namespace, *topics: str) -> None:
-    """Create `topics` with `args.partitions` each; one left from an earlier try is kept. A retriable
-    refusal (a Redis primary the faults took away: KAFKA_STORAGE_ERROR) is tried again for a minute,
-    as a client of Kafka's would."""
-    admin = AdminClient({"bootstrap.servers": args.bootstrap})
-    config = {"min.insync.replicas": str(args.min_insync_replicas)}
+    """Create `topics` with `args.partitions` each (see create_topics)."""
+    create_topics(args.bootstrap, args.partitions, args.min_insync_replicas, *topics)
+
+
+def create_topics(bootstrap: str, partitions: int, min_insync_replicas: int, *topics: str) -> None:
+    """Create `topics`; one left from an earlier try is kept. A retriable refusal (a primary the faults
+    cut off from its replicas: REQUEST_TIMED_OUT; one they took away: KAFKA_STORAGE_ERROR) is tried
+    again for a minute, as a Kafka client retries a RetriableException."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"min.insync.replicas": str(min_insync_replicas)}
     deadline, left = time.monotonic() + 60, list(topics)
     while left:
-        futures = admin.create_topics([NewTopic(t, args.partitions, 1, config=config) for t in left],
-                                      request_timeout=30)
+        futures = admin.create_topics([NewTopic(t, partitions, 1, config=config) for t in left], request_timeout=30)
         for topic, future in futures.items():
             try:
                 future.result(60)
@@ -96,7 +103,7 @@ def create(args: argparse.Namespace, *topics: str) -> None:
                 err = exc.args[0]
                 if err.name() == "TOPIC_ALREADY_EXISTS":
                     pass
-                elif err.retriable() and time.monotonic() < deadline:
+                elif (err.retriable() or err.name() in RETRIABLE) and time.monotonic() < deadline:
                     continue
                 else:
                     raise
