@@ -143,6 +143,7 @@ def native(f: str, *records: Rec) -> list[Line]:
                      *txn("t1", "ok", X, offsets=(("in", 0, 2),), reads=(IN,)), *final(IN, ("in", 0, 1, "j"), X)]),
     ("stuck", [*send("a", 0, 0), (1, "info", "stuck", {"call": "a transaction's step", "seconds": 180}),
                *final(A)]),
+    ("client-fatal", [*send("a", 0, 0), (0, "info", "fatal", {"error": "out of order sequence"}), *final(A)]),
     ("failed-write-read", [*send("a", 0, 0), *unsure("b", 0, "fail", "too large"), *final(A, B)]),
     ("resumed-behind-commit", [*send("a", 0, 0), *send("b", 0, 1), *member_poll(1, A, B), *commit(("out", 0, 2)),
                                *assign(2, ("out", 0)), *member_poll(2, B), *final(A, B)]),

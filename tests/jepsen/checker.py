@@ -13,6 +13,8 @@ A record is `[topic, partition, offset, value]`, every value unique in a workloa
 - `commit` ok `{"group", "offsets": [[t, p, o]]}`: a group's offsets committed
 - `final`  ok `{"isolation", "records"}`, the whole log read once everything is healed; fail `{"error"}`
 - `stuck`  info `{"call", "seconds"}`: a client call that never returned, abandoned by the workload
+- `fatal`  info `{"error"}`: the client gave up for good (librdkafka's idempotent producer on an
+           out-of-order sequence it cannot reconcile, which a log that keeps what it acknowledged never causes)
 - `assign` ok `{"group", "partitions": [[t, p]]}`: partitions given to this group member; its next poll
            of each starts where the group committed (not below any commit acknowledged before)
 - `receive` ok `{"records"}`: a native subscription's deliveries (redelivered after a reconnection
@@ -100,6 +102,8 @@ class _Checker:
             if op.f == "stuck":
                 self.flag("stuck", f"process {op.process}: {op.value['call']} not back after {op.value['seconds']} s",
                           op.index)
+            elif op.f == "fatal":
+                self.flag("client-fatal", f"process {op.process}: {op.value['error']}", op.index)
         self._final()
         self._transactions()
         acked = self._acknowledged()
