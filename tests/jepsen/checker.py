@@ -3,7 +3,8 @@ broken one named with the lines of the operations that show it, in the spirit of
 
 A record is `[topic, partition, offset, value]`, every value unique in a workload. The operations:
 
-- `send`   invoke `{"v", "t", "p"}`; ok `{"v", "t", "p", "o"}` (acknowledged there); fail/info `{"v", "error"}`
+- `send`   invoke `{"v", "t", "p"}`; ok `{"v", "t", "p", "o"}` (acknowledged there; `o` null: acknowledged
+           at an offset the client was not told); fail/info `{"v", "error"}`
 - `txn`    invoke when commit or abort is asked, `{"id", "abort", "sends": [records, offset null]}`;
            ok (committed) `{"id", "sends": [records], "reads": [records consumed], "group",
            "offsets": [[t, p, o]]}`; fail (aborted); info
@@ -12,6 +13,16 @@ A record is `[topic, partition, offset, value]`, every value unique in a workloa
 - `commit` ok `{"group", "offsets": [[t, p, o]]}`: a group's offsets committed
 - `final`  ok `{"isolation", "records"}`, the whole log read once everything is healed; fail `{"error"}`
 - `stuck`  info `{"call", "seconds"}`: a client call that never returned, abandoned by the workload
+- `fatal`  info `{"error"}`: the client gave up for good (librdkafka's idempotent producer on an
+           out-of-order sequence it cannot reconcile, which a log that keeps what it acknowledged never causes)
+- `assign` ok `{"group", "partitions": [[t, p]]}`: partitions given to this group member; its next poll
+           of each starts where the group committed (not below any commit acknowledged before)
+- `receive` ok `{"records"}`: a native subscription's deliveries (redelivered after a reconnection
+           unless acknowledged); `ack` ok `{"records"}`: their acknowledgement, durable once ok
+- `share-poll` ok `{"records", "counts", "lock_ms", "since", "returned"}`: a share-group member's
+           acquisitions, each record's delivery count, and the client's monotonic seconds: `since` the
+           invocation of the member's previous poll (the client may acquire a batch one poll ahead)
+           and when this one returned; `share-ack` invoke `{"records", "at"}`: its acceptances
 
 What weak settings cannot promise is declared with `Expect` (acks=1: loss over a failover, duplicates
 from retries) and then reported as expected, never as an anomaly.
@@ -81,6 +92,7 @@ class _Checker:
         self.at: dict[str, list[Where]] = defaultdict(list)  # value -> where the final read has it
         self.txns: dict[str, _Txn] = {}
         self.by_value: dict[str, _Txn] = {}
+        self.somewhere: dict[str, int] = {}  # value -> line: acknowledged at an offset untold
 
     def flag(self, kind: str, detail: str, *ops: int, expected: bool = False) -> None:
         (self.result.expected if expected else self.result.anomalies).append(Anomaly(kind, detail, ops))
@@ -90,6 +102,8 @@ class _Checker:
             if op.f == "stuck":
                 self.flag("stuck", f"process {op.process}: {op.value['call']} not back after {op.value['seconds']} s",
                           op.index)
+            elif op.f == "fatal":
+                self.flag("client-fatal", f"process {op.process}: {op.value['error']}", op.index)
         self._final()
         self._transactions()
         acked = self._acknowledged()
@@ -102,6 +116,9 @@ class _Checker:
         self._reads()
         self._atomic()
         self._offsets_forward()
+        self._resumed()
+        self._received()
+        self._shared()
         self._exactly_once()
         self._definite_failures()
         return self.result
@@ -143,14 +160,16 @@ class _Checker:
         """Each acknowledged value: where it was acknowledged, and the line saying so."""
         acked: dict[str, tuple[Where, int]] = {}
         for op in self.ops:
-            if op.f == "send" and op.type == "ok":
+            if op.f == "send" and op.type == "ok" and op.value["o"] is not None:
                 acked[str(op.value["v"])] = ((str(op.value["t"]), int(op.value["p"]), int(op.value["o"])), op.index)
+            elif op.f == "send" and op.type == "ok":
+                self.somewhere[str(op.value["v"])] = op.index
         for txn in self.txns.values():
             if txn.outcome == "ok":
                 for t, p, o, v in txn.sends:
                     if o is not None:
                         acked[v] = ((t, p, o), txn.completed)
-        if not acked:
+        if not acked and not self.somewhere:
             self.flag("unavailable", "nothing was acknowledged in the whole run")
         return acked
 
@@ -162,6 +181,10 @@ class _Checker:
                           line, self.final.index, expected=self.expect.loss)
             elif where not in self.at[v]:
                 self.flag("moved-write", f"value {v} acknowledged at {where}, read at {self.at[v]}",
+                          line, self.final.index, expected=self.expect.loss)
+        for v, line in self.somewhere.items():
+            if v not in self.at:
+                self.flag("lost-write", f"value {v} acknowledged (its offset untold), not in the final read",
                           line, self.final.index, expected=self.expect.loss)
         for txn in self.txns.values():  # a committed transaction's record whose offset never came back
             if txn.outcome == "ok":
@@ -197,7 +220,20 @@ class _Checker:
                           expected=self.expect.loss and lost)
 
     def _polls(self) -> list[Op]:
-        return [o for o in self.ops if o.f == "poll" and o.type == "ok"]
+        return [o for o in self.ops if o.f in ("poll", "receive", "share-poll") and o.type == "ok"]
+
+    def _consistent(self, op: Op, t: str, p: int, o: int, v: str) -> None:
+        """A polled record is where the final read has it (an uncommitted transaction's records are not
+        in a read_committed final read, so one of those is let be)."""
+        assert self.final is not None
+        final, txn = self.final, self.by_value.get(v)
+        if v in self.at and (t, p, o) not in self.at[v]:
+            self.flag("poll-inconsistent", f"value {v} polled at {(t, p, o)}, finally at {self.at[v]}",
+                      op.index, final.index)
+        elif v not in self.at and not (txn and txn.outcome != "ok"
+                                       and final.value.get("isolation") == "read_committed"):
+            self.flag("poll-inconsistent", f"value {v} polled at {(t, p, o)}, not in the final read",
+                      op.index, final.index, expected=self.expect.loss)
 
     def _sends_in_order(self) -> None:
         """One producer's acknowledged sends to a partition keep the order it sent them in."""
@@ -206,8 +242,8 @@ class _Checker:
         for op in self.ops:
             if op.f == "send" and op.type == "invoke":
                 asked[str(op.value["v"])] = (op.process, op.index)
-        oks = sorted(((asked[str(o.value["v"])][1], o) for o in self.ops
-                      if o.f == "send" and o.type == "ok" and str(o.value["v"]) in asked), key=lambda e: e[0])
+        oks = sorted(((asked[str(o.value["v"])][1], o) for o in self.ops if o.f == "send" and o.type == "ok"
+                      and o.value["o"] is not None and str(o.value["v"]) in asked), key=lambda e: e[0])
         for _, op in oks:
             key = (op.process, str(op.value["t"]), int(op.value["p"]))
             o, v = int(op.value["o"]), str(op.value["v"])
@@ -224,11 +260,14 @@ class _Checker:
         assert self.final is not None
         last: dict[tuple[int | str, str, int], int] = {}
         final = self.final
-        committed_final = final.value.get("isolation") == "read_committed"
-        for op in [*[o for o in self.ops if o.f in ("poll", "seek") and o.type == "ok"], final]:
+        for op in [*[o for o in self.ops if o.f in ("poll", "seek", "assign") and o.type == "ok"], final]:
             if op.f == "seek":
                 for t, p, o in op.value["positions"]:
                     last[(op.process, str(t), int(p))] = int(o) - 1
+                continue
+            if op.f == "assign":  # where it resumes is _resumed's to check
+                for t, p in op.value["partitions"]:
+                    last.pop((op.process, str(t), int(p)), None)
                 continue
             committed_only = op.value.get("isolation") == "read_committed"
             process = "final" if op is final else op.process
@@ -238,13 +277,9 @@ class _Checker:
                 if key in last and o <= last[key]:
                     self.flag("nonmonotonic-read", f"{(t, p)} read at offset {o} after {last[key]}", op.index)
                 last[key] = o
-                txn = self.by_value.get(v)  # an uncommitted one's records are not in a read_committed final
-                if op is not final and v in self.at and (t, p, o) not in self.at[v]:
-                    self.flag("poll-inconsistent", f"value {v} polled at {(t, p, o)}, finally at {self.at[v]}",
-                              op.index, final.index)
-                elif op is not final and v not in self.at and not (txn and txn.outcome != "ok" and committed_final):
-                    self.flag("poll-inconsistent", f"value {v} polled at {(t, p, o)}, not in the final read",
-                              op.index, final.index, expected=self.expect.loss)
+                txn = self.by_value.get(v)
+                if op is not final:
+                    self._consistent(op, t, p, o, v)
                 if committed_only and txn is not None:
                     if txn.outcome == "fail":
                         self.flag("aborted-read", f"value {v} of aborted transaction {txn.id} read at {(t, p, o)}",
@@ -276,6 +311,77 @@ class _Checker:
                     self.flag("offset-regressed", f"group {key[0]} committed {key[1:]} at {o} after {last[key][0]}",
                               last[key][1], op.index)
                 last[key] = (int(o), op.index)
+
+    def _resumed(self) -> None:
+        """A member given a partition resumes at or after every offset its group committed (ok) before the
+        assignment: a poll below it means a committed offset went back (Kafka's OffsetFetch after a
+        rebalance; KIP-848's reconciliation as the classic protocol's)."""
+        committed: dict[tuple[str, str, int], tuple[int, int]] = {}
+        resuming: dict[tuple[int | str, str, int], tuple[int, int] | None] = {}  # process's partition -> floor
+        for op in self.ops:
+            if op.type != "ok":
+                continue
+            if op.f in ("commit", "txn") and op.value.get("offsets"):
+                for t, p, o in op.value["offsets"]:
+                    key = (str(op.value["group"]), str(t), int(p))
+                    if int(o) > committed.get(key, (-1, 0))[0]:
+                        committed[key] = (int(o), op.index)
+            elif op.f == "assign":
+                for t, p in op.value["partitions"]:
+                    resuming[(op.process, str(t), int(p))] = committed.get((str(op.value["group"]), str(t), int(p)))
+            elif op.f == "poll":
+                for t, p, o, v in _records(op.value["records"]):
+                    assert o is not None
+                    floor = resuming.pop((op.process, t, p), None)
+                    if floor is not None and o < floor[0]:
+                        self.flag("resumed-behind-commit", f"process {op.process} resumed {(t, p)} at offset {o} "
+                                  f"({v}) after its group committed {floor[0]}", floor[1], op.index)
+
+    def _received(self) -> None:
+        """A native subscription's deliveries are where the log has them, and one whose acknowledgement
+        came back is never delivered again (after a reconnection, only unacknowledged ones are)."""
+        acked: dict[tuple[int | str, Where], int] = {}
+        for op in self.ops:
+            if op.type != "ok" or op.f not in ("receive", "ack"):
+                continue
+            for t, p, o, v in _records(op.value["records"]):
+                assert o is not None
+                if op.f == "ack":
+                    acked.setdefault((op.process, (t, p, o)), op.index)
+                    continue
+                self._consistent(op, t, p, o, v)
+                if (op.process, (t, p, o)) in acked:
+                    self.flag("acked-redelivered", f"{(t, p, o)} ({v}) delivered to process {op.process} again "
+                              "after its acknowledgement came back", acked[(op.process, (t, p, o))], op.index)
+
+    def _shared(self) -> None:
+        """Share groups (KIP-932): each acquired record is where the log has it, and no record goes to two
+        members under live locks. Two members given one record with the same delivery count shared one
+        acquisition. Else by the clock: a member's lock was taken after `since` and lasts `lock_ms`, so
+        it surely lives from its poll's return to `since` + `lock_ms` (the earliest it can run out), or
+        to the member's acceptance if sooner; another member's acquisition surely inside that (its
+        `since` after the first's return, its return before that end) is a double delivery."""
+        accepted: dict[tuple[int | str, Where], float] = {}
+        for op in self.ops:
+            if op.f == "share-ack" and op.type == "invoke":
+                for t, p, o, _ in _records(op.value["records"]):
+                    assert o is not None
+                    accepted.setdefault((op.process, (t, p, o)), float(op.value["at"]))
+        held: dict[Where, list[tuple[float, float, int, Op]]] = defaultdict(list)
+        for op in self.ops:
+            if op.f != "share-poll" or op.type != "ok":
+                continue
+            since, start = float(op.value["since"]), float(op.value["returned"])
+            for (t, p, o, v), count in zip(_records(op.value["records"]), op.value["counts"], strict=True):
+                assert o is not None
+                self._consistent(op, t, p, o, v)
+                for s, e, other_count, other in held[(t, p, o)]:
+                    if other.process != op.process and (count == other_count or (s <= since and start < e)):
+                        self.flag("share-double-delivery", f"{(t, p, o)} ({v}) acquired by {op.process} "
+                                  f"(delivery {count}) while {other.process}'s lock (delivery {other_count}) "
+                                  "was live", other.index, op.index)
+                end = float(op.value["since"]) + op.value["lock_ms"] / 1000
+                held[(t, p, o)].append((start, min(end, accepted.get((op.process, (t, p, o)), end)), count, op))
 
     def _exactly_once(self) -> None:
         """Consume-transform-produce: each input record below a group's committed offset was read by

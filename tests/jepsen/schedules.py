@@ -8,8 +8,10 @@ and the failure names the anomaly and that folder.
 
 Workloads are programs run as `python -m <module> --bootstrap H:P[,H:P] --native H:P[,H:P] --history FILE
 --seconds N --seed S` in a client namespace: they write a history file and end with a final read. The
-smoke workload (tests/jepsen/smoke.py) writes one JSON object; the history workloads of
-tests/jepsen/workloads write every operation, for tests/jepsen/checker.py.
+history workloads of tests/jepsen/workloads write every operation, for tests/jepsen/checker.py; each
+schedule runs a mix of them, so that each runs under at least two kinds of fault, beside the smoke
+workload (tests/jepsen/smoke.py, one JSON object) at acks=1, which holds that setting to what the
+README's Guarantees say of it.
 """
 
 from __future__ import annotations
@@ -57,12 +59,13 @@ def _smoke(acks: str) -> Callable[[Lab, Path, int, int], list[str]]:
     return argv
 
 
-def program(module: str) -> Callable[[Lab, Path, int, int], list[str]]:
-    """The argv of a history workload, `python -m tests.jepsen.workloads.<module>` with the common flags:
-    registering one is `WORKLOADS[name] = Workload(name, program(name), <its check>)`."""
+def program(module: str, *extra: str) -> Callable[[Lab, Path, int, int], list[str]]:
+    """The argv of a history workload, `python -m tests.jepsen.workloads.<module>` with the common flags
+    and its own `extra`: registering one is `WORKLOADS[name] = Workload(name, program(module), <its check>)`."""
     def argv(lab: Lab, history: Path, seconds: int, seed: int) -> list[str]:
         return [sys.executable, "-m", f"tests.jepsen.workloads.{module}", "--bootstrap", lab.bootstrap,
-                "--native", lab.native, "--history", str(history), "--seconds", str(seconds), "--seed", str(seed)]
+                "--native", lab.native, "--history", str(history), "--seconds", str(seconds), "--seed", str(seed),
+                *extra]
     return argv
 
 
@@ -98,17 +101,14 @@ def check_smoke(history: Path, *, duplicates: bool = False, loss: bool = False) 
     return anomalies
 
 
-def _history(module: str) -> Callable[[Lab, Path, int, int], list[str]]:
-    def argv(lab: Lab, history: Path, seconds: int, seed: int) -> list[str]:
-        return [sys.executable, "-m", f"tests.jepsen.workloads.{module}", "--bootstrap", lab.bootstrap,
-                "--history", str(history), "--seconds", str(seconds), "--seed", str(seed)]
-    return argv
-
-
 WORKLOADS: dict[str, Workload] = {
     # the history workloads, checked by tests/jepsen/checker.py on the production settings: no anomaly allowed
-    "idempotent": Workload("idempotent", _history("idempotent"), check_file),
-    "transactional": Workload("transactional", _history("transactional"), check_file),
+    "idempotent": Workload("idempotent", program("idempotent"), check_file),
+    "transactional": Workload("transactional", program("transactional"), check_file),
+    "groups-classic": Workload("groups-classic", program("groups", "--protocol", "classic"), check_file),
+    "groups-consumer": Workload("groups-consumer", program("groups", "--protocol", "consumer"), check_file),
+    "share": Workload("share", program("share"), check_file),
+    "native": Workload("native", program("native"), check_file),
     "smoke": Workload("smoke", _smoke("all"), check_smoke),
     # acks=1 with the primary in place: at least once, nothing acknowledged lost
     "smoke-acks1": Workload("smoke-acks1", _smoke("1"), lambda h: check_smoke(h, duplicates=True)),
@@ -116,6 +116,8 @@ WORKLOADS: dict[str, Workload] = {
     "smoke-acks1-failover": Workload("smoke-acks1-failover", _smoke("1"),
                                      lambda h: check_smoke(h, duplicates=True, loss=True)),
 }
+
+HISTORIES = tuple(name for name, w in WORKLOADS.items() if w.check is check_file)  # on production settings
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ class Schedule:
     seed: int
     steps: Callable[[Lab, random.Random], list[Step]]
     seconds: int = 24  # the workloads' write phase
-    workloads: tuple[str, ...] = ("smoke", "smoke-acks1")
+    workloads: tuple[str, ...] = HISTORIES
     why: str = ""
     fails_over: bool = False  # its faults must move a Redis primary: checked, so a fault that did nothing fails
 
@@ -242,23 +244,28 @@ def cluster_primary_lost(lab: Lab, rng: random.Random) -> list[Step]:
             Step(rng.uniform(12, 14), faults.Delay(lab, _gateway(lab, rng), 150), 6)]
 
 
-FAILING_OVER = ("smoke", "smoke-acks1-failover")  # where a primary may fail over: acks=1 may lose
+FAILING_OVER = ("smoke-acks1-failover",)  # where a primary may fail over: acks=1 may lose
+STAYING = ("smoke-acks1",)  # where the primary stays: acks=1 loses nothing acknowledged
+# each history workload runs under at least two kinds of fault
 SCHEDULES = [
     Schedule("primary-isolated", "sentinel", 1, primary_isolated,
-             fails_over=True, workloads=FAILING_OVER,
+             fails_over=True, workloads=("idempotent", "groups-consumer", "native", *FAILING_OVER),
              why="the Sentinel primary and one gateway cut off with one Sentinel: the majority fails over "
                  "while clients still write through the gateway stuck with the old primary"),
     Schedule("primary-paused", "sentinel", 2, primary_paused,
-             fails_over=True, workloads=FAILING_OVER,
+             fails_over=True, workloads=("transactional", "groups-classic", "share", *FAILING_OVER),
              why="the primary SIGSTOPped past the Sentinels' patience, then resumed as if nothing happened"),
     Schedule("gateway-cut-off", "sentinel", 3, gateway_cut_off,
+             workloads=("transactional", "share", "native", *STAYING),
              why="a gateway cut off from Redis while clients reach it, then another's requests to Redis lost one way"),
-    Schedule("replication-cut-and-loss", "sentinel", 4, replication_cut_and_loss, workloads=FAILING_OVER,
+    Schedule("replication-cut-and-loss", "sentinel", 4, replication_cut_and_loss,
+             workloads=("idempotent", "groups-classic", "share", *FAILING_OVER),
              why="the primary's packets to the other Redis hosts lost (acks=all must wait; their Sentinels, "
                  "hearing nothing, may fail it over), then packet loss at a gateway"),
     Schedule("clocks-and-kills", "sentinel", 5, clocks_and_kills,
+             workloads=("transactional", "groups-consumer", "native", *STAYING),
              why="gateway clocks stepped an hour and ten minutes either way, then a gateway SIGKILLed and restarted"),
     Schedule("cluster-primary-lost", "cluster", 6, cluster_primary_lost,
-             fails_over=True, workloads=FAILING_OVER,
+             fails_over=True, workloads=("idempotent", "transactional", "groups-consumer", *FAILING_OVER),
              why="a Redis Cluster primary SIGKILLed (its replica takes over) and a gateway's Redis traffic delayed"),
 ]

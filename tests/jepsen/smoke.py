@@ -13,18 +13,8 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-
-def create(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = NewTopic(topic, 3, 1, config={"min.insync.replicas": "2"})
-    for future in admin.create_topics([new], request_timeout=30).values():
-        try:
-            future.result(60)
-        except KafkaException as exc:
-            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                raise
+from tests.jepsen.workloads.common import create_topics, high_watermark
 
 
 def produce(bootstrap: str, topic: str, seconds: float, acks: str) -> list[list[int]]:
@@ -46,24 +36,11 @@ def produce(bootstrap: str, topic: str, seconds: float, acks: str) -> list[list[
     return acked
 
 
-def _end(c: Consumer, tp: TopicPartition) -> int:
-    """The partition's high watermark, asked again for a minute while the faults' effects settle (a
-    gateway still talking to a demoted primary until the Sentinels reconfigure it); then the error."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            return int(c.get_watermark_offsets(tp, timeout=10)[1])
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            c.poll(0.5)
-
-
 def read_all(bootstrap: str, topic: str) -> list[list[int]]:
     """[value, partition, offset] of each record in the topic."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"smoke-read-{time.time_ns()}",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    ends = {p: _end(c, TopicPartition(topic, p)) for p in range(3)}
+    ends = {p: high_watermark(c, TopicPartition(topic, p)) for p in range(3)}
     c.assign([TopicPartition(topic, p, 0) for p in range(3)])
     seen: list[list[int]] = []
     at = {p: 0 for p in ends}
@@ -84,7 +61,7 @@ def main() -> None:
     parser.add_argument("--acks", choices=["all", "1"], default="all", help="all: idempotent too; 1: neither")
     parser.add_argument("--history", type=Path, help="write the JSON here rather than on standard output")
     args = parser.parse_args()
-    create(args.bootstrap, args.topic)
+    create_topics(args.bootstrap, 3, 2, args.topic)
     print("created", file=sys.stderr, flush=True)
     acked = produce(args.bootstrap, args.topic, args.seconds, args.acks)
     try:

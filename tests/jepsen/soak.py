@@ -2,7 +2,10 @@
 not in CI. Each run's schedule and seed are printed, so an anomaly is replayed with the same seed;
 its histories and logs are kept under tests/jepsen/artifacts. Exits 1 if any run found an anomaly.
 
-    python -m tests.jepsen.soak --minutes N --seed S [--workloads smoke,smoke-acks1-failover,...]
+    python -m tests.jepsen.soak --minutes N --seed S [--workloads idempotent,share,...]
+
+Each run draws MIX of the history workloads from its seed (tests/jepsen/workloads), beside acks=1's smoke workload
+that allows for a failover, unless --workloads names the ones to run every time.
     python -m tests.jepsen.soak --minutes 0 --seed 0 --replay sentinel:76739130   (one run again)
 """
 
@@ -18,9 +21,10 @@ from pathlib import Path
 from tests.jepsen import faults
 from tests.jepsen.faults import Fault
 from tests.jepsen.lab import Lab
-from tests.jepsen.schedules import FAILING_OVER, WORKLOADS, Schedule, Step, run
+from tests.jepsen.schedules import FAILING_OVER, HISTORIES, WORKLOADS, Schedule, Step, run
 
 SECONDS = 40  # each run's write phase
+MIX = 3  # history workloads a run draws
 
 
 def _menu(lab: Lab, rng: random.Random) -> Fault:
@@ -61,8 +65,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--replay", metavar="TOPOLOGY:SEED", help="one run again, as a line printed names it")
-    parser.add_argument("--workloads", default=",".join(FAILING_OVER),
-                        help=f"of {', '.join(WORKLOADS)}: ones that allow for a failover, as random faults cause them")
+    parser.add_argument("--workloads", help=f"of {', '.join(WORKLOADS)}: ones that allow for a failover, as random "
+                        f"faults cause them (by default each run draws {MIX} of {', '.join(HISTORIES)})")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     deadline = time.monotonic() + args.minutes * 60
@@ -73,7 +77,8 @@ def main() -> None:
         if args.replay:
             topology, seed = args.replay.split(":")[0], int(args.replay.split(":")[1])
         schedule = Schedule(f"soak-{topology}", topology, seed, random_steps, seconds=SECONDS,
-                            workloads=tuple(args.workloads.split(",")))
+                            workloads=tuple(args.workloads.split(",")) if args.workloads
+                            else (*random.Random(seed).sample(HISTORIES, MIX), *FAILING_OVER))  # as a replay draws
         with tempfile.TemporaryDirectory(prefix="jepsen-soak-") as root:
             try:
                 outcome = run(schedule, Path(root))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tests.jepsen.history import History
@@ -25,24 +26,48 @@ def record(m: Message) -> Record:
 
 def delivered(history: History, process: str | int) -> Callable[[KafkaError | None, Message], None]:
     """The delivery callback that completes a non-transactional `send`: ok where acknowledged; any
-    error (a timeout first) leaves it unsure, `info`, since an idempotent retry may have written it, and
-    so does a success without an offset (librdkafka acks a batch whose request timed out implicitly,
-    once a later one of the partition succeeds)."""
+    error (a timeout first) leaves it unsure, `info`, since an idempotent retry may have written it.
+    An acknowledgement may come without its offset (`o` null): librdkafka's idempotent producer
+    reports a batch as persisted, offset unknown, when a retry finds it written before."""
     def done(err: KafkaError | None, msg: Message) -> None:
         v = msg.value()
         assert v is not None
-        if err is None and msg.offset() is None:  # librdkafka's implicit ack: stored, at an offset it never learnt
-            history.info(process, "send", {"v": v.decode(), "error": "acknowledged without an offset"})
-        elif err is None:
-            t, p, o, _ = record(msg)
-            history.ok(process, "send", {"v": v.decode(), "t": t, "p": p, "o": o})
+        if err is None:
+            history.ok(process, "send", {"v": v.decode(), "t": msg.topic(), "p": msg.partition(), "o": msg.offset()})
         else:
             history.info(process, "send", {"v": v.decode(), "error": str(err)})
     return done
 
 
-def arguments(doc: str) -> argparse.Namespace:
+class Feed:
+    """An idempotent acks=all producer writing unique values to an input topic, each send recorded under
+    `process`: what the consuming workloads (transactional, groups, share) read."""
+
+    def __init__(self, args: argparse.Namespace, history: History, topic: str, process: str = "source") -> None:
+        self.history, self.topic, self.process, self.partitions = history, topic, process, args.partitions
+        self.producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "enable.idempotence": True,
+                                  "linger.ms": 5, "message.timeout.ms": 60000})
+        self.done = delivered(history, process)
+        self.prefix, self.n = f"{topic}-", 0
+
+    def send(self, count: int, partition: Callable[[int], int]) -> None:
+        """`count` more values, the i-th of the run to `partition(i)`."""
+        for _ in range(count):
+            v, p = f"{self.prefix}{self.n}", partition(self.n)
+            self.history.invoke(self.process, "send", {"v": v, "t": self.topic, "p": p})
+            self.producer.produce(self.topic, value=v.encode(), partition=p, on_delivery=self.done)
+            self.n += 1
+        self.producer.poll(0)
+
+    def flush(self) -> None:
+        self.producer.flush(180)
+
+
+def arguments(doc: str, *extra: tuple[str, dict[str, Any]]) -> argparse.Namespace:
+    """The common flags, and a workload's own (`extra`: a flag and add_argument's options)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for flag, options in extra:
+        parser.add_argument(flag, **options)
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--native", help="the native listeners (unused by Kafka workloads)")
     parser.add_argument("--history", type=Path, required=True)
@@ -54,18 +79,55 @@ def arguments(doc: str) -> argparse.Namespace:
     return parser.parse_args()
 
 
+RETRIABLE = {"REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR", "NOT_CONTROLLER"}  # Kafka's RetriableExceptions here
+
+
 def create(args: argparse.Namespace, *topics: str) -> None:
-    """Create `topics` with `args.partitions` each; one left from an earlier try is kept."""
-    admin = AdminClient({"bootstrap.servers": args.bootstrap})
-    config = {"min.insync.replicas": str(args.min_insync_replicas)}
-    futures = admin.create_topics([NewTopic(t, args.partitions, 1, config=config) for t in topics],
-                                  request_timeout=30)
-    for future in futures.values():
+    """Create `topics` with `args.partitions` each (see create_topics)."""
+    create_topics(args.bootstrap, args.partitions, args.min_insync_replicas, *topics)
+
+
+def create_topics(bootstrap: str, partitions: int, min_insync_replicas: int, *topics: str) -> None:
+    """Create `topics`; one left from an earlier try is kept. A retriable refusal (a primary the faults
+    cut off from its replicas: REQUEST_TIMED_OUT; one they took away: KAFKA_STORAGE_ERROR) is tried
+    again for a minute, as a Kafka client retries a RetriableException."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = {"min.insync.replicas": str(min_insync_replicas)}
+    deadline, left = time.monotonic() + 60, list(topics)
+    while left:
+        futures = admin.create_topics([NewTopic(t, partitions, 1, config=config) for t in left], request_timeout=30)
+        for topic, future in futures.items():
+            try:
+                future.result(60)
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.name() == "TOPIC_ALREADY_EXISTS":
+                    pass
+                elif (err.retriable() or err.name() in RETRIABLE) and time.monotonic() < deadline:
+                    continue
+                else:
+                    raise
+            left.remove(topic)
+        if left:
+            time.sleep(0.5)  # a retriable refusal's backoff, as a client's retry.backoff.ms
+
+
+def high_watermark(c: Consumer, tp: TopicPartition) -> int:
+    """The partition's high watermark, asked again for a minute while the faults' effects settle (the
+    client's handle of a gateway that left the metadata destroyed under a request; a partition its
+    metadata cache lost, "Unknown partition" until the topic's metadata is asked for again); then
+    the error."""
+    deadline = time.monotonic() + 60
+    while True:
         try:
-            future.result(60)
+            return int(c.get_watermark_offsets(tp, timeout=10)[1])
         except KafkaException as exc:
-            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                raise
+            if time.monotonic() > deadline:
+                raise KafkaException(f"{tp.topic} {tp.partition}: {exc}") from exc
+            try:
+                c.list_topics(tp.topic, timeout=10)
+            except KafkaException:
+                c.poll(0.5)
 
 
 def final_read(history: History, args: argparse.Namespace, *topics: str) -> None:
@@ -80,10 +142,7 @@ def final_read(history: History, args: argparse.Namespace, *topics: str) -> None
         parts = [TopicPartition(t, p, 0) for t in topics for p in range(args.partitions)]
         ends: dict[tuple[str, int], int] = {}
         for tp in parts:
-            try:
-                ends[(tp.topic, tp.partition)] = c.get_watermark_offsets(tp, timeout=60)[1]
-            except KafkaException as exc:
-                raise KafkaException(f"{tp.topic} {tp.partition}: {exc}") from exc
+            ends[(tp.topic, tp.partition)] = high_watermark(c, tp)
         c.assign([tp for tp in parts if ends[(tp.topic, tp.partition)] > 0])
         left = {k for k, end in ends.items() if end > 0}
         deadline = time.monotonic() + READ_SECONDS
@@ -107,3 +166,26 @@ def final_read(history: History, args: argparse.Namespace, *topics: str) -> None
     finally:
         c.close()
     history.ok(FINAL, "final", {"isolation": "read_committed", "records": records})
+
+
+class Member(Protocol):
+    """One consuming member of a group workload."""
+
+    def step(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def fed(args: argparse.Namespace, history: History, topic: str, members: Sequence[Member]) -> None:
+    """A group workload's run: until its time is up, a Feed writes a value to each partition of `topic`
+    and each member takes a step; then the feed is flushed, the members closed, and the topic read."""
+    feed = Feed(args, history, topic)
+    deadline = time.monotonic() + args.seconds
+    while time.monotonic() < deadline:
+        feed.send(args.partitions, lambda i: i % args.partitions)
+        for member in members:
+            member.step()
+    feed.flush()
+    for member in members:
+        member.close()
+    final_read(history, args, topic)

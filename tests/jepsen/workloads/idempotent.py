@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.jepsen.history import History
 from tests.jepsen.workloads.common import arguments, create, delivered, final_read, record
@@ -46,7 +46,12 @@ def main() -> None:
             process = rng.randrange(PRODUCERS)
             v, partition = f"{args.seed}-{i}", rng.randrange(args.partitions)
             history.invoke(process, "send", {"v": v, "t": name, "p": partition})
-            producers[process].produce(name, value=v.encode(), partition=partition, on_delivery=callbacks[process])
+            try:
+                producers[process].produce(name, value=v.encode(), partition=partition,
+                                           on_delivery=callbacks[process])
+            except KafkaException as exc:  # a fatal error (a sequence the partition lost): named, then the read
+                history.info(process, "fatal", {"error": str(exc)})
+                break
             i += 1
             producers[process].poll(0.002)
             if i % 20 == 0:

@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from tests.jepsen.history import History
-from tests.jepsen.workloads.common import arguments, create, delivered, final_read, record
+from tests.jepsen.workloads.common import Feed, arguments, create, final_read, record
 
 SOURCE, WORKER, READER = "source", "worker", "reader"
 ABORTS = 0.25  # the share of transactions aborted on purpose
@@ -110,23 +110,16 @@ def main() -> None:
     source, sink = f"txn-in-{args.seed}", f"txn-out-{args.seed}"
     with History(args.history) as history:
         create(args, source, sink)
-        sent = delivered(history, SOURCE)
-        producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "enable.idempotence": True,
-                             "linger.ms": 5, "message.timeout.ms": 60000})
+        feed = Feed(args, history, source, SOURCE)
         reader = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"reader-{args.seed}",
                            "enable.auto.commit": False, "isolation.level": "read_committed"})
         reader.assign([TopicPartition(sink, p, 0) for p in range(args.partitions)])
         worker = Worker(args, history, source, sink)
         steps = ThreadPoolExecutor(1)  # the worker's calls, under a watchdog
-        deadline, i, stuck = time.monotonic() + args.seconds, 0, False
+        deadline, stuck = time.monotonic() + args.seconds, False
         try:
             while time.monotonic() < deadline and not stuck:
-                for _ in range(10):
-                    v, p = f"in-{args.seed}-{i}", rng.randrange(args.partitions)
-                    history.invoke(SOURCE, "send", {"v": v, "t": source, "p": p})
-                    producer.produce(source, value=v.encode(), partition=p, on_delivery=sent)
-                    i += 1
-                producer.poll(0)
+                feed.send(10, lambda _: rng.randrange(args.partitions))
                 try:
                     steps.submit(worker.step).result(STUCK)
                 except Stuck:  # recorded, and the worker abandoned, so that the run still ends in its final read
@@ -135,7 +128,7 @@ def main() -> None:
                 polled = [record(m) for m in reader.consume(500, 0) if m.error() is None]
                 if polled:
                     history.ok(READER, "poll", {"isolation": "read_committed", "records": polled})
-            producer.flush(180)
+            feed.flush()
         finally:
             if not stuck:
                 worker.close()
