@@ -174,6 +174,36 @@ async def test_a_stalled_replica_fails_the_append_and_the_retry_stores_it_once(p
     assert sum(int(f[b"n"]) for _, f in stored) == 5 == _high_watermark(pair)
 
 
+async def test_a_wait_lost_after_the_append_is_not_enough_replicas_after_append(pair, gateway):
+    """The connection waiting for the replica is lost after the batch was appended: the answer says
+    the batch may be persisted (NOT_ENOUGH_REPLICAS_AFTER_APPEND), never KAFKA_STORAGE_ERROR, which
+    librdkafka takes as not persisted (tests/jepsen primary-isolated, seed 404: such a batch was
+    written again under a bumped epoch)."""
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 2)
+    assert pair.replica.proc is not None
+    before = await scrape(gateway)
+    os.kill(pair.replica.proc.pid, signal.SIGSTOP)
+    producing = asyncio.create_task(asyncio.to_thread(
+        _produce, bs, [b"v"], acks="all", **{"enable.idempotence": True, "request.timeout.ms": 20000}))
+    await eventually(lambda: _high_watermark(pair) == 1, TIMEOUT, "the batch appended, its WAIT pending")
+    with redis_sync.Redis(port=pair.primary.port) as r:
+        waiting = [c["id"] for c in r.client_list() if c["name"] == "gateway-append-replicated" and c["cmd"] == "wait"]
+        assert waiting
+        for cid in waiting:
+            r.client_kill_filter(_id=cid)
+
+    async def answered() -> bool:
+        return moved(samples(before), samples(await scrape(gateway)), "gateway_request_errors_total",
+                     face="kafka", api="Produce", code="NOT_ENOUGH_REPLICAS_AFTER_APPEND") > 0
+    await eventually(answered, TIMEOUT, "NOT_ENOUGH_REPLICAS_AFTER_APPEND answered")
+    assert not moved(samples(before), samples(await scrape(gateway)), "gateway_request_errors_total",
+                     face="kafka", api="Produce", code="KAFKA_STORAGE_ERROR")
+    os.kill(pair.replica.proc.pid, signal.SIGCONT)
+    assert await producing == [(None, 0)]  # the retry finds it stored: once, at its offset
+    assert _high_watermark(pair) == 1
+
+
 # -- state changes a client is told are done wait for the replica too ---------------------------------
 
 @pytest.fixture

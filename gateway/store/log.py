@@ -421,7 +421,12 @@ class LogStore:
         A request with `replicas` is refused (NotEnoughReplicas, nothing written) while its node
         has fewer replicas online, and is answered once Redis's WAIT on the connection that
         appended it says that many hold it, within `timeout_ms`; else NotEnoughReplicasAfterAppend.
-        WAIT counts the writes of its own connection, so these go only on the ordered ones."""
+        WAIT counts the writes of its own connection, so these go only on the ordered ones. A WAIT
+        whose connection is lost after the append ran is NotEnoughReplicasAfterAppend too, never the
+        StorageUnavailable (KAFKA_STORAGE_ERROR) of a write that did not happen: librdkafka takes
+        KAFKA_STORAGE_ERROR as "not persisted" and NOT_ENOUGH_REPLICAS_AFTER_APPEND as "possibly
+        persisted" (rdkafka_request.c, rd_kafka_handle_Produce_error), and Kafka's leader never answers
+        a batch it appended with KAFKA_STORAGE_ERROR (Partition.appendRecordsToLeader, DelayedProduce)."""
         out: list[Append | Exception | None] = [None] * len(requests)
         needed = [i for i, r in enumerate(requests) if r.replicas]
         if needed:
@@ -516,14 +521,16 @@ class LogStore:
                     replies[i] = self.replication.reply(conn, reply)
             for conn, wait in waits.items():
                 try:
-                    acked = await wait
-                except StorageUnavailable:  # the WAIT's connection dropped: the appends stored are not confirmed
-                    acked = 0
+                    acked, lost = await wait, None
+                except StorageUnavailable as exc:
+                    acked, lost = -1, exc
                 for i in pending[conn]:
                     stored = isinstance(replies[i], list) and replies[i][0] in (ErrorCode.OK, ErrorCode.DUPLICATE_SEQUENCE)
                     if acked < replicas[i] and stored:
                         self.replication.forget(calls[i][1][0])  # read its replicas again
                         replies[i] = NotEnoughReplicasAfterAppend(
+                            f"{calls[i][1][0]}: appended; how many Redis replicas hold it is unknown ({lost}), "
+                            f"{replicas[i]} needed" if lost else
                             f"{calls[i][1][0]}: on {acked} Redis replicas within {timeout_ms} ms, "
                             f"{replicas[i]} needed (min.insync.replicas {replicas[i] + 1})")
         return replies

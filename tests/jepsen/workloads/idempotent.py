@@ -7,6 +7,7 @@ order each producer sent, polls where the log has them.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -35,7 +36,9 @@ def main() -> None:
     with History(args.history) as history:
         create(args, name)
         producers = [Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "enable.idempotence": True,
-                               "linger.ms": 5, "message.timeout.ms": 60000, "request.timeout.ms": 10000})
+                               "linger.ms": 5, "message.timeout.ms": 60000, "request.timeout.ms": 10000,
+                               # JEPSEN_RDKAFKA_DEBUG=eos,msg: librdkafka says why it drains, bumps an epoch or retries
+                               **({"debug": debug} if (debug := os.environ.get("JEPSEN_RDKAFKA_DEBUG")) else {})})
                      for _ in range(PRODUCERS)]
         callbacks = [delivered(history, process) for process in range(PRODUCERS)]
         reader = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"reader-{args.seed}",
