@@ -340,7 +340,10 @@ async def test_replicas_are_shown_and_a_min_insync_they_cannot_meet_is_logged_at
     assert "topic t: min.insync.replicas 2 needs 1 Redis replicas" in caplog.text
 
 
-async def test_on_a_cluster_state_changes_wait_for_the_replica_of_their_slots_primary(tmp_path: Path) -> None:
+async def test_on_a_cluster_state_changes_and_reads_wait_for_the_replica_of_their_slots_primary(tmp_path: Path) -> None:
+    """State changes wait for the replica as behind Sentinel, and so do reads (read-mark-1.lua: a
+    PUBLISH is not in a Cluster's replication stream). Found by the soak (cluster:938408598): a
+    record polled from an isolated primary, which its failover then dropped."""
     cluster = EmbeddedCluster(tmp_path / "cluster")
     replica = EmbeddedRedis(tmp_path / "replica", cluster=True)
     cluster.start()
@@ -392,9 +395,31 @@ async def test_on_a_cluster_state_changes_wait_for_the_replica_of_their_slots_pr
                 os.kill(replica.proc.pid, signal.SIGCONT)
             await committing
             assert on_replica() == 6
+            with redis_sync.Redis(port=owner) as r:  # a topic whose partition is on the replicated primary
+                topic = next(t for t in (f"r{i}" for i in range(10_000))
+                             if int(r.execute_command("CLUSTER", "KEYSLOT", keys.log(t, 0))) in owned(r))
+            await asyncio.to_thread(_create, bs, topic, 1)
+            await asyncio.to_thread(_produce, bs, [b"a"], topic, acks="1")
+            assert gw.services is not None
+            assert [e.base_offset for e in (await gw.services.log.read(topic, 0, 0)).entries] == [0]
+            os.kill(replica.proc.pid, signal.SIGSTOP)
+            try:
+                await asyncio.to_thread(_produce, bs, [b"b"], topic, acks="1")  # on the primary alone
+                with pytest.raises(StorageUnavailable):
+                    await gw.services.log.read(topic, 0, 0)
+            finally:
+                os.kill(replica.proc.pid, signal.SIGCONT)
+            assert [e.base_offset for e in (await gw.services.log.read(topic, 0, 0)).entries] == [0, 1]
     finally:
         replica.stop()
         cluster.stop()
+
+
+def owned(r: redis_sync.Redis) -> set[int]:
+    """The slots the node `r` talks to serves."""
+    me = r.execute_command("CLUSTER", "MYID").decode()
+    return {slot for s in r.execute_command("CLUSTER", "SLOTS") if s[2][2].decode() == me
+            for slot in range(s[0], s[1] + 1)}
 
 
 async def test_concurrent_state_changes_share_their_waits(pair: Pair) -> None:

@@ -31,6 +31,11 @@ def wake(topic: str, partition: int) -> str:
     return f"{log(topic, partition)}:wake"
 
 
+def read_mark(topic: str, partition: int) -> str:
+    """String a read on a Redis Cluster writes (read-mark-1.lua) to count the replicas that hold it."""
+    return f"{partition_tag(topic, partition)}:read-mark"
+
+
 def meta(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:meta"
 

@@ -54,7 +54,7 @@ from gateway.errors import (
 from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.replication import READ_CONFIRM_MS, Replication, read_confirmed, read_mark
+from gateway.store.replication import READ_CONFIRM_MS, READ_MARK, Replication, read_confirmed
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
 
@@ -222,7 +222,8 @@ class LogStore:
     def __init__(self, redis: RedisClient, scripts: Scripts, replication: Replication) -> None:
         self.redis = redis
         self.scripts = scripts
-        self.direct = DirectConnections(redis, name="gateway-direct-read")
+        # a Cluster's reads that wait for replicas go here alone, their mark script loaded (`_pipeline`)
+        self.direct = DirectConnections(redis, name="gateway-direct-read", preload=(scripts.specs[READ_MARK].source,))
         self.ordered = DirectConnections(redis, name="gateway-append", preload=(scripts.specs[APPEND].source,))
         # appends that wait for replicas have connections of their own, shared with the state changes
         # that wait (`replication`): their WAITs never hold up the others (a producer's acks is
@@ -562,7 +563,7 @@ class LogStore:
         if stream and max_entries > 1:
             commands.append(("XRANGE", log, f"({offset}-1", "+", "COUNT", max_entries - 1))
         streams = (0, len(commands) - 1 if max_entries > 1 else 0) if stream else ()
-        replies = await self._pipeline(log, commands, direct, streams=streams)
+        replies = await self._pipeline(log, keys.read_mark(topic, partition), commands, direct, streams=streams)
         if not stream:
             replies.insert(0, [])
         before, (hw, start, gen, cb, cg, ls), open_txns, *rest = replies
@@ -594,7 +595,8 @@ class LogStore:
         return Slice(entries, int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0),
                      max(int(start), int(ls or 0)))
 
-    async def _pipeline(self, log: str, commands: list[tuple[Any, ...]], direct: bool, streams: tuple[int, ...]) -> list[Any]:
+    async def _pipeline(self, log: str, mark_key: str, commands: list[tuple[Any, ...]], direct: bool,
+                        streams: tuple[int, ...]) -> list[Any]:
         """The replies of `commands` (all in `log`'s slot) in one round trip; `direct` receives them
         without copies (`resp`), through redis-py when that path cannot serve. Stream replies (at
         `streams`) come in redis-py's shape either way.
@@ -602,10 +604,16 @@ class LogStore:
         A read is answered only once the replicas hold everything it read (`Replication.read_replicas`),
         else StorageUnavailable, retriable: Kafka gives nothing above its high watermark, and a deposed
         leader answers NOT_LEADER_OR_FOLLOWER, never its own log's bounds (a consumer told OFFSET_OUT_OF_RANGE
-        by a resumed old primary, whose log ends below where it read, resets its position)."""
+        by a resumed old primary, whose log ends below where it read, resets its position). On a
+        Cluster such a read goes on the direct connection alone: redis-py's cluster pipeline follows
+        a MOVED by sending that command again elsewhere, apart from the WAIT that was to cover it."""
         mark = await self.replication.read_replicas(log)
-        sent = commands + read_mark(mark) if mark else commands
-        replies = await self.direct.pipeline(log, sent) if direct else None
+        sent = commands + self.replication.read_mark(mark_key, mark) if mark else commands
+        replies: list[Any] | None
+        if mark and self.replication.cluster:
+            replies = await self._cluster_marked(log, sent)
+        else:
+            replies = await self.direct.pipeline(log, sent) if direct else None
         if replies is None:
             pipe = self.redis.pipeline(transaction=False)
             for command in sent:
@@ -622,6 +630,23 @@ class LogStore:
             raise StorageUnavailable(f"{log}: what was read is not on {mark} Redis replicas within "
                                      f"{READ_CONFIRM_MS} ms ({replies[-1]}); retry")
         return replies[:len(commands)]
+
+    async def _cluster_marked(self, log: str, sent: list[tuple[Any, ...]]) -> list[Any]:
+        """`sent` (a read and its mark) on `log`'s node's direct connection; its error replies raised as
+        redis-py's would be (a node that moved the slot on, or was demoted: StorageUnavailable)."""
+        conn = await self.direct.connection(log)
+        if conn is None:
+            raise StorageUnavailable(f"{log}: no connection to its Redis node; retry")
+        try:
+            replies = await conn.pipeline(sent)
+        except OSError as exc:
+            raise StorageUnavailable(f"{log}: {exc}; retry") from exc
+        for i, reply in enumerate(replies[:-1]):
+            mapped = self.replication.reply(conn, reply)
+            if isinstance(mapped, Exception):
+                raise mapped
+            replies[i] = mapped
+        return replies
 
     async def _read_cleaned(
         self, topic: str, partition: int, offset: int, max_entries: int, with_aborted: bool, direct: bool, cg: int
@@ -643,7 +668,7 @@ class LogStore:
             if with_aborted:
                 commands.append(("ZRANGEBYSCORE", keys.aborted_txns(topic, partition), offset, "+inf", "WITHSCORES"))
             before, after, dirty, (hw, start, gen, cb, now_cg), open_txns, *rest = await self._pipeline(
-                log, commands, direct, streams=(0, 1, 2))
+                log, keys.read_mark(topic, partition), commands, direct, streams=(0, 1, 2))
             if hw is None:
                 raise TopicNotFound(f"{topic}-{partition} does not exist")
             if int(now_cg or 0) == cg:

@@ -58,6 +58,8 @@ from gateway.store.scripts import Scripts, ScriptSpec
 _REPLICAS_FRESH = 1.0  # seconds a node's count of online replicas is trusted before it is read again
 READ_CONFIRM_MS = 1_000  # how long a read waits for the replicas to hold what it read before giving none of it
 _READ_MARK = "gateway:read-mark"  # PUBLISHed to nobody: only to move the reading connection's replication offset
+READ_MARK = "read-mark-1"  # the mark on a Cluster, where PUBLISH is not replicated
+_READ_MARK_TTL_MS = 10_000  # how long a partition's read-mark key outlives its last read
 # error replies of a node busy, loading, failing over or handing a slot on: the script did not run
 _PASSING = ("MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "BUSY", "MASTERDOWN", "READONLY")
 _UNRUN = (*_PASSING, "NOSCRIPT")
@@ -181,17 +183,8 @@ def primary_status(address: str, info: dict[str, Any]) -> PrimaryStatus:
     return PrimaryStatus(address, offset, replicas)
 
 
-def read_mark(replicas: int) -> list[tuple[Any, ...]]:
-    """Commands that, pipelined after a read on the connection that read, answer (last) how many
-    replicas hold everything the node had when it read: a PUBLISH is replicated, so it moves the
-    connection's replication offset to the primary's (WAIT counts a connection's own writes, and a
-    reader has none); WAIT then waits for `replicas` at most READ_CONFIRM_MS. On a node that is no
-    primary now WAIT answers an error, which confirms nothing either."""
-    return [("PUBLISH", _READ_MARK, ""), ("WAIT", replicas, READ_CONFIRM_MS)]
-
-
 def read_confirmed(reply: Any, replicas: int) -> bool:
-    """Whether `read_mark`'s last reply says `replicas` hold what was read."""
+    """Whether `Replication.read_mark`'s last reply says `replicas` hold what was read."""
     return isinstance(reply, int) and not isinstance(reply, bool) and reply >= replicas
 
 
@@ -264,15 +257,34 @@ class Replication:
         new primary never got (their offsets since given to other records) until the Sentinels demote
         it seconds later (tests/jepsen's primary-paused). So a read waits, as a state change does,
         for `state_replicas` (those of them online) to hold everything the node had when it read
-        (`read_mark`). On a Redis
-        Cluster PUBLISH is not in the replication stream (it goes over the cluster bus), so the mark
-        would prove nothing: reads there are not confirmed (README's Guarantees)."""
-        if self.state_min_insync <= 1 or hasattr(self.redis, "get_node_from_key"):
+        (`read_mark`), on a Redis Cluster as behind Sentinel: a read a failover then dropped was
+        polled from a Cluster's isolated primary while the mark was a PUBLISH, which a Cluster does
+        not replicate (tests/jepsen, soak cluster:938408598)."""
+        if self.state_min_insync <= 1:
             return 0
         needed, online = await self.state_replicas(key)
         # those online alone: one its primary dropped (gone, or silent past repl-timeout) is out of the
         # set as a lagging follower leaves Kafka's ISR, which then moves the high watermark without it
         return min(needed, online)
+
+    @property
+    def cluster(self) -> bool:
+        return hasattr(self.redis, "get_node_from_key")
+
+    def read_mark(self, mark_key: str, replicas: int) -> list[tuple[Any, ...]]:
+        """Commands that, pipelined after a read on the connection that read, answer (last) how many
+        replicas hold everything the node had when it read: a replicated write moves the connection's
+        replication offset to the node's (WAIT counts a connection's own writes, and a reader has
+        none); WAIT then waits for `replicas` at most READ_CONFIRM_MS. Behind Sentinel the write is a
+        PUBLISH; on a Cluster, where PUBLISH goes over the bus and not the replication stream, it is
+        read-mark-1 on `mark_key`, in the read's slot, so a node that no longer owns it answers
+        MOVED. On a node that is no primary now WAIT or the script answers an error, which confirms
+        nothing either."""
+        if self.cluster:
+            mark = self.scripts.evalsha(READ_MARK, [mark_key], [_READ_MARK_TTL_MS])
+        else:
+            mark = ("PUBLISH", _READ_MARK, "")
+        return [mark, ("WAIT", replicas, READ_CONFIRM_MS)]
 
     def forget(self, key: str) -> None:
         """Read `key`'s node's replicas again next time (a WAIT fell short)."""
