@@ -410,9 +410,18 @@ async def test_on_a_cluster_state_changes_and_reads_wait_for_the_replica_of_thei
             finally:
                 os.kill(replica.proc.pid, signal.SIGCONT)
             assert [e.base_offset for e in (await gw.services.log.read(topic, 0, 0)).entries] == [0, 1]
+            before = _waits(owner)
+            reads = await asyncio.gather(*(gw.services.log.read(topic, 0, 0) for _ in range(20)))
+            assert all(len(sl.entries) == 2 for sl in reads)
+            assert _waits(owner) - before < 20  # reads sent while a WAIT is in flight share the next one
     finally:
         replica.stop()
         cluster.stop()
+
+
+def _waits(port: int) -> int:
+    with redis_sync.Redis(port=port) as r:
+        return int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
 
 
 def owned(r: redis_sync.Redis) -> set[int]:
@@ -426,8 +435,7 @@ async def test_concurrent_state_changes_share_their_waits(pair: Pair) -> None:
     await pair.linked()
 
     def waits() -> int:
-        with redis_sync.Redis(port=pair.primary.port) as r:
-            return int(r.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+        return _waits(pair.primary.port)
     store = Store.open(pair.primary.url)
     try:
         before = waits()

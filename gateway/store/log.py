@@ -605,15 +605,16 @@ class LogStore:
         else StorageUnavailable, retriable: Kafka gives nothing above its high watermark, and a deposed
         leader answers NOT_LEADER_OR_FOLLOWER, never its own log's bounds (a consumer told OFFSET_OUT_OF_RANGE
         by a resumed old primary, whose log ends below where it read, resets its position). On a
-        Cluster such a read goes on the direct connection alone: redis-py's cluster pipeline follows
-        a MOVED by sending that command again elsewhere, apart from the WAIT that was to cover it."""
+        Cluster such a read goes on the direct connection alone (`_cluster_marked`)."""
         mark = await self.replication.read_replicas(log)
-        sent = commands + self.replication.read_mark(mark_key, mark) if mark else commands
-        replies: list[Any] | None
         if mark and self.replication.cluster:
-            replies = await self._cluster_marked(log, sent)
-        else:
-            replies = await self.direct.pipeline(log, sent) if direct else None
+            marked = await self._cluster_marked(log, mark_key, commands, mark)
+            for i in set(streams):
+                marked[i] = _direct_entries(marked[i])
+            return marked
+        # a WAIT of its own on the reading connection (redis-py's pool has one per concurrent read)
+        sent = [*commands, self.replication.read_mark(mark_key), ("WAIT", mark, READ_CONFIRM_MS)] if mark else commands
+        replies = await self.direct.pipeline(log, sent) if direct else None
         if replies is None:
             pipe = self.redis.pipeline(transaction=False)
             for command in sent:
@@ -631,22 +632,32 @@ class LogStore:
                                      f"{READ_CONFIRM_MS} ms ({replies[-1]}); retry")
         return replies[:len(commands)]
 
-    async def _cluster_marked(self, log: str, sent: list[tuple[Any, ...]]) -> list[Any]:
-        """`sent` (a read and its mark) on `log`'s node's direct connection; its error replies raised as
-        redis-py's would be (a node that moved the slot on, or was demoted: StorageUnavailable)."""
+    async def _cluster_marked(self, log: str, mark_key: str, commands: list[tuple[Any, ...]], mark: int) -> list[Any]:
+        """`commands` and their mark on `log`'s node's one direct connection, and a WAIT shared with the
+        reads sent meanwhile (`Waits`: one WAIT in flight blocks its connection in Redis, so one each
+        would queue every read of the node behind the one before). Not through redis-py: its cluster
+        pipeline follows a MOVED by sending that command again elsewhere, apart from the WAIT that was
+        to cover it. Error replies are raised as redis-py's would be (a node that moved the slot on,
+        or was demoted: StorageUnavailable)."""
         conn = await self.direct.connection(log)
         if conn is None:
             raise StorageUnavailable(f"{log}: no connection to its Redis node; retry")
+        sent = conn.pipeline([*commands, self.replication.read_mark(mark_key)])
+        acked = self.replication.waits.after(conn, mark, READ_CONFIRM_MS)  # sent after the mark
         try:
-            replies = await conn.pipeline(sent)
+            replies = await sent
         except OSError as exc:
             raise StorageUnavailable(f"{log}: {exc}; retry") from exc
-        for i, reply in enumerate(replies[:-1]):
+        for i, reply in enumerate(replies):
             mapped = self.replication.reply(conn, reply)
             if isinstance(mapped, Exception):
                 raise mapped
             replies[i] = mapped
-        return replies
+        held = await acked
+        if not read_confirmed(held, mark):
+            raise StorageUnavailable(f"{log}: what was read is not on {mark} Redis replicas within "
+                                     f"{READ_CONFIRM_MS} ms ({held}); retry")
+        return replies[:len(commands)]
 
     async def _read_cleaned(
         self, topic: str, partition: int, offset: int, max_entries: int, with_aborted: bool, direct: bool, cg: int

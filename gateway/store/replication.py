@@ -184,7 +184,7 @@ def primary_status(address: str, info: dict[str, Any]) -> PrimaryStatus:
 
 
 def read_confirmed(reply: Any, replicas: int) -> bool:
-    """Whether `Replication.read_mark`'s last reply says `replicas` hold what was read."""
+    """Whether a WAIT's reply after `Replication.read_mark` says `replicas` hold what was read."""
     return isinstance(reply, int) and not isinstance(reply, bool) and reply >= replicas
 
 
@@ -271,20 +271,16 @@ class Replication:
     def cluster(self) -> bool:
         return hasattr(self.redis, "get_node_from_key")
 
-    def read_mark(self, mark_key: str, replicas: int) -> list[tuple[Any, ...]]:
-        """Commands that, pipelined after a read on the connection that read, answer (last) how many
-        replicas hold everything the node had when it read: a replicated write moves the connection's
-        replication offset to the node's (WAIT counts a connection's own writes, and a reader has
-        none); WAIT then waits for `replicas` at most READ_CONFIRM_MS. Behind Sentinel the write is a
-        PUBLISH; on a Cluster, where PUBLISH goes over the bus and not the replication stream, it is
-        read-mark-1 on `mark_key`, in the read's slot, so a node that no longer owns it answers
-        MOVED. On a node that is no primary now WAIT or the script answers an error, which confirms
-        nothing either."""
+    def read_mark(self, mark_key: str) -> tuple[Any, ...]:
+        """A write that, sent after a read on the connection that read, moves the connection's
+        replication offset to its node's (WAIT counts a connection's own writes, and a reader has
+        none), so a WAIT after it counts the replicas that hold everything the node had when it read.
+        Behind Sentinel a PUBLISH; on a Cluster, where PUBLISH goes over the bus and not the
+        replication stream, read-mark-1 on `mark_key`, in the read's slot, which a node that no
+        longer owns the slot answers MOVED and a replica READONLY or MOVED."""
         if self.cluster:
-            mark = self.scripts.evalsha(READ_MARK, [mark_key], [_READ_MARK_TTL_MS])
-        else:
-            mark = ("PUBLISH", _READ_MARK, "")
-        return [mark, ("WAIT", replicas, READ_CONFIRM_MS)]
+            return self.scripts.evalsha(READ_MARK, [mark_key], [_READ_MARK_TTL_MS])
+        return ("PUBLISH", _READ_MARK, "")
 
     def forget(self, key: str) -> None:
         """Read `key`'s node's replicas again next time (a WAIT fell short)."""
