@@ -184,6 +184,10 @@ def _bench_parser(sub: Any) -> None:
     p.add_argument("--topics", type=int, default=1000, help="topics for --console (default: %(default)s)")
     p.add_argument("--group-count", type=int, default=100, help="groups for --console (default: %(default)s)")
     p.add_argument("--loads", type=int, default=20, help="loads of each page for --console (default: %(default)s)")
+    p.add_argument("--read-mark", action="store_true",
+                   help="what confirming a read with the replicas costs Redis and the read's latency, behind "
+                   "Sentinel (PUBLISH + WAIT) and on a Cluster (a mark script + WAIT), beside the same reads "
+                   "unconfirmed, on Redis nodes of its own (--records reads, default 2000)")
     p.add_argument("--share", action="store_true",
                    help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
                    "(--records of the first --sizes)")
@@ -215,7 +219,7 @@ def _bench_parser(sub: Any) -> None:
                    help="the Spark source, sink and a pipeline of both (the spark extra, Java 17)")
     p.add_argument("--records", type=int,
                    help="records for --spark (default: 500000), --share (the same) and --key-shared (default: 20000), "
-                   "schemas for --registry (default: 1000)")
+                   "schemas for --registry (default: 1000), reads for --read-mark (default: 2000)")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark (default: %(default)s)")
 
 

@@ -7,7 +7,7 @@ printed beside its raw-Redis baseline, spread over as many streams as the topic 
 and the ratio between them.
 
 One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `share`, `key_shared`, `groups`,
-`peer`, `compaction`, `memory`, `quotas`, `registry`, `tier`, `console`), each on `common` alone; this one only picks among them.
+`peer`, `compaction`, `memory`, `quotas`, `registry`, `tier`, `console`, `read_mark`), each on `common` alone; this one only picks among them.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from gateway.bench import (
     native,
     peer,
     quotas,
+    read_mark,
     registry,
     share,
     spark,
@@ -41,6 +42,9 @@ def run_bench(args: argparse.Namespace) -> None:
     seconds = float(args.seconds)
     partitions = args.partitions or 1
     note = ""
+    if args.read_mark:  # its own Redis: a primary with a replica, and a Cluster with a replica per primary
+        print(read_mark.format_rows(read_mark.measure_read_mark(args.records or read_mark.READS)))
+        return
     with Progress(seconds), bench_redis(args.redis_url, args.cluster) as url:
         if args.delayed:
             print(delayed.format_metrics(delayed.measure_delayed(url, args.count)))

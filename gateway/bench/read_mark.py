@@ -1,4 +1,4 @@
-"""What a read's replica mark costs (not in the suite): `python -m tests.bench_read_mark [--reads N]`.
+"""`gateway bench --read-mark`: what a read's replica mark costs (`--records` reads, default 2,000).
 
 One run, four ways, each on a partition of 20 small batches read from offset 0 at once (as a Fetch
 reads): a primary with a replica (Sentinel's shape) without a mark and with its PUBLISH + WAIT, and a
@@ -8,7 +8,6 @@ Redis's CPU (the reading node's used_cpu_user + used_cpu_sys), the time its comm
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import tempfile
@@ -22,6 +21,8 @@ from gateway.formats.records import build_batch, parse_header
 from gateway.store import Store, keys
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from gateway.store.log import AppendRequest, TopicInfo
+
+READS = 2_000
 
 
 def _node_stats(port: int) -> tuple[float, float]:
@@ -89,14 +90,11 @@ async def _run(reads: int) -> list[dict[str, Any]]:
             primary.stop()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--reads", type=int, default=2_000)
-    args = parser.parse_args()
-    for row in asyncio.run(_run(args.reads)):
-        print(f"{row['label']:18} redis cpu {row['cpu_us']:6.1f} µs/read  commands {row['cmd_us']:5.1f} µs/read  "
-              f"read p50 {row['p50_us']:6.0f} µs  p99 {row['p99_us']:6.0f} µs")
+def measure_read_mark(reads: int) -> list[dict[str, Any]]:
+    """The four rows: Sentinel's shape and a Cluster, each without and with the mark."""
+    return asyncio.run(_run(reads))
 
 
-if __name__ == "__main__":
-    main()
+def format_rows(rows: list[dict[str, Any]]) -> str:
+    return "\n".join(f"{row['label']:18} redis cpu {row['cpu_us']:6.1f} µs/read  commands {row['cmd_us']:5.1f} µs/read  "
+                     f"read p50 {row['p50_us']:6.0f} µs  p99 {row['p99_us']:6.0f} µs" for row in rows)
