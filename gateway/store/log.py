@@ -608,28 +608,28 @@ class LogStore:
         Cluster such a read goes on the direct connection alone (`_cluster_marked`)."""
         mark = await self.replication.read_replicas(log)
         if mark and self.replication.cluster:
-            marked = await self._cluster_marked(log, mark_key, commands, mark)
-            for i in set(streams):
-                marked[i] = _direct_entries(marked[i])
-            return marked
-        # a WAIT of its own on the reading connection (redis-py's pool has one per concurrent read)
-        sent = [*commands, self.replication.read_mark(mark_key), ("WAIT", mark, READ_CONFIRM_MS)] if mark else commands
-        replies = await self.direct.pipeline(log, sent) if direct else None
-        if replies is None:
-            pipe = self.redis.pipeline(transaction=False)
-            for command in sent:
-                pipe.execute_command(*command)
-            async with storage_errors():
-                replies = list(await pipe.execute(raise_on_error=False))
-                for reply in replies[:len(commands)]:
-                    if isinstance(reply, Exception):
-                        raise reply
+            replies = await self._cluster_marked(log, mark_key, commands, mark)
         else:
-            for i in set(streams):
-                replies[i] = _direct_entries(replies[i])
-        if mark and not read_confirmed(replies[-1], mark):
-            raise StorageUnavailable(f"{log}: what was read is not on {mark} Redis replicas within "
-                                     f"{READ_CONFIRM_MS} ms ({replies[-1]}); retry")
+            # a WAIT of its own on the reading connection (redis-py's pool has one per concurrent read)
+            sent = [*commands, self.replication.read_mark(mark_key), ("WAIT", mark, READ_CONFIRM_MS)] if mark else commands
+            got = await self.direct.pipeline(log, sent) if direct else None
+            if got is None:  # through redis-py: its replies are in its own shape already
+                pipe = self.redis.pipeline(transaction=False)
+                for command in sent:
+                    pipe.execute_command(*command)
+                async with storage_errors():
+                    shaped = list(await pipe.execute(raise_on_error=False))
+                    for reply in shaped[:len(commands)]:
+                        if isinstance(reply, Exception):
+                            raise reply
+                if mark:
+                    _confirm(log, shaped[-1], mark)
+                return shaped[:len(commands)]
+            replies = got
+            if mark:
+                _confirm(log, replies[-1], mark)
+        for i in set(streams):
+            replies[i] = _direct_entries(replies[i])
         return replies[:len(commands)]
 
     async def _cluster_marked(self, log: str, mark_key: str, commands: list[tuple[Any, ...]], mark: int) -> list[Any]:
@@ -653,10 +653,7 @@ class LogStore:
             if isinstance(mapped, Exception):
                 raise mapped
             replies[i] = mapped
-        held = await acked
-        if not read_confirmed(held, mark):
-            raise StorageUnavailable(f"{log}: what was read is not on {mark} Redis replicas within "
-                                     f"{READ_CONFIRM_MS} ms ({held}); retry")
+        _confirm(log, await acked, mark)
         return replies[:len(commands)]
 
     async def _read_cleaned(
@@ -836,6 +833,13 @@ class LogStore:
         """A producer id never handed out before, from the counter both faces share."""
         async with storage_errors():
             return int(await self.redis.incr(keys.PRODUCER_IDS))
+
+
+def _confirm(log: str, reply: Any, mark: int) -> None:
+    """StorageUnavailable (retriable) unless a read's WAIT `reply` says `mark` replicas hold what it read."""
+    if not read_confirmed(reply, mark):
+        raise StorageUnavailable(f"{log}: what was read is not on {mark} Redis replicas within "
+                                 f"{READ_CONFIRM_MS} ms ({reply}); retry")
 
 
 def _producer_state(raw: bytes) -> tuple[int, list[tuple[int, int, int]]]:

@@ -57,7 +57,7 @@ from gateway.store.scripts import Scripts, ScriptSpec
 
 _REPLICAS_FRESH = 1.0  # seconds a node's count of online replicas is trusted before it is read again
 READ_CONFIRM_MS = 1_000  # how long a read waits for the replicas to hold what it read before giving none of it
-_READ_MARK = "gateway:read-mark"  # PUBLISHed to nobody: only to move the reading connection's replication offset
+_READ_MARK_CHANNEL = "gateway:read-mark"  # PUBLISHed to nobody: only to move the reading connection's replication offset
 READ_MARK = "read-mark-1"  # the mark on a Cluster, where PUBLISH is not replicated
 _READ_MARK_TTL_MS = 10_000  # how long a partition's read-mark key outlives its last read
 # error replies of a node busy, loading, failing over or handing a slot on: the script did not run
@@ -280,7 +280,7 @@ class Replication:
         longer owns the slot answers MOVED and a replica READONLY or MOVED."""
         if self.cluster:
             return self.scripts.evalsha(READ_MARK, [mark_key], [_READ_MARK_TTL_MS])
-        return ("PUBLISH", _READ_MARK, "")
+        return ("PUBLISH", _READ_MARK_CHANNEL, "")
 
     def forget(self, key: str) -> None:
         """Read `key`'s node's replicas again next time (a WAIT fell short)."""
