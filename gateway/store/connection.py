@@ -186,9 +186,24 @@ def connect(url: str, *, max_connections: int = 64) -> RedisClient:
 _COUNTED: dict[type[Any], type[Any]] = {}
 
 
+def transport_closed(exc: BaseException) -> bool:
+    """Whether `exc` is a write meeting a connection that another task closed under it, which
+    redis-py lets through as it comes instead of as its ConnectionError: uvloop's RuntimeError for
+    a closed transport ("... the handler is closed"), or AttributeError for the writer redis-py's
+    disconnect already dropped. A Cluster client's free connections are disconnected when one
+    command meets a ConnectionError (`ClusterNode.disconnect_free_connections`) while they stay in
+    the free queue, so another task takes one mid-disconnect (tests/jepsen's soak, seeds
+    cluster:946129829 and cluster:36135963: produces answered UNKNOWN_SERVER_ERROR)."""
+    if isinstance(exc, RuntimeError):
+        return "handler is closed" in str(exc)
+    return isinstance(exc, AttributeError) and exc.obj is None
+
+
 def _counted(base: type[Any]) -> type[Any]:
     """`base` (a connection class) whose writes count as round trips of the request being handled
-    (`telemetry`): the one hook that sees every command and pipeline sent, on one Redis or a cluster."""
+    (`telemetry`): the one hook that sees every command and pipeline sent, on one Redis or a cluster.
+    A write to a connection closed under it raises redis-py's ConnectionError (`transport_closed`):
+    redis-py then retries it on a new connection, and the store maps it to `StorageUnavailable`."""
     if base in _COUNTED:
         return _COUNTED[base]
     send = base.send_packed_command
@@ -198,7 +213,12 @@ def _counted(base: type[Any]) -> type[Any]:
     ) -> None:
         if check_health:  # a connection's own handshake and health checks are not the caller's
             redis_round_trip()
-        await send(self, command, check_health)
+        try:
+            await send(self, command, check_health)
+        except (RuntimeError, AttributeError) as exc:
+            if not transport_closed(exc):
+                raise
+            raise rexc.ConnectionError(f"connection to {self._host_error()} closed under a write") from exc
 
     counted = _COUNTED[base] = type(f"Counted{base.__name__}", (base,), {"send_packed_command": send_packed_command})
     return counted

@@ -1,0 +1,79 @@
+"""A Redis connection closed under a write, on uvloop (the loop `gateway serve` runs on): redis-py
+passes uvloop's RuntimeError for a closed transport through as it comes, not as its ConnectionError.
+A Cluster client leaves connections so when one command meets a ConnectionError: it disconnects the
+node's free connections while they stay in its free queue, and another task takes one. In tests/jepsen's
+soak (seeds cluster:946129829 and cluster:36135963) a produce whose topic-config read met one was
+answered UNKNOWN_SERVER_ERROR; librdkafka's idempotent producer takes that as permanent, bumps its
+epoch and renumbers what it still holds, so records already stored were written again. Here the
+idle connections are closed as that disconnect closes them, left in the pool, and used."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+import confluent_kafka as ck
+import uvloop
+
+from gateway.domain.topic_configs import Change, Op
+from gateway.store import Store
+from gateway.store.connection import RedisClient
+from tests.conftest import flush, kafka_bootstrap, running_gateway, test_config
+
+REDIS_BACKENDS = ("single", "cluster")
+TIMEOUT = 30.0
+
+
+def _on_uvloop(scenario: Coroutine[Any, Any, None]) -> None:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(scenario)
+
+
+def _close_idle(redis: RedisClient) -> int:
+    """Close the transports of the client's idle connections, leaving them in its pool as redis-py's
+    disconnect does until its close completes; how many."""
+    pools = ([node._free for node in redis.get_nodes()] if hasattr(redis, "get_nodes")  # type: ignore[union-attr]
+             else [redis.connection_pool._available_connections])  # type: ignore[union-attr]
+    idle = [c for pool in pools for c in pool if c.is_connected]
+    for conn in idle:
+        conn._writer.close()
+    return len(idle)
+
+
+def test_a_command_on_a_connection_closed_under_it_is_sent_again(redis_url):
+    async def scenario() -> None:
+        store = Store.open(redis_url)
+        try:
+            assert await store.cluster_config.get() == (0, {})
+            assert _close_idle(store._redis)
+            assert await store.cluster_config.get() == (0, {})  # not uvloop's RuntimeError
+        finally:
+            await store.close()
+    _on_uvloop(scenario())
+
+
+def test_a_produce_whose_config_read_meets_a_closed_connection_is_stored_once(redis_server):
+    """The produce's read of the cluster-wide configs (read again after a change) meets the closed
+    connection: it is sent again on a new one, and the record is stored, once. (On one Redis: which
+    of a Cluster's connections that read takes is the client's choice.)"""
+    flush(redis_server)
+
+    async def scenario() -> None:
+        async with running_gateway(test_config(redis_server)) as gw:
+            await gw.services.log.create_topic("t", 1)
+            producer = ck.Producer({"bootstrap.servers": kafka_bootstrap(gw), "enable.idempotence": True,
+                                    "linger.ms": 0})
+
+            def send(value: bytes) -> tuple[ck.KafkaError | None, int]:
+                out: list[tuple[ck.KafkaError | None, int]] = []
+                producer.produce("t", value, on_delivery=lambda err, msg: out.append((err, msg.offset())))
+                assert producer.flush(TIMEOUT) == 0
+                return out[0]
+
+            assert await asyncio.to_thread(send, b"a") == (None, 0)
+            await gw.services.log.alter_cluster_config([Change("log.retention.ms", Op.SET, "86400000")])
+            assert gw.store is not None and _close_idle(gw.store._redis)
+            assert await asyncio.to_thread(send, b"b") == (None, 1)
+            assert await gw.services.log.bounds("t", 0) == (0, 2)
+    _on_uvloop(scenario())
