@@ -260,6 +260,14 @@ def storage_full(exc: BaseException | object) -> StorageFull | None:
     return StorageFull("redis is out of memory (maxmemory reached); retry once memory is freed")
 
 
+def storage_error(exc: BaseException | object) -> StorageUnavailable | StorageFull | None:
+    """Redis's failure as ours, else None: away (its connection lost, refused, timed out; a
+    Cluster down) as the retriable `StorageUnavailable`, out of memory as `StorageFull`."""
+    if isinstance(exc, UNAVAILABLE):
+        return StorageUnavailable(f"redis unavailable: {exc}")
+    return storage_full(exc)
+
+
 class _StorageErrors:
     """`storage_errors`' context: a class, not a generator, as every Redis call enters one and a
     generator's context costs a generator, its frame and two steps of it each time."""
@@ -271,10 +279,8 @@ class _StorageErrors:
 
     async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         """Never swallows an exception (None): mypy then knows code after the block is reached only normally."""
-        if isinstance(exc, UNAVAILABLE):
-            raise StorageUnavailable(f"redis unavailable: {exc}") from exc
-        if (full := storage_full(exc)) is not None:
-            raise full from exc
+        if (ours := storage_error(exc)) is not None:
+            raise ours from exc
 
 
 _STORAGE_ERRORS = _StorageErrors()

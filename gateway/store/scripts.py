@@ -19,7 +19,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from gateway.store.connection import RedisClient, storage_full
+from gateway.store.connection import RedisClient, storage_error
 
 LUA_DIR = files("gateway.store") / "lua"
 _INCLUDE = re.compile(r'^--- @include "([\w-]+)"\s*$', re.M)
@@ -105,7 +105,8 @@ class Scripts:
     async def call_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Several calls in one round trip by SHA (one per node on a cluster); calls refused with
         NOSCRIPT (none ran) are loaded and sent again. Errors come back in place, as exceptions
-        (Redis out of memory as `StorageFull`)."""
+        (a node away as `StorageUnavailable`, as a Cluster pipeline gives its calls on a node it lost;
+        Redis out of memory as `StorageFull`), never as redis-py's own, which no face maps."""
         replies: list[Any] = [None] * len(calls)
         todo = list(range(len(calls)))
         for attempt in range(2):
@@ -116,7 +117,7 @@ class Scripts:
             results = await pipe.execute(raise_on_error=False)
             missing = []
             for i, r in zip(todo, results, strict=True):
-                replies[i] = storage_full(r) or r
+                replies[i] = storage_error(r) or r
                 if isinstance(r, NoScriptError):
                     missing.append(i)
             if not missing or attempt:
