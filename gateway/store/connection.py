@@ -186,7 +186,7 @@ def connect(url: str, *, max_connections: int = 64) -> RedisClient:
 _COUNTED: dict[type[Any], type[Any]] = {}
 
 
-def transport_closed(exc: BaseException) -> bool:
+def _transport_closed(exc: BaseException) -> bool:
     """Whether `exc` is a write meeting a connection that another task closed under it, which
     redis-py lets through as it comes instead of as its ConnectionError: uvloop's RuntimeError for
     a closed transport ("... the handler is closed"), or AttributeError for the writer redis-py's
@@ -202,7 +202,7 @@ def transport_closed(exc: BaseException) -> bool:
 def _counted(base: type[Any]) -> type[Any]:
     """`base` (a connection class) whose writes count as round trips of the request being handled
     (`telemetry`): the one hook that sees every command and pipeline sent, on one Redis or a cluster.
-    A write to a connection closed under it raises redis-py's ConnectionError (`transport_closed`):
+    A write to a connection closed under it raises redis-py's ConnectionError (`_transport_closed`):
     redis-py then retries it on a new connection, and the store maps it to `StorageUnavailable`."""
     if base in _COUNTED:
         return _COUNTED[base]
@@ -216,7 +216,7 @@ def _counted(base: type[Any]) -> type[Any]:
         try:
             await send(self, command, check_health)
         except (RuntimeError, AttributeError) as exc:
-            if not transport_closed(exc):
+            if not _transport_closed(exc):
                 raise
             raise rexc.ConnectionError(f"connection to {self._host_error()} closed under a write") from exc
 
