@@ -27,12 +27,13 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 import redis as redis_sync
+from redis.asyncio.sentinel import MasterNotFoundError
 
 from gateway.client import Client
 from gateway.errors import GatewayError
 from gateway.server.gateway import Gateway
 from gateway.store import keys
-from gateway.store.connection import SentinelUrl, connect
+from gateway.store.connection import SentinelRedis, SentinelUrl, connect
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, die_with_parent, free_port
 from tests.conftest import eventually, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.test_acks_all import _create, _produce
@@ -352,6 +353,52 @@ async def test_a_primary_paused_through_a_failover_is_dropped_before_it_resumes(
         await eventually(lambda: not _connected_to(gateway, old), TIMEOUT, "the paused primary's connections dropped")
     finally:
         os.kill(node.pid, signal.SIGCONT)
+
+
+def _lone_sentinel(root: Path, primary: int) -> tuple[int, subprocess.Popen[bytes]]:
+    """A Sentinel that watches `primary` under SERVICE and meets no other: as one cut off with the old
+    primary goes on naming it, at the config epoch from before the failover."""
+    port = free_port()
+    root.mkdir()
+    conf = root / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {root}\nlogfile {root / 'sentinel.log'}\n"
+                    f"sentinel monitor {SERVICE} 127.0.0.1 {primary} 2\n")
+    proc = subprocess.Popen([shutil.which("redis-sentinel") or "redis-sentinel", str(conf)],
+                            preexec_fn=die_with_parent, stdin=subprocess.DEVNULL)
+    _wait(lambda: redis_sync.Redis(port=port, socket_connect_timeout=1).sentinel_masters(), "the lone Sentinel")
+    return port, proc
+
+
+async def test_the_newest_sentinel_epoch_is_followed_and_never_an_older_one(group, tmp_path):
+    """Soak sentinel:1026397558 and sentinel:477648183: a Sentinel cut off with the old primary named it
+    when the cut healed (redis-py took the first Sentinel's answer, and waited for it through the cut),
+    the gateway went back to it and a consumer, told OFFSET_OUT_OF_RANGE by its shorter log, reset to
+    its input's start. Whichever Sentinel is listed first, the highest config epoch is followed, and an
+    older one is not taken from a minority even when it alone answers (the others stopped)."""
+    old = group.primary_port()
+    with redis_sync.Redis(port=group.sentinels[0][0]) as s:
+        s.execute_command("SENTINEL", "FAILOVER", SERVICE)  # config epoch 1
+    new = await group.promoted(old)
+    stale = EmbeddedRedis(tmp_path / "stale")
+    stale.start()
+    port, lone = _lone_sentinel(tmp_path / "lone", stale.port)
+    client = connect(group.url.replace("://", f"://127.0.0.1:{port},"))
+    assert isinstance(client, SentinelRedis)
+    try:
+        assert await client.discover_primary() == ("127.0.0.1", new)
+        for _, proc in group.sentinels:
+            os.kill(proc.pid, signal.SIGSTOP)  # they take the question and never answer
+        try:
+            with pytest.raises(MasterNotFoundError, match="older than epoch 1"):
+                await client.discover_primary()
+        finally:
+            for _, proc in group.sentinels:
+                os.kill(proc.pid, signal.SIGCONT)
+    finally:
+        await client.aclose()
+        lone.terminate()
+        lone.wait(10)
+        stale.stop()
 
 
 async def test_acks_1_may_lose_acknowledged_records_in_a_failover(group, gateway, record_property):
