@@ -401,6 +401,30 @@ async def test_the_newest_sentinel_epoch_is_followed_and_never_an_older_one(grou
         stale.stop()
 
 
+async def test_a_connection_opened_to_a_primary_replaced_meanwhile_serves_nothing(group):
+    """A connection that opened to the primary as it stopped waits in its handshake, the pool's lock
+    held, until it resumes; the Sentinels promoted the replica meanwhile, and the request that asked
+    for the connection is sent to the new primary, not answered from the old one's log."""
+    client = connect(group.url)
+    assert isinstance(client, SentinelRedis)
+    following = asyncio.create_task(client.follow_primary(lambda _: None))
+    old = group.primary_port()
+    node = group.nodes[old].proc
+    assert node is not None
+    os.kill(node.pid, signal.SIGSTOP)
+    try:
+        asked = asyncio.create_task(client.info("server"))  # the pool's first connection, to the stopped one
+        new = await group.promoted(old)
+        await eventually(lambda: client.primary_seen() == ("127.0.0.1", new), TIMEOUT, "the pool told")
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
+    try:
+        assert (await asked)["tcp_port"] == new
+    finally:
+        following.cancel()
+        await client.aclose()
+
+
 async def test_acks_1_may_lose_acknowledged_records_in_a_failover(group, gateway, record_property):
     """What acks=all prevents: the count acknowledged and then lost is recorded, not asserted (Redis
     replicates within a fraction of a millisecond on one machine, so it is often none)."""

@@ -27,7 +27,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelManagedConnection
 from redis.backoff import ExponentialBackoff, NoBackoff
 
 from gateway.errors import GatewayError, StorageFull, StorageUnavailable
@@ -265,7 +265,24 @@ def _sentinel_client(parsed: SentinelUrl, options: dict[str, Any]) -> SentinelRe
         username=parsed.username, password=parsed.password, db=parsed.db, **parsed.tls, **options)
     client: SentinelRedis = sentinels.master_for(parsed.service, redis_class=SentinelRedis, check_connection=True)
     client.sentinels, client.service = sentinels, parsed.service
+    pool = client.connection_pool
+    pool.connection_class = type("Following" + pool.connection_class.__name__, (pool.connection_class,),
+                                 {"connect_to": _connect_to_primary})
     return client
+
+
+async def _connect_to_primary(self: SentinelManagedConnection, address: tuple[str, int]) -> None:
+    """A pool connection's opening to `address`, dropped (and retried, the Sentinels asked again) when
+    the pool has learnt meanwhile that the primary is elsewhere (`SentinelRedis.follow_primary`). An
+    opening to a primary that stopped answering, or was cut off, waits in its handshake for as long as
+    that lasts, the pool's lock held; once it resumes it would serve the request that asked for the
+    connection from its own log, though the Sentinels replaced it meanwhile."""
+    await SentinelManagedConnection.connect_to(self, address)  # type: ignore[no-untyped-call]
+    now = self.connection_pool.master_address
+    if now is not None and (str(now[0]), int(now[1])) != (str(address[0]), int(address[1])):
+        await self.disconnect()
+        raise rexc.ConnectionError(f"{address[0]}:{address[1]} is no longer the primary: the Sentinels name "
+                                   f"{now[0]}:{now[1]}")
 
 
 OOM_WARNING_EVERY = 60.0
