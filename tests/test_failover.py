@@ -27,15 +27,18 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 import redis as redis_sync
+from kio.schema.errors import ErrorCode as KafkaError
 from redis.asyncio.sentinel import MasterNotFoundError
 
 from gateway.client import Client
 from gateway.errors import GatewayError
+from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store import keys
 from gateway.store.connection import SentinelRedis, SentinelUrl, connect
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, die_with_parent, free_port
 from tests.conftest import eventually, kafka_bootstrap, native_url, running_gateway, test_config
+from tests.kafka_wire import call
 from tests.test_acks_all import _create, _produce
 from tests.test_kafka_txn_restart import transform
 from tests.test_startup import serve
@@ -423,6 +426,35 @@ async def test_a_connection_opened_to_a_primary_replaced_meanwhile_serves_nothin
     finally:
         following.cancel()
         await client.aclose()
+
+
+async def test_a_primary_without_its_replicas_does_not_say_an_offset_is_past_its_end(group, gateway):
+    """Soak sentinel:1026397558: the old primary, back from a cut with its replicas dropped, answered a
+    fetch past its shorter log OFFSET_OUT_OF_RANGE and the consumer reset to its input's start. A
+    primary answers that only once the replicas confirm where its log ends; until they are back the
+    fetch is refused, retriably."""
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 2)
+    await asyncio.to_thread(_produce, bs, [b"a", b"b"], acks="all")
+    conn = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+
+    async def fetch(offset: int) -> KafkaError:
+        resp = await call(conn, ApiKey.FETCH, 12, {
+            "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": offset,
+                                                      "partition_max_bytes": 1 << 20}]}]})
+        return KafkaError(resp.responses[0].partitions[0].error_code)
+
+    try:
+        assert await fetch(5) == KafkaError.offset_out_of_range  # the replica confirms the end
+        primary = group.primary_port()
+        group.nodes[group.replica_port()].stop()
+        await eventually(lambda: _online_replicas(primary) == 0, TIMEOUT, "the replica dropped")
+        assert await fetch(5) == KafkaError.kafka_storage_error
+        assert await fetch(1) == KafkaError.none  # what it holds is still read (Guarantees)
+    finally:
+        conn[1].close()
 
 
 async def test_acks_1_may_lose_acknowledged_records_in_a_failover(group, gateway, record_property):
