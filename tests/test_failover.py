@@ -27,14 +27,18 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 import redis as redis_sync
+from kio.schema.errors import ErrorCode as KafkaError
+from redis.asyncio.sentinel import MasterNotFoundError
 
 from gateway.client import Client
 from gateway.errors import GatewayError
+from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store import keys
-from gateway.store.connection import SentinelUrl, connect
+from gateway.store.connection import SentinelRedis, SentinelUrl, connect
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, die_with_parent, free_port
 from tests.conftest import eventually, kafka_bootstrap, native_url, running_gateway, test_config
+from tests.kafka_wire import call
 from tests.test_acks_all import _create, _produce
 from tests.test_kafka_txn_restart import transform
 from tests.test_startup import serve
@@ -352,6 +356,105 @@ async def test_a_primary_paused_through_a_failover_is_dropped_before_it_resumes(
         await eventually(lambda: not _connected_to(gateway, old), TIMEOUT, "the paused primary's connections dropped")
     finally:
         os.kill(node.pid, signal.SIGCONT)
+
+
+def _lone_sentinel(root: Path, primary: int) -> tuple[int, subprocess.Popen[bytes]]:
+    """A Sentinel that watches `primary` under SERVICE and meets no other: as one cut off with the old
+    primary goes on naming it, at the config epoch from before the failover."""
+    port = free_port()
+    root.mkdir()
+    conf = root / "sentinel.conf"
+    conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {root}\nlogfile {root / 'sentinel.log'}\n"
+                    f"sentinel monitor {SERVICE} 127.0.0.1 {primary} 2\n")
+    proc = subprocess.Popen([shutil.which("redis-sentinel") or "redis-sentinel", str(conf)],
+                            preexec_fn=die_with_parent, stdin=subprocess.DEVNULL)
+    _wait(lambda: redis_sync.Redis(port=port, socket_connect_timeout=1).sentinel_masters(), "the lone Sentinel")
+    return port, proc
+
+
+async def test_the_newest_sentinel_epoch_is_followed_and_never_an_older_one(group, tmp_path):
+    """Soak sentinel:1026397558 and sentinel:477648183: a Sentinel cut off with the old primary named it
+    when the cut healed (redis-py took the first Sentinel's answer, and waited for it through the cut),
+    the gateway went back to it and a consumer, told OFFSET_OUT_OF_RANGE by its shorter log, reset to
+    its input's start. Whichever Sentinel is listed first, the highest config epoch is followed, and an
+    older one is not taken from a minority even when it alone answers (the others stopped)."""
+    old = group.primary_port()
+    with redis_sync.Redis(port=group.sentinels[0][0]) as s:
+        s.execute_command("SENTINEL", "FAILOVER", SERVICE)  # config epoch 1
+    new = await group.promoted(old)
+    stale = EmbeddedRedis(tmp_path / "stale")
+    stale.start()
+    port, lone = _lone_sentinel(tmp_path / "lone", stale.port)
+    client = connect(group.url.replace("://", f"://127.0.0.1:{port},"))
+    assert isinstance(client, SentinelRedis)
+    try:
+        assert await client.discover_primary() == ("127.0.0.1", new)
+        for _, proc in group.sentinels:
+            os.kill(proc.pid, signal.SIGSTOP)  # they take the question and never answer
+        try:
+            with pytest.raises(MasterNotFoundError, match="older than epoch 1"):
+                await client.discover_primary()
+        finally:
+            for _, proc in group.sentinels:
+                os.kill(proc.pid, signal.SIGCONT)
+    finally:
+        await client.aclose()
+        lone.terminate()
+        lone.wait(10)
+        stale.stop()
+
+
+async def test_a_connection_opened_to_a_primary_replaced_meanwhile_serves_nothing(group):
+    """A connection that opened to the primary as it stopped waits in its handshake, the pool's lock
+    held, until it resumes; the Sentinels promoted the replica meanwhile, and the request that asked
+    for the connection is sent to the new primary, not answered from the old one's log."""
+    client = connect(group.url)
+    assert isinstance(client, SentinelRedis)
+    following = asyncio.create_task(client.follow_primary(lambda _: None))
+    old = group.primary_port()
+    node = group.nodes[old].proc
+    assert node is not None
+    os.kill(node.pid, signal.SIGSTOP)
+    try:
+        asked = asyncio.create_task(client.info("server"))  # the pool's first connection, to the stopped one
+        new = await group.promoted(old)
+        await eventually(lambda: client.primary_seen() == ("127.0.0.1", new), TIMEOUT, "the pool told")
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
+    try:
+        assert (await asked)["tcp_port"] == new
+    finally:
+        following.cancel()
+        await client.aclose()
+
+
+async def test_a_primary_without_its_replicas_does_not_say_an_offset_is_past_its_end(group, gateway):
+    """Soak sentinel:1026397558: the old primary, back from a cut with its replicas dropped, answered a
+    fetch past its shorter log OFFSET_OUT_OF_RANGE and the consumer reset to its input's start. A
+    primary answers that only once the replicas confirm where its log ends; until they are back the
+    fetch is refused, retriably."""
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 2)
+    await asyncio.to_thread(_produce, bs, [b"a", b"b"], acks="all")
+    conn = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+
+    async def fetch(offset: int) -> KafkaError:
+        resp = await call(conn, ApiKey.FETCH, 12, {
+            "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "fetch_offset": offset,
+                                                      "partition_max_bytes": 1 << 20}]}]})
+        return KafkaError(resp.responses[0].partitions[0].error_code)
+
+    try:
+        assert await fetch(5) == KafkaError.offset_out_of_range  # the replica confirms the end
+        primary = group.primary_port()
+        group.nodes[group.replica_port()].stop()
+        await eventually(lambda: _online_replicas(primary) == 0, TIMEOUT, "the replica dropped")
+        assert await fetch(5) == KafkaError.kafka_storage_error
+        assert await fetch(1) == KafkaError.none  # what it holds is still read (Guarantees)
+    finally:
+        conn[1].close()
 
 
 async def test_acks_1_may_lose_acknowledged_records_in_a_failover(group, gateway, record_property):

@@ -27,7 +27,7 @@ from redis import exceptions as rexc
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import MasterNotFoundError, Sentinel
+from redis.asyncio.sentinel import MasterNotFoundError, Sentinel, SentinelManagedConnection
 from redis.backoff import ExponentialBackoff, NoBackoff
 
 from gateway.errors import GatewayError, StorageFull, StorageUnavailable
@@ -36,6 +36,7 @@ from gateway.telemetry import redis_round_trip
 log = logging.getLogger(__name__)
 
 PRIMARY_WATCH_SECONDS = 0.5  # how often a gateway behind Sentinel asks where the primary is
+SENTINEL_ANSWER_SECONDS = 1.0  # a Sentinel's answer later than this is not waited for (it may be stale by then)
 UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.BusyLoadingError, rexc.ClusterDownError, OSError)
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
@@ -102,10 +103,60 @@ class SentinelUrl:
                    unquote(password) if userinfo else None, auth, tls)
 
 
+class EpochSentinels(Sentinel):
+    """Sentinels asked as Kafka's clients ask for a partition's leader: the answer with the highest
+    config epoch wins, and none older than one already followed is taken (KIP-320's leader epochs).
+
+    redis-py takes the first Sentinel that names a primary, and waits for its answer as long as the
+    connection does. A Sentinel cut off with the old primary (a minority) keeps naming it, with the
+    epoch from before the failover, and a question sent to it during the cut is answered when the cut
+    heals: the gateway went back to the old primary, which still took writes and served its shorter
+    log until the Sentinels demoted it seconds later (a consumer told OFFSET_OUT_OF_RANGE reset to its
+    input's start; tests/jepsen soak sentinel:1026397558 and sentinel:477648183). redis-py's reordering
+    of its Sentinel list by concurrent lookups also lost a Sentinel from the list there. So every
+    Sentinel is asked at once, each answer waited for `SENTINEL_ANSWER_SECONDS` at most, and the list
+    is left as configured. An older epoch than the highest followed is taken only from a majority of
+    the Sentinels (they were replaced and count again from 0)."""
+
+    epoch = -1  # the highest config epoch followed
+    _looking: asyncio.Future[tuple[str, int]] | None = None
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        """Where the Sentinels say `service_name`'s primary is; concurrent callers share one look."""
+        if self._looking is None or self._looking.done():
+            self._looking = asyncio.ensure_future(self._look(service_name))
+            self._looking.add_done_callback(lambda look: look.cancelled() or look.exception())
+        return await asyncio.shield(self._looking)
+
+    async def _look(self, service_name: str) -> tuple[str, int]:
+        answers = await asyncio.gather(*(self._ask(s, service_name) for s in self.sentinels))
+        named = [(int(state.get("config-epoch", 0)), str(state["ip"]), int(state["port"]))
+                 for state in answers if state is not None]
+        if not named:
+            raise MasterNotFoundError(f"No master found for {service_name!r}: no Sentinel names one now")
+        newest = max(named)
+        epoch, host, port = newest
+        if epoch < self.epoch and 2 * named.count(newest) <= len(self.sentinels):
+            raise MasterNotFoundError(f"No master found for {service_name!r}: the Sentinels that answered name "
+                                      f"{host}:{port} at config epoch {epoch}, older than epoch {self.epoch} followed")
+        self.epoch = epoch
+        return host, port
+
+    async def _ask(self, sentinel: Redis, service_name: str) -> dict[str, Any] | None:
+        """`sentinel`'s state of the primary if it names a usable one in time, else None."""
+        try:
+            async with asyncio.timeout(SENTINEL_ANSWER_SECONDS):
+                masters: dict[str, dict[str, Any]] = await sentinel.sentinel_masters()  # type: ignore[assignment]
+        except (*UNAVAILABLE, rexc.ResponseError):
+            return None
+        state = masters.get(service_name)
+        return state if state and self.check_master_state(state, service_name) else None
+
+
 class SentinelRedis(Redis):
     """The client of a primary found through Sentinel; closing it closes the Sentinel connections too."""
 
-    sentinels: Sentinel
+    sentinels: EpochSentinels
     service: str
 
     async def discover_primary(self) -> tuple[str, int]:
@@ -229,12 +280,29 @@ def _sentinel_client(parsed: SentinelUrl, options: dict[str, Any]) -> SentinelRe
     to a primary that was demoted (its READONLY answer): requests in flight meet `ConnectionError`."""
     # a Sentinel that does not answer is passed over for the next at once, not retried with backoff
     asking = {"socket_connect_timeout": options["socket_connect_timeout"], "retry": Retry(NoBackoff(), 0)}
-    sentinels = Sentinel(  # type: ignore[no-untyped-call]
+    sentinels = EpochSentinels(  # type: ignore[no-untyped-call]
         parsed.sentinels, sentinel_kwargs={**asking, **parsed.sentinel_auth, **parsed.tls},
         username=parsed.username, password=parsed.password, db=parsed.db, **parsed.tls, **options)
     client: SentinelRedis = sentinels.master_for(parsed.service, redis_class=SentinelRedis, check_connection=True)
     client.sentinels, client.service = sentinels, parsed.service
+    pool = client.connection_pool
+    pool.connection_class = type("Following" + pool.connection_class.__name__, (pool.connection_class,),
+                                 {"connect_to": _connect_to_primary})
     return client
+
+
+async def _connect_to_primary(self: SentinelManagedConnection, address: tuple[str, int]) -> None:
+    """A pool connection's opening to `address`, dropped (and retried, the Sentinels asked again) when
+    the pool has learnt meanwhile that the primary is elsewhere (`SentinelRedis.follow_primary`). An
+    opening to a primary that stopped answering, or was cut off, waits in its handshake for as long as
+    that lasts, the pool's lock held; once it resumes it would serve the request that asked for the
+    connection from its own log, though the Sentinels replaced it meanwhile."""
+    await SentinelManagedConnection.connect_to(self, address)  # type: ignore[no-untyped-call]
+    now = self.connection_pool.master_address
+    if now is not None and (str(now[0]), int(now[1])) != (str(address[0]), int(address[1])):
+        await self.disconnect()
+        raise rexc.ConnectionError(f"{address[0]}:{address[1]} is no longer the primary: the Sentinels name "
+                                   f"{now[0]}:{now[1]}")
 
 
 OOM_WARNING_EVERY = 60.0

@@ -569,6 +569,8 @@ class LogStore:
         before, (hw, start, gen, cb, cg, ls), open_txns, *rest = replies
         if hw is None:
             raise TopicNotFound(f"{topic}-{partition} does not exist")
+        if offset > int(hw):
+            await self._end_confirmed(topic, partition, offset, direct)
         if ls is not None and int(start) <= offset < int(ls):  # tiered: the tier reads these
             ranges = [_aborted(m, int(float(score))) for m, score in _pairs(rest[0] if with_aborted else [])]
             return Slice([], int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges, int(gen or 0),
@@ -596,7 +598,7 @@ class LogStore:
                      max(int(start), int(ls or 0)))
 
     async def _pipeline(self, log: str, mark_key: str, commands: list[tuple[Any, ...]], direct: bool,
-                        streams: tuple[int, ...]) -> list[Any]:
+                        streams: tuple[int, ...], mark: int | None = None) -> list[Any]:
         """The replies of `commands` (all in `log`'s slot) in one round trip; `direct` receives them
         without copies (`resp`), through redis-py when that path cannot serve. Stream replies (at
         `streams`) come in redis-py's shape either way.
@@ -605,8 +607,10 @@ class LogStore:
         else StorageUnavailable, retriable: Kafka gives nothing above its high watermark, and a deposed
         leader answers NOT_LEADER_OR_FOLLOWER, never its own log's bounds (a consumer told OFFSET_OUT_OF_RANGE
         by a resumed old primary, whose log ends below where it read, resets its position). On a
-        Cluster such a read goes on the direct connection alone (`_cluster_marked`)."""
-        mark = await self.replication.read_replicas(log)
+        Cluster such a read goes on the direct connection alone (`_cluster_marked`). `mark` asks for
+        that many replicas instead."""
+        if mark is None:
+            mark = await self.replication.read_replicas(log)
         if mark and self.replication.cluster:
             replies = await self._cluster_marked(log, mark_key, commands, mark)
         else:
@@ -631,6 +635,27 @@ class LogStore:
         for i in set(streams):
             replies[i] = _direct_entries(replies[i])
         return replies[:len(commands)]
+
+    async def _end_confirmed(self, topic: str, partition: int, offset: int, direct: bool) -> None:
+        """StorageUnavailable (retriable) unless the replicas a state change waits for, all of them and
+        not just those online, hold a log that ends below `offset`: a reader is told its offset is past
+        the end (OFFSET_OUT_OF_RANGE, and a consumer resets) only by the primary.
+
+        Kafka's leader drops a follower from the ISR only once the controller agrees
+        (`Partition.prepareIsrShrink`, AlterPartition), so one cut off keeps waiting for it, and a new
+        leader holds everything below the old high watermark. A Redis primary drops its replicas by
+        itself: one cut off with a minority and back, or resumed from a pause, before the Sentinels
+        demote it, has none online, confirms its reads with none, and its log ends below offsets that
+        a consumer read from the new primary (soak sentinel:1026397558, a consumer sent back to its
+        input's start)."""
+        log = keys.log(topic, partition)
+        needed, _ = await self.replication.state_replicas(log)
+        if needed <= 0:
+            return
+        (hw,) = await self._pipeline(log, keys.read_mark(topic, partition), [("HGET", keys.meta(topic, partition), "hw")],
+                                     direct, streams=(), mark=needed)
+        if hw is not None and int(hw) >= offset:  # appended meanwhile: the next read holds it
+            raise StorageUnavailable(f"{log}: offset {offset} reached while its log end was confirmed; retry")
 
     async def _cluster_marked(self, log: str, mark_key: str, commands: list[tuple[Any, ...]], mark: int) -> list[Any]:
         """`commands` and their mark on `log`'s node's one direct connection, and a WAIT shared with the

@@ -39,7 +39,9 @@ class Worker:
                                   "isolation.level": "read_committed"})
         self.consumer.subscribe([source])
         self.producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": self.group,
-                                  "linger.ms": 5, "request.timeout.ms": 10000})
+                                  "linger.ms": 5, "request.timeout.ms": 10000,
+                                  # JEPSEN_RDKAFKA_DEBUG=eos,protocol: which request a stuck step waits on
+                                  **({"debug": debug} if (debug := os.environ.get("JEPSEN_RDKAFKA_DEBUG")) else {})})
         self.producer.init_transactions(TIMEOUT)
         self.n = 0
 
