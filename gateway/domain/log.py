@@ -67,6 +67,19 @@ MAX_PARTITIONS = 10_000  # per topic: every Metadata answer lists them all
 CLUSTER_CONFIG_TTL = 1.0  # seconds a gateway trusts the cluster-wide defaults it read before reading again
 
 
+def _sent(sl: Slice, max_bytes: int, read_committed: bool) -> int:
+    """How many of a slice's batches a reader limited to `max_bytes` takes: the first always, as a
+    Kafka fetch does, and none at or past the last stable offset for read_committed."""
+    limit = sl.stable if read_committed else sl.high_watermark
+    taken = size = 0
+    for e in sl.entries:
+        if e.base_offset >= limit or (taken and size + len(e.batch) > max_bytes):
+            break
+        taken += 1
+        size += len(e.batch)
+    return taken
+
+
 def effective_config(info: TopicInfo, cluster: dict[str, str] | None = None) -> dict[str, str]:
     """Every config of the topic: its own, else the cluster-wide default, else Kafka's."""
     return resolve(info.config, cluster or {})
@@ -488,9 +501,13 @@ class LogService:
         if sl.entries:
             size = sum(len(e.batch) for e in sl.entries) // len(sl.entries)
             self._avg_batch[key] = max(1, (self._avg_batch.get(key, size) + size) // 2)
-        following = sl.following(read_committed)
-        if following is not None:  # sized by the average just updated
-            self._ahead.start((topic, partition, following, read_committed), self._fitting(key, max_entries, max_bytes))
+        sent = _sent(sl, max_bytes, read_committed)
+        following = sl.entries[sent - 1].next_offset if sent else None
+        if following is not None and following < (sl.stable if read_committed else sl.high_watermark):
+            # from where the reader asks next: the batches read that do not fit in `max_bytes` begin
+            # the next slice, not a read of theirs wasted (sized by the average just updated)
+            self._ahead.start((topic, partition, following, read_committed), self._fitting(key, max_entries, max_bytes),
+                              held=sl, skip=sent)
         return sl
 
     def _fitting(self, key: tuple[str, int], max_entries: int, max_bytes: int) -> int:

@@ -11,10 +11,12 @@ already tolerate (they are never ahead of the truth). Bounded in count and age, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
-from gateway.store.log import Slice
+from gateway.store.log import Entry, Slice
 
 Key = tuple[str, int, int, bool]  # topic, partition, offset, read_committed
 
@@ -38,20 +40,49 @@ class ReadAhead:
             return None
         return task
 
-    def start(self, key: Key, max_entries: int, depth: int = 2) -> None:
-        """Read `key` early, and with `depth` 2 the slice after it once this one is in."""
-        if key in self._pending:
+    def start(self, key: Key, max_entries: int, depth: int = 2, held: Slice | None = None, skip: int = 0) -> None:
+        """Read `key` early, and with `depth` 2 the slice after it once this one is in. `held`: a
+        slice read already whose entries from `skip` on begin at `key`'s offset (they did not fit in
+        the reader's last answer); they are kept and only what follows them is read."""
+        if held is not None and skip < len(held.entries):
+            tail = held.entries[skip:]
+            if key in self._pending:  # as the chain of an earlier read guessed: that one is stale
+                self._pending.pop(key)[2].cancel()
+            read: Awaitable[Slice] = self._joined(key, held, tail, max_entries)
+        elif key in self._pending:
             if depth > 1:
                 self._pending[key][2].add_done_callback(lambda t: self._then(t, key, max_entries, depth - 1))
             return
+        else:
+            read = self._read(*key[:3], max_entries, key[3])
         while len(self._pending) >= self._limit:
             _, (_, _, old) = self._pending.popitem(last=False)
             old.cancel()
-        task = asyncio.ensure_future(self._read(*key[:3], max_entries, key[3]))
+        task = asyncio.ensure_future(read)
         task.add_done_callback(_quiet)
         self._pending[key] = (asyncio.get_running_loop().time(), max_entries, task)
         if depth > 1:
             task.add_done_callback(lambda t: self._then(t, key, max_entries, depth - 1))
+
+    async def _joined(self, key: Key, held: Slice, tail: list[Entry], max_entries: int) -> Slice:
+        """`tail` followed by the batches after it, with the bounds of the later read (or `held`'s,
+        when the tail reaches them). A read of them started earlier (the chain of the slice before)
+        is taken rather than made again."""
+        topic, partition, _, committed = key
+        after = tail[-1].next_offset
+        more = max_entries - len(tail)
+        if more <= 0 or after >= (held.stable if committed else held.high_watermark):
+            return dataclasses.replace(held, entries=tail)
+        early = self.take((topic, partition, after, committed), 1)
+        sl = None
+        if early is not None:
+            with contextlib.suppress(Exception):  # read again below, where the error reaches the reader
+                sl = await early
+        if sl is None:
+            sl = await self._read(topic, partition, after, more, committed)
+        if sl.entries and sl.entries[0].base_offset == after:
+            return dataclasses.replace(sl, entries=tail + sl.entries)
+        return dataclasses.replace(sl, entries=tail)  # the log changed under it: the tail alone, fresher bounds
 
     def _then(self, task: asyncio.Task[Slice], key: Key, max_entries: int, depth: int) -> None:
         if task.cancelled() or task.exception() is not None:
