@@ -6,8 +6,10 @@ Kafka's `kafka-streams-groups` tool describing and deleting the group prints the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -63,6 +65,27 @@ class Member:
         return r
 
 
+@contextlib.asynccontextmanager
+async def connections(bs: str, n: int) -> AsyncIterator[list[Any]]:
+    """`n` connections to `bs`, closed at the end."""
+    host, port = bs.rsplit(":", 1)
+    conns = [await asyncio.open_connection(host, int(port)) for _ in range(n)]
+    try:
+        yield conns
+    finally:
+        for _, writer in conns:
+            writer.close()
+
+
+async def coordinator_ready(conn: Any, group: str) -> None:
+    """Until the group has a coordinator: Kafka creates its offsets topic at the first ask."""
+    async def ready() -> bool:
+        r = await call(conn, FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+        return r.coordinators[0].error_code == 0
+
+    await eventually(ready, 30, "the group coordinator")
+
+
 async def group_configs(bs: str, group: str) -> list[tuple[str, str, bool]]:
     """The group's streams configs once it sets its heartbeat interval (IncrementalAlterConfigs),
     as DescribeConfigs lists them: the join that follows is told that interval."""
@@ -94,11 +117,7 @@ async def scenario(bs: str) -> dict[str, Any]:
     conns = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
     out: dict[str, Any] = {}
     try:
-        async def coordinator_ready() -> bool:  # Kafka creates its offsets topic at the first ask
-            r = await call(conns[0], FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [app]})
-            return r.coordinators[0].error_code == 0
-
-        await eventually(coordinator_ready, 30, "the group coordinator")
+        await coordinator_ready(conns[0], app)
         out["configs"] = await group_configs(bs, app)
         a, b = Member(conns[0], app, "p-a"), Member(conns[1], app, "p-b")
         async def join() -> Any:  # retried while Kafka loads the offsets topic it just created
@@ -199,6 +218,70 @@ async def test_streams_group_protocol(gateway, kafka_broker):
     assert result["a assigned"] == {"0": [0, 1]}
 
 
+def offsets(*reported: tuple[int, int]) -> list[dict[str, Any]]:
+    """TaskOffsets of subtopology 0: (partition, offset sum) each."""
+    return [{"subtopology_id": "0", "partition": p, "offset": n} for p, n in reported]
+
+
+async def restarted_members(bs: str) -> dict[str, Any]:
+    """Two members join a new group, as Streams instances restarted under new member ids do: they hold
+    no tasks, but report the changelog offsets of the state they kept. Kafka 4.4 loses the offsets
+    of the heartbeat that creates the group (c's), keeps d's, and so gives d the tasks it reports,
+    partition 0 first, and c the rest; StreamsGroupDescribe shows each member's last reported
+    offsets, which a heartbeat with null keeps, one with a task twice does not change (INVALID_REQUEST)
+    and one with empty lists empties."""
+    app = unique("sgo")
+    await create_topic(bs, f"{app}-in", 2)
+    out: dict[str, Any] = {}
+    async with connections(bs, 2) as conns:
+        await coordinator_ready(conns[0], app)
+        c, d = Member(conns[0], app, "p-c"), Member(conns[1], app, "p-d")
+        names = {c.member_id: "c", d.member_id: "d"}
+
+        def beat(m: Member, **extra: Any) -> Any:
+            """A heartbeat that reports no offsets (null, as a Streams client sends between reports)."""
+            return m.beat(**({"task_offsets": None, "task_end_offsets": None} | extra))
+
+        async def join(m: Member, reported: list[dict[str, Any]]) -> Any:
+            r = await beat(m, rebalance_timeout=30000, topology=topology(f"{app}-in", app), process_id=m.process,
+                           client_tags=[], active_tasks=[], task_offsets=reported, task_end_offsets=offsets((0, 120)))
+            return r if r.error_code not in RETRIABLE else None
+
+        await eventually(lambda: join(c, offsets((0, 100))), 30, "c joined")
+        await eventually(lambda: join(d, offsets((0, 5), (1, 7))), 30, "d joined")
+
+        async def assigned() -> bool:
+            for m in (c, d):
+                assert (await beat(m)).error_code == 0
+            return bool(c.active and d.active)
+
+        await eventually(assigned, 30, "both members assigned")
+        out["assigned"] = {"c": c.active, "d": d.active}
+
+        async def described() -> list[Any]:
+            d = (await call(conns[0], DESCRIBE, 0, {"group_ids": [app], "include_authorized_operations": False}))
+            return sorted((names[m.member_id], [(o.partition, o.offset) for o in m.task_offsets],
+                           [(o.partition, o.offset) for o in m.task_end_offsets]) for m in d.groups[0].members)
+
+        out["described"] = await described()
+        r = await beat(c, task_offsets=offsets((0, 1), (0, 2)))
+        out["reported twice"] = int(r.error_code)
+        await beat(c, task_offsets=offsets((1, 9)))
+        out["replaced"] = await described()
+        await c.beat()  # empty lists, not null
+        out["emptied"] = await described()
+        for m in (c, d):
+            await m.beat(member_epoch=-1)
+    return out
+
+
+async def test_task_offsets_decide_and_are_described(gateway, kafka_broker):
+    result = await same_on_both(gateway, kafka_broker, restarted_members)
+    assert result["assigned"] == {"c": {"0": [1]}, "d": {"0": [0]}}
+    assert result["described"] == [("c", [], []), ("d", [(0, 5), (1, 7)], [(0, 120)])]
+    assert result["reported twice"] == 42  # INVALID_REQUEST
+
+
 async def test_the_admin_api_describes_a_streams_group(gateway):
     """The gateway's admin API (and so its console) shows a streams group: its type and state, and
     each member with the input partitions of its active tasks."""
@@ -243,11 +326,7 @@ async def settled_answer(bs: str, app: str) -> Any:
             r = await a.beat()
             return r if r.error_code or 5 not in {s.status_code for s in r.status or ()} else None
 
-        async def coordinator_ready() -> bool:  # Kafka creates its offsets topic at the first ask
-            r = await call(conn, FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [app]})
-            return r.coordinators[0].error_code == 0
-
-        await eventually(coordinator_ready, 30, "the group coordinator")
+        await coordinator_ready(conn, app)
         await eventually(join, 30, "the member joined")
         return await eventually(settled, 30, "the initial delay over")
     finally:

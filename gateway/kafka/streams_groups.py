@@ -15,6 +15,7 @@ from gateway.domain.groups.streams import (
     HeartbeatRequest,
     InternalTopic,
     Subtopology,
+    TaskOffsets,
     Tasks,
     TasksTuple,
     Topology,
@@ -58,6 +59,16 @@ def _owned(req: Any) -> TasksTuple | None:
     return TasksTuple(_tasks_in(req.active_tasks), _tasks_in(req.standby_tasks), _tasks_in(req.warmup_tasks))
 
 
+def _offsets_in(offsets: Any) -> tuple[tuple[str, int, int], ...] | None:
+    return None if offsets is None else tuple((o.subtopology_id, o.partition, o.offset) for o in offsets)
+
+
+def _offsets_out(offsets: TaskOffsets) -> list[dict[str, Any]]:
+    """As Kafka 4.4's `StreamsGroupMember.taskOffsetsFromMap`: by subtopology, then partition."""
+    return [{"subtopology_id": s, "partition": p, "offset": n}
+            for s in sorted(offsets) for p, n in sorted(offsets[s].items())]
+
+
 def _tasks_out(tasks: Tasks) -> list[dict[str, Any]]:
     return [{"subtopology_id": s, "partitions": sorted(ps)} for s, ps in sorted(tasks.items())]
 
@@ -98,6 +109,8 @@ async def streams_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
                 client_id=ctx.client_id or "",
                 client_host=_client_host(ctx),
                 endpoint_information_epoch=req.endpoint_information_epoch,
+                task_offsets=_offsets_in(req.task_offsets),
+                task_end_offsets=_offsets_in(req.task_end_offsets),
             ),
             topics,
             await ctx.services.share.configs(req.group_id),
@@ -190,7 +203,8 @@ async def streams_group_describe(ctx: RequestContext, req: Any) -> Any:
                     "user_endpoint": None if m.user_endpoint is None else
                     {"host": m.user_endpoint[0], "port": m.user_endpoint[1]},
                     "client_tags": [{"key": k, "value": v} for k, v in m.client_tags],
-                    "task_offsets": [], "task_end_offsets": [],
+                    "task_offsets": _offsets_out(m.task_offsets),
+                    "task_end_offsets": _offsets_out(m.task_end_offsets),
                     "assignment": _assignment(m.assigned),
                     "target_assignment": _assignment(g.target.get(m.member_id, TasksTuple())),
                     "is_classic": False,
