@@ -24,7 +24,6 @@ pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 HEARTBEAT, DESCRIBE, LIST_GROUPS, FIND_COORDINATOR = 88, 89, 16, 10
 RETRIABLE = {14, 15, 16}
 ROW_ORDER = allowed("The order of rows in `kafka-streams-groups --describe`")
-ASSIGNOR = allowed("A streams group's assignor (`kafka-streams-groups --describe --state`)")  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 
 
 def topology(source: str, app: str) -> dict[str, Any]:
@@ -167,11 +166,11 @@ async def scenario(bs: str) -> dict[str, Any]:
 
         def normal(text: str) -> str:
             """The tool's output with ids named, the coordinator's address set aside, each table's
-            rows sorted (ROW_ORDER) and the assignor's column set aside (ASSIGNOR)."""
+            rows sorted (ROW_ORDER)."""
             for member_id, name in names.items():
                 text = text.replace(member_id, f"<member {name}>")
             text = re.sub(r"127\.0\.0\.1:\d+ \(\d+\)", "<coordinator>", text.replace(app, "APP"))
-            lines = [" ".join(t for t in line.split() if t != "sticky") for line in text.splitlines()]
+            lines = [" ".join(line.split()) for line in text.splitlines()]
             return "\n".join(lines[:1] + sorted(lines[1:]))
 
         tool = ["kafka-streams-groups", "--bootstrap-server", bs]
@@ -280,6 +279,52 @@ async def test_task_offsets_decide_and_are_described(gateway, kafka_broker):
     assert result["assigned"] == {"c": {"0": [1]}, "d": {"0": [0]}}
     assert result["described"] == [("c", [], []), ("d", [(0, 5), (1, 7)], [(0, 120)])]
     assert result["reported twice"] == 42  # INVALID_REQUEST
+
+
+async def versions_1(bs: str) -> dict[str, Any]:
+    """StreamsGroupHeartbeat and StreamsGroupDescribe v1 and StreamsGroupTopologyDescriptionUpdate
+    (KIP-1331) as Kafka 4.4 serves them without a topology description plugin: the versions listed,
+    a v1 join answered with a 64-bit recovery lag and no description asked for, a v1 describe naming
+    the assignor and saying NOT_STORED (1) when asked for the description, and an update refused
+    with UNSUPPORTED_VERSION."""
+    app = unique("sgv")
+    await create_topic(bs, f"{app}-in", 2)
+    out: dict[str, Any] = {}
+    async with connections(bs, 1) as (conn,):
+        versions = (await call(conn, 18, 3, {"client_software_name": "t", "client_software_version": "1"})).api_keys
+        out["versions"] = [(k.api_key, k.min_version, k.max_version) for k in versions if k.api_key in (88, 89, 93)]
+        await coordinator_ready(conn, app)
+        m = Member(conn, app, "p-v")
+
+        async def join() -> Any:
+            values = {"group_id": app, "member_id": m.member_id, "member_epoch": 0, "rebalance_timeout": 30000,
+                      "topology": topology(f"{app}-in", app), "process_id": m.process, "client_tags": [],
+                      "active_tasks": [], "standby_tasks": [], "warmup_tasks": [], "endpoint_information_epoch": 0}
+            r = await call(conn, HEARTBEAT, 1, values)
+            return r if r.error_code not in RETRIABLE else None
+
+        r = await eventually(join, 30, "the member joined")
+        out["joined"] = (int(r.error_code), r.member_epoch, r.acceptable_recovery_lag, r.topology_description_required)
+        r = await call(conn, HEARTBEAT, 1, {"group_id": app, "member_id": "stranger", "member_epoch": 3,
+                                            "endpoint_information_epoch": 0})
+        out["refused"] = (int(r.error_code), r.acceptable_recovery_lag, r.topology_description_required)
+        for include in (False, True):
+            d = await call(conn, DESCRIBE, 1, {"group_ids": [app, unique("none")], "include_authorized_operations": False,
+                                               "include_topology_description": include})
+            out[f"described, description asked {include}"] = [
+                (int(g.error_code), g.assignor_name, g.topology_description_status, g.topology_description)
+                for g in d.groups]
+        r = await call(conn, 93, 0, {"group_id": app, "member_id": m.member_id, "topology_epoch": 1,
+                                     "topology_description": {"subtopologies": [], "global_stores": []}})
+        out["description update"] = int(r.error_code)
+    return out
+
+
+async def test_the_versions_1_of_kip_1331(gateway, kafka_broker):
+    result = await same_on_both(gateway, kafka_broker, versions_1)
+    assert result["versions"] == [(88, 0, 1), (89, 0, 1), (93, 0, 0)]
+    assert result["described, description asked True"][0][1:3] == ("sticky", 1)
+    assert result["description update"] == 35  # UNSUPPORTED_VERSION
 
 
 async def test_the_admin_api_describes_a_streams_group(gateway):

@@ -76,13 +76,15 @@ def _tasks_out(tasks: Tasks) -> list[dict[str, Any]]:
 def _failed(exc: BaseException | None, code: KafkaError | None = None, message: str | None = None) -> dict[str, Any]:
     return {"error_code": code if code is not None else group_error(exc),
             "error_message": message if message is not None else error_message(exc),
-            "member_id": "", "member_epoch": 0, "heartbeat_interval": 0, "acceptable_recovery_lag": 0,
+            "member_id": "", "member_epoch": 0, "heartbeat_interval": 0,  # recovery lag: the version's default
             "task_offset_interval": 0, "status": None, "active_tasks": None, "standby_tasks": None,
             "warmup_tasks": None, "endpoint_information_epoch": 0, "partitions_by_user_endpoint": None}
 
 
-@handles(ApiKey.STREAMS_GROUP_HEARTBEAT, 0, 0)
+@handles(ApiKey.STREAMS_GROUP_HEARTBEAT, 0, 1)
 async def streams_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
+    """v1 (KIP-1331) answers as v0 does, with a 64-bit recovery lag and TopologyDescriptionRequired
+    false: as Kafka 4.4 without a topology description plugin, the gateway never asks for one."""
     try:
         await _authorize(ctx, req.group_id, Operation.READ)
         topology = _topology(req.topology)
@@ -154,11 +156,14 @@ def _assignment(t: TasksTuple) -> dict[str, Any]:
             "warmup_tasks": _tasks_out(t.warmup)}
 
 
-@handles(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 0)
+@handles(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 1)
 async def streams_group_describe(ctx: RequestContext, req: Any) -> Any:
     """As Kafka's GroupMetadataManager.streamsGroupDescribe: an id that is not a streams group
     answers GROUP_ID_NOT_FOUND in its own slot. The topology's subtopologies are shown configured
-    (partition counts decided), or null while the group is not ready."""
+    (partition counts decided), or null while the group is not ready. v1 names the assignor and, when
+    asked for the topology description, says NOT_STORED (1) of each group described, as Kafka 4.4's
+    StreamsGroupTopologyDescriptionManager.attachTopologyDescriptions does without a plugin."""
+    not_stored = 1 if getattr(req, "include_topology_description", False) else 0
     coordinator = _coordinator(ctx)
     topics = {t.name: t.partitions for t in await ctx.services.log.list_topics()}
     out: list[dict[str, Any]] = []
@@ -214,5 +219,20 @@ async def streams_group_describe(ctx: RequestContext, req: Any) -> Any:
             "authorized_operations": await authorized_operations(
                 ctx, ResourceType.GROUP, group_id, req.include_authorized_operations
             ),
+            "topology_description_status": not_stored,
+            "assignor_name": "sticky",
         })
     return _response(ctx, {"groups": out})
+
+
+@handles(ApiKey.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE, 0, 0)
+async def streams_group_topology_description_update(ctx: RequestContext, req: Any) -> Any:
+    """KIP-1331's topology descriptions go to a broker's description plugin; Kafka 4.4 with none
+    (GroupCoordinatorService.throwIfStreamsGroupTopologyDescriptionUpdateInvalid) refuses every
+    update with UNSUPPORTED_VERSION, and so does the gateway, which keeps none."""
+    try:
+        await _authorize(ctx, req.group_id, Operation.READ)
+    except Exception as exc:
+        return _response(ctx, {"error_code": group_error(exc), "error_message": error_message(exc)})
+    return _response(ctx, {"error_code": KafkaError.unsupported_version,
+                           "error_message": "The broker has no streams group topology description plugin configured."})
