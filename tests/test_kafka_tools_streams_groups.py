@@ -85,17 +85,24 @@ async def coordinator_ready(conn: Any, group: str) -> None:
     await eventually(ready, 30, "the group coordinator")
 
 
+async def set_group_config(bs: str, group: str, name: str, value: str) -> Any:
+    """Set one of the group's configs (IncrementalAlterConfigs); the admin client, for more."""
+    import confluent_kafka.admin as cka
+
+    admin = cka.AdminClient({"bootstrap.servers": bs})
+    resource = cka.ConfigResource(cka.ResourceType.GROUP, group, incremental_configs=[
+        cka.ConfigEntry(name, value, incremental_operation=cka.AlterConfigOpType.SET)])
+    (f,) = admin.incremental_alter_configs([resource]).values()
+    await asyncio.to_thread(f.result, TIMEOUT)
+    return admin
+
+
 async def group_configs(bs: str, group: str) -> list[tuple[str, str, bool]]:
     """The group's streams configs once it sets its heartbeat interval (IncrementalAlterConfigs),
     as DescribeConfigs lists them: the join that follows is told that interval."""
     import confluent_kafka.admin as cka
 
-    admin = cka.AdminClient({"bootstrap.servers": bs})
-    resource = cka.ConfigResource(cka.ResourceType.GROUP, group, incremental_configs=[
-        cka.ConfigEntry("streams.heartbeat.interval.ms", "6000",
-                        incremental_operation=cka.AlterConfigOpType.SET)])
-    (f,) = admin.incremental_alter_configs([resource]).values()
-    await asyncio.to_thread(f.result, TIMEOUT)
+    admin = await set_group_config(bs, group, "streams.heartbeat.interval.ms", "6000")
     (f,) = admin.describe_configs([cka.ConfigResource(cka.ResourceType.GROUP, group)]).values()
     described = await asyncio.to_thread(f.result, TIMEOUT)
     return sorted((name, e.value, e.is_default) for name, e in described.items() if name.startswith("streams."))
@@ -284,7 +291,8 @@ async def test_task_offsets_decide_and_are_described(gateway, kafka_broker):
 async def versions_1(bs: str) -> dict[str, Any]:
     """StreamsGroupHeartbeat and StreamsGroupDescribe v1 and StreamsGroupTopologyDescriptionUpdate
     (KIP-1331) as Kafka 4.4 serves them without a topology description plugin: the versions listed,
-    a v1 join answered with a 64-bit recovery lag and no description asked for, a v1 describe naming
+    a v1 join answered with a 64-bit recovery lag, no description asked for and MISSING_CLIENT_TAGS
+    for a tag the group's rack.aware.assignment.tags names (v0 is not told), a v1 describe naming
     the assignor and saying NOT_STORED (1) when asked for the description, and an update refused
     with UNSUPPORTED_VERSION."""
     app = unique("sgv")
@@ -294,17 +302,25 @@ async def versions_1(bs: str) -> dict[str, Any]:
         versions = (await call(conn, 18, 3, {"client_software_name": "t", "client_software_version": "1"})).api_keys
         out["versions"] = [(k.api_key, k.min_version, k.max_version) for k in versions if k.api_key in (88, 89, 93)]
         await coordinator_ready(conn, app)
+        await set_group_config(bs, app, "streams.rack.aware.assignment.tags", "zone, rack")
         m = Member(conn, app, "p-v")
 
         async def join() -> Any:
             values = {"group_id": app, "member_id": m.member_id, "member_epoch": 0, "rebalance_timeout": 30000,
-                      "topology": topology(f"{app}-in", app), "process_id": m.process, "client_tags": [],
-                      "active_tasks": [], "standby_tasks": [], "warmup_tasks": [], "endpoint_information_epoch": 0}
+                      "topology": topology(f"{app}-in", app), "process_id": m.process,
+                      "client_tags": [{"key": "zone", "value": "z1"}], "active_tasks": [], "standby_tasks": [],
+                      "warmup_tasks": [], "endpoint_information_epoch": 0}
             r = await call(conn, HEARTBEAT, 1, values)
             return r if r.error_code not in RETRIABLE else None
 
+        def tags_missing(r: Any) -> list[str]:
+            return [s.status_detail for s in r.status or () if s.status_code == 6]
+
         r = await eventually(join, 30, "the member joined")
-        out["joined"] = (int(r.error_code), r.member_epoch, r.acceptable_recovery_lag, r.topology_description_required)
+        out["joined"] = (int(r.error_code), r.member_epoch, r.acceptable_recovery_lag, r.topology_description_required,
+                         tags_missing(r))
+        m.epoch = r.member_epoch
+        out["v0 not told of tags"] = tags_missing(await m.beat())  # MISSING_CLIENT_TAGS is v1's
         r = await call(conn, HEARTBEAT, 1, {"group_id": app, "member_id": "stranger", "member_epoch": 3,
                                             "endpoint_information_epoch": 0})
         out["refused"] = (int(r.error_code), r.acceptable_recovery_lag, r.topology_description_required)
@@ -323,6 +339,8 @@ async def versions_1(bs: str) -> dict[str, Any]:
 async def test_the_versions_1_of_kip_1331(gateway, kafka_broker):
     result = await same_on_both(gateway, kafka_broker, versions_1)
     assert result["versions"] == [(88, 0, 1), (89, 0, 1), (93, 0, 0)]
+    assert result["joined"][4] == ["Missing required client tags for rack-aware standby assignment: [rack]. "
+                                   "Configure them via 'client.tag.<tagKey>' in your Streams config."]
     assert result["described, description asked True"][0][1:3] == ("sticky", 1)
     assert result["description update"] == 35  # UNSUPPORTED_VERSION
 

@@ -113,6 +113,7 @@ async def streams_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
                 endpoint_information_epoch=req.endpoint_information_epoch,
                 task_offsets=_offsets_in(req.task_offsets),
                 task_end_offsets=_offsets_in(req.task_end_offsets),
+                version=ctx.api_version,
             ),
             topics,
             await ctx.services.share.configs(req.group_id),

@@ -27,6 +27,7 @@ request, and returns a `Step` (the reply, whether to save). Kafka's group-coordi
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -63,6 +64,7 @@ class Status(IntEnum):
     MISSING_INTERNAL_TOPICS = 3
     SHUTDOWN_APPLICATION = 4
     ASSIGNMENT_DELAYED = 5
+    MISSING_CLIENT_TAGS = 6  # told to StreamsGroupHeartbeat v1 only (KAFKA-20744)
 
 
 class MemberState(StrEnum):
@@ -99,15 +101,18 @@ class StreamsGroupConfig:
     task_offset_interval_ms: int = 60_000
     initial_rebalance_delay_ms: int = 3_000
     assignment_interval_ms: int = 1_000
-
+    rack_aware_assignment_tags: str = ""  # a group config alone: the client tags members must have
 
     def overridden(self, values: Mapping[str, str]) -> StreamsGroupConfig:
         """These settings with a group's own `streams.*` configs (IncrementalAlterConfigs on its
         GROUP resource) in place of the broker's."""
-        fields = {f: int(values[name]) for name, f in _GROUP_CONFIGS.items() if name in values}
-        return replace(self, **fields) if fields else self
+        fields: dict[str, object] = {f: int(values[name]) for name, f in _GROUP_CONFIGS.items() if name in values}
+        if TAGS in values:
+            fields["rack_aware_assignment_tags"] = values[TAGS]
+        return replace(self, **fields) if fields else self  # type: ignore[arg-type]
 
 
+TAGS = "streams.rack.aware.assignment.tags"
 # a group config -> the setting it overrides (Kafka's GroupConfig streams configs)
 _GROUP_CONFIGS = {
     "streams.session.timeout.ms": "session_timeout_ms",
@@ -141,10 +146,10 @@ def streams_group_configs(config: StreamsGroupConfig | None = None) -> dict[str,
         ConfigDef("streams.assignment.interval.ms", Kind.INT, str(c.assignment_interval_ms),
                   "The least time between two target assignments of the group.",
                   effective=True, broker="group.streams.assignment.interval.ms", low=0, high=15_000),
-        # kept and described; the sticky assignor runs whatever they say (Kafka 4.4's reads no
-        # tags either: see docs/kafka-differences.md, "Streams groups")
+        # the sticky assignor runs whatever they say (Kafka 4.4's reads no tags either); a member
+        # without the tags is told MISSING_CLIENT_TAGS, as 4.4 tells it
         ConfigDef("streams.assignor.name", Kind.STRING, "sticky", "The task assignor the group uses."),
-        ConfigDef("streams.rack.aware.assignment.tags", Kind.LIST, "",
+        ConfigDef(TAGS, Kind.LIST, "",
                   "The client tags standby replicas are spread across."),
     )}
 
@@ -170,6 +175,7 @@ class HeartbeatRequest:
     # (subtopology, partition, offset) as reported, every task.offset.interval
     task_offsets: tuple[tuple[str, int, int], ...] | None = None
     task_end_offsets: tuple[tuple[str, int, int], ...] | None = None
+    version: int = 0  # StreamsGroupHeartbeat's: v1 may be told MISSING_CLIENT_TAGS
 
 
 TopicPartitions = list[tuple[str, list[int]]]  # topic -> partitions, a topic once per task
@@ -420,6 +426,11 @@ class StreamsGroup:
                              f"topology epoch {g.topology.epoch}."))
         if configured.status is not None:
             statuses.append(configured.status)
+        missing = _missing_client_tags(cfg, reconciled) if req.version >= 1 else []
+        if missing:
+            statuses.append((Status.MISSING_CLIENT_TAGS,
+                             f"Missing required client tags for rack-aware standby assignment: [{', '.join(missing)}]. "
+                             "Configure them via 'client.tag.<tagKey>' in your Streams config."))
         if delayed is not None:
             statuses.append((Status.ASSIGNMENT_DELAYED, delayed))
         send = joining or reconciled.assigned != member.assigned or (
@@ -555,6 +566,14 @@ def _task_offsets(reported: tuple[tuple[str, int, int], ...]) -> TaskOffsets:
                              f"Task offsets contain a duplicate entry for subtopology {s} and partition {p}.")
         partitions[p] = offset
     return out
+
+
+def _missing_client_tags(cfg: StreamsGroupConfig, m: StreamsMemberDoc) -> list[str]:
+    """Kafka 4.4's streamsGroupHeartbeat: the group's `streams.rack.aware.assignment.tags` (split
+    as Java's `split("\\s*,\\s*", -1)` splits) that the member's client tags lack."""
+    tags = cfg.rack_aware_assignment_tags.strip()
+    have = {k for k, _ in m.client_tags}
+    return [t for t in re.split(r"\s*,\s*", tags) if t not in have] if tags else []
 
 
 def _identity(m: StreamsMemberDoc) -> tuple[object, ...]:
