@@ -15,10 +15,10 @@ from gateway.domain.groups.streams import (
     Status,
     StreamsGroup,
     StreamsGroupConfig,
-    assign,
     configure,
     group_state,
 )
+from gateway.domain.groups.streams_assignor import assign as sticky_assign
 from gateway.store.streams_groups import (
     InternalTopic,
     StreamsGroupDoc,
@@ -192,13 +192,21 @@ def test_interactive_queries_endpoint_map_as_kafka_4_4_builds_it():
     assert sum(len(ps) for e in entries.values() for t, ps in e.active if t == "in") == 4
 
 
-def _group(*members: tuple[str, str, dict[str, set[int]]]) -> StreamsGroupDoc:
-    """A group of (member id, process, active tasks it held) for the assignor alone."""
-    g = StreamsGroupDoc("app")
-    for mid, process, held in members:
-        g.members[mid] = StreamsMemberDoc(mid, process_id=process, member_epoch=2,
-                                          assigned=TasksTuple({s: frozenset(ps) for s, ps in held.items()}))
-    return g
+def _group(*members: tuple[str, str, dict[str, set[int]]]) -> dict[str, StreamsMemberDoc]:
+    """Members of (member id, process, active tasks it held) for the assignor alone."""
+    return {mid: _member(mid, process, held) for mid, process, held in members}
+
+
+def _member(mid: str, process: str, active: dict[str, set[int]] | None = None,
+            standby: dict[str, set[int]] | None = None,
+            offsets: dict[str, dict[int, int]] | None = None) -> StreamsMemberDoc:
+    return StreamsMemberDoc(mid, process_id=process, member_epoch=2, task_offsets=offsets or {}, assigned=TasksTuple(
+        {s: frozenset(ps) for s, ps in (active or {}).items()}, {s: frozenset(ps) for s, ps in (standby or {}).items()}))
+
+
+def assign(members: dict[str, StreamsMemberDoc], tasks: dict[str, int], standbys: int) -> dict[str, TasksTuple]:
+    """The assignor with every subtopology stateful, as 4.4's tests describe their topologies."""
+    return sticky_assign(members, tasks, set(tasks), standbys)
 
 
 def _active(result: dict[str, TasksTuple], mid: str, subtopology: str = "s") -> set[int]:
@@ -235,3 +243,70 @@ def test_sticky_assignor_cases_of_kafka_4_4():
     standbys = [(m, (s, p)) for m, t in r.items() for s, ps in t.standby.items() for p in ps]
     assert sorted(task for _, task in standbys) == sorted(owner)  # one standby per task
     assert all(m[:2] != owner[task][:2] for m, task in standbys)  # each off its active's process
+
+
+def test_sticky_assignor_offset_cases_of_kafka_4_4():
+    """The cases of Kafka 4.4's StickyTaskAssignorTest where reported task offsets decide
+    (KAFKA-20719: a member restarted under a new id holds no tasks, but its local state shows in its
+    offsets), and the one that pins where standbys go."""
+    # shouldAssignTasksToMembersReportingTaskOffsetsOnColdStart
+    r = assign({"m1": _member("m1", "p1", offsets={"s": {0: 100, 1: 100}}),
+                "m2": _member("m2", "p2", offsets={"s": {2: 100, 3: 100}})}, {"s": 4}, 0)
+    assert (_active(r, "m1"), _active(r, "m2")) == ({0, 1}, {2, 3})
+    # shouldAssignTasksToProcessesReportingTaskOffsetsOnColdStartWithMultipleMembersPerProcess
+    one, two = {"s": {0: 100, 1: 100}}, {"s": {2: 100, 3: 100}}
+    r = assign({"m1_1": _member("m1_1", "p1", offsets=one), "m1_2": _member("m1_2", "p1", offsets=one),
+                "m2_1": _member("m2_1", "p2", offsets=two), "m2_2": _member("m2_2", "p2", offsets=two)}, {"s": 4}, 0)
+    assert _active(r, "m1_1") | _active(r, "m1_2") == {0, 1} and _active(r, "m2_1") | _active(r, "m2_2") == {2, 3}
+    # shouldRankCurrentOwnersAheadOfReportedTaskOffsetsAndMostCaughtUpFirst
+    r = assign({"m1": _member("m1", "p1", active={"s": {0}}), "m2": _member("m2", "p2", standby={"s": {0, 1}}),
+                "m3": _member("m3", "p3", offsets={"s": {0: 1_000_000, 1: 1_000_000, 2: 100}}),
+                "m4": _member("m4", "p4", offsets={"s": {2: 50}})}, {"s": 4}, 0)
+    assert [_active(r, m) for m in ("m1", "m2", "m3", "m4")] == [{0}, {1}, {2}, {3}]
+    # shouldAssignStandbysAwayFromProcessHoldingStateOnColdStart
+    r = assign({"m1": _member("m1", "p1", offsets={"s": {0: 100}}),
+                "m2": _member("m2", "p2", offsets={"s": {1: 100}})}, {"s": 2}, 1)
+    assert [(_active(r, m), set(r[m].standby.get("s", ()))) for m in ("m1", "m2")] == [({0}, {1}), ({1}, {0})]
+    # shouldAssignStandbyToPreviousStandbyThatDoesNotHoldTheActiveTask: one of the outcomes it allows
+    r = assign({"m1": _member("m1", "p1", standby={"s": {2}}),
+                "m2": _member("m2", "p2", active={"s": {0}}, standby={"s": {2}}),
+                "m3": _member("m3", "p3", active={"s": {1}}), "m4": _member("m4", "p4")}, {"s": 3}, 1)
+    assert [_active(r, m) for m in ("m1", "m2", "m3", "m4")] == [{2}, {0}, {1}, set()]
+    standbys = [set(r[m].standby.get("s", ())) for m in ("m1", "m2", "m3", "m4")]
+    assert standbys in ([set(), {2}, {0}, {1}], [{1}, {2}, set(), {0}], [{0}, {2}, set(), {1}])
+
+
+def test_task_offsets_kept_with_the_member_and_deciding_its_tasks():
+    """Kafka 4.4's MemberTaskOffsets: offsets sent replace the member's last, offsets not sent keep
+    them, a task reported twice is an invalid request; members restarted under new ids get the
+    tasks whose state they report."""
+    co = Coordinator()
+    a, b = Client("a", "pa"), Client("b", "pb")
+    for _ in range(4):
+        co.beat(a)
+        co.beat(b)
+    assert co.doc is not None
+    held = {c.member_id: c.owned.active["0"] for c in (a, b)}
+    reported = {m: tuple(("0", p, 10 + p) for p in sorted(ps)) for m, ps in held.items()}
+    co.beat(a, task_offsets=reported["a"], task_end_offsets=reported["b"])
+    co.beat(a)
+    assert co.doc.members["a"].task_offsets == {"0": {p: 10 + p for p in held["a"]}}
+    assert co.doc.members["a"].task_end_offsets == {"0": {p: 10 + p for p in held["b"]}}
+    try:
+        co.beat(a, task_offsets=(("0", 0, 1), ("0", 0, 2)))
+    except GroupError as exc:
+        assert exc.kind == GroupErrorKind.INVALID_REQUEST
+        assert str(exc) == "Task offsets contain a duplicate entry for subtopology 0 and partition 0."
+    else:
+        raise AssertionError("a task reported twice accepted")
+    # both restart under new ids within the initial delay, each on the other's old state
+    co.beat(a, member_epoch=-1)
+    co.beat(b, member_epoch=-1)
+    co.machine.config = StreamsGroupConfig(initial_rebalance_delay_ms=3000, assignment_interval_ms=0)
+    a2, b2 = Client("a2", "pa"), Client("b2", "pb")
+    co.beat(a2, now=100.0, task_offsets=reported["b"])
+    co.beat(b2, now=100.0, task_offsets=reported["a"])
+    for _ in range(3):
+        co.beat(a2, now=104.0)
+        co.beat(b2, now=104.0)
+    assert (a2.owned.active["0"], b2.owned.active["0"]) == (held["b"], held["a"])

@@ -6,8 +6,10 @@ Kafka's `kafka-streams-groups` tool describing and deleting the group prints the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,7 +24,6 @@ pytestmark = [pytest.mark.jvm, pytest.mark.kafka]
 HEARTBEAT, DESCRIBE, LIST_GROUPS, FIND_COORDINATOR = 88, 89, 16, 10
 RETRIABLE = {14, 15, 16}
 ROW_ORDER = allowed("The order of rows in `kafka-streams-groups --describe`")
-ASSIGNOR = allowed("A streams group's assignor (`kafka-streams-groups --describe --state`)")  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 
 
 def topology(source: str, app: str) -> dict[str, Any]:
@@ -63,17 +64,45 @@ class Member:
         return r
 
 
+@contextlib.asynccontextmanager
+async def connections(bs: str, n: int) -> AsyncIterator[list[Any]]:
+    """`n` connections to `bs`, closed at the end."""
+    host, port = bs.rsplit(":", 1)
+    conns = [await asyncio.open_connection(host, int(port)) for _ in range(n)]
+    try:
+        yield conns
+    finally:
+        for _, writer in conns:
+            writer.close()
+
+
+async def coordinator_ready(conn: Any, group: str) -> None:
+    """Until the group has a coordinator: Kafka creates its offsets topic at the first ask."""
+    async def ready() -> bool:
+        r = await call(conn, FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group]})
+        return r.coordinators[0].error_code == 0
+
+    await eventually(ready, 30, "the group coordinator")
+
+
+async def set_group_config(bs: str, group: str, name: str, value: str) -> Any:
+    """Set one of the group's configs (IncrementalAlterConfigs); the admin client, for more."""
+    import confluent_kafka.admin as cka
+
+    admin = cka.AdminClient({"bootstrap.servers": bs})
+    resource = cka.ConfigResource(cka.ResourceType.GROUP, group, incremental_configs=[
+        cka.ConfigEntry(name, value, incremental_operation=cka.AlterConfigOpType.SET)])
+    (f,) = admin.incremental_alter_configs([resource]).values()
+    await asyncio.to_thread(f.result, TIMEOUT)
+    return admin
+
+
 async def group_configs(bs: str, group: str) -> list[tuple[str, str, bool]]:
     """The group's streams configs once it sets its heartbeat interval (IncrementalAlterConfigs),
     as DescribeConfigs lists them: the join that follows is told that interval."""
     import confluent_kafka.admin as cka
 
-    admin = cka.AdminClient({"bootstrap.servers": bs})
-    resource = cka.ConfigResource(cka.ResourceType.GROUP, group, incremental_configs=[
-        cka.ConfigEntry("streams.heartbeat.interval.ms", "6000",
-                        incremental_operation=cka.AlterConfigOpType.SET)])
-    (f,) = admin.incremental_alter_configs([resource]).values()
-    await asyncio.to_thread(f.result, TIMEOUT)
+    admin = await set_group_config(bs, group, "streams.heartbeat.interval.ms", "6000")
     (f,) = admin.describe_configs([cka.ConfigResource(cka.ResourceType.GROUP, group)]).values()
     described = await asyncio.to_thread(f.result, TIMEOUT)
     return sorted((name, e.value, e.is_default) for name, e in described.items() if name.startswith("streams."))
@@ -94,11 +123,7 @@ async def scenario(bs: str) -> dict[str, Any]:
     conns = [await asyncio.open_connection(host, int(port)) for _ in range(2)]
     out: dict[str, Any] = {}
     try:
-        async def coordinator_ready() -> bool:  # Kafka creates its offsets topic at the first ask
-            r = await call(conns[0], FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [app]})
-            return r.coordinators[0].error_code == 0
-
-        await eventually(coordinator_ready, 30, "the group coordinator")
+        await coordinator_ready(conns[0], app)
         out["configs"] = await group_configs(bs, app)
         a, b = Member(conns[0], app, "p-a"), Member(conns[1], app, "p-b")
         async def join() -> Any:  # retried while Kafka loads the offsets topic it just created
@@ -148,11 +173,11 @@ async def scenario(bs: str) -> dict[str, Any]:
 
         def normal(text: str) -> str:
             """The tool's output with ids named, the coordinator's address set aside, each table's
-            rows sorted (ROW_ORDER) and the assignor's column set aside (ASSIGNOR)."""
+            rows sorted (ROW_ORDER)."""
             for member_id, name in names.items():
                 text = text.replace(member_id, f"<member {name}>")
             text = re.sub(r"127\.0\.0\.1:\d+ \(\d+\)", "<coordinator>", text.replace(app, "APP"))
-            lines = [" ".join(t for t in line.split() if t != "sticky") for line in text.splitlines()]
+            lines = [" ".join(line.split()) for line in text.splitlines()]
             return "\n".join(lines[:1] + sorted(lines[1:]))
 
         tool = ["kafka-streams-groups", "--bootstrap-server", bs]
@@ -199,6 +224,127 @@ async def test_streams_group_protocol(gateway, kafka_broker):
     assert result["a assigned"] == {"0": [0, 1]}
 
 
+def offsets(*reported: tuple[int, int]) -> list[dict[str, Any]]:
+    """TaskOffsets of subtopology 0: (partition, offset sum) each."""
+    return [{"subtopology_id": "0", "partition": p, "offset": n} for p, n in reported]
+
+
+async def restarted_members(bs: str) -> dict[str, Any]:
+    """Two members join a new group, as Streams instances restarted under new member ids do: they hold
+    no tasks, but report the changelog offsets of the state they kept. Kafka 4.4 loses the offsets
+    of the heartbeat that creates the group (c's), keeps d's, and so gives d the tasks it reports,
+    partition 0 first, and c the rest; StreamsGroupDescribe shows each member's last reported
+    offsets, which a heartbeat with null keeps, one with a task twice does not change (INVALID_REQUEST)
+    and one with empty lists empties."""
+    app = unique("sgo")
+    await create_topic(bs, f"{app}-in", 2)
+    out: dict[str, Any] = {}
+    async with connections(bs, 2) as conns:
+        await coordinator_ready(conns[0], app)
+        c, d = Member(conns[0], app, "p-c"), Member(conns[1], app, "p-d")
+        names = {c.member_id: "c", d.member_id: "d"}
+
+        def beat(m: Member, **extra: Any) -> Any:
+            """A heartbeat that reports no offsets (null, as a Streams client sends between reports)."""
+            return m.beat(**({"task_offsets": None, "task_end_offsets": None} | extra))
+
+        async def join(m: Member, reported: list[dict[str, Any]]) -> Any:
+            r = await beat(m, rebalance_timeout=30000, topology=topology(f"{app}-in", app), process_id=m.process,
+                           client_tags=[], active_tasks=[], task_offsets=reported, task_end_offsets=offsets((0, 120)))
+            return r if r.error_code not in RETRIABLE else None
+
+        await eventually(lambda: join(c, offsets((0, 100))), 30, "c joined")
+        await eventually(lambda: join(d, offsets((0, 5), (1, 7))), 30, "d joined")
+
+        async def assigned() -> bool:
+            for m in (c, d):
+                assert (await beat(m)).error_code == 0
+            return bool(c.active and d.active)
+
+        await eventually(assigned, 30, "both members assigned")
+        out["assigned"] = {"c": c.active, "d": d.active}
+
+        async def described() -> list[Any]:
+            d = (await call(conns[0], DESCRIBE, 0, {"group_ids": [app], "include_authorized_operations": False}))
+            return sorted((names[m.member_id], [(o.partition, o.offset) for o in m.task_offsets],
+                           [(o.partition, o.offset) for o in m.task_end_offsets]) for m in d.groups[0].members)
+
+        out["described"] = await described()
+        r = await beat(c, task_offsets=offsets((0, 1), (0, 2)))
+        out["reported twice"] = int(r.error_code)
+        await beat(c, task_offsets=offsets((1, 9)))
+        out["replaced"] = await described()
+        await c.beat()  # empty lists, not null
+        out["emptied"] = await described()
+        for m in (c, d):
+            await m.beat(member_epoch=-1)
+    return out
+
+
+async def test_task_offsets_decide_and_are_described(gateway, kafka_broker):
+    result = await same_on_both(gateway, kafka_broker, restarted_members)
+    assert result["assigned"] == {"c": {"0": [1]}, "d": {"0": [0]}}
+    assert result["described"] == [("c", [], []), ("d", [(0, 5), (1, 7)], [(0, 120)])]
+    assert result["reported twice"] == 42  # INVALID_REQUEST
+
+
+async def versions_1(bs: str) -> dict[str, Any]:
+    """StreamsGroupHeartbeat and StreamsGroupDescribe v1 and StreamsGroupTopologyDescriptionUpdate
+    (KIP-1331) as Kafka 4.4 serves them without a topology description plugin: the versions listed,
+    a v1 join answered with a 64-bit recovery lag, no description asked for and MISSING_CLIENT_TAGS
+    for a tag the group's rack.aware.assignment.tags names (v0 is not told), a v1 describe naming
+    the assignor and saying NOT_STORED (1) when asked for the description, and an update refused
+    with UNSUPPORTED_VERSION."""
+    app = unique("sgv")
+    await create_topic(bs, f"{app}-in", 2)
+    out: dict[str, Any] = {}
+    async with connections(bs, 1) as (conn,):
+        versions = (await call(conn, 18, 3, {"client_software_name": "t", "client_software_version": "1"})).api_keys
+        out["versions"] = [(k.api_key, k.min_version, k.max_version) for k in versions if k.api_key in (88, 89, 93)]
+        await coordinator_ready(conn, app)
+        await set_group_config(bs, app, "streams.rack.aware.assignment.tags", "zone, rack")
+        m = Member(conn, app, "p-v")
+
+        async def join() -> Any:
+            values = {"group_id": app, "member_id": m.member_id, "member_epoch": 0, "rebalance_timeout": 30000,
+                      "topology": topology(f"{app}-in", app), "process_id": m.process,
+                      "client_tags": [{"key": "zone", "value": "z1"}], "active_tasks": [], "standby_tasks": [],
+                      "warmup_tasks": [], "endpoint_information_epoch": 0}
+            r = await call(conn, HEARTBEAT, 1, values)
+            return r if r.error_code not in RETRIABLE else None
+
+        def tags_missing(r: Any) -> list[str]:
+            return [s.status_detail for s in r.status or () if s.status_code == 6]
+
+        r = await eventually(join, 30, "the member joined")
+        out["joined"] = (int(r.error_code), r.member_epoch, r.acceptable_recovery_lag, r.topology_description_required,
+                         tags_missing(r))
+        m.epoch = r.member_epoch
+        out["v0 not told of tags"] = tags_missing(await m.beat())  # MISSING_CLIENT_TAGS is v1's
+        r = await call(conn, HEARTBEAT, 1, {"group_id": app, "member_id": "stranger", "member_epoch": 3,
+                                            "endpoint_information_epoch": 0})
+        out["refused"] = (int(r.error_code), r.acceptable_recovery_lag, r.topology_description_required)
+        for include in (False, True):
+            d = await call(conn, DESCRIBE, 1, {"group_ids": [app, unique("none")], "include_authorized_operations": False,
+                                               "include_topology_description": include})
+            out[f"described, description asked {include}"] = [
+                (int(g.error_code), g.assignor_name, g.topology_description_status, g.topology_description)
+                for g in d.groups]
+        r = await call(conn, 93, 0, {"group_id": app, "member_id": m.member_id, "topology_epoch": 1,
+                                     "topology_description": {"subtopologies": [], "global_stores": []}})
+        out["description update"] = int(r.error_code)
+    return out
+
+
+async def test_the_versions_1_of_kip_1331(gateway, kafka_broker):
+    result = await same_on_both(gateway, kafka_broker, versions_1)
+    assert result["versions"] == [(88, 0, 1), (89, 0, 1), (93, 0, 0)]
+    assert result["joined"][4] == ["Missing required client tags for rack-aware standby assignment: [rack]. "
+                                   "Configure them via 'client.tag.<tagKey>' in your Streams config."]
+    assert result["described, description asked True"][0][1:3] == ("sticky", 1)
+    assert result["description update"] == 35  # UNSUPPORTED_VERSION
+
+
 async def test_the_admin_api_describes_a_streams_group(gateway):
     """The gateway's admin API (and so its console) shows a streams group: its type and state, and
     each member with the input partitions of its active tasks."""
@@ -243,11 +389,7 @@ async def settled_answer(bs: str, app: str) -> Any:
             r = await a.beat()
             return r if r.error_code or 5 not in {s.status_code for s in r.status or ()} else None
 
-        async def coordinator_ready() -> bool:  # Kafka creates its offsets topic at the first ask
-            r = await call(conn, FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [app]})
-            return r.coordinators[0].error_code == 0
-
-        await eventually(coordinator_ready, 30, "the group coordinator")
+        await coordinator_ready(conn, app)
         await eventually(join, 30, "the member joined")
         return await eventually(settled, 30, "the initial delay over")
     finally:

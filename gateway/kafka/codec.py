@@ -21,7 +21,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
 
 from gateway.formats.varint import VarintError, read_uvarint
-from gateway.kafka import guard
+from gateway.kafka import guard, streams_schema
 from gateway.kafka.errors import MalformedRequest
 from gateway.kafka.produce_request import MAX_VERSION as PRODUCE_MAX
 from gateway.kafka.produce_request import MIN_VERSION as PRODUCE_MIN
@@ -41,20 +41,22 @@ class RequestHeader(NamedTuple):
 
 @cache
 def request_class(api_key: int, version: int) -> type[Any] | None:
-    """kio's request class for key and version, or None when kio (the protocol) has none."""
+    """kio's request class for key and version (or ours, where kio lacks it: `streams_schema`), or
+    None when the protocol has none."""
     try:
         return load_request_schema(api_key, version)
     except (KioIndexError, ImportError, AttributeError):
-        return None
+        return streams_schema.REQUESTS.get((api_key, version))
 
 
 @cache
 def find_response_class(api_key: int, version: int) -> type[Any] | None:
-    """kio's response class for key and version, or None when kio (the protocol) has none."""
+    """kio's response class for key and version (or ours, where kio lacks it), or None when the
+    protocol has none."""
     try:
         return load_response_schema(api_key, version)
     except (KioIndexError, ImportError, AttributeError):
-        return None
+        return streams_schema.RESPONSES.get((api_key, version))
 
 
 def response_class(api_key: int, version: int) -> type[Any]:

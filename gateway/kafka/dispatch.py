@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.domain.security import Operation, ResourceType
 from gateway.domain.services import Services
+from gateway.kafka.codec import find_response_class, request_class
 
 
 class ApiKey(IntEnum):
@@ -133,6 +133,7 @@ class ApiKey(IntEnum):
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
+    STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE = 93
 
 
 @dataclass
@@ -217,8 +218,8 @@ def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handl
             existing = _REGISTRY[api_key].handler
             raise ValueError(f"api key {api_key} already handled by {existing.__module__}.{existing.__name__}")
         for v in range(min_version, max_version + 1):
-            load_request_schema(api_key, v)  # raises when kio lacks the version
-            load_response_schema(api_key, v)
+            if request_class(api_key, v) is None or find_response_class(api_key, v) is None:
+                raise LookupError(f"no schema for api key {api_key} v{v}")
         _REGISTRY[api_key] = Registration(api_key, min_version, max_version, fn)
         return fn
 

@@ -15,6 +15,7 @@ from gateway.domain.groups.streams import (
     HeartbeatRequest,
     InternalTopic,
     Subtopology,
+    TaskOffsets,
     Tasks,
     TasksTuple,
     Topology,
@@ -58,6 +59,16 @@ def _owned(req: Any) -> TasksTuple | None:
     return TasksTuple(_tasks_in(req.active_tasks), _tasks_in(req.standby_tasks), _tasks_in(req.warmup_tasks))
 
 
+def _offsets_in(offsets: Any) -> tuple[tuple[str, int, int], ...] | None:
+    return None if offsets is None else tuple((o.subtopology_id, o.partition, o.offset) for o in offsets)
+
+
+def _offsets_out(offsets: TaskOffsets) -> list[dict[str, Any]]:
+    """As Kafka 4.4's `StreamsGroupMember.taskOffsetsFromMap`: by subtopology, then partition."""
+    return [{"subtopology_id": s, "partition": p, "offset": n}
+            for s in sorted(offsets) for p, n in sorted(offsets[s].items())]
+
+
 def _tasks_out(tasks: Tasks) -> list[dict[str, Any]]:
     return [{"subtopology_id": s, "partitions": sorted(ps)} for s, ps in sorted(tasks.items())]
 
@@ -65,13 +76,15 @@ def _tasks_out(tasks: Tasks) -> list[dict[str, Any]]:
 def _failed(exc: BaseException | None, code: KafkaError | None = None, message: str | None = None) -> dict[str, Any]:
     return {"error_code": code if code is not None else group_error(exc),
             "error_message": message if message is not None else error_message(exc),
-            "member_id": "", "member_epoch": 0, "heartbeat_interval": 0, "acceptable_recovery_lag": 0,
+            "member_id": "", "member_epoch": 0, "heartbeat_interval": 0,  # recovery lag: the version's default
             "task_offset_interval": 0, "status": None, "active_tasks": None, "standby_tasks": None,
             "warmup_tasks": None, "endpoint_information_epoch": 0, "partitions_by_user_endpoint": None}
 
 
-@handles(ApiKey.STREAMS_GROUP_HEARTBEAT, 0, 0)
+@handles(ApiKey.STREAMS_GROUP_HEARTBEAT, 0, 1)
 async def streams_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
+    """v1 (KIP-1331) answers as v0 does, with a 64-bit recovery lag and TopologyDescriptionRequired
+    false: as Kafka 4.4 without a topology description plugin, the gateway never asks for one."""
     try:
         await _authorize(ctx, req.group_id, Operation.READ)
         topology = _topology(req.topology)
@@ -98,6 +111,9 @@ async def streams_group_heartbeat(ctx: RequestContext, req: Any) -> Any:
                 client_id=ctx.client_id or "",
                 client_host=_client_host(ctx),
                 endpoint_information_epoch=req.endpoint_information_epoch,
+                task_offsets=_offsets_in(req.task_offsets),
+                task_end_offsets=_offsets_in(req.task_end_offsets),
+                version=ctx.api_version,
             ),
             topics,
             await ctx.services.share.configs(req.group_id),
@@ -141,11 +157,14 @@ def _assignment(t: TasksTuple) -> dict[str, Any]:
             "warmup_tasks": _tasks_out(t.warmup)}
 
 
-@handles(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 0)
+@handles(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 1)
 async def streams_group_describe(ctx: RequestContext, req: Any) -> Any:
     """As Kafka's GroupMetadataManager.streamsGroupDescribe: an id that is not a streams group
     answers GROUP_ID_NOT_FOUND in its own slot. The topology's subtopologies are shown configured
-    (partition counts decided), or null while the group is not ready."""
+    (partition counts decided), or null while the group is not ready. v1 names the assignor and, when
+    asked for the topology description, says NOT_STORED (1) of each group described, as Kafka 4.4's
+    StreamsGroupTopologyDescriptionManager.attachTopologyDescriptions does without a plugin."""
+    not_stored = 1 if getattr(req, "include_topology_description", False) else 0
     coordinator = _coordinator(ctx)
     topics = {t.name: t.partitions for t in await ctx.services.log.list_topics()}
     out: list[dict[str, Any]] = []
@@ -190,7 +209,8 @@ async def streams_group_describe(ctx: RequestContext, req: Any) -> Any:
                     "user_endpoint": None if m.user_endpoint is None else
                     {"host": m.user_endpoint[0], "port": m.user_endpoint[1]},
                     "client_tags": [{"key": k, "value": v} for k, v in m.client_tags],
-                    "task_offsets": [], "task_end_offsets": [],
+                    "task_offsets": _offsets_out(m.task_offsets),
+                    "task_end_offsets": _offsets_out(m.task_end_offsets),
                     "assignment": _assignment(m.assigned),
                     "target_assignment": _assignment(g.target.get(m.member_id, TasksTuple())),
                     "is_classic": False,
@@ -200,5 +220,20 @@ async def streams_group_describe(ctx: RequestContext, req: Any) -> Any:
             "authorized_operations": await authorized_operations(
                 ctx, ResourceType.GROUP, group_id, req.include_authorized_operations
             ),
+            "topology_description_status": not_stored,
+            "assignor_name": "sticky",
         })
     return _response(ctx, {"groups": out})
+
+
+@handles(ApiKey.STREAMS_GROUP_TOPOLOGY_DESCRIPTION_UPDATE, 0, 0)
+async def streams_group_topology_description_update(ctx: RequestContext, req: Any) -> Any:
+    """KIP-1331's topology descriptions go to a broker's description plugin; Kafka 4.4 with none
+    (GroupCoordinatorService.throwIfStreamsGroupTopologyDescriptionUpdateInvalid) refuses every
+    update with UNSUPPORTED_VERSION, and so does the gateway, which keeps none."""
+    try:
+        await _authorize(ctx, req.group_id, Operation.READ)
+    except Exception as exc:
+        return _response(ctx, {"error_code": group_error(exc), "error_message": error_message(exc)})
+    return _response(ctx, {"error_code": KafkaError.unsupported_version,
+                           "error_message": "The broker has no streams group topology description plugin configured."})

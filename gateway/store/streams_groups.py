@@ -21,6 +21,7 @@ from gateway.store.consumer_groups import ModernGroupStore
 from gateway.store.groups import _array
 
 Tasks = dict[str, frozenset[int]]  # subtopology id -> partitions (task ids)
+TaskOffsets = dict[str, dict[int, int]]  # subtopology id -> partition -> changelog offset sum
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,10 @@ class StreamsMemberDoc:
     state: str = "stable"
     assigned: TasksTuple = field(default_factory=TasksTuple)
     pending_revocation: TasksTuple = field(default_factory=TasksTuple)
+    # the changelog offsets the member last reported (Kafka 4.4's MemberTaskOffsets): its tasks'
+    # local state, and their changelogs' end offsets
+    task_offsets: TaskOffsets = field(default_factory=dict)
+    task_end_offsets: TaskOffsets = field(default_factory=dict)
 
     def copy(self) -> StreamsMemberDoc:
         return copy.copy(self)
@@ -146,14 +151,29 @@ class StreamsMemberDoc:
             self.topology_epoch, self.process_id, list(self.user_endpoint) if self.user_endpoint else None,
             [list(kv) for kv in self.client_tags], self.member_epoch, self.previous_epoch, self.state,
             self.assigned.pack(), self.pending_revocation.pack(),
+            _pack_offsets(self.task_offsets), _pack_offsets(self.task_end_offsets),
         ])
 
     @classmethod
     def unpack(cls, member_id: str, raw: bytes) -> StreamsMemberDoc:
-        (i, r, c, h, rt, te, pid, ep, tags, epoch, prev, state, assigned, pending) = msgpack.unpackb(raw, raw=False)
+        fields = msgpack.unpackb(raw, raw=False)
+        (i, r, c, h, rt, te, pid, ep, tags, epoch, prev, state, assigned, pending) = fields[:14]
+        offsets, end_offsets = fields[14:] or ([], [])  # a member stored before offsets were kept has none
         return cls(member_id, i, r, c, h, rt, te, pid, (ep[0], ep[1]) if ep else None,
                    tuple((k, v) for k, v in tags), epoch, prev, state,
-                   TasksTuple.unpack(assigned), TasksTuple.unpack(pending))
+                   TasksTuple.unpack(assigned), TasksTuple.unpack(pending),
+                   _unpack_offsets(offsets), _unpack_offsets(end_offsets))
+
+
+def _pack_offsets(o: TaskOffsets) -> list[Any]:
+    return [[s, p, n] for s, ps in sorted(o.items()) for p, n in sorted(ps.items())]
+
+
+def _unpack_offsets(raw: list[Any]) -> TaskOffsets:
+    out: TaskOffsets = {}
+    for s, p, n in raw:
+        out.setdefault(s, {})[p] = n
+    return out
 
 
 @dataclass

@@ -14,10 +14,11 @@ request, and returns a `Step` (the reply, whether to save). Kafka's group-coordi
   configs are not checked), and changelog topics get one partition per task; internal
   topics that do not exist are handed back to be created (MISSING_INTERNAL_TOPICS meanwhile). A
   group that is not ready gives every member an empty target;
-- the target (`TargetAssignmentBuilder`, `assignor/StickyTaskAssignor`): active tasks stay with
-  their previous member while the balance allows, the rest go to the least loaded; each task gets
-  `num_standby_replicas` standbys on processes other than its active's. Kafka 4.4's sticky assignor
-  gives no warm-up tasks, and neither does this one;
+- the target (`TargetAssignmentBuilder`, `assignor/StickyTaskAssignor`, ported in
+  `streams_assignor.py`): active tasks stay with their previous member while the balance allows,
+  then go to a member with their state (a standby, or reported task offsets), the rest to the least
+  loaded; each stateful task gets `num_standby_replicas` standbys on processes other than its
+  active's. The task offsets a member reports are kept with it, as 4.4's `MemberTaskOffsets`;
 - the member (`CurrentAssignmentBuilder`): tasks leaving a member are revoked first
   (UNREVOKED_TASKS, the member keeps its epoch) until its heartbeat no longer lists them; an active
   task still held elsewhere, or held by the same process in another role, waits (UNRELEASED_TASKS).
@@ -26,6 +27,7 @@ request, and returns a `Step` (the reply, whether to save). Kafka's group-coordi
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -35,10 +37,12 @@ from typing import Generic, TypeVar
 from gateway.config import STREAMS_HEARTBEAT_INTERVAL_MS
 from gateway.domain.groups.consumer import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, overdue
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
+from gateway.domain.groups.streams_assignor import assign as sticky_assign
 from gateway.domain.topic_configs import ConfigDef, Kind
 from gateway.store.streams_groups import InternalTopic as InternalTopic  # re-exported for the Kafka face
 from gateway.store.streams_groups import StreamsGroupDoc, StreamsMemberDoc
 from gateway.store.streams_groups import Subtopology as Subtopology
+from gateway.store.streams_groups import TaskOffsets as TaskOffsets
 from gateway.store.streams_groups import Tasks as Tasks
 from gateway.store.streams_groups import TasksTuple as TasksTuple
 from gateway.store.streams_groups import Topology as Topology
@@ -60,6 +64,7 @@ class Status(IntEnum):
     MISSING_INTERNAL_TOPICS = 3
     SHUTDOWN_APPLICATION = 4
     ASSIGNMENT_DELAYED = 5
+    MISSING_CLIENT_TAGS = 6  # told to StreamsGroupHeartbeat v1 only (KAFKA-20744)
 
 
 class MemberState(StrEnum):
@@ -96,15 +101,18 @@ class StreamsGroupConfig:
     task_offset_interval_ms: int = 60_000
     initial_rebalance_delay_ms: int = 3_000
     assignment_interval_ms: int = 1_000
-
+    rack_aware_assignment_tags: str = ""  # a group config alone: the client tags members must have
 
     def overridden(self, values: Mapping[str, str]) -> StreamsGroupConfig:
         """These settings with a group's own `streams.*` configs (IncrementalAlterConfigs on its
         GROUP resource) in place of the broker's."""
-        fields = {f: int(values[name]) for name, f in _GROUP_CONFIGS.items() if name in values}
-        return replace(self, **fields) if fields else self
+        fields: dict[str, object] = {f: int(values[name]) for name, f in _GROUP_CONFIGS.items() if name in values}
+        if TAGS in values:
+            fields["rack_aware_assignment_tags"] = values[TAGS]
+        return replace(self, **fields) if fields else self  # type: ignore[arg-type]
 
 
+TAGS = "streams.rack.aware.assignment.tags"
 # a group config -> the setting it overrides (Kafka's GroupConfig streams configs)
 _GROUP_CONFIGS = {
     "streams.session.timeout.ms": "session_timeout_ms",
@@ -138,10 +146,10 @@ def streams_group_configs(config: StreamsGroupConfig | None = None) -> dict[str,
         ConfigDef("streams.assignment.interval.ms", Kind.INT, str(c.assignment_interval_ms),
                   "The least time between two target assignments of the group.",
                   effective=True, broker="group.streams.assignment.interval.ms", low=0, high=15_000),
-        # kept and described; the sticky assignor runs whatever they say (Kafka 4.4's reads no
-        # tags either: see docs/kafka-differences.md, "Streams groups")
+        # the sticky assignor runs whatever they say (Kafka 4.4's reads no tags either); a member
+        # without the tags is told MISSING_CLIENT_TAGS, as 4.4 tells it
         ConfigDef("streams.assignor.name", Kind.STRING, "sticky", "The task assignor the group uses."),
-        ConfigDef("streams.rack.aware.assignment.tags", Kind.LIST, "",
+        ConfigDef(TAGS, Kind.LIST, "",
                   "The client tags standby replicas are spread across."),
     )}
 
@@ -164,6 +172,10 @@ class HeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
     endpoint_information_epoch: int = 0
+    # (subtopology, partition, offset) as reported, every task.offset.interval
+    task_offsets: tuple[tuple[str, int, int], ...] | None = None
+    task_end_offsets: tuple[tuple[str, int, int], ...] | None = None
+    version: int = 0  # StreamsGroupHeartbeat's: v1 may be told MISSING_CLIENT_TAGS
 
 
 TopicPartitions = list[tuple[str, list[int]]]  # topic -> partitions, a topic once per task
@@ -320,6 +332,7 @@ class StreamsGroup:
         if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return self._leave(g, req)
         joining = req.member_epoch == 0
+        created = g is None
         if g is None:
             if not joining:
                 raise GroupError(GroupErrorKind.GROUP_ID_NOT_FOUND, f"Streams group {self.group_id} not found.")
@@ -380,6 +393,11 @@ class StreamsGroup:
                 g.assignment_epoch = EMPTY_ASSIGNMENT_EPOCH
 
         reconciled = reconcile(updated, g, req.owned)
+        if created:
+            # Kafka 4.4 (GroupMetadataManager.getOrCreateStreamsGroup) keeps the task offsets of the
+            # heartbeat that creates the group on a group object its records' replay replaces: this
+            # heartbeat's target saw them, the group keeps none
+            reconciled = replace(reconciled, task_offsets={}, task_end_offsets={})
         g.members[reconciled.member_id] = reconciled
         # Kafka 4.4's GroupMetadataManager.streamsGroupHeartbeat: the endpoint epoch moves when the
         # member's endpoint changes, or its tasks do while it has one; a member that has not seen
@@ -408,6 +426,11 @@ class StreamsGroup:
                              f"topology epoch {g.topology.epoch}."))
         if configured.status is not None:
             statuses.append(configured.status)
+        missing = _missing_client_tags(cfg, reconciled) if req.version >= 1 else []
+        if missing:
+            statuses.append((Status.MISSING_CLIENT_TAGS,
+                             f"Missing required client tags for rack-aware standby assignment: [{', '.join(missing)}]. "
+                             "Configure them via 'client.tag.<tagKey>' in your Streams config."))
         if delayed is not None:
             statuses.append((Status.ASSIGNMENT_DELAYED, delayed))
         send = joining or reconciled.assigned != member.assigned or (
@@ -515,6 +538,8 @@ def _within(owned: TasksTuple, assigned: TasksTuple) -> bool:
 
 
 def _updated(m: StreamsMemberDoc, req: HeartbeatRequest) -> StreamsMemberDoc:
+    """The member as this heartbeat leaves it; its task offsets as Kafka 4.4's
+    `MemberTaskOffsets.update` keeps them: a list sent replaces the last, one not sent keeps it."""
     return replace(
         m,
         instance_id=req.instance_id if req.instance_id is not None else m.instance_id,
@@ -526,7 +551,29 @@ def _updated(m: StreamsMemberDoc, req: HeartbeatRequest) -> StreamsMemberDoc:
         client_tags=req.client_tags if req.client_tags is not None else m.client_tags,
         client_id=req.client_id,
         client_host=req.client_host,
+        task_offsets=m.task_offsets if req.task_offsets is None else _task_offsets(req.task_offsets),
+        task_end_offsets=m.task_end_offsets if req.task_end_offsets is None else _task_offsets(req.task_end_offsets),
     )
+
+
+def _task_offsets(reported: tuple[tuple[str, int, int], ...]) -> TaskOffsets:
+    """Kafka 4.4's `MemberTaskOffsets.toNestedMap`: a task reported twice is an invalid request."""
+    out: TaskOffsets = {}
+    for s, p, offset in reported:
+        partitions = out.setdefault(s, {})
+        if p in partitions:
+            raise GroupError(GroupErrorKind.INVALID_REQUEST,
+                             f"Task offsets contain a duplicate entry for subtopology {s} and partition {p}.")
+        partitions[p] = offset
+    return out
+
+
+def _missing_client_tags(cfg: StreamsGroupConfig, m: StreamsMemberDoc) -> list[str]:
+    """Kafka 4.4's streamsGroupHeartbeat: the group's `streams.rack.aware.assignment.tags` (split
+    as Java's `split("\\s*,\\s*", -1)` splits) that the member's client tags lack."""
+    tags = cfg.rack_aware_assignment_tags.strip()
+    have = {k for k, _ in m.client_tags}
+    return [t for t in re.split(r"\s*,\s*", tags) if t not in have] if tags else []
 
 
 def _identity(m: StreamsMemberDoc) -> tuple[object, ...]:
@@ -538,51 +585,12 @@ def _identity(m: StreamsMemberDoc) -> tuple[object, ...]:
 
 
 def assign(g: StreamsGroupDoc, tasks: Mapping[str, int], standby_replicas: int) -> dict[str, TasksTuple]:
-    """Kafka's `StickyTaskAssignor`, reduced to what it guarantees: every task active on exactly one
-    member, members balanced within one task, a task kept by the member that had it while that
-    keeps the balance, and up to `standby_replicas` standbys per task, each on another process than
-    its active's and than each other's."""
-    members = sorted(mid for mid, m in g.members.items() if m.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH)
-    if not members:
-        return {}
-    all_tasks = [(s, p) for s in sorted(tasks) for p in range(tasks[s])]
-    active: dict[str, set[tuple[str, int]]] = {mid: set() for mid in members}
-    cap = -(-len(all_tasks) // len(members))
-    placed: set[tuple[str, int]] = set()
-    existing = set(all_tasks)
-    for mid in members:  # stickiness first
-        previous = g.target.get(mid, g.members[mid].assigned).active
-        for s, ps in sorted(previous.items()):
-            for p in sorted(ps):
-                if (s, p) in existing and (s, p) not in placed and len(active[mid]) < cap:
-                    active[mid].add((s, p))
-                    placed.add((s, p))
-    for task in all_tasks:
-        if task not in placed:
-            mid = min(members, key=lambda m: (len(active[m]), m))
-            active[mid].add(task)
-    process = {mid: g.members[mid].process_id for mid in members}
-    standby: dict[str, set[tuple[str, int]]] = defaultdict(set)
-    owner = {t: mid for mid, ts in active.items() for t in ts}
-    for task in all_tasks:
-        used = {process[owner[task]]}
-        for _ in range(standby_replicas):
-            had = [m for m in members if process[m] not in used
-                   and task[1] in g.target.get(m, TasksTuple()).standby.get(task[0], frozenset())]
-            candidates = had or [m for m in members if process[m] not in used]
-            if not candidates:
-                break
-            mid = min(candidates, key=lambda m: (len(standby[m]) + len(active[m]), m))
-            standby[mid].add(task)
-            used.add(process[mid])
-    return {mid: TasksTuple(_tasks(active[mid]), _tasks(standby[mid]), {}) for mid in members}
-
-
-def _tasks(pairs: set[tuple[str, int]]) -> Tasks:
-    out: dict[str, set[int]] = defaultdict(set)
-    for s, p in pairs:
-        out[s].add(p)
-    return {s: frozenset(ps) for s, ps in sorted(out.items())}
+    """The group's target: Kafka 4.4's sticky task assignor over its members (a static member that
+    left is not one), from the tasks they hold and the task offsets they reported; the
+    subtopologies with changelogs are the stateful ones, which get standbys."""
+    members = {mid: m for mid, m in g.members.items() if m.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH}
+    stateful = {s.subtopology_id for s in g.topology.subtopologies if s.changelogs} if g.topology else set()
+    return sticky_assign(members, tasks, stateful, standby_replicas)
 
 
 # -- Interactive Queries ------------------------------------------------------------------------
