@@ -61,6 +61,9 @@ async def test_put_get_and_ranges_at_the_edges(store: ObjectStore) -> None:
     assert await store.get(key) == b"replaced"
     await store.put("empty", b"")
     assert await store.get("empty") == b""
+    view = memoryview(data)  # a segment comes as its batches' buffers, more than one writev takes
+    await store.put(key, *(view[i: i + 3] for i in range(0, len(data), 3)), b"", b"tail")
+    assert await store.get(key) == data + b"tail"
 
 
 async def test_absent_keys_and_idempotent_deletes(store: ObjectStore) -> None:

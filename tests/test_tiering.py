@@ -43,7 +43,8 @@ VALUE = b"v" * 1000
 
 def test_a_segment_index_finds_every_batch_and_its_bytes() -> None:
     batches = [(0, 3, 10, b"\0" * 8 + b"a" * 92), (3, 2, 12, b"\0" * 8 + b"b" * 42), (5, 1, 12, b"\0" * 8 + b"c")]
-    data, raw = build(batches, [(7, 3, 4)])
+    parts, raw = build(batches, [(7, 3, 4)])
+    data = b"".join(parts)
     idx = parse_index(raw)
     assert (idx.bases, idx.counts, idx.positions, idx.aborted) == ([0, 3, 5], [3, 2, 1], [0, 100, 150, 159], [(7, 3, 4)])
     assert [idx.holding(o) for o in (0, 2, 3, 5, 6)] == [0, 0, 1, 2, 3]

@@ -46,6 +46,7 @@ from gateway.store.objects.s3 import S3Store
 
 SEGMENT = 8 * 2**20  # a segment object of the size a copier writes
 SLICE = 2**20  # what a remote Fetch reads of it at a time (fetch.max.bytes of one partition)
+PRODUCE_ROUNDS = 3  # untiered and tiered produce runs, interleaved: the ratio is their rounds' median
 NOTE = ("raw object-store rows: PUT of whole 8 MiB segments, ranged GET of 1 MiB slices at random offsets, "
         "one request at a time; size is bytes per request, records/s requests per second")
 
@@ -139,7 +140,7 @@ async def tiered_rows(redis_url: str, store: ObjectStore, backend: Backend, raw_
     - consume from the start of that topic once mostly remote (a tenth local) against the same
       consumer reading the same topic before copying, all in Redis;
     - produce with copying running (copy lag 0, one segment kept local) against produce to an
-      untiered topic;
+      untiered topic, in PRODUCE_ROUNDS interleaved rounds (`_produce_rounds`);
     - with `memory`, the text of Redis's memory for a topic of `sizes.memory_bytes` with a tenth
       kept local, against the same bytes untiered, extrapolated from the first topic measured
       before copying.
@@ -184,17 +185,7 @@ async def tiered_rows(redis_url: str, store: ObjectStore, backend: Backend, raw_
                             cpu=_per_mb(mostly_span, untiered.stored))
         admin_json(admin, f"/admin/v2/topics/{topic}", "DELETE")
 
-        plain, plain_span = _produce(bs, admin, {}, sizes, seconds, servers)
-        untiered_produce = Row(f"produce, untiered topic, {name}", sizes.produce_record, plain,
-                               cpu=_per_mb(plain_span, plain * plain_span.wall * sizes.produce_record))
-        copied_before = _metrics(admin)["gateway_tier_bytes_copied_total"]
-        tiered, tiered_span = _produce(bs, admin, {"remote.storage.enable": "true", "segment.bytes": str(sizes.segment),
-                                            "local.retention.bytes": str(sizes.segment)}, sizes, seconds, servers)
-        meanwhile = _metrics(admin)["gateway_tier_bytes_copied_total"] - copied_before
-        produced = tiered * tiered_span.wall * sizes.produce_record
-        tiered_produce = Row(f"produce with copying running, {name}", sizes.produce_record, tiered,
-                             baseline=untiered_produce.what, baseline_records_per_s=plain,
-                             cpu=f"{meanwhile / 1e6:.0f} MB copied meanwhile; {_per_mb(tiered_span, produced)}")
+        untiered_produce, tiered_produce = _produce_rounds(bs, admin, sizes, seconds, servers, name)
         rows = [all_local, mostly_remote, copy, raw, fetch, untiered_produce, tiered_produce]
         return rows, _memory(redis_url, bs, admin, sizes, untiered, name) if memory else ""
 
@@ -304,6 +295,45 @@ async def _raw_reads(store: ObjectStore, topic: str, name: str) -> Row:
     size = sum(o.size for o in objects) / max(1, len(took))
     return Row(f"raw ranged GETs of its segments, {name}", round(size), len(took) / (sum(took) / 1000),
                p50_ms=percentile(took, 0.5), p99_ms=percentile(took, 0.99))
+
+
+def _produce_rounds(bs: str, admin: int, sizes: Sizes, seconds: float, servers: list[Server],
+                    name: str) -> tuple[Row, Row]:
+    """Produce to an untiered topic and, with copying running, to a tiered one, PRODUCE_ROUNDS times,
+    the pair's order swapped each round (ABBA...), so the two runs compared are seconds apart: on a
+    shared machine the produce rate alone swings a few times over between runs minutes apart. The
+    rows are the round whose ratio is the median, every round's ratio printed beside it, with
+    copying's own CPU per MB copied: what the servers spent during the tiered runs beyond the
+    untiered runs' CPU per MB produced, over the bytes copied meanwhile."""
+    tiered_config = {"remote.storage.enable": "true", "segment.bytes": str(sizes.segment),
+                     "local.retention.bytes": str(sizes.segment)}
+    runs: dict[bool, list[tuple[float, CpuSpan, float]]] = {False: [], True: []}  # (rate, span, bytes copied)
+    for i in range(PRODUCE_ROUNDS):
+        for tiers in ((False, True) if i % 2 == 0 else (True, False)):
+            copied_before = _metrics(admin)["gateway_tier_bytes_copied_total"]
+            rate, span = _produce(bs, admin, tiered_config if tiers else {}, sizes, seconds, servers)
+            runs[tiers].append((rate, span, _metrics(admin)["gateway_tier_bytes_copied_total"] - copied_before))
+    ratios = [t[0] / u[0] for u, t in zip(runs[False], runs[True], strict=True)]
+    median = ratios.index(percentile(ratios, 0.5))
+
+    def produced(run: tuple[float, CpuSpan, float]) -> float:
+        return run[0] * run[1].wall * sizes.produce_record
+
+    untiered_cpu = {n: sum(r[1].after[n] - r[1].before[n] for r in runs[False]) / sum(produced(r) for r in runs[False])
+                    for n in runs[False][0][1].before}  # seconds per byte produced
+    copied = sum(r[2] for r in runs[True])
+    extra = {n: (sum(r[1].after[n] - r[1].before[n] - untiered_cpu[n] * produced(r) for r in runs[True]))
+             / (copied / 1e6) * 1e6 for n in untiered_cpu} if copied else {}
+    untiered_row = Row(f"produce, untiered topic, {name}", sizes.produce_record, runs[False][median][0],
+                       cpu=f"the rate of the median round; CPU over all {PRODUCE_ROUNDS} runs, µs/MB "
+                           + ", ".join(f"{n} {s_per_byte * 1e12:,.0f}" for n, s_per_byte in untiered_cpu.items()))
+    tiered_row = Row(f"produce with copying running, {name}", sizes.produce_record, runs[True][median][0],
+                     baseline=untiered_row.what, baseline_records_per_s=untiered_row.records_per_s,
+                     cpu=f"the median of {PRODUCE_ROUNDS} interleaved rounds: " + " ".join(f"{r:.2f}x" for r in ratios)
+                         + "; "
+                         f"{copied / 1e6:.0f} MB copied meanwhile, copying's own CPU µs/MB copied "
+                         + ", ".join(f"{n} {us:,.0f}" for n, us in extra.items()))
+    return untiered_row, tiered_row
 
 
 def _consume(bs: str, topic: str, count: int, servers: list[Server]) -> tuple[float, CpuSpan]:

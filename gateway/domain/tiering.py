@@ -9,7 +9,8 @@ log cleaner is run. Per partition:
    reach a segment before their fate is known), as many as fit in `segment.bytes`. The range is
    closed, and copied, when the next batch would not fit or its first batch is older than
    `segment.ms` (Kafka's segment roll); and once KIP-1241's copy lag allows (`copy_due`).
-2. Write its data and index objects (`gateway.formats.segment`), then list it in the manifest
+2. Write its data and index objects (`gateway.formats.segment`; the data object straight from the
+   batches' buffers, in the store's thread), then list it in the manifest
    (`tier-add-2`, one script fenced by the lease's epoch). A stop before the listing leaves
    orphans, never a half-listed segment; a repeated copy is refused by the script, never listed twice.
 3. Trim the stream's listed entries beyond local retention (`tier-trim-3`).
@@ -37,12 +38,12 @@ from gateway.domain.topic_configs import local_retention
 from gateway.errors import NotAllowed, StorageUnavailable, TopicNotFound
 from gateway.formats.segment import build
 from gateway.store.log import TopicInfo
-from gateway.store.tier import Segment, TierState, TierStore, data_key, index_key, object_owner
+from gateway.store.tier import BatchHead, Segment, TierState, TierStore, data_key, index_key, object_owner
 
 log = logging.getLogger(__name__)
 
 STOP_POINTS = ("", "copied", "listed", "trimmed")
-# A segment is built in memory (the batches read from Redis, then the object): copies stay at most
+# A segment's batches are held in memory, read from Redis, while it is written: copies stay at most
 # this big whatever segment.bytes says (Kafka's default is 1 GiB, for files on a disk).
 MAX_SEGMENT_BYTES = 32 * 1024 * 1024
 COPY_CONCURRENCY = 2  # partitions of a topic copied at once, so an object store's latency overlaps
@@ -59,6 +60,16 @@ def copy_due(lag_ms: int, lag_bytes: int, age_ms: int, newer_bytes: int) -> bool
     if lag_ms > 0 and (age_ms < 0 or age_ms >= lag_ms):
         return True
     return lag_bytes > 0 and newer_bytes >= lag_bytes
+
+
+def _may_roll(first: BatchHead | None, st: TierState, seg_bytes: int, seg_ms: int, now: int) -> bool:
+    """Whether the range from `first` can be closed yet, told from its first batch and the meta's
+    byte count alone: a pass every interval must not read a growing segment's megabytes from Redis
+    only to find it short."""
+    if first is None or first.base_offset + first.span > st.last_stable_offset:
+        return False
+    return first.appended_before < 0 or st.appended_bytes - first.appended_before >= seg_bytes \
+        or now - first.max_ts >= seg_ms
 
 
 @dataclass(frozen=True)
@@ -152,33 +163,37 @@ class TierCopier:
         lag_ms, lag_bytes = int(cfg["remote.copy.lag.ms"]), int(cfg["remote.copy.lag.bytes"])
         lag_ms = local_ms if lag_ms == -1 else lag_ms
         lag_bytes = local_bytes if lag_bytes == -1 else lag_bytes
+        st: TierState | None = None  # the partition's state and its first batch not copied, as last read
+        first: BatchHead | None = None
         while cfg["remote.log.copy.disable"] != "true" and lease.held():
             st = await self.store.state(topic, partition)
             if st is None:
                 raise TopicNotFound(f"{topic}-{partition} does not exist")
             start = max(st.tiered_end, st.log_start)
             now = now_ms()
-            if not await self._may_roll(topic, partition, start, st, seg_bytes, seg_ms, now):
+            first = await self.store.head(topic, partition, start)
+            if not _may_roll(first, st, seg_bytes, seg_ms, now):
                 break
-            batches, full = await self.store.batches(topic, partition, start, st.last_stable_offset, seg_bytes)
+            batches, full = await self.store.batches(topic, partition, start, st.last_stable_offset, seg_bytes,
+                                                     holding=first)
             if not batches:
                 break
             size = sum(b.size for b in batches)
-            first, last = batches[0], batches[-1]
+            last = batches[-1]
             after = st.appended_bytes - (last.appended_before + last.size)
-            rolled = full or size >= seg_bytes or now - first.max_ts >= seg_ms
+            rolled = full or size >= seg_bytes or now - batches[0].max_ts >= seg_ms
             if not rolled or not copy_due(lag_ms, lag_bytes, now - last.max_ts, after):
                 break
-            seg = Segment(first.base_offset, last.next_offset, last.max_ts, first.appended_before, size,
+            seg = Segment(batches[0].base_offset, last.next_offset, last.max_ts, batches[0].appended_before, size,
                           uuid.uuid4().hex)
             aborted = await self.store.aborted(topic, partition, seg.base_offset, seg.next_offset)
-            data, index = await asyncio.to_thread(  # megabytes joined: off the loop that serves produce
-                build, [(b.base_offset, b.span, b.max_ts, b.batch or b"") for b in batches],
-                [(a.producer_id, a.first_offset, a.marker_offset) for a in aborted])
+            data, index = build([(b.base_offset, b.span, b.max_ts, b.batch or b"") for b in batches],
+                                [(a.producer_id, a.first_offset, a.marker_offset) for a in aborted])
             dkey, ikey = data_key(topic, info.topic_id, partition, seg), index_key(topic, info.topic_id, partition, seg)
-            await asyncio.gather(remote_call(self.remote.objects.put(dkey, data), dkey),
+            await asyncio.gather(remote_call(self.remote.objects.put(dkey, *data), dkey),
                                  remote_call(self.remote.objects.put(ikey, index), ikey))
             await self._reached("copied")
+            st = None  # the listing below moves it: the next turn reads it again
             if not await self.store.add(topic, partition, lease.epoch, seg):
                 log.warning("tiering: %s-%d from %d was listed already; its copy's objects go", topic, partition,
                             seg.base_offset)
@@ -188,25 +203,15 @@ class TierCopier:
             telemetry.TIER.segments_copied += 1
             copied += size
             await self._reached("listed")
-        await self.store.trim_local(topic, partition, lease.epoch, now_ms(), local_ms, local_bytes)
+        if st is None:  # copying is off, or the lease went: not read since the last change
+            st = await self.store.state(topic, partition)
+            first = await self.store.head(topic, partition, max(st.tiered_end, st.log_start)) if st else None
+        if st is not None and st.local_start < st.tiered_end:  # else no listed entry is left in the stream
+            await self.store.trim_local(topic, partition, lease.epoch, now_ms(), local_ms, local_bytes)
         await self._reached("trimmed")
-        st = await self.store.state(topic, partition)
-        behind = 0
-        if st is not None:  # from the first batch not copied on: its `c` says the rest
-            head = await self.store.head(topic, partition, max(st.tiered_end, st.log_start))
-            behind = st.appended_bytes - head.appended_before if head else 0
+        # from the first batch not copied on (as the loop's last turn read it: a listing goes round again)
+        behind = st.appended_bytes - first.appended_before if st is not None and first is not None else 0
         return copied, behind
-
-    async def _may_roll(self, topic: str, partition: int, start: int, st: TierState, seg_bytes: int, seg_ms: int,
-                        now: int) -> bool:
-        """Whether the range from `start` can be closed yet, told from its first batch and the meta's
-        byte count alone: a pass every interval must not read a growing segment's megabytes from Redis
-        only to find it short."""
-        first = await self.store.head(topic, partition, start)
-        if first is None or first.base_offset + first.span > st.last_stable_offset:
-            return False
-        return first.appended_before < 0 or st.appended_bytes - first.appended_before >= seg_bytes \
-            or now - first.max_ts >= seg_ms
 
     async def drop_remote(self, info: TopicInfo, lease: Lease = NO_LEASE) -> None:
         """Delete a topic's tiered data once remote storage is turned off with

@@ -52,25 +52,27 @@ class SegmentIndex:
         return len(self.bases)
 
 
-def build(batches: list[tuple[int, int, int, bytes]], aborted: list[tuple[int, int, int]]) -> tuple[bytes, bytes]:
+def build(batches: list[tuple[int, int, int, bytes]],
+          aborted: list[tuple[int, int, int]]) -> tuple[list[bytes | memoryview], bytes]:
     """(data object, index object) of consecutive stored batches, each given as (base offset,
     offsets spanned, the log's running max timestamp at it, the batch as stored), and the aborted
-    transactions (producer id, first offset, marker offset) whose ranges meet them."""
-    chunks: list[bytes | memoryview] = []
+    transactions (producer id, first offset, marker offset) whose ranges meet them. The data object
+    comes as the buffers to write one after another (each batch's patched base offset, then the
+    rest of the batch itself): megabytes are never copied into one object on the way to the store."""
+    parts: list[bytes | memoryview] = []
     rows = bytearray()
     position = 0
     for base, count, max_ts, batch in batches:
         rows += _ROW.pack(base, count, position, max_ts)
-        chunks += (struct.pack(">q", base), memoryview(batch)[8:])
+        parts += (struct.pack(">q", base), memoryview(batch)[8:])
         position += len(batch)
-    data = b"".join(chunks)  # one copy of the batches
     index = bytearray(_MAGIC)
     index += _COUNTS.pack(len(batches), len(aborted))
     index += rows
     for a in aborted:
         index += _ABORTED.pack(*a)
-    index += struct.pack(">q", len(data))
-    return data, bytes(index)
+    index += struct.pack(">q", position)
+    return parts, bytes(index)
 
 
 def parse_index(raw: bytes) -> SegmentIndex:

@@ -125,15 +125,19 @@ class TierStore:
         seg = Segment.parse(found[0]) if found else None
         return seg if seg is not None and seg.next_offset > offset else None
 
-    async def batches(self, topic: str, partition: int, offset: int, end: int,
-                      max_bytes: int) -> tuple[list[StoredBatch], bool]:
+    async def batches(self, topic: str, partition: int, offset: int, end: int, max_bytes: int,
+                      holding: BatchHead | None = None) -> tuple[list[StoredBatch], bool]:
         """Whole stored batches from the one holding `offset` on, each ending at or below `end`, as
         many as fit in `max_bytes` (the first always); and whether one more was there that did not
-        fit (as a Kafka segment rolls when the next batch would not fit)."""
+        fit (as a Kafka segment rolls when the next batch would not fit). `holding`, that batch as
+        `head` found it, spares reading its bytes twice."""
         log = keys.log(topic, partition)
-        async with storage_errors():
-            holding: Any = await self.redis.xrevrange(log, f"{offset}-1", "-", count=1)
-        low = holding[0][0].decode() if holding and _batch(holding[0]).next_offset > offset else f"{offset}-1"
+        if holding is not None:
+            low = f"{holding.base_offset}-1"
+        else:
+            async with storage_errors():
+                found: Any = await self.redis.xrevrange(log, f"{offset}-1", "-", count=1)
+            low = found[0][0].decode() if found and _batch(found[0]).next_offset > offset else f"{offset}-1"
         out: list[StoredBatch] = []
         size, count = 0, FIRST_READ_ENTRIES if max_bytes > 0 else 1
         while True:

@@ -41,8 +41,9 @@ class ObjectStore(Protocol):
         """Where the objects live, for logs and the admin API (never includes credentials)."""
         ...
 
-    async def put(self, key: str, data: bytes) -> None:
-        """Write `data` as `key` whole and durably; a reader never sees half an object."""
+    async def put(self, key: str, *parts: bytes | memoryview) -> None:
+        """Write `parts`, one after another, as `key` whole and durably; a reader never sees half an
+        object. A segment comes as its batches' own buffers, never joined into one copy first."""
         ...
 
     async def get(self, key: str) -> bytes:

@@ -105,8 +105,9 @@ class S3Store:
         except (TimeoutError, BotoCoreError, aiohttp.ClientError, OSError) as exc:
             raise ObjectStoreUnavailable(f"{self.description}: {exc}") from exc
 
-    async def put(self, key: str, data: bytes) -> None:
+    async def put(self, key: str, *parts: bytes | memoryview) -> None:
         check_key(key)
+        data = parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)  # one signed body
         await self._call(key, lambda s3: s3.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data))
 
     async def get(self, key: str) -> bytes:
