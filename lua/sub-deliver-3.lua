@@ -4,7 +4,8 @@
   the limit is counted once more; one delivered `limit` times already is not (it is to be archived).
   A first delivery costs no write per offset: the hash's `next` field is the offset below which
   every offset handed out was delivered at least once, and a count is kept only from the second
-  delivery on (an offset below `next` without one was delivered once). The log is handed out in
+  delivery on (an offset below `next` without one was delivered once; one kept as 0 was handed out
+  and taken back unsent, sub-undeliver-2). The log is handed out in
   order, so offsets at or above `next` are new. The counts of acknowledged offsets (below the
   cursor, or acked individually) are swept out when the hash has doubled since the last sweep, so a
   sweep costs O(1) per count kept.

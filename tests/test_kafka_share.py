@@ -40,6 +40,8 @@ from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey
 from gateway.kafka.share import SharePartition, encode_share_fetch_response
 from gateway.server.gateway import Gateway
+from gateway.store import keys
+from gateway.store.connection import connect
 from tests import conftest
 from tests.conftest import (
     GatewayProcess,
@@ -861,6 +863,64 @@ async def test_records_of_a_forgotten_partition_stay_acquired(gw: Gateway) -> No
                 {"partition_index": 0, "acknowledgement_batches": [
                     {"first_offset": first, "last_offset": last, "acknowledge_types": [1]} for first, last in held]}]}]})
         assert (acked.error_code, acked.responses[0].partitions[0].error_code) == (KafkaError.none, KafkaError.none)
+
+
+async def test_records_never_sent_are_first_deliveries_wherever_they_go(gw: Gateway, redis_url: str) -> None:
+    """Records the dispatcher read for a member that its response had no room for (MaxBytes 1: one
+    stored batch) were never sent: when the partition stops being fetched here (its only fetcher
+    forgets it, then every session of the group closes), they are forgotten here, and the next
+    member to fetch them gets each as a first delivery (delivery count 1), as on Kafka, where only
+    a response's acquisition counts a delivery."""
+    bs, group = kafka_bootstrap(gw), "unsent"
+    await group_configs(bs, group, share_auto_offset_reset="earliest")
+    await fill(bs, 100)
+    tid = uuid.UUID(hex=(await services(gw).log.topic(TOPIC)).topic_id)
+
+    def fetch(member: str, epoch: int, max_bytes: int = 1 << 20, forget: bool = False) -> dict[str, Any]:
+        return {"group_id": group, "member_id": member, "share_session_epoch": epoch, "max_wait": 2000,
+                "min_bytes": 1, "max_bytes": max_bytes, "max_records": 100, "batch_size": 100,
+                "topics": [] if forget else [{"topic_id": tid, "partitions": [{"partition_index": 0}]}],
+                "forgotten_topics_data": [{"topic_id": tid, "partitions": [0]}] if forget else []}
+
+    async def one_batch(conn: Conn, member: str) -> list[tuple[int, int, int]]:
+        """The member's first fetch, of one stored batch, accepted; its session closed after."""
+        got = await call(conn, ApiKey.SHARE_FETCH, 1, fetch(member, 0, max_bytes=1))
+        held = [(a.first_offset, a.last_offset, a.delivery_count)
+                for a in got.responses[0].partitions[0].acquired_records]
+        assert held and held[-1][1] < 99, got  # the rest of what was read for it is unsent
+        acked = await call(conn, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+            "group_id": group, "member_id": member, "share_session_epoch": 1, "topics": [
+                {"topic_id": tid, "partitions": [{"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": f, "last_offset": last, "acknowledge_types": [1]} for f, last, _ in held]}]}]})
+        assert acked.responses[0].partitions[0].error_code == KafkaError.none
+        return held
+
+    owners, r = keys.subscription_owners(TOPIC, group), connect(redis_url)
+    async with wire(gw) as c1, wire(gw) as c2, wire(gw) as c3:
+        first = await one_batch(c1, "m1")
+        forgot = await call(c1, ApiKey.SHARE_FETCH, 1, fetch("m1", 2, forget=True))
+        assert forgot.error_code == KafkaError.none
+        await eventually(lambda: _not(r.hexists(owners, "0")), what="the partition no longer dispatched here")
+        second = await one_batch(c2, "m2")  # read again here, by m2's fetch
+        for conn, member in ((c1, "m1"), (c2, "m2")):  # the group has no session left
+            closed = await call(conn, ApiKey.SHARE_ACKNOWLEDGE, 1, {
+                "group_id": group, "member_id": member, "share_session_epoch": -1, "topics": []})
+            assert closed.error_code == KafkaError.none
+        rest: list[tuple[int, int, int]] = []
+        epoch = 0
+        while not rest or rest[-1][1] < 99:
+            got = await call(c3, ApiKey.SHARE_FETCH, 1, fetch("m3", epoch))
+            rest += [(a.first_offset, a.last_offset, a.delivery_count)
+                     for a in got.responses[0].partitions[0].acquired_records]
+            epoch += 1
+    await r.aclose()
+    ranges = first + second + rest
+    assert [f for f, _, _ in ranges] == [0] + [last + 1 for _, last, _ in ranges[:-1]]  # each record once
+    assert {n for _, _, n in ranges} == {1}
+
+
+async def _not(value: Awaitable[object]) -> bool:
+    return not await value
 
 
 async def test_share_group_describe_shows_the_simple_assignors_assignment(gw: Gateway) -> None:

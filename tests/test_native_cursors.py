@@ -89,6 +89,20 @@ async def test_delivery_counts_stop_at_the_limit_and_go_once_acknowledged(env: E
     assert await subs.delivered("t", "s", 2, {0: [0, 1]}) == {0: None}
 
 
+async def test_a_delivery_taken_back_is_not_counted(env: Env) -> None:
+    """Offsets handed out but never sent (`undelivered`): a first delivery goes back to none, a later
+    one to the count before it, and one never counted is left alone; the next delivery of each
+    counts from there."""
+    _, subs, redis = env
+    await subs.open("t", range(1), "s", initial="earliest", mode="shared")
+    await subs.delivered("t", "s", 5, {0: [0, 1, 2, 3]})
+    await subs.delivered("t", "s", 5, {0: [1]})  # 1 delivered twice
+    await subs.undelivered("t", "s", {0: [0, 1, 2, 7]})  # 7 was never handed out
+    assert await subs.delivered("t", "s", 5, {0: [0, 1, 2, 3, 7]}) == {0: {0: 1, 1: 2, 2: 1, 3: 2, 7: 1}}
+    await subs.undelivered("t", "nope", {0: [0]})  # no subscription: nothing kept
+    assert not await redis.exists(keys.sub_deliveries("t", 0, "nope"))
+
+
 async def test_whole_and_partition_dispatch_leases_exclude_each_other(env: Env) -> None:
     """A subscription is dispatched whole by one gateway, or partition by partition: node 1 holding
     partitions keeps node 2 from the whole, node 2 holding the whole keeps node 1 from any partition,

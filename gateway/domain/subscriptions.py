@@ -222,6 +222,16 @@ class Subscription:
                 d.offsets = set()
             self.outstanding[p] = {}
 
+    def unsent(self, partitions: set[int]) -> dict[int, list[int]]:
+        """Offsets of these partitions whose delivery was counted (`_counted`) but that never reached
+        a consumer: read for a share member whose response had no room for them (or that had gone),
+        they wait here to go out again, and are forgotten with the partition (`disown`)."""
+        out: dict[int, set[int]] = {}
+        for d in (*self.redeliver, *self.parked):
+            if d.counted and d.partition in partitions:
+                out.setdefault(d.partition, set()).update(d.offsets)
+        return {p: sorted(offs) for p, offs in out.items() if offs}
+
     def give_back(self, deliveries: list[Delivery]) -> None:
         """Deliveries handed to a consumer that never passed them on: up for delivery again, their
         delivery counts unchanged."""
@@ -296,6 +306,7 @@ class Subscription:
             raise ConsumerBusy(f"subscription {self.name!r} has an exclusive consumer")
         consumer.subscription = self
         self.consumers.append(consumer)
+        self._renew_at = 0.0 if self.split else self._renew_at  # split: lease what it takes at once
         self.wake.set()
 
     def detach(self, consumer: Consumer) -> None:
@@ -859,6 +870,7 @@ class SubscriptionService:
         keep = (sub.owned & wanted) | sub.draining()
         drop = sub.owned - keep
         if drop:
+            await self._uncount(sub, drop)
             sub.disown(drop)
             await self.store.lease_partitions(sub.topic, sub.name, self.node_id, 0, sorted(drop))
         asked = keep | wanted
@@ -916,7 +928,18 @@ class SubscriptionService:
         sub.wake.set()
         return info
 
+    async def _uncount(self, sub: Subscription, partitions: set[int]) -> None:
+        """Before this gateway stops dispatching these partitions, which forgets what waits to go out
+        again of them: the deliveries counted of what never reached a consumer are taken back, or
+        whoever reads them next would hand them out as second deliveries, where Kafka counts a
+        delivery only as a fetch acquires the record (SharePartition.acquire's
+        tryUpdateBatchState(ACQUIRED, DeliveryCountOps.INCREASE))."""
+        if unsent := sub.unsent(partitions):
+            await self.store.undelivered(sub.topic, sub.name, unsent)
+
     async def _release_lease(self, sub: Subscription) -> None:
+        with contextlib.suppress(Exception):  # else a second delivery, no loss
+            await self._uncount(sub, set(sub.owned))
         with contextlib.suppress(Exception):
             if sub.mode == Mode.KEY_SHARED:
                 await sub.sync_members(leave_all=True)

@@ -122,6 +122,16 @@ class SubscriptionStore:
         return {p: None if int(r[1]) else dict(zip(offs, map(int, r[2:]), strict=True))
                 for (p, offs), r in zip(offsets.items(), replies, strict=True)}
 
+    async def undelivered(self, topic: str, name: str, offsets: dict[int, list[int]]) -> None:
+        """Take back the delivery `delivered` counted for these offsets (ascending), per partition:
+        they were handed out but never reached a consumer."""
+        await self._run([
+            # offsets
+            ("sub-undeliver-2", topic, p, [keys.subscription(topic, p, name), keys.sub_deliveries(topic, p, name)],
+             [_ranges(offs)])
+            for p, offs in offsets.items() if offs
+        ])
+
     async def lock(self, topic: str, name: str, txn_id: str, acks: dict[int, tuple[int, list[int]]]) -> None:
         """Lock offsets for a transaction, per partition (cumulative upto or -1, individual offsets).
         PendingAckConflict when another transaction holds one or it is acked already; partitions
