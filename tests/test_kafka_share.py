@@ -81,6 +81,18 @@ async def group_configs(bs: str, group: str, **configs: str) -> None:
     (f,) = admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)]).values()
     await asyncio.to_thread(f.result, TIMEOUT)
 
+    def described() -> dict[str, str | None]:
+        (d,) = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values()
+        return {name: entry.value for name, entry in d.result(TIMEOUT).items()}
+
+    # A Kafka broker applies a group's configs once the controller's record reaches its metadata
+    # cache, a moment after the alteration is answered: what a user then reads is the new value.
+    wanted = {e.name: e.value for e in entries}
+    deadline = time.monotonic() + TIMEOUT
+    while {k: v for k, v in (await asyncio.to_thread(described)).items() if k in wanted} != wanted:
+        assert time.monotonic() < deadline, f"group {group}'s configs never read back as {wanted}"
+        await asyncio.sleep(0.05)
+
 
 async def fill(bs: str, n: int, start: int = 0, topic: str = TOPIC) -> None:
     """`n` records "r<i>", in many small batches so that consumers can share them."""
