@@ -84,9 +84,20 @@ async def gateway(pair: Pair) -> AsyncIterator[Gateway]:
 
 
 def _create(bs: str, topic: str, min_insync: int) -> None:
+    """The topic created, again while its creation is refused retriably (a replica too slow for a
+    quick gateway's wait on a loaded machine), as a user's script does; it already existing then
+    means an earlier attempt reached the replicas after its answer."""
     admin = AdminClient({"bootstrap.servers": bs})
-    for f in admin.create_topics([NewTopic(topic, 1, config={"min.insync.replicas": str(min_insync)})]).values():
-        f.result(TIMEOUT)
+    for _ in range(5):
+        (f,) = admin.create_topics([NewTopic(topic, 1, config={"min.insync.replicas": str(min_insync)})]).values()
+        try:
+            return f.result(TIMEOUT)
+        except ck.KafkaException as exc:
+            if exc.args[0].code() == ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                return None
+            if not exc.args[0].retriable():
+                raise
+    raise AssertionError(f"topic {topic} never created")
 
 
 def _produce(bs: str, values: list[bytes], topic: str = "t", on_delivery: Any = None,
