@@ -132,7 +132,8 @@ async def test_batch_queries_over_offset_ranges(spark: Any, either: str):
     assert timed == ["a4", "a5", "b5"]
 
 
-async def test_a_query_denied_by_acls_fails_as_on_kafka(spark: Any, redis_server: str, tmp_path: Path):
+async def test_a_query_denied_by_acls_fails_as_on_kafka(spark: Any, redis_server: str, sasl_kafka_broker: Any,
+                                                        tmp_path: Path):
     """A batch query logged in as `alice`, who has no ACL, on a SASL Kafka 4.4 broker with
     StandardAuthorizer and on a gateway with authentication on: the Kafka exception Spark raises,
     the line a user reads, is the same on both."""
@@ -149,7 +150,7 @@ async def test_a_query_denied_by_acls_fails_as_on_kafka(spark: Any, redis_server
         assert found, failed.value
         return found.group(0)
 
-    async with sasl_pair(redis_server, tmp_path) as bootstraps:
+    async with sasl_pair(redis_server, tmp_path, broker=sasl_kafka_broker) as bootstraps:
         for name, bs in bootstraps.items():
             seen[name] = await in_spark(spark, query, bs)
     assert "Authorization" in seen["kafka"], seen
