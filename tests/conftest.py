@@ -114,6 +114,20 @@ def sasl_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]
         yield broker
 
 
+@pytest.fixture(scope="session")
+def token_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The same SASL node with delegation tokens on, its secret tests/test_delegation_tokens.py's
+    SECRET: one for the run's token tests, apart from sasl_kafka_broker, where tokens are off as on
+    a default Kafka."""
+    from tests.kafka_jvm import SaslKafkaBroker
+    from tests.test_delegation_tokens import SECRET
+
+    broker = SaslKafkaBroker(tmp_path_factory.mktemp("kafka-token-broker"))
+    broker.settings["delegation.token.secret.key"] = SECRET
+    with broker:
+        yield broker
+
+
 @pytest.fixture(params=["gateway", "kafka"])
 def either(request: pytest.FixtureRequest) -> str:
     """The bootstrap servers of a test gateway, then of Kafka 4.4: one scenario on both, so that a
@@ -129,7 +143,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()
     funcargs = getattr(item, "funcargs", {})
-    broker = funcargs.get("kafka_broker") or funcargs.get("sasl_kafka_broker")
+    broker = next((funcargs[name] for name in ("kafka_broker", "sasl_kafka_broker", "token_kafka_broker")
+                   if name in funcargs), None)
     if report.failed and broker is not None:
         report.sections.append(("Kafka broker log (end)", f"{broker.log}\n{broker.log_tail()}"))
 

@@ -54,13 +54,14 @@ def token_login(token_id: str, token_hmac: str) -> dict[str, str]:
 async def sasl_pair(redis_server: str, tmp_path: Path, token_secret: str = "",
                     broker: SaslKafkaBroker | None = None) -> AsyncIterator[dict[str, str]]:
     """The two bootstraps that ask for a login, by name: {"kafka": ..., "gateway": ...}; delegation
-    tokens on both when `token_secret` is given (off, as on Kafka, without one). On `broker`, the
-    run's shared one (the `sasl_kafka_broker` fixture), with its ACLs deleted first, as the gateway's
-    Redis is flushed; without it, on a broker of its own, started and stopped here (a start costs
-    seconds)."""
+    tokens on both when `token_secret` is given (off, as on Kafka, without one). On `broker`, one of
+    the run's shared ones (the `sasl_kafka_broker` fixture, or `token_kafka_broker`, whose secret the
+    gateway takes), with its ACLs deleted first, as the gateway's Redis is flushed; without it, on a
+    broker of its own, started and stopped here (a start costs seconds)."""
     flush(redis_server)
     if broker is not None:
-        assert not token_secret, "the shared broker has no delegation tokens"
+        assert not token_secret, "a shared broker's token secret is its own"
+        token_secret = broker.settings.get("delegation.token.secret.key", "")
         await asyncio.to_thread(_delete_acls, broker.sasl_bootstrap)
         own: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     else:

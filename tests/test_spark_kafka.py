@@ -184,14 +184,15 @@ def _create_topics(bs: str, client: dict[str, str], *topics: str) -> None:
 
 
 @pytest.mark.timeout(300)
-async def test_a_query_logged_in_with_a_delegation_token_reads_and_writes(spark: Any, redis_server: str, tmp_path: Path):
+async def test_a_query_logged_in_with_a_delegation_token_reads_and_writes(spark: Any, redis_server: str,
+                                                                         token_kafka_broker: Any, tmp_path: Path):
     """A batch query reading one topic and writing another with Spark's Kafka source and sink, logged
     in with a delegation token the broker issued (KIP-48): SCRAM with `tokenauth=true` in
     `kafka.sasl.jaas.config`, the JAAS login Spark's Kafka integration guide gives the first place
     among its ways to log in (its own `spark.kafka.clusters.*` obtains tokens through Kerberos alone).
     On a SASL Kafka 4.4 broker and on a gateway with authentication on, the same rows arrive, and a
     wrong HMAC fails the query with the same exception."""
-    source, sink, secret = unique("token-in"), unique("token-out"), "spark-token-secret"
+    source, sink = unique("token-in"), unique("token-out")
     admin = rdkafka_login("admin")
     seen, refused = {}, {}
 
@@ -201,7 +202,7 @@ async def test_a_query_logged_in_with_a_delegation_token_reads_and_writes(spark:
          .options(**options).load().selectExpr("upper(CAST(value AS STRING)) AS value")
          .write.format("kafka").option("kafka.bootstrap.servers", bs).option("topic", sink).options(**options).save())
 
-    async with sasl_pair(redis_server, tmp_path, token_secret=secret) as bootstraps:
+    async with sasl_pair(redis_server, tmp_path, broker=token_kafka_broker) as bootstraps:
         for name, bs in bootstraps.items():
             await asyncio.to_thread(_create_topics, bs, admin, source, sink)
             await produce(bs, source, ["t0", "t1", "t2"], 0, client=admin)
