@@ -103,6 +103,31 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield broker
 
 
+@pytest.fixture(scope="session")
+def sasl_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One SASL Kafka 4.4 node (tests/kafka_jvm.py's SaslKafkaBroker) for the run's tests that log in,
+    started the first time one asks for it: each deletes every ACL before it starts (tests/sasl_pair.py,
+    the ACL scenarios' `clean`) and names its topics and groups uniquely."""
+    from tests.kafka_jvm import SaslKafkaBroker
+
+    with SaslKafkaBroker(tmp_path_factory.mktemp("kafka-sasl-broker")) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def token_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The same SASL node with delegation tokens on, its secret tests/test_delegation_tokens.py's
+    SECRET: one for the run's token tests, apart from sasl_kafka_broker, where tokens are off as on
+    a default Kafka."""
+    from tests.kafka_jvm import SaslKafkaBroker
+    from tests.test_delegation_tokens import SECRET
+
+    broker = SaslKafkaBroker(tmp_path_factory.mktemp("kafka-token-broker"))
+    broker.settings["delegation.token.secret.key"] = SECRET
+    with broker:
+        yield broker
+
+
 @pytest.fixture(params=["gateway", "kafka"])
 def either(request: pytest.FixtureRequest) -> str:
     """The bootstrap servers of a test gateway, then of Kafka 4.4: one scenario on both, so that a
@@ -117,7 +142,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     """A failed test that used the Kafka broker shows the end of the broker's log."""
     outcome = yield
     report = outcome.get_result()
-    broker = getattr(item, "funcargs", {}).get("kafka_broker")
+    funcargs = getattr(item, "funcargs", {})
+    broker = next((funcargs[name] for name in ("kafka_broker", "sasl_kafka_broker", "token_kafka_broker")
+                   if name in funcargs), None)
     if report.failed and broker is not None:
         report.sections.append(("Kafka broker log (end)", f"{broker.log}\n{broker.log_tail()}"))
 

@@ -156,8 +156,9 @@ SASL_MECHANISM = "SCRAM-SHA-256"
 class SaslKafkaBroker(KafkaBroker):
     """The same node with a second listener, SASL_PLAINTEXT with SCRAM-SHA-256, whose users
     (SASL_USERS) are created as Kafka's tools create them, by `kafka-storage format --add-scram`;
-    User:admin is a super user, the others have what ACLs give them. Its own fixture, so the
-    ACLs and users its tests make touch no other test's broker."""
+    User:admin is a super user, the others have what ACLs give them. Fixtures of its own
+    (conftest's sasl_kafka_broker, token_kafka_broker), so the ACLs and users its tests make touch
+    no other test's broker; the tests sharing one delete every ACL before they start."""
 
     sasl_port: int = field(default_factory=free_port)
 

@@ -5,9 +5,20 @@ in with a token, is compared on both."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from tests.conftest import flush, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_jvm import SASL_MECHANISM, SASL_USERS, SaslKafkaBroker
@@ -40,16 +51,35 @@ def token_login(token_id: str, token_hmac: str) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def sasl_pair(redis_server: str, tmp_path: Path, token_secret: str = "") -> AsyncIterator[dict[str, str]]:
+async def sasl_pair(redis_server: str, tmp_path: Path, token_secret: str = "",
+                    broker: SaslKafkaBroker | None = None) -> AsyncIterator[dict[str, str]]:
     """The two bootstraps that ask for a login, by name: {"kafka": ..., "gateway": ...}; delegation
-    tokens on both when `token_secret` is given (off, as on Kafka, without one)."""
+    tokens on both when `token_secret` is given (off, as on Kafka, without one). On `broker`, one of
+    the run's shared ones (the `sasl_kafka_broker` fixture, or `token_kafka_broker`, whose secret the
+    gateway takes), with its ACLs deleted first, as the gateway's Redis is flushed; without it, on a
+    broker of its own, started and stopped here (a start costs seconds)."""
     flush(redis_server)
-    broker = SaslKafkaBroker(tmp_path / "broker")
-    if token_secret:
-        broker.settings["delegation.token.secret.key"] = token_secret
-    with broker:
+    if broker is not None:
+        assert not token_secret, "a shared broker's token secret is its own"
+        token_secret = broker.settings.get("delegation.token.secret.key", "")
+        await asyncio.to_thread(_delete_acls, broker.sasl_bootstrap)
+        own: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    else:
+        broker = own = SaslKafkaBroker(tmp_path / "broker")
+        if token_secret:
+            broker.settings["delegation.token.secret.key"] = token_secret
+    with own:
         async with running_gateway(test_config(redis_server, auth=True, super_users="admin",
                                                delegation_token_secret_key=token_secret)) as gw:
             for user, password in SASL_USERS.items():
                 await gw.services.security.set_user(user, password)
             yield {"kafka": broker.sasl_bootstrap, "gateway": kafka_bootstrap(gw)}
+
+
+def _delete_acls(bootstrap: str) -> None:
+    """Every ACL of the broker at `bootstrap`, deleted by its super user."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **rdkafka_login("admin")})
+    every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                             AclPermissionType.ANY)
+    for f in admin.delete_acls([every]).values():
+        f.result(30)

@@ -142,7 +142,9 @@ async def test_too_few_replicas_refuse_acks_all_before_writing(pair, gateway):
     await asyncio.to_thread(_create, bs, "t", 2)
     pair.replica.stop()
     await eventually(lambda: pair.primary_info()["connected_slaves"] == 0, TIMEOUT, "the replica gone")
-    once = {"acks": "all", "enable.idempotence": False, "retries": 0}
+    # a short request timeout: a produce sent before the gateway reads the replica count again waits
+    # out its WAIT, for the request's timeout, before the next is refused
+    once = {"acks": "all", "enable.idempotence": False, "retries": 0, "request.timeout.ms": 2000}
 
     def refused() -> bool:  # the gateway reads the replica count again within a second
         [(err, _)] = _produce(bs, [b"x"], **once)

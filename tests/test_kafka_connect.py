@@ -200,7 +200,8 @@ async def test_a_gateway_killed_under_the_worker_loses_no_line(gateway_process: 
         worker.kill()
 
 
-async def test_a_worker_denied_by_acls_or_its_missing_topic_fails_as_on_kafka(redis_server: str, tmp_path: Path):
+async def test_a_worker_denied_by_acls_or_its_missing_topic_fails_as_on_kafka(redis_server: str, sasl_kafka_broker,
+                                                                          tmp_path: Path):
     """A worker logged in as `alice` on a SASL Kafka 4.4 broker with StandardAuthorizer and on a
     gateway with authentication on, the herder's failure (the line a user reads) compared: with no
     ACL at all, and with every right on the worker's topics and group but CREATE, so that its
@@ -209,7 +210,7 @@ async def test_a_worker_denied_by_acls_or_its_missing_topic_fails_as_on_kafka(re
     alice = {f"{prefix}{k}": v for prefix in ("", "producer.", "consumer.", "admin.") for k, v in login("alice").items()}
     admin = tmp_path / "admin.properties"
     admin.write_text("".join(f"{k}={v}\n" for k, v in login("admin").items()))
-    async with sasl_pair(redis_server, tmp_path) as bootstraps:
+    async with sasl_pair(redis_server, tmp_path, broker=sasl_kafka_broker) as bootstraps:
         for name, bs in bootstraps.items():
             for case in ("no-acl", "no-create"):
                 group = unique("connect")

@@ -888,23 +888,16 @@ async def authorized_operations_reported(p: Pair, name: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The SASL broker, started for this module alone: its users and ACLs are no one else's."""
-    with SaslKafkaBroker(tmp_path_factory.mktemp("kafka-sasl-broker")) as broker:
-        yield broker
-
-
-@pytest.fixture(scope="module")
-async def kafka_bs(sasl_broker: SaslKafkaBroker) -> str:
+async def kafka_bs(sasl_kafka_broker: SaslKafkaBroker) -> str:
     """Its SASL listener once its group and transaction coordinators serve (see coordinators_ready)."""
     from tests.differential import coordinators_ready
 
-    s = Login("kafka", sasl_broker.sasl_bootstrap, user="admin")
+    s = Login("kafka", sasl_kafka_broker.sasl_bootstrap, user="admin")
     try:
         await coordinators_ready(s)
     finally:
         await s.close()
-    return sasl_broker.sasl_bootstrap
+    return sasl_kafka_broker.sasl_bootstrap
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import asyncio
 import base64
 import hmac
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from gateway.clock import now_ms
 from gateway.domain.security import Acl, Operation, ResourceType
 from gateway.kafka.dispatch import ApiKey
 from tests.conftest import kafka_bootstrap
-from tests.kafka_jvm import SaslKafkaBroker, allowed, java, tools
+from tests.kafka_jvm import allowed, java, tools
 from tests.kafka_wire import call
 from tests.sasl_pair import jaas
 from tests.test_delegation_tokens import SECRET, Conn, create, expire, first_fields, ms, pair, renew, scram  # noqa: F401  (pair: the fixture)
@@ -67,15 +67,6 @@ async def test_kafka_delegation_tokens_and_a_java_client_logging_in_with_a_token
     refused = await java("gateway.jvm.Produce", kafka_bootstrap(b), "tokens", "send:1", "max.block.ms=20000",
                          *as_token, check=False)
     assert refused.returncode != 0 and "SaslAuthenticationException" in refused.out + refused.err
-
-
-@pytest.fixture(scope="module")
-def token_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslKafkaBroker]:
-    """The SASL broker with a token secret, for this module alone: no other test's broker has tokens."""
-    broker = SaslKafkaBroker(tmp_path_factory.mktemp("kafka-token-broker"))
-    broker.settings["delegation.token.secret.key"] = SECRET
-    with broker:
-        yield broker
 
 
 EXPIRED_LOGIN = allowed("A delegation token past its expiry, at SASL login")
@@ -138,7 +129,7 @@ async def token_scenario(port: int, kafka_port: int) -> list[object]:
     return seen
 
 
-async def test_token_answers_match_kafka(token_broker, pair):  # noqa: F811
-    on_kafka = await token_scenario(token_broker.sasl_port, token_broker.sasl_port)
-    on_gateway = await token_scenario(pair[0].listeners["kafka"].port, token_broker.sasl_port)
+async def test_token_answers_match_kafka(token_kafka_broker, pair):  # noqa: F811
+    on_kafka = await token_scenario(token_kafka_broker.sasl_port, token_kafka_broker.sasl_port)
+    on_gateway = await token_scenario(pair[0].listeners["kafka"].port, token_kafka_broker.sasl_port)
     assert on_gateway == on_kafka

@@ -132,7 +132,8 @@ async def test_batch_queries_over_offset_ranges(spark: Any, either: str):
     assert timed == ["a4", "a5", "b5"]
 
 
-async def test_a_query_denied_by_acls_fails_as_on_kafka(spark: Any, redis_server: str, tmp_path: Path):
+async def test_a_query_denied_by_acls_fails_as_on_kafka(spark: Any, redis_server: str, sasl_kafka_broker: Any,
+                                                        tmp_path: Path):
     """A batch query logged in as `alice`, who has no ACL, on a SASL Kafka 4.4 broker with
     StandardAuthorizer and on a gateway with authentication on: the Kafka exception Spark raises,
     the line a user reads, is the same on both."""
@@ -149,7 +150,7 @@ async def test_a_query_denied_by_acls_fails_as_on_kafka(spark: Any, redis_server
         assert found, failed.value
         return found.group(0)
 
-    async with sasl_pair(redis_server, tmp_path) as bootstraps:
+    async with sasl_pair(redis_server, tmp_path, broker=sasl_kafka_broker) as bootstraps:
         for name, bs in bootstraps.items():
             seen[name] = await in_spark(spark, query, bs)
     assert "Authorization" in seen["kafka"], seen
@@ -183,14 +184,15 @@ def _create_topics(bs: str, client: dict[str, str], *topics: str) -> None:
 
 
 @pytest.mark.timeout(300)
-async def test_a_query_logged_in_with_a_delegation_token_reads_and_writes(spark: Any, redis_server: str, tmp_path: Path):
+async def test_a_query_logged_in_with_a_delegation_token_reads_and_writes(spark: Any, redis_server: str,
+                                                                         token_kafka_broker: Any, tmp_path: Path):
     """A batch query reading one topic and writing another with Spark's Kafka source and sink, logged
     in with a delegation token the broker issued (KIP-48): SCRAM with `tokenauth=true` in
     `kafka.sasl.jaas.config`, the JAAS login Spark's Kafka integration guide gives the first place
     among its ways to log in (its own `spark.kafka.clusters.*` obtains tokens through Kerberos alone).
     On a SASL Kafka 4.4 broker and on a gateway with authentication on, the same rows arrive, and a
     wrong HMAC fails the query with the same exception."""
-    source, sink, secret = unique("token-in"), unique("token-out"), "spark-token-secret"
+    source, sink = unique("token-in"), unique("token-out")
     admin = rdkafka_login("admin")
     seen, refused = {}, {}
 
@@ -200,7 +202,7 @@ async def test_a_query_logged_in_with_a_delegation_token_reads_and_writes(spark:
          .options(**options).load().selectExpr("upper(CAST(value AS STRING)) AS value")
          .write.format("kafka").option("kafka.bootstrap.servers", bs).option("topic", sink).options(**options).save())
 
-    async with sasl_pair(redis_server, tmp_path, token_secret=secret) as bootstraps:
+    async with sasl_pair(redis_server, tmp_path, broker=token_kafka_broker) as bootstraps:
         for name, bs in bootstraps.items():
             await asyncio.to_thread(_create_topics, bs, admin, source, sink)
             await produce(bs, source, ["t0", "t1", "t2"], 0, client=admin)

@@ -219,8 +219,9 @@ class Lab:
         try:
             self._network()
             self._redis()
-            for host in self.gateways:
-                self._gateway(host)
+            started = [self._gateway(host) for host in self.gateways]  # started together: each takes seconds
+            for service in started:
+                self.wait_gateway(service)
         except BaseException:
             self.close()
             raise
@@ -352,7 +353,8 @@ class Lab:
     def delay_file(self, host: Host) -> Path:
         return self.root / f"{host.name}-delay"
 
-    def _gateway(self, host: Host) -> None:
+    def _gateway(self, host: Host) -> Service:
+        """Start `host`'s relay and gateway; the caller waits for the gateway to listen."""
         self.delay_file(host).write_text("0")
         host.service("relay", [sys.executable, "-m", "tests.jepsen.relay", "--port", str(RELAY_PORT),
                                "--mark", str(RELAY_MARK), "--delay-file", str(self.delay_file(host))])
@@ -367,13 +369,12 @@ class Lab:
                "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1",
                **{k: "" for k in os.environ if k.startswith("GATEWAY_")}}
         data = self.root / f"{host.name}-data"
-        service = host.service("gateway", [
+        return host.service("gateway", [
             sys.executable, "-m", "gateway", "serve", "--host", host.ip, "--advertised-host", host.ip,
             "--kafka-port", str(KAFKA_PORT), "--native-port", str(NATIVE_PORT), "--admin-port", str(ADMIN_PORT),
             "--schema-registry-port", "0", "--data-dir", str(data), "--redis-url", self.redis_url,
             "--node-id", str(host.index), *self.gateway_args,
         ], env)
-        self.wait_gateway(service)
 
     def wait_gateway(self, service: Service) -> None:
         """Until the gateway prints that it listens (or exits, an error with its log)."""

@@ -126,7 +126,7 @@ class Schedule:
     topology: str
     seed: int
     steps: Callable[[Lab, random.Random], list[Step]]
-    seconds: int = 24  # the workloads' write phase
+    seconds: int = 24  # the workloads' write phase: the schedules' end 3 s after their last fault can heal
     workloads: tuple[str, ...] = HISTORIES
     why: str = ""
     fails_over: bool = False  # its faults must move a Redis primary: checked, so a fault that did nothing fails
@@ -221,51 +221,51 @@ def gateway_cut_off(lab: Lab, rng: random.Random) -> list[Step]:
     g = _gateway(lab, rng)
     other = next(h for h in lab.gateways if h is not g)
     return [Step(rng.uniform(2, 4), faults.isolate_gateway(lab, g), 8),
-            Step(rng.uniform(13, 15), faults.one_way([other], lab.redis), 5)]
+            Step(rng.uniform(12, 13), faults.one_way([other], lab.redis), 5)]
 
 
 def replication_cut_and_loss(lab: Lab, rng: random.Random) -> list[Step]:
     primary = lab.primary()
     replicas = [h for h in lab.redis if h is not primary]
     return [Step(rng.uniform(2, 4), faults.one_way([primary], replicas), 6),
-            Step(rng.uniform(11, 13), faults.loss(lab, [_gateway(lab, rng)], 30), 6)]
+            Step(rng.uniform(10, 11), faults.loss(lab, [_gateway(lab, rng)], 30), 6)]
 
 
 def clocks_and_kills(lab: Lab, rng: random.Random) -> list[Step]:
     g1, g2 = lab.gateways
     return [Step(rng.uniform(2, 4), faults.ClockJump(lab, g1, rng.choice([3600, -3600])), 8),
             Step(rng.uniform(5, 7), faults.ClockJump(lab, g2, rng.choice([600, -600])), 6),
-            Step(rng.uniform(13, 15), faults.Kill(lab, _gateway(lab, rng).services["gateway"]), 1)]
+            Step(rng.uniform(12, 13), faults.Kill(lab, _gateway(lab, rng).services["gateway"]), 1)]
 
 
 def cluster_primary_lost(lab: Lab, rng: random.Random) -> list[Step]:
     host = rng.choice(lab.redis)
     return [Step(rng.uniform(2, 4), faults.Kill(lab, host.services["redis-6379"]), 6),
-            Step(rng.uniform(12, 14), faults.Delay(lab, _gateway(lab, rng), 150), 6)]
+            Step(rng.uniform(10, 11), faults.Delay(lab, _gateway(lab, rng), 150), 6)]
 
 
 FAILING_OVER = ("smoke-acks1-failover",)  # where a primary may fail over: acks=1 may lose
 STAYING = ("smoke-acks1",)  # where the primary stays: acks=1 loses nothing acknowledged
 # each history workload runs under at least two kinds of fault
 SCHEDULES = [
-    Schedule("primary-isolated", "sentinel", 1, primary_isolated,
+    Schedule("primary-isolated", "sentinel", 1, primary_isolated, seconds=19,
              fails_over=True, workloads=("idempotent", "groups-consumer", "native", *FAILING_OVER),
              why="the Sentinel primary and one gateway cut off with one Sentinel: the majority fails over "
                  "while clients still write through the gateway stuck with the old primary"),
-    Schedule("primary-paused", "sentinel", 2, primary_paused,
+    Schedule("primary-paused", "sentinel", 2, primary_paused, seconds=17,
              fails_over=True, workloads=("transactional", "groups-classic", "share", *FAILING_OVER),
              why="the primary SIGSTOPped past the Sentinels' patience, then resumed as if nothing happened"),
-    Schedule("gateway-cut-off", "sentinel", 3, gateway_cut_off,
+    Schedule("gateway-cut-off", "sentinel", 3, gateway_cut_off, seconds=21,
              workloads=("transactional", "share", "native", *STAYING),
              why="a gateway cut off from Redis while clients reach it, then another's requests to Redis lost one way"),
-    Schedule("replication-cut-and-loss", "sentinel", 4, replication_cut_and_loss,
+    Schedule("replication-cut-and-loss", "sentinel", 4, replication_cut_and_loss, seconds=20,
              workloads=("idempotent", "groups-classic", "share", *FAILING_OVER),
              why="the primary's packets to the other Redis hosts lost (acks=all must wait; their Sentinels, "
                  "hearing nothing, may fail it over), then packet loss at a gateway"),
-    Schedule("clocks-and-kills", "sentinel", 5, clocks_and_kills,
+    Schedule("clocks-and-kills", "sentinel", 5, clocks_and_kills, seconds=18,
              workloads=("transactional", "groups-consumer", "native", *STAYING),
              why="gateway clocks stepped an hour and ten minutes either way, then a gateway SIGKILLed and restarted"),
-    Schedule("cluster-primary-lost", "cluster", 6, cluster_primary_lost,
+    Schedule("cluster-primary-lost", "cluster", 6, cluster_primary_lost, seconds=20,
              fails_over=True, workloads=("idempotent", "transactional", "groups-consumer", *FAILING_OVER),
              why="a Redis Cluster primary SIGKILLed (its replica takes over) and a gateway's Redis traffic delayed"),
 ]
