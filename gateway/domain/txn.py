@@ -315,6 +315,26 @@ class TransactionCoordinator:
             for settle_sub in self.settlers:
                 await settle_sub(topic, partition, sub, txn_id, commit)
 
+    def reaper(self) -> Callable[[], Awaitable[int]]:
+        """The reaper's pass for one holding of its role: `recover`, the first pass giving every open
+        transaction its whole timeout again first (`TxnStore.take_over`). A reaper that has just
+        taken over (its gateway restarted, or the holder's lease lapsed) would otherwise abort at
+        once the transactions whose timeout ran out while none ran, fencing their producers as
+        they reconnect (librdkafka backs off up to 10 s between attempts): a live producer would
+        hear PRODUCER_FENCED, fatal to it, with no other instance of it anywhere. Kafka 4.4's
+        coordinator spares them by not looking at first: its first abortTimedOutTransactions comes
+        one transaction.abort.timed.out.transaction.cleanup.interval.ms after it starts."""
+        taken = False
+
+        async def reap() -> int:
+            nonlocal taken
+            if not taken:
+                await self.txns.take_over(now_ms())
+                taken = True
+            return await self.recover()
+
+        return reap
+
     async def recover(self) -> int:
         """Roll forward what a dead coordinator left between steps, and abort what has expired."""
         handled = 0
