@@ -328,17 +328,20 @@ class TransactionCoordinator:
 
         async def reap() -> int:
             nonlocal taken
-            if not taken:
-                await self.txns.take_over(now_ms())
-                taken = True
-            return await self.recover()
+            if taken:
+                return await self.recover()
+            now = now_ms()
+            await self.txns.take_over(now)
+            taken = True
+            return await self.recover(now)  # overdue as of the takeover: none open, however slow this pass
 
         return reap
 
-    async def recover(self) -> int:
-        """Roll forward what a dead coordinator left between steps, and abort what has expired."""
+    async def recover(self, now: int | None = None) -> int:
+        """Roll forward what a dead coordinator left between steps, and abort what has expired (by
+        `now`, epoch milliseconds, the wall clock's unless given)."""
         handled = 0
-        for txn_id in await self.txns.due(now_ms()):
+        for txn_id in await self.txns.due(now_ms() if now is None else now):
             try:
                 info = await self.txns.describe(txn_id)
                 if info is None:
