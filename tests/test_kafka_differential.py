@@ -1200,6 +1200,28 @@ SCENARIOS["timed_out_producer_carries_on"] = timed_out_producer_carries_on
 
 
 @scenario
+async def end_txn_of_a_transaction_never_begun(s: Side, name: str) -> Any:
+    """What a producer hears when its AddPartitionsToTxn died with the coordinator's process before
+    it was applied and it aborts the transaction it believes open (librdkafka sends that EndTxn
+    when unsure whether a request arrived): INVALID_TXN_STATE, from Empty as from CompleteCommit
+    (TransactionCoordinator.endTransaction), which librdkafka takes as fatal; ending a transaction
+    again the way it ended is NONE."""
+    await create(s, name, 1)
+    init = await s.call(22, 4, {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1,
+                                "producer_epoch": -1})
+    producer = {"transactional_id": name, "producer_id": init["producer_id"], "producer_epoch": init["producer_epoch"]}
+    out = [await s.call(26, 3, {**producer, "committed": False})]
+    out.append(await s.call(24, 3, {"v3_and_below_transactional_id": name,
+                                    "v3_and_below_producer_id": init["producer_id"],
+                                    "v3_and_below_producer_epoch": init["producer_epoch"],
+                                    "v3_and_below_topics": [{"name": name, "partitions": [0]}]}))
+    out.append(await s.call(26, 3, {**producer, "committed": True}))
+    await txn_completed(s, name, "CompleteCommit")
+    out += [await s.call(26, 3, {**producer, "committed": c}) for c in (False, True)]
+    return out
+
+
+@scenario
 async def late_transactional_produce_after_abort(s: Side, name: str) -> Any:
     """The hanging-transaction defence under transactions V1 (KIP-890 part 1): a produce that arrives
     after its transaction's abort, at the same epoch and with no AddPartitionsToTxn before it, is

@@ -17,6 +17,7 @@ import textwrap
 
 import pytest
 
+from gateway.clock import now_ms
 from gateway.domain.fence import FenceService
 from gateway.domain.log import LogService, committed_entries
 from gateway.domain.producer_txn import TransactionalProducers
@@ -121,4 +122,38 @@ async def test_sigkill_during_commit(redis_url, step, count):
         seen += [r.value for e in committed_entries(sl) for r in iter_records(e.batch, e.base_offset)]
     expected = sorted(b"t%d-v%d" % (n, p) for n in range(transactions) for p in range(3))
     assert sorted(seen) == (expected if STEPS[step] == COMMITTED else [])
+    await store.close()
+
+
+async def _past(ms: int) -> None:
+    """Until the wall clock, which transaction deadlines count in, is past `ms`."""
+    while now_ms() <= ms:
+        await asyncio.sleep(0.001)
+
+
+async def test_a_reaper_taking_over_gives_open_transactions_their_timeout_again(redis_url):
+    """The coordinator's gateway dies with transactions open, whose timeout runs out before a reaper
+    takes over (a restart slower than the timeout): the new reaper's first pass aborts neither, so a
+    producer reconnecting carries on, not fenced; one timeout later it aborts the abandoned one."""
+    store = Store.open(redis_url)
+    logs = LogService(store, auto_create=False)
+    await logs.create_topic("takeover", 1)
+    dead = TransactionCoordinator(store)
+    producers = TransactionalProducers(store, dead, FenceService(store, dead))
+    ids = {}
+    for tid in ("reconnecting", "abandoned"):
+        ids[tid] = await producers.init(tid, 1)  # a timeout of 1 ms: past before anyone takes over
+        await producers.add_partitions(tid, *ids[tid], [("takeover", 0)])
+    await _past(now_ms())
+    takeover = TransactionCoordinator(store)
+    again = TransactionalProducers(store, takeover, FenceService(store, takeover))
+    reap = takeover.reaper()
+    await reap()
+    taken = now_ms()
+    assert {(await again.describe(tid)).kafka_state for tid in ids} == {"Ongoing"}
+    await again.add_offsets("reconnecting", *ids["reconnecting"], "g")  # not fenced
+    assert (await again.end("reconnecting", *ids["reconnecting"], True))[0] == COMMITTED
+    await _past(taken + 1)
+    await reap()
+    assert (await again.describe("abandoned")).kafka_state == "CompleteAbort"
     await store.close()

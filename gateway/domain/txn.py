@@ -315,10 +315,33 @@ class TransactionCoordinator:
             for settle_sub in self.settlers:
                 await settle_sub(topic, partition, sub, txn_id, commit)
 
-    async def recover(self) -> int:
-        """Roll forward what a dead coordinator left between steps, and abort what has expired."""
+    def reaper(self) -> Callable[[], Awaitable[int]]:
+        """The reaper's pass for one holding of its role: `recover`, the first pass giving every open
+        transaction its whole timeout again first (`TxnStore.take_over`). A reaper that has just
+        taken over (its gateway restarted, or the holder's lease lapsed) would otherwise abort at
+        once the transactions whose timeout ran out while none ran, fencing their producers as
+        they reconnect (librdkafka backs off up to 10 s between attempts): a live producer would
+        hear PRODUCER_FENCED, fatal to it, with no other instance of it anywhere. Kafka 4.4's
+        coordinator spares them by not looking at first: its first abortTimedOutTransactions comes
+        one transaction.abort.timed.out.transaction.cleanup.interval.ms after it starts."""
+        taken = False
+
+        async def reap() -> int:
+            nonlocal taken
+            if taken:
+                return await self.recover()
+            now = now_ms()
+            await self.txns.take_over(now)
+            taken = True
+            return await self.recover(now)  # overdue as of the takeover: none open, however slow this pass
+
+        return reap
+
+    async def recover(self, now: int | None = None) -> int:
+        """Roll forward what a dead coordinator left between steps, and abort what has expired (by
+        `now`, epoch milliseconds, the wall clock's unless given)."""
         handled = 0
-        for txn_id in await self.txns.due(now_ms()):
+        for txn_id in await self.txns.due(now_ms() if now is None else now):
             try:
                 info = await self.txns.describe(txn_id)
                 if info is None:

@@ -134,7 +134,7 @@ class Gateway:
                 "log cleaner", cfg.cleaner_interval, lambda: cleaner.clean_pass(lease),
                 first_after=cfg.cleaner_interval)),
             leased("transaction reaper", lambda lease: Periodic(
-                "transaction reaper", cfg.txn_reaper_interval, svc.txn.recover)),
+                "transaction reaper", cfg.txn_reaper_interval, svc.txn.reaper())),
             leased("watermark snapshots", lambda lease: Periodic(
                 "watermark snapshots", cfg.watermark_snapshot_interval, svc.watermark.snapshot_pass)),
             leased("delay scheduler", lambda lease: svc.delay.scheduler(lease=lease)),

@@ -273,6 +273,14 @@ class TxnStore:
             raw = await self.redis.zrangebyscore(keys.TXN_OPEN, "-inf", now, start=0, num=limit)
         return [r.decode() for r in cast("list[bytes]", raw)]
 
+    async def take_over(self, now: int) -> int:
+        """A reaper taking its role: every open transaction's deadline becomes at least `now` plus
+        its timeout (see txn-takeover-2); how many moved."""
+        async with storage_errors():
+            # now
+            reply = await self.scripts.call("txn-takeover-2", [keys.TXN_OPEN, keys.txn("")], [now])
+        return int(_check(reply, "txn-takeover")[1])
+
     async def describe(self, txn_id: str) -> TxnInfo | None:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(keys.txn(txn_id))
