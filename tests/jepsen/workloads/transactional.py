@@ -27,6 +27,12 @@ TIMEOUT = 60.0
 STUCK = 3 * TIMEOUT  # a step not back by then hangs: a primary pause left send_offsets_to_transaction blocked
 
 
+# README "Production": a transactional librdkafka client keeps the brokers it learnt when all are
+# down (a Sentinel failover drops every client at once), else the group coordinator it cached is
+# dropped and send_offsets_to_transaction waits for it until the transaction times out
+RECOVERY = {"metadata.recovery.strategy": "none"}
+
+
 class Worker:
     """The transactional side: one transaction per polled batch."""
 
@@ -36,10 +42,10 @@ class Worker:
         self.group = f"transactional-{args.seed}"
         self.consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": self.group,
                                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                  "isolation.level": "read_committed"})
+                                  "isolation.level": "read_committed", **RECOVERY})
         self.consumer.subscribe([source])
         self.producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": self.group,
-                                  "linger.ms": 5, "request.timeout.ms": 10000,
+                                  "linger.ms": 5, "request.timeout.ms": 10000, **RECOVERY,
                                   # JEPSEN_RDKAFKA_DEBUG=eos,protocol: which request a stuck step waits on
                                   **({"debug": debug} if (debug := os.environ.get("JEPSEN_RDKAFKA_DEBUG")) else {})})
         self.producer.init_transactions(TIMEOUT)
