@@ -35,7 +35,7 @@ from tests.kafka_wire import call
 from tests.sasl_pair import login, sasl_pair
 from tests.test_kafka_share import group_configs
 
-pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
 
 USERS = [f"user-{i}" for i in range(6)]
 PAGES = [f"page-{i}" for i in range(4)]
