@@ -26,7 +26,7 @@ async def test_a_wall_clock_step_moves_no_deadline_and_no_timestamp(tmp_path: Pa
                                                                      store: Store) -> None:
     clock_file = tmp_path / "clock"
     clock_file.write_text("+0\n")
-    gp = GatewayProcess(tmp_path / "data", redis_url, args=["--txn-reaper-interval", "3600"])
+    gp = GatewayProcess(tmp_path / "data", redis_url)
     gp.env |= {"LD_PRELOAD": str(FAKETIME), "FAKETIME_TIMESTAMP_FILE": str(clock_file),
                "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
     gp.start()
