@@ -24,6 +24,7 @@ from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.admin import NewTopic as KNewTopic
 from kio.schema.errors import ErrorCode as KafkaError
 
+from gateway.clock import now_ms
 from gateway.domain.topic_configs import LONG_MAX, TOPIC_CONFIGS, Change, Op
 from gateway.errors import MessageTooLarge
 from gateway.formats.records import ATTR_TIMESTAMP_LOG_APPEND, build_batch, parse_header
@@ -403,13 +404,13 @@ def _log_append_time(bs: str, topic: str) -> tuple[list[tuple[int, int]], list[t
     admin = AdminClient({"bootstrap.servers": bs})
     wait_all(admin.create_topics([NewTopic(topic, 1, config={"message.timestamp.type": "LogAppendTime"})]))
     delivered: list[tuple[int, int]] = []
-    before = int(time.time() * 1000)
+    before = now_ms()  # the in-process gateway's own clock: Redis's (gateway/clock.py)
     producer = ck.Producer({"bootstrap.servers": bs, "linger.ms": 0})
     for i in range(3):
         producer.produce(topic, f"v{i}".encode(), timestamp=1000,
                          on_delivery=lambda err, msg: delivered.append(msg.timestamp()))
     assert producer.flush(TIMEOUT) == 0
-    after = int(time.time() * 1000)
+    after = now_ms()
     consumer = ck.Consumer({"bootstrap.servers": bs, "group.id": "lat", "auto.offset.reset": "earliest"})
     consumer.assign([TopicPartition(topic, 0, 0)])
     seen: list[tuple[int, int]] = []

@@ -40,6 +40,8 @@ REDIS_REACH_TIMEOUT = 4.0
 """Seconds a Redis named by --redis-url has to answer at start-up (longer while it says it is loading)."""
 EMBEDDED_READY_TIMEOUT = 15.0
 """Seconds the embedded redis-server has to answer (longer while it loads its AOF)."""
+CLOCK_SYNC_INTERVAL = 5.0
+"""Seconds between readings of Redis's clock (see gateway.clock); the monotonic clock carries it between."""
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -99,6 +101,7 @@ class Gateway:
             store = self.store = Store.open(self.redis_url)
             self._closing.push_async_callback(store.close)
             await self._wait_for_redis(store)
+            await store.sync_clock()  # before anything stores a time: every deadline counts on Redis's clock
             registry = Registry(store, lease_ms=cfg.lease_ms)
             # before anything uses it: transaction ids, group and subscription leases carry it
             cfg.node_id = await registry.claim(cfg.node_id, host, port, cfg.native_port,
@@ -126,6 +129,7 @@ class Gateway:
         # one gateway at a time runs each of these (see gateway.domain.roles); every gateway renews its own registration
         self._roles = [
             registry,
+            Periodic("clock", CLOCK_SYNC_INTERVAL, store.sync_clock, first_after=CLOCK_SYNC_INTERVAL),
             # a pass every interval, the first one interval after the role is taken, not at once
             leased("retention", lambda lease: Periodic(
                 "retention", cfg.retention_check_interval, lambda: svc.log.retention_pass(lease),

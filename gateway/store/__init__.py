@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
+from gateway import clock
 from gateway.store import keys
 from gateway.store.client_metrics import ClientMetricsStore
 from gateway.store.cluster_config import ClusterConfigStore
 from gateway.store.compaction import CleanerStore
-from gateway.store.connection import RedisClient, SentinelRedis, connect, wait_reachable
+from gateway.store.connection import RedisClient, SentinelRedis, connect, storage_errors, wait_reachable
 from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.delay import DelayStore
 from gateway.store.delegation_tokens import DelegationTokenStore
@@ -93,6 +95,20 @@ class Store:
     async def wait_reachable(self, url: str, timeout: float) -> None:
         """Until Redis answers; `StorageUnavailable` after `timeout` seconds of no answer."""
         await wait_reachable(self._redis, url, timeout)
+
+    async def sync_clock(self, readings: int = 3) -> None:
+        """Set `gateway.clock` to Redis's `TIME`, taken as read at the midpoint of its round trip: of
+        a few readings the one with the shortest, as a busy event loop that resumes late skews the
+        midpoint by half its delay. Behind Sentinel that is the primary's clock; on a Cluster one
+        node's, so the Redis hosts' clocks are expected to agree (NTP), as Kafka's brokers' are."""
+        best = (float("inf"), 0.0, 0.0)  # round trip, Redis's ms, the monotonic moment they go with
+        for _ in range(readings):
+            sent = time.monotonic()
+            async with storage_errors():
+                seconds, micros = await self._redis.time()
+            got = time.monotonic()
+            best = min(best, (got - sent, seconds * 1000 + micros / 1000, (sent + got) / 2))
+        clock.follow(best[1], best[2])
 
     async def follow_primary(self) -> None:
         """Behind Sentinel, for ever: every connection to a node the Sentinels no longer name the
