@@ -183,8 +183,7 @@ def test_a_gateway_joining_takes_its_partitions_over(redis_url: str, tmp_path: P
             _drain(b)
             wait_for(lambda: len(set(leaders(a.kafka_bootstrap).values())) == 2, "the joined gateway leading")
             produce(a.kafka_bootstrap, range(N // 2, N))
-            led = leaders(a.kafka_bootstrap)
-            wait_for(lambda: dispatchers(redis_url) == led, "each partition dispatched by its leader")
+            wait_for(lambda: dispatchers(redis_url) == leaders(a.kafka_bootstrap), "each partition dispatched by its leader")
             wait_for(lambda: m.count() >= N, "every record accepted")
         assert sorted(m.accepted) == every_record()  # none lost, none accepted twice
     finally:
