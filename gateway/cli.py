@@ -168,6 +168,8 @@ def _bench_parser(sub: Any) -> None:
                    "(the peer extra), beside raw Redis, with each server's CPU per record: produce, consume "
                    "and transactions")
     p.add_argument("--txn", action="store_true", help="Kafka transactions: commits per second and latency")
+    p.add_argument("--producers", type=int, default=16,
+                   help="with --txn, the transactional producers of the concurrent rows (default: %(default)s)")
     p.add_argument("--delayed", action="store_true", help="delayed delivery: memory, throughput, lateness")
     p.add_argument("--memory", action="store_true",
                    help="Redis bytes per stored record beside the payload: Kafka produce batched and one record "

@@ -20,6 +20,7 @@ import redis as redis_sync
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.client import Client, NotEnoughReplicas
+from gateway.domain import features
 from gateway.domain.fence import full_key
 from gateway.errors import StorageUnavailable
 from gateway.kafka.dispatch import ApiKey
@@ -488,12 +489,14 @@ def _replica_high_watermark(pair: Pair, topic: str = "t") -> int:
         return int(r.hget(keys.meta(topic, 0), "hw") or 0)  # type: ignore[arg-type]
 
 
-async def test_api_versions_is_answered_while_redis_is_stopped(pair: Pair, gateway: Gateway) -> None:
+async def test_api_versions_is_answered_while_redis_is_stopped(pair: Pair, gateway: Gateway,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A connection's first request, whatever Redis does: librdkafka takes an ApiVersions that fails or
     outlasts its api.version.request.timeout.ms for a broker without ApiVersions, and its
     send_offsets_to_transaction then waits for ever for a group coordinator speaking the transaction
     APIs (tests/jepsen's primary-paused: a reconnect during the pause). The finalized features are
-    the ones last read."""
+    the ones last read (each answer reads them again here, so the wait on Redis is what is tested)."""
+    monkeypatch.setattr(features, "ADVERTISE_FRESH", 0.0)
     reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
     values = {"client_software_name": "raw", "client_software_version": "1"}
     try:

@@ -21,7 +21,7 @@ from gateway.kafka.dispatch import ApiKey, load_handlers, supported
 from gateway.kafka.fetch import FetchPartition, encode_fetch_response
 from gateway.kafka.offsets import OffsetResult, encode_list_offsets_response
 from gateway.kafka.produce import PartitionResult, encode_produce_response
-from gateway.kafka.txn import encode_add_partitions_response
+from gateway.kafka.txn import encode_add_partitions_response, encode_end_txn_response
 from tests.kafka_wire import LYING_ARRAY
 
 load_handlers()
@@ -149,6 +149,15 @@ def test_add_partitions_to_txn_response_matches_kio(version, topics):
         {"name": name, "results_by_partition": [{"partition_index": p, "partition_error_code": e} for p, e in parts]}
         for name, parts in topics]})
     assert encode_add_partitions_response(version, topics) == expected
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.END_TXN))
+@settings(max_examples=10, deadline=None)
+@given(error=errors, producer_id=i64s, producer_epoch=st.integers(-1, 32767))
+def test_end_txn_response_matches_kio(version, error, producer_id, producer_epoch):
+    values = {"throttle_time": 0, "error_code": error, "producer_id": producer_id, "producer_epoch": producer_epoch}
+    expected = kio_body(ApiKey.END_TXN, version, values)
+    assert encode_end_txn_response(version, error, producer_id, producer_epoch) == expected
 
 
 def _request_frame(request, correlation_id: int = 7, client_id: str | None = "me") -> bytes:

@@ -316,3 +316,21 @@ async def test_metadata_for_an_unknown_topic_id_answers_in_the_versions_shape(co
         assert topic.error_code == KafkaError.unknown_topic_id and topic.name is None
     else:
         assert topic.error_code == KafkaError.invalid_request and topic.name == ""
+
+
+async def test_api_versions_says_a_feature_update_through_this_gateway_at_once(conn, gateway):
+    """ApiVersions answers from the levels last read (every client connection opens with it, and
+    Kafka's broker answers it from its metadata cache), yet an UpdateFeatures through this gateway
+    is in its next answer: what the cache held before the update is not served after it."""
+    software = {"client_software_name": "raw", "client_software_version": "1"}
+
+    async def level() -> tuple[int, dict[str, int]]:
+        answer = await call(conn, ApiKey.API_VERSIONS, 4, software)
+        return answer.finalized_features_epoch, {f.name: f.max_version_level for f in answer.finalized_features}
+
+    assert await level() == (-1, {})  # read now, kept for the next answers
+    updated = await call(conn, ApiKey.UPDATE_FEATURES, 1, {"timeout": 10_000, "validate_only": False, "feature_updates": [
+        {"feature": "transaction.version", "max_version_level": 2, "upgrade_type": 1}]})
+    assert updated.error_code == 0
+    epoch, levels = await level()
+    assert epoch > 0 and levels == {"transaction.version": 2}

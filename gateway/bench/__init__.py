@@ -79,7 +79,7 @@ def run_bench(args: argparse.Namespace) -> None:
         elif args.key_shared:
             rows = key_shared.measure_key_shared(url, sizes[0], args.records or key_shared.RECORDS, partitions)
         elif args.txn:
-            rows, note = txn.measure_txn(url, seconds), txn.NOTE
+            rows, note = txn.measure_txn(url, seconds, args.producers), txn.NOTE
         elif args.kafka and args.acks == "all":
             rows, note = kafka.measure_acks(url, sizes, seconds, partitions), kafka.ACKS_NOTE
         elif args.peer:

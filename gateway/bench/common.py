@@ -665,14 +665,18 @@ def kafka_consume(bootstrap: str, topic: str, partitions: int, expected: int, co
     return got / elapsed
 
 def kafka_transactions(bootstrap: str, topic: str, partitions: int, per_txn: int, size: int,
-                       seconds: float, span: CpuSpan | None = None) -> tuple[float, list[float]]:
+                       seconds: float, span: CpuSpan | None = None,
+                       ready: Callable[[], object] = lambda: None) -> tuple[float, list[float]]:
     """Committed transactions per second with confluent-kafka, each touching every partition;
-    `span` over the timed part."""
+    `span` over the timed part; `ready` is called once the producer is initialised, before the
+    clock starts (a barrier, so that no producer's start-up falls in another's timed part), and
+    again when the clock has stopped."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}",
                   "linger.ms": 0})
     p.init_transactions(30)
+    ready()
     value = os.urandom(size)
     latencies: list[float] = []
 
@@ -685,4 +689,6 @@ def kafka_transactions(bootstrap: str, topic: str, partitions: int, per_txn: int
         latencies.append((time.perf_counter() - t0) * 1000)
         return 1
 
-    return timed_loop(seconds, step, span), latencies
+    rate = timed_loop(seconds, step, span)
+    ready()
+    return rate, latencies

@@ -14,6 +14,7 @@ Updates are judged as Kafka 4.4's `FeatureControlManager.updateFeature` judges t
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -45,18 +46,22 @@ class FeatureUpdate:
 
 
 ADVERTISE_WAIT = 1.0  # seconds ApiVersions waits for Redis's levels before answering with the last read
+ADVERTISE_FRESH = 1.0  # seconds ApiVersions answers from the levels last read before reading them again
 
 
 class Features:
     def __init__(self, store: ClusterConfigStore) -> None:
         self.store = store
         self._last: tuple[int, dict[str, int]] = (-1, {})  # as last read: what ApiVersions says while Redis cannot
+        self._read_at = -ADVERTISE_FRESH  # time.monotonic() of the last read
 
     async def finalized(self) -> tuple[int, dict[str, int]]:
         """(epoch, feature -> finalized level), levels of 0 left out as Kafka leaves them out;
         epoch -1 while none was ever set (Kafka's "no finalized features epoch")."""
+        read_at = time.monotonic()
         version, levels = await self.store.get()
         self._last = (version if version else -1), {k: int(v) for k, v in levels.items() if int(v) > 0}
+        self._read_at = read_at
         return self._last
 
     async def advertised(self) -> tuple[int, dict[str, int]]:
@@ -66,7 +71,12 @@ class Features:
         librdkafka for a broker without ApiVersions, whose fallback features lack the transaction
         APIs, and its send_offsets_to_transaction then waits for ever for a coordinator it will not
         use (tests/jepsen's primary-paused; librdkafka issue 3013). So within ADVERTISE_WAIT, else the
-        levels this gateway read last."""
+        levels this gateway read last. Levels read under ADVERTISE_FRESH ago are answered without
+        Redis, as Kafka's broker answers from its metadata cache (every client connection opens with
+        ApiVersions): an update through this gateway is read back at once, through another one
+        within ADVERTISE_FRESH, as a Kafka broker learns it when the metadata log reaches it."""
+        if time.monotonic() - self._read_at < ADVERTISE_FRESH:
+            return self._last
         try:
             async with asyncio.timeout(ADVERTISE_WAIT):
                 return await self.finalized()
@@ -91,6 +101,7 @@ class Features:
             change((await self.store.get())[1])
         else:
             await self.store.alter(change)
+            await self.finalized()  # this gateway's ApiVersions says the new levels at once
 
 
 def _check(u: FeatureUpdate, current: int) -> None:
