@@ -177,8 +177,13 @@ class KafkaConnection:
                 self._in_flight -= 1
                 room.release()
             if chunks:
-                self.writer.writelines(chunks)
-                await self.writer.drain()
+                try:
+                    self.writer.writelines(chunks)
+                    await self.writer.drain()
+                except (ConnectionError, RuntimeError) as exc:  # uvloop: RuntimeError once its transport closed
+                    log.debug("kafka client %s left before its answer was written (%s)", self.state.peer, exc)
+                    self.writer.close()
+                    return
             if self.state.close:
                 await asyncio.sleep(sasl.closing_delay(self.state))
                 self.writer.close()
