@@ -29,6 +29,7 @@ from kio.schema.index import api_key_map
 
 from gateway import telemetry
 from gateway.domain.services import Services
+from gateway.errors import StorageUnavailable
 from gateway.kafka import codec, sasl
 from gateway.kafka.api_versions import unsupported_version_body
 from gateway.kafka.client_quotas import counts_time, throttled_response
@@ -176,8 +177,13 @@ class KafkaConnection:
                 self._in_flight -= 1
                 room.release()
             if chunks:
-                self.writer.writelines(chunks)
-                await self.writer.drain()
+                try:
+                    self.writer.writelines(chunks)
+                    await self.writer.drain()
+                except (ConnectionError, RuntimeError) as exc:  # uvloop: RuntimeError once its transport closed
+                    log.debug("kafka client %s left before its answer was written (%s)", self.state.peer, exc)
+                    self.writer.close()
+                    return
             if self.state.close:
                 await asyncio.sleep(sasl.closing_delay(self.state))
                 self.writer.close()
@@ -277,7 +283,10 @@ async def _respond(
     request = codec.decode_request(frame, header)
     ctx = RequestContext(services, state, key, version, header.correlation_id, header.client_id, len(frame), began,
                          sent=sent)
-    response = await reg.handler(ctx, request)
+    try:
+        response = await reg.handler(ctx, request)
+    except StorageUnavailable as exc:
+        return _storage_away(header, exc), (KafkaError.kafka_storage_error,)
     if response is not None and counts_time(ctx):
         response = await throttled_response(ctx, response)
     if response is None:
@@ -308,6 +317,17 @@ def _error_name(code: int) -> str:
         return KafkaError(code).name.upper()
     except ValueError:
         return str(code)
+
+
+def _storage_away(header: codec.RequestHeader, exc: StorageUnavailable) -> list[bytes | memoryview]:
+    """A handler that found Redis away answers KAFKA_STORAGE_ERROR in every error field: retriable
+    in every Kafka client (Kafka 4.4's KafkaStorageException, a broker's log dir gone), so the
+    client backs off and asks again; escaping, the error would close the connection instead."""
+    key, version = header.api_key, header.api_version
+    log.warning("kafka api %d from %s: %s; answered KAFKA_STORAGE_ERROR", key, header.client_id, exc)
+    body = codec.error_response(key, version, KafkaError.kafka_storage_error) or [
+        struct.pack(">h", KafkaError.kafka_storage_error)]
+    return codec.frame_response(header.correlation_id, codec.response_header_flexible(key, version), body)
 
 
 def _unsupported(header: codec.RequestHeader) -> list[bytes | memoryview]:
