@@ -160,6 +160,11 @@ class StorageUnavailable(GatewayError):
     code = ErrorCode.STORAGE_UNAVAILABLE
 
 
+class StorageRefused(StorageUnavailable):
+    """Redis is reachable but the gateway will not write to it (an evicting maxmemory-policy): nothing
+    was sent, so unlike Redis gone mid-produce the client is answered and may retry."""
+
+
 class StorageFull(GatewayError):
     """Redis's memory, the log's disk, is at its limit (the gateway's high-water mark or Redis's
     maxmemory): nothing was written; retry once retention or deletions free memory."""

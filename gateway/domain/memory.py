@@ -31,7 +31,7 @@ import logging
 import math
 import time
 
-from gateway.errors import AWAY, GatewayError, StorageFull, StorageUnavailable
+from gateway.errors import AWAY, GatewayError, StorageFull, StorageRefused
 from gateway.store import Store
 from gateway.store.memory import PrimaryMemory
 
@@ -171,7 +171,7 @@ class MemoryBudget:
         if self._evicting:
             self.refused += 1
             address, policy = min(self._evicting.items())
-            raise StorageUnavailable(f"Redis at {address} has maxmemory-policy {policy}, which would evict "
+            raise StorageRefused(f"Redis at {address} has maxmemory-policy {policy}, which would evict "
                                      "records: produce is refused until it is noeviction")
         address = self.primary_of(topic, partition)
         p = next((p for p in self.primaries if p.address == address), None)

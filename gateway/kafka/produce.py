@@ -25,7 +25,14 @@ from gateway import telemetry
 from gateway.domain.log import Produced
 from gateway.domain.quotas import PRODUCE, REQUEST
 from gateway.domain.security import Operation, ResourceType
-from gateway.errors import GatewayError, InvalidRecord, InvalidTxnState, ReplyLost, StorageUnavailable
+from gateway.errors import (
+    GatewayError,
+    InvalidRecord,
+    InvalidTxnState,
+    ReplyLost,
+    StorageRefused,
+    StorageUnavailable,
+)
 from gateway.formats.records import ATTR_TRANSACTIONAL
 from gateway.kafka.client_quotas import counts_time, recorded, request_time, throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
@@ -116,7 +123,8 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                                                       verify_txn=ctx.api_version < TXN_V2_PRODUCE)
         except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
             appended = [Produced(t, p, exc) for t, p, _ in items]
-        if any(isinstance(d.result, ReplyLost | StorageUnavailable) for d in appended):
+        if any(isinstance(d.result, ReplyLost | StorageUnavailable) and not isinstance(d.result, StorageRefused)
+               for d in appended):
             # as from a leader gone mid-request: the connection closes, so the client retries its
             # in-flight produces in order, each maybe stored. An answer would let its next pipelined
             # produce, sent to the new primary, overtake this one (OUT_OF_ORDER_SEQUENCE_NUMBER), and
