@@ -88,10 +88,11 @@ async def group_configs(bs: str, group: str, **configs: str) -> None:
     # A Kafka broker applies a group's configs once the controller's record reaches its metadata
     # cache, a moment after the alteration is answered: what a user then reads is the new value.
     wanted = {e.name: e.value for e in entries}
-    deadline = time.monotonic() + TIMEOUT
-    while {k: v for k, v in (await asyncio.to_thread(described)).items() if k in wanted} != wanted:
-        assert time.monotonic() < deadline, f"group {group}'s configs never read back as {wanted}"
-        await asyncio.sleep(0.05)
+
+    async def applied() -> bool:
+        return {k: v for k, v in (await asyncio.to_thread(described)).items() if k in wanted} == wanted
+
+    await eventually(applied, TIMEOUT, f"group {group}'s configs read back as {wanted}")
 
 
 async def fill(bs: str, n: int, start: int = 0, topic: str = TOPIC) -> None:
