@@ -216,6 +216,10 @@ class SaslKafkaBroker(KafkaBroker):
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
         }
 
+    def choose_ports(self) -> None:
+        super().choose_ports()
+        self.sasl_port = free_port()
+
     def properties(self) -> str:
         plain = f"PLAINTEXT://127.0.0.1:{self.port}"
         sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
