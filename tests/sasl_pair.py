@@ -87,13 +87,14 @@ def _admin(bootstrap: str) -> AdminClient:
 async def acls_listed(bootstrap: str, count: int) -> None:
     """Until the broker at `bootstrap` lists `count` ACLs to its super user: a Kafka broker's
     authorizer learns of created and deleted ACLs from the metadata log a moment after the answer,
-    and what a test's client is allowed must be what the test granted."""
+    and what a test's client is allowed must be what the test granted. A minute at most: with the
+    two cores at load 40, the Streams test's wait once ran past 30 s."""
     admin = _admin(bootstrap)
 
     def listed() -> bool:
         return len(admin.describe_acls(EVERY_ACL).result(30)) == count
 
-    await eventually(lambda: asyncio.to_thread(listed), 30, f"{count} ACLs listed")
+    await eventually(lambda: asyncio.to_thread(listed), 60, f"{count} ACLs listed")
 
 
 async def _delete_acls(bootstrap: str) -> None:

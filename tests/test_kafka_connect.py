@@ -200,6 +200,7 @@ async def test_a_gateway_killed_under_the_worker_loses_no_line(gateway_process: 
         worker.kill()
 
 
+@pytest.mark.timeout(300)  # four workers started one after another, each given TIMEOUT to start
 async def test_a_worker_denied_by_acls_or_its_missing_topic_fails_as_on_kafka(redis_server: str, sasl_kafka_broker,
                                                                           tmp_path: Path):
     """A worker logged in as `alice` on a SASL Kafka 4.4 broker with StandardAuthorizer and on a
