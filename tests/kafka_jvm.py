@@ -90,14 +90,52 @@ class ToolRun:
     out: str  # stdout and stderr together
 
 
-async def tools(*commands: list[str], timeout: float = TIMEOUT) -> list[ToolRun]:
+Settle = Callable[[], Awaitable[object]]
+"""A step between two tools' commands: awaited before the next one is sent (what the broker must have
+applied first, as a user would wait for it)."""
+
+
+async def tools(*steps: list[str] | Settle, timeout: float = TIMEOUT) -> list[ToolRun]:
     """Run Kafka's command-line tools, one after another in one JVM (tests/jvm's Tools), each as
-    its script runs it: `["kafka-topics", "--bootstrap-server", ...]`."""
-    lines = "".join("\t".join([TOOLS[c[0]], *c[1:]]) + "\n" for c in commands)
-    ran = await java("gateway.jvm.Tools", stdin=lines, timeout=timeout)
-    parts = re.split(r"^=== exit (-?\d+)\n", ran.out, flags=re.M)
-    runs = [ToolRun(c, int(code), out) for c, out, code in zip(commands, parts[0::2], parts[1::2], strict=False)]
-    assert len(runs) == len(commands), f"the tools stopped after {len(runs)} of {len(commands)}:\n{ran.out}\n{ran.err}"
+    its script runs it: `["kafka-topics", "--bootstrap-server", ...]`. A command is sent once the one
+    before it has ended and every `Settle` between them has been awaited. Kafka's broker learns of
+    what its controller made (a topic's partitions, a config, an ACL) from the metadata log a moment
+    after the tool that asked was answered: a command that reads it back is sent after a Settle that
+    waits for it, so that what is compared is the state a user sees once the change has landed."""
+    commands = [s for s in steps if isinstance(s, list)]
+    runs: list[ToolRun] = []
+    with tempfile.TemporaryFile() as err:
+        proc = await asyncio.create_subprocess_exec(
+            *java_command("gateway.jvm.Tools"), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=err, limit=1 << 24)
+        assert proc.stdin is not None and proc.stdout is not None
+        stdin, stdout = proc.stdin, proc.stdout
+
+        async def run_all() -> None:
+            for step in steps:
+                if not isinstance(step, list):
+                    await step()
+                    continue
+                stdin.write(("\t".join([TOOLS[step[0]], *step[1:]]) + "\n").encode())
+                await stdin.drain()
+                out: list[str] = []
+                while not (line := (await stdout.readline()).decode()).startswith("=== exit "):
+                    if not line:
+                        return  # the JVM ended: reported below
+                    out.append(line)
+                runs.append(ToolRun(step, int(line.removeprefix("=== exit ")), "".join(out)))
+            stdin.close()
+            await proc.wait()
+
+        try:
+            await asyncio.wait_for(run_all(), timeout)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        err.seek(0)
+        log = err.read().decode()
+    assert len(runs) == len(commands), f"the tools stopped after {len(runs)} of {len(commands)}:\n{log}"
     return runs
 
 
@@ -177,6 +215,10 @@ class SaslKafkaBroker(KafkaBroker):
             f"listener.name.sasl_plaintext.{SASL_MECHANISM.lower()}.sasl.jaas.config":
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
         }
+
+    def choose_ports(self) -> None:
+        super().choose_ports()
+        self.sasl_port = free_port()
 
     def properties(self) -> str:
         plain = f"PLAINTEXT://127.0.0.1:{self.port}"

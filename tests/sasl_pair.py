@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.conftest import flush, kafka_bootstrap, running_gateway, test_config
+from tests.conftest import eventually, flush, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_jvm import SASL_MECHANISM, SASL_USERS, SaslKafkaBroker
 
 
@@ -62,7 +62,7 @@ async def sasl_pair(redis_server: str, tmp_path: Path, token_secret: str = "",
     if broker is not None:
         assert not token_secret, "a shared broker's token secret is its own"
         token_secret = broker.settings.get("delegation.token.secret.key", "")
-        await asyncio.to_thread(_delete_acls, broker.sasl_bootstrap)
+        await _delete_acls(broker.sasl_bootstrap)
         own: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     else:
         broker = own = SaslKafkaBroker(tmp_path / "broker")
@@ -76,10 +76,31 @@ async def sasl_pair(redis_server: str, tmp_path: Path, token_secret: str = "",
             yield {"kafka": broker.sasl_bootstrap, "gateway": kafka_bootstrap(gw)}
 
 
-def _delete_acls(bootstrap: str) -> None:
-    """Every ACL of the broker at `bootstrap`, deleted by its super user."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, **rdkafka_login("admin")})
-    every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+EVERY_ACL = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                              AclPermissionType.ANY)
-    for f in admin.delete_acls([every]).values():
-        f.result(30)
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, **rdkafka_login("admin")})
+
+
+async def acls_listed(bootstrap: str, count: int) -> None:
+    """Until the broker at `bootstrap` lists `count` ACLs to its super user: a Kafka broker's
+    authorizer learns of created and deleted ACLs from the metadata log a moment after the answer,
+    and what a test's client is allowed must be what the test granted. A minute at most: with the
+    two cores at load 40, the Streams test's wait once ran past 30 s."""
+    admin = _admin(bootstrap)
+
+    def listed() -> bool:
+        return len(admin.describe_acls(EVERY_ACL).result(30)) == count
+
+    await eventually(lambda: asyncio.to_thread(listed), 60, f"{count} ACLs listed")
+
+
+async def _delete_acls(bootstrap: str) -> None:
+    """Every ACL of the broker at `bootstrap`, deleted by its super user, until it lists none: an
+    earlier test's grant to `alice` (the ACL scenarios' `*`) must not decide the next."""
+    admin = _admin(bootstrap)  # alive until the answers: its handle serves them
+    for f in admin.delete_acls([EVERY_ACL]).values():
+        await asyncio.to_thread(f.result, 30)
+    await acls_listed(bootstrap, 0)

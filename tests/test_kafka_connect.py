@@ -21,7 +21,7 @@ from tests.conftest import GatewayProcess, admin_url, eventually, kafka_bootstra
 from tests.kafka_clients import create_topic, produce, topic_config
 from tests.kafka_connect import HERDER_FAILED, ConnectWorker, start_workers
 from tests.kafka_jvm import tools, unique
-from tests.sasl_pair import login, sasl_pair
+from tests.sasl_pair import acls_listed, login, sasl_pair
 from tests.test_readme import block, mirrored
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
@@ -200,6 +200,7 @@ async def test_a_gateway_killed_under_the_worker_loses_no_line(gateway_process: 
         worker.kill()
 
 
+@pytest.mark.timeout(300)  # four workers started one after another, each given TIMEOUT to start
 async def test_a_worker_denied_by_acls_or_its_missing_topic_fails_as_on_kafka(redis_server: str, sasl_kafka_broker,
                                                                           tmp_path: Path):
     """A worker logged in as `alice` on a SASL Kafka 4.4 broker with StandardAuthorizer and on a
@@ -221,6 +222,7 @@ async def test_a_worker_denied_by_acls_or_its_missing_topic_fails_as_on_kafka(re
                                         "Describe", "--operation", "DescribeConfigs", "--topic", group],
                                        [*acls, "--operation", "All", "--group", group])
                     assert all(r.exit == 0 for r in runs), [r.out for r in runs]
+                    await acls_listed(bs, 5)  # four on its topics, one on its group
                 worker = ConnectWorker(tmp_path / name / case, bs, group=group, settings=alice)
                 try:
                     await asyncio.to_thread(worker.start)

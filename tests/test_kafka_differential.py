@@ -615,6 +615,8 @@ async def alter_configs_replaces_all(s: Side, name: str) -> Any:
     await create(s, name, 1, {"retention.ms": "86400000", "cleanup.policy": "compact"})
     altered = await s.call(33, 2, {"resources": [{"resource_type": 2, "resource_name": name, "configs": [
         {"name": "retention.bytes", "value": "5000"}]}]})
+    if altered["responses"][0]["error_code"] == 0:  # the controller writes the whole set in one batch
+        await configs_settled(s, name, "retention.bytes", "5000")
     return [altered, await describe_configs(s, name, ["retention.ms", "cleanup.policy", "retention.bytes"])]
 
 

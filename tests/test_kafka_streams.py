@@ -32,7 +32,7 @@ from tests.conftest import GatewayProcess, eventually, kafka_bootstrap, running_
 from tests.kafka_clients import TIMEOUT, create_topic
 from tests.kafka_jvm import SUITE_SETTINGS, java_command, same_on_both, tools, unique
 from tests.kafka_wire import call
-from tests.sasl_pair import login, sasl_pair
+from tests.sasl_pair import acls_listed, login, sasl_pair
 from tests.test_kafka_share import group_configs
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow, pytest.mark.apps]
@@ -536,6 +536,7 @@ async def test_an_application_denied_by_acls_fails_as_on_kafka(redis_server: str
                                   "--resource-pattern-type", "prefixed", f"--{allowed}", app]
                                  for app, (allowed, _) in zip(apps, cases, strict=True)))
             assert all(r.exit == 0 for r in runs), [r.out for r in runs]
+            await acls_listed(bs, len(apps))
             for app in apps:
                 (tmp_path / app).mkdir()
             outcomes = [await missing_source_run(bs, tmp_path / app, protocol, alice, app)

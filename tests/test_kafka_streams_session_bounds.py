@@ -13,7 +13,7 @@ import confluent_kafka.admin as cka
 import pytest
 
 from gateway.server.gateway import Gateway
-from tests.conftest import running_gateway, test_config
+from tests.conftest import eventually, running_gateway, test_config
 from tests.kafka_clients import TIMEOUT
 from tests.kafka_jvm import SUITE_SETTINGS, same_on_both, unique
 from tests.kafka_wire import call
@@ -61,19 +61,31 @@ async def _described(bs: str) -> dict[str, Any]:
                      [(y.name, y.value, int(y.source)) for y in c.synonyms]) for c in res.configs}
 
 
-def _group_session(bs: str) -> dict[str, str]:
+def _session_described(admin: cka.AdminClient, group: str) -> str:
+    (f,) = admin.describe_configs([cka.ConfigResource(cka.ResourceType.GROUP, group)]).values()
+    return str(f.result(TIMEOUT)["streams.session.timeout.ms"].value)
+
+
+async def _group_session(bs: str) -> dict[str, str]:
     """A new group's streams.session.timeout.ms set to values about the bounds: what each answers;
-    then what the group describes."""
+    then what the group describes once the accepted one is applied (it differs from what was
+    described before): Kafka's broker applies a group's configs once the controller's record
+    reaches its metadata cache, a moment after the answer."""
     admin = cka.AdminClient({"bootstrap.servers": bs})
     group = unique("bounds")
-    out = {str(ms): _set_session(admin, group, ms) for ms in (0, FLOOR - 1, 60_001, FLOOR)}
-    (f,) = admin.describe_configs([cka.ConfigResource(cka.ResourceType.GROUP, group)]).values()
-    out["described"] = f.result(TIMEOUT)["streams.session.timeout.ms"].value
+    before = await asyncio.to_thread(_session_described, admin, group)
+    out = {str(ms): await asyncio.to_thread(_set_session, admin, group, ms) for ms in (0, FLOOR - 1, 60_001, FLOOR)}
+
+    async def applied() -> str | None:
+        now = await asyncio.to_thread(_session_described, admin, group)
+        return now if now != before else None
+
+    out["described"] = str(await eventually(applied, TIMEOUT, f"group {group}'s session timeout applied"))
     return out
 
 
 async def _scenario(bs: str) -> dict[str, Any]:
-    return {"broker": await _described(bs), "group": await asyncio.to_thread(_group_session, bs)}
+    return {"broker": await _described(bs), "group": await _group_session(bs)}
 
 
 async def test_the_streams_session_bounds_are_kafkas(low_floor_gateway, kafka_broker):

@@ -14,15 +14,48 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GatewayProcess, kafka_bootstrap
-from tests.kafka_clients import create_topic
-from tests.kafka_jvm import TOOLS, ToolRun, java, java_command, same_on_both, tools, unique
+from gateway.kafka.configs import RESOURCE_CLIENT_METRICS, SOURCE_CLIENT_METRICS
+from gateway.kafka.dispatch import ApiKey
+from tests.conftest import GatewayProcess, eventually, kafka_bootstrap
+from tests.kafka_clients import TIMEOUT, create_topic
+from tests.kafka_jvm import TOOLS, Settle, ToolRun, java, java_command, same_on_both, tools, unique
+from tests.kafka_wire import call
 
 pytestmark = [pytest.mark.jvm, pytest.mark.kafka, pytest.mark.slow]
 
 
-def session(bs: str, topic: str, records_file: Path) -> list[list[str]]:
+def landed(bs: str, topic: str) -> dict[str, Settle]:
+    """What the session awaits after a tool whose change a Kafka broker applies from its metadata
+    log a moment after the tool is answered (the gateway, at once), as an operator would look again
+    before going on: the new partition led, the config set, the ACL listed, then gone."""
+    import confluent_kafka.admin as cka
+
+    admin = cka.AdminClient({"bootstrap.servers": bs})
+    acls = cka.AclBindingFilter(cka.ResourceType.TOPIC, topic, cka.ResourcePatternType.ANY, None, None,
+                                cka.AclOperation.ANY, cka.AclPermissionType.ANY)
+
+    def led() -> bool:
+        parts = admin.list_topics(topic, timeout=TIMEOUT).topics[topic].partitions
+        return len(parts) == 2 and all(p.leader >= 0 for p in parts.values())
+
+    def config() -> bool:
+        (f,) = admin.describe_configs([cka.ConfigResource(cka.ResourceType.TOPIC, topic)]).values()
+        return bool(f.result(TIMEOUT)["max.message.bytes"].value == "20000")
+
+    def acl_count() -> int:
+        return len(admin.describe_acls(acls).result(TIMEOUT))
+
+    def until(check: Callable[[], bool], what: str) -> Settle:
+        return lambda: eventually(lambda: asyncio.to_thread(check), TIMEOUT, f"{topic}: {what}")
+
+    return {"partitions": until(led, "two partitions led"), "config": until(config, "max.message.bytes set"),
+            "acl": until(lambda: acl_count() == 1, "the ACL listed"),
+            "no acl": until(lambda: acl_count() == 0, "the ACL gone")}
+
+
+def session(bs: str, topic: str, records_file: Path) -> list[list[str] | Settle]:
     """An operator's session with the tools on a new topic and a consumer group of the same name."""
+    settle = landed(bs, topic)
     b = ["--bootstrap-server", bs]
     group = ["--group", topic]
     reset = ["kafka-consumer-groups", *b, "--reset-offsets", *group, "--topic", topic]
@@ -33,9 +66,11 @@ def session(bs: str, topic: str, records_file: Path) -> list[list[str]]:
         ["kafka-producer-perf-test", "--topic", topic, "--num-records", "90", "--record-size", "100",
          "--throughput", "-1", "--command-property", f"bootstrap.servers={bs}", "acks=all"],
         ["kafka-topics", *b, "--alter", "--topic", topic, "--partitions", "2"],
+        settle["partitions"],
         ["kafka-topics", *b, "--describe", "--topic", topic],
         ["kafka-configs", *b, "--entity-type", "topics", "--entity-name", topic, "--alter",
          "--add-config", "max.message.bytes=20000"],
+        settle["config"],
         ["kafka-configs", *b, "--entity-type", "topics", "--entity-name", topic, "--describe"],
         ["kafka-consumer-perf-test", *b, "--topic", topic, "--num-records", "90", *group],
         ["kafka-log-dirs", *b, "--describe", "--topic-list", topic],
@@ -50,8 +85,10 @@ def session(bs: str, topic: str, records_file: Path) -> list[list[str]]:
         ["kafka-consumer-groups", *b, "--describe", *group, "--offsets"],
         ["kafka-consumer-groups", *b, "--delete-offsets", *group, "--topic", topic],
         ["kafka-acls", *b, "--add", *acl],
+        settle["acl"],
         ["kafka-acls", *b, "--list", "--topic", topic],
         ["kafka-acls", *b, "--remove", "--force", *acl],
+        settle["no acl"],
         ["kafka-acls", *b, "--list", "--topic", topic],
         ["kafka-topics", *b, "--delete", "--topic", topic],
         ["kafka-consumer-groups", *b, "--list"],  # the last two are not compared: see normalized
@@ -217,6 +254,25 @@ async def test_kafka_transactions_answers_as_on_kafka(gateway, kafka_broker):
     assert [line.split()[2] for line in answers[6]] == ["commit-0", "commit-1"]
 
 
+def subscription_is(bs: str, name: str, interval: str | None) -> Settle:
+    """Until DescribeConfigs of the subscription `name` shows its own interval.ms as `interval` (None:
+    none of its own left): a Kafka broker applies a subscription from its metadata log a moment after
+    kafka-client-metrics is answered."""
+    async def shown() -> bool:
+        host, port = bs.rsplit(":", 1)
+        conn = await asyncio.open_connection(host, int(port))
+        try:
+            resp = await call(conn, ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
+                {"resource_type": RESOURCE_CLIENT_METRICS, "resource_name": name, "configuration_keys": None}],
+                "include_synonyms": False, "include_documentation": False})
+        finally:
+            conn[1].close()
+        own = {c.name: c.value for r in resp.results for c in r.configs if c.config_source == SOURCE_CLIENT_METRICS}
+        return own.get("interval.ms") == interval if interval is not None else not own
+
+    return lambda: eventually(shown, TIMEOUT, f"subscription {name}'s interval.ms {interval}")
+
+
 async def test_kafka_client_metrics_answers_as_on_kafka(gateway, kafka_broker):
     """kafka-client-metrics (KIP-714's subscriptions as CLIENT_METRICS config resources): alter,
     describe, list, refused values, delete, then described with only the defaults left. Its
@@ -228,11 +284,13 @@ async def test_kafka_client_metrics_answers_as_on_kafka(gateway, kafka_broker):
         runs = await tools(
             [*cm, "--alter", "--name", name, "--metrics", "org.apache.kafka.producer.,org.apache.kafka.consumer.",
              "--interval", "1000", "--match", "client_id=nobody-.*"],
+            subscription_is(bs, name, "1000"),
             [*cm, "--describe", "--name", name],
             [*cm, "--list"],
             [*cm, "--alter", "--name", name, "--interval", "70"],
             [*cm, "--alter", "--name", name, "--match", "bogus=1"],
             [*cm, "--delete", "--name", name],
+            subscription_is(bs, name, None),
             [*cm, "--describe", "--name", name])
         listed = runs[2]
         return [(r.exit, r.out) for r in runs[:2]] + [(listed.exit, str(name in listed.out.split()))] + \

@@ -85,16 +85,30 @@ async def coordinator_ready(conn: Any, group: str) -> None:
     await eventually(ready, 30, "the group coordinator")
 
 
-async def set_group_config(bs: str, group: str, name: str, value: str) -> Any:
-    """Set one of the group's configs (IncrementalAlterConfigs); the admin client, for more."""
+async def set_group_config(bs: str, group: str, name: str, value: str) -> None:
+    """Set one of the group's configs (IncrementalAlterConfigs), awaited until DescribeConfigs reads
+    back a value other than the one before (Kafka writes a list as it parses it, "zone,rack"):
+    Kafka's broker applies a group's configs once the controller's record reaches its metadata
+    cache, a moment after the answer, and the join that follows must be told them."""
     import confluent_kafka.admin as cka
 
     admin = cka.AdminClient({"bootstrap.servers": bs})
+    group_resource = cka.ConfigResource(cka.ResourceType.GROUP, group)
+
+    def described() -> str | None:
+        (f,) = admin.describe_configs([group_resource]).values()
+        return f.result(TIMEOUT)[name].value  # type: ignore[no-any-return]
+
+    before = await asyncio.to_thread(described)
     resource = cka.ConfigResource(cka.ResourceType.GROUP, group, incremental_configs=[
         cka.ConfigEntry(name, value, incremental_operation=cka.AlterConfigOpType.SET)])
     (f,) = admin.incremental_alter_configs([resource]).values()
     await asyncio.to_thread(f.result, TIMEOUT)
-    return admin
+
+    async def applied() -> bool:
+        return await asyncio.to_thread(described) != before
+
+    await eventually(applied, TIMEOUT, f"group {group}'s {name} applied")
 
 
 async def group_configs(bs: str, group: str) -> list[tuple[str, str, bool]]:
@@ -102,7 +116,8 @@ async def group_configs(bs: str, group: str) -> list[tuple[str, str, bool]]:
     as DescribeConfigs lists them: the join that follows is told that interval."""
     import confluent_kafka.admin as cka
 
-    admin = await set_group_config(bs, group, "streams.heartbeat.interval.ms", "6000")
+    await set_group_config(bs, group, "streams.heartbeat.interval.ms", "6000")
+    admin = cka.AdminClient({"bootstrap.servers": bs})
     (f,) = admin.describe_configs([cka.ConfigResource(cka.ResourceType.GROUP, group)]).values()
     described = await asyncio.to_thread(f.result, TIMEOUT)
     return sorted((name, e.value, e.is_default) for name, e in described.items() if name.startswith("streams."))

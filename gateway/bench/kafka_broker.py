@@ -133,7 +133,11 @@ class KafkaBroker:
                 return
             if attempt == 2 or "Address already in use" not in self.log.read_text():
                 raise RuntimeError(f"the Kafka broker did not start; its log, {self.log}:\n{self.log_tail()}")
-            self.port, self.controller_port = free_port(), free_port()
+            self.choose_ports()
+
+    def choose_ports(self) -> None:
+        """Every listener's port chosen again, free now: another process took one after it was chosen."""
+        self.port, self.controller_port = free_port(), free_port()
 
     def _start(self, timeout: float) -> bool:
         """One try: whether the node started (else it is stopped, and its log says why)."""

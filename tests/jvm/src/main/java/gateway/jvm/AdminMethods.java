@@ -77,6 +77,7 @@ public final class AdminMethods {
             int node = admin.describeCluster().nodes().get().iterator().next().id();
             admin.createTopics(List.of(new NewTopic(name, 1, (short) 1), new NewTopic(markers.topic(), 1, (short) 1)))
                     .all().get();
+            Settled.until(() -> admin.describeTopics(List.of(name, markers.topic())).allTopicNames().get().size() == 2);
             // groups for the describe methods, and others for the delete methods, which come first
             admin.alterConsumerGroupOffsets(name, Map.of(p0, new OffsetAndMetadata(0))).all().get();
             admin.alterConsumerGroupOffsets(name + "-gone", Map.of(p0, new OffsetAndMetadata(0))).all().get();
@@ -94,6 +95,8 @@ public final class AdminMethods {
             report("alterClientQuotas", () -> admin.alterClientQuotas(List.of(new ClientQuotaAlteration(
                     new ClientQuotaEntity(Map.of(ClientQuotaEntity.CLIENT_ID, name)),
                     List.of(new ClientQuotaAlteration.Op("producer_byte_rate", 1024.0))))).all().get());
+            Settled.until(() -> !admin.describeClientQuotas(ClientQuotaFilter.containsOnly(List.of(
+                    ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.CLIENT_ID, name)))).entities().get().isEmpty());
             report("alterConsumerGroupOffsets", () -> admin.alterConsumerGroupOffsets(
                     name, Map.of(p0, new OffsetAndMetadata(0, "zero"))).all().get());
             report("alterPartitionReassignments", () -> admin.alterPartitionReassignments(
@@ -107,6 +110,7 @@ public final class AdminMethods {
             report("alterUserScramCredentials", () -> admin.alterUserScramCredentials(List.of(
                     new UserScramCredentialUpsertion(name, new ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096),
                             "secret"))).all().get());
+            Settled.until(() -> admin.describeUserScramCredentials(List.of(name)).all().get().size() == 1);
             report("clientInstanceId", () -> admin.clientInstanceId(Duration.ofSeconds(5)) != null);
             report("clientInstanceId, metrics pushed", () -> {
                 Properties props = Props.of(args[0], args, 2);
@@ -122,9 +126,12 @@ public final class AdminMethods {
             report("createAcls", () -> admin.createAcls(List.of(acl)).all().get());
             report("createDelegationToken", () -> admin.createDelegationToken().delegationToken().get() != null);
             report("createPartitions", () -> admin.createPartitions(Map.of(name, NewPartitions.increaseTo(2))).all().get());
+            Settled.until(() -> admin.describeTopics(List.of(name)).allTopicNames().get().get(name)
+                    .partitions().size() == 2);
             report("createTopics", () -> admin.createTopics(List.of(new NewTopic(name + "-new", 1, (short) 1)))
                     .all().get());
             report("deleteAcls", () -> admin.deleteAcls(List.of(acls)).all().get().size());
+            Settled.until(() -> admin.describeAcls(acls).values().get().isEmpty());
             report("deleteConsumerGroupOffsets", () -> admin.deleteConsumerGroupOffsets(name + "-gone", Set.of(p0)).all().get());
             report("deleteConsumerGroups", () -> admin.deleteConsumerGroups(List.of(name + "-gone")).all().get());
             report("deleteRecords", () -> admin.deleteRecords(Map.of(p0, RecordsToDelete.beforeOffset(0)))
@@ -136,6 +143,7 @@ public final class AdminMethods {
                     .all().get());
             report("deleteStreamsGroups", () -> admin.deleteStreamsGroups(List.of(name + "-streams")).all().get());
             report("deleteTopics", () -> admin.deleteTopics(List.of(name + "-new")).all().get());
+            Settled.until(() -> !admin.listTopics().names().get().contains(name + "-new"));
             report("describeAcls", () -> admin.describeAcls(acls).values().get().size());
             report("describeClassicGroups", () -> admin.describeClassicGroups(List.of(name)).all().get().values()
                     .stream().map(g -> g.state() + " members " + g.members().size()).toList());

@@ -50,11 +50,15 @@ public final class AdminOps {
             NewTopic newTopic = new NewTopic(topic, 2, (short) 1).configs(Map.of("retention.ms", "86400000"));
             report("create topic", () -> admin.createTopics(List.of(newTopic)).all().get());
             report("create it again", () -> admin.createTopics(List.of(newTopic)).all().get());
+            Settled.until(() -> admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
+                    .partitions().size() == 2);
             report("partitions", () -> partitions(admin, topic));
             report("configs", () -> configs(admin, resource));
             report("alter configs", () -> admin.incrementalAlterConfigs(Map.of(resource, List.of(
                     new AlterConfigOp(new ConfigEntry("max.message.bytes", "20000"), AlterConfigOp.OpType.SET),
                     new AlterConfigOp(new ConfigEntry("retention.ms", ""), AlterConfigOp.OpType.DELETE)))).all().get());
+            Settled.until(() -> admin.describeConfigs(List.of(resource)).all().get().get(resource)
+                    .get("max.message.bytes").value().equals("20000"));
             report("configs", () -> configs(admin, resource));
 
             long base = produceTen(args[0], p0);
@@ -76,6 +80,8 @@ public final class AdminOps {
             report("delete beyond the end", () -> admin.deleteRecords(Map.of(p0, RecordsToDelete.beforeOffset(99)))
                     .lowWatermarks().get(p0).get().lowWatermark());
             report("create partitions", () -> admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(3))).all().get());
+            Settled.until(() -> admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
+                    .partitions().size() == 3);
             report("partitions", () -> partitions(admin, topic));
             report("as many partitions", () -> admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(3))).all().get());
             report("fewer partitions", () -> admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(1))).all().get());
@@ -100,8 +106,10 @@ public final class AdminOps {
             AclBindingFilter filter = new AclBindingFilter(
                     new ResourcePatternFilter(ResourceType.TOPIC, topic, PatternType.ANY), AccessControlEntryFilter.ANY);
             report("create acls", () -> admin.createAcls(List.of(acl)).all().get());
+            Settled.until(() -> admin.describeAcls(filter).values().get().size() == 1);
             report("describe acls", () -> admin.describeAcls(filter).values().get());
             report("delete acls", () -> admin.deleteAcls(List.of(filter)).all().get());
+            Settled.until(() -> admin.describeAcls(filter).values().get().isEmpty());
             report("describe acls", () -> admin.describeAcls(filter).values().get());
 
             String missing = topic + "-missing";
@@ -134,6 +142,7 @@ public final class AdminOps {
             });
 
             report("delete topic", () -> admin.deleteTopics(List.of(topic)).all().get());
+            Settled.until(() -> !admin.listTopics().names().get().contains(topic));
             report("partitions", () -> partitions(admin, topic));
         }
     }
