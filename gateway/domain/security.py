@@ -517,6 +517,7 @@ class SecurityService:
         self._decisions: dict[tuple[str, str | None, ResourceType, str, Operation], bool] = {}
         self._expires = 0.0
         self._loaded = False
+        self._generation = 0  # ACL changes made through this gateway
 
     # -- authentication --------------------------------------------------------------------------
 
@@ -622,7 +623,10 @@ class SecurityService:
         return [op for op in SUPPORTED_OPERATIONS[resource] if await self.authorize(principal, resource, name, op, host)]
 
     async def _reload(self) -> None:
-        """Read the ACLs again; while Redis is away the last ones read stay in force (none: deny)."""
+        """Read the ACLs again; while Redis is away the last ones read stay in force (none: deny).
+        A read that an ACL change through this gateway overtook is used once, not trusted for the
+        cache's lifetime: the change may have landed after Redis answered it."""
+        generation = self._generation
         try:
             entries = await self.store.acls()
         except GatewayError as exc:
@@ -636,9 +640,10 @@ class SecurityService:
         self._acls = by_principal
         self._decisions = {}
         self._loaded = True
-        self._expires = time.monotonic() + self.cache_seconds
+        self._expires = time.monotonic() + self.cache_seconds if generation == self._generation else 0.0
 
     def _changed(self) -> None:
+        self._generation += 1
         self._expires = 0.0
 
     # -- administration --------------------------------------------------------------------------
