@@ -7,6 +7,7 @@ code, so callers decide to retry from the type, never from a message.
 
 from __future__ import annotations
 
+import logging
 from enum import IntEnum
 
 
@@ -288,6 +289,15 @@ class NotEnoughReplicasAfterAppend(GatewayError):
 
 AWAY = (StorageUnavailable, NotEnoughReplicas, NotEnoughReplicasAfterAppend)
 """Redis, or the replicas a write waits for, away for now: background work retries these quietly."""
+
+
+def log_failure(log: logging.Logger, what: str, exc: BaseException, then: str) -> None:
+    """A background step's failure: Redis or its replicas away is expected, one WARNING line naming
+    it; anything else is a bug, logged with its traceback."""
+    if isinstance(exc, AWAY):
+        log.warning("%s: %s; %s", what, exc, then)
+    else:
+        log.error("%s failed; %s", what, then, exc_info=exc)
 
 _BY_CODE: dict[ErrorCode, type[GatewayError]] = {}
 for _cls in list(globals().values()):
