@@ -324,6 +324,29 @@ async def test_native_acks_all_and_subscription_acks_wait_for_the_replica(pair: 
             await producer.send(b"c")
 
 
+async def test_native_creation_refused_while_the_replica_is_away_is_retried_until_it_returns(
+        pair: Pair, gateway: Gateway) -> None:
+    """The client tries a producer's creation again while the gateway refuses it retriably
+    (NotEnoughReplicas: the topic it auto-creates is a state change, which waits for the replica that
+    is away), as Pulsar's client does within its operation timeout, and succeeds once the replica is
+    back; so does a subscription's."""
+    async with await Client.connect(native_url(gateway), operation_timeout=TIMEOUT) as client:
+        before = samples(await scrape(gateway))
+        pair.replica.stop()
+        creating = asyncio.create_task(client.create_producer("auto", acks="all"))
+
+        async def refused() -> bool:
+            return moved(before, samples(await scrape(gateway)), "gateway_request_errors_total", face="native",
+                         api="create_producer", code="NOT_ENOUGH_REPLICAS") > 0
+        await eventually(refused, TIMEOUT, "the creation refused NOT_ENOUGH_REPLICAS")
+        assert not creating.done()  # the client tries again
+        pair.replica.start()
+        producer = await creating
+        consumer = await client.subscribe("auto", "s", initial_position="earliest")
+        assert (await producer.send(b"a")).offset == 0
+        assert (await consumer.receive(timeout=TIMEOUT)).value == b"a"
+
+
 async def test_replicas_are_shown_and_a_min_insync_they_cannot_meet_is_logged_at_start_up(
         pair: Pair, gateway: Gateway, caplog: pytest.LogCaptureFixture) -> None:
     await asyncio.to_thread(_create, kafka_bootstrap(gateway), "t", 2)
