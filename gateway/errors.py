@@ -7,6 +7,7 @@ code, so callers decide to retry from the type, never from a message.
 
 from __future__ import annotations
 
+import logging
 from enum import IntEnum
 
 
@@ -71,6 +72,10 @@ class GatewayError(Exception):
     """Root of every error the gateway raises on purpose; `code` says what went wrong."""
 
     code: ErrorCode = ErrorCode.UNKNOWN
+    storage_failed: bool = False
+    """Redis failed under the operation (it could not be reached, or a connection dropped after a
+    write was sent, its outcome unknown) rather than answering or refusing it: Kafka's face closes a
+    produce's connection on it, as a leader gone mid-request would (gateway/kafka/produce.py)."""
 
     def __init__(self, message: str = "", code: ErrorCode | None = None) -> None:
         if code is not None:
@@ -158,11 +163,14 @@ class StorageUnavailable(GatewayError):
     """Redis cannot be reached; retry later."""
 
     code = ErrorCode.STORAGE_UNAVAILABLE
+    storage_failed = True
 
 
 class StorageRefused(StorageUnavailable):
-    """Redis is reachable but the gateway will not write to it (an evicting maxmemory-policy): nothing
-    was sent, so unlike Redis gone mid-produce the client is answered and may retry."""
+    """Redis is reachable but the gateway will not write to it (an evicting maxmemory-policy): a
+    refusal, nothing sent, so unlike Redis gone mid-produce the client is answered and may retry."""
+
+    storage_failed = False
 
 
 class StorageFull(GatewayError):
@@ -180,6 +188,8 @@ class Timeout(GatewayError):
 
 class ReplyLost(Timeout):
     """A write sent to Redis whose reply a dropped connection lost: it may have been applied."""
+
+    storage_failed = True
 
 
 class InvalidPartitions(GatewayError):
@@ -280,11 +290,20 @@ class NotEnoughReplicasAfterAppend(GatewayError):
 AWAY = (StorageUnavailable, NotEnoughReplicas, NotEnoughReplicasAfterAppend)
 """Redis, or the replicas a write waits for, away for now: background work retries these quietly."""
 
-_BY_CODE: dict[ErrorCode, type[GatewayError]] = {
-    cls.code: cls
-    for cls in list(globals().values())
-    if isinstance(cls, type) and issubclass(cls, GatewayError) and cls is not GatewayError
-}
+
+def log_failure(log: logging.Logger, what: str, exc: BaseException, then: str) -> None:
+    """A background step's failure: Redis or its replicas away is expected, one WARNING line naming
+    it; anything else is a bug, logged with its traceback."""
+    if isinstance(exc, AWAY):
+        log.warning("%s: %s; %s", what, exc, then)
+    else:
+        log.error("%s failed; %s", what, then, exc_info=exc)
+
+_BY_CODE: dict[ErrorCode, type[GatewayError]] = {}
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, GatewayError) and _cls is not GatewayError:
+        # a code's first class: a narrower one (ReplyLost, StorageRefused) says more than a code can
+        _BY_CODE.setdefault(_cls.code, _cls)
 
 
 def error_for(code: int, message: str = "") -> GatewayError:

@@ -168,6 +168,38 @@ def compression(client: str, codec: str) -> dict[str, object]:
     return {"compression_type": None if codec == "none" else codec}
 
 
+RETRIABLE = {"REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR", "NOT_CONTROLLER",  # Kafka's RetriableExceptions here
+             "_TRANSPORT"}  # librdkafka's broken connection: Java's admin client retries it (NetworkException)
+
+
+def create_topics_retried(bs: str, *topics: str, partitions: int = 1, config: dict[str, str] | None = None,
+                          seconds: float = 60.0) -> None:
+    """Create `topics` with confluent-kafka's AdminClient, again while a creation is refused
+    retriably (a replica too slow for the gateway's wait, a primary cut off from its replicas or
+    taken away, a gateway cut off from the client) for `seconds`, as a Kafka client retries a
+    RetriableException after its retry.backoff.ms. A topic already there counts as created: an
+    earlier try may have reached the replicas after its refusal."""
+    import confluent_kafka.admin as cka
+
+    admin = cka.AdminClient({"bootstrap.servers": bs})
+    deadline, left = time.monotonic() + seconds, list(topics)
+    while left:
+        futures = admin.create_topics([cka.NewTopic(t, partitions, 1, config=config or {}) for t in left],
+                                      request_timeout=30)
+        for topic, future in futures.items():
+            try:
+                future.result(60)
+            except ck.KafkaException as exc:
+                err = exc.args[0]
+                if err.code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
+                    if (err.retriable() or err.name() in RETRIABLE) and time.monotonic() < deadline:
+                        continue
+                    raise
+            left.remove(topic)
+        if left:
+            time.sleep(0.5)  # the backoff between tries, as a client's retry.backoff.ms
+
+
 async def create_topic(bs: str, topic: str, partitions: int = 1, **configs: str) -> None:
     """Create a topic with confluent-kafka's AdminClient, failing on any error."""
     import confluent_kafka.admin as cka

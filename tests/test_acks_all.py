@@ -17,7 +17,6 @@ import aiohttp
 import confluent_kafka as ck
 import pytest
 import redis as redis_sync
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from gateway.client import Client, NotEnoughReplicas
 from gateway.domain import features
@@ -29,6 +28,7 @@ from gateway.store import Store, keys
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from gateway.store.groups import CommittedOffset
 from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, running_gateway, test_config
+from tests.kafka_clients import create_topics_retried
 from tests.kafka_wire import call
 from tests.test_metrics import moved, samples, scrape, value
 
@@ -85,20 +85,9 @@ async def gateway(pair: Pair) -> AsyncIterator[Gateway]:
 
 
 def _create(bs: str, topic: str, min_insync: int) -> None:
-    """The topic created, again while its creation is refused retriably (a replica too slow for a
-    quick gateway's wait on a loaded machine), as a user's script does; it already existing then
-    means an earlier attempt reached the replicas after its answer."""
-    admin = AdminClient({"bootstrap.servers": bs})
-    for _ in range(5):
-        (f,) = admin.create_topics([NewTopic(topic, 1, config={"min.insync.replicas": str(min_insync)})]).values()
-        try:
-            return f.result(TIMEOUT)
-        except ck.KafkaException as exc:
-            if exc.args[0].code() == ck.KafkaError.TOPIC_ALREADY_EXISTS:
-                return None
-            if not exc.args[0].retriable():
-                raise
-    raise AssertionError(f"topic {topic} never created")
+    """The topic created, again while refused retriably (a replica too slow for a quick gateway's
+    wait on a loaded machine), as a user's script does."""
+    create_topics_retried(bs, topic, config={"min.insync.replicas": str(min_insync)}, seconds=TIMEOUT)
 
 
 def _produce(bs: str, values: list[bytes], topic: str = "t", on_delivery: Any = None,
@@ -333,6 +322,29 @@ async def test_native_acks_all_and_subscription_acks_wait_for_the_replica(pair: 
         pair.replica.stop()
         with pytest.raises(NotEnoughReplicas):  # retried for its send timeout; the last try refused
             await producer.send(b"c")
+
+
+async def test_native_creation_refused_while_the_replica_is_away_is_retried_until_it_returns(
+        pair: Pair, gateway: Gateway) -> None:
+    """The client tries a producer's creation again while the gateway refuses it retriably
+    (NotEnoughReplicas: the topic it auto-creates is a state change, which waits for the replica that
+    is away), as Pulsar's client does within its operation timeout, and succeeds once the replica is
+    back; so does a subscription's."""
+    async with await Client.connect(native_url(gateway), operation_timeout=TIMEOUT) as client:
+        before = samples(await scrape(gateway))
+        pair.replica.stop()
+        creating = asyncio.create_task(client.create_producer("auto", acks="all"))
+
+        async def refused() -> bool:
+            return moved(before, samples(await scrape(gateway)), "gateway_request_errors_total", face="native",
+                         api="create_producer", code="NOT_ENOUGH_REPLICAS") > 0
+        await eventually(refused, TIMEOUT, "the creation refused NOT_ENOUGH_REPLICAS")
+        assert not creating.done()  # the client tries again
+        pair.replica.start()
+        producer = await creating
+        consumer = await client.subscribe("auto", "s", initial_position="earliest")
+        assert (await producer.send(b"a")).offset == 0
+        assert (await consumer.receive(timeout=TIMEOUT)).value == b"a"
 
 
 async def test_replicas_are_shown_and_a_min_insync_they_cannot_meet_is_logged_at_start_up(

@@ -17,7 +17,7 @@ from gateway.kafka.dispatch import ApiKey, load_handlers, supported
 from gateway.server.gateway import Gateway
 from gateway.store.embedded import EmbeddedRedis
 from tests import kafka_wire
-from tests.conftest import running_gateway, test_config
+from tests.conftest import eventually, running_gateway, test_config
 
 _LEFT_OUT = {ApiKey.PRODUCE, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE}
 """PRODUCE closes on purpose; the SASL exchange is a state machine of its own, with no Redis in it."""
@@ -72,3 +72,21 @@ async def test_telemetry_subscription_is_refused_retriably(gateway_without_redis
     finally:
         conn[1].close()
 
+
+
+async def test_background_work_warns_in_one_line_while_redis_is_away(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Redis going away is expected: the memory sampler and the group coordinator's adoption of
+    stored groups (which logged a traceback) each say so in a WARNING line, the sampler once an outage."""
+    redis = EmbeddedRedis(tmp_path)
+    redis.start()
+    try:
+        async with running_gateway(test_config(redis.url, lease_ms=1000)):
+            redis.stop()
+            caplog.clear()
+            lines = ("sampling Redis's memory: redis unavailable", "adopting stored groups: redis unavailable")
+            await eventually(lambda: all(line in caplog.text for line in lines), 20, "both warnings")
+            assert not [r.getMessage() for r in caplog.records if r.exc_info]
+            assert caplog.text.count(lines[0]) == 1
+    finally:
+        redis.stop()

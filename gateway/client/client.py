@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import timedelta
 from ssl import SSLContext
@@ -139,6 +140,24 @@ class Client:
         req = build() if callable(build) else build
         return await self._conn.request(req, timeout)
 
+    async def _created(self, build: Callable[[], pb.Request]) -> pb.Response:
+        """A producer's or consumer's creation, sent again while the gateway refuses it retriably
+        (NotEnoughReplicas while a Redis replica reconnects, StorageUnavailable while Redis fails
+        over), after a backoff from 0.1 s doubling to 2 s, until `operation_timeout` has passed since
+        the first try; then the last refusal. Pulsar's client retries a producer's creation so
+        (ProducerImpl: createProducerTimeout, its operation timeout), as Kafka's clients retry a
+        RetriableException (retry.backoff.ms up to retry.backoff.max.ms). A lost connection is not
+        retried here: the creation may have reached the gateway."""
+        deadline, delay = time.monotonic() + self._timeout, 0.1
+        while True:
+            try:
+                return await self.request(build, timeout=max(0.01, deadline - time.monotonic()))
+            except GatewayError as exc:
+                if not exc.retriable or isinstance(exc, ConnectionLost) or time.monotonic() + delay >= deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
     def _lost(self, reason: GatewayError) -> None:
         if self._closing or not self._reconnect:
             return
@@ -206,6 +225,8 @@ class Client:
         key_schema: Schema | None = None,
     ) -> Producer:
         """A producer on `topic` (created when the gateway auto-creates topics, else TopicNotFound).
+        A retriable refusal of its creation (too few Redis replicas for a moment) is tried again
+        within the client's `operation_timeout`, as Pulsar's client does.
 
         Messages wait up to `linger_ms` to share a batch; `batching=False` sends each alone.
         `acks="all"`: a send completes once the topic's `min.insync.replicas` - 1 Redis replicas hold
@@ -221,7 +242,7 @@ class Client:
             raise ValueError(f'acks is "1" or "all", not {acks!r}')
         wire = pb.ALL if acks == "all" else pb.LEADER
         typed = await Typed.bind(self.registry, topic, schema, key_schema, producing=True)
-        resp = await self.request(creation(topic, producer_name or "", wire, send_timeout))
+        resp = await self._created(lambda: creation(topic, producer_name or "", wire, send_timeout))
         created = resp.producer_created
         producer = Producer(
             self,
@@ -266,7 +287,8 @@ class Client:
         schema: Schema | None = None,
         key_schema: Schema | None = None,
     ) -> Consumer:
-        """A consumer of every partition of `topic` on `subscription`.
+        """A consumer of every partition of `topic` on `subscription`; a retriable refusal is tried
+        again within `operation_timeout`, as `create_producer`'s.
 
         `mode`: exclusive (a second consumer gets ConsumerBusy), failover, shared, or key_shared
         (messages of one key go to one consumer at a time; give each consumer a `consumer_name`, which
@@ -309,7 +331,7 @@ class Client:
         typed = await Typed.bind(self.registry, topic, schema, key_schema, producing=False)
 
         async def open_one(subscribe: pb.Subscribe) -> Consumer:
-            resp = await self.request(pb.Request(subscribe=subscribe))
+            resp = await self._created(lambda: pb.Request(subscribe=subscribe))
             consumer = Consumer(
                 self,
                 subscribe,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gateway.clock import now_ms
 from gateway.domain.memory import MemoryBudget
 from gateway.domain.roles import NO_LEASE, Lease
-from gateway.errors import AWAY, CorruptMessage, NotAllowed
+from gateway.errors import CorruptMessage, NotAllowed, log_failure
 from gateway.formats.records import BatchBuilder, iter_records, parse_header, split_batches
 from gateway.store import Store
 from gateway.store.delay import DelayConfig, DelayItem, DelayStats, Moved, Part, Scheduled
@@ -267,11 +267,8 @@ class DelayScheduler:
             try:
                 await self.step()
                 earliest = await self.index.earliest_due()
-            except AWAY as exc:  # expected while Redis or its replicas are away: no traceback
-                log.warning("delay scheduler: %s; retrying", exc)
-                earliest = None
-            except Exception:
-                log.exception("delay scheduler step failed; retrying")
+            except Exception as exc:
+                log_failure(log, "delay scheduler", exc, "retrying")
                 earliest = None
             self._until_ms = earliest
             timeout = self.max_sleep

@@ -31,7 +31,7 @@ import logging
 import math
 import time
 
-from gateway.errors import AWAY, GatewayError, StorageFull, StorageRefused
+from gateway.errors import AWAY, GatewayError, StorageFull, StorageRefused, log_failure
 from gateway.store import Store
 from gateway.store.memory import PrimaryMemory
 
@@ -76,6 +76,7 @@ class MemoryBudget:
         self._stop = asyncio.Event()
         self._warned = -WARN_EVERY
         self.refused = 0  # produces refused for memory since the gateway started
+        self._away = False  # the last sample failed for Redis away: warned once, until one succeeds
 
     # -- start-up and sampling ----------------------------------------------------------------
 
@@ -103,10 +104,11 @@ class MemoryBudget:
         while not self._stop.is_set():
             try:
                 await self.sample()
-            except AWAY:  # Redis away: the last state stands, and produce finds out for itself
-                pass
-            except Exception:
-                log.exception("sampling Redis's memory failed; trying again in %.1f s", self.interval)
+                self._away = False
+            except Exception as exc:  # the last state stands; produce finds out for itself
+                if not (self._away and isinstance(exc, AWAY)):  # one line an outage, not one a sample
+                    log_failure(log, "sampling Redis's memory", exc, "the last sample stands until one succeeds")
+                self._away = isinstance(exc, AWAY)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._next_sample()):

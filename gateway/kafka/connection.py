@@ -29,7 +29,7 @@ from kio.schema.index import api_key_map
 
 from gateway import telemetry
 from gateway.domain.services import Services
-from gateway.errors import StorageUnavailable
+from gateway.errors import StorageUnavailable, log_failure
 from gateway.kafka import codec, sasl
 from gateway.kafka.api_versions import unsupported_version_body
 from gateway.kafka.client_quotas import counts_time, throttled_response
@@ -116,8 +116,9 @@ class KafkaConnection:
             for close in list(self.state.closers.values()):
                 try:
                     await close()
-                except Exception:
-                    log.exception("kafka client %s: ending what its connection held failed", self.state.peer)
+                except Exception as exc:
+                    log_failure(log, f"kafka client {self.state.peer}: ending what its connection held", exc,
+                                "left to its timeout")
 
     async def _muted(self) -> None:
         """A throttled client's channel stays muted for its throttle time, as Kafka's broker mutes it

@@ -25,14 +25,7 @@ from gateway import telemetry
 from gateway.domain.log import Produced
 from gateway.domain.quotas import PRODUCE, REQUEST
 from gateway.domain.security import Operation, ResourceType
-from gateway.errors import (
-    GatewayError,
-    InvalidRecord,
-    InvalidTxnState,
-    ReplyLost,
-    StorageRefused,
-    StorageUnavailable,
-)
+from gateway.errors import GatewayError, InvalidRecord, InvalidTxnState
 from gateway.formats.records import ATTR_TRANSACTIONAL, HEADER, HEADER_SIZE
 from gateway.kafka.client_quotas import counts_time, recorded, request_time, throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
@@ -123,8 +116,7 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                                                       verify_txn=ctx.api_version < TXN_V2_PRODUCE)
         except GatewayError as exc:  # the whole round trip failed (Redis away): every partition says so
             appended = [Produced(t, p, exc) for t, p, _ in items]
-        if any(isinstance(d.result, ReplyLost | StorageUnavailable) and not isinstance(d.result, StorageRefused)
-               for d in appended):
+        if any(isinstance(d.result, GatewayError) and d.result.storage_failed for d in appended):
             # as from a leader gone mid-request: the connection closes, so the client retries its
             # in-flight produces in order, each maybe stored. An answer would let its next pipelined
             # produce, sent to the new primary, overtake this one (OUT_OF_ORDER_SEQUENCE_NUMBER), and
@@ -134,7 +126,8 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
             # reach Redis back and be refused out of order, and that epoch bump renumbers what the
             # producer holds for every partition, records another gateway's dropped connection left
             # maybe stored among them (rdkafka_request.c, rd_kafka_handle_idempotent_Produce_error:
-            # "skipped sequence numbers"; the soak's cluster:946129829)
+            # "skipped sequence numbers"; the soak's cluster:946129829). A refusal (an evicting
+            # maxmemory-policy, a full Redis, too few replicas) is answered, as Kafka answers its own
             log.info("kafka client %s: Redis failed under its produce; closing (%s)", ctx.connection.peer,
                      "; ".join(_outcome(d, blob) for (_, _, blob), d in zip(items, appended, strict=True)))
             ctx.connection.close = True

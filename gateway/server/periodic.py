@@ -11,7 +11,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from gateway.errors import AWAY
+from gateway.errors import log_failure
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,8 @@ class Periodic:
         while not self._stop.is_set():
             try:
                 await self.step()
-            except AWAY as exc:  # expected while Redis or its replicas are away: no traceback
-                log.warning("%s: %s; trying again in %.1f s", self.name, exc, self.interval)
-            except Exception:
-                log.exception("%s failed; trying again in %.1f s", self.name, self.interval)
+            except Exception as exc:
+                log_failure(log, self.name, exc, f"trying again in {self.interval:.1f} s")
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.interval):
                     await self._stop.wait()

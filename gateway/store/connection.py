@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -247,7 +248,15 @@ def _transport_closed(exc: BaseException) -> bool:
     cluster:946129829 and cluster:36135963: produces answered UNKNOWN_SERVER_ERROR)."""
     if isinstance(exc, RuntimeError):
         return "handler is closed" in str(exc)
-    return isinstance(exc, AttributeError) and exc.obj is None
+    return isinstance(exc, AttributeError) and exc.obj is None and _raised_in_redis_py(exc)
+
+
+def _raised_in_redis_py(exc: BaseException) -> bool:
+    """Whether `exc` was raised inside redis-py, not by the gateway's own code around its call."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}redis{os.sep}" in tb.tb_frame.f_code.co_filename
 
 
 def _counted(base: type[Any]) -> type[Any]:
@@ -329,9 +338,11 @@ def storage_full(exc: BaseException | object) -> StorageFull | None:
 
 
 def storage_error(exc: BaseException | object) -> StorageUnavailable | StorageFull | None:
-    """Redis's failure as ours, else None: away (its connection lost, refused, timed out; a
-    Cluster down) as the retriable `StorageUnavailable`, out of memory as `StorageFull`."""
-    if isinstance(exc, UNAVAILABLE):
+    """Redis's failure as ours, else None: away (its connection lost, refused, timed out, or closed
+    under a read or write in flight; a Cluster down, or none of its nodes reachable) as the retriable
+    `StorageUnavailable`, out of memory as `StorageFull`."""
+    if isinstance(exc, UNAVAILABLE) or (isinstance(exc, BaseException) and _transport_closed(exc)) or (
+            isinstance(exc, rexc.RedisClusterException) and isinstance(exc.__cause__, UNAVAILABLE)):
         return StorageUnavailable(f"redis unavailable: {exc}")
     return storage_full(exc)
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from tests.jepsen.workloads.common import create_topics, high_watermark
+from tests.jepsen.workloads.common import high_watermark
+from tests.kafka_clients import create_topics_retried
 
 
 def produce(bootstrap: str, topic: str, seconds: float, acks: str) -> list[list[int]]:
@@ -61,7 +62,7 @@ def main() -> None:
     parser.add_argument("--acks", choices=["all", "1"], default="all", help="all: idempotent too; 1: neither")
     parser.add_argument("--history", type=Path, help="write the JSON here rather than on standard output")
     args = parser.parse_args()
-    create_topics(args.bootstrap, 3, 2, args.topic)
+    create_topics_retried(args.bootstrap, args.topic, partitions=3, config={"min.insync.replicas": "2"})
     print("created", file=sys.stderr, flush=True)
     acked = produce(args.bootstrap, args.topic, args.seconds, args.acks)
     try:

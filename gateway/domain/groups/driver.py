@@ -27,6 +27,7 @@ from gateway.domain.groups.consumer import ConsumerGroup, ConsumerGroupConfig
 from gateway.domain.groups.errors import GroupError, GroupErrorKind
 from gateway.domain.groups.offsets import OffsetManager
 from gateway.domain.groups.streams import StreamsGroup, StreamsGroupConfig
+from gateway.errors import log_failure
 from gateway.store.consumer_groups import ConsumerGroupStore
 from gateway.store.groups import GroupStore
 from gateway.store.share_groups import ShareGroupStore
@@ -197,8 +198,8 @@ class GroupDriver:
                     if exc.kind is not GroupErrorKind.NOT_COORDINATOR:
                         log.warning("group %s: expiry failed (%s); retrying shortly", gid, exc)
                         failed = True
-                except Exception:
-                    log.exception("group %s: expiry failed; retrying shortly", gid)
+                except Exception as exc:
+                    log_failure(log, f"group {gid}: expiry", exc, "retrying shortly")
                     failed = True
             if failed:
                 await asyncio.sleep(0.5)
@@ -249,8 +250,8 @@ class GroupDriver:
                     found = await self._adoptable(gid, rt)
                     if found is not None:
                         await self._adopt(gid, rt, *found)
-        except Exception:
-            log.exception("could not adopt stored groups; trying again later")
+        except Exception as exc:
+            log_failure(log, "adopting stored groups", exc, "trying again later")
 
     async def _adoptable(self, group_id: str, rt: _Runtime) -> Adoption | None:
         """The stored group of this id with members, in whichever protocol's driver finds it

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from tests.jepsen.history import History
+from tests.kafka_clients import create_topics_retried
 
 FINAL = "final"  # the final read's process
 READ_SECONDS = 120.0  # a final read not done by then, everything healed, is an anomaly
@@ -79,39 +79,11 @@ def arguments(doc: str, *extra: tuple[str, dict[str, Any]]) -> argparse.Namespac
     return parser.parse_args()
 
 
-RETRIABLE = {"REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR", "NOT_CONTROLLER",  # Kafka's RetriableExceptions here
-             "_TRANSPORT"}  # librdkafka's broken connection: Java's admin client retries it (NetworkException)
-
-
 def create(args: argparse.Namespace, *topics: str) -> None:
-    """Create `topics` with `args.partitions` each (see create_topics)."""
-    create_topics(args.bootstrap, args.partitions, args.min_insync_replicas, *topics)
-
-
-def create_topics(bootstrap: str, partitions: int, min_insync_replicas: int, *topics: str) -> None:
-    """Create `topics`; one left from an earlier try is kept. A retriable refusal (a primary the faults
-    cut off from its replicas: REQUEST_TIMED_OUT; one they took away: KAFKA_STORAGE_ERROR; a gateway
-    cut off from the client: _TRANSPORT) is tried again for a minute, as a Kafka client retries a
-    RetriableException."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"min.insync.replicas": str(min_insync_replicas)}
-    deadline, left = time.monotonic() + 60, list(topics)
-    while left:
-        futures = admin.create_topics([NewTopic(t, partitions, 1, config=config) for t in left], request_timeout=30)
-        for topic, future in futures.items():
-            try:
-                future.result(60)
-            except KafkaException as exc:
-                err = exc.args[0]
-                if err.name() == "TOPIC_ALREADY_EXISTS":
-                    pass
-                elif (err.retriable() or err.name() in RETRIABLE) and time.monotonic() < deadline:
-                    continue
-                else:
-                    raise
-            left.remove(topic)
-        if left:
-            time.sleep(0.5)  # a retriable refusal's backoff, as a client's retry.backoff.ms
+    """Create `topics` with `args.partitions` each, tried again for a minute while refused retriably
+    (the faults cut a primary off from its replicas or take it away, or cut a gateway off)."""
+    create_topics_retried(args.bootstrap, *topics, partitions=args.partitions,
+                          config={"min.insync.replicas": str(args.min_insync_replicas)})
 
 
 def high_watermark(c: Consumer, tp: TopicPartition) -> int:

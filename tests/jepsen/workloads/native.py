@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 from gateway.client import Client, Consumer, Message, Producer
 from gateway.errors import GatewayError
@@ -23,25 +21,9 @@ from tests.jepsen.history import History
 from tests.jepsen.workloads.common import Record, arguments, create, final_read
 
 PRODUCER, SUBSCRIPTION = "native-producer", "native-subscription"
-BOUND = 15.0  # each call's wait; the client's own operation timeout is below it
+BOUND = 15.0  # each call's wait; the producer's send timeout is below it
 FAILED = (GatewayError, OSError, asyncio.TimeoutError)
-SETUP_SECONDS = 60.0  # how long a retriable refusal of the producer's or subscription's creation is tried again
-T = TypeVar("T")
-
-
-async def _retried(make: Callable[[], Awaitable[T]]) -> T:
-    """`make()`, tried again while the client calls its refusal retriable (a Redis primary cut off
-    from its replicas: NotEnoughReplicas), within SETUP_SECONDS, as Pulsar's client retries a
-    producer's or consumer's creation on a retriable error within its operation timeout."""
-    deadline, delay = time.monotonic() + SETUP_SECONDS, 0.1
-    while True:
-        try:
-            return await asyncio.wait_for(make(), BOUND)
-        except GatewayError as exc:
-            if not exc.retriable or time.monotonic() + delay >= deadline:
-                raise
-        await asyncio.sleep(delay)  # the client's backoff between tries
-        delay = min(delay * 2, 2.0)
+SETUP_SECONDS = 60.0  # the client's operation timeout: within it, it retries a retriable refusal of a creation
 
 
 def _record(m: Message) -> Record:
@@ -76,11 +58,10 @@ async def _receive(history: History, consumer: Consumer) -> None:
 
 async def run(native: str, topic: str, partitions: int, seconds: float, acks: str, history: History) -> None:
     deadline = time.monotonic() + seconds
-    client = await asyncio.wait_for(Client.connect(f"gateway://{native}", operation_timeout=10.0), BOUND)
+    client = await asyncio.wait_for(Client.connect(f"gateway://{native}", operation_timeout=SETUP_SECONDS), BOUND)
     try:
-        producer = await _retried(lambda: client.create_producer(topic, acks=acks, send_timeout=10.0))
-        consumer = await _retried(lambda: client.subscribe(topic, f"{topic}-sub", mode="exclusive",
-                                                           initial_position="earliest"))
+        producer = await client.create_producer(topic, acks=acks, send_timeout=10.0)
+        consumer = await client.subscribe(topic, f"{topic}-sub", mode="exclusive", initial_position="earliest")
         i = 0
         while time.monotonic() < deadline:
             await asyncio.gather(*(_send(history, producer, topic, f"{topic}-{i + p}", p) for p in range(partitions)))
