@@ -179,7 +179,19 @@ class Timeout(GatewayError):
 
 
 class ReplyLost(Timeout):
-    """A write sent to Redis whose reply a dropped connection lost: it may have been applied."""
+    """A write sent to Redis whose reply a dropped connection lost, or that no reply answered within
+    its request's timeout: it may have been applied."""
+
+
+class ReplicationTimedOut(Timeout):
+    """Appended, but its replicas did not confirm it within the produce's timeout: Kafka's leader
+    answers REQUEST_TIMED_OUT when a DelayedProduce expires, with the offsets the append took
+    (kafka.server.DelayedProduce); an idempotent retry is answered as the original."""
+
+    def __init__(self, message: str, base_offset: int, log_start: int) -> None:
+        super().__init__(message)
+        self.base_offset = base_offset
+        self.log_start = log_start
 
 
 class InvalidPartitions(GatewayError):
@@ -283,7 +295,9 @@ AWAY = (StorageUnavailable, NotEnoughReplicas, NotEnoughReplicasAfterAppend)
 _BY_CODE: dict[ErrorCode, type[GatewayError]] = {
     cls.code: cls
     for cls in list(globals().values())
-    if isinstance(cls, type) and issubclass(cls, GatewayError) and cls is not GatewayError
+    # the class that declares a code stands for it, not a subclass that says more than a code can
+    # (ReplyLost, ReplicationTimedOut, StorageRefused)
+    if isinstance(cls, type) and issubclass(cls, GatewayError) and cls is not GatewayError and "code" in vars(cls)
 }
 
 

@@ -2,8 +2,10 @@
 
 acks=0 gets no response at all; acks=1 is answered once Redis has the batches; acks=-1 (all) on a
 topic with min.insync.replicas N also waits for N-1 Redis replicas to hold them (Redis's WAIT),
-answering NOT_ENOUGH_REPLICAS (nothing written) or NOT_ENOUGH_REPLICAS_AFTER_APPEND as Kafka's
-leader does (ReplicaManager/Partition.appendRecordsToLeader). The response is hand-encoded (the hot path).
+answering NOT_ENOUGH_REPLICAS (nothing written) as Kafka's leader does
+(ReplicaManager/Partition.appendRecordsToLeader), and REQUEST_TIMED_OUT, with the offsets the
+batch took, when they do not confirm it within the request's `timeout_ms`, as Kafka's
+DelayedProduce expires; never later, whatever Redis does meanwhile. The response is hand-encoded (the hot path).
 A batch refused for bad records names them in `record_errors` from v8 (KIP-467), with the refusal's
 text as `error_message`, as ReplicaManager answers a RecordValidationException.
 
@@ -29,6 +31,7 @@ from gateway.errors import (
     GatewayError,
     InvalidRecord,
     InvalidTxnState,
+    ReplicationTimedOut,
     ReplyLost,
     StorageRefused,
     StorageUnavailable,
@@ -138,8 +141,8 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
             log.info("kafka client %s: Redis failed under its produce; closing", ctx.connection.peer)
             ctx.connection.close = True
             return None
-        refused = [(d.topic, d.partition) for d in appended
-                   if isinstance(d.result, Exception) and kafka_error(d.result) not in BEFORE_THE_LOG]
+        refused = [(d.topic, d.partition) for d in appended if isinstance(d.result, Exception)
+                   and not isinstance(d.result, ReplicationTimedOut) and kafka_error(d.result) not in BEFORE_THE_LOG]
         starts: dict[tuple[str, int], tuple[int, int] | None] = {}
         if refused:
             try:
@@ -150,7 +153,10 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
             appended = await _unverified(ctx, tid, items, appended)
         for (_, _, blob), done in zip(items, appended, strict=True):
             r = done.result
-            if isinstance(r, Exception):
+            if isinstance(r, ReplicationTimedOut):  # the append's own answer, its error REQUEST_TIMED_OUT
+                res = PartitionResult(done.partition, kafka_error(r), r.base_offset, r.log_start,
+                                      log_append_time=done.log_append_time)
+            elif isinstance(r, Exception):
                 bounds = starts.get((done.topic, done.partition))
                 code = kafka_error(r)
                 if code == KafkaError.invalid_txn_state and ctx.api_version >= ABORTABLE_FROM:

@@ -121,10 +121,17 @@ class Waits:
     """Redis's WAIT on the connections that write for the replicas: at most one in flight on each,
     and every write sent while one is in flight shares the next. WAIT blocks its connection in Redis,
     so writes sent meanwhile run only after it returns, and the next WAIT, sent then, covers them:
-    pipelined requests share WAITs instead of queueing one each."""
+    pipelined requests share WAITs instead of queueing one each.
+
+    Each waiter's timeout counts from its own `after`, not from the WAIT that serves it: a WAIT is
+    given what is left of its earliest waiter's time. A write that joined the next WAIT while a
+    stalled replica held the first one through its whole timeout would otherwise wait a second
+    timeout on top (a produce answered after twice its `timeout_ms`, its client timing it out
+    first: tests/jepsen soak sentinel:461914276), where Kafka's DelayedProduce expires each
+    produce on its own timeout."""
 
     def __init__(self) -> None:
-        self._next: dict[RespConnection, tuple[asyncio.Future[int], list[int], list[int]]] = {}
+        self._next: dict[RespConnection, tuple[asyncio.Future[int], list[int], list[float]]] = {}
         self._flying: set[RespConnection] = set()
 
     def after(self, conn: RespConnection, replicas: int, timeout_ms: int) -> asyncio.Future[int]:
@@ -136,7 +143,7 @@ class Waits:
             # connection lost under a paused primary): the failure is theirs, never a logged orphan
             group[0].add_done_callback(_observed)
         group[1].append(replicas)
-        group[2].append(timeout_ms)
+        group[2].append(asyncio.get_running_loop().time() + timeout_ms / 1000)  # its deadline
         if conn not in self._flying:
             self._send(conn)
         return group[0]
@@ -147,9 +154,10 @@ class Waits:
             self._flying.discard(conn)
             return
         self._flying.add(conn)
-        fut, replicas, timeouts = group
+        fut, replicas, deadlines = group
+        left_ms = (min(deadlines) - asyncio.get_running_loop().time()) * 1000
         # timeout 0 would block for ever: WAIT's timeout is at least a millisecond
-        sent = conn.pipeline([("WAIT", max(replicas), max(1, min(timeouts)))])
+        sent = conn.pipeline([("WAIT", max(replicas), max(1, int(left_ms)))])
         sent.add_done_callback(lambda done: self._answered(conn, fut, done))
 
     def _answered(self, conn: RespConnection, fut: asyncio.Future[int], done: asyncio.Future[list[Any]]) -> None:
