@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import signal
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -580,3 +581,29 @@ async def test_a_produce_to_a_stopped_primary_is_answered_in_time_and_its_retrie
     assert await asyncio.to_thread(producer.flush, TIMEOUT * 2) == 0
     assert out == [(None, 0), (None, 1)]
     assert _high_watermark(pair) == 2
+
+
+async def test_a_produce_whose_topic_read_a_stopped_redis_leaves_unanswered_closes_in_time(pair, gateway):
+    """Produce v13 names its topics by id, each looked up afresh before anything is written: with
+    Redis stopped that read waits for its resumption. It is cancelled within the produce's timeout
+    and the connection closed, as when Redis is found away; nothing was sent, so nothing is written
+    when Redis resumes."""
+    await asyncio.to_thread(_create, kafka_bootstrap(gateway), "t", 1)
+    info = await gateway.services.log.topic("t", create=False)
+    assert info is not None and pair.primary.proc is not None
+    timeout_ms = 2000
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    os.kill(pair.primary.proc.pid, signal.SIGSTOP)
+    try:
+        writer.write(request(build_request(ApiKey.PRODUCE, 13, {
+            "transactional_id": None, "acks": 1, "timeout": timeout_ms,
+            "topic_data": [{"topic_id": uuid.UUID(info.topic_id),
+                            "partition_data": [{"index": 0, "records": build_batch([(None, b"a", [])])}]}],
+        }), 0))
+        async with asyncio.timeout(timeout_ms / 1000 + ANSWER_MARGIN):  # the client's patience
+            closed = await reader.read()
+    finally:
+        os.kill(pair.primary.proc.pid, signal.SIGCONT)
+        writer.close()
+    assert closed == b""
+    assert _high_watermark(pair) == 0

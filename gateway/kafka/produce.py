@@ -17,6 +17,7 @@ the response names topics by the ids asked for.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, replace
@@ -54,6 +55,10 @@ BEFORE_THE_LOG = frozenset({
     KafkaError.record_list_too_large, KafkaError.corrupt_message, KafkaError.kafka_storage_error,
 })
 
+# a produce is answered by this share of its timeout_ms at the latest (the store gives up on its
+# appends before: `LogStore.append`), of MIN_TIMEOUT_MS when it asks for less (acks=0 and 1 send any)
+ANSWER_BY = 0.95
+MIN_TIMEOUT_MS = 1_000
 TXN_V2_PRODUCE = 12  # KIP-890 part 2: from this version a transactional producer speaks transactions V2
 ABORTABLE_FROM = 11  # KIP-890: from this version a producer is told TRANSACTION_ABORTABLE, and aborts
 
@@ -79,6 +84,38 @@ def _transactional(req: ProduceRequest) -> bool:
 
 @handles(ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION)  # the versions the hand-written reader reads
 async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
+    """The produce, answered within its `timeout_ms` whatever Redis does: the store gives up on an
+    append by then (REQUEST_TIMED_OUT, or the connection closed on a reply it never had), and a
+    read before any write that Redis, stopped or cut off, leaves unanswered (a Produce v13's topic
+    id, looked up afresh) is cancelled at `ANSWER_BY` of it and the connection closed, as when
+    Redis is found away (nothing sent, so nothing written later either). Left to time the request
+    out itself, librdkafka bumps its idempotent epoch once its records' message.timeout.ms runs out,
+    and sends again as new what may be stored (tests/jepsen soak sentinel:461914276)."""
+    task = asyncio.current_task()
+    assert task is not None
+    writing: list[bool] = []  # [True] once Redis may be written to: no cancelling then
+    expired: list[bool] = []
+
+    def expire() -> None:
+        if not writing:
+            expired.append(True)
+            task.cancel()
+
+    deadline = asyncio.get_running_loop().call_later(max(req.timeout_ms, MIN_TIMEOUT_MS) * ANSWER_BY / 1000, expire)
+    try:
+        return await _produce(ctx, req, writing)
+    except asyncio.CancelledError:
+        if not expired or task.uncancel():
+            raise
+        log.info("kafka client %s: Redis did not answer its produce's reads within %d ms; closing",
+                 ctx.connection.peer, req.timeout_ms)
+        ctx.connection.close = True
+        return None
+    finally:
+        deadline.cancel()
+
+
+async def _produce(ctx: RequestContext, req: ProduceRequest, writing: list[bool]) -> Encoded | None:
     items: list[tuple[str, int, bytes | memoryview]] = []
     results: dict[tuple[str, int], PartitionResult] = {}
     order: list[tuple[str | uuid.UUID | None, str, list[int]]] = []  # as the response names it, name
@@ -112,6 +149,7 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                 results[(name, p.index)] = PartitionResult(p.index, KafkaError.corrupt_message)
             else:
                 items.append((name, p.index, p.records))
+    writing.append(True)  # from here on Redis may be written to
     if ctx.api_version >= TXN_V2_PRODUCE and tid is not None and not txn_denied:
         items = await _add_to_txn(ctx, tid, items, results)
     delayed = {t for t in {t for t, _, _ in items} if await ctx.services.log.delayed_topic(t)}

@@ -35,7 +35,7 @@ import asyncio
 import json
 import struct
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -56,7 +56,7 @@ from gateway.errors import (
 from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.replication import READ_CONFIRM_MS, READ_MARK, Replication, read_confirmed
+from gateway.store.replication import READ_CONFIRM_MS, READ_MARK, Replication, by, read_confirmed
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
 
@@ -65,6 +65,7 @@ _STORED = (ErrorCode.OK, ErrorCode.DUPLICATE_SEQUENCE)
 # an append's wait for Redis ends this far past its WAIT's timeout (the caller's share of the client's
 # request timeout): Redis's own answer comes first unless Redis is stopped or cut off
 _GIVE_UP = 9 / 8
+_GIVE_UP_FLOOR_MS = 900  # for a produce whose timeout_ms asks for less (acks=0 and 1 send any)
 
 
 @dataclass(frozen=True)
@@ -441,11 +442,10 @@ class LogStore:
         out: list[Append | Exception | None] = [None] * len(requests)
         needed = [i for i, r in enumerate(requests) if r.replicas]
         if needed:
-            until = asyncio.get_running_loop().time() + timeout_ms * _GIVE_UP / 1000
+            until = _give_up(timeout_ms)
             for i in needed:
                 try:
-                    online = await _by(self.replication.online(keys.log(requests[i].topic, requests[i].partition)),
-                                       until)
+                    online = await self.replication.online(keys.log(requests[i].topic, requests[i].partition), until)
                 except TimeoutError:  # nothing sent yet: Redis away, as the produce face answers that
                     raise StorageUnavailable(f"redis: the replicas of {requests[i].topic}-{requests[i].partition} "
                                              f"unread within {timeout_ms} ms") from None
@@ -519,12 +519,12 @@ class LogStore:
             for conn, idx in pending.items() if replicas[idx[0]]
         }
         sent()
-        give_up = asyncio.get_running_loop().time() + timeout_ms * _GIVE_UP / 1000
+        give_up = _give_up(timeout_ms)
         replies: list[Any] = [None] * len(calls)
         async with storage_errors():
             for conn, fut in futures.items():
                 try:
-                    got = await _by(fut, give_up)
+                    got = await by(fut, give_up)
                 except TimeoutError:  # Redis stopped or cut off, not (yet) replaced: maybe stored, as below
                     for i in pending[conn]:
                         replies[i] = ReplyLost(f"{calls[i][1][0]}: no reply from Redis within {timeout_ms} ms of the "
@@ -544,7 +544,7 @@ class LogStore:
                     replies[i] = self.replication.reply(conn, reply)
             for conn, wait in waits.items():
                 try:
-                    acked, lost = await _by(wait, give_up), None
+                    acked, lost = await by(wait, give_up), None
                 except StorageUnavailable as exc:
                     acked, lost = -1, exc
                 except TimeoutError:  # Redis never answered the WAIT: as unconfirmed as one that timed out
@@ -906,7 +906,6 @@ def _producer_state(raw: bytes) -> tuple[int, list[tuple[int, int, int]]]:
     return epoch, list(struct.iter_unpack(">iiq", raw[4:]))
 
 
-async def _by(step: Awaitable[Any], deadline: float) -> Any:
-    """`step`'s outcome, or TimeoutError at `deadline` (the loop's clock), `step` left running: a
-    reply that comes later still reaches the connection's next waiter in order."""
-    return await asyncio.wait_for(asyncio.shield(step), max(0.0, deadline - asyncio.get_running_loop().time()))
+def _give_up(timeout_ms: int) -> float:
+    """When (the loop's clock) an append whose WAIT is given `timeout_ms` stops waiting for Redis."""
+    return asyncio.get_running_loop().time() + max(timeout_ms * _GIVE_UP, _GIVE_UP_FLOOR_MS) / 1000
