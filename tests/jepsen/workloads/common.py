@@ -80,7 +80,8 @@ def arguments(doc: str, *extra: tuple[str, dict[str, Any]]) -> argparse.Namespac
 
 
 RETRIABLE = {"REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR", "NOT_CONTROLLER",  # Kafka's RetriableExceptions here
-             "_TRANSPORT"}  # librdkafka's broken connection: Java's admin client retries it (NetworkException)
+             "_TRANSPORT",  # librdkafka's broken connection: Java's admin client retries it (NetworkException)
+             "_DESTROY_BROKER"}  # the same, its bootstrap broker's handle dropped for the ones Metadata named
 
 
 def create(args: argparse.Namespace, *topics: str) -> None:
@@ -91,8 +92,8 @@ def create(args: argparse.Namespace, *topics: str) -> None:
 def create_topics(bootstrap: str, partitions: int, min_insync_replicas: int, *topics: str) -> None:
     """Create `topics`; one left from an earlier try is kept. A retriable refusal (a primary the faults
     cut off from its replicas: REQUEST_TIMED_OUT; one they took away: KAFKA_STORAGE_ERROR; a gateway
-    cut off from the client: _TRANSPORT) is tried again for a minute, as a Kafka client retries a
-    RetriableException."""
+    cut off from the client: _TRANSPORT or _DESTROY_BROKER) is tried again for a minute, as a Kafka
+    client retries a RetriableException."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     config = {"min.insync.replicas": str(min_insync_replicas)}
     deadline, left = time.monotonic() + 60, list(topics)
