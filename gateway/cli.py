@@ -190,6 +190,10 @@ def _bench_parser(sub: Any) -> None:
                    help="what confirming a read with the replicas costs Redis and the read's latency, behind "
                    "Sentinel (PUBLISH + WAIT) and on a Cluster (a mark script + WAIT), beside the same reads "
                    "unconfirmed, on Redis nodes of its own (--records reads, default 2000)")
+    p.add_argument("--append-cost", action="store_true",
+                   help="Redis's CPU per appended record through the append script (plain and idempotent) beside "
+                   "raw XADD+HSET and a script handed the batch alone, at 16 x 100 B, 16 x 1 KB and 1 x 16 KB "
+                   "batches (--records per row, default 32000, 32 MB at most)")
     p.add_argument("--share", action="store_true",
                    help="a share group of 1, 3 and 10 consumers beside a classic group and XREADGROUP+XACK "
                    "(--records of the first --sizes)")
@@ -221,7 +225,8 @@ def _bench_parser(sub: Any) -> None:
                    help="the Spark source, sink and a pipeline of both (the spark extra, Java 17)")
     p.add_argument("--records", type=int,
                    help="records for --spark (default: 500000), --share (the same) and --key-shared (default: 20000), "
-                   "schemas for --registry (default: 1000), reads for --read-mark (default: 2000)")
+                   "schemas for --registry (default: 1000), reads for --read-mark (default: 2000), "
+                   "records per row for --append-cost (default: 32000, 32 MB at most)")
     p.add_argument("--cores", type=int, default=2, help="local Spark cores for --spark (default: %(default)s)")
 
 

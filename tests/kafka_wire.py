@@ -9,6 +9,7 @@ from typing import Any
 
 from kio.serial import entity_reader, entity_writer
 
+from gateway.formats.records import BatchBuilder
 from gateway.kafka import codec
 
 TIMEOUT = 10
@@ -23,6 +24,13 @@ def frame(api_key: int, version: int, correlation_id: int, body: bytes, *, flexi
     if flexible_header:
         head += b"\x00"
     return struct.pack(">i", len(head) + len(body)) + head + body
+
+
+def idempotent_batch(value: bytes, seq: int, pid: int = 4242, epoch: int = 0) -> bytes:
+    """One record from idempotent producer `pid` at sequence `seq`, as a client's batch carries it."""
+    b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    b.append(value, None, [], None)
+    return b.build()
 
 
 def request(req: Any, correlation_id: int) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import struct
 
 import pytest
@@ -15,7 +16,16 @@ from gateway.errors import StorageUnavailable
 from gateway.formats.records import build_batch, build_control_batch, iter_records
 from gateway.kafka import codec
 from gateway.kafka.dispatch import ApiKey, load_handlers, supported
-from tests.kafka_wire import LYING_ARRAY, TIMEOUT, call, decode, frame, read_response, request
+from tests.kafka_wire import (
+    LYING_ARRAY,
+    TIMEOUT,
+    call,
+    decode,
+    frame,
+    idempotent_batch,
+    read_response,
+    request,
+)
 
 load_handlers()
 
@@ -277,6 +287,24 @@ async def test_oversized_or_malformed_frames_close_only_that_connection(gateway)
         assert md.offset == 0
     finally:
         await producer.stop()
+
+
+async def test_an_idempotent_batch_refused_or_found_stored_is_logged_with_its_producer(gateway, conn, caplog):
+    """The gateway's own record of what an idempotent batch got, with its producer id, epoch and
+    sequences (produce.py's `_outcome`): the soak's cluster:1039740058 stored batches twice, and no
+    log said which answer had told the producer they were not stored."""
+    reader, writer = conn
+    caplog.set_level(logging.INFO, "gateway.kafka.produce")
+    await gateway.services.log.create_topic("told", 1)
+    answers = []
+    for cid, batch in enumerate((idempotent_batch(b"a", 0), idempotent_batch(b"a", 0), idempotent_batch(b"c", 5))):
+        writer.write(request(produce_request(9, -1, "told", batch), cid))
+        [p] = decode(ApiKey.PRODUCE, 9, await read_response(reader))[1].responses[0].partition_responses
+        answers.append((p.error_code, p.base_offset))
+    assert answers == [(KafkaError.none, 0), (KafkaError.none, 0), (KafkaError.out_of_order_sequence_number, -1)]
+    said = [r.getMessage().split(": ", 1)[1] for r in caplog.records if r.name == "gateway.kafka.produce"]
+    assert said == ["told-0 pid 4242 epoch 0 seq 0..0 answered as the duplicate of offset 0",
+                    "told-0 pid 4242 epoch 0 seq 5..5 answered OUT_OF_ORDER_SEQUENCE_NUMBER: told-0"]  # stored: DEBUG
 
 
 async def test_storage_outage_during_produce_closes_the_connection(gateway, conn):

@@ -7,7 +7,7 @@ printed beside its raw-Redis baseline, spread over as many streams as the topic 
 and the ratio between them.
 
 One module per benchmark (`native`, `kafka`, `txn`, `delayed`, `watermarks`, `spark`, `share`, `key_shared`, `groups`,
-`peer`, `compaction`, `memory`, `quotas`, `registry`, `tier`, `console`, `read_mark`), each on `common` alone; this one only picks among them.
+`peer`, `compaction`, `memory`, `quotas`, `registry`, `tier`, `console`, `read_mark`, `append_cost`), each on `common` alone; this one only picks among them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from gateway.bench import (
+    append_cost,
     compaction,
     console,
     delayed,
@@ -48,6 +49,9 @@ def run_bench(args: argparse.Namespace) -> None:
     with Progress(seconds), bench_redis(args.redis_url, args.cluster) as url:
         if args.delayed:
             print(delayed.format_metrics(delayed.measure_delayed(url, args.count)))
+            return
+        if args.append_cost:
+            print(append_cost.format_rows(append_cost.measure_append_cost(url, args.records or append_cost.RECORDS)))
             return
         if args.memory:
             print(memory.format_rows(memory.measure_memory(url, [int(s) for s in str(args.sizes or "100,1024,10240").split(",")])))

@@ -37,7 +37,7 @@ from gateway.errors import (
     StorageRefused,
     StorageUnavailable,
 )
-from gateway.formats.records import ATTR_TRANSACTIONAL
+from gateway.formats.records import ATTR_TRANSACTIONAL, HEADER, HEADER_SIZE
 from gateway.kafka.client_quotas import counts_time, recorded, request_time, throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
 from gateway.kafka.errors import error_message, kafka_error
@@ -176,7 +176,8 @@ async def _produce(ctx: RequestContext, req: ProduceRequest, writing: list[bool]
             # producer holds for every partition, records another gateway's dropped connection left
             # maybe stored among them (rdkafka_request.c, rd_kafka_handle_idempotent_Produce_error:
             # "skipped sequence numbers"; the soak's cluster:946129829)
-            log.info("kafka client %s: Redis failed under its produce; closing", ctx.connection.peer)
+            log.info("kafka client %s: Redis failed under its produce; closing (%s)", ctx.connection.peer,
+                     "; ".join(_outcome(d, blob) for (_, _, blob), d in zip(items, appended, strict=True)))
             ctx.connection.close = True
             return None
         refused = [(d.topic, d.partition) for d in appended if isinstance(d.result, Exception)
@@ -208,6 +209,11 @@ async def _produce(ctx: RequestContext, req: ProduceRequest, writing: list[bool]
                 if not r.duplicate:
                     telemetry.produced("kafka", done.topic, len(blob))
             results[(done.topic, done.partition)] = res
+            # an idempotent batch refused or found stored is rare and telling: said at INFO
+            telling = res.error or not isinstance(r, Exception) and r.duplicate
+            level = logging.INFO if telling and _idempotent(blob) else logging.DEBUG
+            if log.isEnabledFor(level):
+                log.log(level, "kafka client %s: %s", ctx.connection.peer, _outcome(done, blob, res.error))
     # KafkaApis.handleProduceRequest: the request's size, and its time unless acks=0
     bandwidth = await recorded(ctx, PRODUCE, ctx.size)
     timed = await request_time(ctx) if req.acks and counts_time(ctx) else 0
@@ -217,6 +223,26 @@ async def _produce(ctx: RequestContext, req: ProduceRequest, writing: list[bool]
     topics = [(key, [results[(name, i)] for i in parts]) for key, name, parts in order]
     errors = {r.error for r in results.values()} - {KafkaError.none}
     return Encoded(encode_produce_response(ctx.api_version, topics, throttle_ms), errors)
+
+
+def _idempotent(blob: bytes | memoryview) -> bool:
+    """Whether the blob's first batch names a producer id (its header's, unchecked)."""
+    return len(blob) >= HEADER_SIZE and HEADER.unpack_from(blob)[9] >= 0
+
+
+def _outcome(done: Produced, blob: bytes | memoryview, code: KafkaError = KafkaError.none) -> str:
+    """One partition's produce and what became of it, with the producer id, epoch and sequences of its
+    first batch: what tells, from the gateway's log alone, whether an idempotent batch stored twice
+    came back as a retry found stored, or after an answer that said it was not, which librdkafka may
+    follow with a new epoch that renumbers what it holds (tests/jepsen's soak, cluster:1039740058)."""
+    r = done.result
+    got = (f"answered {code.name.upper()}: {r}" if code else f"failed, unanswered: {r}" if isinstance(r, Exception)
+           else f"answered as the duplicate of offset {r.base_offset}" if r.duplicate
+           else f"stored at offset {r.base_offset}")
+    if len(blob) < HEADER_SIZE:
+        return f"{done.topic}-{done.partition} {got}"
+    *_, pid, epoch, seq, count = HEADER.unpack_from(blob)  # unchecked: it only names the batch
+    return f"{done.topic}-{done.partition} pid {pid} epoch {epoch} seq {seq}..{seq + count - 1} {got}"
 
 
 def _txn_header(blob: bytes | memoryview) -> tuple[int, int] | None:

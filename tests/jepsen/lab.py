@@ -354,7 +354,9 @@ class Lab:
         return self.root / f"{host.name}-delay"
 
     def _gateway(self, host: Host) -> Service:
-        """Start `host`'s relay and gateway; the caller waits for the gateway to listen."""
+        """Start `host`'s relay and gateway; the caller waits for the gateway to listen. Its log is at
+        DEBUG: every produce's outcome with the batch's producer id, epoch and sequences, and every
+        request's timing, from which a duplicate or a loss in a history is traced to its answers."""
         self.delay_file(host).write_text("0")
         host.service("relay", [sys.executable, "-m", "tests.jepsen.relay", "--port", str(RELAY_PORT),
                                "--mark", str(RELAY_MARK), "--delay-file", str(self.delay_file(host))])
@@ -373,7 +375,7 @@ class Lab:
             sys.executable, "-m", "gateway", "serve", "--host", host.ip, "--advertised-host", host.ip,
             "--kafka-port", str(KAFKA_PORT), "--native-port", str(NATIVE_PORT), "--admin-port", str(ADMIN_PORT),
             "--schema-registry-port", "0", "--data-dir", str(data), "--redis-url", self.redis_url,
-            "--node-id", str(host.index), *self.gateway_args,
+            "--node-id", str(host.index), "--log-level", "DEBUG", *self.gateway_args,
         ], env)
 
     def wait_gateway(self, service: Service) -> None:

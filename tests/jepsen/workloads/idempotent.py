@@ -37,8 +37,10 @@ def main() -> None:
         create(args, name)
         producers = [Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "enable.idempotence": True,
                                "linger.ms": 5, "message.timeout.ms": 60000, "request.timeout.ms": 10000,
-                               # JEPSEN_RDKAFKA_DEBUG=eos,msg: librdkafka says why it drains, bumps an epoch or retries
-                               **({"debug": debug} if (debug := os.environ.get("JEPSEN_RDKAFKA_DEBUG")) else {})})
+                               # librdkafka says why it drains or bumps its epoch ("eos", a few lines a run;
+                               # the soak's cluster:1039740058 left no word of it); JEPSEN_RDKAFKA_DEBUG=eos,msg
+                               # adds every batch's error and retry, "" turns it off
+                               **({"debug": debug} if (debug := os.environ.get("JEPSEN_RDKAFKA_DEBUG", "eos")) else {})})
                      for _ in range(PRODUCERS)]
         callbacks = [delivered(history, process) for process in range(PRODUCERS)]
         reader = Consumer({"bootstrap.servers": args.bootstrap, "group.id": f"reader-{args.seed}",
