@@ -187,9 +187,21 @@ class Timeout(GatewayError):
 
 
 class ReplyLost(Timeout):
-    """A write sent to Redis whose reply a dropped connection lost: it may have been applied."""
+    """A write sent to Redis whose reply a dropped connection lost, or that no reply answered within
+    its request's timeout: it may have been applied."""
 
     storage_failed = True
+
+
+class ReplicationTimedOut(Timeout):
+    """Appended, but its replicas did not confirm it within the produce's timeout: Kafka's leader
+    answers REQUEST_TIMED_OUT when a DelayedProduce expires, with the offsets the append took
+    (kafka.server.DelayedProduce); an idempotent retry is answered as the original."""
+
+    def __init__(self, message: str, base_offset: int, log_start: int) -> None:
+        super().__init__(message)
+        self.base_offset = base_offset
+        self.log_start = log_start
 
 
 class InvalidPartitions(GatewayError):
@@ -299,11 +311,14 @@ def log_failure(log: logging.Logger, what: str, exc: BaseException, then: str) -
     else:
         log.error("%s failed; %s", what, then, exc_info=exc)
 
-_BY_CODE: dict[ErrorCode, type[GatewayError]] = {}
-for _cls in list(globals().values()):
-    if isinstance(_cls, type) and issubclass(_cls, GatewayError) and _cls is not GatewayError:
-        # a code's first class: a narrower one (ReplyLost, StorageRefused) says more than a code can
-        _BY_CODE.setdefault(_cls.code, _cls)
+
+_BY_CODE: dict[ErrorCode, type[GatewayError]] = {
+    cls.code: cls
+    for cls in list(globals().values())
+    # the class that declares a code stands for it, not a subclass that says more than a code can
+    # (ReplyLost, ReplicationTimedOut, StorageRefused)
+    if isinstance(cls, type) and issubclass(cls, GatewayError) and cls is not GatewayError and "code" in vars(cls)
+}
 
 
 def error_for(code: int, message: str = "") -> GatewayError:

@@ -169,7 +169,8 @@ def compression(client: str, codec: str) -> dict[str, object]:
 
 
 RETRIABLE = {"REQUEST_TIMED_OUT", "KAFKA_STORAGE_ERROR", "NOT_CONTROLLER",  # Kafka's RetriableExceptions here
-             "_TRANSPORT"}  # librdkafka's broken connection: Java's admin client retries it (NetworkException)
+             "_TRANSPORT",  # librdkafka's broken connection: Java's admin client retries it (NetworkException)
+             "_DESTROY_BROKER"}  # the same, its bootstrap broker's handle dropped for the ones Metadata named
 
 
 def create_topics_retried(bs: str, *topics: str, partitions: int = 1, config: dict[str, str] | None = None,

@@ -6,8 +6,10 @@ idempotent producer's retry stores nothing twice."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +19,13 @@ import aiohttp
 import confluent_kafka as ck
 import pytest
 import redis as redis_sync
+from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client, NotEnoughReplicas
 from gateway.domain import features
 from gateway.domain.fence import full_key
 from gateway.errors import StorageUnavailable
+from gateway.formats.records import build_batch
 from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store import Store, keys
@@ -29,7 +33,7 @@ from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from gateway.store.groups import CommittedOffset
 from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.kafka_clients import create_topics_retried
-from tests.kafka_wire import call
+from tests.kafka_wire import build_request, call, decode, read_response, request
 from tests.test_metrics import moved, samples, scrape, value
 
 TIMEOUT = 30.0
@@ -163,10 +167,10 @@ async def test_a_stalled_replica_fails_the_append_and_the_retry_stores_it_once(p
     producing = asyncio.create_task(asyncio.to_thread(
         _produce, bs, values, acks="all", **{"enable.idempotence": True, "request.timeout.ms": 1000}))
 
-    async def failed_after_append() -> bool:
+    async def failed_after_append() -> bool:  # Kafka's DelayedProduce expiring
         return moved(samples(before), samples(await scrape(gateway)), "gateway_request_errors_total",
-                     face="kafka", api="Produce", code="NOT_ENOUGH_REPLICAS_AFTER_APPEND") > 0
-    await eventually(failed_after_append, TIMEOUT, "NOT_ENOUGH_REPLICAS_AFTER_APPEND answered")
+                     face="kafka", api="Produce", code="REQUEST_TIMED_OUT") > 0
+    await eventually(failed_after_append, TIMEOUT, "REQUEST_TIMED_OUT answered")
     assert not producing.done()  # the client retries
     os.kill(pair.replica.proc.pid, signal.SIGCONT)
     out = await producing
@@ -524,3 +528,94 @@ async def test_api_versions_is_answered_while_redis_is_stopped(pair: Pair, gatew
     assert during.error_code == 0 and during.api_keys == before.api_keys
     assert (during.finalized_features_epoch, during.finalized_features) == (
         before.finalized_features_epoch, before.finalized_features)
+
+
+# -- every produce is answered within its own timeout, whatever Redis does meanwhile -------------------
+
+ANSWER_MARGIN = 1.0  # seconds past a produce's timeout_ms that its client still waits for the answer
+
+
+async def test_pipelined_acks_all_produces_are_each_answered_within_their_own_timeout(pair, gateway):
+    """Kafka's leader expires each produce's DelayedProduce on its own `timeout_ms` and answers
+    REQUEST_TIMED_OUT with the offsets the append took. A produce that arrived while the WAIT of the
+    one before it held the connection waited a second WAIT of its own timeout on top: twice its
+    timeout, when its client had given up (tests/jepsen soak sentinel:461914276)."""
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 2)
+    assert pair.replica.proc is not None
+    timeout_ms = 3000
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    os.kill(pair.replica.proc.pid, signal.SIGSTOP)
+    try:
+        for cid, value in enumerate((b"a", b"b")):
+            writer.write(request(build_request(ApiKey.PRODUCE, 9, {
+                "transactional_id": None, "acks": -1, "timeout": timeout_ms,
+                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": build_batch([(None, value, [])])}]}],
+            }), cid))
+        sent = asyncio.get_running_loop().time()
+        answers = []
+        for _ in range(2):
+            async with asyncio.timeout_at(sent + timeout_ms / 1000 + ANSWER_MARGIN):  # the client's patience
+                cid, resp = decode(ApiKey.PRODUCE, 9, await read_response(reader))
+            [p] = resp.responses[0].partition_responses
+            answers.append((cid, p.error_code, p.base_offset))
+    finally:
+        os.kill(pair.replica.proc.pid, signal.SIGCONT)
+        writer.close()
+    assert answers == [(0, KafkaError.request_timed_out, 0), (1, KafkaError.request_timed_out, 1)]
+
+
+async def test_a_produce_to_a_stopped_primary_is_answered_in_time_and_its_retries_store_it_once(
+        pair, gateway, caplog):
+    """Redis stopped, not replaced: the append sent waits for a reply that only its resumption brings.
+    The gateway gives up within the produce's timeout and closes the connection, as after a reply
+    lost (maybe stored), so the idempotent producer resends under the same sequence on a new one,
+    rather than timing the request out itself and, its records' time run out, bumping its epoch and
+    writing them again as new (tests/jepsen soak sentinel:461914276). Every retry reaches the stopped
+    Redis too; it runs them all once resumed, and the batch is stored once."""
+    bs = kafka_bootstrap(gateway)
+    await asyncio.to_thread(_create, bs, "t", 1)
+    assert pair.primary.proc is not None
+    caplog.set_level(logging.INFO, "gateway.kafka.produce")
+    producer = ck.Producer({"bootstrap.servers": bs, "enable.idempotence": True, "linger.ms": 0,
+                            "request.timeout.ms": 2000, "message.timeout.ms": int(TIMEOUT * 4000)})
+    out: list[tuple[ck.KafkaError | None, int]] = []
+    producer.produce("t", b"a", on_delivery=lambda err, msg: out.append((err, msg.offset())))
+    assert await asyncio.to_thread(producer.flush, TIMEOUT) == 0
+    os.kill(pair.primary.proc.pid, signal.SIGSTOP)
+    try:
+        producer.produce("t", b"b", on_delivery=lambda err, msg: out.append((err, msg.offset())))
+        producer.poll(0)
+        await eventually(lambda: "Redis failed under its produce; closing" in caplog.text, TIMEOUT,
+                         "the produce given up on and its connection closed")
+    finally:
+        os.kill(pair.primary.proc.pid, signal.SIGCONT)
+    assert await asyncio.to_thread(producer.flush, TIMEOUT * 2) == 0
+    assert out == [(None, 0), (None, 1)]
+    assert _high_watermark(pair) == 2
+
+
+async def test_a_produce_whose_topic_read_a_stopped_redis_leaves_unanswered_closes_in_time(pair, gateway):
+    """Produce v13 names its topics by id, each looked up afresh before anything is written: with
+    Redis stopped that read waits for its resumption. It is cancelled within the produce's timeout
+    and the connection closed, as when Redis is found away; nothing was sent, so nothing is written
+    when Redis resumes."""
+    await asyncio.to_thread(_create, kafka_bootstrap(gateway), "t", 1)
+    info = await gateway.services.log.topic("t", create=False)
+    assert info is not None and pair.primary.proc is not None
+    timeout_ms = 2000
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.listeners["kafka"].port)
+    os.kill(pair.primary.proc.pid, signal.SIGSTOP)
+    try:
+        writer.write(request(build_request(ApiKey.PRODUCE, 13, {
+            "transactional_id": None, "acks": 1, "timeout": timeout_ms,
+            "topic_data": [{"topic_id": uuid.UUID(info.topic_id),
+                            "partition_data": [{"index": 0, "records": build_batch([(None, b"a", [])])}]}],
+        }), 0))
+        async with asyncio.timeout(timeout_ms / 1000 + ANSWER_MARGIN):  # the client's patience
+            closed = await reader.read()
+    finally:
+        os.kill(pair.primary.proc.pid, signal.SIGCONT)
+        writer.close()
+    assert closed == b""
+    assert _high_watermark(pair) == 0

@@ -2,8 +2,10 @@
 
 acks=0 gets no response at all; acks=1 is answered once Redis has the batches; acks=-1 (all) on a
 topic with min.insync.replicas N also waits for N-1 Redis replicas to hold them (Redis's WAIT),
-answering NOT_ENOUGH_REPLICAS (nothing written) or NOT_ENOUGH_REPLICAS_AFTER_APPEND as Kafka's
-leader does (ReplicaManager/Partition.appendRecordsToLeader). The response is hand-encoded (the hot path).
+answering NOT_ENOUGH_REPLICAS (nothing written) as Kafka's leader does
+(ReplicaManager/Partition.appendRecordsToLeader), and REQUEST_TIMED_OUT, with the offsets the
+batch took, when they do not confirm it within the request's `timeout_ms`, as Kafka's
+DelayedProduce expires; never later, whatever Redis does meanwhile. The response is hand-encoded (the hot path).
 A batch refused for bad records names them in `record_errors` from v8 (KIP-467), with the refusal's
 text as `error_message`, as ReplicaManager answers a RecordValidationException.
 
@@ -15,6 +17,7 @@ the response names topics by the ids asked for.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, replace
@@ -25,7 +28,7 @@ from gateway import telemetry
 from gateway.domain.log import Produced
 from gateway.domain.quotas import PRODUCE, REQUEST
 from gateway.domain.security import Operation, ResourceType
-from gateway.errors import GatewayError, InvalidRecord, InvalidTxnState
+from gateway.errors import GatewayError, InvalidRecord, InvalidTxnState, ReplicationTimedOut
 from gateway.formats.records import ATTR_TRANSACTIONAL, HEADER, HEADER_SIZE
 from gateway.kafka.client_quotas import counts_time, recorded, request_time, throttle
 from gateway.kafka.dispatch import ApiKey, Encoded, RequestContext, handles
@@ -44,6 +47,10 @@ BEFORE_THE_LOG = frozenset({
     KafkaError.record_list_too_large, KafkaError.corrupt_message, KafkaError.kafka_storage_error,
 })
 
+# a produce is answered by this share of its timeout_ms at the latest (the store gives up on its
+# appends before: `LogStore.append`), of MIN_TIMEOUT_MS when it asks for less (acks=0 and 1 send any)
+ANSWER_BY = 0.95
+MIN_TIMEOUT_MS = 1_000
 TXN_V2_PRODUCE = 12  # KIP-890 part 2: from this version a transactional producer speaks transactions V2
 ABORTABLE_FROM = 11  # KIP-890: from this version a producer is told TRANSACTION_ABORTABLE, and aborts
 
@@ -69,6 +76,38 @@ def _transactional(req: ProduceRequest) -> bool:
 
 @handles(ApiKey.PRODUCE, MIN_VERSION, MAX_VERSION)  # the versions the hand-written reader reads
 async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
+    """The produce, answered within its `timeout_ms` whatever Redis does: the store gives up on an
+    append by then (REQUEST_TIMED_OUT, or the connection closed on a reply it never had), and a
+    read before any write that Redis, stopped or cut off, leaves unanswered (a Produce v13's topic
+    id, looked up afresh) is cancelled at `ANSWER_BY` of it and the connection closed, as when
+    Redis is found away (nothing sent, so nothing written later either). Left to time the request
+    out itself, librdkafka bumps its idempotent epoch once its records' message.timeout.ms runs out,
+    and sends again as new what may be stored (tests/jepsen soak sentinel:461914276)."""
+    task = asyncio.current_task()
+    assert task is not None
+    writing: list[bool] = []  # [True] once Redis may be written to: no cancelling then
+    expired: list[bool] = []
+
+    def expire() -> None:
+        if not writing:
+            expired.append(True)
+            task.cancel()
+
+    deadline = asyncio.get_running_loop().call_later(max(req.timeout_ms, MIN_TIMEOUT_MS) * ANSWER_BY / 1000, expire)
+    try:
+        return await _produce(ctx, req, writing)
+    except asyncio.CancelledError:
+        if not expired or task.uncancel():
+            raise
+        log.info("kafka client %s: Redis did not answer its produce's reads within %d ms; closing",
+                 ctx.connection.peer, req.timeout_ms)
+        ctx.connection.close = True
+        return None
+    finally:
+        deadline.cancel()
+
+
+async def _produce(ctx: RequestContext, req: ProduceRequest, writing: list[bool]) -> Encoded | None:
     items: list[tuple[str, int, bytes | memoryview]] = []
     results: dict[tuple[str, int], PartitionResult] = {}
     order: list[tuple[str | uuid.UUID | None, str, list[int]]] = []  # as the response names it, name
@@ -102,6 +141,7 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                 results[(name, p.index)] = PartitionResult(p.index, KafkaError.corrupt_message)
             else:
                 items.append((name, p.index, p.records))
+    writing.append(True)  # from here on Redis may be written to
     if ctx.api_version >= TXN_V2_PRODUCE and tid is not None and not txn_denied:
         items = await _add_to_txn(ctx, tid, items, results)
     delayed = {t for t in {t for t, _, _ in items} if await ctx.services.log.delayed_topic(t)}
@@ -132,8 +172,8 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
                      "; ".join(_outcome(d, blob) for (_, _, blob), d in zip(items, appended, strict=True)))
             ctx.connection.close = True
             return None
-        refused = [(d.topic, d.partition) for d in appended
-                   if isinstance(d.result, Exception) and kafka_error(d.result) not in BEFORE_THE_LOG]
+        refused = [(d.topic, d.partition) for d in appended if isinstance(d.result, Exception)
+                   and not isinstance(d.result, ReplicationTimedOut) and kafka_error(d.result) not in BEFORE_THE_LOG]
         starts: dict[tuple[str, int], tuple[int, int] | None] = {}
         if refused:
             try:
@@ -144,7 +184,10 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
             appended = await _unverified(ctx, tid, items, appended)
         for (_, _, blob), done in zip(items, appended, strict=True):
             r = done.result
-            if isinstance(r, Exception):
+            if isinstance(r, ReplicationTimedOut):  # the append's own answer, its error REQUEST_TIMED_OUT
+                res = PartitionResult(done.partition, kafka_error(r), r.base_offset, r.log_start,
+                                      log_append_time=done.log_append_time)
+            elif isinstance(r, Exception):
                 bounds = starts.get((done.topic, done.partition))
                 code = kafka_error(r)
                 if code == KafkaError.invalid_txn_state and ctx.api_version >= ABORTABLE_FROM:

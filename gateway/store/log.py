@@ -31,6 +31,7 @@ partition's keys live in a slot of their own, so they follow the record without 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 import uuid
@@ -45,6 +46,7 @@ from gateway.errors import (
     ErrorCode,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
+    ReplicationTimedOut,
     ReplyLost,
     StorageUnavailable,
     TopicExists,
@@ -54,11 +56,16 @@ from gateway.errors import (
 from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
-from gateway.store.replication import READ_CONFIRM_MS, READ_MARK, Replication, read_confirmed
+from gateway.store.replication import READ_CONFIRM_MS, READ_MARK, Replication, by, read_confirmed
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
 
 APPEND = "append-5"
+_STORED = (ErrorCode.OK, ErrorCode.DUPLICATE_SEQUENCE)
+# an append's wait for Redis ends this far past its WAIT's timeout (the caller's share of the client's
+# request timeout): Redis's own answer comes first unless Redis is stopped or cut off
+_GIVE_UP = 9 / 8
+_GIVE_UP_FLOOR_MS = 900  # for a produce whose timeout_ms asks for less (acks=0 and 1 send any)
 
 
 @dataclass(frozen=True)
@@ -421,7 +428,11 @@ class LogStore:
 
         A request with `replicas` is refused (NotEnoughReplicas, nothing written) while its node
         has fewer replicas online, and is answered once Redis's WAIT on the connection that
-        appended it says that many hold it, within `timeout_ms`; else NotEnoughReplicasAfterAppend.
+        appended it says that many hold it, within `timeout_ms`; else ReplicationTimedOut, with the
+        offsets it took (Kafka's DelayedProduce expiring: REQUEST_TIMED_OUT). Nothing here waits
+        much past `timeout_ms` (`_GIVE_UP`): a Redis stopped or cut off leaves an append sent
+        unanswered ReplyLost (maybe stored) and a replica count unread StorageUnavailable (nothing
+        sent), so the client hears within its own request timeout and retries in order.
         WAIT counts the writes of its own connection, so these go only on the ordered ones. A WAIT
         whose connection is lost after the append ran is NotEnoughReplicasAfterAppend too, never the
         StorageUnavailable (KAFKA_STORAGE_ERROR) of a write that did not happen: librdkafka takes
@@ -431,8 +442,13 @@ class LogStore:
         out: list[Append | Exception | None] = [None] * len(requests)
         needed = [i for i, r in enumerate(requests) if r.replicas]
         if needed:
+            until = _give_up(timeout_ms)
             for i in needed:
-                online = await self.replication.online(keys.log(requests[i].topic, requests[i].partition))
+                try:
+                    online = await self.replication.online(keys.log(requests[i].topic, requests[i].partition), until)
+                except TimeoutError:  # nothing sent yet: Redis away, as the produce face answers that
+                    raise StorageUnavailable(f"redis: the replicas of {requests[i].topic}-{requests[i].partition} "
+                                             f"unread within {timeout_ms} ms") from None
                 if online < requests[i].replicas:
                     out[i] = NotEnoughReplicas(f"{requests[i].topic}-{requests[i].partition}: {online} Redis replicas "
                                                f"online, {requests[i].replicas} needed (min.insync.replicas "
@@ -503,11 +519,17 @@ class LogStore:
             for conn, idx in pending.items() if replicas[idx[0]]
         }
         sent()
+        give_up = _give_up(timeout_ms)
         replies: list[Any] = [None] * len(calls)
         async with storage_errors():
             for conn, fut in futures.items():
                 try:
-                    got = await fut
+                    got = await by(fut, give_up)
+                except TimeoutError:  # Redis stopped or cut off, not (yet) replaced: maybe stored, as below
+                    for i in pending[conn]:
+                        replies[i] = ReplyLost(f"{calls[i][1][0]}: no reply from Redis within {timeout_ms} ms of the "
+                                               f"append being sent; it may be stored: retry")
+                    continue
                 except ConnectionError as exc:
                     # written, the reply lost (the connection dropped: a primary replaced under it):
                     # maybe stored. Kafka answers such an append REQUEST_TIMED_OUT, which a client's
@@ -522,18 +544,24 @@ class LogStore:
                     replies[i] = self.replication.reply(conn, reply)
             for conn, wait in waits.items():
                 try:
-                    acked, lost = await wait, None
+                    acked, lost = await by(wait, give_up), None
                 except StorageUnavailable as exc:
                     acked, lost = -1, exc
+                except TimeoutError:  # Redis never answered the WAIT: as unconfirmed as one that timed out
+                    acked, lost = -1, None
                 for i in pending[conn]:
-                    stored = isinstance(replies[i], list) and replies[i][0] in (ErrorCode.OK, ErrorCode.DUPLICATE_SEQUENCE)
-                    if acked < replicas[i] and stored:
-                        self.replication.forget(calls[i][1][0])  # read its replicas again
+                    reply = replies[i]
+                    if acked >= replicas[i] or not (isinstance(reply, list) and reply[0] in _STORED):
+                        continue
+                    self.replication.forget(calls[i][1][0])  # read its replicas again
+                    if lost:
                         replies[i] = NotEnoughReplicasAfterAppend(
                             f"{calls[i][1][0]}: appended; how many Redis replicas hold it is unknown ({lost}), "
-                            f"{replicas[i]} needed" if lost else
-                            f"{calls[i][1][0]}: on {acked} Redis replicas within {timeout_ms} ms, "
-                            f"{replicas[i]} needed (min.insync.replicas {replicas[i] + 1})")
+                            f"{replicas[i]} needed")
+                    else:
+                        replies[i] = ReplicationTimedOut(
+                            f"{calls[i][1][0]}: on {max(acked, 0)} Redis replicas within {timeout_ms} ms, {replicas[i]} "
+                            f"needed (min.insync.replicas {replicas[i] + 1})", int(reply[1]), int(reply[2]))
         return replies
 
     # -- reads ----------------------------------------------------------------------------------
@@ -876,3 +904,8 @@ def _producer_state(raw: bytes) -> tuple[int, list[tuple[int, int, int]]]:
         return old["e"], [tuple(b) for b in old["b"]] if isinstance(old["b"], list) else []
     (epoch,) = struct.unpack_from(">i", raw)
     return epoch, list(struct.iter_unpack(">iiq", raw[4:]))
+
+
+def _give_up(timeout_ms: int) -> float:
+    """When (the loop's clock) an append whose WAIT is given `timeout_ms` stops waiting for Redis."""
+    return asyncio.get_running_loop().time() + max(timeout_ms * _GIVE_UP, _GIVE_UP_FLOOR_MS) / 1000

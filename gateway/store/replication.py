@@ -46,7 +46,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import RedisClusterException, ResponseError
 
@@ -55,6 +55,7 @@ from gateway.store.connection import RedisClient, storage_errors, storage_full
 from gateway.store.resp import DirectConnections, RespConnection, RespError
 from gateway.store.scripts import Scripts, ScriptSpec
 
+T = TypeVar("T")
 _REPLICAS_FRESH = 1.0  # seconds a node's count of online replicas is trusted before it is read again
 READ_CONFIRM_MS = 1_000  # how long a read waits for the replicas to hold what it read before giving none of it
 _READ_MARK_CHANNEL = "gateway:read-mark"  # PUBLISHed to nobody: only to move the reading connection's replication offset
@@ -121,10 +122,17 @@ class Waits:
     """Redis's WAIT on the connections that write for the replicas: at most one in flight on each,
     and every write sent while one is in flight shares the next. WAIT blocks its connection in Redis,
     so writes sent meanwhile run only after it returns, and the next WAIT, sent then, covers them:
-    pipelined requests share WAITs instead of queueing one each."""
+    pipelined requests share WAITs instead of queueing one each.
+
+    Each waiter's timeout counts from its own `after`, not from the WAIT that serves it: a WAIT is
+    given what is left of its earliest waiter's time. A write that joined the next WAIT while a
+    stalled replica held the first one through its whole timeout would otherwise wait a second
+    timeout on top (a produce answered after twice its `timeout_ms`, its client timing it out
+    first: tests/jepsen soak sentinel:461914276), where Kafka's DelayedProduce expires each
+    produce on its own timeout."""
 
     def __init__(self) -> None:
-        self._next: dict[RespConnection, tuple[asyncio.Future[int], list[int], list[int]]] = {}
+        self._next: dict[RespConnection, tuple[asyncio.Future[int], list[int], list[float]]] = {}
         self._flying: set[RespConnection] = set()
 
     def after(self, conn: RespConnection, replicas: int, timeout_ms: int) -> asyncio.Future[int]:
@@ -136,7 +144,7 @@ class Waits:
             # connection lost under a paused primary): the failure is theirs, never a logged orphan
             group[0].add_done_callback(_observed)
         group[1].append(replicas)
-        group[2].append(timeout_ms)
+        group[2].append(asyncio.get_running_loop().time() + timeout_ms / 1000)  # its deadline
         if conn not in self._flying:
             self._send(conn)
         return group[0]
@@ -147,9 +155,10 @@ class Waits:
             self._flying.discard(conn)
             return
         self._flying.add(conn)
-        fut, replicas, timeouts = group
+        fut, replicas, deadlines = group
+        left_ms = (min(deadlines) - asyncio.get_running_loop().time()) * 1000
         # timeout 0 would block for ever: WAIT's timeout is at least a millisecond
-        sent = conn.pipeline([("WAIT", max(replicas), max(1, min(timeouts)))])
+        sent = conn.pipeline([("WAIT", max(replicas), max(1, int(left_ms)))])
         sent.add_done_callback(lambda done: self._answered(conn, fut, done))
 
     def _answered(self, conn: RespConnection, fut: asyncio.Future[int], done: asyncio.Future[list[Any]]) -> None:
@@ -163,7 +172,33 @@ class Waits:
         self._send(conn)
 
 
-def _observed(fut: asyncio.Future[int]) -> None:
+async def by(fut: asyncio.Future[T], deadline: float) -> T:
+    """`fut`'s outcome, or TimeoutError at `deadline` (the loop's clock), `fut` left alone: a reply
+    that comes later still reaches its connection's next waiter in order, and a WAIT shared with
+    other writes still answers them. Two callbacks and a timer, not `wait_for`'s task and shield:
+    every produce's append waits through it."""
+    if not fut.done():
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        timer = loop.call_at(deadline, wake)
+        fut.add_done_callback(wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            fut.remove_done_callback(wake)
+        if not fut.done():
+            fut.add_done_callback(_observed)  # its failure, if it comes, is nobody's now
+            raise TimeoutError
+    return fut.result()
+
+
+def _observed(fut: asyncio.Future[Any]) -> None:
     """Marks a WAIT's failure as seen: asyncio logs "Future exception was never retrieved" otherwise."""
     if not fut.cancelled():
         fut.exception()
@@ -208,9 +243,10 @@ class Replication:
         """How many copies (the primary's included) a durable state change waits for, and how long."""
         self.state_min_insync, self.state_timeout_ms = state_min_insync, state_timeout_ms
 
-    async def online(self, key: str) -> int:
+    async def online(self, key: str, until: float | None = None) -> int:
         """The replicas of `key`'s node that are online (INFO replication), read again after a second;
-        callers asking meanwhile share one read."""
+        callers asking meanwhile share one read. TimeoutError at `until` (the loop's clock) when
+        that read is not done by then (Redis stopped or cut off)."""
         addr = self.connections.address(key)
         now = asyncio.get_running_loop().time()
         seen = self._online.get(addr)
@@ -220,7 +256,7 @@ class Replication:
         if reading is None:
             reading = self._reading[addr] = asyncio.ensure_future(self._read_online(key, addr, now))
             reading.add_done_callback(lambda _: self._reading.pop(addr, None))
-        return await asyncio.shield(reading)
+        return await (asyncio.shield(reading) if until is None else by(reading, until))
 
     async def _read_online(self, key: str, addr: tuple[str, int], now: float) -> int:
         async with storage_errors():
