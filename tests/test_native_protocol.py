@@ -119,7 +119,7 @@ async def test_redis_outage_is_a_retriable_storage_error(tmp_path: Path):
     gw = Gateway(test_config(redis.url))
     await gw.start()
     try:
-        async with await Client.connect(native_url(gw)) as client:
+        async with await Client.connect(native_url(gw), operation_timeout=3.0) as client:
             producer = await client.create_producer("outage", batching=False, send_timeout=0.5)
             assert (await producer.send(b"before")).offset == 0
             await asyncio.to_thread(redis.stop)

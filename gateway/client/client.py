@@ -147,11 +147,13 @@ class Client:
         the first try; then the last refusal. Pulsar's client retries a producer's creation so
         (ProducerImpl: createProducerTimeout, its operation timeout), as Kafka's clients retry a
         RetriableException (retry.backoff.ms up to retry.backoff.max.ms). A lost connection is not
-        retried here: the creation may have reached the gateway."""
+        retried here: the creation may have reached the gateway. Each try has the whole timeout for
+        its answer (a refusal while Redis is away comes after the gateway's own connect attempt), so
+        the refusal, not a cut-short wait, is what the caller sees last."""
         deadline, delay = time.monotonic() + self._timeout, 0.1
         while True:
             try:
-                return await self.request(build, timeout=max(0.01, deadline - time.monotonic()))
+                return await self.request(build)
             except GatewayError as exc:
                 if not exc.retriable or isinstance(exc, ConnectionLost) or time.monotonic() + delay >= deadline:
                     raise
