@@ -12,6 +12,7 @@ acks=all produces (NOT_ENOUGH_REPLICAS, which the producer retries).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import signal
@@ -34,9 +35,10 @@ from gateway.client import Client
 from gateway.errors import GatewayError
 from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
-from gateway.store import keys
+from gateway.store import Store, keys
 from gateway.store.connection import SentinelRedis, SentinelUrl, connect
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, die_with_parent, free_port
+from gateway.store.persistence import warn_restart_loss
 from tests.conftest import eventually, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.kafka_wire import call
 from tests.test_acks_all import _create, _produce
@@ -577,6 +579,28 @@ def _slot_owner(cluster: EmbeddedCluster, key: str, but: int = 0) -> int:
             if start <= slot <= end:
                 return int(primary[1])
     raise AssertionError(f"no node owns slot {slot}")
+
+
+async def test_a_cluster_primary_whose_restart_can_drop_what_its_replica_held_is_warned_of(replicated_cluster, caplog):
+    """Soak cluster:270253204: a primary killed and restarted (everysec) before its replica's promotion
+    came back without two acknowledged batches, resynced its replica, which held them, in full, and
+    that replica was then promoted. Each primary with a replica on everysec is named at start-up;
+    on `appendfsync always` (which answers only what its AOF holds) none is."""
+    cluster = replicated_cluster
+    store = Store(connect(cluster.url))
+    try:
+        primaries = [n.port for n in cluster.nodes if _info(n.port).get("role") == "master"]
+        await eventually(lambda: all(_online_replicas(p) == 1 for p in primaries), TIMEOUT, "the replicas")
+        with caplog.at_level(logging.WARNING, logger="gateway.store.persistence"):
+            warned = await warn_restart_loss(store.replication)
+        assert sorted(int(a.rsplit(":", 1)[1]) for a in warned) == sorted(primaries)
+        assert len(caplog.records) == 3 and "appendfsync everysec" in caplog.records[0].getMessage()
+        for port in primaries:
+            with redis_sync.Redis(port=port) as r:
+                r.config_set("appendfsync", "always")
+        assert await warn_restart_loss(store.replication) == []
+    finally:
+        await store.close()
 
 
 async def test_acks_all_keeps_every_acknowledged_record_once_through_a_cluster_failover(replicated_cluster):

@@ -38,6 +38,7 @@ from gateway.errors import GatewayError
 from gateway.store import Store
 from gateway.store.objects import ObjectStore, ObjectStoreUnavailable
 from gateway.store.objects.open import open_object_store
+from gateway.store.persistence import warn_restart_loss
 
 
 def open_tier_store(location: str) -> ObjectStore | None:
@@ -70,6 +71,7 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
                          node_id=config.node_id, memory=memory, objects=objects)
         closing.push_async_callback(log.close)
         await log.warn_unmet_min_insync()  # acks=all produces to such topics are refused: say so at once
+        await warn_restart_loss(store.replication)  # a primary restarted in place can drop what its replicas held
         delay = DelayService(store, notify_partition=log.notifier.notify, memory=memory)
         watermark = WatermarkService(store, log, snapshot_marks=config.watermark_snapshot_marks)
         subscriptions = SubscriptionService(log, store, config.node_id, watermarks=watermark, lease_ms=config.lease_ms)
