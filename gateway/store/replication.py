@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisClusterException, ResponseError
 
 from gateway.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, StorageUnavailable
-from gateway.store.connection import RedisClient, storage_errors, storage_full
+from gateway.store.connection import UNAVAILABLE, RedisClient, SentinelRedis, storage_errors, storage_full
 from gateway.store.resp import DirectConnections, RespConnection, RespError
 from gateway.store.scripts import Scripts, ScriptSpec
 
@@ -118,6 +118,11 @@ class PrimaryStatus:
         return sum(1 for r in self.replicas if r.state == "online")
 
 
+Vouch = Callable[[RespConnection, int], Awaitable[str | None]]
+"""Why a primary whose WAIT was answered, with this many replicas online just after, may be on its
+way out (its writes then lost with it), or None."""
+
+
 class Waits:
     """Redis's WAIT on the connections that write for the replicas: at most one in flight on each,
     and every write sent while one is in flight shares the next. WAIT blocks its connection in Redis,
@@ -129,11 +134,15 @@ class Waits:
     stalled replica held the first one through its whole timeout would otherwise wait a second
     timeout on top (a produce answered after twice its `timeout_ms`, its client timing it out
     first: tests/jepsen soak sentinel:461914276), where Kafka's DelayedProduce expires each
-    produce on its own timeout."""
+    produce on its own timeout.
 
-    def __init__(self) -> None:
+    With `vouch`, each WAIT is followed by a ROLE, which counts the replicas online once it returned,
+    and its answer stands only once `vouch` finds no reason against it (StorageUnavailable else)."""
+
+    def __init__(self, vouch: Vouch | None = None) -> None:
         self._next: dict[RespConnection, tuple[asyncio.Future[int], list[int], list[float]]] = {}
         self._flying: set[RespConnection] = set()
+        self._vouch = vouch
 
     def after(self, conn: RespConnection, replicas: int, timeout_ms: int) -> asyncio.Future[int]:
         """The number of replicas that hold everything `conn` wrote so far (a WAIT's answer)."""
@@ -158,7 +167,8 @@ class Waits:
         fut, replicas, deadlines = group
         left_ms = (min(deadlines) - asyncio.get_running_loop().time()) * 1000
         # timeout 0 would block for ever: WAIT's timeout is at least a millisecond
-        sent = conn.pipeline([("WAIT", max(replicas), max(1, int(left_ms)))])
+        wait: list[tuple[Any, ...]] = [("WAIT", max(replicas), max(1, int(left_ms)))]
+        sent = conn.pipeline([*wait, ("ROLE",)] if self._vouch else wait)
         sent.add_done_callback(lambda done: self._answered(conn, fut, done))
 
     def _answered(self, conn: RespConnection, fut: asyncio.Future[int], done: asyncio.Future[list[Any]]) -> None:
@@ -167,9 +177,29 @@ class Waits:
             reply = None if exc is not None else done.result()[0]
             if exc is not None or not isinstance(reply, int):
                 fut.set_exception(StorageUnavailable(f"redis: WAIT failed ({exc or reply}); retry"))
+            elif self._vouch is not None:
+                task = asyncio.ensure_future(self._vouched(self._vouch, conn, fut, reply, done.result()[1]))
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
             else:
                 fut.set_result(reply)
         self._send(conn)
+
+    @staticmethod
+    async def _vouched(vouch: Vouch, conn: RespConnection, fut: asyncio.Future[int], acked: int, role: Any) -> None:
+        """`acked` for `fut` once `vouch` has nothing against the primary, given its ROLE reply."""
+        if not isinstance(role, list) or role[0] != b"master":
+            reason: str | None = f"it answers ROLE {role!r}"
+        else:
+            try:
+                reason = await vouch(conn, len(role[2]))
+            except (StorageUnavailable, *UNAVAILABLE) as exc:
+                reason = f"the Sentinels could not be asked ({exc})"
+        if fut.done():
+            return
+        if reason is None:
+            fut.set_result(acked)
+        else:
+            fut.set_exception(StorageUnavailable(f"redis: the primary may be being replaced: {reason}; retry"))
 
 
 async def by(fut: asyncio.Future[T], deadline: float) -> T:
@@ -232,7 +262,7 @@ class Replication:
         self.scripts = scripts
         self.connections = DirectConnections(
             redis, name="gateway-append-replicated", preload=tuple(s.source for s in preload))
-        self.waits = Waits()
+        self.waits = Waits(self._stands if isinstance(redis, SentinelRedis) else None)
         self._online: dict[tuple[str, int], tuple[float, int]] = {}  # node -> (read at, online replicas)
         self._most: dict[tuple[str, int], int] = {}  # node -> most replicas ever seen online
         self._reading: dict[tuple[str, int], asyncio.Future[int]] = {}  # node -> its INFO being read
@@ -270,6 +300,16 @@ class Replication:
         # read as it takes over, it may not have them back yet
         self._most[addr] = max(online, self._most.get(addr, max(self._most.values(), default=0)))
         return online
+
+    async def _stands(self, conn: RespConnection, online: int) -> str | None:
+        """Why the Sentinels may be replacing `conn`'s primary (`SentinelRedis.replacing`), asked only
+        when it has fewer replicas online than it has had: one that has all of them keeps every write
+        their WAIT confirmed, whichever of them is promoted."""
+        addr = conn.address
+        if addr is None or online >= self._most.get(addr, max(self._most.values(), default=0)):
+            return None
+        assert isinstance(self.redis, SentinelRedis)
+        return await self.redis.replacing(addr)
 
     async def learn(self) -> None:
         """Each primary's replicas online, read once at start: a primary that has lost them before this
