@@ -2,7 +2,8 @@
 past the Sentinels' patience, their leader told a replica `REPLICAOF NO ONE`, and the primary
 resumed before the promotion was confirmed. The Sentinels still named it, the replica it kept
 acknowledged its writes to WAIT, and once the failover ended they were gone: acks=all records (then
-librdkafka's fatal OUT_OF_ORDER_SEQUENCE_NUMBER on the promoted primary, which lacked them).
+librdkafka's fatal OUT_OF_ORDER_SEQUENCE_NUMBER on the promoted primary, which lacked them) and a
+transaction's partitions (then INVALID_TXN_STATE for its abort, fatal too).
 
 Here the failover is held at that point on purpose: the replica to be promoted is stopped as the
 Sentinel leader picks it, so the leader waits for its promotion, flagged as failing the primary over,
@@ -14,11 +15,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from typing import Any
 
 import confluent_kafka as ck
 import redis as redis_sync
 
+from gateway.kafka.dispatch import ApiKey
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
+from tests.kafka_wire import call
 from tests.test_acks_all import _create, _produce
 from tests.test_failover import (  # noqa: F401 (group: the fixture)
     SERVICE,
@@ -37,6 +41,14 @@ def _flags(sentinel: int) -> set[str]:
         return set(str(s.execute_command("SENTINEL", "MASTER", SERVICE)["flags"]).split(","))
 
 
+async def _add_partition(conn: Any, tid: str, pid: int, epoch: int) -> int:
+    """AddPartitionsToTxn v3 of t-0 (librdkafka's version); its error code."""
+    answer = await call(conn, ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid, "v3_and_below_producer_epoch": epoch,
+        "v3_and_below_topics": [{"name": "t", "partitions": [0]}]})
+    return int(answer.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+
+
 async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_confirm(group, tmp_path):  # noqa: F811
     primary, doomed = group.primary_port(), group.replica_port()
     kept = group._node(tmp_path / "kept", primary)  # a second replica, which Sentinel never promotes
@@ -49,6 +61,9 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_con
     async with running_gateway(test_config(group.url)) as gw:
         bs = kafka_bootstrap(gw)
         await asyncio.to_thread(_create, bs, "t", 2)
+        conn = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
+        init = await call(conn, ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": "tx", "transaction_timeout": 60_000})
+        assert init.error_code == 0
         node = group.nodes[doomed].proc
         assert node is not None
         with redis_sync.Redis(port=leader) as s:
@@ -64,8 +79,10 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_con
 
             [(err, _)] = await asyncio.to_thread(_produce, bs, [b"lost"], **ONCE)
             assert err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            assert await _add_partition(conn, "tx", init.producer_id, init.producer_epoch) == 15  # COORDINATOR_NOT_AVAILABLE
         finally:
             os.kill(node.pid, signal.SIGCONT)
+        conn[1].close()
 
 
 async def test_a_primary_short_of_a_replica_with_no_failover_under_way_goes_on(group, tmp_path):  # noqa: F811

@@ -22,9 +22,13 @@ transaction coordinators say COORDINATOR_NOT_AVAILABLE), and each durable state 
 repeat.
 
 What does not wait, and why:
-- writes a later waited-for write covers: a transaction's begin, its partitions and what its end
-  settles (txn-new, txn-join, txn-add, fence-begin) and acks within a transaction (sub-txn-ack) come
-  before its end, which waits; a WAIT for the end holds every earlier write. The end itself (txn-finish) is repeatable: a lost
+- writes a later waited-for write covers: the native face's transaction begin, its partitions and
+  what its end settles (txn-new, txn-add, fence-begin) and acks within a transaction (sub-txn-ack)
+  come before its end, which waits; a WAIT for the end holds every earlier write. Kafka's
+  AddPartitionsToTxn and AddOffsetsToTxn (txn-join) do wait, as Kafka's coordinator writes them to
+  its replicated log before answering: a lost one leaves a transaction the producer believes open
+  unknown to the coordinator, whose EndTxn(abort) Kafka answers INVALID_TXN_STATE, which librdkafka
+  takes as fatal (soak sentinel:929668516). The end itself (txn-finish) is repeatable: a lost
   finish leaves the transaction decided, and it is rolled forward again.
 - group membership (group-save, cgroup-save): losing it costs a rebalance, which members recover from
   by rejoining (Kafka's UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH), and it changes on every join.
@@ -69,6 +73,8 @@ DURABLE = frozenset({
     # the transaction coordinator's point of no return, and what rolling it forward writes
     "txn-end-4", "txn-group-commit-5", "txn-marker-6", "txn-offsets-settle-3", "sub-txn-settle-4",
     "watermark-settle-2", "delay-commit-8", "delay-drop-2",
+    # a Kafka transaction's partitions and groups (AddPartitionsToTxn, AddOffsetsToTxn)
+    "txn-join-5",
     # fencing epochs: InitProducerId, the native fence
     "fence-connect-6",
     # committed offsets (classic and consumer groups, transactional ones staged) and their deletion
