@@ -3,7 +3,8 @@ past the Sentinels' patience, their leader told a replica `REPLICAOF NO ONE`, an
 resumed before the promotion was confirmed. The Sentinels still named it, the replica it kept
 acknowledged its writes to WAIT, and once the failover ended they were gone: acks=all records (then
 librdkafka's fatal OUT_OF_ORDER_SEQUENCE_NUMBER on the promoted primary, which lacked them) and a
-transaction's partitions (then INVALID_TXN_STATE for its abort, fatal too).
+transaction's partitions (then INVALID_TXN_STATE for its abort, fatal too); and polls read records
+that were then gone (a replay, once the writes were fixed).
 
 Here the failover is held at that point on purpose: the replica to be promoted is stopped as the
 Sentinel leader picks it, so the leader waits for its promotion, flagged as failing the primary over,
@@ -18,8 +19,10 @@ import signal
 from typing import Any
 
 import confluent_kafka as ck
+import pytest
 import redis as redis_sync
 
+from gateway.errors import StorageUnavailable
 from gateway.kafka.dispatch import ApiKey
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_wire import call
@@ -80,6 +83,9 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_con
             [(err, _)] = await asyncio.to_thread(_produce, bs, [b"lost"], **ONCE)
             assert err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             assert await _add_partition(conn, "tx", init.producer_id, init.producer_epoch) == 15  # COORDINATOR_NOT_AVAILABLE
+            assert gw.services is not None
+            with pytest.raises(StorageUnavailable):  # the record read may be gone with it: KAFKA_STORAGE_ERROR
+                await gw.services.log.read("t", 0, 0)
         finally:
             os.kill(node.pid, signal.SIGCONT)
         conn[1].close()
@@ -98,4 +104,6 @@ async def test_a_primary_short_of_a_replica_with_no_failover_under_way_goes_on(g
         await eventually(lambda: _online_replicas(primary) == 1, TIMEOUT, "one replica gone")
         [(err, offset)] = await asyncio.to_thread(_produce, bs, [b"kept"], **ONCE)
         assert err is None and offset == 0
+        assert gw.services is not None
+        assert [e.base_offset for e in (await gw.services.log.read("t", 0, 0)).entries] == [0]
         assert await asyncio.to_thread(_log_values, bs, "t") == [b"kept"]

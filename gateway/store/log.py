@@ -642,8 +642,11 @@ class LogStore:
         if mark and self.replication.cluster:
             replies = await self._cluster_marked(log, mark_key, commands, mark)
         else:
-            # a WAIT of its own on the reading connection (redis-py's pool has one per concurrent read)
-            sent = [*commands, self.replication.read_mark(mark_key), ("WAIT", mark, READ_CONFIRM_MS)] if mark else commands
+            # a WAIT of its own on the reading connection (redis-py's pool has one per concurrent read),
+            # and behind Sentinel a ROLE after it (`Replication.replaced`)
+            role = [("ROLE",)] if mark and self.replication.vouching else []
+            confirm = [self.replication.read_mark(mark_key), ("WAIT", mark, READ_CONFIRM_MS), *role] if mark else []
+            sent = [*commands, *confirm]
             got = await self.direct.pipeline(log, sent) if direct else None
             if got is None:  # through redis-py: its replies are in its own shape already
                 pipe = self.redis.pipeline(transaction=False)
@@ -655,14 +658,21 @@ class LogStore:
                         if isinstance(reply, Exception):
                             raise reply
                 if mark:
-                    _confirm(log, shaped[-1], mark)
+                    await self._confirm(log, shaped[len(commands):], mark)
                 return shaped[:len(commands)]
             replies = got
             if mark:
-                _confirm(log, replies[-1], mark)
+                await self._confirm(log, replies[len(commands):], mark)
         for i in set(streams):
             replies[i] = _direct_entries(replies[i])
         return replies[:len(commands)]
+
+    async def _confirm(self, log: str, confirm: list[Any], mark: int) -> None:
+        """StorageUnavailable (retriable) unless a read's confirming replies (its mark's, its WAIT's and
+        behind Sentinel its ROLE's) say `mark` replicas hold what it read on a primary that stands."""
+        _confirm(log, confirm[1], mark)
+        if len(confirm) > 2 and (why := await self.replication.replaced(self.replication.primary(), confirm[2])):
+            raise StorageUnavailable(f"{log}: what was read may be gone with its primary ({why}); retry")
 
     async def _end_confirmed(self, topic: str, partition: int, offset: int, direct: bool) -> None:
         """StorageUnavailable (retriable) unless the replicas a state change waits for, all of them and

@@ -124,9 +124,9 @@ class PrimaryStatus:
         return sum(1 for r in self.replicas if r.state == "online")
 
 
-Vouch = Callable[[RespConnection, int], Awaitable[str | None]]
-"""Why a primary whose WAIT was answered, with this many replicas online just after, may be on its
-way out (its writes then lost with it), or None."""
+Vouch = Callable[[tuple[str, int] | None, Any], Awaitable[str | None]]
+"""Why the primary at an address, whose WAIT was answered and then this ROLE reply, may be on its
+way out (what its replicas confirmed then lost with it), or None."""
 
 
 class Waits:
@@ -184,22 +184,16 @@ class Waits:
             if exc is not None or not isinstance(reply, int):
                 fut.set_exception(StorageUnavailable(f"redis: WAIT failed ({exc or reply}); retry"))
             elif self._vouch is not None:
-                task = asyncio.ensure_future(self._vouched(self._vouch, conn, fut, reply, done.result()[1]))
+                task = asyncio.ensure_future(self._vouched(self._vouch(conn.address, done.result()[1]), fut, reply))
                 task.add_done_callback(lambda t: t.cancelled() or t.exception())
             else:
                 fut.set_result(reply)
         self._send(conn)
 
     @staticmethod
-    async def _vouched(vouch: Vouch, conn: RespConnection, fut: asyncio.Future[int], acked: int, role: Any) -> None:
-        """`acked` for `fut` once `vouch` has nothing against the primary, given its ROLE reply."""
-        if not isinstance(role, list) or role[0] != b"master":
-            reason: str | None = f"it answers ROLE {role!r}"
-        else:
-            try:
-                reason = await vouch(conn, len(role[2]))
-            except (StorageUnavailable, *UNAVAILABLE) as exc:
-                reason = f"the Sentinels could not be asked ({exc})"
+    async def _vouched(vouching: Awaitable[str | None], fut: asyncio.Future[int], acked: int) -> None:
+        """`acked` for `fut` once `vouching` has found nothing against the primary."""
+        reason = await vouching
         if fut.done():
             return
         if reason is None:
@@ -268,7 +262,8 @@ class Replication:
         self.scripts = scripts
         self.connections = DirectConnections(
             redis, name="gateway-append-replicated", preload=tuple(s.source for s in preload))
-        self.waits = Waits(self._stands if isinstance(redis, SentinelRedis) else None)
+        self.vouching = isinstance(redis, SentinelRedis)  # a ROLE follows each WAIT, for `replaced`
+        self.waits = Waits(self.replaced if self.vouching else None)
         self._online: dict[tuple[str, int], tuple[float, int]] = {}  # node -> (read at, online replicas)
         self._most: dict[tuple[str, int], int] = {}  # node -> most replicas ever seen online
         self._reading: dict[tuple[str, int], asyncio.Future[int]] = {}  # node -> its INFO being read
@@ -307,15 +302,25 @@ class Replication:
         self._most[addr] = max(online, self._most.get(addr, max(self._most.values(), default=0)))
         return online
 
-    async def _stands(self, conn: RespConnection, online: int) -> str | None:
-        """Why the Sentinels may be replacing `conn`'s primary (`SentinelRedis.replacing`), asked only
-        when it has fewer replicas online than it has had: one that has all of them keeps every write
-        their WAIT confirmed, whichever of them is promoted."""
-        addr = conn.address
-        if addr is None or online >= self._most.get(addr, max(self._most.values(), default=0)):
+    def primary(self) -> tuple[str, int] | None:
+        """Behind Sentinel, where the redis-py client last found the primary (its reads go there)."""
+        return self.redis.primary_seen() if isinstance(self.redis, SentinelRedis) else None
+
+    async def replaced(self, addr: tuple[str, int] | None, role: Any) -> str | None:
+        """Why the primary at `addr`, whose replicas just confirmed a WAIT and which then answered
+        `role` to ROLE, may be on its way out (`SentinelRedis.replacing`), or None. The Sentinels are
+        asked only when it has fewer replicas online than it has had: the replica a failover promotes
+        leaves it first (`REPLICAOF NO ONE` closes its link), so one that has all of them is not
+        being replaced yet."""
+        if not isinstance(role, list) or len(role) < 3 or role[0] not in (b"master", "master"):
+            return f"it answers ROLE {role!r}"
+        if addr is None or len(role[2]) >= self._most.get(addr, max(self._most.values(), default=0)):
             return None
         assert isinstance(self.redis, SentinelRedis)
-        return await self.redis.replacing(addr)
+        try:
+            return await self.redis.replacing(addr)
+        except (StorageUnavailable, *UNAVAILABLE) as exc:
+            return f"the Sentinels could not be asked ({exc})"
 
     async def learn(self) -> None:
         """Each primary's replicas online, read once at start: a primary that has lost them before this
