@@ -24,6 +24,7 @@ import redis as redis_sync
 
 from gateway.errors import StorageUnavailable
 from gateway.kafka.dispatch import ApiKey
+from gateway.store import keys
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_wire import call
 from tests.test_acks_all import _create, _produce
@@ -86,9 +87,30 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_con
             assert gw.services is not None
             with pytest.raises(StorageUnavailable):  # the record read may be gone with it: KAFKA_STORAGE_ERROR
                 await gw.services.log.read("t", 0, 0)
+            # and with no replica left to confirm a read (the kept one stopped too, its link dropped)
+            assert kept.proc is not None and gw.store is not None
+            os.kill(kept.proc.pid, signal.SIGSTOP)
+            with redis_sync.Redis(port=primary) as r:
+                r.execute_command("CLIENT", "KILL", "TYPE", "replica")
+            replication = gw.store.replication
+
+            async def none_online() -> bool:  # as the gateway reads it, again after a second
+                return await replication.online(keys.log("t", 0)) == 0
+            await eventually(none_online, TIMEOUT, "no replica online")
+            with pytest.raises(StorageUnavailable):
+                await gw.services.log.read("t", 0, 0)
         finally:
             os.kill(node.pid, signal.SIGCONT)
+            if kept.proc is not None:
+                os.kill(kept.proc.pid, signal.SIGCONT)
         conn[1].close()
+        # once the failover ends the old primary is replaced for good, though the gateway follows the
+        # new epoch by then (a late write's WAIT on the old one was vouched for: a replay)
+        new = await group.promoted(primary)
+        sentinel = gw.store._redis  # type: ignore[union-attr]
+        await eventually(lambda: sentinel.sentinels.epoch >= 1, TIMEOUT, "the new epoch followed")
+        assert await sentinel.replacing(("127.0.0.1", primary)) == f"the Sentinels name 127.0.0.1:{new} at config epoch 1"
+        assert await sentinel.replacing(("127.0.0.1", new)) is None
 
 
 async def test_a_primary_short_of_a_replica_with_no_failover_under_way_goes_on(group, tmp_path):  # noqa: F811

@@ -173,13 +173,17 @@ class EpochSentinels(Sentinel):
                    if state is not None]
         if 2 * len(answers) <= len(self.sentinels):
             return f"{len(answers)} of {len(self.sentinels)} Sentinels answered"
-        for state in answers:
-            named = (str(state["ip"]), int(state["port"]))
+        named = [(int(state.get("config-epoch", 0)), str(state["ip"]), int(state["port"])) for state in answers]
+        for (_, *where), state in zip(named, answers, strict=True):
             flags = state["flags"] if isinstance(state["flags"], set) else set(str(state["flags"]).split(","))
-            if named == primary and "failover_in_progress" in flags:
-                return f"a Sentinel is failing {named[0]}:{named[1]} over"
-            if named != primary and int(state.get("config-epoch", 0)) > self.epoch:
-                return f"a Sentinel names {named[0]}:{named[1]} at config epoch {state.get('config-epoch')}"
+            if tuple(where) == primary and "failover_in_progress" in flags:
+                return f"a Sentinel is failing {primary[0]}:{primary[1]} over"
+        # the newest config epoch names it (a Sentinel cut off with an older primary names that one at an
+        # older epoch; the failover's leader names the old one at the new epoch until the failover ends)
+        top = max(epoch for epoch, _, _ in named)
+        newest = sorted({f"{host}:{port}" for epoch, host, port in named if epoch == top})
+        if f"{primary[0]}:{primary[1]}" not in newest:
+            return f"the Sentinels name {', '.join(newest)} at config epoch {top}"
         return None
 
 

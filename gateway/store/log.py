@@ -639,6 +639,11 @@ class LogStore:
         that many replicas instead."""
         if mark is None:
             mark = await self.replication.read_replicas(log)
+            if not mark:
+                replies = await self._pipeline(log, mark_key, commands, direct, streams, mark=0)
+                if why := await self.replication.unconfirmed(log):  # asked after the read, as `replaced` is
+                    raise StorageUnavailable(f"{log}: what was read may be gone with its primary ({why}); retry")
+                return replies
         if mark and self.replication.cluster:
             replies = await self._cluster_marked(log, mark_key, commands, mark)
         else:

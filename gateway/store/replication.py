@@ -314,7 +314,18 @@ class Replication:
         being replaced yet."""
         if not isinstance(role, list) or len(role) < 3 or role[0] not in (b"master", "master"):
             return f"it answers ROLE {role!r}"
-        if addr is None or len(role[2]) >= self._most.get(addr, max(self._most.values(), default=0)):
+        return await self._replacing(addr, len(role[2]))
+
+    async def unconfirmed(self, key: str) -> str | None:
+        """`replaced` for a read of `key` that no replica confirmed because its primary has none online
+        (`read_replicas`): it may be the old one, resumed or cut off, which they all left."""
+        if not self.vouching or self.state_min_insync <= 1:
+            return None
+        needed, online = await self.state_replicas(key)
+        return await self._replacing(self.primary(), online) if needed > online == 0 else None
+
+    async def _replacing(self, addr: tuple[str, int] | None, online: int) -> str | None:
+        if addr is None or online >= self._most.get(addr, max(self._most.values(), default=0)):
             return None
         assert isinstance(self.redis, SentinelRedis)
         try:
