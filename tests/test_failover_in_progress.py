@@ -3,8 +3,8 @@ past the Sentinels' patience, their leader told a replica `REPLICAOF NO ONE`, an
 resumed before the promotion was confirmed. The Sentinels still named it, the replica it kept
 acknowledged its writes to WAIT, and once the failover ended they were gone: acks=all records (then
 librdkafka's fatal OUT_OF_ORDER_SEQUENCE_NUMBER on the promoted primary, which lacked them) and a
-transaction's partitions (then INVALID_TXN_STATE for its abort, fatal too); and polls read records
-that were then gone (a replay, once the writes were fixed).
+transaction's partitions (then INVALID_TXN_STATE for its abort, fatal too); and, replayed once those
+were fixed, polls of records then gone and a producer id the new primary handed out again.
 
 Here the failover is held at that point on purpose: the replica to be promoted is stopped as the
 Sentinel leader picks it, so the leader waits for its promotion, flagged as failing the primary over,
@@ -84,6 +84,9 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_con
             [(err, _)] = await asyncio.to_thread(_produce, bs, [b"lost"], **ONCE)
             assert err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             assert await _add_partition(conn, "tx", init.producer_id, init.producer_epoch) == 15  # COORDINATOR_NOT_AVAILABLE
+            # a producer id, which the new primary would hand out again (retriable, as during an outage)
+            fresh = await call(conn, ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout": 60_000})
+            assert fresh.error_code == 56  # KAFKA_STORAGE_ERROR
             assert gw.services is not None
             with pytest.raises(StorageUnavailable):  # the record read may be gone with it: KAFKA_STORAGE_ERROR
                 await gw.services.log.read("t", 0, 0)
@@ -109,6 +112,7 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_con
         new = await group.promoted(primary)
         sentinel = gw.store._redis  # type: ignore[union-attr]
         await eventually(lambda: sentinel.sentinels.epoch >= 1, TIMEOUT, "the new epoch followed")
+        await eventually(lambda: "failover_in_progress" not in _flags(leader), TIMEOUT, "the failover's end")
         assert await sentinel.replacing(("127.0.0.1", primary)) == f"the Sentinels name 127.0.0.1:{new} at config epoch 1"
         assert await sentinel.replacing(("127.0.0.1", new)) is None
 

@@ -898,9 +898,11 @@ class LogStore:
         return Trimmed(int(reply[1]), int(reply[2]), [m.decode() for m in reply[3:]])
 
     async def allocate_producer_id(self) -> int:
-        """A producer id never handed out before, from the counter both faces share."""
+        """A producer id never handed out before, from the counter both faces share, once the
+        replicas hold it (`producer-id-1` is durable: Kafka's ids come in blocks its controller
+        quorum commits, KIP-730, so no failover hands one out twice)."""
         async with storage_errors():
-            return int(await self.redis.incr(keys.PRODUCER_IDS))
+            return int(await self.scripts.call("producer-id-1", [keys.PRODUCER_IDS], []))  # (no ARGV)
 
 
 def _confirm(log: str, reply: Any, mark: int) -> None:

@@ -75,8 +75,8 @@ DURABLE = frozenset({
     "watermark-settle-2", "delay-commit-8", "delay-drop-2",
     # a Kafka transaction's partitions and groups (AddPartitionsToTxn, AddOffsetsToTxn)
     "txn-join-5",
-    # fencing epochs: InitProducerId, the native fence
-    "fence-connect-6",
+    # fencing epochs: InitProducerId, the native fence; producer ids
+    "fence-connect-6", "producer-id-1",
     # committed offsets (classic and consumer groups, transactional ones staged) and their deletion
     "group-commit-4", "cgroup-commit-3", "txn-offsets-stage-2", "group-offsets-delete-2",
     "group-delete-5", "cgroup-delete-4",
