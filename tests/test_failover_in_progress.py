@@ -4,7 +4,8 @@ resumed before the promotion was confirmed. The Sentinels still named it, the re
 acknowledged its writes to WAIT, and once the failover ended they were gone: acks=all records (then
 librdkafka's fatal OUT_OF_ORDER_SEQUENCE_NUMBER on the promoted primary, which lacked them) and a
 transaction's partitions (then INVALID_TXN_STATE for its abort, fatal too); and, replayed once those
-were fixed, polls of records then gone and a producer id the new primary handed out again.
+were fixed, polls of records then gone and a producer id the new primary handed out again (ids
+now come from blocks reserved durably).
 
 Here the failover is held at that point on purpose: the replica to be promoted is stopped as the
 Sentinel leader picks it, so the leader waits for its promotion, flagged as failing the primary over,
@@ -84,9 +85,9 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_con
             [(err, _)] = await asyncio.to_thread(_produce, bs, [b"lost"], **ONCE)
             assert err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             assert await _add_partition(conn, "tx", init.producer_id, init.producer_epoch) == 15  # COORDINATOR_NOT_AVAILABLE
-            # a producer id, which the new primary would hand out again (retriable, as during an outage)
+            # a producer id: from the block of ids the gateway reserved before, which the new primary holds
             fresh = await call(conn, ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout": 60_000})
-            assert fresh.error_code == 56  # KAFKA_STORAGE_ERROR
+            assert fresh.error_code == 0
             assert gw.services is not None
             with pytest.raises(StorageUnavailable):  # the record read may be gone with it: KAFKA_STORAGE_ERROR
                 await gw.services.log.read("t", 0, 0)
@@ -115,6 +116,9 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_con
         await eventually(lambda: "failover_in_progress" not in _flags(leader), TIMEOUT, "the failover's end")
         assert await sentinel.replacing(("127.0.0.1", primary)) == f"the Sentinels name 127.0.0.1:{new} at config epoch 1"
         assert await sentinel.replacing(("127.0.0.1", new)) is None
+        async with running_gateway(test_config(group.url)) as later:  # its ids come from the new primary
+            assert later.services is not None
+            assert await later.services.log.allocate_producer_id() > fresh.producer_id
 
 
 async def test_a_primary_short_of_a_replica_with_no_failover_under_way_goes_on(group, tmp_path):  # noqa: F811

@@ -56,6 +56,7 @@ from gateway.errors import (
 from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
+from gateway.store.producer_ids import ProducerIds
 from gateway.store.replication import READ_CONFIRM_MS, READ_MARK, Replication, by, read_confirmed
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
@@ -236,6 +237,7 @@ class LogStore:
         # that wait (`replication`): their WAITs never hold up the others (a producer's acks is
         # fixed, so its requests stay on one connection, in order)
         self.replication = replication
+        self.producer_ids = ProducerIds(scripts)
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -898,11 +900,10 @@ class LogStore:
         return Trimmed(int(reply[1]), int(reply[2]), [m.decode() for m in reply[3:]])
 
     async def allocate_producer_id(self) -> int:
-        """A producer id never handed out before, from the counter both faces share, once the
-        replicas hold it (`producer-id-1` is durable: Kafka's ids come in blocks its controller
-        quorum commits, KIP-730, so no failover hands one out twice)."""
+        """A producer id never handed out before, from the counter both faces share, in blocks
+        (`ProducerIds`)."""
         async with storage_errors():
-            return int(await self.scripts.call("producer-id-1", [keys.PRODUCER_IDS], []))  # (no ARGV)
+            return await self.producer_ids.allocate()
 
 
 def _confirm(log: str, reply: Any, mark: int) -> None:

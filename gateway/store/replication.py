@@ -76,7 +76,7 @@ DURABLE = frozenset({
     # a Kafka transaction's partitions and groups (AddPartitionsToTxn, AddOffsetsToTxn)
     "txn-join-5",
     # fencing epochs: InitProducerId, the native fence; producer ids
-    "fence-connect-6", "producer-id-1",
+    "fence-connect-6", "producer-ids-1",
     # committed offsets (classic and consumer groups, transactional ones staged) and their deletion
     "group-commit-4", "cgroup-commit-3", "txn-offsets-stage-2", "group-offsets-delete-2",
     "group-delete-5", "cgroup-delete-4",
