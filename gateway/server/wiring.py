@@ -61,6 +61,8 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
     async with contextlib.AsyncExitStack() as closing:
         store.replication.configure(config.state_min_insync_replicas, config.state_replication_timeout_ms)
         await store.replication.learn()
+        with contextlib.suppress(GatewayError):  # else the first producer reserves them
+            await store.log.producer_ids.reserve()  # (`ProducerIds`)
         memory = MemoryBudget(store, config.redis_memory_high_watermark)
         await memory.check_start()  # an evicting Redis would lose acknowledged records: refused here
         objects = open_tier_store(config.tier_location)

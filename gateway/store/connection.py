@@ -145,13 +145,46 @@ class EpochSentinels(Sentinel):
 
     async def _ask(self, sentinel: Redis, service_name: str) -> dict[str, Any] | None:
         """`sentinel`'s state of the primary if it names a usable one in time, else None."""
+        state = await self._state(sentinel, service_name)
+        return state if state and self.check_master_state(state, service_name) else None
+
+    async def _state(self, sentinel: Redis, service_name: str) -> dict[str, Any] | None:
+        """`sentinel`'s state of the primary as it answers in time (its flags too), else None."""
         try:
             async with asyncio.timeout(SENTINEL_ANSWER_SECONDS):
                 masters: dict[str, dict[str, Any]] = await sentinel.sentinel_masters()  # type: ignore[assignment]
         except (*UNAVAILABLE, rexc.ResponseError):
             return None
-        state = masters.get(service_name)
-        return state if state and self.check_master_state(state, service_name) else None
+        return masters.get(service_name)
+
+    async def replacing(self, service_name: str, primary: tuple[str, int]) -> str | None:
+        """Why `primary` may be on its way out, asked of every Sentinel now; None when a majority
+        answers and none is failing it over or names a newer primary.
+
+        Sentinel names the old primary until the replica it promoted confirms (seconds after its
+        `REPLICAOF NO ONE`), and only its leader flags the failover meanwhile. A primary paused past
+        the Sentinels' patience and resumed in between still takes writes, and the replica it kept
+        acknowledges them to WAIT, until it is demoted and they are gone (soak sentinel:929668516:
+        acks=all records and transaction steps lost, then librdkafka's fatal out-of-order sequence
+        and INVALID_TXN_STATE). Kafka's leader cannot drop a follower from its ISR without the
+        controller's consent (`Partition.prepareIsrShrink`, AlterPartition), which a deposed leader
+        never gets; this is that consent."""
+        answers = [state for state in await asyncio.gather(*(self._state(s, service_name) for s in self.sentinels))
+                   if state is not None]
+        if 2 * len(answers) <= len(self.sentinels):
+            return f"{len(answers)} of {len(self.sentinels)} Sentinels answered"
+        named = [(int(state.get("config-epoch", 0)), str(state["ip"]), int(state["port"])) for state in answers]
+        for (_, *where), state in zip(named, answers, strict=True):
+            flags = state["flags"] if isinstance(state["flags"], set) else set(str(state["flags"]).split(","))
+            if tuple(where) == primary and "failover_in_progress" in flags:
+                return f"a Sentinel is failing {primary[0]}:{primary[1]} over"
+        # the newest config epoch names it (a Sentinel cut off with an older primary names that one at an
+        # older epoch; the failover's leader names the old one at the new epoch until the failover ends)
+        top = max(epoch for epoch, _, _ in named)
+        newest = sorted({f"{host}:{port}" for epoch, host, port in named if epoch == top})
+        if f"{primary[0]}:{primary[1]}" not in newest:
+            return f"the Sentinels name {', '.join(newest)} at config epoch {top}"
+        return None
 
 
 class SentinelRedis(Redis):
@@ -164,6 +197,10 @@ class SentinelRedis(Redis):
         """Where the Sentinels say the primary is now (`MasterNotFoundError` when none says)."""
         host, port = await self.sentinels.discover_master(self.service)
         return str(host), int(port)
+
+    async def replacing(self, primary: tuple[str, int]) -> str | None:
+        """Why the Sentinels may be replacing `primary` now (`EpochSentinels.replacing`), or None."""
+        return await self.sentinels.replacing(self.service, primary)
 
     def primary_seen(self) -> tuple[str, int] | None:
         """Where this client's pool last found the primary (it asks on each new connection)."""

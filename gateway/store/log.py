@@ -56,6 +56,7 @@ from gateway.errors import (
 from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
+from gateway.store.producer_ids import ProducerIds
 from gateway.store.replication import READ_CONFIRM_MS, READ_MARK, Replication, by, read_confirmed
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
@@ -236,6 +237,7 @@ class LogStore:
         # that wait (`replication`): their WAITs never hold up the others (a producer's acks is
         # fixed, so its requests stay on one connection, in order)
         self.replication = replication
+        self.producer_ids = ProducerIds(scripts)
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -639,11 +641,19 @@ class LogStore:
         that many replicas instead."""
         if mark is None:
             mark = await self.replication.read_replicas(log)
+            if not mark:
+                replies = await self._pipeline(log, mark_key, commands, direct, streams, mark=0)
+                if why := await self.replication.unconfirmed(log):  # asked after the read, as `replaced` is
+                    raise StorageUnavailable(f"{log}: what was read may be gone with its primary ({why}); retry")
+                return replies
         if mark and self.replication.cluster:
             replies = await self._cluster_marked(log, mark_key, commands, mark)
         else:
-            # a WAIT of its own on the reading connection (redis-py's pool has one per concurrent read)
-            sent = [*commands, self.replication.read_mark(mark_key), ("WAIT", mark, READ_CONFIRM_MS)] if mark else commands
+            # a WAIT of its own on the reading connection (redis-py's pool has one per concurrent read),
+            # and behind Sentinel a ROLE after it (`Replication.replaced`)
+            role = [("ROLE",)] if mark and self.replication.vouching else []
+            confirm = [self.replication.read_mark(mark_key), ("WAIT", mark, READ_CONFIRM_MS), *role] if mark else []
+            sent = [*commands, *confirm]
             got = await self.direct.pipeline(log, sent) if direct else None
             if got is None:  # through redis-py: its replies are in its own shape already
                 pipe = self.redis.pipeline(transaction=False)
@@ -655,14 +665,21 @@ class LogStore:
                         if isinstance(reply, Exception):
                             raise reply
                 if mark:
-                    _confirm(log, shaped[-1], mark)
+                    await self._confirm(log, shaped[len(commands):], mark)
                 return shaped[:len(commands)]
             replies = got
             if mark:
-                _confirm(log, replies[-1], mark)
+                await self._confirm(log, replies[len(commands):], mark)
         for i in set(streams):
             replies[i] = _direct_entries(replies[i])
         return replies[:len(commands)]
+
+    async def _confirm(self, log: str, confirm: list[Any], mark: int) -> None:
+        """StorageUnavailable (retriable) unless a read's confirming replies (its mark's, its WAIT's and
+        behind Sentinel its ROLE's) say `mark` replicas hold what it read on a primary that stands."""
+        _confirm(log, confirm[1], mark)
+        if len(confirm) > 2 and (why := await self.replication.replaced(self.replication.primary(), confirm[2])):
+            raise StorageUnavailable(f"{log}: what was read may be gone with its primary ({why}); retry")
 
     async def _end_confirmed(self, topic: str, partition: int, offset: int, direct: bool) -> None:
         """StorageUnavailable (retriable) unless the replicas a state change waits for, all of them and
@@ -883,9 +900,10 @@ class LogStore:
         return Trimmed(int(reply[1]), int(reply[2]), [m.decode() for m in reply[3:]])
 
     async def allocate_producer_id(self) -> int:
-        """A producer id never handed out before, from the counter both faces share."""
+        """A producer id never handed out before, from the counter both faces share, in blocks
+        (`ProducerIds`)."""
         async with storage_errors():
-            return int(await self.redis.incr(keys.PRODUCER_IDS))
+            return await self.producer_ids.allocate()
 
 
 def _confirm(log: str, reply: Any, mark: int) -> None:

@@ -22,9 +22,13 @@ transaction coordinators say COORDINATOR_NOT_AVAILABLE), and each durable state 
 repeat.
 
 What does not wait, and why:
-- writes a later waited-for write covers: a transaction's begin, its partitions and what its end
-  settles (txn-new, txn-join, txn-add, fence-begin) and acks within a transaction (sub-txn-ack) come
-  before its end, which waits; a WAIT for the end holds every earlier write. The end itself (txn-finish) is repeatable: a lost
+- writes a later waited-for write covers: the native face's transaction begin, its partitions and
+  what its end settles (txn-new, txn-add, fence-begin) and acks within a transaction (sub-txn-ack)
+  come before its end, which waits; a WAIT for the end holds every earlier write. Kafka's
+  AddPartitionsToTxn and AddOffsetsToTxn (txn-join) do wait, as Kafka's coordinator writes them to
+  its replicated log before answering: a lost one leaves a transaction the producer believes open
+  unknown to the coordinator, whose EndTxn(abort) Kafka answers INVALID_TXN_STATE, which librdkafka
+  takes as fatal (soak sentinel:929668516). The end itself (txn-finish) is repeatable: a lost
   finish leaves the transaction decided, and it is rolled forward again.
 - group membership (group-save, cgroup-save): losing it costs a rebalance, which members recover from
   by rejoining (Kafka's UNKNOWN_MEMBER_ID / FENCED_MEMBER_EPOCH), and it changes on every join.
@@ -51,7 +55,7 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisClusterException, ResponseError
 
 from gateway.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, StorageUnavailable
-from gateway.store.connection import RedisClient, storage_errors, storage_full
+from gateway.store.connection import UNAVAILABLE, RedisClient, SentinelRedis, storage_errors, storage_full
 from gateway.store.resp import DirectConnections, RespConnection, RespError
 from gateway.store.scripts import Scripts, ScriptSpec
 
@@ -69,8 +73,10 @@ DURABLE = frozenset({
     # the transaction coordinator's point of no return, and what rolling it forward writes
     "txn-end-4", "txn-group-commit-5", "txn-marker-6", "txn-offsets-settle-3", "sub-txn-settle-4",
     "watermark-settle-2", "delay-commit-8", "delay-drop-2",
-    # fencing epochs: InitProducerId, the native fence
-    "fence-connect-6",
+    # a Kafka transaction's partitions and groups (AddPartitionsToTxn, AddOffsetsToTxn)
+    "txn-join-5",
+    # fencing epochs: InitProducerId, the native fence; producer ids
+    "fence-connect-6", "producer-ids-1",
     # committed offsets (classic and consumer groups, transactional ones staged) and their deletion
     "group-commit-4", "cgroup-commit-3", "txn-offsets-stage-2", "group-offsets-delete-2",
     "group-delete-5", "cgroup-delete-4",
@@ -118,6 +124,11 @@ class PrimaryStatus:
         return sum(1 for r in self.replicas if r.state == "online")
 
 
+Vouch = Callable[[tuple[str, int] | None, Any], Awaitable[str | None]]
+"""Why the primary at an address, whose WAIT was answered and then this ROLE reply, may be on its
+way out (what its replicas confirmed then lost with it), or None."""
+
+
 class Waits:
     """Redis's WAIT on the connections that write for the replicas: at most one in flight on each,
     and every write sent while one is in flight shares the next. WAIT blocks its connection in Redis,
@@ -129,11 +140,15 @@ class Waits:
     stalled replica held the first one through its whole timeout would otherwise wait a second
     timeout on top (a produce answered after twice its `timeout_ms`, its client timing it out
     first: tests/jepsen soak sentinel:461914276), where Kafka's DelayedProduce expires each
-    produce on its own timeout."""
+    produce on its own timeout.
 
-    def __init__(self) -> None:
+    With `vouch`, each WAIT is followed by a ROLE, which counts the replicas online once it returned,
+    and its answer stands only once `vouch` finds no reason against it (StorageUnavailable else)."""
+
+    def __init__(self, vouch: Vouch | None = None) -> None:
         self._next: dict[RespConnection, tuple[asyncio.Future[int], list[int], list[float]]] = {}
         self._flying: set[RespConnection] = set()
+        self._vouch = vouch
 
     def after(self, conn: RespConnection, replicas: int, timeout_ms: int) -> asyncio.Future[int]:
         """The number of replicas that hold everything `conn` wrote so far (a WAIT's answer)."""
@@ -158,7 +173,8 @@ class Waits:
         fut, replicas, deadlines = group
         left_ms = (min(deadlines) - asyncio.get_running_loop().time()) * 1000
         # timeout 0 would block for ever: WAIT's timeout is at least a millisecond
-        sent = conn.pipeline([("WAIT", max(replicas), max(1, int(left_ms)))])
+        wait: list[tuple[Any, ...]] = [("WAIT", max(replicas), max(1, int(left_ms)))]
+        sent = conn.pipeline([*wait, ("ROLE",)] if self._vouch else wait)
         sent.add_done_callback(lambda done: self._answered(conn, fut, done))
 
     def _answered(self, conn: RespConnection, fut: asyncio.Future[int], done: asyncio.Future[list[Any]]) -> None:
@@ -167,9 +183,23 @@ class Waits:
             reply = None if exc is not None else done.result()[0]
             if exc is not None or not isinstance(reply, int):
                 fut.set_exception(StorageUnavailable(f"redis: WAIT failed ({exc or reply}); retry"))
+            elif self._vouch is not None:
+                task = asyncio.ensure_future(self._vouched(self._vouch(conn.address, done.result()[1]), fut, reply))
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
             else:
                 fut.set_result(reply)
         self._send(conn)
+
+    @staticmethod
+    async def _vouched(vouching: Awaitable[str | None], fut: asyncio.Future[int], acked: int) -> None:
+        """`acked` for `fut` once `vouching` has found nothing against the primary."""
+        reason = await vouching
+        if fut.done():
+            return
+        if reason is None:
+            fut.set_result(acked)
+        else:
+            fut.set_exception(StorageUnavailable(f"redis: the primary may be being replaced: {reason}; retry"))
 
 
 async def by(fut: asyncio.Future[T], deadline: float) -> T:
@@ -232,7 +262,8 @@ class Replication:
         self.scripts = scripts
         self.connections = DirectConnections(
             redis, name="gateway-append-replicated", preload=tuple(s.source for s in preload))
-        self.waits = Waits()
+        self.vouching = isinstance(redis, SentinelRedis)  # a ROLE follows each WAIT, for `replaced`
+        self.waits = Waits(self.replaced if self.vouching else None)
         self._online: dict[tuple[str, int], tuple[float, int]] = {}  # node -> (read at, online replicas)
         self._most: dict[tuple[str, int], int] = {}  # node -> most replicas ever seen online
         self._reading: dict[tuple[str, int], asyncio.Future[int]] = {}  # node -> its INFO being read
@@ -270,6 +301,37 @@ class Replication:
         # read as it takes over, it may not have them back yet
         self._most[addr] = max(online, self._most.get(addr, max(self._most.values(), default=0)))
         return online
+
+    def primary(self) -> tuple[str, int] | None:
+        """Behind Sentinel, where the redis-py client last found the primary (its reads go there)."""
+        return self.redis.primary_seen() if isinstance(self.redis, SentinelRedis) else None
+
+    async def replaced(self, addr: tuple[str, int] | None, role: Any) -> str | None:
+        """Why the primary at `addr`, whose replicas just confirmed a WAIT and which then answered
+        `role` to ROLE, may be on its way out (`SentinelRedis.replacing`), or None. The Sentinels are
+        asked only when it has fewer replicas online than it has had: the replica a failover promotes
+        leaves it first (`REPLICAOF NO ONE` closes its link), so one that has all of them is not
+        being replaced yet."""
+        if not isinstance(role, list) or len(role) < 3 or role[0] not in (b"master", "master"):
+            return f"it answers ROLE {role!r}"
+        return await self._replacing(addr, len(role[2]))
+
+    async def unconfirmed(self, key: str) -> str | None:
+        """`replaced` for a read of `key` that no replica confirmed because its primary has none online
+        (`read_replicas`): it may be the old one, resumed or cut off, which they all left."""
+        if not self.vouching or self.state_min_insync <= 1:
+            return None
+        needed, online = await self.state_replicas(key)
+        return await self._replacing(self.primary(), online) if needed > online == 0 else None
+
+    async def _replacing(self, addr: tuple[str, int] | None, online: int) -> str | None:
+        if addr is None or online >= self._most.get(addr, max(self._most.values(), default=0)):
+            return None
+        assert isinstance(self.redis, SentinelRedis)
+        try:
+            return await self.redis.replacing(addr)
+        except (StorageUnavailable, *UNAVAILABLE) as exc:
+            return f"the Sentinels could not be asked ({exc})"
 
     async def learn(self) -> None:
         """Each primary's replicas online, read once at start: a primary that has lost them before this

@@ -51,6 +51,7 @@ class RespConnection(asyncio.BufferedProtocol):
         self._transport: asyncio.Transport | None = None
         self._lost: BaseException | None = None
         self._corked: list[bytes | bytearray | memoryview] | None = None  # commands to write this turn
+        self.address: tuple[str, int] | None = None  # the node's, as `DirectConnections` opened it
 
     # -- the caller's side ----------------------------------------------------------------------
 
@@ -358,6 +359,7 @@ class DirectConnections:
             hello += [("SCRIPT", "LOAD", source) for source in self._preload]
             if self._sentinel is not None:
                 hello.append(("ROLE",))
+            conn.address = addr
             replies = await conn.pipeline(hello)
             if self._sentinel is not None and not isinstance(replies[-1], RespError) and replies[-1][0] != b"master":
                 replies.append(RespError(f"{addr[0]}:{addr[1]} is no primary now"))
