@@ -344,6 +344,8 @@ async def test_native_creation_refused_while_the_replica_is_away_is_retried_unti
                          api="create_producer", code="NOT_ENOUGH_REPLICAS") > 0
         await eventually(refused, TIMEOUT, "the creation refused NOT_ENOUGH_REPLICAS")
         assert not creating.done()  # the client tries again
+        # the topic whose partitions cannot be made now is not listed, and listing still answers
+        assert 'topic="auto"' not in await scrape(gateway)
         pair.replica.start()
         producer = await creating
         consumer = await client.subscribe("auto", "s", initial_position="earliest")

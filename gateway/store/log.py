@@ -44,6 +44,7 @@ import msgpack
 from gateway.clock import now_ms
 from gateway.errors import (
     ErrorCode,
+    GatewayError,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     ReplicationTimedOut,
@@ -265,7 +266,15 @@ class LogStore:
         out = []
         for k, v in raw.items():
             rec = _Record.unpack(k.decode(), v)
-            settled = rec if rec.pending is None and rec.info.topic_id else await self._current(rec.info.name)
+            try:
+                settled = rec if rec.pending is None and rec.info.topic_id else await self._current(rec.info.name)
+            except GatewayError as exc:
+                # partitions being made that cannot be now (their replicas away): the creation or
+                # growth was not answered as done, so the topic is listed as it stands (a new one not
+                # at all) and the listing, not the settling, is what the caller asked for
+                if not exc.retriable or rec.pending is None:
+                    raise
+                settled = rec if rec.info.partitions and rec.info.topic_id else None
             if settled is not None:
                 out.append(settled.info)
         return sorted(out, key=lambda t: t.name)
