@@ -151,3 +151,12 @@ async def test_a_gateway_that_lapsed_while_this_one_could_not_renew_keeps_a_leas
         return listed_in(a) == {a.node_id}
 
     await eventually(dropped_while_renewing, what="b dropping out while a renews on time")
+
+
+async def test_find_coordinator_passes_over_a_holder_metadata_no_longer_lists(gateway):
+    """A killed gateway's group leases outlive its registration by up to a lease: named as the
+    coordinator, it was added by librdkafka from the answer, dropped again at the next Metadata, and
+    a transactional producer's send_offsets_to_transaction waited on it for ever (soak
+    cluster:520419567). Kafka names only a live broker; the group goes to a live gateway."""
+    await gateway.store.groups.lease("orphaned", 99, "127.0.0.1 9", 60_000)  # node 99: not registered
+    assert await coordinators(gateway, 0, ["orphaned"]) == [gateway.config.node_id]

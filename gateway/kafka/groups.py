@@ -94,7 +94,10 @@ async def _locate(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any
     librdkafka retries a FindCoordinator twice, then waits for a broker connection to change state
     before asking again, past every timeout (librdkafka issue 5456), and no connection to a gateway
     changes while its Redis is away: send_offsets_to_transaction never returned (tests/jepsen soak
-    sentinel:255050520)."""
+    sentinel:255050520). Nor is a holder named that Metadata no longer lists (a gateway killed before
+    its lease ran out), as Kafka names only a live broker (getAliveBrokerNode): librdkafka adds the
+    broker FindCoordinator names, drops it at the next Metadata, and waits on it for ever
+    (librdkafka issue 5511; soak cluster:520419567)."""
     resource = ResourceType.GROUP if key_type == KEY_TYPE_GROUP else ResourceType.TRANSACTIONAL_ID
     if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION) and not await ctx.allowed(resource, key, Operation.DESCRIBE):
         denied = (KafkaError.group_authorization_failed if key_type == KEY_TYPE_GROUP
@@ -114,6 +117,8 @@ async def _locate(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any
         if target is not None and target[2] == 0:  # the holder took the lease before it learnt its address
             return {"error_code": KafkaError.coordinator_not_available, "error_message": None,
                     "node_id": -1, "host": "", "port": -1}
+        if target is not None and target[0] not in {p.node_id for p in ctx.services.registry.live()}:
+            target = None  # a holder gone from Metadata (killed, its lease not yet run out) is no coordinator
     if target is None:
         registry = ctx.services.registry
         spread = registry.group_coordinator if key_type == KEY_TYPE_GROUP else registry.txn_coordinator
