@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client
+from gateway.domain.registry import Registry
 from gateway.kafka.dispatch import ApiKey, load_handlers
 from gateway.server.gateway import Gateway
 from gateway.store import keys
@@ -29,7 +30,11 @@ load_handlers()
 
 
 def listed(gw: Gateway) -> set[int]:
-    return {p.node_id for p in gw.services.registry.live()}
+    return listed_in(gw.services.registry)
+
+
+def listed_in(registry: Registry) -> set[int]:
+    return {p.node_id for p in registry.live()}
 
 
 @pytest.fixture
@@ -118,3 +123,40 @@ async def test_a_fetch_waiting_on_one_gateway_wakes_for_an_append_through_the_ot
         assert not await redis.exists(flag)  # the append lowered the flag it published for
     finally:
         await consumer.stop()
+
+
+async def test_a_gateway_that_lapsed_while_this_one_could_not_renew_keeps_a_lease_more(store):
+    """A Redis away for a whole lease (a failover) stops every gateway's renewals: the first to renew
+    after it keeps the others listed for one lease more, for them to renew, as Kafka's new controller
+    gives each broker a whole session again; one that does not renew then drops out. Dropped at once,
+    a transactional librdkafka client whose group coordinator it was stalled for ever (see
+    Registry._grace). Here neither renews while the other's lease runs out, then one renews."""
+    lease_ms = 300
+    a, b = Registry(store, lease_ms=lease_ms), Registry(store, lease_ms=lease_ms)
+    for r, port in ((a, 9001), (b, 9002)):
+        await r.claim(-1, "127.0.0.1", port)
+        await r.advertise("127.0.0.1", port, 0, 0)
+    await a.renew()
+    assert listed_in(a) == {a.node_id, b.node_id}
+    await eventually(lambda: listed_in(a) == {a.node_id}, what="b's lease running out unrenewed")
+    await a.renew()  # the first renewal after the outage: b's lease lapsed in Redis meanwhile
+    assert listed_in(a) == {a.node_id, b.node_id}
+    await b.renew()
+    await a.renew()
+    assert listed_in(a) == {a.node_id, b.node_id}  # renewed: listed as ever
+
+
+    async def dropped_while_renewing() -> bool:  # a renews on time: a lapse of b's is b's alone
+        await a.renew()
+        return listed_in(a) == {a.node_id}
+
+    await eventually(dropped_while_renewing, what="b dropping out while a renews on time")
+
+
+async def test_find_coordinator_passes_over_a_holder_metadata_no_longer_lists(gateway):
+    """A killed gateway's group leases outlive its registration by up to a lease: named as the
+    coordinator, it was added by librdkafka from the answer, dropped again at the next Metadata, and
+    a transactional producer's send_offsets_to_transaction waited on it for ever (soak
+    cluster:520419567). Kafka names only a live broker; the group goes to a live gateway."""
+    await gateway.store.groups.lease("orphaned", 99, "127.0.0.1 9", 60_000)  # node 99: not registered
+    assert await coordinators(gateway, 0, ["orphaned"]) == [gateway.config.node_id]

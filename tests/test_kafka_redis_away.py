@@ -90,3 +90,27 @@ async def test_background_work_warns_in_one_line_while_redis_is_away(tmp_path: P
             assert caplog.text.count(lines[0]) == 1
     finally:
         redis.stop()
+
+
+async def test_find_coordinator_names_a_gateway_with_redis_away(gateway_without_redis: Gateway) -> None:
+    """A group's coordinator is named from what the gateway knows, as Kafka answers from its metadata
+    cache: three COORDINATOR_NOT_AVAILABLE answers in a row left librdkafka's
+    send_offsets_to_transaction waiting past its timeout for ever (tests/jepsen soak
+    sentinel:255050520; gateway/kafka/groups.py's _locate says why). The group's own requests there
+    are what is refused retriably."""
+    gw = gateway_without_redis
+    port = gw.listeners["kafka"].port
+    conn = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        one = await kafka_wire.call(conn, ApiKey.FIND_COORDINATOR, 3, {"key": "away", "key_type": 0})
+        both = await kafka_wire.call(conn, ApiKey.FIND_COORDINATOR, 4,
+                                     {"key_type": 0, "coordinator_keys": ["away", "gone"]})
+        commit = await kafka_wire.call(conn, ApiKey.OFFSET_COMMIT, 8, {
+            "group_id": "away", "generation_id_or_member_epoch": -1, "member_id": "",
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1}]}]})
+    finally:
+        conn[1].close()
+    me = (gw.config.node_id, port)
+    assert (one.error_code, (one.node_id, one.port)) == (KafkaError.none, me)
+    assert [(c.error_code, (c.node_id, c.port)) for c in both.coordinators] == [(KafkaError.none, me)] * 2
+    assert commit.topics[0].partitions[0].error_code == KafkaError.coordinator_not_available

@@ -75,6 +75,8 @@ class Registry:
         self.node_id = -1
         self.me = Peer(-1, "127.0.0.1", 0, 0, 0)
         self._view: list[tuple[Peer, float]] = []  # other gateways, with when their lease runs out here
+        self._renewed: float | None = None  # when this gateway's lease was last renewed, here
+        self._graced: dict[int, tuple[Peer, float]] = {}  # lapsed while this gateway could not renew either
         self._placed: dict[PartitionKey, Placement] = {}  # as Redis held them when last read
         self._stop = asyncio.Event()
 
@@ -100,7 +102,8 @@ class Registry:
                                          address(me.host, me.kafka_port, me.native_port, me.admin_port),
                                          self.lease_ms if ttl_ms is None else ttl_ms)
         # a gateway that has not published its listeners yet is not one clients can be sent to
-        self._view = [self._seen(e) for e in entries if e.node_id != self.node_id and e.kafka_port]
+        view = [self._seen(e) for e in entries if e.node_id != self.node_id and e.kafka_port]
+        self._view = view + self._grace(view)
         self._placed = await self.store.placements()
         if ttl_ms != 0:
             await self._fail_over()
@@ -115,6 +118,23 @@ class Registry:
         if moves:
             await self.store.place(moves)
             await self.reload()
+
+    def _grace(self, view: list[tuple[Peer, float]]) -> list[tuple[Peer, float]]:
+        """The gateways whose lease lapsed while this one could not renew its own either (a renewal
+        missed: Redis away in a failover, a cut), kept for one lease from now, as Kafka 4.4's newly
+        active controller gives every registered broker a whole session again
+        (ClusterControlManager.activate) rather than fence those whose heartbeats it could not hear.
+        Dropped from Metadata, a gateway is decommissioned by librdkafka, and one that was a
+        transactional producer's group coordinator leaves its send_offsets_to_transaction waiting
+        for it for ever (librdkafka issue 5511; tests/jepsen soak sentinel:255050520)."""
+        now, last = self.clock(), self._renewed
+        self._renewed = now
+        listed = {p.node_id for p, _ in view}
+        if last is not None and now - last > self.lease_ms / 1500:  # twice the renewal period
+            until = now + self.lease_ms / 1000
+            self._graced = {p.node_id: (p, until) for p, ran in self._view if ran > last and p.node_id not in listed}
+        self._graced = {n: g for n, g in self._graced.items() if n not in listed and g[1] > now}
+        return list(self._graced.values())
 
     def _seen(self, e: GatewayEntry) -> tuple[Peer, float]:
         return Peer(e.node_id, e.host, e.kafka_port, e.native_port, e.admin_port), self.clock() + e.lease_left_ms / 1000

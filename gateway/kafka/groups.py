@@ -85,7 +85,19 @@ async def find_coordinator(ctx: RequestContext, req: Any) -> Any:
 async def _locate(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any]:
     """A group's coordinator is the gateway holding its lease, else the one the registry spreads the
     group to (which takes the lease on the first request). A transactional id's is the one the
-    registry spreads it to: every gateway can coordinate a transaction, whose state is in Redis."""
+    registry spreads it to: every gateway can coordinate a transaction, whose state is in Redis.
+
+    A lease that cannot be read (Redis away) is answered with the gateway the registry spreads the
+    group to, never COORDINATOR_NOT_AVAILABLE, as Kafka 4.4 answers FindCoordinator from its metadata
+    cache whatever its coordinator's state (KafkaApis.getCoordinator: that error only while the
+    offsets partition has no leader); the group's requests there are what is refused retriably.
+    librdkafka retries a FindCoordinator twice, then waits for a broker connection to change state
+    before asking again, past every timeout (librdkafka issue 5456), and no connection to a gateway
+    changes while its Redis is away: send_offsets_to_transaction never returned (tests/jepsen soak
+    sentinel:255050520). Nor is a holder named that Metadata no longer lists (a gateway killed before
+    its lease ran out), as Kafka names only a live broker (getAliveBrokerNode): librdkafka adds the
+    broker FindCoordinator names, drops it at the next Metadata, and waits on it for ever
+    (librdkafka issue 5511; soak cluster:520419567)."""
     resource = ResourceType.GROUP if key_type == KEY_TYPE_GROUP else ResourceType.TRANSACTIONAL_ID
     if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION) and not await ctx.allowed(resource, key, Operation.DESCRIBE):
         denied = (KafkaError.group_authorization_failed if key_type == KEY_TYPE_GROUP
@@ -99,11 +111,14 @@ async def _locate(ctx: RequestContext, key_type: int, key: str) -> dict[str, Any
         try:
             target = await _coordinator(ctx).locate(key)
         except Exception as exc:
-            return {"error_code": group_error(exc), "error_message": error_message(exc), "node_id": -1, "host": "",
-                    "port": -1}
+            if (code := group_error(exc)) != KafkaError.coordinator_not_available:
+                return {"error_code": code, "error_message": error_message(exc), "node_id": -1, "host": "",
+                        "port": -1}
         if target is not None and target[2] == 0:  # the holder took the lease before it learnt its address
             return {"error_code": KafkaError.coordinator_not_available, "error_message": None,
                     "node_id": -1, "host": "", "port": -1}
+        if target is not None and target[0] not in {p.node_id for p in ctx.services.registry.live()}:
+            target = None  # a holder gone from Metadata (killed, its lease not yet run out) is no coordinator
     if target is None:
         registry = ctx.services.registry
         spread = registry.group_coordinator if key_type == KEY_TYPE_GROUP else registry.txn_coordinator

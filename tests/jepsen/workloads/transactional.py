@@ -30,7 +30,11 @@ STUCK = 3 * TIMEOUT  # a step not back by then hangs: a primary pause left send_
 # README "Production": a transactional librdkafka client keeps the brokers it learnt when all are
 # down (a Sentinel failover drops every client at once), else the group coordinator it cached is
 # dropped and send_offsets_to_transaction waits for it until the transaction times out
-RECOVERY = {"metadata.recovery.strategy": "none"}
+RECOVERY = {"metadata.recovery.strategy": "none",
+            # ... and learns of a gateway back in Metadata within seconds, not librdkafka's 5 minutes: a
+            # group coordinator dropped from Metadata (killed) is waited on until it is seen again
+            # (librdkafka issue 5511)
+            "topic.metadata.refresh.interval.ms": 5000}
 
 
 class Worker:
