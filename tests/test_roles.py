@@ -134,3 +134,20 @@ async def test_two_gateways_run_each_role_once_and_the_survivor_takes_them_all(r
         with contextlib.suppress(Exception):
             await a.stop()
         await b.stop()
+
+
+async def test_a_role_taken_by_another_gateway_is_said_once(store, caplog):
+    """A gateway whose role another took says so once, not at every renewal attempt after (a soak
+    run's losing gateway logged it every lease third, hundreds of times)."""
+    started: list[tuple[int, int]] = []
+    (role,) = gateway_roles(store, 0, started).roles
+    await role._step()
+    await eventually(lambda: started, timeout=5, what="the role started")
+    ((_, epoch),) = started
+    assert role.holding
+    assert await store.roles.hold("reaper", 0, "instance-0", epoch, 0) is not None  # given up, as a stop does
+    assert await store.roles.hold("reaper", 7, "other", -1, 60_000) == epoch + 1
+    for _ in range(3):
+        await role._step()
+    assert not role.holding
+    assert caplog.text.count("role reaper: another gateway holds it now") == 1

@@ -97,7 +97,7 @@ class LeasedRole:
                 await self._drop()
             return
         if epoch is None:
-            if self.lease is not None:
+            if self._role is not None:  # said once: the lease object is kept (its epoch), the role not
                 log.warning("role %s: another gateway holds it now", self.name)
                 await self._drop()
             return
