@@ -163,15 +163,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("redis_url", backends, indirect=True)
 
 
-def flush(url: str) -> None:
-    """Empty a Redis or every primary of a cluster: data and scripts."""
+def flush(url: str, *, data: bool = True) -> None:
+    """Empty a Redis or every primary of a cluster: data (unless `data` is False) and scripts."""
     if is_cluster_url(url):
         scheme, _, rest = url.partition("://")
         r: redis_sync.Redis | redis_sync.RedisCluster = redis_sync.RedisCluster.from_url(
             f"{CLUSTER_SCHEMES[scheme]}://{rest}")
     else:
         r = redis_sync.Redis.from_url(url)
-    r.flushall()
+    if data:
+        r.flushall()
     r.script_flush()
     r.close()
 

@@ -10,7 +10,9 @@ import confluent_kafka as ck
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from tests.conftest import kafka_bootstrap
+from gateway.errors import StorageUnavailable
+from gateway.formats.records import BatchBuilder
+from tests.conftest import flush, kafka_bootstrap
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
 
@@ -269,3 +271,29 @@ async def test_the_next_request_of_a_producer_finds_its_ended_transaction_comple
         await producers.end("tx-ended", pid, epoch, commit)
         state = await producers.describe("tx-ended")
         assert state.kafka_state == ("CompleteCommit" if commit else "CompleteAbort")
+
+
+async def test_partitions_added_after_redis_lost_its_scripts_expect_the_transaction(gateway, redis_url):
+    """AddPartitionsToTxn tells the partitions to expect the producer's batches, then adds them to
+    its transaction, in one pipeline on one Redis. After a SCRIPT FLUSH nothing of it is sent again
+    out of order: it is refused retriably (or, where redis-py serves it, loads the scripts), and
+    sent again it leaves the partitions expecting the transaction's first batch (KIP-890 part 1)."""
+    await gateway.services.log.create_topic("flushed-add", 2)
+    producers = gateway.services.txn_producers
+    pid, epoch = await producers.init("tx-flushed", 10_000)
+    flush(redis_url, data=False)
+    parts = [("flushed-add", 0), ("flushed-add", 1)]
+    for _attempt in range(2):
+        try:
+            await producers.add_partitions("tx-flushed", pid, epoch, parts, verified=True)
+            break
+        except StorageUnavailable:
+            continue
+    else:
+        raise AssertionError("adding the partitions never succeeded")
+    batch = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True)
+    batch.append(b"v")
+    done = await gateway.services.log.append([(t, p, batch.build()) for t, p in parts], verify_txn=True)
+    assert [d.result.base_offset for d in done] == [0, 0]
+    await producers.end("tx-flushed", pid, epoch, True)
+    assert (await producers.describe("tx-flushed")).kafka_state == "CompleteCommit"

@@ -117,7 +117,6 @@ class TransactionalProducers:
         self.offsets = store.txn_offsets
         self.groups = store.groups
         self.consumer_groups = store.consumer_groups
-        self.txns = store.txn
         self.streams_groups = store.streams_groups
 
     async def _timeout_fence(self, key: str) -> int:
@@ -160,11 +159,12 @@ class TransactionalProducers:
         assert state is not None
         return state
 
-    async def _join(self, transactional_id: str, producer_id: int, epoch: int, kind: str, members: list[str]) -> None:
+    async def _join(self, transactional_id: str, producer_id: int, epoch: int, kind: str, members: list[str],
+                    expect: list[tuple[str, int]] | None = None) -> None:
         """Add to the producer's open transaction, begun now if there is none: one step that checks
-        the producer against its transactional.id too."""
+        the producer against its transactional.id too (after `expect`'s partitions expect it)."""
         try:
-            await self.coordinator.join(full_key("", transactional_id), producer_id, epoch, kind, members)
+            await self.coordinator.join(full_key("", transactional_id), producer_id, epoch, kind, members, expect)
         except ProducerRefused as exc:
             raise _refused(exc, transactional_id, producer_id, epoch) from None
         except ConcurrentTransactions as exc:
@@ -182,9 +182,8 @@ class TransactionalProducers:
         is checked: `LogService.append`'s verify_txn): each partition is told first to expect the
         transaction's first batch, so that a batch arriving after the transaction ended (and its
         marker removed the expectation) opens nothing, as KIP-890 part 1's verification refuses it."""
-        if verified:
-            await self.txns.expect(partitions, producer_id, epoch)
-        await self._join(transactional_id, producer_id, epoch, "partition", [part_member(t, p) for t, p in partitions])
+        await self._join(transactional_id, producer_id, epoch, "partition", [part_member(t, p) for t, p in partitions],
+                         expect=partitions if verified else None)
 
     async def late_write_error(self, transactional_id: str, producer_id: int, epoch: int) -> GatewayError:
         """Why a transactional batch the partition did not expect is refused: its producer's epoch

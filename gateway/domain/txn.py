@@ -159,13 +159,15 @@ class TransactionCoordinator:
         if finishing is not None and not finishing.done():
             await asyncio.wait((finishing,))
 
-    async def join(self, key: str, producer_id: int, epoch: int, kind: str, members: list[str]) -> str:
+    async def join(self, key: str, producer_id: int, epoch: int, kind: str, members: list[str],
+                   expect: list[tuple[str, int]] | None = None) -> str:
         """Add members (`part_member`s or `sub_member`s by `kind`) to the current transaction of the
         transaction key `key` (full name), opened first when there is none, checking the caller is
-        the key's producer in the same step (the store's ProducerRefused when not)."""
+        the key's producer in the same step (the store's ProducerRefused when not). `expect`: the
+        partitions told first to expect the producer's batches (`TxnStore.join`)."""
         await self.settled(key)
         return await self.txns.join(key, producer_id, epoch, self.coordinator_id, self.default_timeout_ms,
-                                    self.max_timeout_ms, kind, members)
+                                    self.max_timeout_ms, kind, members, expect=expect)
 
     async def current(self, key: str, producer_id: int, epoch: int, sub: tuple[str, int, str]) -> tuple[str, str, bool]:
         """(id, state, whether subscription `sub` is in it) of transaction key `key`'s current

@@ -147,17 +147,31 @@ class TxnStore:
 
     async def join(
         self, name: str, producer_id: int, epoch: int, coordinator: int, timeout_ms: int, max_timeout_ms: int,
-        kind: str, members: list[str],
+        kind: str, members: list[str], *, expect: list[tuple[str, int]] | None = None,
     ) -> str:
         """Add members of `kind` to the open transaction of transaction key `name`, opening one first
-        when it has none; its id. ProducerRefused unless the caller is the key's producer."""
-        async with storage_errors():
-            reply = await self.scripts.call(
-                "txn-join-5", [keys.txn_key(name), keys.TXN_SEQ, keys.TXN_OPEN, keys.TXN_LOG, keys.txn("")],
+        when it has none; its id. ProducerRefused unless the caller is the key's producer. With
+        `expect` (V1's AddPartitionsToTxn), those partitions are first told to let the producer's
+        transactional batches open its transaction there (txn-expect-2): in the same round trip when Redis runs both steps in order on one connection (a single node),
+        else in two. Either way the join runs after the expectations, as txn-expect-2 requires; in
+        one round trip it runs even when a partition refuses its expectation (gone since it was
+        checked), as it would had the partition gone just after."""
+        join = ("txn-join-5", [keys.txn_key(name), keys.TXN_SEQ, keys.TXN_OPEN, keys.TXN_LOG, keys.txn("")],
                 # name, pid, epoch, coord, timeout, max, now, kind, suffix, items
                 [name, producer_id, epoch, coordinator, timeout_ms, max_timeout_ms, now_ms(), kind, _SETS[kind],
-                 "\n".join(members)],
-            )
+                 "\n".join(members)])
+        expects = self._expect_calls(expect or [], producer_id, epoch)
+        async with storage_errors():
+            replies = await self.scripts.call_in_order([*expects, join]) if expects else None
+            if replies is None:
+                if expects:
+                    self._expected(expect or [], await self.scripts.call_many(expects))
+                replies = [await self.scripts.call(*join)]
+            else:
+                self._expected(expect or [], replies[:-1])
+        reply = replies[-1]
+        if isinstance(reply, Exception):
+            raise reply
         return str(_check(reply, name)[1].decode())
 
     async def current(self, name: str, producer_id: int, epoch: int, kind: str, member: str) -> tuple[str, str, bool]:
@@ -255,13 +269,16 @@ class TxnStore:
             out.append(int(_check(r, f"{t}-{p}")[1]))
         return out
 
-    async def expect(self, partitions: list[tuple[str, int]], producer_id: int, epoch: int) -> None:
-        """Let the producer's transactional batches open its transaction on these partitions (V1's
-        AddPartitionsToTxn, before the coordinator adds them), in one round trip."""
-        calls = [("txn-expect-2", [keys.meta(t, p), keys.expected_txns(t, p)], [producer_id, epoch])
-                 for t, p in partitions]
-        async with storage_errors():
-            replies = await self.scripts.call_many(calls)
+    @staticmethod
+    def _expect_calls(partitions: list[tuple[str, int]], producer_id: int,
+                      epoch: int) -> list[tuple[str, list[str], list[Any]]]:
+        """txn-expect-2 on each partition."""
+        return [("txn-expect-2", [keys.meta(t, p), keys.expected_txns(t, p)], [producer_id, epoch])  # pid, epoch
+                for t, p in partitions]
+
+    @staticmethod
+    def _expected(partitions: list[tuple[str, int]], replies: list[Any]) -> None:
+        """txn-expect-2's replies checked: the first refusal raised."""
         for (t, p), r in zip(partitions, replies, strict=True):
             if isinstance(r, Exception):
                 raise r
