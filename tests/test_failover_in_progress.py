@@ -32,6 +32,7 @@ from tests.test_acks_all import _create, _produce
 from tests.test_failover import (  # noqa: F401 (group: the fixture)
     SERVICE,
     TIMEOUT,
+    _info,
     _log_values,
     _online_replicas,
     _replica_synced,
@@ -39,6 +40,11 @@ from tests.test_failover import (  # noqa: F401 (group: the fixture)
 )
 
 ONCE = {"acks": "all", "enable.idempotence": False, "retries": 0}  # one try: its answer is the gateway's
+
+
+def _holds(replica: int, offset: int) -> bool:
+    """The replica has what its primary had written up to `offset` of its replication stream."""
+    return int(_info(replica, "replication").get("slave_repl_offset", -1)) >= offset
 
 
 def _flags(sentinel: int) -> set[str]:
@@ -69,6 +75,10 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_con
         conn = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
         init = await call(conn, ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": "tx", "transaction_timeout": 60_000})
         assert init.error_code == 0
+        # the replica to be promoted has the block of producer ids that id came from: the WAIT that
+        # reserved it needed one replica, and the kept one may have been it
+        written = int(_info(primary, "replication")["master_repl_offset"])
+        await eventually(lambda: _holds(doomed, written), TIMEOUT, "the reservation on the replica to be promoted")
         node = group.nodes[doomed].proc
         assert node is not None
         with redis_sync.Redis(port=leader) as s:
