@@ -12,6 +12,7 @@ local reads and produce do not touch it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -72,6 +73,7 @@ class RemoteLog:
         self.objects = objects
         self._indexes = BytesLru[SegmentIndex](INDEX_CACHE_BYTES)
         self._ahead = BytesLru[tuple[int, bytes]](READ_AHEAD_BYTES)  # data key -> (position, bytes from it)
+        self._getting: dict[str, tuple[int, int, asyncio.Task[bytes]]] = {}  # data key -> GET in flight
 
     async def index(self, topic: str, topic_id: str, partition: int, seg: Segment) -> SegmentIndex:
         key = index_key(topic, topic_id, partition, seg)
@@ -93,12 +95,32 @@ class RemoteLog:
         if held is not None and held[0] <= begin and end <= held[0] + len(held[1]):
             telemetry.TIER.read_ahead_hits += 1
             return held[1][begin - held[0]: end - held[0]]
-        started = time.monotonic()
+        getting = self._getting.get(key)
+        if getting is not None and getting[0] <= begin and end <= getting[1]:
+            # the range is on its way (the sequential read-ahead asked for it, and a client's next
+            # Fetch came before it arrived): one GET serves both
+            telemetry.TIER.read_ahead_hits += 1
+            data = await asyncio.shield(getting[2])
+            return data[begin - getting[0]: end - getting[0]]
         stop = min(size, max(end, begin + READ_AHEAD))
-        data = await remote_call(self.objects.get_range(key, begin, stop - begin), key)
+        task = asyncio.ensure_future(self._get(key, begin, stop))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved when nobody waits
+        self._getting[key] = (begin, stop, task)
+        data = await asyncio.shield(task)
+        return data[: end - begin]
+
+    async def _get(self, key: str, begin: int, stop: int) -> bytes:
+        """One ranged GET, kept as the segment's read-ahead; in a task of its own, so a reader that
+        gives up does not cancel it for the others waiting on it."""
+        started = time.monotonic()
+        try:
+            data = await remote_call(self.objects.get_range(key, begin, stop - begin), key)
+        finally:
+            if self._getting.get(key, (0, 0, None))[2] is asyncio.current_task():
+                del self._getting[key]
         telemetry.TIER.fetched(len(data), time.monotonic() - started)
         self._ahead.put(key, len(data), (begin, data))
-        return data[: end - begin]
+        return data
 
     async def read(self, topic: str, topic_id: str, partition: int, offset: int, max_entries: int,
                    sl: Slice, max_bytes: int = 1024 * 1024) -> Slice:
