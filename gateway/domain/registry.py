@@ -164,13 +164,26 @@ class Registry:
 
     def live(self) -> list[Peer]:
         """Every gateway whose lease runs, this one included, by node id."""
-        now = self.clock()
+        now = self._now()
         return sorted([self.me, *(p for p, until in self._view if until > now)], key=lambda p: p.node_id)
 
     def peers(self) -> bool:
         """Whether another gateway is alive: only then can a log grow without this one hearing of it."""
-        now = self.clock()
+        now = self._now()
         return any(until > now for _, until in self._view)
+
+    def _now(self) -> float:
+        """The moment the others' leases are read at: now, but never more than a renewal period past
+        this gateway's last renewal. A gateway that cannot renew (Redis away, or cut off from it)
+        knows nothing newer of the others than it read then, so it keeps them listed, as a Kafka
+        broker cut off from its controller keeps answering from its last metadata image; their
+        leases running out meanwhile were its own clock's guess. Dropped from its Metadata, a live
+        gateway was decommissioned by librdkafka, whose transactional producer then waited on that
+        broker's handle for ever (soak sentinel:863862518, a one-way cut of Redis from a gateway).
+        Every live gateway renews once a period, so none of them runs out within a period of being
+        read; one that stopped renewing before the last read still drops out on time."""
+        now = self.clock()
+        return now if self._renewed is None else min(now, self._renewed + self.lease_ms / 3000)
 
     def leaders(self, topic: str, partitions: int) -> list[Peer]:
         """The gateway leading each partition of a topic."""
