@@ -102,6 +102,11 @@ CLIENT_TELEMETRY = Allowed("", "Client telemetry APIs (GetTelemetrySubscriptions
                            "an operator sees every Kafka client's own metrics without installing a plugin")
 CLIENT_TELEMETRY_KEYS = frozenset({71, 72})
 
+# an idempotent producer's first batch on a partition: Kafka takes any sequence, the gateway only 0
+FIRST_SEQUENCE = Allowed("OUT_OF_ORDER_SEQUENCE_NUMBER (45)", "A producer's first batch on a partition at a sequence above 0",
+                         "producer state never goes with retention here, and taking a later sequence let "
+                         "a failover's lost first batches be reported delivered by librdkafka")
+
 # a remote read of a store that is away: Kafka answers UNKNOWN_SERVER_ERROR, the gateway a retriable error
 REMOTE_READ_FAILURE = Allowed("KAFKA_STORAGE_ERROR", "A Fetch (or ListOffsets by time) below the local log start while "
                               "the tiered storage cannot be read",

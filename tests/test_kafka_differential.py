@@ -26,6 +26,7 @@ from tests.kafka_differences import (
     ALLOWED,
     ANSWERS_INSTEAD_OF_CLOSING,
     CLIENT_TELEMETRY,
+    FIRST_SEQUENCE,
     FOUND,
     INTERNAL_TOPICS,
     MIN_INSYNC,
@@ -1307,8 +1308,36 @@ def test_the_allowed_differences_are_the_documented_ones() -> None:
     row there, every open finding is listed there, and every finding names a scenario."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "kafka-differences.md").read_text()
     assert [a.doc for a in (*ALLOWED, INTERNAL_TOPICS, ANSWERS_INSTEAD_OF_CLOSING, OWN_TOPIC_CONFIGS, MIN_INSYNC,
-                          CLIENT_TELEMETRY, REMOTE_READ_FAILURE)
+                          CLIENT_TELEMETRY, REMOTE_READ_FAILURE, FIRST_SEQUENCE)
             if a.doc not in doc] == []
     assert [n for n in FOUND if f"`{n}`" not in doc] == []
     assert [what for what in WIRE_FOUND.values() if what not in doc] == []
     assert [n for n in FOUND if not any(s == n or s.startswith(f"{n}_v") for s in SCENARIOS)] == []
+
+
+async def test_a_producer_unknown_to_a_partition_starts_at_sequence_zero_on_the_gateway_alone(
+        kafka_bs: str, gateway_bs: str) -> None:
+    """FIRST_SEQUENCE: an idempotent producer's first batch on a partition at sequence 3 is stored by
+    Kafka (an unknown producer's state may have gone with retention) and refused out of order by the
+    gateway, whose producer state never goes with retention: taken, it let a failover's lost first
+    batches be reported delivered (lua/includes/producer.lua). At sequence 0 both store it."""
+    answers = {}
+    for name, bootstrap in (("kafka", kafka_bs), ("gateway", gateway_bs)):
+        async with side(name, bootstrap) as s:
+            topic = f"first-seq-{uuid.uuid4().hex[:8]}"
+            created = await s.call(19, 4, {"topics": [{"name": topic, "num_partitions": 2, "replication_factor": 1}],
+                                           "timeout": 10_000})
+            assert created["topics"][0]["error_code"] == 0, created
+            await serving(s, topic, 2)
+            got = await s.call(22, 4, {"transactional_id": None, "transaction_timeout": 60_000,
+                                       "producer_id": -1, "producer_epoch": -1})
+            codes = []
+            for partition, seq in ((0, 3), (1, 0)):
+                b = BatchBuilder(producer_id=got["producer_id"], producer_epoch=got["producer_epoch"],
+                                 base_sequence=seq)
+                b.append(b"v", b"k", [], T0)
+                resp = await s.call(0, 9, {"acks": -1, "timeout": 10_000, "topic_data": [
+                    {"name": topic, "partition_data": [{"index": partition, "records": Records(b.build())}]}]})
+                codes.append(resp["responses"][0]["partition_responses"][0]["error_code"])
+            answers[name] = codes
+    assert answers == {"kafka": [0, 0], "gateway": [45, 0]}  # 45: OUT_OF_ORDER_SEQUENCE_NUMBER

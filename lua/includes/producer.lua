@@ -27,9 +27,16 @@ end
 -- Check a batch of `count` records from `seq` under `epoch` against the state `raw` (nil: none)
 -- and return the state to store when it is appended at `offset`, or nil and the reply: {11} a
 -- stale epoch, {10} out of order, {9, base offset} a duplicate of a batch kept.
+-- A producer unknown here starts at sequence 0. Kafka takes any sequence from one (its state may
+-- have gone with retention, which never drops it here); taking a later one let a producer's first
+-- batches, appended on a primary that then lost them in a failover (their produce answered
+-- NOT_ENOUGH_REPLICAS_AFTER_APPEND), be skipped: librdkafka, seeing the next batch stored in
+-- sequence, reported the lost ones delivered (soak sentinel:577535892). Refused, the next batch
+-- waits for the first ones' retry.
 local function producer_next(raw, epoch, seq, count, offset)
   local last_seq = (seq + count - 1) % SEQ_MOD
   local kept = ''
+  if not raw and seq ~= 0 then return nil, {10} end
   if raw then
     raw = producer_state(raw)
     local e = struct.unpack('>i4', raw)
