@@ -659,6 +659,8 @@ class LogStore:
                 return replies
         if mark and self.replication.cluster:
             replies = await self._cluster_marked(log, mark_key, commands, mark)
+        elif mark and direct and (conn := await self.direct.connection(log)) is not None:
+            replies = await self._marked_on(conn, log, mark_key, commands, mark)
         else:
             # a WAIT after the read on its connection, one for the reads of a loop turn through redis-py
             # (`ReadBatches`), and behind Sentinel a ROLE after it (`Replication.replaced`)
@@ -719,6 +721,12 @@ class LogStore:
         conn = await self.direct.connection(log)
         if conn is None:
             raise StorageUnavailable(f"{log}: no connection to its Redis node; retry")
+        return await self._marked_on(conn, log, mark_key, commands, mark)
+
+    async def _marked_on(self, conn: RespConnection, log: str, mark_key: str, commands: list[tuple[Any, ...]],
+                         mark: int) -> list[Any]:
+        """`_cluster_marked` on `conn`; also a large read's behind Sentinel or on one Redis, which a
+        WAIT of its own on the one direct connection queued behind the read before (issue 35)."""
         sent = conn.pipeline([*commands, self.replication.read_mark(mark_key)])
         acked = self.replication.waits.after(conn, mark, READ_CONFIRM_MS)  # sent after the mark
         try:
