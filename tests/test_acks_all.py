@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from gateway.client import Client, NotEnoughReplicas
 from gateway.domain import features
 from gateway.domain.fence import full_key
+from gateway.domain.log import LogService
 from gateway.errors import StorageUnavailable
 from gateway.formats.records import build_batch
 from gateway.kafka.dispatch import ApiKey
@@ -476,6 +477,32 @@ async def test_concurrent_state_changes_share_their_waits(pair: Pair) -> None:
         assert codes == [0] * 20
         assert [_committed_on_replica(pair, f"g{i}") for i in range(20)] == list(range(20))
         assert waits() - before < 20  # commits sent while a WAIT is in flight share the next one
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["redis-py", "direct"])
+async def test_concurrent_reads_share_their_waits_and_each_is_confirmed(pair: Pair, direct: bool) -> None:
+    """The reads of a 16-partition fetch share a read mark and a WAIT (issue 35): one WAIT each
+    queued every read of the direct connection behind the replica's answer to the one before."""
+    await pair.linked()
+    store = Store.open(pair.primary.url)
+    logs = LogService(store, auto_create=False)
+    try:
+        await logs.create_topic("t", 16)
+        await logs.append([("t", p, build_batch([(None, str(p).encode(), [])])) for p in range(16)])
+        before = _waits(pair.primary.port)
+        slices = await asyncio.gather(*(store.log.read("t", p, 0, 8, direct=direct) for p in range(16)))
+        assert [[e.base_offset for e in sl.entries] for sl in slices] == [[0]] * 16
+        assert _waits(pair.primary.port) - before < 16
+        assert pair.replica.proc is not None
+        await logs.append([("t", 0, build_batch([(None, b"only on the primary", [])]))])
+        os.kill(pair.replica.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(StorageUnavailable):  # what no replica holds is not read, retriably
+                await store.log.read("t", 0, 0, 8, direct=direct)
+        finally:
+            os.kill(pair.replica.proc.pid, signal.SIGCONT)
     finally:
         await store.close()
 

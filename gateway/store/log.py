@@ -58,6 +58,7 @@ from gateway.formats.records import parse_header
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.producer_ids import ProducerIds
+from gateway.store.read_batch import ReadBatches
 from gateway.store.replication import READ_CONFIRM_MS, READ_MARK, Replication, by, read_confirmed
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
@@ -233,6 +234,7 @@ class LogStore:
         self.scripts = scripts
         # a Cluster's reads that wait for replicas go here alone, their mark script loaded (`_pipeline`)
         self.direct = DirectConnections(redis, name="gateway-direct-read", preload=(scripts.specs[READ_MARK].source,))
+        self.reads = ReadBatches(redis)
         self.ordered = DirectConnections(redis, name="gateway-append", preload=(scripts.specs[APPEND].source,))
         # appends that wait for replicas have connections of their own, shared with the state changes
         # that wait (`replication`): their WAITs never hold up the others (a producer's acks is
@@ -657,25 +659,23 @@ class LogStore:
                 return replies
         if mark and self.replication.cluster:
             replies = await self._cluster_marked(log, mark_key, commands, mark)
+        elif mark and direct and (conn := await self.direct.connection(log)) is not None:
+            replies = await self._marked_on(conn, log, mark_key, commands, mark)
         else:
-            # a WAIT of its own on the reading connection (redis-py's pool has one per concurrent read),
-            # and behind Sentinel a ROLE after it (`Replication.replaced`)
+            # a WAIT after the read on its connection, one for the reads of a loop turn through redis-py
+            # (`ReadBatches`), and behind Sentinel a ROLE after it (`Replication.replaced`)
             role = [("ROLE",)] if mark and self.replication.vouching else []
             confirm = [self.replication.read_mark(mark_key), ("WAIT", mark, READ_CONFIRM_MS), *role] if mark else []
-            sent = [*commands, *confirm]
-            got = await self.direct.pipeline(log, sent) if direct else None
-            if got is None:  # through redis-py: its replies are in its own shape already
-                pipe = self.redis.pipeline(transaction=False)
-                for command in sent:
-                    pipe.execute_command(*command)
+            got = await self.direct.pipeline(log, [*commands, *confirm]) if direct else None
+            if got is None:  # through redis-py, sharing a pipeline: its replies are in its own shape already
+                shaped, confirmed = await self.reads.run(commands, confirm)
                 async with storage_errors():
-                    shaped = list(await pipe.execute(raise_on_error=False))
-                    for reply in shaped[:len(commands)]:
+                    for reply in shaped:
                         if isinstance(reply, Exception):
                             raise reply
                 if mark:
-                    await self._confirm(log, shaped[len(commands):], mark)
-                return shaped[:len(commands)]
+                    await self._confirm(log, confirmed, mark)
+                return shaped
             replies = got
             if mark:
                 await self._confirm(log, replies[len(commands):], mark)
@@ -721,6 +721,12 @@ class LogStore:
         conn = await self.direct.connection(log)
         if conn is None:
             raise StorageUnavailable(f"{log}: no connection to its Redis node; retry")
+        return await self._marked_on(conn, log, mark_key, commands, mark)
+
+    async def _marked_on(self, conn: RespConnection, log: str, mark_key: str, commands: list[tuple[Any, ...]],
+                         mark: int) -> list[Any]:
+        """`_cluster_marked` on `conn`; also a large read's behind Sentinel or on one Redis, which a
+        WAIT of its own on the one direct connection queued behind the read before (issue 35)."""
         sent = conn.pipeline([*commands, self.replication.read_mark(mark_key)])
         acked = self.replication.waits.after(conn, mark, READ_CONFIRM_MS)  # sent after the mark
         try:
