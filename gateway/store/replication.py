@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -130,11 +130,23 @@ class PrimaryStatus:
     def online(self) -> int:
         return sum(1 for r in self.replicas if r.state == "online")
 
-    def in_sync(self, lag_max_ms: int) -> int:
-        """The replicas in the primary's in-sync set: online, and acknowledged within `lag_max_ms`
-        (Redis's `lag`, whole seconds since the replica's last REPLCONF ACK, sent every second;
-        compared as Redis compares it with `min-replicas-max-lag`, refreshGoodReplicasCount)."""
-        return sum(1 for r in self.replicas if r.state == "online" and r.lag_seconds * 1000 <= lag_max_ms)
+    def in_sync(self, lag_max_ms: int, caught_up: Mapping[str, float] | None = None, now: float = 0.0) -> int:
+        """The replicas in the primary's in-sync set: online, acknowledged within `lag_max_ms` (Redis's
+        `lag`, whole seconds since the replica's last REPLCONF ACK, sent every second; compared as
+        Redis compares it with `min-replicas-max-lag`, refreshGoodReplicasCount), and, given when each
+        last caught up (`caught_up`, on the clock of `now`), caught up within it too."""
+        return sum(1 for r in self.replicas if r.state == "online" and r.lag_seconds * 1000 <= lag_max_ms
+                   and (caught_up is None or now - caught_up.get(r.address, now) <= lag_max_ms / 1000))
+
+    def caught_up(self, before: tuple[int, Mapping[str, float]] | None, now: float) -> dict[str, float]:
+        """When each online replica last held everything its primary had at the read before (`before`:
+        that read's offset, and this map as it gave it), as Kafka's leader keeps each follower's
+        lastCaughtUpTimeMs (`Replica.updateFetchStateOrThrow`): a replica that keeps acknowledging yet
+        falls behind (its primary's stream to it cut one way) leaves the set too, not only a silent
+        one. One first seen counts as caught up now, as a new Kafka leader starts its followers' clocks."""
+        offset, seen = before if before is not None else (0, {})
+        return {r.address: now if r.offset >= offset or r.address not in seen else seen[r.address]
+                for r in self.replicas if r.state == "online"}
 
 
 Vouch = Callable[[tuple[str, int] | None, Any], Awaitable[str | None]]
@@ -280,6 +292,8 @@ class Replication:
         self._online: dict[tuple[str, int], tuple[float, int, int]] = {}  # node -> (read at, online, in sync)
         self._most: dict[tuple[str, int], int] = {}  # node -> most replicas ever seen online
         self._reading: dict[tuple[str, int], asyncio.Future[tuple[int, int]]] = {}  # node -> its INFO being read
+        # node -> (its offset at the last read, when each replica last caught up: `PrimaryStatus.caught_up`)
+        self._caught_up: dict[tuple[str, int], tuple[int, dict[str, float]]] = {}
         self.state_min_insync = 2
         self.state_timeout_ms = 5_000
         self.replica_lag_max_ms = REPLICA_LAG_MAX_MS
@@ -328,7 +342,9 @@ class Replication:
             else:
                 info = await self.redis.info("replication")
         status = primary_status("", info)
-        online, in_sync = status.online, status.in_sync(self.replica_lag_max_ms)
+        caught_up = status.caught_up(self._caught_up.get(addr), now)
+        self._caught_up[addr] = (status.offset, caught_up)
+        online, in_sync = status.online, status.in_sync(self.replica_lag_max_ms, caught_up, now)
         self._online[addr] = (now, online, in_sync)
         # a primary first seen now (promoted in a failover) is owed the replicas its predecessors had:
         # read as it takes over, it may not have them back yet
