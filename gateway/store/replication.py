@@ -11,8 +11,8 @@ client), so that a WAIT in flight is shared by every write sent while it runs (`
 - appends of `acks=all` producers on topics with `min.insync.replicas` above 1 (`LogStore.append`);
 - the state changes a client is told are done (`DURABLE`, run through `DurableScripts`).
 
-Both wait for every replica in the primary's in-sync set (`Replication.in_sync`: online, and heard from
-within `--replica-lag-max-ms`), as Kafka's acks=all waits for its whole ISR, and are refused while the
+Both wait for every replica in the primary's in-sync set (`Replication.in_sync`: online, heard from and
+caught up within `--replica-lag-max-ms`), as Kafka's acks=all waits for its whole ISR, and are refused while the
 set is smaller than their floor: a topic's `min.insync.replicas` less the primary for appends, and for
 state changes `state_replicas`, the gateway's `--state-min-insync-replicas` less the
 primary (Kafka keeps its offsets and transaction state in topics whose `min.insync.replicas` is 2, out
@@ -503,9 +503,10 @@ class Replication:
                   direct: bool = False) -> list[Any]:
         """Run `calls` (as `Scripts.call_many`: errors in place) and answer once the replicas that
         the `durable` ones (all by default) wait for hold them. NotEnoughReplicas (nothing run) when
-        a node has fewer online; NotEnoughReplicasAfterAppend when WAIT times out first. `direct`
-        sends them on this object's connections even when none waits; what those cannot run
-        (no connection, a node that refused them unrun) goes through redis-py unless it waits."""
+        a node has fewer in sync; NotEnoughReplicasAfterAppend when WAIT times out first or the set
+        shrinks below them (`confirmed`). `direct` sends them on this object's connections even when
+        none waits; what those cannot run (no connection, a node that refused them unrun) goes
+        through redis-py unless it waits."""
         needs: list[int] = []  # the floor of each
         waits_for: list[int] = []  # the in-sync set of each, at least its floor
         for i, (_, call_keys, _) in enumerate(calls):
