@@ -570,9 +570,21 @@ class LogStore:
                     (acked, needed), lost = (-1, 0), None
                 for i in idx:
                     reply = replies[i]
-                    if acked >= max(needed, replicas[i]) or not (isinstance(reply, list) and reply[0] in _STORED):
+                    if acked >= max(needed, replicas[i]) or not isinstance(reply, list):
                         continue
                     self.replication.forget(calls[i][1][0])  # read its replicas again
+                    if reply[0] not in _STORED:
+                        # a refusal (out of order, a stale epoch, ...) from the producer state of a
+                        # primary its replicas did not confirm: one cut off or paused while the
+                        # Sentinels promote another, whose state is ahead of it. Nothing was written:
+                        # retriable, as Kafka's deposed leader answers NOT_LEADER_OR_FOLLOWER, never
+                        # a fatal OUT_OF_ORDER_SEQUENCE_NUMBER from its own log (tests/jepsen
+                        # primary-isolated: a producer's batch sent to the gateway on the isolated
+                        # primary after its earlier ones were stored on the new one)
+                        replies[i] = StorageUnavailable(
+                            f"{calls[i][1][0]}: refused (code {reply[0]}) by a primary whose replicas "
+                            f"did not confirm it ({lost or f'{max(acked, 0)} of {needed}'}); retry")
+                        continue
                     if lost:
                         replies[i] = NotEnoughReplicasAfterAppend(
                             f"{calls[i][1][0]}: appended; how many Redis replicas hold it is unknown ({lost}), "
