@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from gateway.store import keys
 from gateway.store.embedded import EmbeddedRedis
 from gateway.store.replication import PrimaryStatus, ReplicaStatus, primary_status
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
-from tests.kafka_wire import call
+from tests.kafka_wire import build_request, call, decode, idempotent_batch, request
 from tests.test_acks_all import _create, _produce
 from tests.test_failover import (  # noqa: F401 (group: the fixture)
     TIMEOUT,
@@ -149,3 +150,40 @@ async def test_a_replica_unheard_past_the_lag_max_leaves_the_set_and_is_not_wait
             assert seen.state == "online"  # still its primary's replica: out of the set, not dropped
         finally:
             os.kill(pid, signal.SIGCONT)
+
+
+async def _produce_seq(port: int, seq: int) -> bytes | int:
+    """An acks=all produce of one idempotent batch at `seq`: its error code, or b"" when the gateway
+    closed the connection instead of answering."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request(build_request(ApiKey.PRODUCE, 9, {
+            "transactional_id": None, "acks": -1, "timeout": 1000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": idempotent_batch(b"v", seq)}]}],
+        }), 0))
+        head = await reader.read(4)
+        if not head:
+            return b""
+        _, resp = decode(ApiKey.PRODUCE, 9, await reader.readexactly(struct.unpack(">i", head)[0]))
+        return int(resp.responses[0].partition_responses[0].error_code)
+    finally:
+        writer.close()
+
+
+async def test_a_refusal_by_a_primary_its_replicas_do_not_confirm_is_retried_not_answered(trio):
+    """A primary cut off while the Sentinels promote another refuses from its own, older producer
+    state; librdkafka takes OUT_OF_ORDER_SEQUENCE_NUMBER as fatal. So an acks=all append's refusal
+    stands only once the in-sync replicas confirm the primary, as any append's answer does."""
+    primary, _, paused = trio
+    await eventually(lambda: all(_replica_synced(n.port) for n in trio[1:]) and _online_replicas(primary.port) == 2,
+                     TIMEOUT, "two replicas")
+    async with running_gateway(test_config(primary.url, replica_lag_max_ms=30_000)) as gw:
+        await asyncio.to_thread(_create, kafka_bootstrap(gw), "t", 2)
+        port = gw.listeners["kafka"].port
+        assert await _produce_seq(port, 0) == KafkaError.none
+        pid = _stopped(paused)
+        try:
+            assert await _produce_seq(port, 5) == b""  # closed: the client sends it again
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert await _produce_seq(port, 5) == KafkaError.out_of_order_sequence_number
