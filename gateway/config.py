@@ -253,6 +253,12 @@ class Config:
     state_replication_timeout_ms: int = setting(
         5_000, "how long a state change waits for its replicas before a retriable error (Kafka's "
         "offsets.commit.timeout.ms)", check=POSITIVE, metavar="MS")
+    replica_lag_max_ms: int = setting(
+        10_000, "how long a Redis replica may go unheard (INFO replication's lag, whole seconds since its "
+        "last acknowledgement, sent every second), or without catching up, and stay in its primary's "
+        "in-sync set, whose every "
+        "replica acks=all produces, state changes and reads wait for (Kafka's replica.lag.time.max.ms; "
+        "Redis's min-replicas-max-lag, 10 s)", check=POSITIVE, metavar="MS")
     log_level: str = setting("INFO", "logging level", check=LOG_LEVEL, metavar="LEVEL")
 
     def __post_init__(self) -> None:

@@ -5,6 +5,7 @@ wakes for an append made through another."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -16,7 +17,8 @@ from gateway.client import Client
 from gateway.domain.registry import Registry
 from gateway.kafka.dispatch import ApiKey, load_handlers
 from gateway.server.gateway import Gateway
-from gateway.store import keys
+from gateway.store import Store, keys
+from gateway.store.embedded import EmbeddedRedis
 from tests.conftest import kafka_bootstrap, native_url, test_config
 from tests.kafka_wire import call
 from tests.test_kafka_groups import eventually
@@ -168,3 +170,38 @@ async def test_find_coordinator_passes_over_a_holder_metadata_no_longer_lists(ga
     cluster:520419567). Kafka names only a live broker; the group goes to a live gateway."""
     await gateway.store.groups.lease("orphaned", 99, "127.0.0.1 9", 60_000)  # node 99: not registered
     assert await coordinators(gateway, 0, ["orphaned"]) == [gateway.config.node_id]
+
+
+class _Counted(Registry):
+    """A registry that counts its renewals, so a test can await a few failing ones."""
+
+    tries = 0
+
+    async def renew(self, ttl_ms: int | None = None) -> None:
+        self.tries += 1
+        await super().renew(ttl_ms)
+
+
+async def test_a_registration_failing_while_redis_is_away_is_warned_of_once_and_its_return_said(tmp_path, caplog):
+    node = EmbeddedRedis(tmp_path / "redis")
+    node.start()
+    port = node.port
+    store = Store.open(node.url)
+    try:
+        registry = _Counted(store, lease_ms=300)
+        await registry.claim(-1, "127.0.0.1", 9001)
+        caplog.set_level(logging.INFO, "gateway.domain.registry")
+        running = asyncio.create_task(registry.run())
+        node.stop()
+        tried = registry.tries
+        await eventually(lambda: registry.tries >= tried + 3, what="renewals tried with Redis away")
+        node = EmbeddedRedis(tmp_path / "redis", port=port)
+        node.start()
+        await eventually(lambda: "registration renewed again" in caplog.text, what="a renewal with Redis back")
+        registry.stop()
+        await running
+        said = [r.levelname for r in caplog.records if r.name == "gateway.domain.registry"]
+        assert said == ["WARNING", "INFO"]
+    finally:
+        await store.close()
+        node.stop()

@@ -140,12 +140,20 @@ class Registry:
         return Peer(e.node_id, e.host, e.kafka_port, e.native_port, e.admin_port), self.clock() + e.lease_left_ms / 1000
 
     async def run(self) -> None:
-        """Renew every third of the lease until `stop`."""
+        """Renew every third of the lease until `stop`. A Redis away fails every try: said once, at
+        WARNING (it is retried, and the other roles say Redis is away too), and its end once."""
+        failing = False
         while not self._stop.is_set():
             try:
                 await self.renew()
             except GatewayError as exc:
-                log.error("could not renew this gateway's registration: %s", exc)
+                if not failing:
+                    log.warning("could not renew this gateway's registration: %s; retrying", exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("this gateway's registration renewed again")
+                failing = False
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.lease_ms / 3000):
                     await self._stop.wait()

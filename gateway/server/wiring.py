@@ -59,7 +59,8 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
     gateways know first (so they stop sending clients here), then the services close in the
     reverse order of their building; the store, the caller's, closes after."""
     async with contextlib.AsyncExitStack() as closing:
-        store.replication.configure(config.state_min_insync_replicas, config.state_replication_timeout_ms)
+        store.replication.configure(config.state_min_insync_replicas, config.state_replication_timeout_ms,
+                                    config.replica_lag_max_ms)
         await store.replication.learn()
         with contextlib.suppress(GatewayError):  # else the first producer reserves them
             await store.log.producer_ids.reserve()  # (`ProducerIds`)

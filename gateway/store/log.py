@@ -440,8 +440,9 @@ class LogStore:
         before this one's replies are in (a producer's pipelined requests, kept in order).
 
         A request with `replicas` is refused (NotEnoughReplicas, nothing written) while its node
-        has fewer replicas online, and is answered once Redis's WAIT on the connection that
-        appended it says that many hold it, within `timeout_ms`; else ReplicationTimedOut, with the
+        has fewer replicas in its in-sync set (`Replication.in_sync`), and is answered once Redis's
+        WAIT on the connection that appended it says every replica in that set holds it
+        (`Replication.confirmed`), within `timeout_ms`; else ReplicationTimedOut, with the
         offsets it took (Kafka's DelayedProduce expiring: REQUEST_TIMED_OUT). Nothing here waits
         much past `timeout_ms` (`_GIVE_UP`): a Redis stopped or cut off leaves an append sent
         unanswered ReplyLost (maybe stored) and a replica count unread StorageUnavailable (nothing
@@ -454,17 +455,19 @@ class LogStore:
         a batch it appended with KAFKA_STORAGE_ERROR (Partition.appendRecordsToLeader, DelayedProduce)."""
         out: list[Append | Exception | None] = [None] * len(requests)
         needed = [i for i, r in enumerate(requests) if r.replicas]
+        in_sync = [0] * len(requests)
         if needed:
             until = _give_up(timeout_ms)
             for i in needed:
                 try:
-                    online = await self.replication.online(keys.log(requests[i].topic, requests[i].partition), until)
+                    in_sync[i] = await self.replication.in_sync(
+                        keys.log(requests[i].topic, requests[i].partition), until)
                 except TimeoutError:  # nothing sent yet: Redis away, as the produce face answers that
                     raise StorageUnavailable(f"redis: the replicas of {requests[i].topic}-{requests[i].partition} "
                                              f"unread within {timeout_ms} ms") from None
-                if online < requests[i].replicas:
-                    out[i] = NotEnoughReplicas(f"{requests[i].topic}-{requests[i].partition}: {online} Redis replicas "
-                                               f"online, {requests[i].replicas} needed (min.insync.replicas "
+                if in_sync[i] < requests[i].replicas:  # Kafka: the ISR smaller than min.insync.replicas
+                    out[i] = NotEnoughReplicas(f"{requests[i].topic}-{requests[i].partition}: {in_sync[i]} Redis "
+                                               f"replicas in sync, {requests[i].replicas} needed (min.insync.replicas "
                                                f"{requests[i].replicas + 1})")
             if sent is None:  # WAIT needs the appending connection: only the ordered path has one
                 for i in needed:
@@ -483,7 +486,8 @@ class LogStore:
             for r in (requests[i] for i in todo)
         ]
         replicas = [requests[i].replicas for i in todo]
-        replies = await self._append_ordered(calls, sent, replicas, timeout_ms) if sent is not None else None
+        replies = await self._append_ordered(calls, sent, replicas, [in_sync[i] for i in todo], timeout_ms) \
+            if sent is not None else None
         if replies is None and not any(replicas):
             async with storage_errors():
                 replies = await self.scripts.call_many(calls) if calls else []
@@ -507,12 +511,12 @@ class LogStore:
 
     async def _append_ordered(
         self, calls: list[tuple[str, list[str], list[Any]]], sent: Callable[[], None], replicas: list[int],
-        timeout_ms: int,
+        in_sync: list[int], timeout_ms: int,
     ) -> list[Any] | None:
         """The replies of `calls` sent on the ordered connections, or None (nothing sent) when a
         node's connection cannot be had: the caller then goes through redis-py, and is done when
-        its replies are in. Calls with `replicas` go on the replicated connections, each node's
-        followed by a WAIT for the most any of them needs."""
+        its replies are in. Calls with `replicas` (the floor) go on the replicated connections, each
+        node's followed by a WAIT for its in-sync set (`in_sync`, as read before; `Replication.confirmed`)."""
         conns: list[RespConnection] = []
         for (_, call_keys, _), needs in zip(calls, replicas, strict=True):
             conn = await (self.replication.connections if needs else self.ordered).connection(call_keys[0])
@@ -528,9 +532,10 @@ class LogStore:
             for conn, idx in pending.items()
         }  # all written before the first await: nothing sent after us can overtake
         waits = {
-            conn: self.replication.waits.after(conn, max(replicas[i] for i in idx), timeout_ms)
+            conn: self.replication.wait(conn, max(in_sync[i] for i in idx), timeout_ms)
             for conn, idx in pending.items() if replicas[idx[0]]
         }
+        end = asyncio.get_running_loop().time() + timeout_ms / 1000
         sent()
         give_up = _give_up(timeout_ms)
         replies: list[Any] = [None] * len(calls)
@@ -556,25 +561,41 @@ class LogStore:
                 for i, reply in zip(pending[conn], got, strict=True):
                     replies[i] = self.replication.reply(conn, reply)
             for conn, wait in waits.items():
+                idx = pending[conn]
                 try:
-                    acked, lost = await by(wait, give_up), None
-                except StorageUnavailable as exc:
-                    acked, lost = -1, exc
+                    (acked, needed), lost = await self.replication.confirmed(
+                        conn, calls[idx[0]][1][0], wait, max(in_sync[i] for i in idx), max(replicas[i] for i in idx),
+                        end, give_up), None
+                except (StorageUnavailable, NotEnoughReplicasAfterAppend) as exc:
+                    (acked, needed), lost = (-1, 0), exc
                 except TimeoutError:  # Redis never answered the WAIT: as unconfirmed as one that timed out
-                    acked, lost = -1, None
-                for i in pending[conn]:
+                    (acked, needed), lost = (-1, 0), None
+                for i in idx:
                     reply = replies[i]
-                    if acked >= replicas[i] or not (isinstance(reply, list) and reply[0] in _STORED):
+                    if acked >= max(needed, replicas[i]) or not isinstance(reply, list):
                         continue
                     self.replication.forget(calls[i][1][0])  # read its replicas again
+                    if reply[0] not in _STORED:
+                        # a refusal (out of order, a stale epoch, ...) from the producer state of a
+                        # primary its replicas did not confirm: one cut off or paused while the
+                        # Sentinels promote another, whose state is ahead of it. Nothing was written:
+                        # retriable, as Kafka's deposed leader answers NOT_LEADER_OR_FOLLOWER, never
+                        # a fatal OUT_OF_ORDER_SEQUENCE_NUMBER from its own log (tests/jepsen
+                        # primary-isolated: a producer's batch sent to the gateway on the isolated
+                        # primary after its earlier ones were stored on the new one)
+                        replies[i] = StorageUnavailable(
+                            f"{calls[i][1][0]}: refused (code {reply[0]}) by a primary whose replicas "
+                            f"did not confirm it ({lost or f'{max(acked, 0)} of {needed}'}); retry")
+                        continue
                     if lost:
                         replies[i] = NotEnoughReplicasAfterAppend(
                             f"{calls[i][1][0]}: appended; how many Redis replicas hold it is unknown ({lost}), "
                             f"{replicas[i]} needed")
                     else:
                         replies[i] = ReplicationTimedOut(
-                            f"{calls[i][1][0]}: on {max(acked, 0)} Redis replicas within {timeout_ms} ms, {replicas[i]} "
-                            f"needed (min.insync.replicas {replicas[i] + 1})", int(reply[1]), int(reply[2]))
+                            f"{calls[i][1][0]}: on {max(acked, 0)} Redis replicas within {timeout_ms} ms, "
+                            f"{max(needed, replicas[i])} in sync needed (min.insync.replicas {replicas[i] + 1})",
+                            int(reply[1]), int(reply[2]))
         return replies
 
     # -- reads ----------------------------------------------------------------------------------

@@ -11,9 +11,12 @@ client), so that a WAIT in flight is shared by every write sent while it runs (`
 - appends of `acks=all` producers on topics with `min.insync.replicas` above 1 (`LogStore.append`);
 - the state changes a client is told are done (`DURABLE`, run through `DurableScripts`).
 
-State changes wait for `state_replicas` replicas: the gateway's `--state-min-insync-replicas` less the
+Both wait for every replica in the primary's in-sync set (`Replication.in_sync`: online, heard from and
+caught up within `--replica-lag-max-ms`), as Kafka's acks=all waits for its whole ISR, and are refused while the
+set is smaller than their floor: a topic's `min.insync.replicas` less the primary for appends, and for
+state changes `state_replicas`, the gateway's `--state-min-insync-replicas` less the
 primary (Kafka keeps its offsets and transaction state in topics whose `min.insync.replicas` is 2, out
-of 3 replicas), but never for more replicas than the primary has had since the gateway started (read
+of 3 replicas), but never more replicas than the primary has had since the gateway started (read
 at start, `learn`; a primary promoted in a failover is owed its predecessor's): a
 single Redis waits for none and pays nothing, while a primary whose replicas went away answers
 NotEnoughReplicas (nothing run) or, when WAIT times out, NotEnoughReplicasAfterAppend (run, maybe not
@@ -48,7 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -61,6 +64,10 @@ from gateway.store.scripts import Scripts, ScriptSpec
 
 T = TypeVar("T")
 _REPLICAS_FRESH = 1.0  # seconds a node's count of online replicas is trusted before it is read again
+# the longest one WAIT for the in-sync set blocks its connection before the set is read again: it
+# changes no faster than it is read (`confirmed`)
+_WAIT_SLICE_MS = int(_REPLICAS_FRESH * 1000)
+REPLICA_LAG_MAX_MS = 10_000  # `--replica-lag-max-ms`: Redis's own min-replicas-max-lag, 10 s
 READ_CONFIRM_MS = 1_000  # how long a read waits for the replicas to hold what it read before giving none of it
 _READ_MARK_CHANNEL = "gateway:read-mark"  # PUBLISHed to nobody: only to move the reading connection's replication offset
 READ_MARK = "read-mark-1"  # the mark on a Cluster, where PUBLISH is not replicated
@@ -122,6 +129,24 @@ class PrimaryStatus:
     @property
     def online(self) -> int:
         return sum(1 for r in self.replicas if r.state == "online")
+
+    def in_sync(self, lag_max_ms: int, caught_up: Mapping[str, float] | None = None, now: float = 0.0) -> int:
+        """The replicas in the primary's in-sync set: online, acknowledged within `lag_max_ms` (Redis's
+        `lag`, whole seconds since the replica's last REPLCONF ACK, sent every second; compared as
+        Redis compares it with `min-replicas-max-lag`, refreshGoodReplicasCount), and, given when each
+        last caught up (`caught_up`, on the clock of `now`), caught up within it too."""
+        return sum(1 for r in self.replicas if r.state == "online" and r.lag_seconds * 1000 <= lag_max_ms
+                   and (caught_up is None or now - caught_up.get(r.address, now) <= lag_max_ms / 1000))
+
+    def caught_up(self, before: tuple[int, Mapping[str, float]] | None, now: float) -> dict[str, float]:
+        """When each online replica last held everything its primary had at the read before (`before`:
+        that read's offset, and this map as it gave it), as Kafka's leader keeps each follower's
+        lastCaughtUpTimeMs (`Replica.updateFetchStateOrThrow`): a replica that keeps acknowledging yet
+        falls behind (its primary's stream to it cut one way) leaves the set too, not only a silent
+        one. One first seen counts as caught up now, as a new Kafka leader starts its followers' clocks."""
+        offset, seen = before if before is not None else (0, {})
+        return {r.address: now if r.offset >= offset or r.address not in seen else seen[r.address]
+                for r in self.replicas if r.state == "online"}
 
 
 Vouch = Callable[[tuple[str, int] | None, Any], Awaitable[str | None]]
@@ -264,43 +289,99 @@ class Replication:
             redis, name="gateway-append-replicated", preload=tuple(s.source for s in preload))
         self.vouching = isinstance(redis, SentinelRedis)  # a ROLE follows each WAIT, for `replaced`
         self.waits = Waits(self.replaced if self.vouching else None)
-        self._online: dict[tuple[str, int], tuple[float, int]] = {}  # node -> (read at, online replicas)
+        self._online: dict[tuple[str, int], tuple[float, int, int]] = {}  # node -> (read at, online, in sync)
         self._most: dict[tuple[str, int], int] = {}  # node -> most replicas ever seen online
-        self._reading: dict[tuple[str, int], asyncio.Future[int]] = {}  # node -> its INFO being read
+        self._reading: dict[tuple[str, int], asyncio.Future[tuple[int, int]]] = {}  # node -> its INFO being read
+        # node -> (its offset at the last read, when each replica last caught up: `PrimaryStatus.caught_up`)
+        self._caught_up: dict[tuple[str, int], tuple[int, dict[str, float]]] = {}
         self.state_min_insync = 2
         self.state_timeout_ms = 5_000
+        self.replica_lag_max_ms = REPLICA_LAG_MAX_MS
 
-    def configure(self, state_min_insync: int, state_timeout_ms: int) -> None:
-        """How many copies (the primary's included) a durable state change waits for, and how long."""
+    def configure(self, state_min_insync: int, state_timeout_ms: int,
+                  replica_lag_max_ms: int = REPLICA_LAG_MAX_MS) -> None:
+        """How many copies (the primary's included) a durable state change waits for at least, how
+        long, and how long a replica may go unheard and stay in its primary's in-sync set."""
         self.state_min_insync, self.state_timeout_ms = state_min_insync, state_timeout_ms
+        self.replica_lag_max_ms = replica_lag_max_ms
 
     async def online(self, key: str, until: float | None = None) -> int:
         """The replicas of `key`'s node that are online (INFO replication), read again after a second;
         callers asking meanwhile share one read. TimeoutError at `until` (the loop's clock) when
         that read is not done by then (Redis stopped or cut off)."""
+        return (await self._counts(key, until))[0]
+
+    async def in_sync(self, key: str, until: float | None = None) -> int:
+        """The replicas in the in-sync set of `key`'s node (`PrimaryStatus.in_sync`), read as `online`.
+
+        Kafka's acks=all, its coordinators' writes and its high watermark wait for every replica in
+        the partition's ISR, not for `min.insync.replicas` of them, which is only the floor below
+        which acks=all is refused (`Partition.checkEnoughReplicasReachOffset`,
+        `maybeIncrementLeaderHW`); a follower not caught up within `replica.lag.time.max.ms` leaves the
+        ISR (`Partition.getOutOfSyncReplicas`, KIP-537). Waiting for fewer let the Sentinels promote
+        a replica that lacked an acknowledged record while the one that had it was gone with the
+        primary (soak sentinel:70115030)."""
+        return (await self._counts(key, until))[1]
+
+    async def _counts(self, key: str, until: float | None) -> tuple[int, int]:
         addr = self.connections.address(key)
         now = asyncio.get_running_loop().time()
         seen = self._online.get(addr)
         if seen is not None and now - seen[0] < _REPLICAS_FRESH:
-            return seen[1]
+            return seen[1], seen[2]
         reading = self._reading.get(addr)
         if reading is None:
             reading = self._reading[addr] = asyncio.ensure_future(self._read_online(key, addr, now))
             reading.add_done_callback(lambda _: self._reading.pop(addr, None))
         return await (asyncio.shield(reading) if until is None else by(reading, until))
 
-    async def _read_online(self, key: str, addr: tuple[str, int], now: float) -> int:
+    async def _read_online(self, key: str, addr: tuple[str, int], now: float) -> tuple[int, int]:
         async with storage_errors():
             if hasattr(self.redis, "get_node_from_key"):
                 info = await self.redis.info("replication", target_nodes=self.redis.get_node_from_key(key))
             else:
                 info = await self.redis.info("replication")
-        online = primary_status("", info).online
-        self._online[addr] = (now, online)
+        status = primary_status("", info)
+        caught_up = status.caught_up(self._caught_up.get(addr), now)
+        self._caught_up[addr] = (status.offset, caught_up)
+        online, in_sync = status.online, status.in_sync(self.replica_lag_max_ms, caught_up, now)
+        self._online[addr] = (now, online, in_sync)
         # a primary first seen now (promoted in a failover) is owed the replicas its predecessors had:
         # read as it takes over, it may not have them back yet
         self._most[addr] = max(online, self._most.get(addr, max(self._most.values(), default=0)))
-        return online
+        return online, in_sync
+
+    def wait(self, conn: RespConnection, needed: int, timeout_ms: int) -> asyncio.Future[int]:
+        """The first WAIT of `confirmed`, sent at once: created before anything else is written
+        after `conn`'s writes, it follows them in the same burst."""
+        return self.waits.after(conn, needed, max(1, min(timeout_ms, _WAIT_SLICE_MS)))
+
+    async def confirmed(self, conn: RespConnection, key: str, first: asyncio.Future[int], needed: int, floor: int,
+                        end: float, give_up: float | None = None) -> tuple[int, int]:
+        """(replicas that hold everything `conn` wrote, replicas that had to): once every replica in
+        the in-sync set of `key`'s node does (`needed`, read when `first` was sent by `wait`), and at
+        least `floor`, or what the last WAIT said once `end` (the loop's clock) has passed. As Kafka's
+        DelayedProduce, a WAIT answered by fewer is no answer: it is asked again while the set is read
+        again, and a replica that leaves the set (unheard past `replica_lag_max_ms`, or dropped by its
+        primary) stops being waited for, as Kafka shrinks its ISR. Each WAIT lasts at most a second
+        (`wait`), so the writes it holds up on its connection (`Waits`) never wait out a replica's
+        leaving. NotEnoughReplicasAfterAppend once the set is smaller than `floor`, as Kafka answers
+        a produce whose ISR shrank below `min.insync.replicas` (`Partition.checkEnoughReplicasReachOffset`).
+        TimeoutError at `give_up` (Redis stopped or cut off)."""
+        loop = asyncio.get_running_loop()
+        wait = first
+        while True:
+            acked = await (wait if give_up is None else by(wait, give_up))
+            if acked >= needed:
+                return acked, needed
+            in_sync = await self.in_sync(key, give_up)  # read again after a second
+            if in_sync < floor:  # Kafka: the ISR shrank below min.insync.replicas after the append
+                raise NotEnoughReplicasAfterAppend(f"appended; {in_sync} Redis replicas in sync now, {floor} needed")
+            needed = in_sync
+            left_ms = int((end - loop.time()) * 1000)
+            if acked >= needed or left_ms <= 0:
+                return acked, needed
+            wait = self.wait(conn, needed, left_ms)
 
     def primary(self) -> tuple[str, int] | None:
         """Behind Sentinel, where the redis-py client last found the primary (its reads go there)."""
@@ -354,16 +435,19 @@ class Replication:
         paused through a failover and then resumed answers from its own log, which holds appends the
         new primary never got (their offsets since given to other records) until the Sentinels demote
         it seconds later (tests/jepsen's primary-paused). So a read waits, as a state change does,
-        for `state_replicas` (those of them online) to hold everything the node had when it read
-        (`read_mark`), on a Redis Cluster as behind Sentinel: a read a failover then dropped was
-        polled from a Cluster's isolated primary while the mark was a PUBLISH, which a Cluster does
-        not replicate (tests/jepsen, soak cluster:938408598)."""
+        for every replica in the in-sync set (`in_sync`), and at least `state_replicas` of those
+        online, to hold everything the node had when it read (`read_mark`), on a Redis Cluster as
+        behind Sentinel: a read a failover then dropped was polled from a Cluster's isolated primary
+        while the mark was a PUBLISH, which a Cluster does not replicate (tests/jepsen, soak
+        cluster:938408598)."""
         if self.state_min_insync <= 1:
             return 0
         needed, online = await self.state_replicas(key)
-        # those online alone: one its primary dropped (gone, or silent past repl-timeout) is out of the
-        # set as a lagging follower leaves Kafka's ISR, which then moves the high watermark without it
-        return min(needed, online)
+        # every one in the in-sync set, as Kafka's high watermark waits for its whole ISR, and at least
+        # the floor of those online: one its primary dropped (gone, or silent past repl-timeout) is out
+        # of the set as a lagging follower leaves Kafka's ISR, which then moves the high watermark
+        # without it
+        return max(min(needed, online), await self.in_sync(key)) if needed else 0
 
     @property
     def cluster(self) -> bool:
@@ -419,19 +503,24 @@ class Replication:
                   direct: bool = False) -> list[Any]:
         """Run `calls` (as `Scripts.call_many`: errors in place) and answer once the replicas that
         the `durable` ones (all by default) wait for hold them. NotEnoughReplicas (nothing run) when
-        a node has fewer online; NotEnoughReplicasAfterAppend when WAIT times out first. `direct`
-        sends them on this object's connections even when none waits; what those cannot run
-        (no connection, a node that refused them unrun) goes through redis-py unless it waits."""
-        needs: list[int] = []
+        a node has fewer in sync; NotEnoughReplicasAfterAppend when WAIT times out first or the set
+        shrinks below them (`confirmed`). `direct` sends them on this object's connections even when
+        none waits; what those cannot run (no connection, a node that refused them unrun) goes
+        through redis-py unless it waits."""
+        needs: list[int] = []  # the floor of each
+        waits_for: list[int] = []  # the in-sync set of each, at least its floor
         for i, (_, call_keys, _) in enumerate(calls):
             if durable is not None and not durable[i]:
                 needs.append(0)
+                waits_for.append(0)
                 continue
-            needed, online = await self.state_replicas(call_keys[0])
-            if online < needed:
-                raise NotEnoughReplicas(f"{online} Redis replicas online, {needed} needed for a state change "
+            needed, _ = await self.state_replicas(call_keys[0])
+            in_sync = await self.in_sync(call_keys[0]) if needed else 0
+            if in_sync < needed:
+                raise NotEnoughReplicas(f"{in_sync} Redis replicas in sync, {needed} needed for a state change "
                                         f"(state min.insync.replicas {self.state_min_insync})")
             needs.append(needed)
+            waits_for.append(in_sync)
         if not any(needs) and not direct:
             async with storage_errors():
                 return await self.scripts.call_many(calls)
@@ -450,8 +539,9 @@ class Replication:
         futures = {
             conn: conn.pipeline([self.scripts.evalsha(*calls[i]) for i in idx]) for conn, idx in conns.items()
         }  # all written before the first await: WAITs sent after them cover them
-        waits = {conn: self.waits.after(conn, max(needs[i] for i in idx), self.state_timeout_ms)
+        waits = {conn: self.wait(conn, max(waits_for[i] for i in idx), self.state_timeout_ms)
                  for conn, idx in conns.items() if any(needs[i] for i in idx)}
+        end = asyncio.get_running_loop().time() + self.state_timeout_ms / 1000
         replies: list[Any] = [None] * len(calls)
         unrun: list[int] = []  # refused by a node before running, waiting for no replica: redis-py's turn
         async with storage_errors():
@@ -465,13 +555,15 @@ class Replication:
                 for i, reply in zip(unrun, again, strict=True):
                     replies[i] = reply
             for conn, wait in waits.items():
-                acked = await wait
-                short = [i for i in conns[conn] if acked < needs[i]]
-                if short:
-                    self.forget(calls[short[0]][1][0])
+                idx = conns[conn]
+                key = calls[idx[0]][1][0]
+                acked, needed = await self.confirmed(conn, key, wait, max(waits_for[i] for i in idx),
+                                                     max(needs[i] for i in idx), end)
+                if acked < needed:
+                    self.forget(key)
                     raise NotEnoughReplicasAfterAppend(
                         f"a state change reached {acked} Redis replicas within {self.state_timeout_ms} ms, "
-                        f"{max(needs[i] for i in short)} needed (state min.insync.replicas {self.state_min_insync})")
+                        f"{needed} in sync needed (state min.insync.replicas {self.state_min_insync})")
         return replies
 
     async def run_in_order(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:

@@ -1,0 +1,189 @@
+"""acks=all waits for every replica in the primary's in-sync set, as Kafka's waits for its whole ISR,
+not for `min.insync.replicas` - 1 of them: with two replicas and min.insync.replicas 2, a record
+one replica confirmed was acknowledged, and the Sentinels could then promote the other, which
+lacked it (soak sentinel:70115030). A replica unheard past `--replica-lag-max-ms` leaves the set
+and stops being waited for, as a follower leaves Kafka's ISR."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis as redis_sync
+from kio.schema.errors import ErrorCode as KafkaError
+
+from gateway.formats.records import build_batch
+from gateway.kafka.dispatch import ApiKey
+from gateway.store import keys
+from gateway.store.embedded import EmbeddedRedis
+from gateway.store.replication import PrimaryStatus, ReplicaStatus, primary_status
+from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
+from tests.kafka_wire import build_request, call, decode, idempotent_batch, request
+from tests.test_acks_all import _create, _produce
+from tests.test_failover import (  # noqa: F401 (group: the fixture)
+    TIMEOUT,
+    _info,
+    _online_replicas,
+    _replica_synced,
+    group,
+)
+
+
+def test_the_in_sync_set_is_the_replicas_online_and_heard_from_within_the_lag_max():
+    info = {"master_repl_offset": 90,
+            "slave0": {"ip": "a", "port": 1, "state": "online", "offset": 90, "lag": 0},
+            "slave1": {"ip": "b", "port": 2, "state": "online", "offset": 80, "lag": 10},
+            "slave2": {"ip": "c", "port": 3, "state": "online", "offset": 70, "lag": 11},
+            "slave3": {"ip": "d", "port": 4, "state": "wait_bgsave", "offset": 0, "lag": 0}}
+    status = primary_status("p:0", info)
+    assert status.online == 3
+    # Redis's lag is whole seconds, compared as its own min-replicas-max-lag is: at most the max
+    assert [status.in_sync(ms) for ms in (1_000, 10_000, 11_000, 30_000)] == [1, 2, 3, 3]
+
+
+def test_a_replica_acknowledging_without_catching_up_leaves_the_set_too():
+    """As Kafka's follower that fetches but never reaches the leader's end (lastCaughtUpTimeMs)."""
+    def status(primary: int, a: int, b: int) -> PrimaryStatus:
+        return PrimaryStatus("p:0", primary, [ReplicaStatus("a", "online", a, primary - a, 0),
+                                              ReplicaStatus("b", "online", b, primary - b, 0)])
+    first = status(100, 100, 100)
+    seen = first.caught_up(None, now=0.0)
+    assert seen == {"a": 0.0, "b": 0.0}
+    later = status(300, 300, 100)  # b acknowledges, stuck at 100
+    seen = later.caught_up((first.offset, seen), now=5.0)
+    assert seen == {"a": 5.0, "b": 5.0}  # b held all the primary had at the read before
+    last = status(500, 480, 100)
+    seen = last.caught_up((later.offset, seen), now=12.0)
+    assert seen == {"a": 12.0, "b": 5.0}
+    assert [last.in_sync(ms, seen, now=12.0) for ms in (6_000, 7_000)] == [1, 2]
+
+
+async def _produce_once(port: int, value: bytes, timeout_ms: int) -> tuple[int, int]:
+    """One acks=all Produce of `value` to t-0 on a connection of its own: (error code, base offset)."""
+    conn = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        answer = await call(conn, ApiKey.PRODUCE, 9, {
+            "transactional_id": None, "acks": -1, "timeout": timeout_ms,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": build_batch([(None, value, [])])}]}],
+        })
+    finally:
+        conn[1].close()
+    [p] = answer.responses[0].partition_responses
+    return p.error_code, p.base_offset
+
+
+def _stopped(node: EmbeddedRedis) -> int:
+    assert node.proc is not None
+    os.kill(node.proc.pid, signal.SIGSTOP)
+    return node.proc.pid
+
+
+@pytest.mark.slow
+async def test_acks_all_waits_for_every_replica_in_sync_so_a_failover_to_any_keeps_it(group, tmp_path):  # noqa: F811
+    """One of two replicas paused, still in the set (Kafka's 30 s lag max): the produce is not
+    acknowledged from the other one alone, and its request times out as Kafka's DelayedProduce does
+    (REQUEST_TIMED_OUT); once resumed, it holds what is acknowledged. Then the replica that was
+    never paused and the primary die, the Sentinels promote the resumed one, and the record is there."""
+    primary, late = group.primary_port(), group.replica_port()
+    quick = group._node(tmp_path / "quick", primary)
+    await eventually(lambda: _replica_synced(quick.port) and _online_replicas(primary) == 2, TIMEOUT, "two replicas")
+    async with running_gateway(test_config(group.url, replica_lag_max_ms=30_000)) as gw:
+        bs = kafka_bootstrap(gw)
+        await asyncio.to_thread(_create, bs, "t", 2)
+        port = gw.listeners["kafka"].port
+        pid = _stopped(group.nodes[late])
+        try:
+            assert await _produce_once(port, b"unconfirmed", 1000) == (KafkaError.request_timed_out, 0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        [(err, offset)] = await asyncio.to_thread(_produce, bs, [b"kept"], acks="all")
+        assert err is None and offset == 1
+    assert quick.proc is not None
+    quick.proc.kill()
+    quick.stop()
+    await eventually(lambda: _online_replicas(primary) == 1, TIMEOUT, "the quick replica gone")
+    group.kill_primary()
+    assert await group.promoted(primary) == late
+    with redis_sync.Redis(port=late) as r:
+        assert int(r.hget(keys.meta("t", 0), "hw") or 0) == 2  # type: ignore[arg-type]
+        assert [f[b"n"] for _, f in r.xrange(keys.log("t", 0))] == [b"1", b"1"]
+
+
+@pytest.fixture
+def trio(tmp_path: Path) -> Iterator[tuple[EmbeddedRedis, EmbeddedRedis, EmbeddedRedis]]:
+    """A primary and two replicas, no Sentinels."""
+    nodes: list[EmbeddedRedis] = []
+    try:
+        primary = EmbeddedRedis(tmp_path / "primary")
+        primary.start()
+        nodes.append(primary)
+        with redis_sync.Redis(port=primary.port) as r:  # a replica's full sync starts at once, not after 5 s
+            r.config_set("repl-diskless-sync-delay", 0)
+        for name in ("a", "b"):
+            replica = EmbeddedRedis(tmp_path / name, replica_of=primary.port)
+            replica.start()
+            nodes.append(replica)
+        yield nodes[0], nodes[1], nodes[2]
+    finally:
+        for node in reversed(nodes):
+            if node.proc is not None and node.proc.poll() is None:
+                os.kill(node.proc.pid, signal.SIGCONT)  # stopped by a failed test: SIGTERM needs it running
+            node.stop()
+
+
+async def test_a_replica_unheard_past_the_lag_max_leaves_the_set_and_is_not_waited_for(trio):
+    primary, kept, paused = trio
+    await eventually(lambda: all(_replica_synced(n.port) for n in (kept, paused)) and _online_replicas(primary.port) == 2,
+                     TIMEOUT, "two replicas")
+    async with running_gateway(test_config(primary.url, replica_lag_max_ms=2000)) as gw:
+        await asyncio.to_thread(_create, kafka_bootstrap(gw), "t", 2)
+        pid = _stopped(paused)
+        try:
+            # waited for while it is in the set, then acknowledged once it has left it, still paused
+            assert await _produce_once(gw.listeners["kafka"].port, b"v", 30_000) == (KafkaError.none, 0)
+            [seen] = [r for r in primary_status("", _info(primary.port)).replicas if r.address.endswith(f":{paused.port}")]
+            assert seen.state == "online"  # still its primary's replica: out of the set, not dropped
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+async def _produce_seq(port: int, seq: int) -> bytes | int:
+    """An acks=all produce of one idempotent batch at `seq`: its error code, or b"" when the gateway
+    closed the connection instead of answering."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request(build_request(ApiKey.PRODUCE, 9, {
+            "transactional_id": None, "acks": -1, "timeout": 1000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": idempotent_batch(b"v", seq)}]}],
+        }), 0))
+        head = await reader.read(4)
+        if not head:
+            return b""
+        _, resp = decode(ApiKey.PRODUCE, 9, await reader.readexactly(struct.unpack(">i", head)[0]))
+        return int(resp.responses[0].partition_responses[0].error_code)
+    finally:
+        writer.close()
+
+
+async def test_a_refusal_by_a_primary_its_replicas_do_not_confirm_is_retried_not_answered(trio):
+    """A primary cut off while the Sentinels promote another refuses from its own, older producer
+    state; librdkafka takes OUT_OF_ORDER_SEQUENCE_NUMBER as fatal. So an acks=all append's refusal
+    stands only once the in-sync replicas confirm the primary, as any append's answer does."""
+    primary, _, paused = trio
+    await eventually(lambda: all(_replica_synced(n.port) for n in trio[1:]) and _online_replicas(primary.port) == 2,
+                     TIMEOUT, "two replicas")
+    async with running_gateway(test_config(primary.url, replica_lag_max_ms=30_000)) as gw:
+        await asyncio.to_thread(_create, kafka_bootstrap(gw), "t", 2)
+        port = gw.listeners["kafka"].port
+        assert await _produce_seq(port, 0) == KafkaError.none
+        pid = _stopped(paused)
+        try:
+            assert await _produce_seq(port, 5) == b""  # closed: the client sends it again
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert await _produce_seq(port, 5) == KafkaError.out_of_order_sequence_number
