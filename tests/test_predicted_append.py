@@ -146,3 +146,21 @@ async def test_a_unit_cut_off_before_exec_and_one_after_script_flush(redis_url, 
         assert [e[0] for e in (await _log(raw_redis, "t"))[0]] == [b"0-1", b"1-1", b"2-1"]
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("redis_url", ["single", "cluster"], indirect=True)
+async def test_a_predicted_append_wakes_readers_waiting_on_another_gateway(redis_url):
+    store, reader = await _open(redis_url), await _open(redis_url)
+    woken = asyncio.Event()
+    wakeups = reader.open_wakeups(lambda topic, partition: woken.set())
+    try:
+        await store.log.create_topic(TopicInfo("t", 1))
+        appender = _appender(store)
+        await appender.append([_req("t", b"a", 1)])  # the prediction seeded: the next one goes through as predicted
+        await wakeups.arm([("t", 0)])
+        assert _answers(await appender.append([_req("t", b"b", 2)])) == [(1, False)]
+        await asyncio.wait_for(woken.wait(), 30)  # a guard against a hang, not a timing
+    finally:
+        await wakeups.close()
+        await reader.close()
+        await store.close()
