@@ -46,15 +46,8 @@ end
 local count = tonumber(ARGV[2])
 local pid = ARGV[9]
 
-local state
-if pid ~= '-1' then
-  local refused
-  state, refused = producer_next(rcall('HGET', KEYS[3], pid), tonumber(ARGV[10]), tonumber(ARGV[11]), count, hw)
-  if not state then
-    if refused[1] == 9 then return {9, refused[2], start} end
-    return refused
-  end
-end
+local state, refused = producer_admit(KEYS[3], pid, tonumber(ARGV[10]), tonumber(ARGV[11]), count, hw, start)
+if refused then return refused end
 
 if rcall('EXISTS', KEYS[1]) == 0 then  -- a stream to rename, empty: XGROUP's MKSTREAM makes one
   rcall('XGROUP', 'CREATE', KEYS[1], 'append-check', '$', 'MKSTREAM')

@@ -114,7 +114,13 @@ async def test_two_writers_interleaving_on_one_partition_lose_and_duplicate_noth
                     sent[bytes(req.batch)] = reply.base_offset
                     order[w].append(bytes(req.batch))
 
+        single = redis_url.startswith("redis://")
+        before = (await raw_redis.info("commandstats")).get("cmdstat_rename", {}) if single else {}
         await asyncio.gather(*(write(w) for w in range(3)))
+        if single:  # some predicted and let through, some refused (their RENAME back found nothing)
+            after = (await raw_redis.info("commandstats"))["cmdstat_rename"]
+            failed = after["failed_calls"] - before.get("failed_calls", 0)
+            assert after["calls"] - before.get("calls", 0) > failed > 0
         entries, meta, _ = await _log(raw_redis, "t")
         offsets = [int(e[0].split(b"-")[0]) for e in entries]
         counts = [int(e[1][b"n"]) for e in entries]
