@@ -23,7 +23,6 @@ from gateway.bench.common import raw_client
 from gateway.formats.records import build_batch, parse_header
 from gateway.store import Store
 from gateway.store.log import AppendRequest, TopicInfo
-from gateway.store.predicted import PredictedAppender
 
 SHAPES = ((100, 16), (1024, 16), (16384, 1))
 RECORDS = 32_000  # per row and shape, in batches of the shape's count
@@ -42,7 +41,7 @@ def _redis_cpu(r: Any) -> float:
 
 
 async def _append(store: Store, topic: str, batch: bytes, count: int, batches: int, idempotent: bool,
-                  predicted: PredictedAppender | None = None) -> None:
+                  predicted: Any = None) -> None:
     h = parse_header(batch)
     for first in range(0, batches, PIPELINE):
         requests = [
@@ -97,7 +96,7 @@ async def _measure(url: str, records: int) -> list[dict[str, Any]]:
                     else:
                         k = WAYS.index(way) - 1 - (way in WAYS[4:])
                         await _append(store, topics[k], batch, count, batches, k % 2 == 1,
-                                      PredictedAppender(store.log) if way in WAYS[4:] else None)
+                                      store.log.predicted if way in WAYS[4:] else None)
                     samples.setdefault((size, way), []).append((_redis_cpu(r) - before) * 1e6 / batches)
                 for t in topics:
                     await store.log.delete_topic(t)
