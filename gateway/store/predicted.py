@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,9 +62,15 @@ class _Lane:
     next: _Next | None = None
     blocked: bool = False  # a refusal is being settled: new appends go out to be refused
     last: asyncio.Future[None] | None = None  # settled when the latest call sent has settled
+    resume: _Next | None = None  # the prediction after the last resends, for the next call's resends
 
 
 _BLOCKED = _Next(-1, -1, 0, "", False)  # refused whatever the partition holds: hw is never -1
+
+
+def _deadline(timeout_ms: int) -> float:
+    """When (the loop's clock) waiting for Redis's replies stops, as the append-5 path's does."""
+    return asyncio.get_running_loop().time() + timeout_ms / 1000 + 1
 
 
 class PredictedAppender:
@@ -160,7 +165,7 @@ class PredictedAppender:
         refused: dict[str, list[int]] = {}  # per partition, the appends to send again, in order
         states: dict[str, list[Any]] = {}  # per partition, the state its first refusal reported
         resumed: dict[str, _Next | None] = {}  # per partition, the prediction after its resends
-        give_up = time.monotonic() + timeout_ms / 1000 + 1
+        give_up = _deadline(timeout_ms)
         try:
             async with storage_errors():
                 for conn, fut in futures.items():
@@ -174,7 +179,7 @@ class PredictedAppender:
             for log, (_, mine) in turns.items():
                 lane = self._lanes[log]
                 if lane.last is mine:  # the last call sent: new appends may be predicted again
-                    lane.blocked, lane.last = False, None
+                    lane.blocked, lane.last, lane.resume = False, None, None
                     if log in refused:
                         lane.next = resumed.get(log)
                 mine.set_result(None)
@@ -229,23 +234,30 @@ class PredictedAppender:
 
     async def _resend(self, requests: list[AppendRequest], todo: list[int], log: str, state: list[Any],
                       out: list[Append | Exception | None], timeout_ms: int) -> _Next | None:
-        """Send `todo` again, in order, from the reported `state`; refused again, through append-5.
-        The prediction after them when they went through as predicted."""
-        todo_all = list(todo)
-        conn = await self._conns.connection(log)
-        if conn is not None and int(state[1]) >= 0:
-            n = _Next(int(state[1]), int(state[2]), int(state[3]), secrets.token_hex(8), True)
+        """Send `todo` again, in order, predicted from what the calls before left (or the reported
+        `state`), then from what a refusal of that reports; refused twice, through append-5. The
+        prediction after them when they went through as predicted."""
+        lane = self._lanes[log]
+        n: _Next | None = lane.resume or _Next(int(state[1]), int(state[2]), int(state[3]), "", True)
+        lane.resume = None
+        for _ in range(2):
+            conn = await self._conns.connection(log)
+            if conn is None or n is None:
+                break
+            n = _Next(n.hw, n.maxts, n.bytes, secrets.token_hex(8), True)
             commands: list[tuple[Any, ...]] = []
             for i in todo:
                 unit, n = self._unit(requests[i], n)
                 commands.extend(unit)
             more: dict[str, list[int]] = {}
-            await self._replies(requests, todo, conn, conn.pipeline(commands),
-                                time.monotonic() + timeout_ms / 1000 + 1, out, more, {})
-            todo = more.get(log, [])
-            if not todo:
-                done = [out[i] for i in todo_all]
-                return n if all(isinstance(o, _log.Append) and not o.duplicate for o in done) else None
+            seen: dict[str, list[Any]] = {}
+            await self._replies(requests, todo, conn, conn.pipeline(commands), _deadline(timeout_ms), out, more, seen)
+            if not more.get(log):
+                done = [out[i] for i in todo]
+                lane.resume = n if all(isinstance(o, _log.Append) and not o.duplicate for o in done) else None
+                return lane.resume
+            todo = more[log]
+            n = _Next(int(seen[log][1]), int(seen[log][2]), int(seen[log][3]), "", True) if log in seen else None
         for i, reply in zip(todo, await self._log.append([requests[i] for i in todo], timeout_ms=timeout_ms),
                             strict=True):
             out[i] = reply
