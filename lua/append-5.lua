@@ -30,15 +30,8 @@ local hw, start = tonumber(meta[1]), tonumber(meta[2])
 local count = tonumber(ARGV[2])
 local pid = ARGV[4]
 
-local state
-if pid ~= '-1' then
-  local refused
-  state, refused = producer_next(rcall('HGET', KEYS[3], pid), tonumber(ARGV[5]), tonumber(ARGV[6]), count, hw)
-  if not state then
-    if refused[1] == 9 then return {9, refused[2], start} end
-    return refused
-  end
-end
+local state, refused = producer_admit(KEYS[3], pid, tonumber(ARGV[5]), tonumber(ARGV[6]), count, hw, start)
+if refused then return refused end
 
 if ARGV[7] == '1' and ARGV[8] == '1' then
   local open = rcall('HGET', KEYS[4], pid)

@@ -1,10 +1,11 @@
 """`gateway bench --append-cost`: what Redis spends per appended record, and where.
 
-Per batch shape (16 records of 100 B, 16 of 1 KB, one of 16 KB), the same batches written four
+Per batch shape (16 records of 100 B, 16 of 1 KB, one of 16 KB), the same batches written six
 ways on one Redis, the ways alternated over three rounds and each row the median: raw `XADD` with an
 explicit ID + `HSET` of the partition's meta (what an append writes, no script: the floor), the
 gateway's append (append-5.lua through `LogStore.append`), the same by an idempotent producer, and a
-script that does nothing but is handed the batch. Figures are Redis's CPU (used_cpu_user +
+script that does nothing but is handed the batch, and predicted appends (gateway/store/predicted.py:
+a check script and a raw XADD in one MULTI), plain and idempotent. Figures are Redis's CPU (used_cpu_user +
 used_cpu_sys, every thread) per batch and per record, and the ratio to raw.
 
 The last row is why a script append cannot come down to raw XADD's cost: Redis's Lua interns every
@@ -28,7 +29,7 @@ RECORDS = 32_000  # per row and shape, in batches of the shape's count
 ROW_BYTES = 32 << 20  # and at most this much a row: 32,000 records of 16 KB would hold a gigabyte in Redis
 ROUNDS = 3
 PIPELINE = 50  # appends sent in one round trip, as a busy gateway's pipelined produces are
-WAYS = ("raw XADD+HSET", "append-5", "append-5 idempotent", "script given the batch")
+WAYS = ("raw XADD+HSET", "append-5", "append-5 idempotent", "script given the batch", "predicted", "predicted idempotent")
 _RAW = "bench:append-cost:{raw}"
 
 
@@ -39,14 +40,15 @@ def _redis_cpu(r: Any) -> float:
     return sum(float(n["used_cpu_user"]) + float(n["used_cpu_sys"]) for n in nodes)
 
 
-async def _append(store: Store, topic: str, batch: bytes, count: int, batches: int, idempotent: bool) -> None:
+async def _append(store: Store, topic: str, batch: bytes, count: int, batches: int, idempotent: bool,
+                  predicted: Any = None) -> None:
     h = parse_header(batch)
     for first in range(0, batches, PIPELINE):
         requests = [
             AppendRequest(topic, 0, batch, count, h.max_timestamp, *((7, 0, i * count) if idempotent else ()))
             for i in range(first, min(first + PIPELINE, batches))
         ]
-        replies = await store.log.append(requests)
+        replies = await (predicted.append(requests) if predicted else store.log.append(requests))
         failed = [r for r in replies if isinstance(r, Exception)]
         if failed:
             raise failed[0]
@@ -82,7 +84,7 @@ async def _measure(url: str, records: int) -> list[dict[str, Any]]:
             batch = build_batch([(None, b"v" * size, [])] * count)
             batches = max(1, min(records // count, ROW_BYTES // len(batch)))
             for round_ in range(ROUNDS):
-                topics = [f"bench-append-cost-{size}-{round_}-{k}" for k in range(2)]
+                topics = [f"bench-append-cost-{size}-{round_}-{k}" for k in range(4)]
                 for t in topics:
                     await store.log.create_topic(TopicInfo(t, 1))
                 for way in WAYS:
@@ -92,7 +94,9 @@ async def _measure(url: str, records: int) -> list[dict[str, Any]]:
                     elif way == WAYS[3]:
                         _script_only(r, batch, batches)
                     else:
-                        await _append(store, topics[way == WAYS[2]], batch, count, batches, way == WAYS[2])
+                        k = WAYS.index(way) - 1 - (way in WAYS[4:])
+                        await _append(store, topics[k], batch, count, batches, k % 2 == 1,
+                                      store.log.predicted if way in WAYS[4:] else None)
                     samples.setdefault((size, way), []).append((_redis_cpu(r) - before) * 1e6 / batches)
                 for t in topics:
                     await store.log.delete_topic(t)

@@ -415,3 +415,9 @@ def tier_manifest(topic: str, partition: int) -> str:
     """Sorted set of a partition's segments in tiered storage: member "base:next:max ts:bytes
     before:size:segment id", score = base offset (see lua/tier-add-2.lua)."""
     return f"{partition_tag(topic, partition)}:tier"
+
+
+def log_aside(topic: str, partition: int) -> str:
+    """Where a predicted append (append-check-6.lua) puts the stream for the XADD of its batch: only
+    inside one MULTI, never there after it."""
+    return f"{log(topic, partition)}:aside"

@@ -55,7 +55,7 @@ from gateway.errors import (
     error_for,
 )
 from gateway.formats.records import parse_header
-from gateway.store import keys
+from gateway.store import keys, predicted
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.producer_ids import ProducerIds
 from gateway.store.read_batch import ReadBatches
@@ -235,12 +235,14 @@ class LogStore:
         # a Cluster's reads that wait for replicas go here alone, their mark script loaded (`_pipeline`)
         self.direct = DirectConnections(redis, name="gateway-direct-read", preload=(scripts.specs[READ_MARK].source,))
         self.reads = ReadBatches(redis)
-        self.ordered = DirectConnections(redis, name="gateway-append", preload=(scripts.specs[APPEND].source,))
+        self.ordered = DirectConnections(redis, name="gateway-append", preload=(
+            scripts.specs[APPEND].source, scripts.specs[predicted.CHECK].source))
         # appends that wait for replicas have connections of their own, shared with the state changes
         # that wait (`replication`): their WAITs never hold up the others (a producer's acks is
         # fixed, so its requests stay on one connection, in order)
         self.replication = replication
         self.producer_ids = ProducerIds(scripts)
+        self.predicted = predicted.PredictedAppender(self)
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -473,6 +475,14 @@ class LogStore:
                 for i in needed:
                     out[i] = out[i] or StorageUnavailable("replicated appends need an ordered connection")
         todo = [i for i, o in enumerate(out) if o is None]
+        ahead: list[int] = []  # batches of a kilobyte and more keep out of Lua (gateway/store/predicted.py)
+        task = None
+        if sent is not None:
+            ahead = [i for i in todo if self.predicted.takes(requests[i])]
+            task = await self.predicted.send([requests[i] for i in ahead], timeout_ms) if ahead else None
+            if task is None:
+                ahead = []
+            todo = [i for i in todo if i not in ahead]
         calls = [
             (
                 APPEND,
@@ -503,6 +513,9 @@ class LogStore:
                 out[i] = Append(int(reply[1]), int(reply[2]), duplicate=True)
             else:
                 out[i] = error_for(reply[0], f"{r.topic}-{r.partition}")
+        if task is not None:
+            for i, answer in zip(ahead, await asyncio.shield(task), strict=True):
+                out[i] = answer
         return [o for o in out if o is not None]
 
     async def replicas_online(self, topic: str, partition: int) -> int:

@@ -58,3 +58,14 @@ local function producer_next(raw, epoch, seq, count, offset)
   end
   return struct.pack('>i4', epoch) .. kept .. struct.pack('>i4i4i8', seq, last_seq, offset)
 end
+
+-- An append's check of its producer `pid` (of hash `pids`; '-1': none): the state to store once the
+-- batch is at `offset` (nil for none), or nil and the script's reply: {9, base offset, log start}
+-- a duplicate, else producer_next's.
+local function producer_admit(pids, pid, epoch, seq, count, offset, start)
+  if pid == '-1' then return nil end
+  local state, refused = producer_next(redis.call('HGET', pids, pid), epoch, seq, count, offset)
+  if state then return state end
+  if refused[1] == 9 then return nil, {9, refused[2], start} end
+  return nil, refused
+end
