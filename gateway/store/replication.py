@@ -474,25 +474,6 @@ class Replication:
                         f"{max(needs[i] for i in short)} needed (state min.insync.replicas {self.state_min_insync})")
         return replies
 
-    async def run_in_order(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:
-        """`calls` in one pipeline, run in the order given (errors in place), when one node holds
-        all their keys; None (nothing sent) when they span nodes or its connection cannot be had.
-        Nothing is sent again: a call refused unrun (NOSCRIPT after a SCRIPT FLUSH, a slot on the
-        move) is StorageUnavailable, as its resend would run after the calls behind it. No call
-        waits for replicas here."""
-        first = calls[0][1][0]
-        if any(self.connections.address(c[1][0]) != self.connections.address(first) for c in calls[1:]):
-            return None
-        try:
-            conn = await self.connections.connection(first)
-        except RedisClusterException:  # a cluster client that has not learnt the slots yet
-            return None
-        if conn is None:
-            return None
-        async with storage_errors():
-            got = await conn.pipeline([self.scripts.evalsha(*c) for c in calls])
-        return [self.reply(conn, r) for r in got]
-
     def reply(self, conn: RespConnection, reply: Any) -> Any:
         """A script's reply on a replicated connection, its error replies as redis-py's would be."""
         if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT"):
@@ -536,11 +517,6 @@ class DurableScripts(Scripts):
         if isinstance(reply, Exception):
             raise reply
         return reply
-
-    async def call_in_order(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:
-        if self._waits(name for name, _, _ in calls):
-            return None  # one that waits for replicas goes through `call_many`, one round trip per step
-        return await self._replication.run_in_order(calls)
 
     async def call_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         waits = self._waits(name for name, _, _ in calls)
