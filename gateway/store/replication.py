@@ -152,14 +152,15 @@ class Waits:
 
     def after(self, conn: RespConnection, replicas: int, timeout_ms: int) -> asyncio.Future[int]:
         """The number of replicas that hold everything `conn` wrote so far (a WAIT's answer)."""
+        loop = asyncio.get_running_loop()
         group = self._next.get(conn)
         if group is None:
-            group = self._next[conn] = (asyncio.get_running_loop().create_future(), [], [])
+            group = self._next[conn] = (loop.create_future(), [], [])
             # its waiters may be gone before it fails (their appends' replies failed first, the
             # connection lost under a paused primary): the failure is theirs, never a logged orphan
             group[0].add_done_callback(_observed)
         group[1].append(replicas)
-        group[2].append(asyncio.get_running_loop().time() + timeout_ms / 1000)  # its deadline
+        group[2].append(loop.time() + timeout_ms / 1000)  # its deadline
         if conn not in self._flying:
             self._send(conn)
         return group[0]
@@ -208,7 +209,7 @@ async def by(fut: asyncio.Future[T], deadline: float) -> T:
     other writes still answers them. Two callbacks and a timer, not `wait_for`'s task and shield:
     every produce's append waits through it."""
     if not fut.done():
-        loop = asyncio.get_running_loop()
+        loop = fut.get_loop()  # not get_running_loop, a getpid call each on Python 3.11
         waiter: asyncio.Future[None] = loop.create_future()
 
         def wake(_: object = None) -> None:
