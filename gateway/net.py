@@ -49,6 +49,9 @@ class FrameReader(asyncio.StreamReader):
         self._ended = False  # end of stream
         self._failed: BaseException | None = None
         self._arrived: asyncio.Future[None] | None = None
+        # held, not asked for at each wait: Python 3.11's get_running_loop makes a getpid call (made by
+        # a listener's protocol factory, on its loop)
+        self._event_loop = asyncio.get_running_loop()
 
     def set_transport(self, transport: asyncio.BaseTransport) -> None:
         super().set_transport(transport)
@@ -96,7 +99,7 @@ class FrameReader(asyncio.StreamReader):
                 self._held = 0
                 raise asyncio.IncompleteReadError(partial, n)
             self._resume()  # more than the limit is wanted: wait for it with reading on
-            self._arrived = asyncio.get_running_loop().create_future()
+            self._arrived = self._event_loop.create_future()
             try:
                 await self._arrived
             finally:

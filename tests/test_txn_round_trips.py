@@ -23,8 +23,7 @@ _LINE = re.compile(r"^(\w+) v\d+ correlation \d+ .*: [\d.]+ ms, (\d+) Redis roun
 # consumer's offsets): what a transaction's commit latency is made of.
 BOUNDS = {
     # the partitions told to expect the transaction's first batch, then the coordinator's step, which
-    # waits for the replicas (KIP-890 part 1; as Kafka's coordinator writes its replicated log): one
-    # pipeline run in order on one Redis only where state changes wait for no replica
+    # waits for the replicas (KIP-890 part 1; as Kafka's coordinator writes its replicated log)
     "add_partitions_to_txn": 2,
     "produce": 1,
     "add_offsets_to_txn": 1,

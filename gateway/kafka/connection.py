@@ -73,7 +73,9 @@ class KafkaConnection:
     async def run(self) -> None:
         answers: asyncio.Queue[asyncio.Task[Chunks] | None] = asyncio.Queue()
         room = asyncio.Semaphore(MAX_PIPELINED)
-        writing = asyncio.ensure_future(self._write_answers(answers, room))
+        # the loop held, not asked for per request: Python 3.11's get_running_loop makes a getpid call
+        loop = asyncio.get_running_loop()
+        writing = loop.create_task(self._write_answers(answers, room))
         earlier: set[asyncio.Task[Chunks]] = set()  # requests started and not yet done
         try:
             while not self.closing and not self.state.close:
@@ -94,8 +96,8 @@ class KafkaConnection:
                         room.release()
                         return
                 self._in_flight += 1
-                started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                task = asyncio.ensure_future(self._answer(frame, bare, started))
+                started: asyncio.Future[None] = loop.create_future()
+                task = loop.create_task(self._answer(frame, bare, started))
                 answers.put_nowait(task)
                 earlier.add(task)
                 # on to the next request once this one is answered, or its appends are on their way
@@ -210,7 +212,7 @@ async def _either_unless(a: asyncio.Future[Any], b: asyncio.Future[Any], other: 
         return True
     if other.done():
         return False
-    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    waiter: asyncio.Future[None] = a.get_loop().create_future()
 
     def wake(_: asyncio.Future[Any]) -> None:
         if not waiter.done():

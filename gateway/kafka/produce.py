@@ -93,7 +93,7 @@ async def produce(ctx: RequestContext, req: ProduceRequest) -> Encoded | None:
             expired.append(True)
             task.cancel()
 
-    deadline = asyncio.get_running_loop().call_later(max(req.timeout_ms, MIN_TIMEOUT_MS) * ANSWER_BY / 1000, expire)
+    deadline = task.get_loop().call_later(max(req.timeout_ms, MIN_TIMEOUT_MS) * ANSWER_BY / 1000, expire)
     try:
         return await _produce(ctx, req, writing)
     except asyncio.CancelledError:

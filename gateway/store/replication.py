@@ -177,14 +177,15 @@ class Waits:
 
     def after(self, conn: RespConnection, replicas: int, timeout_ms: int) -> asyncio.Future[int]:
         """The number of replicas that hold everything `conn` wrote so far (a WAIT's answer)."""
+        loop = asyncio.get_running_loop()
         group = self._next.get(conn)
         if group is None:
-            group = self._next[conn] = (asyncio.get_running_loop().create_future(), [], [])
+            group = self._next[conn] = (loop.create_future(), [], [])
             # its waiters may be gone before it fails (their appends' replies failed first, the
             # connection lost under a paused primary): the failure is theirs, never a logged orphan
             group[0].add_done_callback(_observed)
         group[1].append(replicas)
-        group[2].append(asyncio.get_running_loop().time() + timeout_ms / 1000)  # its deadline
+        group[2].append(loop.time() + timeout_ms / 1000)  # its deadline
         if conn not in self._flying:
             self._send(conn)
         return group[0]
@@ -233,7 +234,7 @@ async def by(fut: asyncio.Future[T], deadline: float) -> T:
     other writes still answers them. Two callbacks and a timer, not `wait_for`'s task and shield:
     every produce's append waits through it."""
     if not fut.done():
-        loop = asyncio.get_running_loop()
+        loop = fut.get_loop()  # not get_running_loop, a getpid call each on Python 3.11
         waiter: asyncio.Future[None] = loop.create_future()
 
         def wake(_: object = None) -> None:
@@ -566,25 +567,6 @@ class Replication:
                         f"{needed} in sync needed (state min.insync.replicas {self.state_min_insync})")
         return replies
 
-    async def run_in_order(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:
-        """`calls` in one pipeline, run in the order given (errors in place), when one node holds
-        all their keys; None (nothing sent) when they span nodes or its connection cannot be had.
-        Nothing is sent again: a call refused unrun (NOSCRIPT after a SCRIPT FLUSH, a slot on the
-        move) is StorageUnavailable, as its resend would run after the calls behind it. No call
-        waits for replicas here."""
-        first = calls[0][1][0]
-        if any(self.connections.address(c[1][0]) != self.connections.address(first) for c in calls[1:]):
-            return None
-        try:
-            conn = await self.connections.connection(first)
-        except RedisClusterException:  # a cluster client that has not learnt the slots yet
-            return None
-        if conn is None:
-            return None
-        async with storage_errors():
-            got = await conn.pipeline([self.scripts.evalsha(*c) for c in calls])
-        return [self.reply(conn, r) for r in got]
-
     def reply(self, conn: RespConnection, reply: Any) -> Any:
         """A script's reply on a replicated connection, its error replies as redis-py's would be."""
         if isinstance(reply, RespError) and str(reply).startswith("NOSCRIPT"):
@@ -628,11 +610,6 @@ class DurableScripts(Scripts):
         if isinstance(reply, Exception):
             raise reply
         return reply
-
-    async def call_in_order(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:
-        if self._waits(name for name, _, _ in calls):
-            return None  # one that waits for replicas goes through `call_many`, one round trip per step
-        return await self._replication.run_in_order(calls)
 
     async def call_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         waits = self._waits(name for name, _, _ in calls)

@@ -61,7 +61,8 @@ class RespConnection(asyncio.BufferedProtocol):
 
     def pipeline(self, commands: list[tuple[Any, ...]]) -> asyncio.Future[list[Any]]:
         """Send commands; the future gets their replies, an error reply as a RespError in its place."""
-        fut: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[Any]] = loop.create_future()
         if not self.usable:
             fut.set_exception(ConnectionError(f"redis connection lost: {self._lost}"))
             return fut
@@ -71,7 +72,7 @@ class RespConnection(asyncio.BufferedProtocol):
             # written at the end of this turn of the event loop, with whatever else callers send by
             # then: one system call for all of them (in order, so Redis runs them as sent)
             self._corked = encode(commands)
-            asyncio.get_running_loop().call_soon(self._flush)
+            loop.call_soon(self._flush)
         else:
             self._corked += encode(commands)
         self._waiting.append((fut, len(commands), []))

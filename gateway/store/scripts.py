@@ -102,12 +102,6 @@ class Scripts:
         self._check(name, keys, args)
         return await self._scripts[name](keys=keys, args=args)
 
-    async def call_in_order(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any] | None:
-        """`calls` run in the order given, in one round trip, or None (nothing sent) when that
-        cannot be promised: `call_many` resends a call refused with NOSCRIPT after those behind it
-        ran. `DurableScripts` can, on its connections that load every script when they open."""
-        return None
-
     async def call_many(self, calls: list[tuple[str, list[str], list[Any]]]) -> list[Any]:
         """Several calls in one round trip by SHA (one per node on a cluster); calls refused with
         NOSCRIPT (none ran) are loaded and sent again. Errors come back in place, as exceptions

@@ -152,26 +152,16 @@ class TxnStore:
         """Add members of `kind` to the open transaction of transaction key `name`, opening one first
         when it has none; its id. ProducerRefused unless the caller is the key's producer. With
         `expect` (V1's AddPartitionsToTxn), those partitions are first told to let the producer's
-        transactional batches open its transaction there (txn-expect-2): in the same round trip when Redis runs both steps in order on one connection (a single node),
-        else in two. Either way the join runs after the expectations, as txn-expect-2 requires; in
-        one round trip it runs even when a partition refuses its expectation (gone since it was
-        checked), as it would had the partition gone just after."""
+        transactional batches open its transaction there (txn-expect-2), in one round trip before the
+        join's, as txn-expect-2 requires the join to follow them."""
         join = ("txn-join-5", [keys.txn_key(name), keys.TXN_SEQ, keys.TXN_OPEN, keys.TXN_LOG, keys.txn("")],
                 # name, pid, epoch, coord, timeout, max, now, kind, suffix, items
                 [name, producer_id, epoch, coordinator, timeout_ms, max_timeout_ms, now_ms(), kind, _SETS[kind],
                  "\n".join(members)])
-        expects = self._expect_calls(expect or [], producer_id, epoch)
         async with storage_errors():
-            replies = await self.scripts.call_in_order([*expects, join]) if expects else None
-            if replies is None:
-                if expects:
-                    self._expected(expect or [], await self.scripts.call_many(expects))
-                replies = [await self.scripts.call(*join)]
-            else:
-                self._expected(expect or [], replies[:-1])
-        reply = replies[-1]
-        if isinstance(reply, Exception):
-            raise reply
+            if expect:
+                self._expected(expect, await self.scripts.call_many(self._expect_calls(expect, producer_id, epoch)))
+            reply = await self.scripts.call(*join)
         return str(_check(reply, name)[1].decode())
 
     async def current(self, name: str, producer_id: int, epoch: int, kind: str, member: str) -> tuple[str, str, bool]:
