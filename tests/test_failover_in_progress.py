@@ -93,7 +93,8 @@ async def test_a_primary_being_failed_over_acknowledges_nothing_its_replicas_con
             assert group.primary_port() == primary  # still named by the Sentinels, as in the soak
 
             [(err, _)] = await asyncio.to_thread(_produce, bs, [b"lost"], **ONCE)
-            assert err is not None and err.code() == ck.KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            # where it will be is unknown: the connection closes, as from a leader gone mid-request
+            assert err is not None and err.code() == ck.KafkaError._TRANSPORT
             assert await _add_partition(conn, "tx", init.producer_id, init.producer_epoch) == 15  # COORDINATOR_NOT_AVAILABLE
             # a producer id: from the block of ids the gateway reserved before, which the new primary holds
             fresh = await call(conn, ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": None, "transaction_timeout": 60_000})

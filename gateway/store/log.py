@@ -600,10 +600,18 @@ class LogStore:
                             f"{calls[i][1][0]}: refused (code {reply[0]}) by a primary whose replicas "
                             f"did not confirm it ({lost or f'{max(acked, 0)} of {needed}'}); retry")
                         continue
-                    if lost:
-                        replies[i] = NotEnoughReplicasAfterAppend(
+                    if isinstance(lost, StorageUnavailable):
+                        # the WAIT's connection lost, or its primary maybe being replaced: where the
+                        # batch will be is unknown, and the producer's next batch, pipelined behind
+                        # it, may reach the next primary without it and be refused out of order, which
+                        # librdkafka answers by bumping its epoch and sending this one again as new (a
+                        # duplicate: soak sentinel:729702984). As from a leader gone mid-request, the
+                        # connection closes (kafka/produce.py), and the producer resends in order
+                        replies[i] = ReplyLost(
                             f"{calls[i][1][0]}: appended; how many Redis replicas hold it is unknown ({lost}), "
                             f"{replicas[i]} needed")
+                    elif lost:  # the in-sync set shrank below min.insync.replicas: Kafka's answer
+                        replies[i] = NotEnoughReplicasAfterAppend(f"{calls[i][1][0]}: {lost}")
                     else:
                         replies[i] = ReplicationTimedOut(
                             f"{calls[i][1][0]}: on {max(acked, 0)} Redis replicas within {timeout_ms} ms, "
