@@ -32,6 +32,7 @@
   which the writer predicts again and resends this append and every later one in order.
 ]]
 local rcall = redis.call
+--- @include "entry"
 --- @include "producer"
 
 local meta = rcall('HMGET', KEYS[2], 'hw', 'start', 'maxts', 'bytes', 'w')
@@ -56,6 +57,6 @@ end
 rcall('RENAME', KEYS[1], KEYS[4])
 rcall('HSET', KEYS[2], 'hw', string.format('%d', hw + count), 'maxts', ARGV[5],
   'bytes', string.format('%d', bytes + tonumber(ARGV[4])), 'w', string.format('%s:%d', ARGV[7], hw + count))
-if rcall('DEL', KEYS[1] .. ':wake') == 1 then rcall('SPUBLISH', KEYS[1], '') end
+wake_readers(KEYS[1])
 if state then rcall('HSET', KEYS[3], pid, state) end
 return {0, hw, start}
