@@ -175,3 +175,41 @@ async def test_a_nack_of_a_message_from_before_a_reconnect_is_dropped(redis_url)
         finally:
             await client.close()
             await gw.stop()
+
+
+async def test_a_message_acked_after_a_reconnect_is_not_handed_out_again(redis_url):
+    """Received, then the gateway restarts: subscribed again, the consumer is sent the message again
+    before its acknowledgement (held back by the reconnection) reaches the gateway. Once that
+    acknowledgement is answered, the copy waiting in the receive queue must not come out (soak
+    sentinel:277937572: acked-redelivered)."""
+    from gateway.client.message import Message
+    from gateway.server.gateway import Gateway
+    from gateway.store.embedded import free_port
+    from tests.conftest import test_config
+
+    async def queued(n: int) -> None:
+        while sum(isinstance(m, Message) for m in consumer._queue) < n:
+            consumer._arrived.clear()
+            await consumer._arrived.wait()
+
+    port = free_port()
+    gw = Gateway(test_config(redis_url, native_port=port))
+    await gw.start()
+    async with await Client.connect(f"gateway://127.0.0.1:{port}") as client:
+        producer = await client.create_producer("reack", batching=False)
+        consumer = await client.subscribe("reack", "s", "exclusive", "earliest")
+        await producer.send(b"before")
+        first = await consumer.receive(5)
+        await gw.stop()
+        gw = Gateway(test_config(redis_url, native_port=port))
+        await gw.start()
+        try:
+            await producer.send(b"after")  # waits for the reconnection
+            await asyncio.wait_for(queued(2), 5)  # "before" again, then "after", neither taken
+            await consumer.acknowledge(first)
+            nxt = await consumer.receive(5)
+            assert (nxt.offset, nxt.value) == (1, b"after")
+            await consumer.acknowledge(nxt)
+        finally:
+            await client.close()
+            await gw.stop()

@@ -403,7 +403,28 @@ class Consumer:
         except GatewayError as exc:
             group.done.set_exception(exc)
         else:
+            self._drop_acked(group)
             group.done.set_result(None)
+
+    def _drop_acked(self, group: _AckGroup) -> None:
+        """Queued messages the acknowledgement just recorded are not handed out: a reconnection while
+        it waited subscribed again, and the gateway delivered them again before it was applied
+        (soak sentinel:277937572). Pulsar's consumer drops a delivery of a message whose ack it
+        holds (ConsumerImpl.messageReceived, AcknowledgmentsGroupingTracker.isDuplicate); an ack
+        answered OK means the message never comes again (README "Guarantees")."""
+        individual = {p: set(offs) for p, offs in group.individual.items()}
+
+        def acked(m: Message | _Watermark) -> bool:
+            if not isinstance(m, Message):
+                return False
+            mid = m.message_id
+            return mid.offset <= group.cumulative.get(mid.partition, -1) or mid.offset in individual.get(mid.partition, ())
+
+        dropped = sum(map(acked, self._queue))
+        if dropped:
+            self._queue = deque(m for m in self._queue if not acked(m))
+            self._reached_watermarks()
+            self._taken_permits(dropped)
 
     def _ack_request(self, group: _AckGroup) -> pb.Request:
         return pb.Request(
