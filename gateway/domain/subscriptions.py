@@ -165,6 +165,9 @@ class Subscription:
         self._lockable: set[int] = set(range(partitions))  # partitions whose locks are not known to be none
         self._locking = 0  # transactional acks made here: a look at the locks that overlapped one proves nothing
         self._unpark_at = 0.0
+        # offsets acknowledged individually while a dispatch pass runs (`run`): its reads may predate
+        # the ack, so what it hands out leaves these out (`_hand_out`)
+        self._acked_in_pass: dict[int, set[int]] | None = None
 
     # -- consumers ------------------------------------------------------------------------------
 
@@ -398,6 +401,8 @@ class Subscription:
             offsets = individual.get(p, [])
             if offsets:
                 self.max_acked[p] = max(self.max_acked.get(p, -1), *offsets)
+                if self._acked_in_pass is not None:
+                    self._acked_in_pass.setdefault(p, set()).update(offsets)
             if p in cumulative:
                 offsets = offsets + [o for o in held if o <= cumulative[p]]
             for o in offsets:
@@ -499,7 +504,11 @@ class Subscription:
                     await self.service.renew(self)
                     await self.service.grow(self)
                     self._renew_at = time.monotonic() + self.service.renew_every(self)
-                progressed = await self._dispatch_once()
+                self._acked_in_pass = {}
+                try:
+                    progressed = await self._dispatch_once()
+                finally:
+                    self._acked_in_pass = None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -775,6 +784,9 @@ class Subscription:
         per_consumer: dict[Consumer, list[Delivery]] = {}
         now = time.monotonic()
         for d in batch:
+            self._drop_acked_meanwhile(d)
+            if not d.offsets:
+                continue
             takers = [c for c in targets if c.partitions is None or d.partition in c.partitions]
             if not takers:  # its consumers left meanwhile
                 self.redeliver.append(d)
@@ -785,6 +797,15 @@ class Subscription:
             self._assign(d, consumer, now)
             per_consumer.setdefault(consumer, []).append(d)
         await self._send(per_consumer, generation)
+
+    def _drop_acked_meanwhile(self, d: Delivery) -> None:
+        """Leave out of `d` what was acknowledged after this pass read it: the ack's answer may have
+        gone out already, and a message must not reach a consumer after its ack was answered OK (a
+        consumer that subscribed again acks what it received before, while the pass reads it again
+        from the cursor; README "Guarantees"). Below the cursor, everything is acknowledged."""
+        acked = self._acked_in_pass.get(d.partition, set()) if self._acked_in_pass else set()
+        cursor = self.cursor.get(d.partition, 0)
+        d.offsets = {o for o in d.offsets if o >= cursor and o not in acked}
 
     def _assign(self, d: Delivery, consumer: Consumer, now: float) -> None:
         """`d` is the consumer's from now on: outstanding, paid for with permits, under its ack timeout."""
