@@ -215,29 +215,31 @@ async def test_a_message_acked_after_a_reconnect_is_not_handed_out_again(redis_u
             await gw.stop()
 
 
-async def test_a_message_acked_while_a_dispatch_pass_reads_it_is_not_sent(gateway, monkeypatch):
+@pytest.mark.parametrize(("mode", "store", "look"), [("exclusive", "store", "standing"),
+                                                     ("key_shared", "key_shared", "claim")])
+async def test_a_message_acked_while_a_dispatch_pass_reads_it_is_not_sent(gateway, monkeypatch, mode, store, look):
     """The dispatcher reads a message again from the cursor for a consumer that subscribed again, and
     the consumer acknowledges what it received before while that pass is between its last look at
-    the acks and sending: the ack is answered OK, so the pass must not send the message after it."""
+    the acks (`look`) and sending: the ack is answered OK, so the pass must not send the message after it."""
     url = native_url(gateway)
     async with await Client.connect(url) as before:
         await (await before.create_producer("race", batching=False)).send(b"m")
-        first = await (await before.subscribe("race", "s", "exclusive", "earliest")).receive(5)
+        first = await (await before.subscribe("race", "s", mode, "earliest")).receive(5)
     # gone without acking it: the next consumer is sent it again, once the pass below goes on
-    store = gateway.services.subscriptions.store
+    sub_store = getattr(gateway.services.subscriptions, store)
     looked, go_on = asyncio.Event(), asyncio.Event()
-    standing = store.standing
+    real = getattr(sub_store, look)
 
     async def held(*args: object) -> object:
-        out = await standing(*args)
+        out = await real(*args)
         if not looked.is_set():  # the pass's last look at the acks, before it sends
             looked.set()
             await go_on.wait()
         return out
 
-    monkeypatch.setattr(store, "standing", held)
+    monkeypatch.setattr(sub_store, look, held)
     async with await Client.connect(url) as client:
-        consumer = await client.subscribe("race", "s", "exclusive", "earliest")
+        consumer = await client.subscribe("race", "s", mode, "earliest")
         await asyncio.wait_for(looked.wait(), 5)
         await consumer.acknowledge(first.message_id)
         go_on.set()

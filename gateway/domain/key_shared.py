@@ -347,6 +347,13 @@ class KeySharedSubscription(Subscription):
                 self._owe(d, consumer, len(d.offsets))
                 self.redeliver.append(d)
                 continue
+            claimed = len(d.offsets)
+            self._drop_acked_meanwhile(d)
+            if len(d.offsets) < claimed:  # claimed, but never held: given back at the next claim
+                self._owe(d, consumer, claimed - len(d.offsets))
+                self.wake.set()
+            if not d.offsets:
+                continue
             self._assign(d, consumer, now)
             per_consumer.setdefault(consumer, []).append(d)
         await self._send(per_consumer, None)
