@@ -6,11 +6,13 @@ import asyncio
 
 import pytest
 
-from gateway.client import Client, MessageId, Timeout, TopicNotFound
+from gateway.client import Client, Message, MessageId, Timeout, TopicNotFound
 from gateway.formats.partitioner import partition_for_key
 from gateway.formats.records import BatchBuilder
 from gateway.pb import gateway_pb2 as pb
-from tests.conftest import native_url, run_example
+from gateway.server.gateway import Gateway
+from gateway.store.embedded import free_port
+from tests.conftest import native_url, run_example, test_config
 
 
 @pytest.fixture
@@ -116,103 +118,91 @@ async def test_example_runs_against_the_gateway(gateway):
     assert "consumed 10 messages" in text, text
 
 
-async def test_client_reconnects_after_a_gateway_restart(redis_url):
-    from gateway.server.gateway import Gateway
-    from gateway.store.embedded import free_port
-    from tests.conftest import test_config
+class Restarting:
+    """An in-process gateway on a native port that stays the same across restarts, so a connected
+    client reconnects to the next one."""
 
-    port = free_port()
-    gw = Gateway(test_config(redis_url, native_port=port))
-    await gw.start()
-    async with await Client.connect(f"gateway://127.0.0.1:{port}") as client:
+    def __init__(self, redis_url: str) -> None:
+        self.redis_url, self.port = redis_url, free_port()
+        self.url = f"gateway://127.0.0.1:{self.port}"
+        self.gw: Gateway | None = None
+
+    async def start(self) -> None:
+        self.gw = Gateway(test_config(self.redis_url, native_port=self.port))
+        await self.gw.start()
+
+    async def restart(self) -> None:
+        assert self.gw is not None
+        await self.gw.stop()
+        await self.start()
+
+
+@pytest.fixture
+async def restarting(redis_url):
+    r = Restarting(redis_url)
+    await r.start()
+    yield r
+    assert r.gw is not None
+    await r.gw.stop()
+
+
+async def test_client_reconnects_after_a_gateway_restart(restarting):
+    async with await Client.connect(restarting.url) as client:
         producer = await client.create_producer("re", batching=False)
         consumer = await client.subscribe("re", "s", "shared", "earliest")
         await producer.send(b"before")
         first = await consumer.receive(5)
-        await gw.stop()  # first is never acked: it comes again
-        gw = Gateway(test_config(redis_url, native_port=port))
-        await gw.start()
-        try:
-            after = await producer.send(b"after")  # waits for the reconnection
-            assert after.offset == 1
-            again = [await consumer.receive(5) for _ in range(2)]
-            assert [(m.offset, m.value) for m in again] == [(0, b"before"), (1, b"after")]
-            assert again[0].message_id == first.message_id
-            for m in again:
-                await consumer.acknowledge(m)
-        finally:
-            await client.close()
-            await gw.stop()
+        await restarting.restart()  # first is never acked: it comes again
+        after = await producer.send(b"after")  # waits for the reconnection
+        assert after.offset == 1
+        again = [await consumer.receive(5) for _ in range(2)]
+        assert [(m.offset, m.value) for m in again] == [(0, b"before"), (1, b"after")]
+        assert again[0].message_id == first.message_id
+        for m in again:
+            await consumer.acknowledge(m)
 
 
-async def test_a_nack_of_a_message_from_before_a_reconnect_is_dropped(redis_url):
+async def test_a_nack_of_a_message_from_before_a_reconnect_is_dropped(restarting):
     """A message received before the consumer reconnected comes again anyway: nacking it (say, after
     a step on it failed with the connection) must not take that new delivery away, as Pulsar's
     consumer epoch (PIP-84) drops stale redelivery requests."""
-    from gateway.server.gateway import Gateway
-    from gateway.store.embedded import free_port
-    from tests.conftest import test_config
-
-    port = free_port()
-    gw = Gateway(test_config(redis_url, native_port=port))
-    await gw.start()
-    async with await Client.connect(f"gateway://127.0.0.1:{port}") as client:
+    async with await Client.connect(restarting.url) as client:
         producer = await client.create_producer("re", batching=False)
         consumer = await client.subscribe("re", "s", "shared", "earliest", negative_ack_delay=0)
         await producer.send(b"before")
         first = await consumer.receive(5)
-        await gw.stop()
-        gw = Gateway(test_config(redis_url, native_port=port))
-        await gw.start()
-        try:
-            again = await consumer.receive(5)
-            await consumer.negative_acknowledge(first)  # stale: dropped
-            await producer.send(b"after")
-            after = await consumer.receive(5)  # not the nacked one again first
-            assert [(m.offset, m.value) for m in (again, after)] == [(0, b"before"), (1, b"after")]
-            await consumer.negative_acknowledge(again)  # a nack of the new delivery still counts
-            assert (await consumer.receive(5)).message_id == again.message_id
-        finally:
-            await client.close()
-            await gw.stop()
+        await restarting.restart()
+        again = await consumer.receive(5)
+        await consumer.negative_acknowledge(first)  # stale: dropped
+        await producer.send(b"after")
+        after = await consumer.receive(5)  # not the nacked one again first
+        assert [(m.offset, m.value) for m in (again, after)] == [(0, b"before"), (1, b"after")]
+        await consumer.negative_acknowledge(again)  # a nack of the new delivery still counts
+        assert (await consumer.receive(5)).message_id == again.message_id
 
 
-async def test_a_message_acked_after_a_reconnect_is_not_handed_out_again(redis_url):
+async def test_a_message_acked_after_a_reconnect_is_not_handed_out_again(restarting):
     """Received, then the gateway restarts: subscribed again, the consumer is sent the message again
     before its acknowledgement (held back by the reconnection) reaches the gateway. Once that
     acknowledgement is answered, the copy waiting in the receive queue must not come out (soak
     sentinel:277937572: acked-redelivered)."""
-    from gateway.client.message import Message
-    from gateway.server.gateway import Gateway
-    from gateway.store.embedded import free_port
-    from tests.conftest import test_config
-
     async def queued(n: int) -> None:
         while sum(isinstance(m, Message) for m in consumer._queue) < n:
             consumer._arrived.clear()
             await consumer._arrived.wait()
 
-    port = free_port()
-    gw = Gateway(test_config(redis_url, native_port=port))
-    await gw.start()
-    async with await Client.connect(f"gateway://127.0.0.1:{port}") as client:
+    async with await Client.connect(restarting.url) as client:
         producer = await client.create_producer("reack", batching=False)
         consumer = await client.subscribe("reack", "s", "exclusive", "earliest")
         await producer.send(b"before")
         first = await consumer.receive(5)
-        await gw.stop()
-        gw = Gateway(test_config(redis_url, native_port=port))
-        await gw.start()
-        try:
-            await producer.send(b"after")  # waits for the reconnection
-            await asyncio.wait_for(queued(2), 5)  # "before" again, then "after", neither taken
-            await consumer.acknowledge(first)
-            nxt = await consumer.receive(5)
-            assert (nxt.offset, nxt.value) == (1, b"after")
-            await consumer.acknowledge(nxt)
-        finally:
-            await client.close()
-            await gw.stop()
+        await restarting.restart()
+        await producer.send(b"after")  # waits for the reconnection
+        await asyncio.wait_for(queued(2), 5)  # "before" again, then "after", neither taken
+        await consumer.acknowledge(first)
+        nxt = await consumer.receive(5)
+        assert (nxt.offset, nxt.value) == (1, b"after")
+        await consumer.acknowledge(nxt)
 
 
 @pytest.mark.parametrize(("mode", "store", "look"), [("exclusive", "store", "standing"),
