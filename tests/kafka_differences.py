@@ -107,6 +107,11 @@ FIRST_SEQUENCE = Allowed("OUT_OF_ORDER_SEQUENCE_NUMBER (45)", "A producer's firs
                          "producer state never goes with retention here, and taking a later sequence let "
                          "a failover's lost first batches be reported delivered by librdkafka")
 
+# a batch whose gap is its producer's batch refused NOT_ENOUGH_REPLICAS: Kafka may answer it out of order
+BEHIND_A_REFUSAL = Allowed("NOT_ENOUGH_REPLICAS (19)", "A batch behind one refused NOT_ENOUGH_REPLICAS is refused alike",
+                           "librdkafka answers the out-of-order refusal by renumbering what it holds "
+                           "unacknowledged, records maybe stored among them")
+
 # a remote read of a store that is away: Kafka answers UNKNOWN_SERVER_ERROR, the gateway a retriable error
 REMOTE_READ_FAILURE = Allowed("KAFKA_STORAGE_ERROR", "A Fetch (or ListOffsets by time) below the local log start while "
                               "the tiered storage cannot be read",

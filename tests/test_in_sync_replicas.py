@@ -12,19 +12,21 @@ import signal
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import confluent_kafka as ck
 import pytest
 import redis as redis_sync
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.formats.records import build_batch
+from gateway.formats.records import build_batch, parse_header
 from gateway.kafka.dispatch import ApiKey
 from gateway.store import keys
 from gateway.store.embedded import EmbeddedRedis
 from gateway.store.replication import PrimaryStatus, ReplicaStatus, primary_status
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_wire import build_request, call, decode, idempotent_batch, request
-from tests.test_acks_all import _create, _produce
+from tests.test_acks_all import Pair, _create, _produce, pair  # noqa: F401 (pair: the fixture)
 from tests.test_failover import (  # noqa: F401 (group: the fixture)
     TIMEOUT,
     _info,
@@ -152,13 +154,13 @@ async def test_a_replica_unheard_past_the_lag_max_leaves_the_set_and_is_not_wait
             os.kill(pid, signal.SIGCONT)
 
 
-async def _produce_seq(port: int, seq: int) -> bytes | int:
+async def _produce_seq(port: int, seq: int, timeout_ms: int = 1000) -> bytes | int:
     """An acks=all produce of one idempotent batch at `seq`: its error code, or b"" when the gateway
     closed the connection instead of answering."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(request(build_request(ApiKey.PRODUCE, 9, {
-            "transactional_id": None, "acks": -1, "timeout": 1000,
+            "transactional_id": None, "acks": -1, "timeout": timeout_ms,
             "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": idempotent_batch(b"v", seq)}]}],
         }), 0))
         head = await reader.read(4)
@@ -187,3 +189,36 @@ async def test_a_refusal_by_a_primary_its_replicas_do_not_confirm_is_retried_not
         finally:
             os.kill(pid, signal.SIGCONT)
         assert await _produce_seq(port, 5) == KafkaError.out_of_order_sequence_number
+
+
+async def test_a_batch_behind_one_refused_for_too_few_replicas_is_refused_alike_not_out_of_order(
+        pair: Pair) -> None:  # noqa: F811
+    """A producer's request pipelined behind one refused NOT_ENOUGH_REPLICAS met the in-sync set read
+    again, the replica back, and was refused OUT_OF_ORDER_SEQUENCE_NUMBER; librdkafka then bumped its
+    epoch and renumbered what it held unacknowledged, records stored on other partitions among them
+    (soak cluster:341120687). Kafka refuses every batch alike while its ISR is short. Here the batch
+    behind is refused NOT_ENOUGH_REPLICAS too, and both, sent again in order, are stored once each."""
+    await pair.linked()
+    async with running_gateway(test_config(pair.primary.url)) as gw:
+        bs, port = kafka_bootstrap(gw), gw.listeners["kafka"].port
+        await asyncio.to_thread(_create, bs, "t", 2)
+        once = {"acks": "all", "enable.idempotence": False, "retries": 0, "request.timeout.ms": 2000}
+
+        def answered(code: int) -> Any:  # a plain producer's answer, once the gateway reads the replicas again
+            def check() -> bool:
+                [(err, _)] = _produce(bs, [b"probe"], **once)
+                return (err.code() if err is not None else 0) == code
+            return lambda: asyncio.to_thread(check)
+
+        pair.replica.stop()
+        await eventually(answered(ck.KafkaError.NOT_ENOUGH_REPLICAS), TIMEOUT, "NOT_ENOUGH_REPLICAS")
+        assert await _produce_seq(port, 0) == KafkaError.not_enough_replicas  # the first, nothing written
+        pair.replica.start()
+        await pair.linked()
+        await eventually(answered(0), TIMEOUT, "the replica in sync again")
+        assert await _produce_seq(port, 1) == KafkaError.not_enough_replicas  # the one behind: not out of order
+        assert await _produce_seq(port, 0, 30_000) == KafkaError.none  # the producer's retries, in order
+        assert await _produce_seq(port, 1, 30_000) == KafkaError.none
+    with redis_sync.Redis(port=pair.primary.port) as r:
+        headers = [parse_header(f[b"b"]) for _, f in r.xrange(keys.log("t", 0))]
+    assert [h.base_sequence for h in headers if h.producer_id == 4242] == [0, 1]

@@ -25,6 +25,7 @@ from tests.differential import Scenario, Side, compare, coordinators_ready, side
 from tests.kafka_differences import (
     ALLOWED,
     ANSWERS_INSTEAD_OF_CLOSING,
+    BEHIND_A_REFUSAL,
     CLIENT_TELEMETRY,
     FIRST_SEQUENCE,
     FOUND,
@@ -1308,7 +1309,7 @@ def test_the_allowed_differences_are_the_documented_ones() -> None:
     row there, every open finding is listed there, and every finding names a scenario."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "kafka-differences.md").read_text()
     assert [a.doc for a in (*ALLOWED, INTERNAL_TOPICS, ANSWERS_INSTEAD_OF_CLOSING, OWN_TOPIC_CONFIGS, MIN_INSYNC,
-                          CLIENT_TELEMETRY, REMOTE_READ_FAILURE, FIRST_SEQUENCE)
+                          CLIENT_TELEMETRY, REMOTE_READ_FAILURE, FIRST_SEQUENCE, BEHIND_A_REFUSAL)
             if a.doc not in doc] == []
     assert [n for n in FOUND if f"`{n}`" not in doc] == []
     assert [what for what in WIRE_FOUND.values() if what not in doc] == []

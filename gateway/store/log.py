@@ -35,6 +35,7 @@ import asyncio
 import json
 import struct
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -69,6 +70,8 @@ _STORED = (ErrorCode.OK, ErrorCode.DUPLICATE_SEQUENCE)
 # request timeout): Redis's own answer comes first unless Redis is stopped or cut off
 _GIVE_UP = 9 / 8
 _GIVE_UP_FLOOR_MS = 900  # for a produce whose timeout_ms asks for less (acks=0 and 1 send any)
+_HELD = 4096  # refusals remembered for the batches pipelined behind them (`LogStore._behind_refused`)
+_SEQ_MOD = 1 << 31  # sequences wrap here, as includes/producer.lua wraps them
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,8 @@ class LogStore:
         self.replication = replication
         self.producer_ids = ProducerIds(scripts)
         self.predicted = predicted.PredictedAppender(self)
+        # (log, producer id) -> (epoch, base sequence) of its last batch refused NotEnoughReplicas
+        self._refused: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -442,7 +447,8 @@ class LogStore:
         before this one's replies are in (a producer's pipelined requests, kept in order).
 
         A request with `replicas` is refused (NotEnoughReplicas, nothing written) while its node
-        has fewer replicas in its in-sync set (`Replication.in_sync`), and is answered once Redis's
+        has fewer replicas in its in-sync set (`Replication.in_sync`), and so is the batch its
+        producer pipelined behind one refused so (`_behind_refused`), and is answered once Redis's
         WAIT on the connection that appended it says every replica in that set holds it
         (`Replication.confirmed`), within `timeout_ms`; else ReplicationTimedOut, with the
         offsets it took (Kafka's DelayedProduce expiring: REQUEST_TIMED_OUT). Nothing here waits
@@ -471,6 +477,7 @@ class LogStore:
                     out[i] = NotEnoughReplicas(f"{requests[i].topic}-{requests[i].partition}: {in_sync[i]} Redis "
                                                f"replicas in sync, {requests[i].replicas} needed (min.insync.replicas "
                                                f"{requests[i].replicas + 1})")
+                    self._hold(requests[i])
             if sent is None:  # WAIT needs the appending connection: only the ordered path has one
                 for i in needed:
                     out[i] = out[i] or StorageUnavailable("replicated appends need an ordered connection")
@@ -511,12 +518,57 @@ class LogStore:
                 out[i] = Append(int(reply[1]), int(reply[2]))
             elif reply[0] == ErrorCode.DUPLICATE_SEQUENCE:
                 out[i] = Append(int(reply[1]), int(reply[2]), duplicate=True)
+            elif reply[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE and (behind := await self._behind_refused(r)):
+                out[i] = behind
             else:
                 out[i] = error_for(reply[0], f"{r.topic}-{r.partition}")
+            if r.producer_id >= 0 and isinstance(out[i], Append):
+                self._refused.pop((keys.log(r.topic, r.partition), r.producer_id), None)
         if task is not None:
             for i, answer in zip(ahead, await asyncio.shield(task), strict=True):
                 out[i] = answer
         return [o for o in out if o is not None]
+
+    def _hold(self, r: AppendRequest) -> None:
+        """Remember an idempotent batch refused NotEnoughReplicas (nothing written), for the batches its
+        producer pipelined behind it (`_behind_refused`); the oldest of `_HELD` are forgotten."""
+        if r.producer_id < 0:
+            return
+        key = (keys.log(r.topic, r.partition), r.producer_id)
+        self._refused[key] = (r.producer_epoch, r.base_sequence)
+        self._refused.move_to_end(key)
+        while len(self._refused) > _HELD:
+            self._refused.popitem(last=False)
+
+    async def _behind_refused(self, r: AppendRequest) -> NotEnoughReplicas | None:
+        """NotEnoughReplicas for `r`, refused out of order, when what its partition lacks is exactly
+        the batch refused NotEnoughReplicas here before it (`_hold`), else None.
+
+        A producer's next request, pipelined behind one refused for too few replicas in sync, met the
+        set read again with the replica back, and was refused OUT_OF_ORDER_SEQUENCE_NUMBER: librdkafka
+        answers that, for a batch behind an unacknowledged one, by bumping its epoch once its requests
+        drain and renumbering every record it holds unacknowledged (rdkafka_request.c,
+        rd_kafka_handle_idempotent_Produce_error: "skipped sequence numbers"), records an answer of
+        REQUEST_TIMED_OUT left maybe stored on other partitions among them: stored twice (the soak's
+        cluster:341120687). Kafka's leader answers NOT_ENOUGH_REPLICAS to every batch while its ISR
+        is below min.insync.replicas (Partition.appendRecordsToLeader, before the producer's sequence
+        is checked), and its ISR grows only once the controller commits it, so the batches pipelined
+        behind a refused one are refused alike; here the set is read again within a second. Answered
+        as the one before it, the batch is retried after it, in order (librdkafka drains and resends:
+        "drain before retrying"). The producer's state is read again, so a batch whose gap is
+        anything else (the refused one stored since, through another gateway) keeps its answer."""
+        key = (keys.log(r.topic, r.partition), r.producer_id)
+        held = self._refused.get(key)
+        if r.producer_id < 0 or held is None or held[0] != r.producer_epoch:
+            return None
+        async with storage_errors():
+            raw: bytes | None = await self.redis.hget(keys.producers(r.topic, r.partition), str(r.producer_id))  # type: ignore[assignment]
+        epoch, batches = _producer_state(raw) if raw is not None else (r.producer_epoch, [])
+        expected = (batches[-1][1] + 1) % _SEQ_MOD if epoch == r.producer_epoch and batches else 0
+        if expected != held[1] or (r.base_sequence - held[1]) % _SEQ_MOD >= _SEQ_MOD // 2:
+            return None
+        return NotEnoughReplicas(f"{r.topic}-{r.partition}: behind a batch of its producer refused for too few "
+                                 f"Redis replicas in sync (sequence {held[1]}), which is to be sent again first")
 
     async def replicas_online(self, topic: str, partition: int) -> int:
         """The replicas online of the Redis primary holding the partition (read again after a second)."""
