@@ -107,6 +107,10 @@ FIRST_SEQUENCE = Allowed("OUT_OF_ORDER_SEQUENCE_NUMBER (45)", "A producer's firs
                          "producer state never goes with retention here, and taking a later sequence let "
                          "a failover's lost first batches be reported delivered by librdkafka")
 
+# min.insync.replicas above the replication factor: Kafka caps it (KIP-966), the gateway counts Redis replicas
+UNCAPPED_MIN_INSYNC = Allowed("NOT_ENOUGH_REPLICAS (19)", "`min.insync.replicas` above the replication factor is not capped",
+                              "the factor names gateways, which copy nothing; Redis replicas are the copies")
+
 # a batch whose gap is its producer's batch refused NOT_ENOUGH_REPLICAS: Kafka may answer it out of order
 BEHIND_A_REFUSAL = Allowed("NOT_ENOUGH_REPLICAS (19)", "A batch behind one refused NOT_ENOUGH_REPLICAS is refused alike",
                            "librdkafka answers the out-of-order refusal by renumbering what it holds "

@@ -33,6 +33,7 @@ from tests.kafka_differences import (
     MIN_INSYNC,
     OWN_TOPIC_CONFIGS,
     REMOTE_READ_FAILURE,
+    UNCAPPED_MIN_INSYNC,
     WIRE_FOUND,
     found,
 )
@@ -1309,7 +1310,8 @@ def test_the_allowed_differences_are_the_documented_ones() -> None:
     row there, every open finding is listed there, and every finding names a scenario."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "kafka-differences.md").read_text()
     assert [a.doc for a in (*ALLOWED, INTERNAL_TOPICS, ANSWERS_INSTEAD_OF_CLOSING, OWN_TOPIC_CONFIGS, MIN_INSYNC,
-                          CLIENT_TELEMETRY, REMOTE_READ_FAILURE, FIRST_SEQUENCE, BEHIND_A_REFUSAL)
+                          CLIENT_TELEMETRY, REMOTE_READ_FAILURE, FIRST_SEQUENCE, BEHIND_A_REFUSAL,
+                          UNCAPPED_MIN_INSYNC)
             if a.doc not in doc] == []
     assert [n for n in FOUND if f"`{n}`" not in doc] == []
     assert [what for what in WIRE_FOUND.values() if what not in doc] == []
@@ -1342,3 +1344,25 @@ async def test_a_producer_unknown_to_a_partition_starts_at_sequence_zero_on_the_
                 codes.append(resp["responses"][0]["partition_responses"][0]["error_code"])
             answers[name] = codes
     assert answers == {"kafka": [0, 0], "gateway": [45, 0]}  # 45: OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+async def test_min_insync_replicas_above_the_replication_factor_is_capped_on_kafka_alone(
+        kafka_bs: str, gateway_bs: str) -> None:
+    """UNCAPPED_MIN_INSYNC: an acks=all produce to a topic of replication factor 1 with
+    min.insync.replicas 2 is stored by Kafka (KIP-966's effective minimum, capped at the replica
+    count) and refused NOT_ENOUGH_REPLICAS by the gateway on a Redis without replicas, whose
+    min.insync.replicas counts Redis replicas. acks=1 is stored by both."""
+    answers = {}
+    for name, bootstrap in (("kafka", kafka_bs), ("gateway", gateway_bs)):
+        async with side(name, bootstrap) as s:
+            topic = f"uncapped-{uuid.uuid4().hex[:8]}"
+            await create(s, topic, configs={"min.insync.replicas": "2"})
+            codes = []
+            for acks in (-1, 1):
+                b = BatchBuilder()
+                b.append(b"v", b"k", [], T0)
+                resp = await s.call(0, 9, {"acks": acks, "timeout": 10_000, "topic_data": [
+                    {"name": topic, "partition_data": [{"index": 0, "records": Records(b.build())}]}]})
+                codes.append(resp["responses"][0]["partition_responses"][0]["error_code"])
+            answers[name] = codes
+    assert answers == {"kafka": [0, 0], "gateway": [19, 0]}  # 19: NOT_ENOUGH_REPLICAS
