@@ -112,6 +112,13 @@ def _produce(bs: str, values: list[bytes], topic: str = "t", on_delivery: Any = 
     return out
 
 
+def _units(pair: Pair) -> int:
+    """The MULTI units the primary ran: predicted appends (gateway/store/predicted.py), a kilobyte
+    and more, or behind one; smaller ones alone go through append-5."""
+    with redis_sync.Redis(port=pair.primary.port) as r:
+        return int(r.info("commandstats").get("cmdstat_exec", {}).get("calls", 0))
+
+
 def _high_watermark(pair: Pair, topic: str = "t") -> int:
     with redis_sync.Redis(port=pair.primary.port) as r:
         return int(r.hget(keys.meta(topic, 0), "hw"))  # type: ignore[arg-type]
@@ -126,9 +133,11 @@ async def test_acks_all_is_answered_once_the_replica_holds_the_records(pair, gat
     def seen(err: ck.KafkaError | None, msg: ck.Message) -> None:  # at the moment of acknowledgement
         on_replica.append(int(replica.hget(keys.meta("t", 0), "hw") or 0))  # type: ignore[arg-type]
 
-    out = await asyncio.to_thread(_produce, bs, [b"a", b"b", b"c"], on_delivery=seen, acks="all")
+    # the first through append-5, the kilobyte one and the one behind it predicted
+    out = await asyncio.to_thread(_produce, bs, [b"a", b"b" * 1024, b"c"], on_delivery=seen, acks="all")
     replica.close()
     assert [err for err, _ in out] == [None] * 3
+    assert _units(pair) >= 2
     assert all(hw > offset for (_, offset), hw in zip(out, on_replica, strict=True))
 
 
@@ -164,7 +173,7 @@ async def test_a_stalled_replica_fails_the_append_and_the_retry_stores_it_once(p
     assert pair.replica.proc is not None
     before = await scrape(gateway)  # the counts are the process's
     os.kill(pair.replica.proc.pid, signal.SIGSTOP)
-    values = [f"v{i}".encode() for i in range(5)]
+    values = [f"v{i}".encode() * (1 + 512 * (i % 2)) for i in range(5)]  # through append-5 and predicted
     producing = asyncio.create_task(asyncio.to_thread(
         _produce, bs, values, acks="all", **{"enable.idempotence": True, "request.timeout.ms": 1000}))
 
@@ -180,9 +189,11 @@ async def test_a_stalled_replica_fails_the_append_and_the_retry_stores_it_once(p
     with pair.replica_client() as r:
         stored = r.xrange(keys.log("t", 0))
     assert sum(int(f[b"n"]) for _, f in stored) == 5 == _high_watermark(pair)
+    assert _units(pair) > 0
 
 
-async def test_a_wait_lost_after_the_append_closes_the_connection(pair, gateway, caplog):
+@pytest.mark.parametrize("size", [1, 1024])  # through append-5, predicted
+async def test_a_wait_lost_after_the_append_closes_the_connection(pair, gateway, caplog, size):
     """The connection waiting for the replica is lost after the batch was appended: where the batch
     will be is unknown, so the client's connection closes, as from a leader gone mid-request, and
     the producer resends in order under the same sequences. Never KAFKA_STORAGE_ERROR, which
@@ -196,12 +207,15 @@ async def test_a_wait_lost_after_the_append_closes_the_connection(pair, gateway,
     before = await scrape(gateway)
     os.kill(pair.replica.proc.pid, signal.SIGSTOP)
     producing = asyncio.create_task(asyncio.to_thread(
-        _produce, bs, [b"v"], acks="all", **{"enable.idempotence": True, "request.timeout.ms": 20000}))
-    await eventually(lambda: _high_watermark(pair) == 1, TIMEOUT, "the batch appended, its WAIT pending")
+        _produce, bs, [b"v" * size], acks="all", **{"enable.idempotence": True, "request.timeout.ms": 20000}))
+    await eventually(lambda: _high_watermark(pair) == 1, TIMEOUT, "the batch appended")
+
+    def waiting() -> list[str]:  # a predicted append's first unit, refused, is resent behind a WAIT
+        with redis_sync.Redis(port=pair.primary.port) as r:
+            return [c["id"] for c in r.client_list() if c["name"] == "gateway-append-replicated" and c["cmd"] == "wait"]
+    await eventually(waiting, TIMEOUT, "its WAIT pending")
     with redis_sync.Redis(port=pair.primary.port) as r:
-        waiting = [c["id"] for c in r.client_list() if c["name"] == "gateway-append-replicated" and c["cmd"] == "wait"]
-        assert waiting
-        for cid in waiting:
+        for cid in waiting():
             r.client_kill_filter(_id=cid)
 
     await eventually(lambda: "Redis failed under its produce; closing" in caplog.text, TIMEOUT,
@@ -212,6 +226,7 @@ async def test_a_wait_lost_after_the_append_closes_the_connection(pair, gateway,
     os.kill(pair.replica.proc.pid, signal.SIGCONT)
     assert await producing == [(None, 0)]  # the retry finds it stored: once, at its offset
     assert _high_watermark(pair) == 1
+    assert (_units(pair) > 0) == (size >= 1024)
 
 
 # -- state changes a client is told are done wait for the replica too ---------------------------------

@@ -152,14 +152,14 @@ async def test_a_replica_unheard_past_the_lag_max_leaves_the_set_and_is_not_wait
             os.kill(pid, signal.SIGCONT)
 
 
-async def _produce_seq(port: int, seq: int) -> bytes | int:
+async def _produce_seq(port: int, seq: int, value: bytes = b"v") -> bytes | int:
     """An acks=all produce of one idempotent batch at `seq`: its error code, or b"" when the gateway
     closed the connection instead of answering."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(request(build_request(ApiKey.PRODUCE, 9, {
             "transactional_id": None, "acks": -1, "timeout": 1000,
-            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": idempotent_batch(b"v", seq)}]}],
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": idempotent_batch(value, seq)}]}],
         }), 0))
         head = await reader.read(4)
         if not head:
@@ -170,7 +170,8 @@ async def _produce_seq(port: int, seq: int) -> bytes | int:
         writer.close()
 
 
-async def test_a_refusal_by_a_primary_its_replicas_do_not_confirm_is_retried_not_answered(trio):
+@pytest.mark.parametrize("value", [b"v", b"v" * 1024])  # through append-5, predicted (gateway/store/predicted.py)
+async def test_a_refusal_by_a_primary_its_replicas_do_not_confirm_is_retried_not_answered(trio, value):
     """A primary cut off while the Sentinels promote another refuses from its own, older producer
     state; librdkafka takes OUT_OF_ORDER_SEQUENCE_NUMBER as fatal. So an acks=all append's refusal
     stands only once the in-sync replicas confirm the primary, as any append's answer does."""
@@ -180,10 +181,10 @@ async def test_a_refusal_by_a_primary_its_replicas_do_not_confirm_is_retried_not
     async with running_gateway(test_config(primary.url, replica_lag_max_ms=30_000)) as gw:
         await asyncio.to_thread(_create, kafka_bootstrap(gw), "t", 2)
         port = gw.listeners["kafka"].port
-        assert await _produce_seq(port, 0) == KafkaError.none
+        assert await _produce_seq(port, 0, value) == KafkaError.none
         pid = _stopped(paused)
         try:
-            assert await _produce_seq(port, 5) == b""  # closed: the client sends it again
+            assert await _produce_seq(port, 5, value) == b""  # closed: the client sends it again
         finally:
             os.kill(pid, signal.SIGCONT)
-        assert await _produce_seq(port, 5) == KafkaError.out_of_order_sequence_number
+        assert await _produce_seq(port, 5, value) == KafkaError.out_of_order_sequence_number
