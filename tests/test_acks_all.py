@@ -25,13 +25,14 @@ from gateway.client import Client, NotEnoughReplicas
 from gateway.domain import features
 from gateway.domain.fence import full_key
 from gateway.domain.log import LogService
-from gateway.errors import StorageUnavailable
+from gateway.errors import ReplicationTimedOut, StorageUnavailable
 from gateway.formats.records import build_batch
 from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store import Store, keys
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from gateway.store.groups import CommittedOffset
+from gateway.store.log import Append, AppendRequest, TopicInfo
 from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.kafka_clients import create_topics_retried
 from tests.kafka_wire import build_request, call, decode, read_response, request
@@ -227,6 +228,39 @@ async def test_a_wait_lost_after_the_append_closes_the_connection(pair, gateway,
     assert await producing == [(None, 0)]  # the retry finds it stored: once, at its offset
     assert _high_watermark(pair) == 1
     assert (_units(pair) > 0) == (size >= 1024)
+
+
+async def test_a_predicted_append_resent_after_a_refusal_is_on_the_replica_when_answered(pair):
+    """Another writer appends between, so each kilobyte acks=all append's prediction is refused and
+    resent (gateway/store/predicted.py): the resend's own WAIT, not the refused round's, answers it."""
+    await pair.linked()
+    store, other = Store.open(pair.primary.url), Store.open(pair.primary.url)
+    replica = pair.replica_client()
+    try:
+        await store.log.create_topic(TopicInfo("t", 1))
+        with redis_sync.Redis(port=pair.primary.port) as r:
+            r.config_resetstat()
+        for k in range(3):
+            await other.log.append([AppendRequest("t", 0, build_batch([(None, b"o", [])]), 1, 0)])
+            [answer] = await store.log.append(
+                [AppendRequest("t", 0, build_batch([(None, b"v" * 1024, [])]), 1, 0, replicas=1)], sent=lambda: None)
+            assert isinstance(answer, Append) and answer.base_offset == 2 * k + 1
+            assert int(replica.hget(keys.meta("t", 0), "hw") or 0) > answer.base_offset  # type: ignore[arg-type]
+        with redis_sync.Redis(port=pair.primary.port) as r:
+            renames = r.info("commandstats")["cmdstat_rename"]
+        assert renames["failed_calls"] >= 3 and renames["calls"] > renames["failed_calls"]  # refused, resent
+        assert pair.replica.proc is not None
+        await other.log.append([AppendRequest("t", 0, build_batch([(None, b"o", [])]), 1, 0)])
+        os.kill(pair.replica.proc.pid, signal.SIGSTOP)  # the resend stored, never confirmed
+        [answer] = await store.log.append([AppendRequest("t", 0, build_batch([(None, b"v" * 1024, [])]), 1, 0,
+                                                         replicas=1)], sent=lambda: None, timeout_ms=300)
+        assert isinstance(answer, ReplicationTimedOut) and answer.base_offset == 7
+    finally:
+        if pair.replica.proc is not None:
+            os.kill(pair.replica.proc.pid, signal.SIGCONT)
+        replica.close()
+        await store.close()
+        await other.close()
 
 
 # -- state changes a client is told are done wait for the replica too ---------------------------------
