@@ -25,13 +25,14 @@ from gateway.client import Client, NotEnoughReplicas
 from gateway.domain import features
 from gateway.domain.fence import full_key
 from gateway.domain.log import LogService
-from gateway.errors import StorageUnavailable
+from gateway.errors import ReplicationTimedOut, StorageUnavailable
 from gateway.formats.records import build_batch
 from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
 from gateway.store import Store, keys
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from gateway.store.groups import CommittedOffset
+from gateway.store.log import Append, AppendRequest, TopicInfo
 from tests.conftest import admin_url, eventually, kafka_bootstrap, native_url, running_gateway, test_config
 from tests.kafka_clients import create_topics_retried
 from tests.kafka_wire import build_request, call, decode, read_response, request
@@ -112,6 +113,13 @@ def _produce(bs: str, values: list[bytes], topic: str = "t", on_delivery: Any = 
     return out
 
 
+def _units(pair: Pair) -> int:
+    """The MULTI units the primary ran: predicted appends (gateway/store/predicted.py), a kilobyte
+    and more, or behind one; smaller ones alone go through append-5."""
+    with redis_sync.Redis(port=pair.primary.port) as r:
+        return int(r.info("commandstats").get("cmdstat_exec", {}).get("calls", 0))
+
+
 def _high_watermark(pair: Pair, topic: str = "t") -> int:
     with redis_sync.Redis(port=pair.primary.port) as r:
         return int(r.hget(keys.meta(topic, 0), "hw"))  # type: ignore[arg-type]
@@ -126,9 +134,11 @@ async def test_acks_all_is_answered_once_the_replica_holds_the_records(pair, gat
     def seen(err: ck.KafkaError | None, msg: ck.Message) -> None:  # at the moment of acknowledgement
         on_replica.append(int(replica.hget(keys.meta("t", 0), "hw") or 0))  # type: ignore[arg-type]
 
-    out = await asyncio.to_thread(_produce, bs, [b"a", b"b", b"c"], on_delivery=seen, acks="all")
+    # the first through append-5, the kilobyte one and the one behind it predicted
+    out = await asyncio.to_thread(_produce, bs, [b"a", b"b" * 1024, b"c"], on_delivery=seen, acks="all")
     replica.close()
     assert [err for err, _ in out] == [None] * 3
+    assert _units(pair) >= 2
     assert all(hw > offset for (_, offset), hw in zip(out, on_replica, strict=True))
 
 
@@ -164,7 +174,7 @@ async def test_a_stalled_replica_fails_the_append_and_the_retry_stores_it_once(p
     assert pair.replica.proc is not None
     before = await scrape(gateway)  # the counts are the process's
     os.kill(pair.replica.proc.pid, signal.SIGSTOP)
-    values = [f"v{i}".encode() for i in range(5)]
+    values = [f"v{i}".encode() * (1 + 512 * (i % 2)) for i in range(5)]  # through append-5 and predicted
     producing = asyncio.create_task(asyncio.to_thread(
         _produce, bs, values, acks="all", **{"enable.idempotence": True, "request.timeout.ms": 1000}))
 
@@ -180,9 +190,11 @@ async def test_a_stalled_replica_fails_the_append_and_the_retry_stores_it_once(p
     with pair.replica_client() as r:
         stored = r.xrange(keys.log("t", 0))
     assert sum(int(f[b"n"]) for _, f in stored) == 5 == _high_watermark(pair)
+    assert _units(pair) > 0
 
 
-async def test_a_wait_lost_after_the_append_closes_the_connection(pair, gateway, caplog):
+@pytest.mark.parametrize("size", [1, 1024])  # through append-5, predicted
+async def test_a_wait_lost_after_the_append_closes_the_connection(pair, gateway, caplog, size):
     """The connection waiting for the replica is lost after the batch was appended: where the batch
     will be is unknown, so the client's connection closes, as from a leader gone mid-request, and
     the producer resends in order under the same sequences. Never KAFKA_STORAGE_ERROR, which
@@ -196,12 +208,15 @@ async def test_a_wait_lost_after_the_append_closes_the_connection(pair, gateway,
     before = await scrape(gateway)
     os.kill(pair.replica.proc.pid, signal.SIGSTOP)
     producing = asyncio.create_task(asyncio.to_thread(
-        _produce, bs, [b"v"], acks="all", **{"enable.idempotence": True, "request.timeout.ms": 20000}))
-    await eventually(lambda: _high_watermark(pair) == 1, TIMEOUT, "the batch appended, its WAIT pending")
+        _produce, bs, [b"v" * size], acks="all", **{"enable.idempotence": True, "request.timeout.ms": 20000}))
+    await eventually(lambda: _high_watermark(pair) == 1, TIMEOUT, "the batch appended")
+
+    def waiting() -> list[str]:  # a predicted append's first unit, refused, is resent behind a WAIT
+        with redis_sync.Redis(port=pair.primary.port) as r:
+            return [c["id"] for c in r.client_list() if c["name"] == "gateway-append-replicated" and c["cmd"] == "wait"]
+    await eventually(waiting, TIMEOUT, "its WAIT pending")
     with redis_sync.Redis(port=pair.primary.port) as r:
-        waiting = [c["id"] for c in r.client_list() if c["name"] == "gateway-append-replicated" and c["cmd"] == "wait"]
-        assert waiting
-        for cid in waiting:
+        for cid in waiting():
             r.client_kill_filter(_id=cid)
 
     await eventually(lambda: "Redis failed under its produce; closing" in caplog.text, TIMEOUT,
@@ -212,6 +227,40 @@ async def test_a_wait_lost_after_the_append_closes_the_connection(pair, gateway,
     os.kill(pair.replica.proc.pid, signal.SIGCONT)
     assert await producing == [(None, 0)]  # the retry finds it stored: once, at its offset
     assert _high_watermark(pair) == 1
+    assert (_units(pair) > 0) == (size >= 1024)
+
+
+async def test_a_predicted_append_resent_after_a_refusal_is_on_the_replica_when_answered(pair):
+    """Another writer appends between, so each kilobyte acks=all append's prediction is refused and
+    resent (gateway/store/predicted.py): the resend's own WAIT, not the refused round's, answers it."""
+    await pair.linked()
+    store, other = Store.open(pair.primary.url), Store.open(pair.primary.url)
+    replica = pair.replica_client()
+    try:
+        await store.log.create_topic(TopicInfo("t", 1))
+        with redis_sync.Redis(port=pair.primary.port) as r:
+            r.config_resetstat()
+        for k in range(3):
+            await other.log.append([AppendRequest("t", 0, build_batch([(None, b"o", [])]), 1, 0)])
+            [answer] = await store.log.append(
+                [AppendRequest("t", 0, build_batch([(None, b"v" * 1024, [])]), 1, 0, replicas=1)], sent=lambda: None)
+            assert isinstance(answer, Append) and answer.base_offset == 2 * k + 1
+            assert int(replica.hget(keys.meta("t", 0), "hw") or 0) > answer.base_offset  # type: ignore[arg-type]
+        with redis_sync.Redis(port=pair.primary.port) as r:
+            renames = r.info("commandstats")["cmdstat_rename"]
+        assert renames["failed_calls"] >= 3 and renames["calls"] > renames["failed_calls"]  # refused, resent
+        assert pair.replica.proc is not None
+        await other.log.append([AppendRequest("t", 0, build_batch([(None, b"o", [])]), 1, 0)])
+        os.kill(pair.replica.proc.pid, signal.SIGSTOP)  # the resend stored, never confirmed
+        [answer] = await store.log.append([AppendRequest("t", 0, build_batch([(None, b"v" * 1024, [])]), 1, 0,
+                                                         replicas=1)], sent=lambda: None, timeout_ms=300)
+        assert isinstance(answer, ReplicationTimedOut) and answer.base_offset == 7
+    finally:
+        if pair.replica.proc is not None:
+            os.kill(pair.replica.proc.pid, signal.SIGCONT)
+        replica.close()
+        await store.close()
+        await other.close()
 
 
 # -- state changes a client is told are done wait for the replica too ---------------------------------

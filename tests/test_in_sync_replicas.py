@@ -154,14 +154,14 @@ async def test_a_replica_unheard_past_the_lag_max_leaves_the_set_and_is_not_wait
             os.kill(pid, signal.SIGCONT)
 
 
-async def _produce_seq(port: int, seq: int, timeout_ms: int = 1000) -> bytes | int:
+async def _produce_seq(port: int, seq: int, value: bytes = b"v", timeout_ms: int = 1000) -> bytes | int:
     """An acks=all produce of one idempotent batch at `seq`: its error code, or b"" when the gateway
     closed the connection instead of answering."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         writer.write(request(build_request(ApiKey.PRODUCE, 9, {
             "transactional_id": None, "acks": -1, "timeout": timeout_ms,
-            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": idempotent_batch(b"v", seq)}]}],
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": idempotent_batch(value, seq)}]}],
         }), 0))
         head = await reader.read(4)
         if not head:
@@ -172,7 +172,8 @@ async def _produce_seq(port: int, seq: int, timeout_ms: int = 1000) -> bytes | i
         writer.close()
 
 
-async def test_a_refusal_by_a_primary_its_replicas_do_not_confirm_is_retried_not_answered(trio):
+@pytest.mark.parametrize("value", [b"v", b"v" * 1024])  # through append-5, predicted (gateway/store/predicted.py)
+async def test_a_refusal_by_a_primary_its_replicas_do_not_confirm_is_retried_not_answered(trio, value):
     """A primary cut off while the Sentinels promote another refuses from its own, older producer
     state; librdkafka takes OUT_OF_ORDER_SEQUENCE_NUMBER as fatal. So an acks=all append's refusal
     stands only once the in-sync replicas confirm the primary, as any append's answer does."""
@@ -182,17 +183,18 @@ async def test_a_refusal_by_a_primary_its_replicas_do_not_confirm_is_retried_not
     async with running_gateway(test_config(primary.url, replica_lag_max_ms=30_000)) as gw:
         await asyncio.to_thread(_create, kafka_bootstrap(gw), "t", 2)
         port = gw.listeners["kafka"].port
-        assert await _produce_seq(port, 0) == KafkaError.none
+        assert await _produce_seq(port, 0, value) == KafkaError.none
         pid = _stopped(paused)
         try:
-            assert await _produce_seq(port, 5) == b""  # closed: the client sends it again
+            assert await _produce_seq(port, 5, value) == b""  # closed: the client sends it again
         finally:
             os.kill(pid, signal.SIGCONT)
-        assert await _produce_seq(port, 5) == KafkaError.out_of_order_sequence_number
+        assert await _produce_seq(port, 5, value) == KafkaError.out_of_order_sequence_number
 
 
+@pytest.mark.parametrize("value", [b"v", b"v" * 1024])  # through append-5, predicted (gateway/store/predicted.py)
 async def test_a_batch_behind_one_refused_for_too_few_replicas_is_refused_alike_not_out_of_order(
-        pair: Pair) -> None:  # noqa: F811
+        pair: Pair, value: bytes) -> None:  # noqa: F811
     """A producer's request pipelined behind one refused NOT_ENOUGH_REPLICAS met the in-sync set read
     again, the replica back, and was refused OUT_OF_ORDER_SEQUENCE_NUMBER; librdkafka then bumped its
     epoch and renumbered what it held unacknowledged, records stored on other partitions among them
@@ -212,13 +214,13 @@ async def test_a_batch_behind_one_refused_for_too_few_replicas_is_refused_alike_
 
         pair.replica.stop()
         await eventually(answered(ck.KafkaError.NOT_ENOUGH_REPLICAS), TIMEOUT, "NOT_ENOUGH_REPLICAS")
-        assert await _produce_seq(port, 0) == KafkaError.not_enough_replicas  # the first, nothing written
+        assert await _produce_seq(port, 0, value) == KafkaError.not_enough_replicas  # the first, nothing written
         pair.replica.start()
         await pair.linked()
         await eventually(answered(0), TIMEOUT, "the replica in sync again")
-        assert await _produce_seq(port, 1) == KafkaError.not_enough_replicas  # the one behind: not out of order
-        assert await _produce_seq(port, 0, 30_000) == KafkaError.none  # the producer's retries, in order
-        assert await _produce_seq(port, 1, 30_000) == KafkaError.none
+        assert await _produce_seq(port, 1, value) == KafkaError.not_enough_replicas  # the one behind: not out of order
+        assert await _produce_seq(port, 0, value, 30_000) == KafkaError.none  # the producer's retries, in order
+        assert await _produce_seq(port, 1, value, 30_000) == KafkaError.none
     with redis_sync.Redis(port=pair.primary.port) as r:
         headers = [parse_header(f[b"b"]) for _, f in r.xrange(keys.log("t", 0))]
     assert [h.base_sequence for h in headers if h.producer_id == 4242] == [0, 1]

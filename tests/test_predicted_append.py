@@ -6,16 +6,17 @@ before its EXEC or run after SCRIPT FLUSH changes nothing it should not."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from gateway.errors import InvalidProducerEpoch, OutOfOrderSequence
+from gateway.errors import InvalidProducerEpoch, OutOfOrderSequence, StorageUnavailable
 from gateway.formats.records import BatchBuilder
 from gateway.store import Store, keys
 from gateway.store.log import Append, AppendRequest, TopicInfo
-from tests.conftest import kafka_bootstrap, running_gateway, test_config
+from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_clients import consume, produce
 
 
@@ -228,3 +229,97 @@ async def test_two_gateways_produce_kilobyte_records_to_one_partition_each_once_
         for name, where in zip("ab", placed, strict=True):
             assert [off for _, off in where] == sorted(off for _, off in where)  # in the order sent
             assert [v for *_, v in stored if v.startswith(name.encode())] == [v for _, v in sent[name]]
+
+
+
+def _slot_layout(url: str, key: str) -> tuple[list[int], int, int]:
+    """The cluster's primaries (ports), `key`'s slot, and the port of the primary serving it."""
+    with redis.Redis(port=int(url.rsplit(":", 1)[1].split("/")[0])) as r:
+        slots = r.execute_command("CLUSTER", "SLOTS")
+        slot = int(r.execute_command("CLUSTER", "KEYSLOT", key))
+    ports = sorted({int(s[2][1]) for s in slots})
+    return ports, slot, next(int(s[2][1]) for s in slots if s[0] <= slot <= s[1])
+
+
+def _move_slot(ports: list[int], slot: int, src: int, dst: int) -> Iterator[None]:
+    """Redis's own resharding (redis-cli --cluster reshard's steps), yielding after each step while
+    the slot is on its way: `dst` importing and `src` migrating, then each key MIGRATEd; then every
+    node is told the new owner."""
+    with redis.Redis(port=src) as s, redis.Redis(port=dst) as d:
+        src_id, dst_id = s.execute_command("CLUSTER", "MYID"), d.execute_command("CLUSTER", "MYID")
+        d.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        yield
+        for key in s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000):
+            s.migrate("127.0.0.1", dst, key, 0, 5000)
+            yield
+    for port in (dst, src, *(p for p in ports if p not in (src, dst))):
+        with redis.Redis(port=port) as r:
+            r.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
+
+def _owner(port: int, slot: int) -> int:
+    with redis.Redis(port=port) as r:
+        return next(int(s[2][1]) for s in r.execute_command("CLUSTER", "SLOTS") if s[0] <= slot <= s[1])
+
+
+@pytest.mark.parametrize("redis_url", ["cluster"], indirect=True)
+async def test_predicted_appends_through_a_slot_migration_lose_duplicate_and_reorder_nothing(redis_url, raw_redis):
+    """The partition's slot moves to another primary (MIGRATING/IMPORTING, its keys MIGRATEd one by
+    one, then the new owner announced) while an idempotent producer's kilobyte batches go predicted,
+    several calls in flight, as the produce face sends them. While the slot is on its way every
+    unit is refused whole (TRYAGAIN, ASK: nothing in its MULTI runs), retriably; once it has moved,
+    MOVED sends the next ones to the new owner. Every batch is stored once, in the order sent."""
+    store = await _open(redis_url)
+    ports, slot, src = _slot_layout(redis_url, keys.log("t", 0))
+    dst = next(p for p in ports if p != src)
+    sent: list[AppendRequest] = []
+    stored: dict[int, Append] = {}
+    refused: list[str] = []
+
+    async def produce(n: int) -> bool:
+        """`n` new batches and every one not yet stored, each a call of its own sent once the one
+        before is on its way; what is not stored waits for the next round, as a producer's retries.
+        Whether all sent are stored."""
+        for _ in range(n):
+            sent.append(_req("t", b"s%03d" % len(sent), len(sent), pid=7, epoch=0, seq=len(sent)))
+        calls = []
+        for k, r in enumerate(sent):
+            if k not in stored:
+                on_way = asyncio.Event()
+                calls.append((k, asyncio.create_task(store.log.append([r], sent=on_way.set))))
+                await on_way.wait()
+        failed = False
+        for k, task in calls:
+            [answer] = await task
+            if isinstance(answer, Append) and not failed:
+                stored[k] = answer
+            else:  # retriable, or refused (out of order) behind one that was
+                assert isinstance(answer, StorageUnavailable) or (failed and isinstance(answer, OutOfOrderSequence)), \
+                    answer
+                refused.append(str(answer))
+                failed = True
+        return len(stored) == len(sent)
+
+    try:
+        await store.log.create_topic(TopicInfo("t", 1))
+        assert await produce(4)
+        for _ in _move_slot(ports, slot, src, dst):
+            assert not await produce(2)  # refused whole, retriably
+        assert any("TRYAGAIN" in why for why in refused) and any("ASK" in why for why in refused), refused
+        await eventually(lambda: produce(0), 30, "the batches stored on the slot's new owner")
+        with redis.Redis(port=dst) as r:
+            entries = r.xrange(keys.log("t", 0))
+            hw = int(r.hget(keys.meta("t", 0), "hw") or 0)
+        assert [e[1][b"b"] for e in entries] == [bytes(r.batch) for r in sent]  # each once, in order
+        assert [int(e[0].split(b"-")[0]) for e in entries] == [stored[k].base_offset for k in range(len(sent))] \
+            == list(range(len(sent)))
+        assert hw == len(sent)
+    finally:
+        await store.close()
+        with redis.Redis(port=dst) as r:  # the shared cluster as it was: the slot back, empty
+            for key in r.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000):
+                r.delete(key)
+        for _ in _move_slot(ports, slot, dst, src):
+            pass
+        await eventually(lambda: all(_owner(p, slot) == src for p in ports), 30, "the slot back")

@@ -465,7 +465,7 @@ class LogStore:
         needed = [i for i, r in enumerate(requests) if r.replicas]
         in_sync = [0] * len(requests)
         if needed:
-            until = _give_up(timeout_ms)
+            until = give_up_at(timeout_ms)
             for i in needed:
                 try:
                     in_sync[i] = await self.replication.in_sync(
@@ -486,10 +486,35 @@ class LogStore:
         task = None
         if sent is not None:
             ahead = [i for i in todo if self.predicted.takes(requests[i])]
-            task = await self.predicted.send([requests[i] for i in ahead], timeout_ms) if ahead else None
+            task = await self.predicted.send([requests[i] for i in ahead], [in_sync[i] for i in ahead],
+                                             timeout_ms) if ahead else None
             if task is None:
                 ahead = []
             todo = [i for i in todo if i not in ahead]
+        replies = await self.scripted([requests[i] for i in todo], [in_sync[i] for i in todo], sent, timeout_ms)
+        for i, reply in zip(todo, replies, strict=True):
+            out[i] = await self._answered(requests[i], reply)
+        if task is not None:
+            for i, reply in zip(ahead, await asyncio.shield(task), strict=True):
+                out[i] = await self._answered(requests[i], reply)
+        return [o for o in out if o is not None]
+
+    async def _answered(self, r: AppendRequest, reply: Any) -> Append | Exception:
+        """`answer`, but a batch refused out of order behind its producer's batch refused here for
+        too few replicas is refused alike (`_behind_refused`), and a stored one ends that memory."""
+        out = answer(r, reply)
+        if r.producer_id < 0:
+            return out
+        if isinstance(out, Append):
+            self._refused.pop((keys.log(r.topic, r.partition), r.producer_id), None)
+        elif not isinstance(reply, Exception) and reply[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE:
+            return await self._behind_refused(r) or out
+        return out
+
+    async def scripted(self, requests: list[AppendRequest], in_sync: list[int], sent: Callable[[], None] | None,
+                       timeout_ms: int) -> list[Any]:
+        """append-5's replies (raw, or the errors they stand for) to `requests`, whose in-sync sets
+        `append` has read: on the ordered connections with `sent`, through redis-py without it."""
         calls = [
             (
                 APPEND,
@@ -500,34 +525,17 @@ class LogStore:
                 [r.batch, r.count, r.max_timestamp, r.producer_id, r.producer_epoch, r.base_sequence,
                  1 if r.transactional else 0, 1 if r.verify_txn else 0],
             )
-            for r in (requests[i] for i in todo)
+            for r in requests
         ]
-        replicas = [requests[i].replicas for i in todo]
-        replies = await self._append_ordered(calls, sent, replicas, [in_sync[i] for i in todo], timeout_ms) \
+        replicas = [r.replicas for r in requests]
+        replies = await self._append_ordered(calls, sent, replicas, in_sync, timeout_ms) \
             if sent is not None else None
         if replies is None and not any(replicas):
             async with storage_errors():
                 replies = await self.scripts.call_many(calls) if calls else []
         elif replies is None:
             replies = [StorageUnavailable("redis: no connection for a replicated append; retry")] * len(calls)
-        for i, reply in zip(todo, replies, strict=True):
-            r = requests[i]
-            if isinstance(reply, Exception):
-                out[i] = reply
-            elif reply[0] == ErrorCode.OK:
-                out[i] = Append(int(reply[1]), int(reply[2]))
-            elif reply[0] == ErrorCode.DUPLICATE_SEQUENCE:
-                out[i] = Append(int(reply[1]), int(reply[2]), duplicate=True)
-            elif reply[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE and (behind := await self._behind_refused(r)):
-                out[i] = behind
-            else:
-                out[i] = error_for(reply[0], f"{r.topic}-{r.partition}")
-            if r.producer_id >= 0 and isinstance(out[i], Append):
-                self._refused.pop((keys.log(r.topic, r.partition), r.producer_id), None)
-        if task is not None:
-            for i, answer in zip(ahead, await asyncio.shield(task), strict=True):
-                out[i] = answer
-        return [o for o in out if o is not None]
+        return replies
 
     def _hold(self, r: AppendRequest) -> None:
         """Remember an idempotent batch refused NotEnoughReplicas (nothing written), for the batches its
@@ -602,7 +610,7 @@ class LogStore:
         }
         end = asyncio.get_running_loop().time() + timeout_ms / 1000
         sent()
-        give_up = _give_up(timeout_ms)
+        give_up = give_up_at(timeout_ms)
         replies: list[Any] = [None] * len(calls)
         async with storage_errors():
             for conn, fut in futures.items():
@@ -627,49 +635,58 @@ class LogStore:
                     replies[i] = self.replication.reply(conn, reply)
             for conn, wait in waits.items():
                 idx = pending[conn]
-                try:
-                    (acked, needed), lost = await self.replication.confirmed(
-                        conn, calls[idx[0]][1][0], wait, max(in_sync[i] for i in idx), max(replicas[i] for i in idx),
-                        end, give_up), None
-                except (StorageUnavailable, NotEnoughReplicasAfterAppend) as exc:
-                    (acked, needed), lost = (-1, 0), exc
-                except TimeoutError:  # Redis never answered the WAIT: as unconfirmed as one that timed out
-                    (acked, needed), lost = (-1, 0), None
-                for i in idx:
-                    reply = replies[i]
-                    if acked >= max(needed, replicas[i]) or not isinstance(reply, list):
-                        continue
-                    self.replication.forget(calls[i][1][0])  # read its replicas again
-                    if reply[0] not in _STORED:
-                        # a refusal (out of order, a stale epoch, ...) from the producer state of a
-                        # primary its replicas did not confirm: one cut off or paused while the
-                        # Sentinels promote another, whose state is ahead of it. Nothing was written:
-                        # retriable, as Kafka's deposed leader answers NOT_LEADER_OR_FOLLOWER, never
-                        # a fatal OUT_OF_ORDER_SEQUENCE_NUMBER from its own log (tests/jepsen
-                        # primary-isolated: a producer's batch sent to the gateway on the isolated
-                        # primary after its earlier ones were stored on the new one)
-                        replies[i] = StorageUnavailable(
-                            f"{calls[i][1][0]}: refused (code {reply[0]}) by a primary whose replicas "
-                            f"did not confirm it ({lost or f'{max(acked, 0)} of {needed}'}); retry")
-                        continue
-                    if isinstance(lost, StorageUnavailable):
-                        # the WAIT's connection lost, or its primary maybe being replaced: where the
-                        # batch will be is unknown, and the producer's next batch, pipelined behind
-                        # it, may reach the next primary without it and be refused out of order, which
-                        # librdkafka answers by bumping its epoch and sending this one again as new (a
-                        # duplicate: soak sentinel:729702984). As from a leader gone mid-request, the
-                        # connection closes (kafka/produce.py), and the producer resends in order
-                        replies[i] = ReplyLost(
-                            f"{calls[i][1][0]}: appended; how many Redis replicas hold it is unknown ({lost}), "
-                            f"{replicas[i]} needed")
-                    elif lost:  # the in-sync set shrank below min.insync.replicas: Kafka's answer
-                        replies[i] = NotEnoughReplicasAfterAppend(f"{calls[i][1][0]}: {lost}")
-                    else:
-                        replies[i] = ReplicationTimedOut(
-                            f"{calls[i][1][0]}: on {max(acked, 0)} Redis replicas within {timeout_ms} ms, "
-                            f"{max(needed, replicas[i])} in sync needed (min.insync.replicas {replicas[i] + 1})",
-                            int(reply[1]), int(reply[2]))
+                await self.confirm(conn, wait, idx, [c[1][0] for c in calls], replies,
+                                   max(in_sync[i] for i in idx), replicas, end, give_up, timeout_ms)
         return replies
+
+    async def confirm(self, conn: RespConnection, wait: asyncio.Future[int], idx: list[int], logs: list[str],
+                      replies: list[Any], in_sync: int, replicas: list[int], end: float, give_up: float,
+                      timeout_ms: int) -> None:
+        """`replies[i]` for each of `idx` (appends of the partitions `logs[i]`, sent on `conn` before
+        `wait`, the first WAIT after them: `Replication.wait` for `in_sync` replicas) as the replicas
+        confirm them (`Replication.confirmed`): kept when every replica in the in-sync set and at least
+        `replicas[i]` hold it, replaced by the error that says what is known of it else."""
+        try:
+            (acked, needed), lost = await self.replication.confirmed(
+                conn, logs[idx[0]], wait, in_sync, max(replicas[i] for i in idx), end, give_up), None
+        except (StorageUnavailable, NotEnoughReplicasAfterAppend) as exc:
+            (acked, needed), lost = (-1, 0), exc
+        except TimeoutError:  # Redis never answered the WAIT: as unconfirmed as one that timed out
+            (acked, needed), lost = (-1, 0), None
+        for i in idx:
+            reply = replies[i]
+            if acked >= max(needed, replicas[i]) or not isinstance(reply, list):
+                continue
+            self.replication.forget(logs[i])  # read its replicas again
+            if reply[0] not in _STORED:
+                # a refusal (out of order, a stale epoch, ...) from the producer state of a
+                # primary its replicas did not confirm: one cut off or paused while the
+                # Sentinels promote another, whose state is ahead of it. Nothing was written:
+                # retriable, as Kafka's deposed leader answers NOT_LEADER_OR_FOLLOWER, never
+                # a fatal OUT_OF_ORDER_SEQUENCE_NUMBER from its own log (tests/jepsen
+                # primary-isolated: a producer's batch sent to the gateway on the isolated
+                # primary after its earlier ones were stored on the new one)
+                replies[i] = StorageUnavailable(
+                    f"{logs[i]}: refused (code {reply[0]}) by a primary whose replicas "
+                    f"did not confirm it ({lost or f'{max(acked, 0)} of {needed}'}); retry")
+                continue
+            if isinstance(lost, StorageUnavailable):
+                # the WAIT's connection lost, or its primary maybe being replaced: where the
+                # batch will be is unknown, and the producer's next batch, pipelined behind
+                # it, may reach the next primary without it and be refused out of order, which
+                # librdkafka answers by bumping its epoch and sending this one again as new (a
+                # duplicate: soak sentinel:729702984). As from a leader gone mid-request, the
+                # connection closes (kafka/produce.py), and the producer resends in order
+                replies[i] = ReplyLost(
+                    f"{logs[i]}: appended; how many Redis replicas hold it is unknown ({lost}), "
+                    f"{replicas[i]} needed")
+            elif lost:  # the in-sync set shrank below min.insync.replicas: Kafka's answer
+                replies[i] = NotEnoughReplicasAfterAppend(f"{logs[i]}: {lost}")
+            else:
+                replies[i] = ReplicationTimedOut(
+                    f"{logs[i]}: on {max(acked, 0)} Redis replicas within {timeout_ms} ms, "
+                    f"{max(needed, replicas[i])} in sync needed (min.insync.replicas {replicas[i] + 1})",
+                    int(reply[1]), int(reply[2]))
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -1033,6 +1050,15 @@ def _producer_state(raw: bytes) -> tuple[int, list[tuple[int, int, int]]]:
     return epoch, list(struct.iter_unpack(">iiq", raw[4:]))
 
 
-def _give_up(timeout_ms: int) -> float:
+def answer(r: AppendRequest, reply: Any) -> Append | Exception:
+    """An append script's reply (raw, or the error it stands for) as the caller is answered."""
+    if isinstance(reply, Exception):
+        return reply
+    if reply[0] in _STORED:
+        return Append(int(reply[1]), int(reply[2]), duplicate=reply[0] == ErrorCode.DUPLICATE_SEQUENCE)
+    return error_for(reply[0], f"{r.topic}-{r.partition}")
+
+
+def give_up_at(timeout_ms: int) -> float:
     """When (the loop's clock) an append whose WAIT is given `timeout_ms` stops waiting for Redis."""
     return asyncio.get_running_loop().time() + max(timeout_ms * _GIVE_UP, _GIVE_UP_FLOOR_MS) / 1000

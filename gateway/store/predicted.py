@@ -17,6 +17,12 @@ writers busy on the partition), they go through append-5, which needs no predict
 (a producer's pipelined requests): a call with refusals resends once the calls before it on that
 partition have settled, and until the last call sent has settled, new appends of the partition go
 out predicted to be refused, so that none overtakes a resend.
+
+An acks=all append that waits for replicas keeps every guarantee of the append-5 path
+(`LogStore.append`): its in-sync set read before (NotEnoughReplicas, nothing sent), its units on the
+replicated connections, each round of them followed by a WAIT on that connection, and its answer
+settled by `LogStore.confirm` as append-5's is (NotEnoughReplicasAfterAppend, ReplicationTimedOut,
+ReplyLost on a lost WAIT).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from gateway.errors import ReplyLost, StorageUnavailable, error_for
+from gateway.errors import ReplyLost, StorageUnavailable
 from gateway.store import keys
 from gateway.store import log as _log  # a module: log.py builds on this one and this one on its types
 from gateway.store.connection import storage_errors, storage_full
@@ -68,36 +74,45 @@ class _Lane:
 _BLOCKED = _Next(-1, -1, 0, "", False)  # refused whatever the partition holds: hw is never -1
 
 
-def _deadline(timeout_ms: int) -> float:
-    """When (the loop's clock) waiting for Redis's replies stops, as the append-5 path's does."""
-    return asyncio.get_running_loop().time() + timeout_ms / 1000 + 1
+@dataclass
+class _Round:
+    """Units sent on a replicated connection, the first WAIT after them, and those they answered."""
+
+    conn: RespConnection
+    wait: asyncio.Future[int]
+    in_sync: int
+    answered: list[int]
 
 
 class PredictedAppender:
-    """Appends plain and idempotent batches (transactional and replicated ones stay on append-5)
-    through predicted MULTI units on the ordered connections."""
+    """Appends plain and idempotent batches (transactional ones stay on append-5) through predicted
+    MULTI units on the ordered connections, or the replicated ones for those that wait for replicas."""
 
     def __init__(self, log: LogStore) -> None:
         self._log = log
         self._scripts: Scripts = log.scripts
         self._conns: DirectConnections = log.ordered
         self._lanes: dict[str, _Lane] = {}
-        self._tasks: set[asyncio.Task[list[Append | Exception]]] = set()
+        self._tasks: set[asyncio.Task[list[Any]]] = set()
 
     def takes(self, r: AppendRequest) -> bool:
-        """Whether `r` goes predicted: plain or idempotent, waiting for no replica, and a kilobyte or
+        """Whether `r` goes predicted: plain or idempotent, and a kilobyte or
         more, or smaller on a partition being predicted: behind a predicted append still in flight
         (which may be resent: a smaller one must not overtake it), or where its prediction holds
         (an append-5 between would make the next large one's refused)."""
-        if r.transactional or r.replicas:
+        if r.transactional:
             return False
         lane = self._lanes.get(keys.log(r.topic, r.partition))
         return len(r.batch) >= MIN_BYTES or (lane is not None and (lane.last is not None or lane.next is not None))
 
-    def _error(self, conn: RespConnection, error: RespError, log: str) -> Exception:
+    def _pool(self, r: AppendRequest) -> DirectConnections:
+        """Where `r` goes: a WAIT counts its own connection's writes, and holds up all behind it."""
+        return self._log.replication.connections if r.replicas else self._conns
+
+    def _error(self, r: AppendRequest, conn: RespConnection, error: RespError, log: str) -> Exception:
         """An error reply as the append path answers it: retriable where Redis moved or stopped."""
         if "MOVED" in str(error) or str(error).startswith("ASK"):
-            self._conns.relocate()
+            self._pool(r).relocate()
         elif str(error).startswith("READONLY"):
             conn.close()
         full = storage_full(ResponseError(str(error)))
@@ -117,15 +132,17 @@ class PredictedAppender:
                 ("RENAME", aside, log), ("EXEC",)]
         return unit, _Next(n.hw + r.count, after, n.bytes + len(r.batch), n.token, False)
 
-    async def send(self, requests: list[AppendRequest], timeout_ms: int = 30_000
-                   ) -> asyncio.Task[list[Append | Exception]] | None:
+    async def send(self, requests: list[AppendRequest], in_sync: list[int] | None = None, timeout_ms: int = 30_000
+                   ) -> asyncio.Task[list[Any]] | None:
         """Write `requests` on the ordered connections, all before returning (appends sent later
-        run after them), and return the task that answers them (await it shielded: it settles the
-        partition for the calls after it, so it runs to its end even if its caller gives up); None
-        (nothing sent) when a node's connection cannot be had."""
+        run after them), and return the task that answers them, raw as `LogStore.scripted` (await it
+        shielded: it settles the partition for the calls after it, so it runs to its end even if its
+        caller gives up); None (nothing sent) when a node's connection cannot be had. `in_sync`: the
+        in-sync replicas of each one's node, as `LogStore.append` read them, for those that wait."""
+        in_sync = in_sync or [0] * len(requests)
         conns: list[RespConnection] = []
         for r in requests:
-            conn = await self._conns.connection(keys.log(r.topic, r.partition))
+            conn = await self._pool(r).connection(keys.log(r.topic, r.partition))
             if conn is None:
                 return None
             conns.append(conn)
@@ -145,7 +162,9 @@ class PredictedAppender:
             by_conn.setdefault(conn, []).append(i)
             commands.setdefault(conn, []).extend(unit)
         futures = {conn: conn.pipeline(cmds) for conn, cmds in commands.items()}
-        task = asyncio.create_task(self._finish(requests, by_conn, futures, turns, timeout_ms))
+        waits = {conn: self._log.replication.wait(conn, max(in_sync[i] for i in idx), timeout_ms)
+                 for conn, idx in by_conn.items() if requests[idx[0]].replicas}  # in the same burst
+        task = asyncio.create_task(self._finish(requests, in_sync, by_conn, futures, waits, turns, timeout_ms))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
@@ -153,28 +172,37 @@ class PredictedAppender:
     async def append(self, requests: list[AppendRequest], timeout_ms: int = 30_000) -> list[Append | Exception]:
         """Append `requests`, each answered as append-5 would answer it; append-5 takes them all
         when the ordered connections cannot be had."""
-        task = await self.send(requests, timeout_ms)
-        return await asyncio.shield(task) if task else await self._log.append(requests, timeout_ms=timeout_ms)
+        task = await self.send(requests, timeout_ms=timeout_ms)
+        if task is None:
+            return await self._log.append(requests, timeout_ms=timeout_ms)
+        return [_log.answer(r, reply) for r, reply in zip(requests, await asyncio.shield(task), strict=True)]
 
     async def _finish(
-        self, requests: list[AppendRequest], by_conn: dict[RespConnection, list[int]],
-        futures: dict[RespConnection, asyncio.Future[list[Any]]],
+        self, requests: list[AppendRequest], in_sync: list[int], by_conn: dict[RespConnection, list[int]],
+        futures: dict[RespConnection, asyncio.Future[list[Any]]], waits: dict[RespConnection, asyncio.Future[int]],
         turns: dict[str, tuple[asyncio.Future[None] | None, asyncio.Future[None]]], timeout_ms: int,
-    ) -> list[Append | Exception]:
-        out: list[Append | Exception | None] = [None] * len(requests)
+    ) -> list[Any]:
+        out: list[Any] = [None] * len(requests)
         refused: dict[str, list[int]] = {}  # per partition, the appends to send again, in order
         states: dict[str, list[Any]] = {}  # per partition, the state its first refusal reported
         resumed: dict[str, _Next | None] = {}  # per partition, the prediction after its resends
-        give_up = _deadline(timeout_ms)
+        end = asyncio.get_running_loop().time() + timeout_ms / 1000
+        give_up = _log.give_up_at(timeout_ms)
+        rounds: list[_Round] = []  # replicated units, confirmed once the partitions are settled
         try:
             async with storage_errors():
                 for conn, fut in futures.items():
                     await self._replies(requests, by_conn[conn], conn, fut, give_up, out, refused, states)
+                    if conn in waits:
+                        rounds.append(_Round(conn, waits[conn], max(in_sync[i] for i in by_conn[conn]), [
+                            i for i in by_conn[conn] if i not in refused.get(keys.log(requests[i].topic,
+                                                                                    requests[i].partition), ())]))
                 for log, todo in refused.items():
                     before = turns[log][0]
                     if before is not None:
                         await before  # the calls sent before this one have settled this partition
-                    resumed[log] = await self._resend(requests, todo, log, states[log], out, timeout_ms)
+                    resumed[log] = await self._resend(requests, in_sync, todo, log, states[log], out, rounds,
+                                                      timeout_ms)
         finally:
             for log, (_, mine) in turns.items():
                 lane = self._lanes[log]
@@ -183,11 +211,17 @@ class PredictedAppender:
                     if log in refused:
                         lane.next = resumed.get(log)
                 mine.set_result(None)
+        logs = [keys.log(r.topic, r.partition) for r in requests]
+        async with storage_errors():
+            for rnd in rounds:
+                if rnd.answered:
+                    await self._log.confirm(rnd.conn, rnd.wait, rnd.answered, logs, out, rnd.in_sync,
+                                            [r.replicas for r in requests], end, give_up, timeout_ms)
         return [o if o is not None else StorageUnavailable("append not answered; retry") for o in out]
 
     async def _replies(
         self, requests: list[AppendRequest], idx: list[int], conn: RespConnection, fut: asyncio.Future[list[Any]],
-        give_up: float, out: list[Append | Exception | None], refused: dict[str, list[int]],
+        give_up: float, out: list[Any], refused: dict[str, list[int]],
         states: dict[str, list[Any]],
     ) -> None:
         """Fill `out` from one connection's replies; collect the refused appends by partition."""
@@ -212,7 +246,7 @@ class PredictedAppender:
                 await conn.pipeline([("SCRIPT", "LOAD", self._scripts.specs[CHECK].source)])
                 first = [REFUSED, -1, -1, 0]
             if isinstance(first, RespError):  # nothing ran: this one answered, the later ones refused
-                out[i] = self._error(conn, first, log)
+                out[i] = self._error(r, conn, first, log)
                 self._block(log)
                 continue
             code = int(first[0])
@@ -220,10 +254,8 @@ class PredictedAppender:
                 self._block(log)
                 states.setdefault(log, first)
                 refused.setdefault(log, []).append(i)
-            elif code in (0, 9):
-                out[i] = _log.Append(int(first[1]), int(first[2]), duplicate=code == 9)
-            else:
-                out[i] = error_for(code, f"{r.topic}-{r.partition}")
+            else:  # stored, a duplicate, or refused as append-5 refuses: `_log.answer` reads it
+                out[i] = [int(x) for x in first]
             if code not in (0, REFUSED):  # nothing appended: the later ones predicted otherwise
                 self._block(log)
 
@@ -232,8 +264,8 @@ class PredictedAppender:
         if lane is not None:
             lane.blocked, lane.next = True, None
 
-    async def _resend(self, requests: list[AppendRequest], todo: list[int], log: str, state: list[Any],
-                      out: list[Append | Exception | None], timeout_ms: int) -> _Next | None:
+    async def _resend(self, requests: list[AppendRequest], in_sync: list[int], todo: list[int], log: str,
+                      state: list[Any], out: list[Any], rounds: list[_Round], timeout_ms: int) -> _Next | None:
         """Send `todo` again, in order, predicted from what the calls before left (or the reported
         `state`), then from what a refusal of that reports; refused twice, through append-5. The
         prediction after them when they went through as predicted."""
@@ -241,7 +273,7 @@ class PredictedAppender:
         n: _Next | None = lane.resume or _Next(int(state[1]), int(state[2]), int(state[3]), "", True)
         lane.resume = None
         for _ in range(2):
-            conn = await self._conns.connection(log)
+            conn = await self._pool(requests[todo[0]]).connection(log)
             if conn is None or n is None:
                 break
             n = _Next(n.hw, n.maxts, n.bytes, secrets.token_hex(8), True)
@@ -251,14 +283,25 @@ class PredictedAppender:
                 commands.extend(unit)
             more: dict[str, list[int]] = {}
             seen: dict[str, list[Any]] = {}
-            await self._replies(requests, todo, conn, conn.pipeline(commands), _deadline(timeout_ms), out, more, seen)
+            sending = conn.pipeline(commands)
+            if requests[todo[0]].replicas:
+                wait = self._log.replication.wait(conn, max(in_sync[i] for i in todo), timeout_ms)
+            await self._replies(requests, todo, conn, sending, _log.give_up_at(timeout_ms), out, more, seen)
+            if requests[todo[0]].replicas:
+                rounds.append(_Round(conn, wait, max(in_sync[i] for i in todo),
+                                     [i for i in todo if i not in more.get(log, ())]))
             if not more.get(log):
                 done = [out[i] for i in todo]
-                lane.resume = n if all(isinstance(o, _log.Append) and not o.duplicate for o in done) else None
+                lane.resume = n if all(isinstance(o, list) and o[0] == 0 for o in done) else None
                 return lane.resume
             todo = more[log]
             n = _Next(int(seen[log][1]), int(seen[log][2]), int(seen[log][3]), "", True) if log in seen else None
-        for i, reply in zip(todo, await self._log.append([requests[i] for i in todo], timeout_ms=timeout_ms),
-                            strict=True):
+        waiting = any(requests[i].replicas for i in todo)  # their WAITs need an ordered connection
+        for i, reply in zip(todo, await self._log.scripted([requests[i] for i in todo], [in_sync[i] for i in todo],
+                                                           _nothing if waiting else None, timeout_ms), strict=True):
             out[i] = reply
         return None
+
+
+def _nothing() -> None:
+    """`LogStore.scripted`'s `sent` where nothing waits on its sending."""
