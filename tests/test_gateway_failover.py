@@ -71,12 +71,17 @@ def roles(gp: GatewayProcess) -> dict[str, int | None]:
 
 def txn_coordinator(gp: GatewayProcess, transactional_id: str) -> int:
     """The node id FindCoordinator names for a transactional id."""
+    return coordinator(gp, transactional_id, 1)
+
+
+def coordinator(gp: GatewayProcess, key: str, key_type: int) -> int:
+    """The node id FindCoordinator names for a group (key type 0) or a transactional id (1)."""
     load_handlers()
 
     async def ask() -> int:
         conn = await asyncio.open_connection("127.0.0.1", gp.kafka_port)
         try:
-            resp = await call(conn, ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [transactional_id]})
+            resp = await call(conn, ApiKey.FIND_COORDINATOR, 4, {"key_type": key_type, "coordinator_keys": [key]})
         finally:
             conn[1].close()
         return int(resp.coordinators[0].node_id)
