@@ -25,11 +25,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     ResourceType,
 )
+from kio.schema.errors import ErrorCode as KafkaError
 
 from gateway.client import Client, StorageFull, StorageUnavailable
 from gateway.config import MiB, memory_size
+from gateway.formats.records import parse_header
 from gateway.kafka.dispatch import ApiKey
 from gateway.server.gateway import Gateway
+from gateway.store import keys
 from gateway.store.connection import RedisClient, connect
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis, free_port, redis_server_binary
 from tests.conftest import (
@@ -41,7 +44,9 @@ from tests.conftest import (
     running_gateway,
     test_config,
 )
+from tests.kafka_clients import create_topics_retried
 from tests.kafka_wire import call
+from tests.test_in_sync_replicas import _produce_seq
 from tests.test_startup import serve
 
 MAXMEMORY = 12 * MiB
@@ -200,6 +205,29 @@ async def test_an_evicting_policy_set_while_running_stops_produce_until_set_back
             got = [(await consumer.receive()).value for _ in range(4)]
             assert got == [b"a0", b"a1", b"a2", b"after"]
 
+
+
+async def test_a_batch_behind_one_refused_for_an_evicting_redis_is_refused_alike(tmp_path: Path) -> None:
+    """An idempotent producer's batch pipelined behind one refused while Redis was evicting (nothing
+    written) met produce resumed, and was refused OUT_OF_ORDER_SEQUENCE_NUMBER: librdkafka answers
+    that by bumping its epoch and renumbering what it holds unacknowledged, records maybe stored
+    among them. Kafka's failed log directory refuses every batch after alike (KAFKA_STORAGE_ERROR);
+    so does the gateway the batch whose partition lacks exactly the one refused, and both, sent again
+    in order, are stored once each (LogStore.hold)."""
+    with small_redis(tmp_path) as server:
+        async with gateway_on(server.url) as gw, raw(server.url) as r:
+            port = gw.listeners["kafka"].port
+            await asyncio.to_thread(create_topics_retried, kafka_bootstrap(gw), "t", seconds=TIMEOUT)
+            await r.config_set("maxmemory-policy", "allkeys-lru")
+            await eventually(lambda: refusing(gw), what="the evicting policy noticed")
+            assert await _produce_seq(port, 0) == KafkaError.kafka_storage_error  # nothing written
+            await r.config_set("maxmemory-policy", "noeviction")
+            await eventually(lambda: not refusing(gw), what="produce resumed")
+            assert await _produce_seq(port, 1) == KafkaError.kafka_storage_error  # behind it: not out of order
+            assert await _produce_seq(port, 0) == KafkaError.none  # the producer's retries, in order
+            assert await _produce_seq(port, 1) == KafkaError.none
+            headers = [parse_header(f[b"b"]) for _, f in await r.xrange(keys.log("t", 0))]
+    assert [h.base_sequence for h in headers if h.producer_id == 4242] == [0, 1]
 
 async def kafka_produce_error(bs: str, topic: str, partition: int = 0) -> int:
     """The error one produce without retries gets (0 when it was stored). KAFKA_STORAGE_ERROR is

@@ -40,6 +40,7 @@ from gateway.errors import (
     OffsetOutOfRange,
     PartitionNotFound,
     StorageFull,
+    StorageRefused,
     StorageUnavailable,
     TopicExists,
     TopicNotFound,
@@ -423,6 +424,11 @@ class LogService:
                     batches = [stamp_log_append_time(h, view, stamped[i]) for h, view in batches]
                 if not control:
                     self.memory.admit(topic, partition, len(blob))
+            except (StorageFull, StorageRefused) as exc:  # the memory budget's refusal: nothing sent
+                refused[i] = exc
+                for h, view in batches:  # the batches pipelined behind are refused alike (LogStore.hold)
+                    self.store.log.hold(self._request(topic, partition, h, view, 0), exc)
+                continue
             except Exception as exc:
                 refused[i] = exc
                 continue

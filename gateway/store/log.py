@@ -50,6 +50,7 @@ from gateway.errors import (
     NotEnoughReplicasAfterAppend,
     ReplicationTimedOut,
     ReplyLost,
+    StorageFull,
     StorageUnavailable,
     TopicExists,
     TopicNotFound,
@@ -246,8 +247,8 @@ class LogStore:
         self.replication = replication
         self.producer_ids = ProducerIds(scripts)
         self.predicted = predicted.PredictedAppender(self)
-        # (log, producer id) -> (epoch, base sequence) of its last batch refused NotEnoughReplicas
-        self._refused: OrderedDict[tuple[str, int], tuple[int, int]] = OrderedDict()
+        # (log, producer id) -> (epoch, base sequence, refusal) of its last batch refused unwritten
+        self._refused: OrderedDict[tuple[str, int], tuple[int, int, type[GatewayError]]] = OrderedDict()
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -474,10 +475,10 @@ class LogStore:
                     raise StorageUnavailable(f"redis: the replicas of {requests[i].topic}-{requests[i].partition} "
                                              f"unread within {timeout_ms} ms") from None
                 if in_sync[i] < requests[i].replicas:  # Kafka: the ISR smaller than min.insync.replicas
-                    out[i] = NotEnoughReplicas(f"{requests[i].topic}-{requests[i].partition}: {in_sync[i]} Redis "
-                                               f"replicas in sync, {requests[i].replicas} needed (min.insync.replicas "
-                                               f"{requests[i].replicas + 1})")
-                    self._hold(requests[i])
+                    out[i] = short = NotEnoughReplicas(
+                        f"{requests[i].topic}-{requests[i].partition}: {in_sync[i]} Redis replicas in sync, "
+                        f"{requests[i].replicas} needed (min.insync.replicas {requests[i].replicas + 1})")
+                    self.hold(requests[i], short)
             if sent is None:  # WAIT needs the appending connection: only the ordered path has one
                 for i in needed:
                     out[i] = out[i] or StorageUnavailable("replicated appends need an ordered connection")
@@ -500,13 +501,15 @@ class LogStore:
         return [o for o in out if o is not None]
 
     async def _answered(self, r: AppendRequest, reply: Any) -> Append | Exception:
-        """`answer`, but a batch refused out of order behind its producer's batch refused here for
-        too few replicas is refused alike (`_behind_refused`), and a stored one ends that memory."""
+        """`answer`, but a batch refused out of order behind its producer's batch refused here
+        unwritten is refused alike (`_behind_refused`), and a stored one ends that memory."""
         out = answer(r, reply)
         if r.producer_id < 0:
             return out
         if isinstance(out, Append):
             self._refused.pop((keys.log(r.topic, r.partition), r.producer_id), None)
+        elif isinstance(out, StorageFull):  # Redis's own refusal, past maxmemory
+            self.hold(r, out)
         elif not isinstance(reply, Exception) and reply[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE:
             return await self._behind_refused(r) or out
         return out
@@ -537,20 +540,21 @@ class LogStore:
             replies = [StorageUnavailable("redis: no connection for a replicated append; retry")] * len(calls)
         return replies
 
-    def _hold(self, r: AppendRequest) -> None:
-        """Remember an idempotent batch refused NotEnoughReplicas (nothing written), for the batches its
-        producer pipelined behind it (`_behind_refused`); the oldest of `_HELD` are forgotten."""
-        if r.producer_id < 0:
+    def hold(self, r: AppendRequest, refusal: Exception) -> None:
+        """Remember an idempotent batch refused with nothing written (too few replicas in sync, Redis
+        full or evicting: `refusal`), for the batches its producer pipelined behind it
+        (`_behind_refused`); the oldest of `_HELD` are forgotten."""
+        if r.producer_id < 0 or not isinstance(refusal, GatewayError):
             return
         key = (keys.log(r.topic, r.partition), r.producer_id)
-        self._refused[key] = (r.producer_epoch, r.base_sequence)
+        self._refused[key] = (r.producer_epoch, r.base_sequence, type(refusal))
         self._refused.move_to_end(key)
         while len(self._refused) > _HELD:
             self._refused.popitem(last=False)
 
-    async def _behind_refused(self, r: AppendRequest) -> NotEnoughReplicas | None:
-        """NotEnoughReplicas for `r`, refused out of order, when what its partition lacks is exactly
-        the batch refused NotEnoughReplicas here before it (`_hold`), else None.
+    async def _behind_refused(self, r: AppendRequest) -> GatewayError | None:
+        """The refusal of the batch before `r` (`hold`) for `r`, refused out of order, when what its
+        partition lacks is exactly that batch, else None.
 
         A producer's next request, pipelined behind one refused for too few replicas in sync, met the
         set read again with the replica back, and was refused OUT_OF_ORDER_SEQUENCE_NUMBER: librdkafka
@@ -564,7 +568,9 @@ class LogStore:
         behind a refused one are refused alike; here the set is read again within a second. Answered
         as the one before it, the batch is retried after it, in order (librdkafka drains and resends:
         "drain before retrying"). The producer's state is read again, so a batch whose gap is
-        anything else (the refused one stored since, through another gateway) keeps its answer."""
+        anything else (the refused one stored since, through another gateway) keeps its answer. A
+        Redis full (or evicting) between two such requests is the same race: Kafka's log directory,
+        once failed, refuses every batch after (KAFKA_STORAGE_ERROR), here memory is sampled again."""
         key = (keys.log(r.topic, r.partition), r.producer_id)
         held = self._refused.get(key)
         if r.producer_id < 0 or held is None or held[0] != r.producer_epoch:
@@ -575,8 +581,8 @@ class LogStore:
         expected = (batches[-1][1] + 1) % _SEQ_MOD if epoch == r.producer_epoch and batches else 0
         if expected != held[1] or (r.base_sequence - held[1]) % _SEQ_MOD >= _SEQ_MOD // 2:
             return None
-        return NotEnoughReplicas(f"{r.topic}-{r.partition}: behind a batch of its producer refused for too few "
-                                 f"Redis replicas in sync (sequence {held[1]}), which is to be sent again first")
+        return held[2](f"{r.topic}-{r.partition}: behind a batch of its producer refused unwritten (sequence "
+                       f"{held[1]}), which is to be sent again first")
 
     async def replicas_online(self, topic: str, partition: int) -> int:
         """The replicas online of the Redis primary holding the partition (read again after a second)."""
