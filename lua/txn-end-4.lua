@@ -22,13 +22,16 @@
                    as its current transaction ("0": not at all). The key's epoch moves on by one; at
                    2 the epoch before is kept as the key's last (a producer presenting it to
                    InitProducerId carries on, KIP-360), below 2 no last epoch is kept
+  ARGV[10] arrived named by its key under transactions V1, when the caller's request reached its
+                   gateway (epoch milliseconds on the deployment's clock, Redis's), else ""
   Returns {0, state, pid, epoch, partitions, subscriptions, settles, id, marked, key pid, key epoch}
   where state is the one to roll forward (a repeated request for the same outcome answers the same
   way; under V2 a repeat carries the epoch before the bump), pid and epoch the markers', marked is
   1 when the transaction records what its end settles (0: opened by an older gateway, settle all),
   and key pid and epoch the producer's from now on;
   {code} on error: 25 no such transaction, 22 the other outcome was decided already (with the
-  state), 23 fenced by a newer epoch, 13 the caller is not the key's producer (see refuse_producer).
+  state), 23 fenced by a newer epoch, 13 the caller is not the key's producer (see refuse_producer),
+  24 the key's transaction opened after the request arrived (with its id).
 ]]
 local rcall = redis.call
 --- @include "txn"
@@ -47,8 +50,17 @@ if ARGV[3] ~= '' then
   if id == '' then return {25} end
 end
 local txn = KEYS[4] .. id
-local t = rcall('HMGET', txn, 'state', 'epoch', 'pid', 'marked')
+local t = rcall('HMGET', txn, 'state', 'epoch', 'pid', 'marked', 'opened')
 if not t[1] then return {25} end
+-- An EndTxn of transactions V1 names no transaction: one held up on its way here (its gateway cut
+-- off from Redis) while the producer, answered through another, began the next, would end that
+-- one, its records without its offsets (tests/jepsen's soak, sentinel:659359618). It reached its
+-- gateway before this transaction opened, so it was meant for one before: refused, retriably (a
+-- clock read late refuses a timely one at worst, which the producer sends again). Under V2 the
+-- epoch the end moved on fences it.
+if ARGV[10] ~= '' and not bump and t[1] == 'OPEN' and t[5] and tonumber(ARGV[10]) < tonumber(t[5]) then
+  return {24, id}
+end
 local want = (ARGV[2] == 'commit') and 'COMMITTING' or 'ABORTING'
 local done = (ARGV[2] == 'commit') and 'COMMITTED' or 'ABORTED'
 -- a retry finds its transaction ended (the other outcome: 22, as any repeat), never a newer one open

@@ -34,6 +34,10 @@ if state ~= 'OPEN' then
   if tonumber(timeout) > tonumber(ARGV[6]) then return {18, timeout} end
   id = ARGV[4] .. ':' .. rcall('INCR', KEYS[2])
   open_txn(KEYS[5] .. id, KEYS[3], KEYS[4], id, timeout, ARGV[7], k[2], ARGV[3], ARGV[1])
+  -- when it opened by Redis's own clock: an EndTxn that reached its gateway before then was meant
+  -- for a transaction before this one (txn-end-4)
+  local now = rcall('TIME')
+  rcall('HSET', KEYS[5] .. id, 'opened', string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)))
   rcall('HSET', KEYS[1], 'txn', id, 'updated', ARGV[7])
 end
 local txn = KEYS[5] .. id

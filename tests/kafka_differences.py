@@ -107,6 +107,10 @@ FIRST_SEQUENCE = Allowed("OUT_OF_ORDER_SEQUENCE_NUMBER (45)", "A producer's firs
                          "producer state never goes with retention here, and taking a later sequence let "
                          "a failover's lost first batches be reported delivered by librdkafka")
 
+# a V1 EndTxn that reached its gateway before the producer's current transaction opened
+LATE_END_TXN = Allowed("CONCURRENT_TRANSACTIONS (51)", "A V1 EndTxn older than the transaction it would end is refused",
+                       "Kafka's V1 coordinator ends the next transaction with it, records without offsets")
+
 # min.insync.replicas above the replication factor: Kafka caps it (KIP-966), the gateway counts Redis replicas
 UNCAPPED_MIN_INSYNC = Allowed("NOT_ENOUGH_REPLICAS (19)", "`min.insync.replicas` above the replication factor is not capped",
                               "the factor names gateways, which copy nothing; Redis replicas are the copies")

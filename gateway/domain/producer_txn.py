@@ -269,17 +269,19 @@ class TransactionalProducers:
             raise UnknownMember("illegal_generation", f"generation {generation} is not {group.generation}")
 
     async def end(
-        self, transactional_id: str, producer_id: int, epoch: int, commit: bool, *, bump: bool = False
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool, *, bump: bool = False,
+        arrived_ms: int | None = None,
     ) -> tuple[str, tuple[int, int]]:
         """Commit or abort; a retry of an end that already happened answers the same way. The state,
         and the producer id and epoch the producer goes on with: with `bump` (transactions V2,
         EndTxn v5) the next epoch, or a new producer id at epoch 0 after the last one, as Kafka's
-        TransactionMetadata.prepareAbortOrCommit hands them out."""
+        TransactionMetadata.prepareAbortOrCommit hands them out. `arrived_ms`: when the request came
+        (Coordinator.end_current)."""
         next_pid = await self.fence.log_store.allocate_producer_id() if bump and epoch >= KAFKA_MAX_EPOCH else None
         try:
             # the end script itself refuses the other outcome of a transaction already decided
             return await self.coordinator.end_current(full_key("", transactional_id), producer_id, epoch, commit,
-                                                      bump=bump, next_producer_id=next_pid)
+                                                      bump=bump, next_producer_id=next_pid, arrived_ms=arrived_ms)
         except ProducerRefused as exc:
             raise _refused(exc, transactional_id, producer_id, epoch) from None
         except TransactionNotFound as exc:

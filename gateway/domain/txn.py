@@ -177,7 +177,7 @@ class TransactionCoordinator:
 
     async def end_current(
         self, key: str, producer_id: int, epoch: int, commit: bool, *, bump: bool = False,
-        next_producer_id: int | None = None,
+        next_producer_id: int | None = None, arrived_ms: int | None = None,
     ) -> tuple[str, tuple[int, int]]:
         """`end` of the current transaction of transaction key `key` (full name), checking the caller
         is its producer in the same step (the store's ProducerRefused when not). Answers once every
@@ -185,11 +185,12 @@ class TransactionCoordinator:
         recorded after (one round trip less to wait for), and the key's next step waits for it
         (`settled`). Kafka answers EndTxn earlier still, before its markers. Returns the state and
         the key's producer id and epoch from now on, which `bump` (transactions V2) moves on in the
-        point of no return (see `TxnStore.end`)."""
+        point of no return (see `TxnStore.end`), which refuses a transaction opened after
+        `arrived_ms`, when the request came (ConcurrentTransactions: not the one it meant)."""
         await self.settled(key)
         _crash_point("before-point-of-no-return")
         ending = await self.txns.end("", commit, epoch, key=key, producer_id=producer_id, bump=bump,
-                                     next_producer_id=next_producer_id)
+                                     next_producer_id=next_producer_id, arrived_ms=arrived_ms)
         _crash_point("after-point-of-no-return")
         marked, running = self._rolling(ending.txn_id, ending)
         if not running.done():

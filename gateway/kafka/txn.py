@@ -243,7 +243,12 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
 async def end_txn(ctx: RequestContext, req: Any) -> Any:
     """From v5 the producer speaks transactions V2 (KIP-890; TransactionVersion.transactionVersionForEndTxn):
     its epoch moves on at every end, and the answer carries the producer id and epoch it goes on
-    with (-1 on an error, the schema's defaults)."""
+    with (-1 on an error, the schema's defaults). Before v5 (V1) an EndTxn names no transaction: one
+    that reached this gateway before the producer's current transaction opened was meant for an
+    earlier one, held up on its way to Redis, and is refused CONCURRENT_TRANSACTIONS, which the
+    producer retries (Kafka's V1 coordinator ends the current one: KIP-890's reason for V2; listed in
+    docs/kafka-differences.md)."""
+    arrived = now_ms()
     code, pid, epoch = KafkaError.none, -1, -1
     if not await _may_write(ctx, req.transactional_id):
         code = KafkaError.transactional_id_authorization_failed
@@ -251,7 +256,7 @@ async def end_txn(ctx: RequestContext, req: Any) -> Any:
         try:
             _, (pid, epoch) = await ctx.services.txn_producers.end(
                 req.transactional_id, req.producer_id, req.producer_epoch, bool(req.committed),
-                bump=ctx.api_version >= TXN_V2_END_TXN)
+                bump=ctx.api_version >= TXN_V2_END_TXN, arrived_ms=arrived)
         except Exception as exc:
             code, pid, epoch = txn_error(ctx, exc), -1, -1
     return Encoded([encode_end_txn_response(ctx.api_version, code, pid, epoch)],

@@ -179,20 +179,25 @@ class TxnStore:
     async def end(
         self, txn_id: str, commit: bool, epoch: int = -1, *, key: str = "", producer_id: int = -1,
         bump: bool = False, next_producer_id: int | None = None, fence_key: str = "", fence: int = 0,
+        arrived_ms: int | None = None,
     ) -> Ending:
         """The point of no return of `txn_id`, or with a transaction `key` (and `producer_id`) of
         that key's current transaction, checking the caller is its producer in the same step. With
         `bump` (transactions V2) the key's epoch moves on in that step, to producer
         `next_producer_id` at epoch 0 when given (the caller's epoch being the last). With `fence`
         (a transaction.version, 0 for none) the reaper fences the producer of transaction key
-        `fence_key` in the same step, if `txn_id` is that key's current transaction (see txn-end-4)."""
+        `fence_key` in the same step, if `txn_id` is that key's current transaction (see txn-end-4).
+        `arrived_ms`: when the request ending the key's current transaction reached this gateway (the
+        deployment's clock); a transaction the key opened after it is refused ConcurrentTransactions,
+        being not the one the request meant (transactions V1 name none; see txn-end-4)."""
         async with storage_errors():
             reply = await self.scripts.call(
                 "txn-end-4", [keys.txn_key(key or fence_key or "-"), keys.TXN_OPEN, keys.TXN_LOG, keys.txn("")],
-                # id, action, pid, epoch, now, sets, bump, next_pid, fence
+                # id, action, pid, epoch, now, sets, bump, next_pid, fence, arrived
                 ["" if key else txn_id, "commit" if commit else "abort", producer_id if key else "", epoch,
                  now_ms(), " ".join(_SETS.values()), 1 if bump else 0,
-                 "" if next_producer_id is None else next_producer_id, fence if fence_key else 0],
+                 "" if next_producer_id is None else next_producer_id, fence if fence_key else 0,
+                 arrived_ms if key and arrived_ms is not None else ""],
             )
         r = _check(reply, txn_id or key)
         return Ending(r[1].decode(), int(r[2]), int(r[3]), _decode_parts(r[4]), _decode_subs(r[5]),
