@@ -224,3 +224,39 @@ async def test_a_batch_behind_one_refused_for_too_few_replicas_is_refused_alike_
     with redis_sync.Redis(port=pair.primary.port) as r:
         headers = [parse_header(f[b"b"]) for _, f in r.xrange(keys.log("t", 0))]
     assert [h.base_sequence for h in headers if h.producer_id == 4242] == [0, 1]
+
+
+async def test_a_txn_offset_commit_is_refused_invalid_txn_state_only_once_the_replicas_confirm_it(
+        pair: Pair) -> None:  # noqa: F811
+    """A transaction that lacks the group, read on a primary whose replicas do not confirm it, is not
+    answered INVALID_TXN_STATE (fatal to the producer) but COORDINATOR_NOT_AVAILABLE, retriable: the
+    primary may be one cut off with a minority, behind the new one that took the producer's
+    AddOffsetsToTxn (tests/jepsen soak sentinel:957377018). Confirmed, the refusal stands."""
+    await pair.linked()
+    async with running_gateway(test_config(pair.primary.url)) as gw:
+        port = gw.listeners["kafka"].port
+        await asyncio.to_thread(_create, kafka_bootstrap(gw), "t", 1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        conn = (reader, writer)
+        try:
+            init = await call(conn, ApiKey.INIT_PRODUCER_ID, 4, {
+                "transactional_id": "tx", "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1})
+            pid, epoch = init.producer_id, init.producer_epoch
+
+            async def commit_offsets() -> int:
+                answer = await call(conn, ApiKey.TXN_OFFSET_COMMIT, 3, {
+                    "transactional_id": "tx", "group_id": "g", "producer_id": pid, "producer_epoch": epoch,
+                    "generation_id": -1, "member_id": "", "group_instance_id": None,
+                    "topics": [{"name": "t", "partitions": [
+                        {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                         "committed_metadata": ""}]}]})
+                return int(answer.topics[0].partitions[0].error_code)
+
+            pid_stopped = _stopped(pair.replica)
+            try:
+                assert await commit_offsets() == KafkaError.coordinator_not_available
+            finally:
+                os.kill(pid_stopped, signal.SIGCONT)
+            assert await commit_offsets() == KafkaError.invalid_txn_state
+        finally:
+            writer.close()

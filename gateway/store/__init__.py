@@ -52,7 +52,7 @@ class Store:
         self._scripts = scripts
         self.log = LogStore(redis, scripts, self.replication)
         self.memory = MemoryStore(redis, self.replication)
-        self.txn = TxnStore(redis, scripts)
+        self.txn = TxnStore(redis, scripts, self.replication)
         self.txn_offsets = TxnOffsetStore(redis, scripts)
         self.fence = FenceStore(redis, scripts)
         self.delay = DelayStore(redis, scripts)

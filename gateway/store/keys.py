@@ -36,6 +36,13 @@ def read_mark(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:read-mark"
 
 
+def slot_mark(key: str) -> str:
+    """The read mark (read-mark-1.lua) of `key`'s slot: its hash tag's, or the key's own without one."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return f"{key[start:end + 1]}:read-mark" if end > start + 1 else f"{{{key}}}:read-mark"
+
+
 def meta(topic: str, partition: int) -> str:
     return f"{partition_tag(topic, partition)}:meta"
 

@@ -58,6 +58,7 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisClusterException, ResponseError
 
 from gateway.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, StorageUnavailable
+from gateway.store import keys
 from gateway.store.connection import UNAVAILABLE, RedisClient, SentinelRedis, storage_errors, storage_full
 from gateway.store.resp import DirectConnections, RespConnection, RespError
 from gateway.store.scripts import Scripts, ScriptSpec
@@ -464,6 +465,32 @@ class Replication:
         if self.cluster:
             return self.scripts.evalsha(READ_MARK, [mark_key], [_READ_MARK_TTL_MS])
         return ("PUBLISH", _READ_MARK_CHANNEL, "")
+
+    async def confirm_read(self, key: str) -> None:
+        """StorageUnavailable (retriable) unless the in-sync replicas of the node holding `key` hold all
+        it has now, behind Sentinel on a primary that stands: what it read before is then what its
+        successor holds too. Called before a refusal that state read there decides, and that a client
+        takes as fatal (a transaction not open, a producer fenced): a primary cut off with a minority,
+        or paused through its failover, answers from state the new primary has moved past (tests/jepsen
+        soak sentinel:957377018: TxnOffsetCommit refused INVALID_TXN_STATE by the old primary, whose
+        transaction lacked the AddOffsetsToTxn the new one had taken). Kafka's deposed coordinator
+        cannot write its log and answers NOT_COORDINATOR."""
+        mark = await self.read_replicas(key)
+        if not mark:
+            if why := await self.unconfirmed(key):
+                raise StorageUnavailable(f"{key}: what was read may be gone with its primary ({why}); retry")
+            return
+        role = [("ROLE",)] if self.vouching else []
+        replies = await self.connections.pipeline(
+            key, [self.read_mark(keys.slot_mark(key)), ("WAIT", mark, READ_CONFIRM_MS), *role])
+        if replies is None:
+            raise StorageUnavailable(f"redis: {key}'s node unreachable to confirm what was read there; retry")
+        if not read_confirmed(replies[1], mark):
+            self.forget(key)
+            raise StorageUnavailable(f"{key}: what was read is not on {mark} Redis replicas within "
+                                     f"{READ_CONFIRM_MS} ms ({replies[1]}); retry")
+        if role and (why := await self.replaced(self.primary(), replies[2])):
+            raise StorageUnavailable(f"{key}: what was read may be gone with its primary ({why}); retry")
 
     def forget(self, key: str) -> None:
         """Read `key`'s node's replicas again next time (a WAIT fell short)."""

@@ -9,6 +9,7 @@ from gateway.clock import now_ms
 from gateway.errors import ErrorCode, InvalidTxnState, error_for
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
+from gateway.store.replication import Replication
 from gateway.store.scripts import Scripts
 
 SEP = "\x00"
@@ -108,9 +109,10 @@ _SETS = {"partition": keys.TXN_PARTS, "subscription": keys.TXN_SUBS, "settle": k
 
 
 class TxnStore:
-    def __init__(self, redis: RedisClient, scripts: Scripts) -> None:
+    def __init__(self, redis: RedisClient, scripts: Scripts, replication: Replication | None = None) -> None:
         self.redis = redis
         self.scripts = scripts
+        self.replication = replication  # confirms what a refusal read (`current`)
 
     async def next_sequence(self) -> int:
         async with storage_errors():
@@ -166,13 +168,18 @@ class TxnStore:
 
     async def current(self, name: str, producer_id: int, epoch: int, kind: str, member: str) -> tuple[str, str, bool]:
         """(id, state, whether `member` of `kind` is in it) of key `name`'s current transaction ("",
-        "", False for none). ProducerRefused unless the caller is the key's producer."""
+        "", False for none). ProducerRefused unless the caller is the key's producer. An answer
+        short of an open transaction holding `member` is one its caller refuses on, fatally for a
+        Kafka client (INVALID_TXN_STATE, PRODUCER_FENCED): it stands once the replicas confirm the
+        node read (`Replication.confirm_read`), else StorageUnavailable, retriable."""
         async with storage_errors():
             reply = await self.scripts.call(
                 "txn-current-2", [keys.txn_key(name), keys.txn("")],
                 # pid, epoch, suffix, member
                 [producer_id, epoch, _SETS[kind], member],
             )
+        if self.replication is not None and (int(reply[0]) != ErrorCode.OK or reply[2] != b"OPEN" or not int(reply[3])):
+            await self.replication.confirm_read(keys.txn_key(name))
         r = _check(reply, name)
         return r[1].decode(), r[2].decode(), bool(int(r[3]))
 
