@@ -260,3 +260,38 @@ async def test_a_txn_offset_commit_is_refused_invalid_txn_state_only_once_the_re
             assert await commit_offsets() == KafkaError.invalid_txn_state
         finally:
             writer.close()
+
+
+async def test_a_fenced_producer_is_told_so_only_once_the_replicas_confirm_it(pair: Pair) -> None:  # noqa: F811
+    """A state change's refusal writes nothing, so a WAIT after it counted only what its connection
+    had written before: a primary cut off from its replicas answered a fatal refusal from its own
+    state. A read mark before the WAIT makes the refusal wait as a change does: with the replica
+    paused, the fenced producer's AddOffsetsToTxn is COORDINATOR_NOT_AVAILABLE (retriable); once
+    it resumes, PRODUCER_FENCED, as Kafka answers a v3 request of a fenced epoch."""
+    await pair.linked()
+    async with running_gateway(test_config(pair.primary.url)) as gw:
+        await asyncio.to_thread(_create, kafka_bootstrap(gw), "t", 1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
+        conn = (reader, writer)
+        try:
+            init = {"transactional_id": "tx", "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
+            first = await call(conn, ApiKey.INIT_PRODUCER_ID, 4, init)
+            await call(conn, ApiKey.INIT_PRODUCER_ID, 4, init)  # the next epoch: the first fenced
+            written = pair.primary_info()["master_repl_offset"]
+            # the replica has acknowledged all of it: a WAIT for what the connection wrote returns at once
+            await eventually(lambda: pair.primary_info()["slave0"]["offset"] >= written, TIMEOUT, "the acknowledgement")
+
+            async def add() -> int:
+                answer = await call(conn, ApiKey.ADD_OFFSETS_TO_TXN, 3, {
+                    "transactional_id": "tx", "producer_id": first.producer_id,
+                    "producer_epoch": first.producer_epoch, "group_id": "g"})
+                return int(answer.error_code)
+
+            pid = _stopped(pair.replica)
+            try:
+                assert await add() == KafkaError.coordinator_not_available
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert await add() == KafkaError.producer_fenced
+        finally:
+            writer.close()

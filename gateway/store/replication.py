@@ -564,9 +564,16 @@ class Replication:
                         return await self.scripts.call_many(calls)
                 raise StorageUnavailable("redis: no connection for a replicated state change; retry")
             conns.setdefault(conn, []).append(i)
+        # all written before the first await: WAITs sent after them cover them. A read mark after the
+        # scripts of a connection that waits moves its replication offset to its node's, so the WAIT
+        # also confirms a refusal, which writes nothing, as read on a primary that stands: a cut-off
+        # primary refuses from state its successor has moved past (`confirm_read`)
         futures = {
-            conn: conn.pipeline([self.scripts.evalsha(*calls[i]) for i in idx]) for conn, idx in conns.items()
-        }  # all written before the first await: WAITs sent after them cover them
+            conn: conn.pipeline([*(self.scripts.evalsha(*calls[i]) for i in idx),
+                                 *([self.read_mark(keys.slot_mark(calls[idx[0]][1][0]))]
+                                   if any(needs[i] for i in idx) else [])])
+            for conn, idx in conns.items()
+        }
         waits = {conn: self.wait(conn, max(waits_for[i] for i in idx), self.state_timeout_ms)
                  for conn, idx in conns.items() if any(needs[i] for i in idx)}
         end = asyncio.get_running_loop().time() + self.state_timeout_ms / 1000
@@ -574,7 +581,7 @@ class Replication:
         unrun: list[int] = []  # refused by a node before running, waiting for no replica: redis-py's turn
         async with storage_errors():
             for conn, fut in futures.items():
-                for i, reply in zip(conns[conn], await fut, strict=True):
+                for i, reply in zip(conns[conn], (await fut)[:len(conns[conn])], strict=True):
                     replies[i] = self.reply(conn, reply)
                     if not needs[i] and isinstance(reply, RespError) and str(reply).startswith(_UNRUN):
                         unrun.append(i)
