@@ -86,10 +86,9 @@ async def test_a_change_waits_behind_the_messages_sent_before_it(gateway, client
     await a.send(b"m2", event_time=2000)
     consumer = await client.subscribe(t, "s", initial_position="earliest")
     first = await consumer.receive(5)  # m1 and m2 came in the same push, and wait in the queue
+    # m1 acknowledged too, while queued: it is not handed out after its acknowledgement came back
     await consumer.acknowledge_cumulative(MessageId(t, 0, first.offset + 1))
     assert consumer.last_watermark is None  # the change came behind m1 and m2
-    assert (await consumer.receive(5)).value == b"m1"
-    assert consumer.last_watermark is None
     assert (await consumer.receive(5)).value == b"m2"
     assert consumer.last_watermark == 1000
 
