@@ -295,3 +295,33 @@ async def test_a_fenced_producer_is_told_so_only_once_the_replicas_confirm_it(pa
             assert await add() == KafkaError.producer_fenced
         finally:
             writer.close()
+
+
+async def test_the_end_a_consumer_validates_its_position_against_is_read_as_a_fetch_reads(pair: Pair) -> None:  # noqa: F811
+    """OffsetForLeaderEpoch's end offset, below a consumer's position, sends librdkafka back to it as
+    to a truncated log, as OFFSET_OUT_OF_RANGE sends it to its reset policy: both are read on the
+    primary only once its replicas confirm it (a primary cut off or paused through its failover has
+    a log its successor may have moved past). Unconfirmed, the answer is an error the client retries;
+    confirmed, the end."""
+    await pair.linked()
+    async with running_gateway(test_config(pair.primary.url)) as gw:
+        bs = kafka_bootstrap(gw)
+        await asyncio.to_thread(_create, bs, "t", 1)
+        assert [err for err, _ in await asyncio.to_thread(_produce, bs, [b"a", b"b", b"c"])] == [None] * 3
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.listeners["kafka"].port)
+        try:
+            async def end() -> tuple[int, int]:
+                answer = await call((reader, writer), ApiKey.OFFSET_FOR_LEADER_EPOCH, 4, {
+                    "replica_id": -1, "topics": [{"topic": "t", "partitions": [
+                        {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]})
+                p = answer.topics[0].partitions[0]
+                return int(p.error_code), int(p.end_offset)
+
+            pid = _stopped(pair.replica)
+            try:
+                assert await end() == (KafkaError.kafka_storage_error, -1)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert await end() == (KafkaError.none, 3)
+        finally:
+            writer.close()

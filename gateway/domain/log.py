@@ -571,6 +571,10 @@ class LogService:
         """(log start offset, high watermark)."""
         return await self.store.log.bounds(topic, partition)
 
+    async def confirmed_bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """`bounds`, read as a Fetch reads: confirmed by the replicas (see `LogStore.confirmed_bounds`)."""
+        return await self.store.log.confirmed_bounds(topic, partition)
+
     async def bounds_many(self, parts: list[tuple[str, int]]) -> list[tuple[int, int] | None]:
         """(log start offset, high watermark) of each partition, None for one that does not exist;
         one round trip, for listings of every partition."""

@@ -140,7 +140,8 @@ async def offset_for_leader_epoch(ctx: RequestContext, req: Any) -> Any:
                 continue
             try:
                 await log.check_partition(t.topic, p.partition)
-                _, hw = await log.bounds(t.topic, p.partition)
+                # a consumer seeks back to an end below its position: read as a Fetch reads
+                _, hw = await log.confirmed_bounds(t.topic, p.partition)
                 parts.append({"error_code": KafkaError.none, "partition": p.partition,
                               "leader_epoch": LEADER_EPOCH, "end_offset": hw})
             except Exception as exc:

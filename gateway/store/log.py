@@ -892,6 +892,20 @@ class LogStore:
         return Slice(entries[:max_entries], int(hw), int(start), last_stable_offset(int(hw), open_txns), ranges,
                      int(gen or 0))
 
+    async def confirmed_bounds(self, topic: str, partition: int) -> tuple[int, int]:
+        """`bounds` as a read is answered: once the replicas hold what was read (`_pipeline`), else
+        StorageUnavailable, retriable. For the end offset a consumer validates its position against
+        (OffsetForLeaderEpoch, KIP-320): librdkafka seeks back to an end below its position, as to a
+        truncated log, and an end read from a primary cut off or paused through its failover is one
+        its successor may have moved past (as OFFSET_OUT_OF_RANGE is confirmed, `_end_confirmed`).
+        Kafka answers it from the leader alone (`Partition.lastOffsetForLeaderEpoch`)."""
+        (reply,) = await self._pipeline(keys.log(topic, partition), keys.read_mark(topic, partition),
+                                        [("HMGET", keys.meta(topic, partition), "hw", "start")], True, streams=())
+        hw, start = reply
+        if hw is None:
+            raise TopicNotFound(f"{topic}-{partition} does not exist")
+        return int(start), int(hw)
+
     async def bounds(self, topic: str, partition: int) -> tuple[int, int]:
         """(log start offset, high watermark)."""
         async with storage_errors():
