@@ -11,8 +11,8 @@
   gateway at another address. Lease ends are in Redis's clock (TIME), so gateways' clocks never meet.
 ]]
 local rcall = redis.call
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--- @include "clock"
+local now = redis_now_ms()
 local instance, address = ARGV[2], ARGV[3]
 local host, kport = string.match(address, '^(%S+) (%d+)')
 local here = host .. ':' .. kport

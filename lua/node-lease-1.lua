@@ -9,8 +9,8 @@
   removed), or {13, holder's entry} when another live gateway holds this node id.
 ]]
 local rcall = redis.call
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--- @include "clock"
+local now = redis_now_ms()
 local cur = rcall('HGET', KEYS[1], ARGV[1])
 if cur then
   local ends, inst = string.match(cur, '^(%d+) (%S+)')

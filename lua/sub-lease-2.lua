@@ -12,8 +12,8 @@
   where this node holds (or released) it, else the node id holding it (or the whole subscription).
 ]]
 local rcall = redis.call
-local t = rcall('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--- @include "clock"
+local now = redis_now_ms()
 local node, ttl = ARGV[1], tonumber(ARGV[2])
 
 local function live(entry)

@@ -22,6 +22,7 @@
 ]]
 local rcall = redis.call
 --- @include "txn"
+--- @include "clock"
 
 local k = rcall('HMGET', KEYS[1], 'epoch', 'pid', 'txn', 'timeout')
 local refused = refuse_producer(k, ARGV[2], ARGV[3])
@@ -36,8 +37,7 @@ if state ~= 'OPEN' then
   open_txn(KEYS[5] .. id, KEYS[3], KEYS[4], id, timeout, ARGV[7], k[2], ARGV[3], ARGV[1])
   -- when it opened by Redis's own clock: an EndTxn that reached its gateway before then was meant
   -- for a transaction before this one (txn-end-4)
-  local now = rcall('TIME')
-  rcall('HSET', KEYS[5] .. id, 'opened', string.format('%d', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)))
+  rcall('HSET', KEYS[5] .. id, 'opened', string.format('%d', redis_now_ms()))
   rcall('HSET', KEYS[1], 'txn', id, 'updated', ARGV[7])
 end
 local txn = KEYS[5] .. id
