@@ -61,7 +61,7 @@ from gateway.store import keys, predicted
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.producer_ids import ProducerIds
 from gateway.store.read_batch import ReadBatches
-from gateway.store.replication import READ_CONFIRM_MS, READ_MARK, Replication, by, read_confirmed
+from gateway.store.replication import READ_CONFIRM_MS, READ_MARK, Replication, by, check_read
 from gateway.store.resp import DirectConnections, RespConnection
 from gateway.store.scripts import Scripts
 
@@ -791,21 +791,14 @@ class LogStore:
                         if isinstance(reply, Exception):
                             raise reply
                 if mark:
-                    await self._confirm(log, confirmed, mark)
+                    await self.replication.check_confirmation(log, confirmed, mark)
                 return shaped
             replies = got
             if mark:
-                await self._confirm(log, replies[len(commands):], mark)
+                await self.replication.check_confirmation(log, replies[len(commands):], mark)
         for i in set(streams):
             replies[i] = _direct_entries(replies[i])
         return replies[:len(commands)]
-
-    async def _confirm(self, log: str, confirm: list[Any], mark: int) -> None:
-        """StorageUnavailable (retriable) unless a read's confirming replies (its mark's, its WAIT's and
-        behind Sentinel its ROLE's) say `mark` replicas hold what it read on a primary that stands."""
-        _confirm(log, confirm[1], mark)
-        if len(confirm) > 2 and (why := await self.replication.replaced(self.replication.primary(), confirm[2])):
-            raise StorageUnavailable(f"{log}: what was read may be gone with its primary ({why}); retry")
 
     async def _end_confirmed(self, topic: str, partition: int, offset: int, direct: bool) -> None:
         """StorageUnavailable (retriable) unless the replicas a state change waits for, all of them and
@@ -855,7 +848,7 @@ class LogStore:
             if isinstance(mapped, Exception):
                 raise mapped
             replies[i] = mapped
-        _confirm(log, await acked, mark)
+        check_read(log, await acked, mark)
         return replies[:len(commands)]
 
     async def _read_cleaned(
@@ -1050,13 +1043,6 @@ class LogStore:
         (`ProducerIds`)."""
         async with storage_errors():
             return await self.producer_ids.allocate()
-
-
-def _confirm(log: str, reply: Any, mark: int) -> None:
-    """StorageUnavailable (retriable) unless a read's WAIT `reply` says `mark` replicas hold what it read."""
-    if not read_confirmed(reply, mark):
-        raise StorageUnavailable(f"{log}: what was read is not on {mark} Redis replicas within "
-                                 f"{READ_CONFIRM_MS} ms ({reply}); retry")
 
 
 def _producer_state(raw: bytes) -> tuple[int, list[tuple[int, int, int]]]:

@@ -280,6 +280,13 @@ def read_confirmed(reply: Any, replicas: int) -> bool:
     return isinstance(reply, int) and not isinstance(reply, bool) and reply >= replicas
 
 
+def check_read(key: str, reply: Any, mark: int) -> None:
+    """StorageUnavailable (retriable) unless a read's WAIT `reply` says `mark` replicas hold what it read."""
+    if not read_confirmed(reply, mark):
+        raise StorageUnavailable(f"{key}: what was read is not on {mark} Redis replicas within "
+                                 f"{READ_CONFIRM_MS} ms ({reply}); retry")
+
+
 class Replication:
     """The connections that write for the replicas and wait for them, one per primary, and each
     primary's count of replicas online."""
@@ -487,9 +494,13 @@ class Replication:
             raise StorageUnavailable(f"redis: {key}'s node unreachable to confirm what was read there; retry")
         if not read_confirmed(replies[1], mark):
             self.forget(key)
-            raise StorageUnavailable(f"{key}: what was read is not on {mark} Redis replicas within "
-                                     f"{READ_CONFIRM_MS} ms ({replies[1]}); retry")
-        if role and (why := await self.replaced(self.primary(), replies[2])):
+        await self.check_confirmation(key, replies, mark)
+
+    async def check_confirmation(self, key: str, confirm: list[Any], mark: int) -> None:
+        """StorageUnavailable (retriable) unless a read's confirming replies (its mark's, its WAIT's and
+        behind Sentinel its ROLE's) say `mark` replicas hold what it read on a primary that stands."""
+        check_read(key, confirm[1], mark)
+        if len(confirm) > 2 and (why := await self.replaced(self.primary(), confirm[2])):
             raise StorageUnavailable(f"{key}: what was read may be gone with its primary ({why}); retry")
 
     def forget(self, key: str) -> None:
