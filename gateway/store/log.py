@@ -540,11 +540,11 @@ class LogStore:
             replies = [StorageUnavailable("redis: no connection for a replicated append; retry")] * len(calls)
         return replies
 
-    def hold(self, r: AppendRequest, refusal: Exception) -> None:
+    def hold(self, r: AppendRequest, refusal: GatewayError) -> None:
         """Remember an idempotent batch refused with nothing written (too few replicas in sync, Redis
         full or evicting: `refusal`), for the batches its producer pipelined behind it
         (`_behind_refused`); the oldest of `_HELD` are forgotten."""
-        if r.producer_id < 0 or not isinstance(refusal, GatewayError):
+        if r.producer_id < 0:
             return
         key = (keys.log(r.topic, r.partition), r.producer_id)
         self._refused[key] = (r.producer_epoch, r.base_sequence, type(refusal))
@@ -573,7 +573,7 @@ class LogStore:
         once failed, refuses every batch after (KAFKA_STORAGE_ERROR), here memory is sampled again."""
         key = (keys.log(r.topic, r.partition), r.producer_id)
         held = self._refused.get(key)
-        if r.producer_id < 0 or held is None or held[0] != r.producer_epoch:
+        if held is None or held[0] != r.producer_epoch:  # `_answered` asks for idempotent batches alone
             return None
         async with storage_errors():
             raw: bytes | None = await self.redis.hget(keys.producers(r.topic, r.partition), str(r.producer_id))  # type: ignore[assignment]
