@@ -10,9 +10,9 @@ import asyncio
 import os
 import signal
 import struct
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import confluent_kafka as ck
 import pytest
@@ -77,6 +77,8 @@ async def _produce_once(port: int, value: bytes, timeout_ms: int) -> tuple[int, 
         conn[1].close()
     [p] = answer.responses[0].partition_responses
     return p.error_code, p.base_offset
+
+T = TypeVar("T")
 
 
 def _stopped(node: EmbeddedRedis) -> int:
@@ -226,6 +228,16 @@ async def test_a_batch_behind_one_refused_for_too_few_replicas_is_refused_alike_
     assert [h.base_sequence for h in headers if h.producer_id == 4242] == [0, 1]
 
 
+async def _paused_then_resumed(replica: EmbeddedRedis, ask: Callable[[], Awaitable[T]]) -> tuple[T, T]:
+    """`ask`'s answer with `replica` paused, and again once it resumes."""
+    pid = _stopped(replica)
+    try:
+        paused = await ask()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return paused, await ask()
+
+
 async def test_a_txn_offset_commit_is_refused_invalid_txn_state_only_once_the_replicas_confirm_it(
         pair: Pair) -> None:  # noqa: F811
     """A transaction that lacks the group, read on a primary whose replicas do not confirm it, is not
@@ -252,12 +264,8 @@ async def test_a_txn_offset_commit_is_refused_invalid_txn_state_only_once_the_re
                          "committed_metadata": ""}]}]})
                 return int(answer.topics[0].partitions[0].error_code)
 
-            pid_stopped = _stopped(pair.replica)
-            try:
-                assert await commit_offsets() == KafkaError.coordinator_not_available
-            finally:
-                os.kill(pid_stopped, signal.SIGCONT)
-            assert await commit_offsets() == KafkaError.invalid_txn_state
+            assert await _paused_then_resumed(pair.replica, commit_offsets) == (
+                KafkaError.coordinator_not_available, KafkaError.invalid_txn_state)
         finally:
             writer.close()
 
@@ -287,12 +295,8 @@ async def test_a_fenced_producer_is_told_so_only_once_the_replicas_confirm_it(pa
                     "producer_epoch": first.producer_epoch, "group_id": "g"})
                 return int(answer.error_code)
 
-            pid = _stopped(pair.replica)
-            try:
-                assert await add() == KafkaError.coordinator_not_available
-            finally:
-                os.kill(pid, signal.SIGCONT)
-            assert await add() == KafkaError.producer_fenced
+            assert await _paused_then_resumed(pair.replica, add) == (
+                KafkaError.coordinator_not_available, KafkaError.producer_fenced)
         finally:
             writer.close()
 
@@ -317,11 +321,6 @@ async def test_the_end_a_consumer_validates_its_position_against_is_read_as_a_fe
                 p = answer.topics[0].partitions[0]
                 return int(p.error_code), int(p.end_offset)
 
-            pid = _stopped(pair.replica)
-            try:
-                assert await end() == (KafkaError.kafka_storage_error, -1)
-            finally:
-                os.kill(pid, signal.SIGCONT)
-            assert await end() == (KafkaError.none, 3)
+            assert await _paused_then_resumed(pair.replica, end) == ((KafkaError.kafka_storage_error, -1), (KafkaError.none, 3))
         finally:
             writer.close()

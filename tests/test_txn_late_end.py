@@ -12,12 +12,11 @@ from collections.abc import AsyncIterator
 from urllib.parse import urlparse
 
 import pytest
-from kio.static.primitive import Records
 
-from gateway.formats.records import BatchBuilder
 from tests.conftest import flush, kafka_bootstrap, running_gateway, test_config
 from tests.differential import Side, side
-from tests.test_kafka_differential import T0, create
+from tests.test_kafka_differential import create
+from tests.test_kafka_txn_v2 import _batch
 
 pytestmark = pytest.mark.kafka
 
@@ -54,12 +53,6 @@ async def holding_relay(port: int, marker: bytes) -> AsyncIterator[tuple[int, as
         yield server.sockets[0].getsockname()[1], flowing, held
     finally:
         server.close()
-
-
-def _batch(pid: int, epoch: int, seq: int, value: bytes) -> Records:
-    b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
-    b.append(value, b"k", [], T0)
-    return Records(b.build())
 
 
 async def _begin_and_produce(s: Side, tid: str, pid: int, epoch: int, seq: int, value: bytes) -> None:
