@@ -259,6 +259,10 @@ class Config:
         "in-sync set, whose every "
         "replica acks=all produces, state changes and reads wait for (Kafka's replica.lag.time.max.ms; "
         "Redis's min-replicas-max-lag, 10 s)", check=POSITIVE, metavar="MS")
+    unclean_replica_promotion: bool = setting(
+        False, "behind Sentinel, let a Redis replica out of its primary's in-sync set stay promotable (Kafka's "
+        "unclean.leader.election.enable): by default each gateway gives such a replica replica-priority 0 "
+        "until it is back in the set, so a failover never promotes one lacking acknowledged records")
     log_level: str = setting("INFO", "logging level", check=LOG_LEVEL, metavar="LEVEL")
 
     def __post_init__(self) -> None:

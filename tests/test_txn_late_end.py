@@ -24,10 +24,11 @@ CONCURRENT_TRANSACTIONS = 51
 
 
 @contextlib.asynccontextmanager
-async def holding_relay(port: int, marker: bytes) -> AsyncIterator[tuple[int, asyncio.Event, asyncio.Event]]:
+async def holding_relay(port: int, marker: bytes, *, replies: bool = False,
+                        ) -> AsyncIterator[tuple[int, asyncio.Event, asyncio.Event]]:
     """A TCP relay to the Redis at `port`: (its port, `flowing`, `held`). While `flowing` is clear,
-    what a client sends is held, as a cut link holds it, and `held` is set once a held chunk names
-    `marker`; it goes on, in order, once `flowing` is set again."""
+    what a client sends (with `replies`, what Redis sends it) is held, as a cut link holds it, and
+    `held` is set once a held chunk names `marker`; it goes on, in order, once `flowing` is set again."""
     flowing, held = asyncio.Event(), asyncio.Event()
     flowing.set()
 
@@ -46,7 +47,7 @@ async def holding_relay(port: int, marker: bytes) -> AsyncIterator[tuple[int, as
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
-        await asyncio.gather(pump(reader, up_writer, True), pump(up_reader, writer, False))
+        await asyncio.gather(pump(reader, up_writer, not replies), pump(up_reader, writer, replies))
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     try:

@@ -60,7 +60,7 @@ async def wired_services(config: Config, store: Store, registry: Registry) -> As
     reverse order of their building; the store, the caller's, closes after."""
     async with contextlib.AsyncExitStack() as closing:
         store.replication.configure(config.state_min_insync_replicas, config.state_replication_timeout_ms,
-                                    config.replica_lag_max_ms)
+                                    config.replica_lag_max_ms, config.unclean_replica_promotion)
         await store.replication.learn()
         with contextlib.suppress(GatewayError):  # else the first producer reserves them
             await store.log.producer_ids.reserve()  # (`ProducerIds`)

@@ -369,6 +369,11 @@ def broker_config(node_id: int) -> str:
     return f"gw:broker-config:{node_id}"
 
 
+DEMOTED_REPLICAS = "gw:demoted-replicas"
+"""Hash, on a Sentinel-watched primary: replica "host:port" -> the `replica-priority` it had before a
+gateway set it to 0 while it was out of the in-sync set (`promotion.py`), to be given back."""
+
+
 CLIENT_METRICS = "gw:client-metrics"
 """String: msgpack {v: version, c: subscription name -> {config name -> value}}, KIP-714's client-metrics
 subscriptions (the CLIENT_METRICS config resources); the version is the one clients' state was built on."""

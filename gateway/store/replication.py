@@ -60,6 +60,7 @@ from redis.exceptions import RedisClusterException, ResponseError
 from gateway.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, StorageUnavailable
 from gateway.store import keys
 from gateway.store.connection import UNAVAILABLE, RedisClient, SentinelRedis, storage_errors, storage_full
+from gateway.store.promotion import Promotion
 from gateway.store.resp import DirectConnections, RespConnection, RespError
 from gateway.store.scripts import Scripts, ScriptSpec
 
@@ -132,12 +133,17 @@ class PrimaryStatus:
         return sum(1 for r in self.replicas if r.state == "online")
 
     def in_sync(self, lag_max_ms: int, caught_up: Mapping[str, float] | None = None, now: float = 0.0) -> int:
-        """The replicas in the primary's in-sync set: online, acknowledged within `lag_max_ms` (Redis's
-        `lag`, whole seconds since the replica's last REPLCONF ACK, sent every second; compared as
-        Redis compares it with `min-replicas-max-lag`, refreshGoodReplicasCount), and, given when each
-        last caught up (`caught_up`, on the clock of `now`), caught up within it too."""
-        return sum(1 for r in self.replicas if r.state == "online" and r.lag_seconds * 1000 <= lag_max_ms
-                   and (caught_up is None or now - caught_up.get(r.address, now) <= lag_max_ms / 1000))
+        """How many replicas are in the primary's in-sync set (`in_sync_set`)."""
+        return len(self.in_sync_set(lag_max_ms, caught_up, now))
+
+    def in_sync_set(self, lag_max_ms: int, caught_up: Mapping[str, float] | None = None,
+                    now: float = 0.0) -> list[str]:
+        """The addresses of the replicas in the primary's in-sync set: online, acknowledged within
+        `lag_max_ms` (Redis's `lag`, whole seconds since the replica's last REPLCONF ACK, sent every
+        second; compared as Redis compares it with `min-replicas-max-lag`, refreshGoodReplicasCount),
+        and, given when each last caught up (`caught_up`, on the clock of `now`), caught up within it too."""
+        return [r.address for r in self.replicas if r.state == "online" and r.lag_seconds * 1000 <= lag_max_ms
+                and (caught_up is None or now - caught_up.get(r.address, now) <= lag_max_ms / 1000)]
 
     def caught_up(self, before: tuple[int, Mapping[str, float]] | None, now: float) -> dict[str, float]:
         """When each online replica last held everything its primary had at the read before (`before`:
@@ -306,13 +312,19 @@ class Replication:
         self.state_min_insync = 2
         self.state_timeout_ms = 5_000
         self.replica_lag_max_ms = REPLICA_LAG_MAX_MS
+        # behind Sentinel, replicas out of the in-sync set kept from promotion (`promotion.py`)
+        self.promotion = Promotion(redis, self.connections) if self.vouching else None
 
     def configure(self, state_min_insync: int, state_timeout_ms: int,
-                  replica_lag_max_ms: int = REPLICA_LAG_MAX_MS) -> None:
+                  replica_lag_max_ms: int = REPLICA_LAG_MAX_MS, unclean_promotion: bool = False) -> None:
         """How many copies (the primary's included) a durable state change waits for at least, how
-        long, and how long a replica may go unheard and stay in its primary's in-sync set."""
+        long, how long a replica may go unheard and stay in its primary's in-sync set, and whether
+        the Sentinels may promote one out of it."""
         self.state_min_insync, self.state_timeout_ms = state_min_insync, state_timeout_ms
         self.replica_lag_max_ms = replica_lag_max_ms
+        if unclean_promotion and self.promotion is not None:
+            self.promotion.close()
+            self.promotion = None
 
     async def online(self, key: str, until: float | None = None) -> int:
         """The replicas of `key`'s node that are online (INFO replication), read again after a second;
@@ -353,8 +365,11 @@ class Replication:
         status = primary_status("", info)
         caught_up = status.caught_up(self._caught_up.get(addr), now)
         self._caught_up[addr] = (status.offset, caught_up)
-        online, in_sync = status.online, status.in_sync(self.replica_lag_max_ms, caught_up, now)
+        in_sync_set = status.in_sync_set(self.replica_lag_max_ms, caught_up, now)
+        online, in_sync = status.online, len(in_sync_set)
         self._online[addr] = (now, online, in_sync)
+        if self.promotion is not None:
+            self.promotion.settle(addr, [r.address for r in status.replicas], in_sync_set)
         # a primary first seen now (promoted in a failover) is owed the replicas its predecessors had:
         # read as it takes over, it may not have them back yet
         self._most[addr] = max(online, self._most.get(addr, max(self._most.values(), default=0)))
@@ -629,6 +644,8 @@ class Replication:
         return reply
 
     def close(self) -> None:
+        if self.promotion is not None:
+            self.promotion.close()
         self.connections.close()
 
 

@@ -342,7 +342,21 @@ class DirectConnections:
         self._conns[addr] = conn
         return conn
 
-    async def _connect(self, addr: tuple[str, int]) -> RespConnection:
+    async def on_node(self, addr: tuple[str, int], commands: list[tuple[Any, ...]],
+                      timeout: float = 2.0) -> list[Any]:
+        """`commands`' replies from the node at `addr`, whatever its role (a replica's own settings:
+        `promotion.py`), on a connection opened for them with this client's credentials and TLS and
+        closed after. OSError, TimeoutError or the node's RespError when it cannot be had."""
+        conn = await self._connect(addr, primary=False)
+        try:
+            async with asyncio.timeout(timeout):
+                return await conn.pipeline(commands)
+        finally:
+            conn.close()
+
+    async def _connect(self, addr: tuple[str, int], *, primary: bool = True) -> RespConnection:
+        """A connection to `addr`: with `primary`, one that has the preloaded scripts and, behind
+        Sentinel, is refused unless its node is a primary."""
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(2.0):
             if self._path:
@@ -357,12 +371,13 @@ class DirectConnections:
             if self._db:
                 hello.append(("SELECT", self._db))
             hello.append(("CLIENT", "SETNAME", self._name))  # for CLIENT LIST readers
-            hello += [("SCRIPT", "LOAD", source) for source in self._preload]
-            if self._sentinel is not None:
+            checked = primary and self._sentinel is not None
+            hello += [("SCRIPT", "LOAD", source) for source in self._preload] if primary else []
+            if checked:
                 hello.append(("ROLE",))
             conn.address = addr
             replies = await conn.pipeline(hello)
-            if self._sentinel is not None and not isinstance(replies[-1], RespError) and replies[-1][0] != b"master":
+            if checked and not isinstance(replies[-1], RespError) and replies[-1][0] != b"master":
                 replies.append(RespError(f"{addr[0]}:{addr[1]} is no primary now"))
             for reply in replies:
                 if isinstance(reply, RespError):
