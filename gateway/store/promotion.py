@@ -67,14 +67,17 @@ class Promotion:
     async def _settle(self, replicas: Sequence[str], in_sync: Collection[str]) -> None:
         async with storage_errors():
             kept = {_text(k): int(v) for k, v in (await self._redis.hgetall(keys.DEMOTED_REPLICAS)).items()}
-        for address in replicas:
-            if address in in_sync:
-                if address in kept:
-                    await self._restore(address, kept[address])
-            elif address in kept:
-                await self._on(address, ("CONFIG", "SET", _PRIORITY, 0))  # again: it may have restarted
-            else:
-                await self._demote(address)
+        await asyncio.gather(*(self._one(address, address in in_sync, kept.get(address)) for address in replicas))
+
+    async def _one(self, address: str, in_sync: bool, kept: int | None) -> None:
+        """One replica's priority set (each on its own: one that does not answer holds up no other)."""
+        if in_sync:
+            if kept is not None:
+                await self._restore(address, kept)
+        elif kept is not None:
+            await self._on(address, ("CONFIG", "SET", _PRIORITY, 0))  # again: it may have restarted
+        else:
+            await self._demote(address)
 
     async def _demote(self, address: str) -> None:
         """Priority 0 for a replica out of the set, its own kept on the primary first: a gateway
