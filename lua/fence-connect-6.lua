@@ -2,7 +2,8 @@
   Connect with a transaction key: bump its epoch, fence the older epoch, abort its open transaction;
   or, for the incarnation that holds the key now, carry on in its epoch.
   KEYS[1] key      the transaction key's hash: epoch, pid, txn, inc (incarnation), last (the epoch a
-                   Kafka producer held before its coordinator moved it on: txn-end-4), created, updated
+                   Kafka producer held before its coordinator moved it on: txn-end-4), created, updated,
+                   connected (when a connect last handed its epoch out, by Redis's clock)
   KEYS[2] index    set of every transaction key
   KEYS[3] oldtxn   the hash of the transaction the caller saw open on the key (any name if none)
   KEYS[4] open     the coordinator's sorted set of unfinished transactions
@@ -21,9 +22,16 @@
                    one that held the key before is a zombie
   ARGV[8] keep     "1": the presented epoch, when the current one, becomes the key's last (Kafka's
                    InitProducerId, KIP-360), kept while the producer id is; any other connect forgets it
+  ARGV[9] arrived  when the caller's request reached its gateway (the deployment's clock, Redis's), ""
+                   for none: a new producer's connect (epoch -1) that arrived before the key's epoch
+                   was last handed out is one its producer gave up on and sent again, held up on its
+                   way here; its bump would fence the producer that the resend answered (the soak's
+                   cluster:625580613, InitProducerId held 5.7 s behind a slow link to Redis)
   Returns {0, epoch, pid, aborted txn id or ""}, or {code}: 13 a stale epoch (the caller is a zombie),
-  24 the key's open transaction changed since the caller looked (look again and retry).
+  24 the key's open transaction changed since the caller looked (look again and retry), {24, "",
+  "late"} a connect that arrived before the current epoch was handed out (refused, retriably).
 ]]
+--- @include "clock"
 local rcall = redis.call
 local cur = rcall('HMGET', KEYS[1], 'epoch', 'pid', 'txn', 'inc', 'last')
 if ARGV[7] ~= '' and cur[1] then
@@ -31,6 +39,10 @@ if ARGV[7] ~= '' and cur[1] then
   if rcall('HEXISTS', KEYS[6], ARGV[7]) == 1 then return {13} end
 end
 local presented = tonumber(ARGV[2])
+if presented == -1 and ARGV[9] ~= '' and cur[1] then
+  local connected = rcall('HGET', KEYS[1], 'connected')
+  if connected and tonumber(ARGV[9]) < tonumber(connected) then return {24, '', 'late'} end
+end
 if cur[1] and presented ~= -1 and (cur[5] or '') ~= '' and presented == tonumber(cur[5])
     and (cur[3] or '') == ARGV[3] and (ARGV[3] == '' or rcall('HGET', KEYS[3], 'state') ~= 'OPEN') then
   return {0, tonumber(cur[1]), cur[2], ''}
@@ -62,6 +74,6 @@ if cur[4] and cur[4] ~= '' then rcall('HSET', KEYS[6], cur[4], cur[1]) end
 local last = ''
 if ARGV[8] == '1' and presented ~= -1 and pid == cur[2] then last = string.format('%d', presented) end
 rcall('HSET', KEYS[1], 'epoch', string.format('%d', epoch), 'pid', pid, 'txn', '', 'inc', ARGV[7],
-  'updated', ARGV[4], 'last', last)
+  'updated', ARGV[4], 'last', last, 'connected', string.format('%d', redis_now_ms()))
 rcall('SADD', KEYS[2], ARGV[1])
 return {0, epoch, pid, aborted}

@@ -35,6 +35,7 @@
 ]]
 local rcall = redis.call
 --- @include "txn"
+--- @include "clock"
 
 local id = ARGV[1]
 local bump = ARGV[7] == '1'
@@ -92,7 +93,9 @@ if state == 'OPEN' then
       k = {}
     end
   end
-  rcall('HSET', txn, 'state', state, 'updated', ARGV[5])
+  -- decided when, by Redis's own clock: an AddPartitionsToTxn or AddOffsetsToTxn that reached its
+  -- gateway before then was meant for this transaction, not a next one (txn-join-5)
+  rcall('HSET', txn, 'state', state, 'updated', ARGV[5], 'decided', string.format('%d', redis_now_ms()))
   rcall('ZADD', KEYS[2], 0, id)
   rcall('XADD', KEYS[3], 'MAXLEN', '~', 100000, '*', 'op', 'UPDATE', 'txn', id, 'state', state)
 elseif state ~= want and state ~= done then

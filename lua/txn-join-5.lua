@@ -16,9 +16,15 @@
   ARGV[8] kind     "partition" or "subscription"
   ARGV[9] suffix   what the set of that kind's members adds to the transaction's hash name
   ARGV[10] items   the members to add, separated by newlines
+  ARGV[11] arrived when the caller's request reached its gateway (the deployment's clock, Redis's), ""
+                   for none: with no transaction open, one that arrived before the key's last
+                   transaction was decided (txn-end-4) was meant for that one, held up on its way
+                   here while its producer sent it again and went on; it would open a transaction
+                   its producer knows nothing of, aborted at its timeout, fencing the producer
   Returns {0, transaction id, number newly added}; or {13, why, key's epoch} when the caller is not
-  the key's producer (see refuse_producer), {24, id} when its transaction is still ending, {18,
-  timeout} when the key's timeout is over the maximum.
+  the key's producer (see refuse_producer), {24, id} when its transaction is still ending or the
+  request came before it was decided (refused, retriably), {18, timeout} when the key's timeout is
+  over the maximum.
 ]]
 local rcall = redis.call
 --- @include "txn"
@@ -31,6 +37,10 @@ local id = k[3] or ''
 local state = id ~= '' and rcall('HGET', KEYS[5] .. id, 'state') or nil
 if state == 'COMMITTING' or state == 'ABORTING' then return {24, id} end
 if state ~= 'OPEN' then
+  if ARGV[11] ~= '' and state then
+    local decided = rcall('HGET', KEYS[5] .. id, 'decided')
+    if decided and tonumber(ARGV[11]) < tonumber(decided) then return {24, id} end
+  end
   local timeout = tonumber(k[4] or '0') > 0 and k[4] or ARGV[5]
   if tonumber(timeout) > tonumber(ARGV[6]) then return {18, timeout} end
   id = ARGV[4] .. ':' .. rcall('INCR', KEYS[2])

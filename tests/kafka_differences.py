@@ -111,6 +111,21 @@ FIRST_SEQUENCE = Allowed("OUT_OF_ORDER_SEQUENCE_NUMBER (45)", "A producer's firs
 LATE_END_TXN = Allowed("CONCURRENT_TRANSACTIONS (51)", "A V1 EndTxn older than the transaction it would end is refused",
                        "Kafka's V1 coordinator ends the next transaction with it, records without offsets")
 
+# a new producer's InitProducerId that reached its gateway before the transactional.id's epoch was handed out
+LATE_INIT_PRODUCER_ID = Allowed("CONCURRENT_TRANSACTIONS (51)",
+                                "An InitProducerId older than the transactional.id's epoch is refused",
+                                "run after the resend that was answered, it would fence the producer it answered")
+
+# an AddPartitionsToTxn or AddOffsetsToTxn that reached its gateway before the last transaction was decided
+LATE_TXN_JOIN = Allowed("CONCURRENT_TRANSACTIONS (51)",
+                        "An AddPartitionsToTxn or AddOffsetsToTxn older than the producer's last transaction",
+                        "it would open a transaction its producer knows nothing of, whose timeout fences it")
+
+# a V1 TxnOffsetCommit that reached its gateway before the producer's current transaction opened
+LATE_TXN_OFFSET_COMMIT = Allowed("CONCURRENT_TRANSACTIONS (51)",
+                                 "A V1 TxnOffsetCommit older than the transaction it finds is refused",
+                                 "it would stage older offsets in the next transaction: the group's offset going back")
+
 # min.insync.replicas above the replication factor: Kafka caps it (KIP-966), the gateway counts Redis replicas
 UNCAPPED_MIN_INSYNC = Allowed("NOT_ENOUGH_REPLICAS (19)", "`min.insync.replicas` above the replication factor is not capped",
                               "the factor names gateways, which copy nothing; Redis replicas are the copies")

@@ -31,6 +31,9 @@ from tests.kafka_differences import (
     FOUND,
     INTERNAL_TOPICS,
     LATE_END_TXN,
+    LATE_INIT_PRODUCER_ID,
+    LATE_TXN_JOIN,
+    LATE_TXN_OFFSET_COMMIT,
     MIN_INSYNC,
     OWN_TOPIC_CONFIGS,
     REMOTE_READ_FAILURE,
@@ -1312,7 +1315,8 @@ def test_the_allowed_differences_are_the_documented_ones() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "kafka-differences.md").read_text()
     assert [a.doc for a in (*ALLOWED, INTERNAL_TOPICS, ANSWERS_INSTEAD_OF_CLOSING, OWN_TOPIC_CONFIGS, MIN_INSYNC,
                           CLIENT_TELEMETRY, REMOTE_READ_FAILURE, FIRST_SEQUENCE, BEHIND_A_REFUSAL,
-                          UNCAPPED_MIN_INSYNC, LATE_END_TXN)
+                          UNCAPPED_MIN_INSYNC, LATE_END_TXN, LATE_INIT_PRODUCER_ID,
+                          LATE_TXN_JOIN, LATE_TXN_OFFSET_COMMIT)
             if a.doc not in doc] == []
     assert [n for n in FOUND if f"`{n}`" not in doc] == []
     assert [what for what in WIRE_FOUND.values() if what not in doc] == []

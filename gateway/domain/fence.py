@@ -54,11 +54,13 @@ class FenceService:
     async def connect(
         self, owner: str, key: str, epoch: int = -1, *, max_epoch: int = NATIVE_MAX_EPOCH,
         on_fenced: Callable[[], None] | None = None, incarnation: str = "", keep_last: bool = False,
+        arrived_ms: int | None = None,
     ) -> Connected:
         """Take the key for a new epoch. `epoch` is the last one this caller was given (-1: a new task);
         any other stale epoch is refused with NotAllowed, but the key's last epoch, which carries on in
         its current one (a Kafka producer's InitProducerId after its coordinator moved the epoch on,
-        KIP-360). With `keep_last` the presented current epoch becomes the key's last.
+        KIP-360). With `keep_last` the presented current epoch becomes the key's last. `arrived_ms`: when
+        the request reached this gateway, for a new producer (`FenceStore.connect`: a late one is refused).
 
         With an `incarnation` (a name for one run of a task whose processes come and go, like a Spark
         query's run id): the incarnation holding the key carries on in its epoch, a new one takes a
@@ -71,8 +73,8 @@ class FenceService:
             new_pid = await self.log_store.allocate_producer_id()
             try:
                 new_epoch, pid, aborted = await self.keys.connect(
-                    name, epoch, state.txn if state else "", new_pid, max_epoch, incarnation, keep_last
-                )
+                    name, epoch, state.txn if state else "", new_pid, max_epoch, incarnation, keep_last,
+                    arrived_ms)
             except Retry:
                 continue
             break

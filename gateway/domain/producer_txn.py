@@ -130,10 +130,14 @@ class TransactionalProducers:
             return 0
         return max(1, await self.features.level(TRANSACTION_VERSION))
 
-    async def init(self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
+    async def init(self, transactional_id: str, timeout_ms: int, producer_id: int = -1, epoch: int = -1,
+                   arrived_ms: int | None = None) -> tuple[int, int]:
         """(producer id, epoch) for a (re)starting transactional producer; fences the older one. A
         producer presenting another producer id than the transactional.id's is fenced, as by Kafka's
-        TransactionCoordinator.handleInitProducerId (isValidProducerId)."""
+        TransactionCoordinator.handleInitProducerId (isValidProducerId). A new producer's request
+        that reached this gateway (`arrived_ms`) before the key's epoch was last handed out is
+        ConcurrentTransactions (retriable): its producer sent it again and was answered, and this one,
+        held up on its way to Redis, would fence it (`FenceStore.connect`)."""
         self.coordinator.check_timeout(timeout_ms)
         await self.coordinator.settled(full_key("", transactional_id))
         state = await self.fence.get("", transactional_id)
@@ -143,7 +147,8 @@ class TransactionalProducers:
                 raise ProducerFenced(f"producer id {producer_id} is not {transactional_id!r}'s")
             presented = epoch
         try:
-            conn = await self.fence.connect("", transactional_id, presented, max_epoch=KAFKA_MAX_EPOCH, keep_last=True)
+            conn = await self.fence.connect("", transactional_id, presented, max_epoch=KAFKA_MAX_EPOCH, keep_last=True,
+                                            arrived_ms=arrived_ms)
         except NotAllowed as exc:
             raise ProducerFenced(str(exc)) from exc
         await self.fence.set_timeout("", transactional_id, timeout_ms)
@@ -160,11 +165,14 @@ class TransactionalProducers:
         return state
 
     async def _join(self, transactional_id: str, producer_id: int, epoch: int, kind: str, members: list[str],
-                    expect: list[tuple[str, int]] | None = None) -> None:
+                    expect: list[tuple[str, int]] | None = None, arrived_ms: int | None = None) -> None:
         """Add to the producer's open transaction, begun now if there is none: one step that checks
-        the producer against its transactional.id too (after `expect`'s partitions expect it)."""
+        the producer against its transactional.id too (after `expect`'s partitions expect it). A
+        request that reached this gateway (`arrived_ms`) before the producer's last transaction was
+        decided, with none open now, is ConcurrentTransactions (`TxnStore.join`)."""
         try:
-            await self.coordinator.join(full_key("", transactional_id), producer_id, epoch, kind, members, expect)
+            await self.coordinator.join(full_key("", transactional_id), producer_id, epoch, kind, members, expect,
+                                        arrived_ms)
         except ProducerRefused as exc:
             raise _refused(exc, transactional_id, producer_id, epoch) from None
         except ConcurrentTransactions as exc:
@@ -176,14 +184,14 @@ class TransactionalProducers:
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: list[tuple[str, int]],
-        *, verified: bool = False,
+        *, verified: bool = False, arrived_ms: int | None = None,
     ) -> None:
         """Add partitions to the producer's transaction. `verified` (transactions V1, whose Produce
         is checked: `LogService.append`'s verify_txn): each partition is told first to expect the
         transaction's first batch, so that a batch arriving after the transaction ended (and its
         marker removed the expectation) opens nothing, as KIP-890 part 1's verification refuses it."""
         await self._join(transactional_id, producer_id, epoch, "partition", [part_member(t, p) for t, p in partitions],
-                         expect=partitions if verified else None)
+                         expect=partitions if verified else None, arrived_ms=arrived_ms)
 
     async def late_write_error(self, transactional_id: str, producer_id: int, epoch: int) -> GatewayError:
         """Why a transactional batch the partition did not expect is refused: its producer's epoch
@@ -203,8 +211,10 @@ class TransactionalProducers:
         inside = set(info.partitions) if info is not None and info.state == "OPEN" else set()
         return {p: p in inside for p in partitions}
 
-    async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str) -> None:
-        await self._join(transactional_id, producer_id, epoch, "subscription", [sub_member(OFFSETS_TOPIC, 0, group_id)])
+    async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group_id: str,
+                          arrived_ms: int | None = None) -> None:
+        await self._join(transactional_id, producer_id, epoch, "subscription", [sub_member(OFFSETS_TOPIC, 0, group_id)],
+                         arrived_ms=arrived_ms)
 
     async def commit_offsets(
         self,
@@ -217,10 +227,15 @@ class TransactionalProducers:
         generation: int = -1,
         member_id: str = "",
         instance_id: str | None = None,
+        arrived_ms: int | None = None,
     ) -> None:
+        """Stage the offsets in the producer's open transaction, which the group was added to. A
+        request that reached this gateway (`arrived_ms`) before that transaction opened is
+        ConcurrentTransactions: held up on its way to Redis, it meant one before, and would stage
+        older offsets in this one."""
         # the producer's transaction and the group's member, read side by side, then the staging
         current = self.coordinator.current(full_key("", transactional_id), producer_id, epoch,
-                                           (OFFSETS_TOPIC, 0, group_id))
+                                           (OFFSETS_TOPIC, 0, group_id), arrived_ms)
         member = self._check_member(group_id, generation, member_id, instance_id) \
             if member_id or generation >= 0 else asyncio.sleep(0)
         found, checked = await asyncio.gather(current, member, return_exceptions=True)

@@ -160,20 +160,23 @@ class TransactionCoordinator:
             await asyncio.wait((finishing,))
 
     async def join(self, key: str, producer_id: int, epoch: int, kind: str, members: list[str],
-                   expect: list[tuple[str, int]] | None = None) -> str:
+                   expect: list[tuple[str, int]] | None = None, arrived_ms: int | None = None) -> str:
         """Add members (`part_member`s or `sub_member`s by `kind`) to the current transaction of the
         transaction key `key` (full name), opened first when there is none, checking the caller is
         the key's producer in the same step (the store's ProducerRefused when not). `expect`: the
-        partitions told first to expect the producer's batches (`TxnStore.join`)."""
+        partitions told first to expect the producer's batches; `arrived_ms`: when the request came
+        (`TxnStore.join`: a late one is refused)."""
         await self.settled(key)
         return await self.txns.join(key, producer_id, epoch, self.coordinator_id, self.default_timeout_ms,
-                                    self.max_timeout_ms, kind, members, expect=expect)
+                                    self.max_timeout_ms, kind, members, expect=expect, arrived_ms=arrived_ms)
 
-    async def current(self, key: str, producer_id: int, epoch: int, sub: tuple[str, int, str]) -> tuple[str, str, bool]:
+    async def current(self, key: str, producer_id: int, epoch: int, sub: tuple[str, int, str],
+                      arrived_ms: int | None = None) -> tuple[str, str, bool]:
         """(id, state, whether subscription `sub` is in it) of transaction key `key`'s current
-        transaction ("", "", False: none), checking the caller is its producer in the same step."""
+        transaction ("", "", False: none), checking the caller is its producer in the same step, and
+        that it opened before the request came (`arrived_ms`, `TxnStore.current`)."""
         await self.settled(key)
-        return await self.txns.current(key, producer_id, epoch, "subscription", sub_member(*sub))
+        return await self.txns.current(key, producer_id, epoch, "subscription", sub_member(*sub), arrived_ms)
 
     async def end_current(
         self, key: str, producer_id: int, epoch: int, commit: bool, *, bump: bool = False,

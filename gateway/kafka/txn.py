@@ -69,7 +69,13 @@ async def _may_write(ctx: RequestContext, transactional_id: str) -> bool:
 
 
 async def init_transactional(ctx: RequestContext, req: Any) -> Any:
-    """InitProducerId with a transactional.id (called by the InitProducerId handler)."""
+    """InitProducerId with a transactional.id (called by the InitProducerId handler). One that reached
+    this gateway before the transactional.id's epoch was last handed out is refused
+    CONCURRENT_TRANSACTIONS, which the producer retries: it is a request its producer gave up on and
+    sent again elsewhere, answered first, and held up on its way to Redis it would fence that
+    producer (Kafka's one coordinator runs a resend after the request it replaces; listed in
+    docs/kafka-differences.md)."""
+    arrived = now_ms()
     cls = codec.response_class(ApiKey.INIT_PRODUCER_ID, ctx.api_version)
     if not await _may_write(ctx, req.transactional_id):
         return codec.build(cls, {"error_code": KafkaError.transactional_id_authorization_failed,
@@ -82,8 +88,8 @@ async def init_transactional(ctx: RequestContext, req: Any) -> Any:
                                  "producer_id": -1, "producer_epoch": -1})
     try:
         pid, epoch = await ctx.services.txn_producers.init(
-            req.transactional_id, timeout_ms, getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
-        )
+            req.transactional_id, timeout_ms, getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1),
+            arrived_ms=arrived)
     except Exception as exc:
         return codec.build(cls, {"error_code": txn_error(ctx, exc), "producer_id": -1, "producer_epoch": -1})
     return codec.build(cls, {"error_code": KafkaError.none, "producer_id": pid, "producer_epoch": epoch})
@@ -135,6 +141,7 @@ def _as_dicts(results: TopicResults) -> list[dict[str, Any]]:
 async def _add_one(
     ctx: RequestContext, tid: str, pid: int, epoch: int, verify_only: bool, topics: Any
 ) -> TopicResults:
+    arrived = now_ms()  # one that came before the producer's last transaction was decided was meant for it
     wanted: list[tuple[str, int]] = [(t.name, p) for t in topics for p in t.partitions]
     errors: dict[tuple[str, int], KafkaError] = {}
     txn_allowed = await _may_write(ctx, tid)
@@ -172,7 +179,7 @@ async def _add_one(
             errors.update({p: KafkaError.operation_not_attempted for p in good})
         else:
             # a client's AddPartitionsToTxn is transactions V1's: its Produce is verified (KIP-890 part 1)
-            await tp.add_partitions(tid, pid, epoch, good, verified=True)
+            await tp.add_partitions(tid, pid, epoch, good, verified=True, arrived_ms=arrived)
     except Exception as exc:
         code = txn_error(ctx, exc)
         errors.update({p: code for p in good})
@@ -181,6 +188,9 @@ async def _add_one(
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
 async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> Any:
+    """One that reached this gateway before the producer's last transaction was decided, with none
+    open now, was meant for that one: refused CONCURRENT_TRANSACTIONS (`TxnStore.join`)."""
+    arrived = now_ms()
     cls = codec.response_class(ApiKey.ADD_OFFSETS_TO_TXN, ctx.api_version)
     if not await _may_write(ctx, req.transactional_id):
         return codec.build(cls, {"error_code": KafkaError.transactional_id_authorization_failed})
@@ -188,7 +198,7 @@ async def add_offsets_to_txn(ctx: RequestContext, req: Any) -> Any:
         return codec.build(cls, {"error_code": KafkaError.group_authorization_failed})
     try:
         await ctx.services.txn_producers.add_offsets(req.transactional_id, req.producer_id, req.producer_epoch,
-                                                  req.group_id)
+                                                  req.group_id, arrived_ms=arrived)
     except Exception as exc:
         return codec.build(cls, {"error_code": txn_error(ctx, exc)})
     return codec.build(cls, {"error_code": KafkaError.none})
@@ -221,11 +231,14 @@ async def txn_offset_commit(ctx: RequestContext, req: Any) -> Any:
         try:
             if ctx.api_version >= TXN_V2_TXN_OFFSET_COMMIT:
                 await ctx.services.txn_producers.add_offsets(req.transactional_id, req.producer_id,
-                                                             req.producer_epoch, req.group_id)
+                                                             req.producer_epoch, req.group_id, arrived_ms=now)
             await ctx.services.txn_producers.commit_offsets(
                 req.transactional_id, req.producer_id, req.producer_epoch, req.group_id, offsets,
                 generation=getattr(req, "generation_id", -1), member_id=getattr(req, "member_id", "") or "",
                 instance_id=getattr(req, "group_instance_id", None),
+                # V1's: one older than the transaction it finds meant one before (V2's is fenced by
+                # the epoch each end moves on, and may have opened this one just now)
+                arrived_ms=now if ctx.api_version < TXN_V2_TXN_OFFSET_COMMIT else None,
             )
         except Exception as exc:
             code = txn_error(ctx, exc)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from gateway.clock import now_ms
-from gateway.errors import ErrorCode, error_for
+from gateway.errors import ConcurrentTransactions, ErrorCode, error_for
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
 from gateway.store.scripts import Scripts
@@ -67,18 +67,25 @@ class FenceStore:
 
     async def connect(
         self, name: str, epoch: int, seen_txn: str, new_pid: int, max_epoch: int, incarnation: str = "",
-        keep_last: bool = False,
+        keep_last: bool = False, arrived_ms: int | None = None,
     ) -> tuple[int, int, str]:
         """(new epoch, producer id, id of the transaction aborted by this connect or ""). With
-        `keep_last` a presented current epoch stays the key's last (see fence-connect-6)."""
+        `keep_last` a presented current epoch stays the key's last (see fence-connect-6). A new
+        producer's connect whose request reached its gateway (`arrived_ms`, the deployment's clock)
+        before the key's epoch was last handed out is ConcurrentTransactions: a resend was answered
+        first, and this late one would fence it."""
         async with storage_errors():
             reply = await self.scripts.call(
                 "fence-connect-6",
                 [keys.txn_key(name), keys.TXN_KEYS, keys.txn(seen_txn or "-"), keys.TXN_OPEN, keys.TXN_LOG,
                  keys.txn_key_incarnations(name)],
-                # name, epoch, seen, now, new_pid, max_epoch, inc, keep_last
-                [name, epoch, seen_txn, now_ms(), new_pid, max_epoch, incarnation, 1 if keep_last else 0],
+                # name, epoch, seen, now, new_pid, max_epoch, inc, keep_last, arrived
+                [name, epoch, seen_txn, now_ms(), new_pid, max_epoch, incarnation, 1 if keep_last else 0,
+                 "" if arrived_ms is None else arrived_ms],
             )
+        if len(reply) > 2 and reply[2] == b"late":
+            raise ConcurrentTransactions(f"transaction key {name!r}: this request arrived before its current "
+                                         "epoch was handed out; retry")
         r = _code(reply, name)
         return int(r[1]), int(r[2]), r[3].decode()
 

@@ -150,33 +150,40 @@ class TxnStore:
     async def join(
         self, name: str, producer_id: int, epoch: int, coordinator: int, timeout_ms: int, max_timeout_ms: int,
         kind: str, members: list[str], *, expect: list[tuple[str, int]] | None = None,
+        arrived_ms: int | None = None,
     ) -> str:
         """Add members of `kind` to the open transaction of transaction key `name`, opening one first
         when it has none; its id. ProducerRefused unless the caller is the key's producer. With
         `expect` (V1's AddPartitionsToTxn), those partitions are first told to let the producer's
         transactional batches open its transaction there (txn-expect-2), in one round trip before the
-        join's, as txn-expect-2 requires the join to follow them."""
+        join's, as txn-expect-2 requires the join to follow them. `arrived_ms`: when the request
+        reached this gateway (the deployment's clock); with none open, a request that came before the
+        key's last transaction was decided is ConcurrentTransactions: it was meant for that one, and
+        would open a transaction its producer knows nothing of (see txn-join-5)."""
         join = ("txn-join-5", [keys.txn_key(name), keys.TXN_SEQ, keys.TXN_OPEN, keys.TXN_LOG, keys.txn("")],
-                # name, pid, epoch, coord, timeout, max, now, kind, suffix, items
+                # name, pid, epoch, coord, timeout, max, now, kind, suffix, items, arrived
                 [name, producer_id, epoch, coordinator, timeout_ms, max_timeout_ms, now_ms(), kind, _SETS[kind],
-                 "\n".join(members)])
+                 "\n".join(members), "" if arrived_ms is None else arrived_ms])
         async with storage_errors():
             if expect:
                 self._expected(expect, await self.scripts.call_many(self._expect_calls(expect, producer_id, epoch)))
             reply = await self.scripts.call(*join)
         return str(_check(reply, name)[1].decode())
 
-    async def current(self, name: str, producer_id: int, epoch: int, kind: str, member: str) -> tuple[str, str, bool]:
+    async def current(self, name: str, producer_id: int, epoch: int, kind: str, member: str,
+                      arrived_ms: int | None = None) -> tuple[str, str, bool]:
         """(id, state, whether `member` of `kind` is in it) of key `name`'s current transaction ("",
-        "", False for none). ProducerRefused unless the caller is the key's producer. An answer
+        "", False for none). ProducerRefused unless the caller is the key's producer;
+        ConcurrentTransactions when it opened after the request reached this gateway (`arrived_ms`:
+        it meant one before, see txn-current-2). An answer
         short of an open transaction holding `member` is one its caller refuses on, fatally for a
         Kafka client (INVALID_TXN_STATE, PRODUCER_FENCED): it stands once the replicas confirm the
         node read (`Replication.confirm_read`), else StorageUnavailable, retriable."""
         async with storage_errors():
             reply = await self.scripts.call(
                 "txn-current-2", [keys.txn_key(name), keys.txn("")],
-                # pid, epoch, suffix, member
-                [producer_id, epoch, _SETS[kind], member],
+                # pid, epoch, suffix, member, arrived
+                [producer_id, epoch, _SETS[kind], member, "" if arrived_ms is None else arrived_ms],
             )
         if self.replication is not None and (int(reply[0]) != ErrorCode.OK or reply[2] != b"OPEN" or not int(reply[3])):
             await self.replication.confirm_read(keys.txn_key(name))
