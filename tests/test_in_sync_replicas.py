@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from gateway.formats.records import build_batch, parse_header
 from gateway.kafka.dispatch import ApiKey
 from gateway.store import keys
-from gateway.store.embedded import EmbeddedRedis
+from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
 from gateway.store.replication import PrimaryStatus, ReplicaStatus, primary_status
 from tests.conftest import eventually, kafka_bootstrap, running_gateway, test_config
 from tests.kafka_wire import build_request, call, decode, idempotent_batch, request
@@ -31,7 +31,9 @@ from tests.test_failover import (  # noqa: F401 (group: the fixture)
     TIMEOUT,
     _info,
     _online_replicas,
+    _quiet,
     _replica_synced,
+    _slot_owner,
     group,
 )
 
@@ -226,6 +228,76 @@ async def test_a_batch_behind_one_refused_for_too_few_replicas_is_refused_alike_
     with redis_sync.Redis(port=pair.primary.port) as r:
         headers = [parse_header(f[b"b"]) for _, f in r.xrange(keys.log("t", 0))]
     assert [h.base_sequence for h in headers if h.producer_id == 4242] == [0, 1]
+
+
+@pytest.mark.parametrize(("lag_max_ms", "timeout_ms", "first"), [
+    (30_000, 1000, KafkaError.request_timed_out),  # the replica still in the set when the produce times out
+    (2000, 30_000, KafkaError.not_enough_replicas_after_append),  # the replica out of the set first
+])
+async def test_a_batch_behind_one_its_replicas_did_not_confirm_is_not_refused_out_of_order_by_the_next_primary(
+        tmp_path: Path, lag_max_ms: int, timeout_ms: int, first: KafkaError) -> None:
+    """A producer's batch appended on a Cluster primary whose replica did not confirm it is answered
+    REQUEST_TIMED_OUT or NOT_ENOUGH_REPLICAS_AFTER_APPEND (maybe stored); the primary is then
+    replaced by that replica, which lacks it, and the batch the producer pipelined behind reaches
+    the new primary: refused out of order there, librdkafka takes it for skipped sequences behind a
+    failed request, bumps its epoch and renumbers every record it holds unacknowledged, batches
+    stored on other partitions whose answers a closed connection lost among them: stored twice (the
+    soak's cluster:688065516). Kafka's old leader
+    answers both requests itself (NOT_LEADER_OR_FOLLOWER once deposed), never with the next one's
+    log. The batch behind is refused NOT_ENOUGH_REPLICAS, as one behind a batch refused for too few
+    replicas is, and both, sent again in order, are stored once each."""
+    cluster = EmbeddedCluster(tmp_path / "cluster", replicas=1, node_timeout_ms=1000, fsync="always")
+    cluster.start()
+    try:
+        async with running_gateway(test_config(cluster.url, replica_lag_max_ms=lag_max_ms)) as gw:
+            bs, port = kafka_bootstrap(gw), gw.listeners["kafka"].port
+            await asyncio.to_thread(_create, bs, "t", 2)
+            old = _slot_owner(cluster, keys.log("t", 0))
+            [replica] = [n for n in cluster.nodes if _info(n.port).get("master_port") == old]
+
+            async def probe() -> bool:  # a plain acks=all produce, acknowledged once the gateway counts a replica
+                [(err, _)] = await asyncio.to_thread(_produce, bs, [b"probe"], acks="all", retries=0,
+                                                     **{"request.timeout.ms": 2000})
+                return err is None
+            await eventually(probe, TIMEOUT, "a produce acknowledged with the replica")
+            assert await _produce_seq(port, 0) == KafkaError.none
+            _stopped(replica)  # waited for while in the set, never confirming
+            assert await _produce_seq(port, 1, timeout_ms=timeout_ms) == first
+            # the primary and the paused replica killed (what the primary sent it, unread, goes with
+            # it), the replica started again from its AOF and made to take the slots over
+            primary = _restarted(cluster, old, start=False)
+            _restarted(cluster, replica.port)
+            with redis_sync.Redis(port=replica.port) as r:
+                r.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+            await eventually(lambda: _quiet(lambda: _slot_owner(cluster, keys.log("t", 0), old) == replica.port),
+                             TIMEOUT, "the replica's takeover")
+            await asyncio.to_thread(primary.start)  # a replica of the new primary, what it alone held dropped
+            await eventually(lambda: _quiet(lambda: _replica_synced(old) and _online_replicas(replica.port) == 1),
+                             TIMEOUT, "the old primary back as a replica")
+            await eventually(probe, TIMEOUT, "a produce acknowledged by the new primary and its replica")
+            assert await _produce_seq(port, 2) == KafkaError.not_enough_replicas  # behind: not out of order
+            assert await _produce_seq(port, 1, timeout_ms=30_000) == KafkaError.none  # the retries, in order
+            assert await _produce_seq(port, 2, timeout_ms=30_000) == KafkaError.none
+        with redis_sync.Redis(port=replica.port) as r:
+            headers = [parse_header(f[b"b"]) for _, f in r.xrange(keys.log("t", 0))]
+        assert [h.base_sequence for h in headers if h.producer_id == 4242] == [0, 1, 2]
+    finally:
+        cluster.stop()
+
+
+def _restarted(cluster: EmbeddedCluster, port: int, start: bool = True) -> EmbeddedRedis:
+    """The cluster's node at `port` SIGKILLed (stopped or not) and made again on its data dir, its
+    identity and bus port kept; started unless `start` is False."""
+    [node] = [n for n in cluster.nodes if n.port == port]
+    assert node.proc is not None
+    node.proc.kill()
+    node.stop()
+    again = EmbeddedRedis(node.data_dir, port=port, fsync=node.fsync, cluster=True, node_timeout_ms=node.node_timeout_ms)
+    again.cluster_port = node.cluster_port
+    cluster.nodes[cluster.nodes.index(node)] = again
+    if start:
+        again.start()
+    return again
 
 
 async def _paused_then_resumed(replica: EmbeddedRedis, ask: Callable[[], Awaitable[T]]) -> tuple[T, T]:

@@ -247,7 +247,8 @@ class LogStore:
         self.replication = replication
         self.producer_ids = ProducerIds(scripts)
         self.predicted = predicted.PredictedAppender(self)
-        # (log, producer id) -> (epoch, base sequence, refusal) of its last batch refused unwritten
+        # (log, producer id) -> (epoch, base sequence, the answer for a batch behind it) of its last batch
+        # refused unwritten, or answered maybe stored and unconfirmed
         self._refused: OrderedDict[tuple[str, int], tuple[int, int, type[GatewayError]]] = OrderedDict()
 
     # -- topics ---------------------------------------------------------------------------------
@@ -502,14 +503,15 @@ class LogStore:
 
     async def _answered(self, r: AppendRequest, reply: Any) -> Append | Exception:
         """`answer`, but a batch refused out of order behind its producer's batch refused here
-        unwritten is refused alike (`_behind_refused`), and a stored one ends that memory."""
+        unwritten, or answered maybe stored without its replicas' confirmation, is refused as
+        `_behind_refused` says, and a stored one ends that memory."""
         out = answer(r, reply)
         if r.producer_id < 0:
             return out
         if isinstance(out, Append):
             self._refused.pop((keys.log(r.topic, r.partition), r.producer_id), None)
-        elif isinstance(out, StorageFull):  # Redis's own refusal, past maxmemory
-            self.hold(r, out)
+        elif isinstance(out, (StorageFull, NotEnoughReplicasAfterAppend, ReplicationTimedOut)):
+            self.hold(r, out)  # Redis's own refusal past maxmemory; an append its replicas did not confirm
         elif not isinstance(reply, Exception) and reply[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE:
             return await self._behind_refused(r) or out
         return out
@@ -542,12 +544,16 @@ class LogStore:
 
     def hold(self, r: AppendRequest, refusal: GatewayError) -> None:
         """Remember an idempotent batch refused with nothing written (too few replicas in sync, Redis
-        full or evicting: `refusal`), for the batches its producer pipelined behind it
-        (`_behind_refused`); the oldest of `_HELD` are forgotten."""
+        full or evicting: `refusal`), or appended and answered without its replicas' confirmation
+        (NotEnoughReplicasAfterAppend, ReplicationTimedOut: maybe stored), for the batches its
+        producer pipelined behind it (`_behind_refused`); the oldest of `_HELD` are forgotten."""
         if r.producer_id < 0:
             return
         key = (keys.log(r.topic, r.partition), r.producer_id)
-        self._refused[key] = (r.producer_epoch, r.base_sequence, type(refusal))
+        # a batch behind one maybe stored was written no more than one behind a refusal was
+        behind = NotEnoughReplicas if isinstance(refusal, (NotEnoughReplicasAfterAppend, ReplicationTimedOut)) \
+            else type(refusal)
+        self._refused[key] = (r.producer_epoch, r.base_sequence, behind)
         self._refused.move_to_end(key)
         while len(self._refused) > _HELD:
             self._refused.popitem(last=False)
@@ -570,7 +576,17 @@ class LogStore:
         "drain before retrying"). The producer's state is read again, so a batch whose gap is
         anything else (the refused one stored since, through another gateway) keeps its answer. A
         Redis full (or evicting) between two such requests is the same race: Kafka's log directory,
-        once failed, refuses every batch after (KAFKA_STORAGE_ERROR), here memory is sampled again."""
+        once failed, refuses every batch after (KAFKA_STORAGE_ERROR), here memory is sampled again.
+
+        So is a batch behind one appended on a primary whose replicas did not confirm it (answered
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND or REQUEST_TIMED_OUT, maybe stored) when that primary is
+        then replaced by a replica that lacks it: the batch behind reaches the new primary and is
+        refused out of order, and librdkafka's epoch bump renumbers, among what it holds
+        unacknowledged, batches that a closed connection left stored on other partitions (the
+        soak's cluster:688065516, a Cluster primary isolated: three records stored twice). Kafka's
+        deposed leader answers every request of the connection itself (NOT_LEADER_OR_FOLLOWER), never
+        from its successor's log; here the batch behind is refused NOT_ENOUGH_REPLICAS (nothing
+        written), and librdkafka resends both in order."""
         key = (keys.log(r.topic, r.partition), r.producer_id)
         held = self._refused.get(key)
         if held is None or held[0] != r.producer_epoch:  # `_answered` asks for idempotent batches alone
@@ -581,7 +597,7 @@ class LogStore:
         expected = (batches[-1][1] + 1) % _SEQ_MOD if epoch == r.producer_epoch and batches else 0
         if expected != held[1] or (r.base_sequence - held[1]) % _SEQ_MOD >= _SEQ_MOD // 2:
             return None
-        return held[2](f"{r.topic}-{r.partition}: behind a batch of its producer refused unwritten (sequence "
+        return held[2](f"{r.topic}-{r.partition}: behind a batch of its producer this partition lacks (sequence "
                        f"{held[1]}), which is to be sent again first")
 
     async def replicas_online(self, topic: str, partition: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +47,10 @@ class Feed:
     def __init__(self, args: argparse.Namespace, history: History, topic: str, process: str = "source") -> None:
         self.history, self.topic, self.process, self.partitions = history, topic, process, args.partitions
         self.producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "enable.idempotence": True,
-                                  "linger.ms": 5, "message.timeout.ms": 60000})
+                                  "linger.ms": 5, "message.timeout.ms": 60000,
+                                  # why librdkafka drains or bumps its epoch, as the idempotent workload's say
+                                  **({"debug": debug} if (debug := os.environ.get("JEPSEN_RDKAFKA_DEBUG", "eos"))
+                                     else {})})
         self.done = delivered(history, process)
         self.prefix, self.n = f"{topic}-", 0
 
