@@ -55,7 +55,11 @@ async def holding_relay(port: int, marker: bytes, *, replies: bool = False,
             writer.close()
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:  # Redis gone (killed): the client finds its link refused, as without the relay
+            writer.close()
+            return
         await asyncio.gather(pump(reader, up_writer, not replies), pump(up_reader, writer, replies))
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
