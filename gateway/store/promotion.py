@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, cast
 
 from gateway.store import keys
 from gateway.store.connection import RedisClient, storage_errors
@@ -51,9 +51,8 @@ class Promotion:
 
     def settle(self, primary: tuple[str, int], replicas: Sequence[str], in_sync: Collection[str]) -> None:
         """Set the priorities of `primary`'s `replicas` (their addresses, as its INFO lists them) by
-        whether each is `in_sync`, in the background
-        (one pass at a time per primary): the read of the set that called it does not wait on a
-        replica that may not answer."""
+        whether each is `in_sync`, in the background (one pass at a time per primary): the read of
+        the set that called it does not wait on a replica that may not answer."""
         if primary in self._settling or not replicas:
             return
         task = self._settling[primary] = asyncio.ensure_future(self._settle(replicas, in_sync))
@@ -66,7 +65,8 @@ class Promotion:
 
     async def _settle(self, replicas: Sequence[str], in_sync: Collection[str]) -> None:
         async with storage_errors():
-            kept = {_text(k): int(v) for k, v in (await self._redis.hgetall(keys.DEMOTED_REPLICAS)).items()}
+            raw = cast("dict[bytes, bytes]", await self._redis.hgetall(keys.DEMOTED_REPLICAS))
+        kept = {k.decode(): int(v) for k, v in raw.items()}
         await asyncio.gather(*(self._one(address, address in in_sync, kept.get(address)) for address in replicas))
 
     async def _one(self, address: str, in_sync: bool, kept: int | None) -> None:
@@ -123,7 +123,3 @@ class Promotion:
     def close(self) -> None:
         for task in self._settling.values():
             task.cancel()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
