@@ -30,6 +30,21 @@ def test_a_span_counts_the_cpu_of_a_server_over_its_interval_alone():
     assert joined.per(1)["this"] >= max(span.per(1)["this"] for span in spans)
 
 
+def test_a_span_counts_the_processes_a_server_forked_and_reaped():
+    """As Redis forks its AOF rewrites: the child's CPU is the server's."""
+    span = CpuSpan([Server("this", os.getpid(), tree=True)])
+    span.start()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child burns CPU and leaves
+        deadline = time.process_time() + 0.2
+        while time.process_time() < deadline:
+            pass
+        os._exit(0)
+    os.waitpid(child, 0)
+    span.stop()
+    assert span.per(1)["this"] >= 0.1e6  # the child's, which this process did not spend itself
+
+
 def test_without_kafkas_jars_the_bench_says_what_to_run(tmp_path, monkeypatch):
     monkeypatch.setattr(kafka_broker, "JVM_MODULE", tmp_path)
     with pytest.raises(kafka_broker.KafkaMissing) as missing:

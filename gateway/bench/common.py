@@ -330,16 +330,19 @@ def raw_queue(url: str, size: int, count: int, span: CpuSpan | None = None, per_
 
 
 def _cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of a live process (0 for one gone meanwhile)."""
+    """User and system CPU seconds of a live process (0 for one gone meanwhile), with those of the
+    children it has waited for: Redis's AOF rewrites and snapshots run in processes it forks and
+    reaps, and their CPU is what Redis's persistence costs, as a Kafka broker's log work is its own
+    threads'."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _children(pid: int) -> list[int]:
-    """The processes `pid` started: a `--workers` supervisor's workers."""
+    """The processes `pid` started: a `--workers` supervisor's workers, a Redis's rewrite in progress."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with suppress(OSError, IndexError, ValueError):
@@ -378,7 +381,7 @@ def redis_servers(url: str) -> list[Server]:
         except OSError:
             local = False
         if local:
-            found.append(Server("redis", pid))
+            found.append(Server("redis", pid, tree=True))  # a rewrite under way at the start is counted from there
         else:
             print(f"Redis at port {info.get('tcp_port')} runs on another machine: its CPU is not counted",
                   file=sys.stderr)
@@ -627,6 +630,16 @@ def kafka_produce(bootstrap: str, topic: str, size: int, seconds: float, acks: s
     elapsed = time.perf_counter() - start
     span.stop()
     return sent / elapsed, sent
+
+
+def delete_kafka_topic(bootstrap: str, topic: str) -> None:
+    """A topic deleted with a Kafka admin client: the next rows start with the broker as small as
+    this one's did (a Redis holding gigabytes more forks and rewrites more for each appended byte)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.delete_topics([topic]).values():
+        f.result(30)
 
 
 def create_kafka_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:

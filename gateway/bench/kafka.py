@@ -20,6 +20,7 @@ from gateway.bench.common import (
     best_spanned,
     client_cpu,
     create_kafka_topic,
+    delete_kafka_topic,
     gateway_servers,
     kafka_consume,
     kafka_produce,
@@ -139,14 +140,6 @@ def _measure_consume(url: str, servers: list[Server], bootstrap: str, topic: str
     return rows
 
 
-def _delete_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.delete_topics([topic]).values():
-        f.result(30)
-
-
 def _measure_size(url: str, gateways: list[dict[str, int]], size: int, seconds: float, partitions: int) -> list[Row]:
     """The rows of one message size, each the best of two runs: the machine's noise is not ours."""
     redis, servers = redis_servers(url), gateway_servers(gateways, url)
@@ -173,7 +166,7 @@ def _measure_size(url: str, gateways: list[dict[str, int]], size: int, seconds: 
         bootstrap, topic, size, seconds, span=span, config={"enable.idempotence": True})[0])
     rows.append(Row("  same, idempotent (Java's default)", size, idempotent, "not idempotent", rate, cpu_us=cpu_us))
     rows += _measure_consume(url, servers, bootstrap, topic, partitions, size, sent[0], seconds)
-    _delete_topic(bootstrap, topic)  # the next size starts with Redis as small as this one did
+    delete_kafka_topic(bootstrap, topic)  # the next size starts with Redis as small as this one did
     rows.append(_log_append_time_row(servers, bootstrap, size, seconds, partitions, rate))
     return rows
 
@@ -186,7 +179,7 @@ def _log_append_time_row(servers: list[Server], bootstrap: str, size: int, secon
     create_kafka_topic(bootstrap, topic, partitions, {"message.timestamp.type": "LogAppendTime"})
     rate, cpu_us = best_spanned(2, servers, lambda span: kafka_produce(bootstrap, topic, size, seconds,
                                                                        span=span)[0])
-    _delete_topic(bootstrap, topic)
+    delete_kafka_topic(bootstrap, topic)
     return Row("kafka produce, LogAppendTime topic", size, rate, "CreateTime", create_time, cpu_us=cpu_us)
 
 
@@ -221,7 +214,7 @@ def measure_acks(url: str, sizes: list[int], seconds: float, partitions: int) ->
                 rows.append(Row(f"kafka acks={acks}, min.insync.replicas {min_insync}", size, rate,
                                 "XADD+WAIT" if waits else "XADD", raw[1 if waits else 0],
                                 percentile(lat, 0.5), percentile(lat, 0.99), cpu_us=span.per_record(rate)))
-                _delete_topic(bootstrap, topic)
+                delete_kafka_topic(bootstrap, topic)
     return rows
 
 

@@ -64,6 +64,7 @@ from gateway.bench.common import (
     best_run,
     best_spanned,
     create_kafka_topic,
+    delete_kafka_topic,
     kafka_consume,
     kafka_produce,
     kafka_transactions,
@@ -206,7 +207,8 @@ Measured = tuple[float, dict[str, float]]  # per second, and each server's CPU Â
 
 def _broker_rows(client: Executor, broker: Broker, size: int, partitions: int,
                  seconds: float) -> tuple[Measured, Measured]:
-    """Produce then consume through one broker: (produce, consume), each the best of two."""
+    """Produce then consume through one broker: (produce, consume), each the best of two; the topic
+    is deleted after, so that each size starts with every broker as small as the last one did."""
     topic = f"bench-peer-{uuid.uuid4().hex[:8]}"
     Progress.doing_else("")
     create_kafka_topic(broker.bootstrap, topic, partitions)
@@ -215,6 +217,7 @@ def _broker_rows(client: Executor, broker: Broker, size: int, partitions: int,
     produced, sent = best_run([(rate, span) for (rate, _), span in runs]), sum(n for (_, n), _ in runs)
     consumed = best_run([_in(client, _spanned, broker.servers, kafka_consume, broker.bootstrap, topic, partitions,
                           sent, QUICK_FETCH) for _ in range(2)])
+    delete_kafka_topic(broker.bootstrap, topic)
     return produced, consumed
 
 
@@ -285,6 +288,7 @@ def _warm_up(clients: Executor, broker: Broker, size: int, seconds: float) -> No
     _, sent = _in(clients, kafka_produce, broker.bootstrap, topic, size, seconds)
     _in(clients, kafka_consume, broker.bootstrap, topic, 1, sent, QUICK_FETCH)
     _in(clients, kafka_transactions, broker.bootstrap, topic, 1, PER_TXN, SIZE, seconds)
+    delete_kafka_topic(broker.bootstrap, topic)
     Progress.doing_else("")
 
 
