@@ -90,6 +90,8 @@ class FrameReader(asyncio.StreamReader):
             self._arrived.set_result(None)
 
     async def readexactly(self, n: int) -> bytes:
+        if n == 0:  # an empty frame (a SASL token may be one): no piece to take it from
+            return b""
         while self._held < n:
             if self._failed is not None:
                 raise self._failed
