@@ -8,11 +8,20 @@ import os
 import time
 import uuid
 
-from gateway.bench.common import Row, percentile, raw_xadd_per_record, run_client, running_gateways
+from gateway.bench.common import (
+    CpuSpan,
+    Row,
+    gateway_servers,
+    percentile,
+    raw_xadd_per_record,
+    redis_servers,
+    run_client,
+    running_gateways,
+)
 
 
-async def native_produce(port: int, size: int, seconds: float) -> float:
-    """Produce throughput: many sends in flight, the producer batching them."""
+async def native_produce(port: int, size: int, seconds: float, span: CpuSpan | None = None) -> float:
+    """Produce throughput: many sends in flight, the producer batching them; `span` over the timed part."""
     from gateway.client import Client
 
     topic = f"bench-{uuid.uuid4().hex[:8]}"
@@ -20,6 +29,8 @@ async def native_produce(port: int, size: int, seconds: float) -> float:
         producer = await client.create_producer(topic)
         payload = os.urandom(size)
         sent = 0
+        span = span or CpuSpan()
+        span.start()
         start = time.perf_counter()
         window: list[asyncio.Future[object]] = []
         while time.perf_counter() - start < seconds:
@@ -31,6 +42,7 @@ async def native_produce(port: int, size: int, seconds: float) -> float:
         await asyncio.gather(*window)
         sent += len(window)
         rate = sent / (time.perf_counter() - start)
+        span.stop()
         await producer.close()
     return rate
 
@@ -73,15 +85,18 @@ async def native_latency(port: int, size: int, seconds: float, rate: float = 200
 
 
 def measure_native(url: str, sizes: list[int], seconds: float, partitions: int, gateways: int) -> list[Row]:
-    """Every row of `gateway bench`: per size, the raw baseline, produce, and latency at 2,000/s."""
+    """Every row of `gateway bench`: per size, the raw baseline, produce, and latency at 2,000/s;
+    the first two with the servers' CPU per record."""
     rows: list[Row] = []
     with running_gateways(url, gateways) as running:
         port = running[0]["native"]
+        redis, servers = redis_servers(url), gateway_servers(running, url)
         for size in sizes:
-            base = raw_xadd_per_record(url, size, seconds, partitions=partitions)
-            rows.append(Row("raw redis: pipelined XADD/record", size, base))
-            rate = run_client(native_produce(port, size, seconds))
-            rows.append(Row("native produce", size, rate, "XADD/record", base))
+            raw, ours = CpuSpan(redis), CpuSpan(servers)
+            base = raw_xadd_per_record(url, size, seconds, partitions=partitions, span=raw)
+            rows.append(Row("raw redis: pipelined XADD/record", size, base, cpu_us=raw.per_record(base)))
+            rate = run_client(native_produce(port, size, seconds, ours))
+            rows.append(Row("native produce", size, rate, "XADD/record", base, cpu_us=ours.per_record(rate)))
             p50, p99 = run_client(native_latency(port, size, min(seconds, 5.0)))
             rows.append(Row("native e2e latency at 2,000/s", size, 2000.0, p50_ms=p50, p99_ms=p99))
     return rows
