@@ -5,8 +5,9 @@ trip).
 
 The topic holds `--records` records of the first `--sizes`, over 100 keys, produced once; each
 subscription starts at the earliest and is drained once, every message acknowledged (a batch's
-acks in one request). Each figure is records per second from the first message to the last. The
-consumers share one client process, as one application's would.
+acks in one request). Each figure is records per second from the first message to the last, with
+the servers' CPU per record over the same interval. The consumers share one client process, as one
+application's would.
 """
 
 from __future__ import annotations
@@ -17,7 +18,17 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from gateway.bench.common import Progress, Row, create_topic, raw_queue, run_client, running_gateways
+from gateway.bench.common import (
+    CpuSpan,
+    Progress,
+    Row,
+    create_topic,
+    gateway_servers,
+    raw_queue,
+    redis_servers,
+    run_client,
+    running_gateways,
+)
 
 if TYPE_CHECKING:
     from gateway.client import Consumer
@@ -39,8 +50,9 @@ async def _produce(port: int, topic: str, size: int, count: int) -> None:
                                    for n in range(i, min(count, i + 2000))))
 
 
-async def drain(port: int, topic: str, mode: str, consumers: int, count: int) -> float:
-    """Records per second through `consumers` consumers of a new `mode` subscription."""
+async def drain(port: int, topic: str, mode: str, consumers: int, count: int, span: CpuSpan | None = None) -> float:
+    """Records per second through `consumers` consumers of a new `mode` subscription; `span` from
+    the first message to the last."""
     from gateway.client import BatchReceivePolicy, Client
 
     policy = BatchReceivePolicy(max_num_messages=500, timeout=0.2)
@@ -50,25 +62,32 @@ async def drain(port: int, topic: str, mode: str, consumers: int, count: int) ->
                                                        receiver_queue_size=1000, batch_receive_policy=policy)
                                       for i in range(consumers)))
         got, started = 0, 0.0
+        span = span or CpuSpan()
 
         async def run(consumer: Consumer) -> None:
             nonlocal got, started
             while got < count:
                 batch = await consumer.batch_receive()
                 if batch:
-                    started = started or time.perf_counter()
+                    if not started:
+                        span.start()
+                        started = time.perf_counter()
                     got += len(batch)
                     await asyncio.gather(*(consumer.acknowledge(m) for m in batch))
 
         await asyncio.wait_for(asyncio.gather(*(run(c) for c in subs)), _DEADLINE)
-        return got / (time.perf_counter() - started)
+        rate = got / (time.perf_counter() - started)
+        span.stop()
+        return rate
 
 
 def measure_key_shared(url: str, size: int, count: int, partitions: int) -> list[Row]:
     """Every row of `gateway bench --key-shared`."""
-    base = raw_queue(url, size, count)
-    rows = [Row("raw redis: XREADGROUP + XACK", size, base)]
+    span = CpuSpan(redis_servers(url))
+    base = raw_queue(url, size, count, span)
+    rows = [Row("raw redis: XREADGROUP + XACK", size, base, cpu_us=span.per(count))]
     with running_gateways(url, 1) as (gateway,):
+        servers = gateway_servers([gateway], url)
         topic = f"bench-ks-{uuid.uuid4().hex[:8]}"
         create_topic(gateway["admin"], topic, partitions)
         Progress.doing_else(f"producing {count} records")
@@ -77,6 +96,7 @@ def measure_key_shared(url: str, size: int, count: int, partitions: int) -> list
         for n in CONSUMERS:
             for mode in ("key_shared", "shared"):
                 label = f"native {mode}, {n} consumer{'s' if n > 1 else ''}"
-                rows.append(Row(label, size, run_client(drain(gateway["native"], topic, mode, n, count)),
-                                "XREADGROUP", base))
+                span = CpuSpan(servers)
+                rows.append(Row(label, size, run_client(drain(gateway["native"], topic, mode, n, count, span)),
+                                "XREADGROUP", base, cpu_us=span.per(count)))
     return rows
