@@ -7,6 +7,8 @@
   against ZREVRANGEBYSCORE + HGET + ZRANGEBYSCORE of an index of the same shape.
 - native consume + acknowledge, with and without a W_SET after every 100 messages, against
   XREADGROUP + XACK of one entry per message.
+
+Every row has the servers' CPU per watermark, lookup or message over its timed interval.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ import uuid
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.bench.common import (
+    CpuSpan,
     Row,
-    best_of,
+    Server,
+    best_spanned,
     create_topic,
+    gateway_servers,
     percentile,
     raw_client,
+    redis_servers,
     run_client,
     running_gateway,
     streams,
@@ -52,7 +58,8 @@ def _marker(producer: str = "producer-00") -> tuple[bytes, bytes]:
 # -- raw Redis baselines -----------------------------------------------------------------------------
 
 
-def raw_send(url: str, partitions: int, per_trip: int, seconds: float) -> tuple[float, list[float]]:
+def raw_send(url: str, partitions: int, per_trip: int, seconds: float,
+             span: CpuSpan | None = None) -> tuple[float, list[float]]:
     """Watermarks per second as XADD of the marker batch + ZADD of its mark to every partition,
     `per_trip` watermarks per round trip; and each round trip's milliseconds."""
     r = raw_client(url)
@@ -72,14 +79,14 @@ def raw_send(url: str, partitions: int, per_trip: int, seconds: float) -> tuple[
         return per_trip
 
     try:
-        return timed_steps(seconds, step)
+        return timed_steps(seconds, step, span)
     finally:
         for log in logs:
             r.delete(log, f"{log}:marks")
         r.close()
 
 
-def raw_lookup(url: str, seconds: float) -> tuple[float, list[float]]:
+def raw_lookup(url: str, seconds: float, span: CpuSpan | None = None) -> tuple[float, list[float]]:
     """Lookups per second of an index shaped as the gateway's after 200 marks of 8 producers: one
     snapshot (8 producers) and `MARKS_SINCE` marks after it, read in one round trip."""
     r = raw_client(url)
@@ -102,13 +109,13 @@ def raw_lookup(url: str, seconds: float) -> tuple[float, list[float]]:
         return 1
 
     try:
-        return timed_steps(seconds, step)
+        return timed_steps(seconds, step, span)
     finally:
         r.delete(snaps, data, marks)
         r.close()
 
 
-def raw_consume(url: str, count: int) -> float:
+def raw_consume(url: str, count: int, span: CpuSpan) -> float:
     """Messages per second read with XREADGROUP (500 at a time) and acknowledged with XACK."""
     r = raw_client(url)
     (key,) = streams("wm-consume", 1)
@@ -121,13 +128,16 @@ def raw_consume(url: str, count: int) -> float:
     r.xgroup_create(key, "bench", id="0")
     try:
         done = 0
+        span.start()
         start = time.perf_counter()
         while done < count:
             ((_, entries),) = cast("list[tuple[Any, list[tuple[bytes, Any]]]]",
                                    r.xreadgroup("bench", "c", {key: ">"}, count=500))
             r.xack(key, "bench", *(i for i, _ in entries))
             done += len(entries)
-        return done / (time.perf_counter() - start)
+        rate = done / (time.perf_counter() - start)
+        span.stop()
+        return rate
     finally:
         r.delete(key)
         r.close()
@@ -143,7 +153,8 @@ def fresh_topic(admin_port: int, partitions: int, kind: str) -> str:
     return topic
 
 
-async def gateway_send(port: int, topic: str, producers: int, seconds: float) -> tuple[float, list[float]]:
+async def gateway_send(port: int, topic: str, producers: int, seconds: float,
+                       span: CpuSpan) -> tuple[float, list[float]]:
     """Watermarks per second with `producers` (each on its own connection) sending at once, each
     waiting for its receipt; and each send_watermark's milliseconds."""
     from gateway.client import Client
@@ -152,6 +163,7 @@ async def gateway_send(port: int, topic: str, producers: int, seconds: float) ->
     clients = [await Client.connect(f"gateway://127.0.0.1:{port}") for _ in range(producers)]
     try:
         senders = [await c.create_producer(topic, f"producer-{i:02d}") for i, c in enumerate(clients)]
+        span.start()
         start = time.perf_counter()
         deadline = start + seconds
 
@@ -165,13 +177,14 @@ async def gateway_send(port: int, topic: str, producers: int, seconds: float) ->
             return sent
 
         rate = sum(await asyncio.gather(*(run(p) for p in senders))) / (time.perf_counter() - start)
+        span.stop()
     finally:
         for c in clients:
             await c.close()
     return rate, latencies
 
 
-async def gateway_lookup(port: int, topic: str, seconds: float) -> tuple[float, list[float]]:
+async def gateway_lookup(port: int, topic: str, seconds: float, span: CpuSpan) -> tuple[float, list[float]]:
     """client.watermark at the end of a one-partition topic with 200 marks of 8 producers written."""
     from gateway.client import Client
 
@@ -181,6 +194,7 @@ async def gateway_lookup(port: int, topic: str, seconds: float) -> tuple[float, 
         for i in range(200):
             await producers[i % 8].send_watermark(1000 + i)
 
+        span.start()
         start = time.perf_counter()
         done = 0
         while time.perf_counter() - start < seconds:
@@ -189,12 +203,13 @@ async def gateway_lookup(port: int, topic: str, seconds: float) -> tuple[float, 
             latencies.append((time.perf_counter() - t0) * 1000)
             done += 1
         rate = done / (time.perf_counter() - start)
+        span.stop()
         for p in producers:
             await p.close()
     return rate, latencies
 
 
-async def gateway_consume(port: int, topic: str, count: int, with_marks: bool) -> float:
+async def gateway_consume(port: int, topic: str, count: int, with_marks: bool, span: CpuSpan) -> float:
     """Messages per second received and acknowledged by one consumer from the start of a topic
     written in runs of `EVERY` messages, each run followed by a W_SET when `with_marks`."""
     from gateway.client import Client
@@ -206,6 +221,7 @@ async def gateway_consume(port: int, topic: str, count: int, with_marks: bool) -
             await asyncio.gather(*(producer.send(payload) for _ in range(EVERY)))
             if with_marks:
                 await producer.send_watermark(run)
+        span.start()
         start = time.perf_counter()
         consumer = await client.subscribe(topic, "bench", initial_position="earliest")
         acks: list[asyncio.Future[None]] = []
@@ -217,14 +233,16 @@ async def gateway_consume(port: int, topic: str, count: int, with_marks: bool) -
                 acks.clear()
         await asyncio.gather(*acks)
         rate = count // EVERY * EVERY / (time.perf_counter() - start)
+        span.stop()
         await consumer.close()
         await producer.close()
     return rate
 
 
-def _latency_row(what: str, size: int, rate: float, latencies: list[float], baseline: str = "",
+def _latency_row(what: str, size: int, rate: float, latencies: list[float], span: CpuSpan, baseline: str = "",
                  base_rate: float = 0.0) -> Row:
-    return Row(what, size, rate, baseline, base_rate, percentile(latencies, 0.5), percentile(latencies, 0.99))
+    return Row(what, size, rate, baseline, base_rate, percentile(latencies, 0.5), percentile(latencies, 0.99),
+               cpu_us=span.per_record(rate))
 
 
 def measure_watermarks(url: str, seconds: float) -> list[Row]:
@@ -232,27 +250,33 @@ def measure_watermarks(url: str, seconds: float) -> list[Row]:
     messages as the row says)."""
     rows: list[Row] = []
     size = len(_marker()[0])
+    redis = redis_servers(url)
     with running_gateway(url) as ports:
         native, admin = ports["native"], ports["admin"]
+        servers: list[Server] = gateway_servers([ports], url)
         for partitions in (1, 16):
             for in_flight in (1, IN_FLIGHT):
-                rate, lat = raw_send(url, partitions, in_flight, seconds)
+                raw_span, span = CpuSpan(redis), CpuSpan(servers)
+                rate, lat = raw_send(url, partitions, in_flight, seconds, raw_span)
                 raw = f"XADD+ZADD, {in_flight}/trip"
-                rows.append(_latency_row(f"raw: XADD+ZADD x{partitions}, {in_flight}/trip", size, rate, lat))
+                rows.append(_latency_row(f"raw: XADD+ZADD x{partitions}, {in_flight}/trip", size, rate, lat, raw_span))
                 topic = fresh_topic(admin, partitions, "send")
-                rate_gw, lat_gw = run_client(gateway_send(native, topic, in_flight, seconds))
+                rate_gw, lat_gw = run_client(gateway_send(native, topic, in_flight, seconds, span))
                 rows.append(_latency_row(f"send_watermark, {partitions} part, {in_flight} prod", size,
-                                         rate_gw, lat_gw, raw, rate))
-        rate, lat = raw_lookup(url, seconds)
-        rows.append(_latency_row("raw: ZREVRANGEBYSCORE+HGET+ZRANGE", 0, rate, lat))
-        rate_gw, lat_gw = run_client(gateway_lookup(native, fresh_topic(admin, 1, "lookup"), seconds))
-        rows.append(_latency_row("client.watermark after 200 marks", 0, rate_gw, lat_gw,
+                                         rate_gw, lat_gw, span, raw, rate))
+        raw_span, span = CpuSpan(redis), CpuSpan(servers)
+        rate, lat = raw_lookup(url, seconds, raw_span)
+        rows.append(_latency_row("raw: ZREVRANGEBYSCORE+HGET+ZRANGE", 0, rate, lat, raw_span))
+        rate_gw, lat_gw = run_client(gateway_lookup(native, fresh_topic(admin, 1, "lookup"), seconds, span))
+        rows.append(_latency_row("client.watermark after 200 marks", 0, rate_gw, lat_gw, span,
                                  "raw lookup", rate))
-        raw_rate = best_of(2, lambda: raw_consume(url, MESSAGES))
-        rows.append(Row("raw: XREADGROUP+XACK", SIZE, raw_rate))
-        plain = best_of(2, lambda: run_client(gateway_consume(native, fresh_topic(admin, 1, "plain"), MESSAGES, False)))
-        rows.append(Row("native consume+ack", SIZE, plain, "XREADGROUP", raw_rate))
-        marked = best_of(2, lambda: run_client(gateway_consume(native, fresh_topic(admin, 1, "marked"), MESSAGES, True)))
-        rows.append(Row(f"  same, a W_SET every {EVERY}", SIZE, marked, "XREADGROUP", raw_rate))
+        raw_rate, raw_us = best_spanned(2, redis, lambda span: raw_consume(url, MESSAGES, span))
+        rows.append(Row("raw: XREADGROUP+XACK", SIZE, raw_rate, cpu_us=raw_us))
+        plain, plain_us = best_spanned(2, servers, lambda span: run_client(
+            gateway_consume(native, fresh_topic(admin, 1, "plain"), MESSAGES, False, span)))
+        rows.append(Row("native consume+ack", SIZE, plain, "XREADGROUP", raw_rate, cpu_us=plain_us))
+        marked, marked_us = best_spanned(2, servers, lambda span: run_client(
+            gateway_consume(native, fresh_topic(admin, 1, "marked"), MESSAGES, True, span)))
+        rows.append(Row(f"  same, a W_SET every {EVERY}", SIZE, marked, "XREADGROUP", raw_rate, cpu_us=marked_us))
         rows.append(Row("  same, against no markers", SIZE, marked, "no markers", plain))
     return rows
