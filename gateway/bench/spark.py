@@ -18,7 +18,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.bench.common import Row, create_topic, raw_xadd_blobs, raw_xrange_blobs, running_gateway
+from gateway.bench.common import (
+    CpuSpan,
+    Row,
+    create_topic,
+    gateway_servers,
+    raw_xadd_blobs,
+    raw_xrange_blobs,
+    redis_servers,
+    running_gateway,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -47,25 +56,33 @@ async def _fill(url: str, topic: str, partitions: int, count: int, size: int) ->
         await producer.close()
 
 
-def _timed(work: Callable[[], object]) -> float:
+def _timed(work: Callable[[], object], span: CpuSpan) -> float:
+    """Seconds `work` takes, `span` over them."""
+    span.start()
     start = time.perf_counter()
     work()
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    span.stop()
+    return elapsed
 
 
 def measure_spark(redis_url: str, *, count: int, size: int, partitions: int, cores: int, seconds: float) -> list[Row]:
-    """Every row of `gateway bench --spark`."""
+    """Every row of `gateway bench --spark`, with the servers' CPU per record (the gateway's and
+    Redis's; Spark's JVM and Python workers are the client)."""
     _java17()
     from pyspark.sql import SparkSession
 
     from gateway.spark import register
 
     rows: list[Row] = []
-    read_base = raw_xrange_blobs(redis_url, size, seconds)
-    write_base = raw_xadd_blobs(redis_url, size, seconds, partitions=partitions)
-    rows.append(Row("raw redis: XRANGE of 500-record blobs", size, read_base))
-    rows.append(Row("raw redis: XADD per 500-record blob", size, write_base))
+    redis = redis_servers(redis_url)
+    read_span, write_span = CpuSpan(redis), CpuSpan(redis)
+    read_base = raw_xrange_blobs(redis_url, size, seconds, span=read_span)
+    write_base = raw_xadd_blobs(redis_url, size, seconds, partitions=partitions, span=write_span)
+    rows.append(Row("raw redis: XRANGE of 500-record blobs", size, read_base, cpu_us=read_span.per_record(read_base)))
+    rows.append(Row("raw redis: XADD per 500-record blob", size, write_base, cpu_us=write_span.per_record(write_base)))
     with running_gateway(redis_url) as ports, tempfile.TemporaryDirectory(prefix="gateway-bench-spark-") as tmp:
+        servers = gateway_servers([ports], redis_url)
         url = f"gateway://127.0.0.1:{ports['native']}"
         source = f"bench-in-{uuid.uuid4().hex[:6]}"
         create_topic(ports["admin"], source, partitions)
@@ -90,12 +107,16 @@ def measure_spark(redis_url: str, *, count: int, size: int, partitions: int, cor
             warm = json.dumps({source: {str(p): WARMUP // partitions for p in range(partitions)}})
             write(read(source, warm).select("value"), f"bench-warm-{uuid.uuid4().hex[:6]}")
 
-            t = _timed(lambda: read(source).write.format("noop").mode("overwrite").save())
-            rows.append(Row(f"spark source (local[{cores}])", size, count / t, "XRANGE/blob", read_base))
+            span = CpuSpan(servers)
+            t = _timed(lambda: read(source).write.format("noop").mode("overwrite").save(), span)
+            rows.append(Row(f"spark source (local[{cores}])", size, count / t, "XRANGE/blob", read_base,
+                            cpu_us=span.per(count)))
             generated = spark.range(count).selectExpr(f"unhex(repeat('ab', {size})) as value").cache()
             generated.count()
-            t = _timed(lambda: write(generated, f"bench-sink-{uuid.uuid4().hex[:6]}"))
-            rows.append(Row(f"spark sink, exactly once (local[{cores}])", size, count / t, "XADD/blob", write_base))
+            span = CpuSpan(servers)
+            t = _timed(lambda: write(generated, f"bench-sink-{uuid.uuid4().hex[:6]}"), span)
+            rows.append(Row(f"spark sink, exactly once (local[{cores}])", size, count / t, "XADD/blob", write_base,
+                            cpu_us=span.per(count)))
             query = (
                 spark.readStream.format("gateway").option("url", url).option("topic", source)
                 .option("startingOffsets", "earliest").load()
@@ -104,8 +125,10 @@ def measure_spark(redis_url: str, *, count: int, size: int, partitions: int, cor
                 .option("checkpointLocation", str(Path(tmp) / "checkpoint"))
                 .trigger(availableNow=True)
             )
-            t = _timed(lambda: query.start().awaitTermination())
-            rows.append(Row(f"spark stream: source -> sink (local[{cores}])", size, count / t, "XRANGE/blob", read_base))
+            span = CpuSpan(servers)
+            t = _timed(lambda: query.start().awaitTermination(), span)
+            rows.append(Row(f"spark stream: source -> sink (local[{cores}])", size, count / t, "XRANGE/blob", read_base,
+                            cpu_us=span.per(count)))
         finally:
             spark.stop()
     return rows
