@@ -11,11 +11,12 @@ delivery time, so a reader measures lateness from what it reads.
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 import time
 from dataclasses import dataclass
 
-from gateway.bench.common import percentile
+from gateway.bench.common import CpuSpan, Server, percentile, redis_servers
 from gateway.clock import now_ms
 from gateway.domain.delay import DelayRequest, DelayService
 from gateway.domain.log import LogService
@@ -60,7 +61,14 @@ async def _schedule(svc: DelayService, topic: str, times: list[int], concurrency
     return time.perf_counter() - start
 
 
+def _cpu_rows(what: str, span: CpuSpan, done: int) -> list[Metric]:
+    """The CPU per message of this process (the gateway's delay service runs in it) and of Redis."""
+    notes = {"gateway": "this process: the delay service, and the messages built"}
+    return [Metric(f"{what} cpu / message, {name}", us, "µs", notes.get(name, "")) for name, us in span.per(done).items()]
+
+
 async def _bench(redis_url: str, count: int) -> list[Metric]:
+    servers = [Server("gateway", os.getpid()), *redis_servers(redis_url)]
     store = Store.open(redis_url)
     log = LogService(store)
     topic = f"bench-delayed-{now_ms()}"
@@ -70,8 +78,12 @@ async def _bench(redis_url: str, count: int) -> list[Metric]:
     try:
         # 1: the backlog, due in an hour, spread over ten minutes
         far = now_ms() + 3_600_000
+        span = CpuSpan(servers)
+        span.start()
         secs = await _schedule(svc, topic, [far + (i * 7919) % 600_000 for i in range(count)])
+        span.stop()
         rows.append(Metric("schedule throughput", count / secs, "msg/s", f"{count:,} messages, {PARTITIONS} partitions"))
+        rows += _cpu_rows("schedule", span, count)
         stats = [await svc.stats(topic, p) for p in range(PARTITIONS)]
         n = sum(s.messages for s in stats)
         rows.append(Metric("index memory / message", sum(s.index_bytes for s in stats) / n, "bytes",
@@ -122,10 +134,14 @@ async def _bench(redis_url: str, count: int) -> list[Metric]:
 
         # 3: drain the backlog as fast as the scheduler moves it
         drain = DelayService(store, notify_partition=log.notifier.notify, clock=lambda: far + 3_600_000)
+        span = CpuSpan(servers)
+        span.start()
         start = time.perf_counter()
         moved = await drain.scheduler().step()
+        span.stop()
         rows.append(Metric("move throughput", moved / (time.perf_counter() - start), "msg/s",
                            f"{moved:,} moved into the logs in delivery order"))
+        rows += _cpu_rows("move", span, moved)
         return rows
     finally:
         await log.delete_topic(topic)
