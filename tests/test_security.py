@@ -171,6 +171,18 @@ async def test_the_unframed_v0_flow_closes_on_a_wrong_password(secure):
     assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""
 
 
+async def test_the_unframed_v0_flow_closes_on_an_empty_token(secure, caplog):
+    """An empty bare SASL message is a failed authentication, not a failed connection handler."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", secure.listeners["kafka"].port)
+    hs = await call((reader, writer), ApiKey.SASL_HANDSHAKE, 0, {"mechanism": "PLAIN"})
+    assert hs.error_code == KafkaError.none
+    writer.write((0).to_bytes(4, "big"))
+    assert await asyncio.wait_for(reader.read(), TIMEOUT) == b""
+    assert not [r for r in caplog.records if r.exc_info]
+    conn, auth = await login(secure, "alice", "alice-secret")  # everyone else is served as before
+    assert auth.error_code == KafkaError.none
+
+
 async def test_passwords_are_kept_as_scram_keys_only(secure, redis_url):
     r = redis_sync.Redis.from_url(redis_url)
     stored = r.hgetall(store_keys.sec_user("alice"))
