@@ -344,12 +344,19 @@ class Replication:
         primary (soak sentinel:70115030)."""
         return (await self._counts(key, until))[1]
 
+    def _known(self, key: str) -> tuple[int, int] | None:
+        """(online, in sync) of `key`'s node as read within the last second, None when due for a read:
+        what `_counts` answers at once, had without a coroutine (every durable call asks)."""
+        seen = self._online.get(self.connections.address(key))
+        if seen is not None and asyncio.get_running_loop().time() - seen[0] < _REPLICAS_FRESH:
+            return seen[1], seen[2]
+        return None
+
     async def _counts(self, key: str, until: float | None) -> tuple[int, int]:
+        if (known := self._known(key)) is not None:
+            return known
         addr = self.connections.address(key)
         now = asyncio.get_running_loop().time()
-        seen = self._online.get(addr)
-        if seen is not None and now - seen[0] < _REPLICAS_FRESH:
-            return seen[1], seen[2]
         reading = self._reading.get(addr)
         if reading is None:
             reading = self._reading[addr] = asyncio.ensure_future(self._read_online(key, addr, now))
@@ -524,7 +531,10 @@ class Replication:
 
     async def state_replicas(self, key: str) -> tuple[int, int]:
         """(replicas a state change on `key` waits for, replicas online now)."""
-        online = await self.online(key)
+        return self._state_replicas(key, await self.online(key))
+
+    def _state_replicas(self, key: str, online: int) -> tuple[int, int]:
+        """`state_replicas` given the replicas online."""
         # the node may have changed since it was read (the Sentinels named a new primary meanwhile):
         # one not read yet is owed its predecessors' replicas, as `_read_online` would record
         most = self._most.get(self.connections.address(key), max(self._most.values(), default=0))
@@ -568,8 +578,13 @@ class Replication:
                 needs.append(0)
                 waits_for.append(0)
                 continue
-            needed, _ = await self.state_replicas(call_keys[0])
-            in_sync = await self.in_sync(call_keys[0]) if needed else 0
+            # counts read within the last second are taken as they are, without a coroutine's cost
+            if (known := self._known(call_keys[0])) is not None:
+                needed, _ = self._state_replicas(call_keys[0], known[0])
+                in_sync = known[1] if needed else 0
+            else:
+                needed, _ = await self.state_replicas(call_keys[0])
+                in_sync = await self.in_sync(call_keys[0]) if needed else 0
             if in_sync < needed:
                 raise NotEnoughReplicas(f"{in_sync} Redis replicas in sync, {needed} needed for a state change "
                                         f"(state min.insync.replicas {self.state_min_insync})")
@@ -581,7 +596,7 @@ class Replication:
         conns: dict[RespConnection, list[int]] = {}
         for i, (_, call_keys, _) in enumerate(calls):
             try:
-                conn = await self.connections.connection(call_keys[0])
+                conn = self.connections.ready(call_keys[0]) or await self.connections.connection(call_keys[0])
             except RedisClusterException:  # a cluster client that has not learnt the slots yet
                 conn = None
             if conn is None:
@@ -594,14 +609,17 @@ class Replication:
         # scripts of a connection that waits moves its replication offset to its node's, so the WAIT
         # also confirms a refusal, which writes nothing, as read on a primary that stands: a cut-off
         # primary refuses from state its successor has moved past (`confirm_read`)
-        futures = {
-            conn: conn.pipeline([*(self.scripts.evalsha(*calls[i]) for i in idx),
-                                 *([self.read_mark(keys.slot_mark(calls[idx[0]][1][0]))]
-                                   if any(needs[i] for i in idx) else [])])
-            for conn, idx in conns.items()
-        }
-        waits = {conn: self.wait(conn, max(waits_for[i] for i in idx), self.state_timeout_ms)
-                 for conn, idx in conns.items() if any(needs[i] for i in idx)}
+        futures: dict[RespConnection, asyncio.Future[list[Any]]] = {}
+        waits: dict[RespConnection, asyncio.Future[int]] = {}
+        for conn, idx in conns.items():
+            commands = [self.scripts.evalsha(*calls[i]) for i in idx]
+            needed = max(needs[i] for i in idx)
+            if needed:
+                commands.append(self.read_mark(keys.slot_mark(calls[idx[0]][1][0])))
+            futures[conn] = conn.pipeline(commands)
+        for conn, idx in conns.items():  # the WAITs after every connection's scripts, as they always were
+            if max(needs[i] for i in idx):
+                waits[conn] = self.wait(conn, max(waits_for[i] for i in idx), self.state_timeout_ms)
         end = asyncio.get_running_loop().time() + self.state_timeout_ms / 1000
         replies: list[Any] = [None] * len(calls)
         unrun: list[int] = []  # refused by a node before running, waiting for no replica: redis-py's turn
