@@ -267,12 +267,15 @@ class TransactionCoordinator:
         if ending.state in (COMMITTED, ABORTED):
             return ending.state
         commit = ending.state == COMMITTING
-        # subscriptions settle beside the markers (nothing of theirs waits for one)
-        subs = asyncio.ensure_future(self._settle_subscriptions(txn_id, ending.subscriptions, commit))
+        # subscriptions settle beside the markers (nothing of theirs waits for one); a transaction of
+        # none, a Kafka producer's without offsets, starts no task for them
+        subs = asyncio.ensure_future(self._settle_subscriptions(txn_id, ending.subscriptions, commit)) \
+            if ending.subscriptions and self.settlers else None
         try:
             await self._write_markers(txn_id, ending, commit)
         finally:
-            await subs
+            if subs is not None:
+                await subs
         marked.set_result(None)
         telemetry.uncounted_round_trips()  # an end answered at its markers does not wait for this one
         _crash_point("before-finish")
@@ -298,9 +301,10 @@ class TransactionCoordinator:
             await self.txns.write_markers(group, ending.producer_id, ending.producer_epoch, commit, marker)
             for topic, partition in group:
                 self.notify_partition(topic, partition)
-            await asyncio.gather(*(self.partition_settlers[kind](t, p, txn_id, commit)
-                                   for t, p in group for kind in kinds.get((t, p), ())
-                                   if kind in self.partition_settlers))
+            settling = [self.partition_settlers[kind](t, p, txn_id, commit)
+                        for t, p in group for kind in kinds.get((t, p), ()) if kind in self.partition_settlers]
+            if settling:
+                await asyncio.gather(*settling)
             if group is first:
                 _crash_point("after-first-marker")
 

@@ -11,7 +11,8 @@ stays muted until the response is sent and the throttle time has passed).
 At most `MAX_PIPELINED` requests are read ahead of their answers, and answers are written out
 (`drain`) in order, so a client that stops reading stops being read.
 A frame over the size limit or one that cannot be parsed closes this connection only, and so does
-silence: no request (or a frame left half-sent) for `idle_timeout`.
+silence: no request (or a frame left half-sent) for `idle_timeout`, kept by one timer per connection
+(`_IdleTimer`) rather than a timeout around every frame's read.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class KafkaConnection:
         self.idle = True
         self.closing = False
         self._in_flight = 0
+        self._silence: _IdleTimer | None = None  # while `run` runs, with an idle timeout configured
 
     def shutdown(self) -> None:
         self.closing = True
@@ -77,6 +79,8 @@ class KafkaConnection:
         loop = asyncio.get_running_loop()
         writing = loop.create_task(self._write_answers(answers, room))
         earlier: set[asyncio.Task[Chunks]] = set()  # requests started and not yet done
+        if idle := self.services.config.idle_timeout:
+            self._silence = _IdleTimer(loop, idle)
         try:
             while not self.closing and not self.state.close:
                 bare = sasl.unframed(self.state)  # a SASL message after SaslHandshake v0, not a request
@@ -108,6 +112,8 @@ class KafkaConnection:
                 if task.done() and (task.cancelled() or task.exception() is not None):
                     return
         finally:
+            if self._silence is not None:
+                self._silence.stop()
             answers.put_nowait(None)  # the writer stops after the answers queued before
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writing  # anything else reaches the listener, which logs it
@@ -135,23 +141,28 @@ class KafkaConnection:
         """The next request's bytes, or None when the connection should close."""
         peer = self.state.peer
         limit = self.services.config.max_frame_bytes
-        idle = self.services.config.idle_timeout or None
+        silence = self._silence
         self.idle = True
+        if silence is not None:
+            silence.reading()
         try:
-            async with asyncio.timeout(idle):
-                prefix = await self.reader.readexactly(4)
-                (size,) = _SIZE.unpack(prefix)
-                if size < (0 if bare else _MIN_FRAME) or size > limit:
-                    log.warning("kafka client %s sent a frame of %d bytes (limit %d); closing", peer, size, limit)
-                    return None
-                return await self.reader.readexactly(size)
+            prefix = await self.reader.readexactly(4)
+            (size,) = _SIZE.unpack(prefix)
+            if size < (0 if bare else _MIN_FRAME) or size > limit:
+                log.warning("kafka client %s sent a frame of %d bytes (limit %d); closing", peer, size, limit)
+                return None
+            return await self.reader.readexactly(size)
         except (asyncio.IncompleteReadError, ConnectionError):
             return None
-        except TimeoutError:
-            log.info("kafka client %s sent no request for %.0f s; closing", peer, idle)
+        except asyncio.CancelledError:
+            if silence is None or not silence.expired():
+                raise
+            log.info("kafka client %s sent no request for %.0f s; closing", peer, silence.seconds)
             return None
         finally:
             self.idle = False
+            if silence is not None:
+                silence.done()
 
     async def _answer(self, frame: bytes, bare: bool, started: asyncio.Future[None]) -> Chunks:
         def sent() -> None:
@@ -193,6 +204,55 @@ class KafkaConnection:
                 return
             if self.closing and self.idle and not self._in_flight:
                 self.writer.close()  # shut down while this answer was pending: the reader waits no more
+
+
+class _IdleTimer:
+    """The idle timeout of one connection's reads (`KafkaConnection._next_frame`): one timer for the
+    connection's life, moved on only when it fires, instead of `asyncio.timeout`'s timer made and
+    cancelled around every frame. Firing `seconds` into a read, it cancels the reading task, as
+    `asyncio.timeout` would, and the read takes that cancellation as the timeout (`expired`); a
+    read begun since it was set is given its own `seconds` by a timer set again for it."""
+
+    __slots__ = ("_cancelling", "_due", "_fired", "_loop", "_since", "_task", "_timer", "seconds")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        task = asyncio.current_task(loop)
+        assert task is not None
+        self._loop, self._task, self.seconds = loop, task, seconds
+        self._since: float | None = None  # when the read in progress began
+        self._fired = False
+        self._cancelling = 0  # the task's cancel requests before this timer's own
+        self._due = loop.time() + seconds  # when the timer was set to fire
+        self._timer = loop.call_at(self._due, self._check)
+
+    def reading(self) -> None:
+        self._since = self._loop.time()
+
+    def done(self) -> None:
+        self._since = None
+
+    def _check(self) -> None:
+        # a read begun `seconds` or more before the moment this timer was set for has timed out (judged
+        # by that moment, not the clock now: a timer may fire a fraction of a millisecond early)
+        since = self._since
+        if since is not None and since + self.seconds <= self._due:
+            self._fired = True
+            self._cancelling = self._task.cancelling()
+            self._task.cancel()
+            return
+        self._due = (self._loop.time() if since is None else since) + self.seconds
+        self._timer = self._loop.call_at(self._due, self._check)
+
+    def expired(self) -> bool:
+        """Whether the cancellation that reached the read is this timer's alone (then withdrawn): the
+        read timed out, as `asyncio.timeout` tells it (a cancellation from elsewhere stands)."""
+        if not self._fired:
+            return False
+        self._fired = False
+        return self._task.uncancel() <= self._cancelling
+
+    def stop(self) -> None:
+        self._timer.cancel()
 
 
 async def _unless_done(step: Awaitable[Any], other: asyncio.Future[None]) -> bool:

@@ -158,8 +158,7 @@ async def _add_one(
     for t, p in to_check:
         highest[t] = max(p, highest.get(t, 0))
     names = sorted(highest)
-    infos = dict(zip(names, await asyncio.gather(*(ctx.services.log.known_topic(t, partition=highest[t])
-                                                   for t in names), return_exceptions=True), strict=True))
+    infos = dict(zip(names, await _described(ctx, [(t, highest[t]) for t in names]), strict=True))
     for topic, partition in to_check:
         info = infos[topic]
         if isinstance(info, Exception):
@@ -184,6 +183,20 @@ async def _add_one(
         code = txn_error(ctx, exc)
         errors.update({p: code for p in good})
     return [(t.name, [(p, errors.get((t.name, p), KafkaError.none)) for p in t.partitions]) for t in topics]
+
+
+async def _described(ctx: RequestContext, wanted: list[tuple[str, int]]) -> list[Any]:
+    """Each (topic, highest partition wanted)'s `known_topic`, or the exception it raised, in order:
+    several side by side, a transaction's usual one awaited as it is (a gather would make it a task,
+    a cost on every transaction's AddPartitionsToTxn)."""
+    if len(wanted) != 1:
+        return await asyncio.gather(*(ctx.services.log.known_topic(t, partition=p) for t, p in wanted),
+                                    return_exceptions=True)
+    (topic, partition), = wanted
+    try:
+        return [await ctx.services.log.known_topic(topic, partition=partition)]
+    except Exception as exc:
+        return [exc]
 
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)

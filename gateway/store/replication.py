@@ -59,7 +59,14 @@ from redis.exceptions import RedisClusterException, ResponseError
 
 from gateway.errors import NotEnoughReplicas, NotEnoughReplicasAfterAppend, StorageUnavailable
 from gateway.store import keys
-from gateway.store.connection import UNAVAILABLE, RedisClient, SentinelRedis, storage_errors, storage_full
+from gateway.store.connection import (
+    UNAVAILABLE,
+    RedisClient,
+    SentinelRedis,
+    storage_error,
+    storage_errors,
+    storage_full,
+)
 from gateway.store.promotion import Promotion
 from gateway.store.resp import DirectConnections, RespConnection, RespError
 from gateway.store.scripts import Scripts, ScriptSpec
@@ -344,12 +351,19 @@ class Replication:
         primary (soak sentinel:70115030)."""
         return (await self._counts(key, until))[1]
 
+    def _known(self, key: str) -> tuple[int, int] | None:
+        """(online, in sync) of `key`'s node as read within the last second, None when due for a read:
+        what `_counts` answers at once, had without a coroutine (every durable call asks)."""
+        seen = self._online.get(self.connections.address(key))
+        if seen is not None and asyncio.get_running_loop().time() - seen[0] < _REPLICAS_FRESH:
+            return seen[1], seen[2]
+        return None
+
     async def _counts(self, key: str, until: float | None) -> tuple[int, int]:
+        if (known := self._known(key)) is not None:
+            return known
         addr = self.connections.address(key)
         now = asyncio.get_running_loop().time()
-        seen = self._online.get(addr)
-        if seen is not None and now - seen[0] < _REPLICAS_FRESH:
-            return seen[1], seen[2]
         reading = self._reading.get(addr)
         if reading is None:
             reading = self._reading[addr] = asyncio.ensure_future(self._read_online(key, addr, now))
@@ -524,10 +538,15 @@ class Replication:
 
     async def state_replicas(self, key: str) -> tuple[int, int]:
         """(replicas a state change on `key` waits for, replicas online now)."""
-        online = await self.online(key)
+        return self._state_replicas(key, await self.online(key))
+
+    def _state_replicas(self, key: str, online: int) -> tuple[int, int]:
+        """`state_replicas` given the replicas online."""
         # the node may have changed since it was read (the Sentinels named a new primary meanwhile):
         # one not read yet is owed its predecessors' replicas, as `_read_online` would record
-        most = self._most.get(self.connections.address(key), max(self._most.values(), default=0))
+        most = self._most.get(self.connections.address(key))
+        if most is None:  # not as dict.get's default: every durable call asks, and nearly all find it
+            most = max(self._most.values(), default=0)
         return min(self.state_min_insync - 1, most), online
 
     async def primaries(self) -> list[PrimaryStatus]:
@@ -568,24 +587,30 @@ class Replication:
                 needs.append(0)
                 waits_for.append(0)
                 continue
-            needed, _ = await self.state_replicas(call_keys[0])
-            in_sync = await self.in_sync(call_keys[0]) if needed else 0
+            # counts read within the last second are taken as they are, without a coroutine's cost
+            if (known := self._known(call_keys[0])) is not None:
+                needed, _ = self._state_replicas(call_keys[0], known[0])
+                in_sync = known[1] if needed else 0
+            else:
+                needed, _ = await self.state_replicas(call_keys[0])
+                in_sync = await self.in_sync(call_keys[0]) if needed else 0
             if in_sync < needed:
                 raise NotEnoughReplicas(f"{in_sync} Redis replicas in sync, {needed} needed for a state change "
                                         f"(state min.insync.replicas {self.state_min_insync})")
             needs.append(needed)
             waits_for.append(in_sync)
-        if not any(needs) and not direct:
+        waiting = any(needs)
+        if not waiting and not direct:
             async with storage_errors():
                 return await self.scripts.call_many(calls)
         conns: dict[RespConnection, list[int]] = {}
         for i, (_, call_keys, _) in enumerate(calls):
             try:
-                conn = await self.connections.connection(call_keys[0])
+                conn = self.connections.ready(call_keys[0]) or await self.connections.connection(call_keys[0])
             except RedisClusterException:  # a cluster client that has not learnt the slots yet
                 conn = None
             if conn is None:
-                if not any(needs):  # nothing sent yet
+                if not waiting:  # nothing sent yet
                     async with storage_errors():
                         return await self.scripts.call_many(calls)
                 raise StorageUnavailable("redis: no connection for a replicated state change; retry")
@@ -594,37 +619,50 @@ class Replication:
         # scripts of a connection that waits moves its replication offset to its node's, so the WAIT
         # also confirms a refusal, which writes nothing, as read on a primary that stands: a cut-off
         # primary refuses from state its successor has moved past (`confirm_read`)
-        futures = {
-            conn: conn.pipeline([*(self.scripts.evalsha(*calls[i]) for i in idx),
-                                 *([self.read_mark(keys.slot_mark(calls[idx[0]][1][0]))]
-                                   if any(needs[i] for i in idx) else [])])
-            for conn, idx in conns.items()
-        }
-        waits = {conn: self.wait(conn, max(waits_for[i] for i in idx), self.state_timeout_ms)
-                 for conn, idx in conns.items() if any(needs[i] for i in idx)}
+        futures: dict[RespConnection, asyncio.Future[list[Any]]] = {}
+        # each waiting connection's (floor, in-sync set): none on the usual path of a Redis without
+        # replicas, which pays for no WAIT's bookkeeping
+        floors: dict[RespConnection, tuple[int, int]] = {}
+        for conn, idx in conns.items():
+            commands = [self.scripts.evalsha(*calls[i]) for i in idx]
+            if waiting and (needed := max(needs[i] for i in idx)):
+                floors[conn] = (needed, max(waits_for[i] for i in idx))
+                commands.append(self.read_mark(keys.slot_mark(calls[idx[0]][1][0])))
+            futures[conn] = conn.pipeline(commands)
+        # the WAITs after every connection's scripts, as they always were
+        waits = {conn: self.wait(conn, in_sync, self.state_timeout_ms) for conn, (_, in_sync) in floors.items()}
         end = asyncio.get_running_loop().time() + self.state_timeout_ms / 1000
         replies: list[Any] = [None] * len(calls)
         unrun: list[int] = []  # refused by a node before running, waiting for no replica: redis-py's turn
-        async with storage_errors():
+        try:  # `storage_errors`, without its context's two coroutines on every state change
             for conn, fut in futures.items():
-                for i, reply in zip(conns[conn], (await fut)[:len(conns[conn])], strict=True):
-                    replies[i] = self.reply(conn, reply)
-                    if not needs[i] and isinstance(reply, RespError) and str(reply).startswith(_UNRUN):
-                        unrun.append(i)
+                idx = conns[conn]
+                answered = await fut
+                for n, i in enumerate(idx):
+                    reply = answered[n]
+                    if isinstance(reply, RespError):
+                        replies[i] = self.reply(conn, reply)
+                        if not needs[i] and str(reply).startswith(_UNRUN):
+                            unrun.append(i)
+                    else:
+                        replies[i] = reply
             if unrun:
                 again = await self.scripts.call_many([calls[i] for i in unrun])
                 for i, reply in zip(unrun, again, strict=True):
                     replies[i] = reply
             for conn, wait in waits.items():
-                idx = conns[conn]
-                key = calls[idx[0]][1][0]
-                acked, needed = await self.confirmed(conn, key, wait, max(waits_for[i] for i in idx),
-                                                     max(needs[i] for i in idx), end)
+                key = calls[conns[conn][0]][1][0]
+                floor, in_sync = floors[conn]
+                acked, needed = await self.confirmed(conn, key, wait, in_sync, floor, end)
                 if acked < needed:
                     self.forget(key)
                     raise NotEnoughReplicasAfterAppend(
                         f"a state change reached {acked} Redis replicas within {self.state_timeout_ms} ms, "
                         f"{needed} in sync needed (state min.insync.replicas {self.state_min_insync})")
+        except BaseException as exc:
+            if (ours := storage_error(exc)) is not None:
+                raise ours from exc
+            raise
         return replies
 
     def reply(self, conn: RespConnection, reply: Any) -> Any:
@@ -665,7 +703,7 @@ class DurableScripts(Scripts):
         return self._replication.state_min_insync > 1 and any(n in self._durable for n in names)
 
     async def call(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        waits = self._waits((name,))
+        waits = self._replication.state_min_insync > 1 and name in self._durable  # `_waits` of one, inline
         if not waits and name not in self._direct:
             return await self._plain.call(name, keys, args)
         (reply,) = await self._replication.run([(name, keys, args)], durable=[waits], direct=name in self._direct)

@@ -299,17 +299,21 @@ class DirectConnections:
 
     async def connection(self, key: str) -> RespConnection | None:
         """The usable connection to `key`'s node, or None when none can be had now."""
-        addr = self.address(key)
-        conn = self._conns.get(addr)
-        if self._sentinel is not None and conn is not None and self._moved():
-            conn.close()
-        if conn is not None and conn.usable:
+        if (conn := self.ready(key)) is not None:
             return conn
         if self._sentinel is not None:
             if not await self._find_primary():
                 return None
-            addr = self._addr
-        return await self._open(addr)
+            return await self._open(self._addr)
+        return await self._open(self.address(key))
+
+    def ready(self, key: str) -> RespConnection | None:
+        """The open, usable connection to `key`'s node, or None (`connection` then opens one): on a hot
+        path, `ready(key) or await connection(key)` spares a coroutine on every call."""
+        conn = self._conns.get(self.address(key))
+        if self._sentinel is not None and conn is not None and self._moved():
+            conn.close()
+        return conn if conn is not None and conn.usable else None
 
     def _moved(self) -> bool:
         """The redis-py client, on a new connection of its own, met the primary somewhere else (once
