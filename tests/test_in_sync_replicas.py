@@ -19,7 +19,7 @@ import pytest
 import redis as redis_sync
 from kio.schema.errors import ErrorCode as KafkaError
 
-from gateway.formats.records import build_batch, parse_header
+from gateway.formats.records import BatchBuilder, build_batch, parse_header
 from gateway.kafka.dispatch import ApiKey
 from gateway.store import keys
 from gateway.store.embedded import EmbeddedCluster, EmbeddedRedis
@@ -228,6 +228,48 @@ async def test_a_batch_behind_one_refused_for_too_few_replicas_is_refused_alike_
     with redis_sync.Redis(port=pair.primary.port) as r:
         headers = [parse_header(f[b"b"]) for _, f in r.xrange(keys.log("t", 0))]
     assert [h.base_sequence for h in headers if h.producer_id == 4242] == [0, 1]
+
+
+async def test_a_batch_held_for_then_refused_for_good_holds_no_batch_behind_it(pair: Pair) -> None:  # noqa: F811
+    """A transactional batch refused NOT_ENOUGH_REPLICAS, then, resent, INVALID_TXN_STATE (its
+    transaction gone), is not coming again: the batch its producer pipelined behind it is answered
+    for itself, not refused NOT_ENOUGH_REPLICAS to be retried after it until its delivery timeout
+    (the soak's cluster:395738052: the transaction could not abort before then, and librdkafka's
+    abort, bumping its epoch then, was fenced)."""
+    await pair.linked()
+    async with running_gateway(test_config(pair.primary.url)) as gw:
+        bs, port = kafka_bootstrap(gw), gw.listeners["kafka"].port
+        await asyncio.to_thread(_create, bs, "t", 2)
+        conn = await asyncio.open_connection("127.0.0.1", port)
+        init = await call(conn, ApiKey.INIT_PRODUCER_ID, 1, {"transactional_id": "tx", "transaction_timeout": 60_000})
+        assert init.error_code == 0
+
+        async def produce(seq: int) -> int:  # the transactional batch at `seq`, never added to a transaction
+            b = BatchBuilder(producer_id=init.producer_id, producer_epoch=init.producer_epoch, base_sequence=seq,
+                             transactional=True)
+            b.append(b"v", None, [], None)
+            answer = await call(conn, ApiKey.PRODUCE, 9, {
+                "transactional_id": "tx", "acks": -1, "timeout": 1000,
+                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b.build()}]}]})
+            return int(answer.responses[0].partition_responses[0].error_code)
+
+        once = {"acks": "all", "enable.idempotence": False, "retries": 0, "request.timeout.ms": 2000}
+
+        def answered(code: int) -> Any:  # a plain producer's answer, once the gateway reads the replicas again
+            def check() -> bool:
+                [(err, _)] = _produce(bs, [b"probe"], **once)
+                return (err.code() if err is not None else 0) == code
+            return lambda: asyncio.to_thread(check)
+
+        pair.replica.stop()
+        await eventually(answered(ck.KafkaError.NOT_ENOUGH_REPLICAS), TIMEOUT, "NOT_ENOUGH_REPLICAS")
+        assert await produce(0) == KafkaError.not_enough_replicas  # held: nothing written, to be sent again
+        pair.replica.start()
+        await pair.linked()
+        await eventually(answered(0), TIMEOUT, "the replica in sync again")
+        assert await produce(0) == KafkaError.invalid_txn_state  # for good: not sent again
+        # answered for itself (the sequence its producer skipped), not NOT_ENOUGH_REPLICAS
+        assert await produce(1) == KafkaError.out_of_order_sequence_number
 
 
 @pytest.mark.parametrize(("lag_max_ms", "timeout_ms", "first"), [

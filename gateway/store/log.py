@@ -504,16 +504,24 @@ class LogStore:
     async def _answered(self, r: AppendRequest, reply: Any) -> Append | Exception:
         """`answer`, but a batch refused out of order behind its producer's batch refused here
         unwritten, or answered maybe stored without its replicas' confirmation, is refused as
-        `_behind_refused` says, and a stored one ends that memory."""
+        `_behind_refused` says, and a stored one ends that memory; so does that batch answered a
+        refusal its producer does not send it again after (INVALID_TXN_STATE, a fenced epoch, ...):
+        the batches behind it, refused NOT_ENOUGH_REPLICAS to be retried after it, were retried
+        until their delivery timeout, the transaction left unable to abort before then, and
+        librdkafka's abort then bumped its epoch into a fatal fencing (the soak's cluster:395738052)."""
         out = answer(r, reply)
         if r.producer_id < 0:
             return out
+        key = (keys.log(r.topic, r.partition), r.producer_id)
         if isinstance(out, Append):
-            self._refused.pop((keys.log(r.topic, r.partition), r.producer_id), None)
+            self._refused.pop(key, None)
         elif isinstance(out, (StorageFull, NotEnoughReplicasAfterAppend, ReplicationTimedOut)):
             self.hold(r, out)  # Redis's own refusal past maxmemory; an append its replicas did not confirm
         elif not isinstance(reply, Exception) and reply[0] == ErrorCode.OUT_OF_ORDER_SEQUENCE:
             return await self._behind_refused(r) or out
+        elif isinstance(out, GatewayError) and not out.retriable and \
+                self._refused.get(key, (None, None))[:2] == (r.producer_epoch, r.base_sequence):
+            del self._refused[key]  # the batch held for is not coming again
         return out
 
     async def scripted(self, requests: list[AppendRequest], in_sync: list[int], sent: Callable[[], None] | None,
