@@ -12,7 +12,7 @@ import signal
 import struct
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import confluent_kafka as ck
 import pytest
@@ -158,6 +158,17 @@ async def test_a_replica_unheard_past_the_lag_max_leaves_the_set_and_is_not_wait
             os.kill(pid, signal.SIGCONT)
 
 
+def _answered(bs: str, code: int) -> Callable[[], Awaitable[bool]]:
+    """Whether a plain acks=all producer's one record is answered `code` (0: stored): awaited until
+    the gateway has read its primary's replicas again."""
+    once = {"acks": "all", "enable.idempotence": False, "retries": 0, "request.timeout.ms": 2000}
+
+    def check() -> bool:
+        [(err, _)] = _produce(bs, [b"probe"], **once)
+        return (err.code() if err is not None else 0) == code
+    return lambda: asyncio.to_thread(check)
+
+
 async def _produce_seq(port: int, seq: int, value: bytes = b"v", timeout_ms: int = 1000) -> bytes | int:
     """An acks=all produce of one idempotent batch at `seq`: its error code, or b"" when the gateway
     closed the connection instead of answering."""
@@ -208,20 +219,12 @@ async def test_a_batch_behind_one_refused_for_too_few_replicas_is_refused_alike_
     async with running_gateway(test_config(pair.primary.url)) as gw:
         bs, port = kafka_bootstrap(gw), gw.listeners["kafka"].port
         await asyncio.to_thread(_create, bs, "t", 2)
-        once = {"acks": "all", "enable.idempotence": False, "retries": 0, "request.timeout.ms": 2000}
-
-        def answered(code: int) -> Any:  # a plain producer's answer, once the gateway reads the replicas again
-            def check() -> bool:
-                [(err, _)] = _produce(bs, [b"probe"], **once)
-                return (err.code() if err is not None else 0) == code
-            return lambda: asyncio.to_thread(check)
-
         pair.replica.stop()
-        await eventually(answered(ck.KafkaError.NOT_ENOUGH_REPLICAS), TIMEOUT, "NOT_ENOUGH_REPLICAS")
+        await eventually(_answered(bs, ck.KafkaError.NOT_ENOUGH_REPLICAS), TIMEOUT, "NOT_ENOUGH_REPLICAS")
         assert await _produce_seq(port, 0, value) == KafkaError.not_enough_replicas  # the first, nothing written
         pair.replica.start()
         await pair.linked()
-        await eventually(answered(0), TIMEOUT, "the replica in sync again")
+        await eventually(_answered(bs, 0), TIMEOUT, "the replica in sync again")
         assert await _produce_seq(port, 1, value) == KafkaError.not_enough_replicas  # the one behind: not out of order
         assert await _produce_seq(port, 0, value, 30_000) == KafkaError.none  # the producer's retries, in order
         assert await _produce_seq(port, 1, value, 30_000) == KafkaError.none
@@ -253,20 +256,12 @@ async def test_a_batch_held_for_then_refused_for_good_holds_no_batch_behind_it(p
                 "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b.build()}]}]})
             return int(answer.responses[0].partition_responses[0].error_code)
 
-        once = {"acks": "all", "enable.idempotence": False, "retries": 0, "request.timeout.ms": 2000}
-
-        def answered(code: int) -> Any:  # a plain producer's answer, once the gateway reads the replicas again
-            def check() -> bool:
-                [(err, _)] = _produce(bs, [b"probe"], **once)
-                return (err.code() if err is not None else 0) == code
-            return lambda: asyncio.to_thread(check)
-
         pair.replica.stop()
-        await eventually(answered(ck.KafkaError.NOT_ENOUGH_REPLICAS), TIMEOUT, "NOT_ENOUGH_REPLICAS")
+        await eventually(_answered(bs, ck.KafkaError.NOT_ENOUGH_REPLICAS), TIMEOUT, "NOT_ENOUGH_REPLICAS")
         assert await produce(0) == KafkaError.not_enough_replicas  # held: nothing written, to be sent again
         pair.replica.start()
         await pair.linked()
-        await eventually(answered(0), TIMEOUT, "the replica in sync again")
+        await eventually(_answered(bs, 0), TIMEOUT, "the replica in sync again")
         assert await produce(0) == KafkaError.invalid_txn_state  # for good: not sent again
         # answered for itself (the sequence its producer skipped), not NOT_ENOUGH_REPLICAS
         assert await produce(1) == KafkaError.out_of_order_sequence_number
