@@ -11,7 +11,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from gateway.errors import StorageUnavailable
-from gateway.formats.records import BatchBuilder
+from gateway.formats.records import BatchBuilder, build_control_batch
 from tests.conftest import flush, kafka_bootstrap
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
@@ -297,3 +297,32 @@ async def test_partitions_added_after_redis_lost_its_scripts_expect_the_transact
     assert [d.result.base_offset for d in done] == [0, 0]
     await producers.end("tx-flushed", pid, epoch, True)
     assert (await producers.describe("tx-flushed")).kafka_state == "CompleteCommit"
+
+
+async def test_a_late_marker_of_a_transaction_leaves_its_producers_next_one_alone(gateway):
+    """Two gateways may roll the same V1 commit forward (its coordinator, and another's reaper that
+    found it decided); the later one's marker can land once the producer has begun its next
+    transaction on the partition, under the same producer id and epoch (V1 keeps the epoch). That
+    marker must not end the next transaction: its records stay unstable until its own end, and its
+    abort hides them (the soak's cluster:743120363: read_committed consumers read an aborted
+    transaction's records)."""
+    await gateway.services.log.create_topic("late-marker", 1)
+    producers = gateway.services.txn_producers
+    pid, epoch = await producers.init("tx-late", 10_000)
+
+    async def write(value: bytes, seq: int) -> int:
+        await producers.add_partitions("tx-late", pid, epoch, [("late-marker", 0)], verified=True)
+        b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
+        b.append(value)
+        [done] = await gateway.services.log.append([("late-marker", 0, b.build())], verify_txn=True)
+        assert not isinstance(done.result, Exception), done.result
+        return done.result.base_offset
+
+    await write(b"first", 0)
+    await producers.end("tx-late", pid, epoch, True)
+    second = await write(b"second", 1)
+    # the first transaction's commit marker written again, late, as the other roll-forward writes it
+    await producers.coordinator.txns.write_markers([("late-marker", 0)], pid, epoch, True,
+                                                   build_control_batch(True, pid, epoch))
+    [bounds] = await gateway.services.log.partition_bounds("late-marker")
+    assert bounds.last_stable_offset == second  # the second transaction is still open
