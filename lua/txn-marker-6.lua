@@ -16,6 +16,12 @@
                    aborts no range) and refuses an epoch older than the producer's (Kafka's
                    ProducerAppendInfo.checkProducerEpoch); 0: the coordinator's own ending, safe to
                    repeat, which writes only the marker of an open transaction and skips a stale epoch
+  ARGV[6] txn      the transaction's id ('' with always): its first marker here leaves
+                   "<pid>:txn" = "ended:<txn>" in `expected`, and a second one (a second roll-forward
+                   of its end: another gateway's reaper beside its coordinator) finds it and does
+                   nothing; under V1 the producer's next transaction has the same epoch, and that
+                   second marker, come once the next transaction had begun here, ended the next one
+                   and removed its expectation
   Returns {0, marker offset} when written, {0, -1} when the partition holds nothing of this
   transaction (no batch reached it, or the marker is there already), {2} for no partition,
   {11} for a stale epoch (always only).
@@ -28,6 +34,11 @@ local meta = rcall('HMGET', KEYS[2], 'hw', 'maxts', 'bytes')
 if not meta[1] then return {2} end
 local epoch_now = tonumber(ARGV[2])
 local always = ARGV[5] == '1'
+if not always and ARGV[6] ~= '' then
+  local ended = ARGV[1] .. ':txn'
+  if rcall('HGET', KEYS[6], ended) == 'ended:' .. ARGV[6] then return {0, -1} end
+  rcall('HSET', KEYS[6], ended, 'ended:' .. ARGV[6])
+end
 local raw = rcall('HGET', KEYS[5], ARGV[1])
 local state_epoch = raw and producer_epoch(raw) or nil
 local open = rcall('HGET', KEYS[3], ARGV[1])

@@ -319,10 +319,19 @@ async def test_a_late_marker_of_a_transaction_leaves_its_producers_next_one_alon
         return done.result.base_offset
 
     await write(b"first", 0)
+    first = (await producers.describe("tx-late")).txn
+    assert first is not None
     await producers.end("tx-late", pid, epoch, True)
     second = await write(b"second", 1)
     # the first transaction's commit marker written again, late, as the other roll-forward writes it
     await producers.coordinator.txns.write_markers([("late-marker", 0)], pid, epoch, True,
-                                                   build_control_batch(True, pid, epoch))
+                                                   build_control_batch(True, pid, epoch), txn_id=first.txn_id)
     [bounds] = await gateway.services.log.partition_bounds("late-marker")
     assert bounds.last_stable_offset == second  # the second transaction is still open
+    await producers.end("tx-late", pid, epoch, False)
+    [bounds] = await gateway.services.log.partition_bounds("late-marker")
+    assert bounds.last_stable_offset == bounds.high_watermark
+    batch = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=2, transactional=True)
+    batch.append(b"after its end")
+    [late] = await gateway.services.log.append([("late-marker", 0, batch.build())], verify_txn=True)
+    assert isinstance(late.result, Exception)  # no transaction is open: nothing opens one here

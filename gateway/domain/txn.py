@@ -298,7 +298,8 @@ class TransactionCoordinator:
         for group in (first, rest):
             if not group:
                 continue
-            await self.txns.write_markers(group, ending.producer_id, ending.producer_epoch, commit, marker)
+            await self.txns.write_markers(group, ending.producer_id, ending.producer_epoch, commit, marker,
+                                         txn_id=txn_id)
             for topic, partition in group:
                 self.notify_partition(topic, partition)
             settling = [self.partition_settlers[kind](t, p, txn_id, commit)

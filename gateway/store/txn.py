@@ -256,17 +256,18 @@ class TxnStore:
 
     async def write_markers(
         self, partitions: list[tuple[str, int]], producer_id: int, producer_epoch: int, commit: bool, marker: bytes,
-        *, always: bool = False,
+        *, always: bool = False, txn_id: str = "",
     ) -> list[int]:
         """One marker script per partition, all in one round trip. The coordinator's own (not
-        `always`) are safe to repeat: a marker only ends an open transaction. `always` is Kafka's
+        `always`) are safe to repeat: a marker only ends an open transaction, and one of `txn_id`
+        written again does nothing (txn-marker-6), whatever its producer has opened since. `always` is Kafka's
         WriteTxnMarkers: the marker is appended whatever is open, and a stale epoch is refused."""
         calls = [
             ("txn-marker-6",
              [keys.log(t, p), keys.meta(t, p), keys.open_txns(t, p), keys.aborted_txns(t, p),
               keys.producers(t, p), keys.expected_txns(t, p)],
-             # pid, epoch, marker, commit, always
-             [producer_id, producer_epoch, marker, 1 if commit else 0, 1 if always else 0])
+             # pid, epoch, marker, commit, always, txn
+             [producer_id, producer_epoch, marker, 1 if commit else 0, 1 if always else 0, txn_id])
             for t, p in partitions
         ]
         async with storage_errors():
