@@ -299,39 +299,45 @@ async def test_partitions_added_after_redis_lost_its_scripts_expect_the_transact
     assert (await producers.describe("tx-flushed")).kafka_state == "CompleteCommit"
 
 
-async def test_a_late_marker_of_a_transaction_leaves_its_producers_next_one_alone(gateway):
+@pytest.mark.parametrize("later", [1, 2])
+async def test_a_late_marker_of_a_transaction_leaves_its_producers_next_one_alone(gateway, later):
     """Two gateways may roll the same V1 commit forward (its coordinator, and another's reaper that
     found it decided); the later one's marker can land once the producer has begun its next
     transaction on the partition, under the same producer id and epoch (V1 keeps the epoch). That
     marker must not end the next transaction: its records stay unstable until its own end, and its
     abort hides them (the soak's cluster:743120363: read_committed consumers read an aborted
-    transaction's records)."""
-    await gateway.services.log.create_topic("late-marker", 1)
+    transaction's records). Held back longer, it lands once the next one has ended too and a third
+    has begun here (`later` 2): still nothing of the one open there ends."""
+    topic = f"late-marker-{later}"
+    await gateway.services.log.create_topic(topic, 1)
     producers = gateway.services.txn_producers
-    pid, epoch = await producers.init("tx-late", 10_000)
+    pid, epoch = await producers.init(f"tx-late-{later}", 10_000)
 
     async def write(value: bytes, seq: int) -> int:
-        await producers.add_partitions("tx-late", pid, epoch, [("late-marker", 0)], verified=True)
+        await producers.add_partitions(f"tx-late-{later}", pid, epoch, [(topic, 0)], verified=True)
         b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
         b.append(value)
-        [done] = await gateway.services.log.append([("late-marker", 0, b.build())], verify_txn=True)
+        [done] = await gateway.services.log.append([(topic, 0, b.build())], verify_txn=True)
         assert not isinstance(done.result, Exception), done.result
         return done.result.base_offset
 
     await write(b"first", 0)
-    first = (await producers.describe("tx-late")).txn
+    first = (await producers.describe(f"tx-late-{later}")).txn
     assert first is not None
-    await producers.end("tx-late", pid, epoch, True)
-    second = await write(b"second", 1)
+    await producers.end(f"tx-late-{later}", pid, epoch, True)
+    for n in range(1, later):
+        await write(b"between", n)
+        await producers.end(f"tx-late-{later}", pid, epoch, True)
+    second = await write(b"second", later)
     # the first transaction's commit marker written again, late, as the other roll-forward writes it
-    await producers.coordinator.txns.write_markers([("late-marker", 0)], pid, epoch, True,
+    await producers.coordinator.txns.write_markers([(topic, 0)], pid, epoch, True,
                                                    build_control_batch(True, pid, epoch), txn_id=first.txn_id)
-    [bounds] = await gateway.services.log.partition_bounds("late-marker")
-    assert bounds.last_stable_offset == second  # the second transaction is still open
-    await producers.end("tx-late", pid, epoch, False)
-    [bounds] = await gateway.services.log.partition_bounds("late-marker")
+    [bounds] = await gateway.services.log.partition_bounds(topic)
+    assert bounds.last_stable_offset == second  # the transaction open there still is
+    await producers.end(f"tx-late-{later}", pid, epoch, False)
+    [bounds] = await gateway.services.log.partition_bounds(topic)
     assert bounds.last_stable_offset == bounds.high_watermark
-    batch = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=2, transactional=True)
+    batch = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=later + 1, transactional=True)
     batch.append(b"after its end")
-    [late] = await gateway.services.log.append([("late-marker", 0, batch.build())], verify_txn=True)
+    [late] = await gateway.services.log.append([(topic, 0, batch.build())], verify_txn=True)
     assert isinstance(late.result, Exception)  # no transaction is open: nothing opens one here
