@@ -16,12 +16,16 @@
                    aborts no range) and refuses an epoch older than the producer's (Kafka's
                    ProducerAppendInfo.checkProducerEpoch); 0: the coordinator's own ending, safe to
                    repeat, which writes only the marker of an open transaction and skips a stale epoch
-  ARGV[6] txn      the transaction's id ('' with always): its first marker here leaves
-                   "<pid>:txn" = "ended:<txn>" in `expected`, and a second one (a second roll-forward
-                   of its end: another gateway's reaper beside its coordinator) finds it and does
-                   nothing; under V1 the producer's next transaction has the same epoch, and that
-                   second marker, come once the next transaction had begun here, ended the next one
-                   and removed its expectation
+  ARGV[6] txn      the transaction's id ('' with always), "<coordinator>:<sequence>": its first
+                   marker here leaves "<pid>:txn" = "ended:<txn>" in `expected`, and a later one of
+                   it or of an older transaction (a second roll-forward of its end: another
+                   gateway's reaper beside its coordinator, held back for any time) finds that and
+                   does nothing; under V1 the producer's next transaction has the same epoch, and
+                   that marker, come once a next transaction had begun here, ended the next one and
+                   removed its expectation. The sequence is one counter of the deployment, and a
+                   producer id's transactions open one after another, each after the one before it
+                   was decided (txn-join-5, fence-begin-5; a native transaction without a key is a
+                   producer id of its own): a lower sequence is an older transaction of the producer
   Returns {0, marker offset} when written, {0, -1} when the partition holds nothing of this
   transaction (no batch reached it, or the marker is there already), {2} for no partition,
   {11} for a stale epoch (always only).
@@ -36,7 +40,13 @@ local epoch_now = tonumber(ARGV[2])
 local always = ARGV[5] == '1'
 if not always and ARGV[6] ~= '' then
   local ended = ARGV[1] .. ':txn'
-  if rcall('HGET', KEYS[6], ended) == 'ended:' .. ARGV[6] then return {0, -1} end
+  local last = rcall('HGET', KEYS[6], ended)
+  if last then
+    local seq, last_seq = string.match(ARGV[6], ':(%d+)$'), string.match(last, ':(%d+)$')
+    if last == 'ended:' .. ARGV[6] or (seq and last_seq and tonumber(last_seq) >= tonumber(seq)) then
+      return {0, -1}
+    end
+  end
   rcall('HSET', KEYS[6], ended, 'ended:' .. ARGV[6])
 end
 local raw = rcall('HGET', KEYS[5], ARGV[1])
