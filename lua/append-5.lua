@@ -15,7 +15,11 @@
   ARGV[8] verify   1: a transactional batch opens nothing its coordinator did not add the partition to
                    (Produce before v12; KIP-890 part 1's verification, done once per transaction and
                    partition as Kafka's leader does: the first batch needs `expected`, the next ones
-                   find the transaction open here)
+                   find the transaction open here). Checked first, as Kafka's leader asks its
+                   coordinator before its log checks a batch (ReplicaManager.appendRecords's
+                   verification of a partition without the producer's transaction ongoing): a batch
+                   that would open a transaction not expected here is refused for that, whatever its
+                   sequence, and a resend of an ended transaction's batch is no duplicate
   Returns {0, base offset, log start} on append, {9, base offset, log start} for a duplicate,
   {code} on error: 2 no such partition, 10 out of order sequence, 11 stale producer epoch,
   22 a transactional batch of no transaction open on the partition (verify).
@@ -30,16 +34,18 @@ local hw, start = tonumber(meta[1]), tonumber(meta[2])
 local count = tonumber(ARGV[2])
 local pid = ARGV[4]
 
-local state, refused = producer_admit(KEYS[3], pid, tonumber(ARGV[5]), tonumber(ARGV[6]), count, hw, start)
-if refused then return refused end
-
+local opens = false  -- the batch opens the producer's transaction here, as expected
 if ARGV[7] == '1' and ARGV[8] == '1' then
   local open = rcall('HGET', KEYS[4], pid)
   if not (open and string.match(open, ':(-?%d+)$') == ARGV[5]) then
     if rcall('HGET', KEYS[5], pid) ~= ARGV[5] then return {22} end
-    rcall('HDEL', KEYS[5], pid)  -- the transaction is open here from now on: txns says so
+    opens = true
   end
 end
+
+local state, refused = producer_admit(KEYS[3], pid, tonumber(ARGV[5]), tonumber(ARGV[6]), count, hw, start)
+if refused then return refused end
+if opens then rcall('HDEL', KEYS[5], pid) end  -- the transaction is open here from now on: txns says so
 
 append_entry(KEYS[1], KEYS[2], hw, tonumber(meta[3] or '-1'), tonumber(meta[4] or '0'), ARGV[1], count,
   ARGV[3])

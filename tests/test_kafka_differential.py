@@ -1230,6 +1230,15 @@ async def end_txn_of_a_transaction_never_begun(s: Side, name: str) -> Any:
     return out
 
 
+async def txn_produce(s: Side, name: str, pid: int, epoch: int, seq: int, value: bytes, version: int = 9) -> Any:
+    """The error code of one transactional batch of one record, produced to partition 0 of `name`."""
+    b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
+    b.append(value, b"k", [], T0)
+    got = await s.call(0, version, {"transactional_id": name, "acks": -1, "timeout": 10_000, "topic_data": [
+        {"name": name, "partition_data": [{"index": 0, "records": Records(b.build())}]}]})
+    return got["responses"][0]["partition_responses"][0]["error_code"]
+
+
 @scenario
 async def late_transactional_produce_after_abort(s: Side, name: str) -> Any:
     """The hanging-transaction defence under transactions V1 (KIP-890 part 1): a produce that arrives
@@ -1244,11 +1253,7 @@ async def late_transactional_produce_after_abort(s: Side, name: str) -> Any:
     ids = {"transactional_id": name, "producer_id": pid, "producer_epoch": e}
 
     async def produce_one(seq: int, value: bytes, version: int = 9) -> Any:
-        b = BatchBuilder(producer_id=pid, producer_epoch=e, base_sequence=seq, transactional=True)
-        b.append(value, b"k", [], T0)
-        got = await s.call(0, version, {"transactional_id": name, "acks": -1, "timeout": 10_000, "topic_data": [
-            {"name": name, "partition_data": [{"index": 0, "records": Records(b.build())}]}]})
-        return got["responses"][0]["partition_responses"][0]["error_code"]
+        return await txn_produce(s, name, pid, e, seq, value, version)
 
     out: list[Any] = [await s.call(24, 3, {"v3_and_below_transactional_id": name, "v3_and_below_producer_id": pid,
                                            "v3_and_below_producer_epoch": e,
@@ -1264,6 +1269,29 @@ async def late_transactional_produce_after_abort(s: Side, name: str) -> Any:
     out += [await list_offsets(s, name, -1), await visible(s, name, 1)]
     return out
 
+
+
+@scenario
+async def transactional_produce_unverified_out_of_sequence(s: Side, name: str) -> Any:
+    """A transactional batch on a partition where its producer has no transaction ongoing is verified
+    with the coordinator before the log looks at its sequence (ReplicaManager.appendRecords, then
+    UnifiedLog's checks): INVALID_TXN_STATE for a batch never added, out of sequence as in it, and
+    for a late one after its transaction's abort, the resend of the aborted batch too, which the log
+    would have taken for a duplicate."""
+    await create(s, name, 1)
+    init = await s.call(22, 4, {"transactional_id": name, "transaction_timeout": 60_000, "producer_id": -1,
+                                "producer_epoch": -1})
+    pid, e = init["producer_id"], init["producer_epoch"]
+    out: list[Any] = [await txn_produce(s, name, pid, e, seq, b"never added") for seq in (3, 0)]
+    out.append(await s.call(24, 3, {"v3_and_below_transactional_id": name, "v3_and_below_producer_id": pid,
+                                    "v3_and_below_producer_epoch": e,
+                                    "v3_and_below_topics": [{"name": name, "partitions": [0]}]}))
+    out.append(await txn_produce(s, name, pid, e, 0, b"aborted"))
+    out.append(await s.call(26, 3, {"transactional_id": name, "producer_id": pid, "producer_epoch": e,
+                                    "committed": False}))
+    await txn_completed(s, name, "CompleteAbort")
+    out += [await txn_produce(s, name, pid, e, seq, b"late") for seq in (5, 0)]
+    return out
 
 @scenario
 async def init_producer_id_of_another_producer(s: Side, name: str) -> Any:
