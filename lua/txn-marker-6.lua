@@ -16,7 +16,8 @@
                    aborts no range) and refuses an epoch older than the producer's (Kafka's
                    ProducerAppendInfo.checkProducerEpoch); 0: the coordinator's own ending, safe to
                    repeat, which writes only the marker of an open transaction and skips a stale epoch
-  ARGV[6] txn      the transaction's id ('' with always), "<coordinator>:<sequence>": its first
+  ARGV[6] txn      the transaction's id ('' with always, and for a transaction that is its own
+                   producer, which no later one follows), "<coordinator>:<sequence>": its first
                    marker here leaves "<pid>:txn" = "ended:<txn>" in `expected`, and a later one of
                    it or of an older transaction (a second roll-forward of its end: another
                    gateway's reaper beside its coordinator, held back for any time) finds that and

@@ -17,6 +17,7 @@ from gateway.client import (
     TransactionConflict,
 )
 from gateway.server.gateway import Gateway
+from gateway.store import keys
 from tests.conftest import native_url, run_example, test_config
 
 REDIS_BACKENDS = ("single", "cluster")  # see conftest: each test runs on one Redis and on a cluster
@@ -269,3 +270,18 @@ async def test_transactional_records_are_batched_apart_from_the_others(gateway, 
     sl = await gateway.services.log.read("batched", 0, 0, 1000)
     assert len(sl.entries) <= 5  # a handful of batches (plain, transactional, marker), not 100
     assert sorted(await read_all(client, "batched")) == sorted([b"plain", *(f"t{i}".encode() for i in range(100))])
+
+
+async def test_a_transaction_that_is_its_own_producer_leaves_nothing_on_its_partitions(client, gateway, raw_redis):
+    """A native transaction is a producer id of its own (PIP-31): once it ends, nothing of it stays
+    in its partitions' keys, where a producer id that many transactions share keeps the last one's
+    end (txn-marker-6), which would otherwise grow by one entry a transaction."""
+    await gateway.services.log.create_topic("own-producer", 2)
+    producer = await client.create_producer("own-producer")
+    for commit in (True, False, True):
+        txn = await client.new_transaction()
+        await asyncio.gather(*(producer.send(b"v", partition=p, txn=txn) for p in range(2)))
+        await (txn.commit() if commit else txn.abort())
+    for p in range(2):
+        assert await raw_redis.hgetall(keys.expected_txns("own-producer", p)) == {}
+        assert await raw_redis.hgetall(keys.open_txns("own-producer", p)) == {}

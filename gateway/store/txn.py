@@ -260,7 +260,8 @@ class TxnStore:
     ) -> list[int]:
         """One marker script per partition, all in one round trip. The coordinator's own (not
         `always`) are safe to repeat: a marker only ends an open transaction, and one of `txn_id`
-        written again does nothing (txn-marker-6), whatever its producer has opened since. `always` is Kafka's
+        (or an older transaction's) written again does nothing (txn-marker-6), whatever its producer
+        has opened since; "" for a transaction that is its own producer. `always` is Kafka's
         WriteTxnMarkers: the marker is appended whatever is open, and a stale epoch is refused."""
         calls = [
             ("txn-marker-6",
