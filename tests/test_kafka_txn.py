@@ -308,13 +308,13 @@ async def test_a_late_marker_of_a_transaction_leaves_its_producers_next_one_alon
     abort hides them (the soak's cluster:743120363: read_committed consumers read an aborted
     transaction's records). Held back longer, it lands once the next one has ended too and a third
     has begun here (`later` 2): still nothing of the one open there ends."""
-    topic = f"late-marker-{later}"
+    topic, tid = f"late-marker-{later}", f"tx-late-{later}"
     await gateway.services.log.create_topic(topic, 1)
     producers = gateway.services.txn_producers
-    pid, epoch = await producers.init(f"tx-late-{later}", 10_000)
+    pid, epoch = await producers.init(tid, 10_000)
 
     async def write(value: bytes, seq: int) -> int:
-        await producers.add_partitions(f"tx-late-{later}", pid, epoch, [(topic, 0)], verified=True)
+        await producers.add_partitions(tid, pid, epoch, [(topic, 0)], verified=True)
         b = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
         b.append(value)
         [done] = await gateway.services.log.append([(topic, 0, b.build())], verify_txn=True)
@@ -322,19 +322,19 @@ async def test_a_late_marker_of_a_transaction_leaves_its_producers_next_one_alon
         return done.result.base_offset
 
     await write(b"first", 0)
-    first = (await producers.describe(f"tx-late-{later}")).txn
+    first = (await producers.describe(tid)).txn
     assert first is not None
-    await producers.end(f"tx-late-{later}", pid, epoch, True)
+    await producers.end(tid, pid, epoch, True)
     for n in range(1, later):
         await write(b"between", n)
-        await producers.end(f"tx-late-{later}", pid, epoch, True)
+        await producers.end(tid, pid, epoch, True)
     second = await write(b"second", later)
     # the first transaction's commit marker written again, late, as the other roll-forward writes it
     await producers.coordinator.txns.write_markers([(topic, 0)], pid, epoch, True,
                                                    build_control_batch(True, pid, epoch), txn_id=first.txn_id)
     [bounds] = await gateway.services.log.partition_bounds(topic)
     assert bounds.last_stable_offset == second  # the transaction open there still is
-    await producers.end(f"tx-late-{later}", pid, epoch, False)
+    await producers.end(tid, pid, epoch, False)
     [bounds] = await gateway.services.log.partition_bounds(topic)
     assert bounds.last_stable_offset == bounds.high_watermark
     batch = BatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=later + 1, transactional=True)

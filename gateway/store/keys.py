@@ -59,8 +59,8 @@ def open_txns(topic: str, partition: int) -> str:
 def expected_txns(topic: str, partition: int) -> str:
     """Hash of V1 transactions AddPartitionsToTxn is adding this partition to: pid -> epoch. Their
     first batch here may open the transaction; a marker removes the entry (KIP-890 part 1), and
-    leaves "<pid>:txn" -> "ended:<transaction>", so that it, or an older transaction's held back,
-    is written once (txn-marker-6)."""
+    one of a producer id that transactions share leaves "<pid>:txn" -> "ended:<transaction>", so
+    that it, or an older transaction's held back, is written once (txn-marker-6)."""
     return f"{partition_tag(topic, partition)}:txnexpect"
 
 
